@@ -1,0 +1,29 @@
+"""posenc: position encodings for attention models behind one interface and a registry.
+
+>>> import posenc
+>>> rope = posenc.build("rope(base=500000.0)", head_dim=64)
+>>> q, k = rope.encode_qk(q, k)          # doctest: +SKIP
+"""
+
+from .base import PositionalEncoding, mask_to_positions
+from .encodings import ALiBi, Learned, NoPE, RelativeBias, RoPE, Sinusoidal, Sinusoidal2D
+from .registry import available, build, describe, register
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALiBi",
+    "Learned",
+    "NoPE",
+    "PositionalEncoding",
+    "RelativeBias",
+    "RoPE",
+    "Sinusoidal",
+    "Sinusoidal2D",
+    "__version__",
+    "available",
+    "build",
+    "describe",
+    "mask_to_positions",
+    "register",
+]
