@@ -1,19 +1,190 @@
-"""A learned table of absolute positions (BERT, GPT-2), looked up by position ids."""
+"""A learned table of absolute positions (BERT, GPT-2, OPT), looked up by position ids."""
 
 from __future__ import annotations
 
-from ..base import PositionalEncoding
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..base import PositionalEncoding, _is_compiling, check_input, resolve_positions
 from ..registry import register
 
 __all__ = ["Learned"]
 
 
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
 @register("learned")
 class Learned(PositionalEncoding):
-    """SKELETON: to be implemented."""
+    """A trained embedding per absolute position, added to the token embeddings.
+
+    The position embeddings of BERT and GPT (Radford et al., 2018; Devlin et al., 2019): row
+    ``p + offset`` of ``weight`` is added at position ``p``. The parameter is named ``weight``
+    with shape ``(max_len + offset, d_model)``, so GPT-2's ``wpe.weight`` (``offset=0``) and
+    OPT's ``embed_positions.weight`` (``offset=2``: OPT keeps two unused leading rows) load
+    by name.
+
+    Unlike the fixed encodings, the table has a hard limit: a sequence longer than
+    ``max_len``, or a position ``>= max_len``, raises a ValueError naming both numbers.
+    Explicit positions are checked in eager mode only; under ``torch.compile`` checking them
+    would need a device sync, so there only the sequence length of default positions is
+    checked (it is a shape; with ``fullgraph=True`` dynamo reports the ValueError's message
+    as a ``torch._dynamo`` error, since a graph cannot raise); an out-of-range explicit
+    position then fails the compiled kernel's bounds check (a RuntimeError on the CPU, a
+    device-side assert on CUDA), so pass ``positions=None`` where the default applies to keep
+    the clear error. :meth:`resize` changes ``max_len`` by interpolation, for
+    fine-tuning on longer inputs.
+
+    Args:
+        d_model: the embedding width, >= 1.
+        max_len: the number of positions, >= 1.
+        offset: leading rows of the table that no position uses (2 for OPT), >= 0.
+        init_std: standard deviation of the normal initialisation (0.02, as GPT-2 and BERT).
+        device, dtype: of the parameter.
+
+    Shape:
+        ``forward(x, positions)``: ``x`` is ``(b, t, d)``, ``positions`` ``(t,)`` or ``(b, t)``
+        (default ``0..t-1``); returns ``(b, t, d)`` in ``x.dtype``.
+    """
 
     kind = "additive"
 
-    def __init__(self, d_model: int, max_len: int) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        max_len: int,
+        offset: int = 0,
+        init_std: float = 0.02,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
-        self.d_model, self.max_len = d_model, max_len
+        self.d_model = _check_int("d_model", d_model, minimum=1)
+        self.max_len = _check_int("max_len", max_len, minimum=1)
+        self.offset = _check_int("offset", offset, minimum=0)
+        if not isinstance(init_std, (int, float)) or isinstance(init_std, bool):
+            raise TypeError(f"init_std must be a float, got {init_std!r} ({type(init_std).__name__})")
+        if not (0 <= init_std < float("inf")):
+            raise ValueError(f"init_std must be finite and >= 0, got {init_std}")
+        self.init_std = float(init_std)
+        self.weight = nn.Parameter(torch.empty(max_len + offset, d_model, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table from ``N(0, init_std²)``."""
+        nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
+
+    def _check_length(self, length: int) -> None:
+        # ``length`` is a shape: under torch.compile this is a guard, not a sync.
+        if length > self.max_len:
+            raise ValueError(
+                f"sequence length {length} exceeds max_len={self.max_len} of the learned position table; "
+                "use a shorter input or resize() the table"
+            )
+
+    def _check_positions(self, positions: Tensor) -> None:
+        if _is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
+            return  # the largest position is data; see the class docstring
+        largest = int(positions.max())
+        if largest >= self.max_len:
+            raise ValueError(
+                f"position {largest} is beyond the learned position table: it needs {largest + 1} positions, "
+                f"max_len={self.max_len} allows 0..{self.max_len - 1}; resize() the table for longer inputs"
+            )
+
+    def table(self, positions: Tensor | int) -> Tensor:
+        """The rows added at ``positions``: an int ``n`` (``0..n-1``) or ``(t,)`` / ``(b, t)`` integers.
+
+        Returns:
+            ``(n, d)``, ``(t, d)`` or ``(b, t, d)``, in the parameter's dtype, with gradient.
+        """
+        if isinstance(positions, int) and not isinstance(positions, bool):
+            _check_int("positions", positions, minimum=0)
+            self._check_length(positions)
+            return self.weight[self.offset : self.offset + positions]
+        if not isinstance(positions, Tensor):
+            raise TypeError(f"positions must be an int or an integer tensor, got {type(positions).__name__}")
+        positions = resolve_positions(positions, positions.shape[-1] if positions.dim() else 0)
+        self._check_positions(positions)
+        return F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
+
+    def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Add the learned rows of ``positions`` to ``x``.
+
+        Args:
+            x: ``(b, t, d)`` embeddings.
+            positions: ``(t,)`` or ``(b, t)`` integers in ``0..max_len-1``; ``None`` means ``0..t-1``.
+
+        Returns:
+            ``x + weight[positions + offset]``, ``(b, t, d)`` in ``x.dtype``.
+
+        Raises:
+            ValueError: ``t > max_len``, or (eager) a position ``>= max_len``.
+        """
+        check_input(x, width=self.d_model)
+        t = x.shape[1]
+        if positions is None:
+            self._check_length(t)
+            # default positions are a contiguous slice: a view, no gather
+            pe = self.weight[self.offset : self.offset + t]
+        else:
+            positions = resolve_positions(positions, t, batch=x.shape[0])
+            self._check_positions(positions)
+            pe = F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
+        return x + pe.to(x.dtype)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Drop-in call: ``x + weight[positions]``; see :meth:`encode_input`."""
+        return self.encode_input(x, positions)
+
+    @torch.no_grad()
+    def resize(self, new_max_len: int, mode: Literal["linear", "nearest", "repeat"] = "linear") -> None:
+        """Change the number of positions in place, keeping ``weight`` a trainable Parameter.
+
+        * ``"linear"``: the table is stretched over the new length by linear interpolation
+          (half-pixel centres, ``align_corners=False``, as timm resamples ViT position tables);
+        * ``"nearest"``: each new row copies the old row nearest to it (half-pixel centres);
+        * ``"repeat"``: the old table is tiled (Longformer's initialisation for 4096 positions
+          from RoBERTa's 512), so positions below the old ``max_len`` keep their rows.
+
+        The ``offset`` rows are kept as they are. ``weight`` becomes a new Parameter: build
+        the optimizer after resizing.
+
+        Args:
+            new_max_len: the new number of positions, >= 1.
+            mode: ``"linear"``, ``"nearest"`` or ``"repeat"``.
+        """
+        _check_int("new_max_len", new_max_len, minimum=1)
+        if mode not in ("linear", "nearest", "repeat"):
+            raise ValueError(f"mode must be one of ['linear', 'nearest', 'repeat'], got {mode!r}")
+        old = self.weight
+        head, body = old[: self.offset], old[self.offset :]
+        if mode == "repeat":
+            index = torch.arange(new_max_len, device=old.device) % self.max_len
+            new_body = body[index]
+        else:
+            # interpolate in float32 or better, along the positions: (1, d, len)
+            wide = torch.float64 if old.dtype == torch.float64 else torch.float32
+            grid = body.to(wide).t().unsqueeze(0)
+            if mode == "linear":
+                resized = F.interpolate(grid, size=new_max_len, mode="linear", align_corners=False)
+            else:
+                resized = F.interpolate(grid, size=new_max_len, mode="nearest-exact")
+            new_body = resized.squeeze(0).t().to(old.dtype)
+        self.weight = nn.Parameter(torch.cat((head, new_body)).contiguous(), requires_grad=old.requires_grad)
+        self.max_len = new_max_len
+
+    def extra_repr(self) -> str:
+        extra = f"{self.d_model}, max_len={self.max_len}"
+        if self.offset:
+            extra += f", offset={self.offset}"
+        return extra

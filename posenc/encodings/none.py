@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..base import PositionalEncoding
+from ..base import PositionalEncoding, check_input, resolve_positions
 from ..registry import register
 
 __all__ = ["NoPE"]
@@ -27,5 +27,19 @@ class NoPE(PositionalEncoding):
         super().__init__()
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Return ``x`` unchanged (the drop-in call of an additive encoding that adds nothing)."""
+        """Return ``x`` unchanged (the drop-in call of an additive encoding that adds nothing).
+
+        ``x`` and ``positions`` are checked like any additive encoding's, so that swapping an
+        encoding for NoPE does not hide a shape bug.
+
+        Args:
+            x: ``(b, t, d)`` embeddings.
+            positions: ignored after validation; ``(t,)`` or ``(b, t)`` integers or ``None``.
+
+        Returns:
+            ``x`` itself.
+        """
+        check_input(x)
+        if positions is not None:
+            resolve_positions(positions, x.shape[1], batch=x.shape[0])
         return self.encode_input(x, positions)

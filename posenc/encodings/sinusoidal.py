@@ -1,18 +1,142 @@
-"""Fixed sin/cos encodings: 1D (Vaswani et al., 2017) and 2D for image patch grids (MAE)."""
+"""Fixed sin/cos encodings: 1D (Vaswani et al., 2017) and 2D for image patch grids (MAE).
+
+Both keep their table as a non-persistent buffer computed in float64 and stored in float32
+(float64 after ``.double()``). ``.to(torch.bfloat16)`` / ``.half()`` move the table but do not
+downcast it: a bfloat16 table has random phases past a few thousand positions. Outputs are
+cast to the input's dtype once, at the end.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Literal
 
-from ..base import PositionalEncoding
+import torch
+from torch import Tensor
+
+from ..base import PositionalEncoding, _is_compiling, check_input, resolve_positions
+from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_table
 from ..registry import register
 
 __all__ = ["Sinusoidal", "Sinusoidal2D"]
 
+#: Rows of the 1D table built at construction when ``max_len`` is not given.
+DEFAULT_INITIAL_LEN = 512
+
+_CACHE_DTYPES = (torch.float32, torch.float64)
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_base(base: object) -> float:
+    if not isinstance(base, (int, float)) or isinstance(base, bool):
+        raise TypeError(f"base must be a float, got {base!r} ({type(base).__name__})")
+    base = float(base)
+    if not (base > 0 and base != float("inf")):
+        raise ValueError(f"base must be a finite number > 0, got {base}")
+    return base
+
+
+def _check_choice(name: str, value: object, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _is_exporting() -> bool:
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting is not None and is_exporting())
+
+
+def _compute_dtype(device: torch.device) -> torch.dtype:
+    # float64 everywhere it exists (MPS has no float64)
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+class _TableCache(PositionalEncoding):
+    """Base of the sin/cos encodings: keeps the buffer ``_table`` float32/float64 through
+    ``.to()``, ``.half()`` and ``to_empty()``.
+
+    Subclasses implement :meth:`_build_table` (float64 math, returned in the given dtype).
+    """
+
+    _table: Tensor
+
+    def _build_table(self, dtype: torch.dtype, device: torch.device) -> Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True):
+        table = self._buffers.pop("_table")
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._buffers["_table"] = table
+        # Ask ``fn`` where and in what dtype it would put the table, on an empty probe,
+        # then follow the device but keep the dtype float32 or float64.
+        probe = fn(torch.empty(0, dtype=table.dtype, device=table.device))
+        dtype = probe.dtype if probe.dtype in _CACHE_DTYPES else torch.float32
+        if table.device.type == "meta" and probe.device.type != "meta":
+            # ``to_empty()`` from the meta device: the values must be computed, not copied.
+            self._buffers["_table"] = self._build_table(dtype, probe.device)
+        elif dtype == torch.float64 and table.dtype != torch.float64:
+            # ``.double()``: recompute, since upcasting float32 values would not add precision.
+            self._buffers["_table"] = self._build_table(dtype, probe.device)
+        else:
+            self._buffers["_table"] = table.to(device=probe.device, dtype=dtype)
+        return self
+
+    def reset_caches(self) -> None:
+        """Rebuild the table (on its current device), e.g. after ``to_empty()``."""
+        self._table = self._build_table(self._table.dtype, self._table.device)
+
 
 @register("sinusoidal", "sincos")
-class Sinusoidal(PositionalEncoding):
-    """SKELETON: to be implemented."""
+class Sinusoidal(_TableCache):
+    """The fixed sin/cos position encoding of "Attention Is All You Need" (Vaswani et al., 2017).
+
+    ``PE[p, 2i] = sin(p·omega_i)``, ``PE[p, 2i+1] = cos(p·omega_i)`` with
+    ``omega_i = base^(-2i/d_model)``, added to the token embeddings. The table is built in
+    float64, cached in float32 and grows on demand: ``max_len`` is only its initial size.
+
+    Variants (for parity with existing checkpoints):
+
+    * ``layout="concat"``: ``[sin | cos]`` instead of interleaved (tensor2tensor, Marian, MAE);
+    * ``freq_spacing="tensor2tensor"``: ``omega_i = base^(-i/(d_model/2 - 1))``
+      (tensor2tensor's ``get_timing_signal_1d``, fairseq, Speech2Text, M2M100);
+    * ``offset``: added to every position (fairseq-style models start at ``padding_idx + 1``).
+
+    Args:
+        d_model: the embedding width, even.
+        base: the wavelength scale, finite and > 0.
+        layout: ``"interleaved"`` (the paper) or ``"concat"``.
+        max_len: rows built at construction (default :data:`DEFAULT_INITIAL_LEN`); longer
+            sequences grow the table.
+        offset: added to every position before the look-up, >= 0.
+        freq_spacing: ``"paper"`` or ``"tensor2tensor"``.
+        device: where the table is built.
+
+    Shape:
+        ``forward(x, positions)``: ``x`` is ``(b, t, d)``, ``positions`` ``(t,)`` or ``(b, t)``
+        (default ``0..t-1``); returns ``(b, t, d)`` in ``x.dtype``.
+
+    Caching: default positions read a slice of the table. Explicit positions are gathered;
+    in eager mode the largest one is read (one device sync) to grow the table when needed
+    (to the next power of two; a few positions far past the table are computed instead).
+    Under ``torch.compile`` the table cannot grow (a graph does not reassign buffers), so
+    lengths past it, explicit positions and exported programs compute the encodings from
+    the formula inside the graph (float64, cast once): the same values, no size limit.
+
+    Example::
+
+        pe = Sinusoidal(512)
+        x = pe(token_embeddings)                      # x + PE[0..t-1]
+        x = pe(x, positions=mask_to_positions(mask))  # left padding: look up by position
+    """
 
     kind = "additive"
 
@@ -22,14 +146,163 @@ class Sinusoidal(PositionalEncoding):
         base: float = 10000.0,
         layout: Literal["interleaved", "concat"] = "interleaved",
         max_len: int | None = None,
+        offset: int = 0,
+        freq_spacing: Literal["paper", "tensor2tensor"] = "paper",
+        *,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.d_model, self.base, self.layout, self.max_len = d_model, base, layout, max_len
+        _check_int("d_model", d_model, minimum=2)
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (sin/cos come in pairs), got {d_model}")
+        _check_choice("layout", layout, ("interleaved", "concat"))
+        _check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
+        if freq_spacing == "tensor2tensor" and d_model < 4:
+            raise ValueError(f"freq_spacing='tensor2tensor' needs d_model >= 4, got d_model={d_model}")
+        if max_len is not None:
+            _check_int("max_len", max_len, minimum=1)
+        self.d_model = d_model
+        self.base = _check_base(base)
+        self.layout = layout
+        self.max_len = max_len
+        self.offset = _check_int("offset", offset, minimum=0)
+        self.freq_spacing = freq_spacing
+        self._initial_rows = (max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset
+        device = torch.device(device) if device is not None else torch.get_default_device()
+        self.register_buffer(
+            "_table", self._build_table(torch.float32, device, self._initial_rows), persistent=False
+        )
+
+    def _build_table(self, dtype: torch.dtype, device: torch.device, rows: int | None = None) -> Tensor:
+        rows = rows if rows is not None else max(self._initial_rows, self._table.shape[0])
+        positions = torch.arange(rows, dtype=torch.float64, device=device)
+        return self._compute(positions, dtype)
+
+    def _compute(self, rows: Tensor, dtype: torch.dtype) -> Tensor:
+        """Encodings of table rows (positions already offset), built in float64, cast once."""
+        wide = _compute_dtype(rows.device)
+        return sinusoidal_table(rows, self.d_model, self.base, self.layout, self.freq_spacing, dtype=wide).to(
+            dtype
+        )
+
+    def _grow(self, rows: int) -> None:
+        """Eager only: grow the table to at least ``rows`` rows (to the next power of two)."""
+        new_rows = 1 << max(rows - 1, 1).bit_length()
+        self._table = self._build_table(self._table.dtype, self._table.device, new_rows)
+
+    def table(self, positions: Tensor | int, *, dtype: torch.dtype | None = None) -> Tensor:
+        """The encodings of ``positions`` (what :meth:`encode_input` adds), in float32 or better.
+
+        Args:
+            positions: an int ``n`` (positions ``0..n-1``) or an integer tensor of any shape
+                ``(...)``; ``offset`` is added.
+            dtype: ``torch.float32`` (default: the table's dtype) or ``torch.float64``.
+
+        Returns:
+            ``(..., d)`` tensor (``(n, d)`` for an int).
+        """
+        if isinstance(positions, int) and not isinstance(positions, bool):
+            _check_int("positions", positions, minimum=0)
+            positions = torch.arange(positions, device=self._table.device)
+        elif (
+            not isinstance(positions, Tensor)
+            or positions.is_floating_point()
+            or positions.dtype == torch.bool
+        ):
+            raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
+        if not _is_compiling() and positions.numel() and bool((positions < 0).any()):
+            raise ValueError(f"positions must be non-negative, got minimum {int(positions.min())}")
+        dtype = dtype or self._table.dtype
+        if dtype not in _CACHE_DTYPES:
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        return self._lookup(positions.to(self._table.device), dtype)
+
+    def _lookup(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+        """Encodings of explicit ``positions`` (any shape) in ``dtype`` (float32/float64)."""
+        rows = positions + self.offset
+        if dtype != self._table.dtype or _is_compiling():
+            # float64 encodings for float64 inputs come from the formula (the cache is float32);
+            # under compile the largest position is data, and checking it would need a sync.
+            return self._compute(rows, dtype)
+        needed = int(rows.max()) + 1 if rows.numel() else 0
+        if needed > self._table.shape[0]:
+            if needed > 2 * max(self._table.shape[0], rows.numel()):
+                # A few far positions (say one decoding step at 10**7): computing them is
+                # cheap, while a table up to there could take gigabytes.
+                return self._compute(rows, dtype)
+            self._grow(needed)
+        return self._table[rows]
+
+    def _prefix(self, length: int, dtype: torch.dtype) -> Tensor:
+        """Encodings of positions ``0..length-1``: a slice of the table, ``(length, d)``."""
+        rows = length + self.offset
+        if dtype != self._table.dtype or _is_exporting() or (_is_compiling() and rows > self._table.shape[0]):
+            # Under compile ``length`` is a shape, so the test above is a guard, not a sync;
+            # an exported program computes instead, so that it serves every length.
+            positions = torch.arange(self.offset, rows, device=self._table.device)
+            return self._compute(positions, dtype)
+        if rows > self._table.shape[0]:
+            self._grow(rows)
+        return self._table[self.offset : rows]
+
+    def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Add the sin/cos encodings of ``positions`` to ``x``.
+
+        Args:
+            x: ``(b, t, d)`` embeddings, any floating dtype.
+            positions: ``(t,)`` or ``(b, t)`` non-negative integers; ``None`` means ``0..t-1``.
+
+        Returns:
+            ``x + PE[positions + offset]``, ``(b, t, d)`` in ``x.dtype``.
+        """
+        check_input(x, width=self.d_model)
+        wide = torch.float64 if x.dtype == torch.float64 else self._table.dtype
+        if positions is None:
+            pe = self._prefix(x.shape[1], wide)
+        else:
+            positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
+            pe = self._lookup(positions.to(self._table.device), wide)
+        # One cast of the (t, d) table, not of the (b, t, d) sum.
+        return x + pe.to(x.dtype)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Drop-in call: ``x + PE``; see :meth:`encode_input`. ``(b, t, d) -> (b, t, d)``."""
+        return self.encode_input(x, positions)
+
+    def extra_repr(self) -> str:
+        extra = f"{self.d_model}, base={self.base}, layout={self.layout!r}"
+        if self.freq_spacing != "paper":
+            extra += f", freq_spacing={self.freq_spacing!r}"
+        if self.offset:
+            extra += f", offset={self.offset}"
+        return extra
 
 
 @register("sinusoidal2d")
-class Sinusoidal2D(PositionalEncoding):
-    """SKELETON: to be implemented."""
+class Sinusoidal2D(_TableCache):
+    """The fixed 2D sin/cos encoding of image patch grids from MAE (He et al., 2022).
+
+    Half of the channels encode the patch's column and half its row, each with a 1D
+    ``[sin | cos]`` table of width ``d_model / 2``, in MAE's order
+    ``[sin(w) | cos(w) | sin(h) | cos(h)]`` (see :func:`~posenc.functional.sinusoidal_2d_table`),
+    so pretrained MAE/ViT-MAE weights see the encoding they were trained with. The first
+    ``num_prefix_tokens`` tokens (a class token, registers) get no position, like MAE's
+    zero row for the class token.
+
+    Args:
+        d_model: the embedding width, divisible by 4.
+        grid_size: ``(h, w)`` or ``s`` for ``s × s`` patches; needed for flat ``(b, n, d)``
+            inputs, ignored for ``(b, h, w, d)`` inputs (their shape gives the grid).
+        base: the wavelength scale, finite and > 0.
+        num_prefix_tokens: leading tokens of a flat input left without position.
+        device: where the table is built.
+
+    Shape:
+        ``forward(x, positions)``: ``x`` is ``(b, p + h*w, d)`` with ``p = num_prefix_tokens``,
+        or ``(b, h, w, d)``; returns the same shape in ``x.dtype``. For a flat input,
+        ``positions`` may select patches (MAE's visible patches): ``(t,)`` or ``(b, t)``
+        row-major patch indices in ``0..h*w-1``, with ``x`` of shape ``(b, p + t, d)``.
+    """
 
     kind = "additive"
 
@@ -39,6 +312,132 @@ class Sinusoidal2D(PositionalEncoding):
         grid_size: int | tuple[int, int] | list[int] | None = None,
         base: float = 10000.0,
         num_prefix_tokens: int = 0,
+        *,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.d_model, self.grid_size, self.base, self.num_prefix_tokens = d_model, grid_size, base, num_prefix_tokens
+        _check_int("d_model", d_model, minimum=4)
+        if d_model % 4:
+            raise ValueError(
+                f"d_model must be divisible by 4 (sin and cos for rows and columns), got {d_model}"
+            )
+        self.d_model = d_model
+        self.grid_size = self._check_grid(grid_size)
+        self.base = _check_base(base)
+        self.num_prefix_tokens = _check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+        device = torch.device(device) if device is not None else torch.get_default_device()
+        self._table_grid = self.grid_size
+        self.register_buffer("_table", self._build_table(torch.float32, device), persistent=False)
+
+    @staticmethod
+    def _check_grid(grid_size: object) -> tuple[int, int] | None:
+        if grid_size is None:
+            return None
+        if isinstance(grid_size, int) and not isinstance(grid_size, bool):
+            grid_size = (grid_size, grid_size)
+        if (
+            not isinstance(grid_size, (tuple, list))
+            or len(grid_size) != 2
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in grid_size)
+        ):
+            raise TypeError(f"grid_size must be an int or a pair (height, width) of ints, got {grid_size!r}")
+        if min(grid_size) < 1:
+            raise ValueError(f"grid_size must be positive, got {tuple(grid_size)}")
+        return (grid_size[0], grid_size[1])
+
+    def _build_table(
+        self, dtype: torch.dtype, device: torch.device, grid: tuple[int, int] | None = None
+    ) -> Tensor:
+        """``(p + h*w, d)``: ``p`` zero rows, then the grid's encodings (empty without a grid)."""
+        grid = grid if grid is not None else self._table_grid
+        h, w = grid if grid is not None else (0, 0)
+        wide = _compute_dtype(device)
+        body = sinusoidal_2d_table(h, w, self.d_model, self.base, dtype=wide, device=device)
+        prefix = torch.zeros(self.num_prefix_tokens, self.d_model, dtype=wide, device=device)
+        return torch.cat((prefix, body)).to(dtype)
+
+    def _grid_table(self, grid: tuple[int, int], dtype: torch.dtype) -> Tensor:
+        """The ``(p + h*w, d)`` table of ``grid`` in ``dtype``, from the cache when it holds that grid."""
+        if grid == self._table_grid and dtype == self._table.dtype:
+            return self._table
+        if _is_compiling() or dtype != self._table.dtype or self.grid_size not in (None, grid):
+            # the cache keeps the constructor's grid; other grids are computed per call
+            return self._build_table(dtype, self._table.device, grid)
+        # Eager, no grid given at construction: keep the last grid seen.
+        self._table_grid = grid
+        self._table = self._build_table(self._table.dtype, self._table.device, grid)
+        return self._table
+
+    def table(self, grid_size: int | tuple[int, int] | None = None) -> Tensor:
+        """The encodings added to a flat input: ``(p + h*w, d)``, prefix rows zero, float32.
+
+        Args:
+            grid_size: the grid; defaults to the constructor's ``grid_size``.
+        """
+        grid = self._check_grid(grid_size) or self.grid_size
+        if grid is None:
+            raise ValueError("table() needs a grid_size (none was given to the constructor)")
+        return self._grid_table(grid, self._table.dtype)
+
+    def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Add the 2D encodings to patch tokens.
+
+        Args:
+            x: ``(b, p + n, d)`` tokens (``p = num_prefix_tokens``; ``n = h*w`` without
+                ``positions``) or ``(b, h, w, d)`` patches.
+            positions: for flat inputs only, ``(n,)`` or ``(b, n)`` row-major patch indices.
+
+        Returns:
+            ``x`` plus the encodings, same shape, in ``x.dtype``.
+        """
+        if not isinstance(x, Tensor):
+            raise TypeError(
+                f"x must be a torch.Tensor of shape (batch, tokens, dim) or (batch, h, w, dim), got {type(x).__name__}"
+            )
+        wide = torch.float64 if x.dtype == torch.float64 else self._table.dtype
+        if x.dim() == 4:
+            if not x.is_floating_point():
+                raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+            if x.shape[-1] != self.d_model:
+                raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+            if positions is not None:
+                raise ValueError(
+                    "positions are only accepted with flat (batch, tokens, dim) inputs, not (batch, h, w, dim)"
+                )
+            h, w = x.shape[1], x.shape[2]
+            pe = self._grid_table((h, w), wide)[self.num_prefix_tokens :]
+            return x + pe.view(h, w, self.d_model).to(x.dtype)
+        check_input(x, width=self.d_model)
+        if self.grid_size is None:
+            raise ValueError(
+                f"a flat input of shape {tuple(x.shape)} needs grid_size=(h, w) at construction; "
+                "or pass x as (batch, h, w, dim)"
+            )
+        h, w = self.grid_size
+        p = self.num_prefix_tokens
+        n = x.shape[1] - p
+        table = self._grid_table((h, w), wide)
+        if positions is None:
+            if n != h * w:
+                raise ValueError(
+                    f"x has {x.shape[1]} tokens, expected num_prefix_tokens + h*w = {p} + {h}*{w} = {p + h * w} "
+                    f"for grid_size={(h, w)}"
+                )
+            return x + table.to(x.dtype)
+        if n < 0:
+            raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
+        positions = resolve_positions(positions, n, batch=x.shape[0], name="positions").to(table.device)
+        if not _is_compiling() and positions.numel() and int(positions.max()) >= h * w:
+            raise ValueError(
+                f"positions must be patch indices below h*w = {h * w}, got maximum {int(positions.max())}"
+            )
+        prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
+        rows = torch.cat((prefix, positions + p), dim=-1)
+        return x + table[rows].to(x.dtype)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
+        return self.encode_input(x, positions)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"

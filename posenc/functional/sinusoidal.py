@@ -1,5 +1,187 @@
-"""Pure tensor functions for the sinusoidal encodings (no state)."""
+"""Pure tensor functions for the sinusoidal encodings (no state).
+
+* :func:`sinusoidal_inv_freq` — the frequencies ``omega_i`` of the 1D table;
+* :func:`sinusoidal_table` — the 1D sin/cos table of Vaswani et al. (2017) for any positions;
+* :func:`sinusoidal_shift_map` — the fixed linear map taking the table at ``p`` to ``p + k``;
+* :func:`sinusoidal_2d_table` — the 2D table of MAE (He et al., 2022) for an image patch grid.
+
+Everything is computed in the dtype asked for, float64 by default: float32 angles lose
+about ``1e-7 × position`` (2e-4 at position 4096), so callers build in float64 and cast once.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "sinusoidal_2d_table",
+    "sinusoidal_inv_freq",
+    "sinusoidal_shift_map",
+    "sinusoidal_table",
+]
+
+Layout = Literal["interleaved", "concat"]
+FreqSpacing = Literal["paper", "tensor2tensor"]
+
+
+def sinusoidal_inv_freq(
+    dim: int,
+    base: float = 10000.0,
+    freq_spacing: FreqSpacing = "paper",
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The ``dim // 2`` angular frequencies of a sin/cos table of width ``dim``.
+
+    * ``"paper"`` (Vaswani et al., 2017, Sec. 3.5; MAE; Marian): ``omega_i = base^(-2i/dim)``;
+    * ``"tensor2tensor"`` (``get_timing_signal_1d``; fairseq, Speech2Text, M2M100):
+      ``omega_i = base^(-i/(dim/2 - 1))``, so the last frequency is exactly ``1/base``.
+
+    Args:
+        dim: the table width (even; at least 4 for ``"tensor2tensor"``).
+        base: the wavelength scale (10000 in the paper), > 0.
+        freq_spacing: ``"paper"`` or ``"tensor2tensor"``.
+        dtype, device: of the result.
+
+    Returns:
+        ``(dim // 2,)`` frequencies, the first equal to 1.
+    """
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 2 or dim % 2:
+        raise ValueError(f"dim must be an even int >= 2 (sin/cos come in pairs), got {dim!r}")
+    if not (isinstance(base, (int, float)) and 0 < base < math.inf):
+        raise ValueError(f"base must be a finite number > 0, got {base!r}")
+    half = dim // 2
+    index = torch.arange(half, dtype=dtype, device=device)
+    if freq_spacing == "paper":
+        exponent = index * (2.0 / dim)
+    elif freq_spacing == "tensor2tensor":
+        if half < 2:
+            raise ValueError(
+                f"freq_spacing='tensor2tensor' needs dim >= 4 (it divides by dim/2 - 1), got dim={dim}"
+            )
+        exponent = index / (half - 1)
+    else:
+        raise ValueError(f"freq_spacing must be 'paper' or 'tensor2tensor', got {freq_spacing!r}")
+    # exp(-x log b) rather than b ** -x: one formula for tensors and Python floats alike.
+    return torch.exp(exponent * -math.log(base))
+
+
+def sinusoidal_table(
+    positions: Tensor,
+    dim: int,
+    base: float = 10000.0,
+    layout: Layout = "interleaved",
+    freq_spacing: FreqSpacing = "paper",
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
+    """The sin/cos encodings of ``positions``.
+
+    ``layout="interleaved"`` is the paper's ``PE[p, 2i] = sin(p·omega_i)``,
+    ``PE[p, 2i+1] = cos(p·omega_i)``; ``layout="concat"`` is ``[sin(p·omega) | cos(p·omega)]``
+    (tensor2tensor, MAE, Marian, most later code).
+
+    Args:
+        positions: integer or float tensor of any shape ``(...)``.
+        dim: the table width, even.
+        base, freq_spacing: see :func:`sinusoidal_inv_freq`.
+        layout: ``"interleaved"`` or ``"concat"``.
+        dtype: the dtype the angles are computed and returned in (float64 by default).
+
+    Returns:
+        ``(..., dim)`` tensor on ``positions.device``.
+    """
+    inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=positions.device)
+    angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., dim/2)
+    sin, cos = angles.sin(), angles.cos()
+    if layout == "interleaved":
+        # (..., dim/2, 2) -> (..., dim): sin on even channels, cos on odd ones
+        return torch.stack((sin, cos), dim=-1).flatten(-2)
+    if layout == "concat":
+        return torch.cat((sin, cos), dim=-1)
+    raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
+
+
+def sinusoidal_shift_map(
+    shift: int | float,
+    dim: int,
+    base: float = 10000.0,
+    layout: Layout = "interleaved",
+    freq_spacing: FreqSpacing = "paper",
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The matrix ``M`` with ``table(p + shift) == table(p) @ M`` for every ``p``.
+
+    The paper's motivation for sin/cos (Vaswani et al., 2017, Sec. 3.5): for each frequency,
+    ``(sin, cos)`` at ``p + k`` is ``(sin, cos)`` at ``p`` rotated by the angle ``k·omega_i``,
+    a map that depends on ``k`` only. ``M`` is block-diagonal in those pairs.
+
+    Args:
+        shift: the offset ``k``.
+        dim, base, layout, freq_spacing: as for :func:`sinusoidal_table`.
+
+    Returns:
+        ``(dim, dim)`` matrix acting on row vectors.
+    """
+    inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
+    angle = inv_freq * shift
+    c, s = angle.cos(), angle.sin()
+    half = dim // 2
+    if layout == "interleaved":
+        sin_idx = torch.arange(0, dim, 2, device=device)
+        cos_idx = sin_idx + 1
+    elif layout == "concat":
+        sin_idx = torch.arange(half, device=device)
+        cos_idx = sin_idx + half
+    else:
+        raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
+    m = torch.zeros(dim, dim, dtype=dtype, device=device)
+    # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b
+    m[sin_idx, sin_idx] = c
+    m[cos_idx, sin_idx] = s
+    m[sin_idx, cos_idx] = -s
+    m[cos_idx, cos_idx] = c
+    return m
+
+
+def sinusoidal_2d_table(
+    height: int,
+    width: int,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The 2D sin/cos table of MAE (He et al., 2022) for a ``height × width`` patch grid.
+
+    Patches are numbered row-major (row outer). In MAE's channel order, the first half of
+    the channels encodes the column and the second half the row, each as
+    ``[sin | cos]`` with ``omega_i = base^(-i/(dim/4))``:
+    ``[sin(w·omega) | cos(w·omega) | sin(h·omega) | cos(h·omega)]``. (MAE's
+    ``get_2d_sincos_pos_embed`` gives this order; pretrained MAE weights rely on it.)
+
+    Args:
+        height, width: the grid size in patches.
+        dim: the table width, divisible by 4.
+        base: the wavelength scale (10000 in MAE).
+
+    Returns:
+        ``(height * width, dim)`` tensor.
+    """
+    if not isinstance(dim, int) or dim < 4 or dim % 4:
+        raise ValueError(f"dim must be divisible by 4 (sin and cos for rows and columns), got {dim!r}")
+    rows = torch.arange(height, dtype=dtype, device=device)
+    cols = torch.arange(width, dtype=dtype, device=device)
+    row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
+    half = dim // 2
+    emb_col = sinusoidal_table(col_of.flatten(), half, base, "concat", "paper", dtype=dtype)
+    emb_row = sinusoidal_table(row_of.flatten(), half, base, "concat", "paper", dtype=dtype)
+    return torch.cat((emb_col, emb_row), dim=-1)
