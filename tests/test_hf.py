@@ -1,0 +1,1037 @@
+"""Tests of posenc.hf: configs -> encodings, RoPE checkpoint layout conversion, and parity inside
+tiny randomly initialised transformers models (built from configs, nothing downloaded).
+
+The in-model tests capture what the model itself computes while it runs a forward pass:
+rotated queries/keys by wrapping the model file's ``apply_rotary_pos_emb``, bias tensors with
+forward pre-hooks or by wrapping the bias method, absolute encodings with forward hooks on the
+position-embedding module. posenc then computes the same thing from ``from_hf_config(model.config)``
+for the same positions, and the whole tensors are compared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+import posenc
+from posenc.hf import (
+    SUPPORTED_MODEL_TYPES,
+    from_hf_config,
+    from_hf_model,
+    half_to_interleaved,
+    interleaved_to_half,
+    rope_layout_permutation,
+    supported_models_markdown,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    import transformers
+except ImportError:  # the parity tests need it (dev extra); the rest of posenc.hf does not
+    transformers = None
+else:
+    transformers.logging.set_verbosity_error()
+requires_transformers = pytest.mark.skipif(
+    transformers is None, reason="compares against transformers (dev extra)"
+)
+
+# RoPE: transformers builds its angles in float32 (position * inv_freq); posenc may build them in
+# float64 and round once, so the two differ by float32 round-off of angles up to ~100 rad.
+ROPE_TOL = {"atol": 2e-5, "rtol": 1e-5}
+# Scores after a channel permutation: the same products summed in another order (float32).
+SCORE_TOL = {"atol": 1e-5, "rtol": 1e-5}
+# Biases and tables that are gathers or exact small products: float32 round-off only.
+BIAS_TOL = {"atol": 1e-6, "rtol": 1e-6}
+# Sinusoid tables: transformers builds Marian's in float64 (numpy) and fairseq's in float32.
+TABLE_TOL = {"atol": 2e-5, "rtol": 1e-5}
+
+
+# --- RoPE layout conversion --------------------------------------------------------------------
+
+
+def _gptj_rotate(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """Interleaved RoPE on (b, h, t, dh) with transformers' GPT-J functions (the reference)."""
+    from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
+
+    table = create_sinusoidal_positions(int(positions.max()) + 1, rotary_dim)[positions]  # (t, r)
+    sin, cos = torch.split(table, rotary_dim // 2, dim=-1)
+    x_bthd = x.transpose(1, 2)
+    rot = apply_rotary_pos_emb(x_bthd[..., :rotary_dim], sin[None], cos[None])
+    return torch.cat([rot, x_bthd[..., rotary_dim:]], dim=-1).transpose(1, 2)
+
+
+def _neox_rotate(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """Half-split RoPE on (b, h, t, dh) with transformers' GPT-NeoX functions (the reference)."""
+    from transformers import GPTNeoXConfig
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding, apply_rotary_pos_emb
+
+    head_dim = x.shape[-1]
+    config = GPTNeoXConfig(
+        hidden_size=head_dim * x.shape[1], num_attention_heads=x.shape[1], rotary_pct=rotary_dim / head_dim
+    )
+    cos, sin = GPTNeoXRotaryEmbedding(config)(x, positions[None])
+    return apply_rotary_pos_emb(x, x, cos, sin)[0]
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim", "rotary_dim"), [(4, 4, 16, None), (4, 2, 16, 8)]
+)
+def test_interleaved_to_half_gives_equal_scores(num_heads, num_kv_heads, head_dim, rotary_dim):
+    """A checkpoint trained with interleaved RoPE scores the same in a half-split model once converted."""
+    torch.manual_seed(0)
+    width, length = 24, 11
+    r = rotary_dim or head_dim
+    wq, bq = torch.randn(num_heads * head_dim, width), torch.randn(num_heads * head_dim)
+    wk, bk = torch.randn(num_kv_heads * head_dim, width), torch.randn(num_kv_heads * head_dim)
+    x = torch.randn(2, length, width)
+    positions = torch.arange(3, 3 + length)
+
+    def project(w, b, heads):  # (b, t, i) -> (b, h, t, dh)
+        return (x @ w.T + b).view(2, length, heads, head_dim).transpose(1, 2)
+
+    def scores(q, k):
+        k = k.repeat_interleave(num_heads // num_kv_heads, dim=1)
+        return q @ k.transpose(-1, -2)
+
+    reference = scores(
+        _gptj_rotate(project(wq, bq, num_heads), positions, r),
+        _gptj_rotate(project(wk, bk, num_kv_heads), positions, r),
+    )
+    wq_h, bq_h = (interleaved_to_half(t, num_heads, head_dim, rotary_dim) for t in (wq, bq))
+    wk_h, bk_h = (interleaved_to_half(t, num_kv_heads, head_dim, rotary_dim) for t in (wk, bk))
+    converted = scores(
+        _neox_rotate(project(wq_h, bq_h, num_heads), positions, r),
+        _neox_rotate(project(wk_h, bk_h, num_kv_heads), positions, r),
+    )
+    torch.testing.assert_close(converted, reference, **SCORE_TOL)
+    # and the same through posenc's own RoPE in both layouts
+    rope_i = posenc.RoPE(head_dim, layout="interleaved", rotary_dim=rotary_dim)
+    rope_h = posenc.RoPE(head_dim, layout="half", rotary_dim=rotary_dim)
+    ours_i = scores(
+        *rope_i.encode_qk(project(wq, bq, num_heads), project(wk, bk, num_kv_heads), positions, positions)
+    )
+    ours_h = scores(
+        *rope_h.encode_qk(
+            project(wq_h, bq_h, num_heads), project(wk_h, bk_h, num_kv_heads), positions, positions
+        )
+    )
+    torch.testing.assert_close(ours_i, reference, **SCORE_TOL)
+    torch.testing.assert_close(ours_h, reference, **SCORE_TOL)
+
+
+def test_layout_conversion_matches_the_llama_conversion_permutation():
+    """interleaved_to_half is the per-head row permutation transformers' Llama conversion applies."""
+    num_heads, head_dim, width = 3, 8, 5
+    w = torch.randn(num_heads * head_dim, width)
+    # the reshape transformers' convert_llama_weights_to_hf.py uses, written out independently
+    expected = w.view(num_heads, head_dim // 2, 2, width).transpose(1, 2).reshape(num_heads * head_dim, width)
+    torch.testing.assert_close(interleaved_to_half(w, num_heads), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 4, 8])
+def test_layout_conversions_are_inverse(rotary_dim):
+    num_heads, head_dim = 3, 8
+    w, b = torch.randn(num_heads * head_dim, 6), torch.randn(num_heads * head_dim)
+    for t in (w, b):
+        there = interleaved_to_half(t, num_heads, head_dim, rotary_dim)
+        assert there.shape == t.shape and there.dtype == t.dtype
+        torch.testing.assert_close(
+            half_to_interleaved(there, num_heads, head_dim, rotary_dim), t, atol=0, rtol=0
+        )
+        torch.testing.assert_close(
+            interleaved_to_half(half_to_interleaved(t, num_heads), num_heads), t, atol=0, rtol=0
+        )
+    perm = rope_layout_permutation(head_dim, rotary_dim)
+    assert sorted(perm.tolist()) == list(range(head_dim))
+    r = rotary_dim or head_dim
+    assert perm[r:].tolist() == list(range(r, head_dim))  # pass-through channels stay put
+    if r < head_dim:
+        # only the rotated rows of each head move
+        moved = interleaved_to_half(w, num_heads, head_dim, rotary_dim).view(num_heads, head_dim, -1)
+        torch.testing.assert_close(moved[:, r:], w.view(num_heads, head_dim, -1)[:, r:], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: interleaved_to_half(torch.randn(10, 4), 3), ValueError, "not a multiple of num_heads=3"),
+        (lambda: interleaved_to_half(torch.randn(12, 4), 3, head_dim=5), ValueError, "expected num_heads"),
+        (lambda: interleaved_to_half(torch.randn(12, 4), 3, rotary_dim=3), ValueError, "rotary_dim must be"),
+        (
+            lambda: interleaved_to_half(torch.randn(12, 4), 3, rotary_dim=6),
+            ValueError,
+            "must not exceed head_dim=4",
+        ),
+        (lambda: interleaved_to_half(torch.randn(12, 4, 2), 3), ValueError, "got shape"),
+        (lambda: interleaved_to_half([1.0] * 12, 3), TypeError, "weight must be a torch.Tensor"),
+        (lambda: half_to_interleaved(torch.randn(12), 0), ValueError, "num_heads must be"),
+        (lambda: rope_layout_permutation(8, to="sideways"), ValueError, "'half' or 'interleaved'"),
+        (lambda: posenc.hf.FalconALiBi(4, head_dim=0), ValueError, "head_dim must be a positive integer"),
+    ],
+)
+def test_layout_conversion_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# --- from_hf_config: the table and its errors --------------------------------------------------
+
+
+def test_supported_model_types_are_generated_from_the_table():
+    assert list(SUPPORTED_MODEL_TYPES) == sorted(SUPPORTED_MODEL_TYPES)
+    table = supported_models_markdown()
+    for name in SUPPORTED_MODEL_TYPES:
+        assert f"| `{name}` |" in table
+    assert len(table.splitlines()) == len(SUPPORTED_MODEL_TYPES) + 2
+
+
+def test_unsupported_model_type_names_it_and_lists_the_supported():
+    with pytest.raises(ValueError, match="'whisper' is not supported") as err:
+        from_hf_config({"model_type": "whisper"})
+    assert all(name in str(err.value) for name in SUPPORTED_MODEL_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("config", "kwargs", "error", "match"),
+    [
+        ({"hidden_size": 64}, {}, ValueError, "no 'model_type'"),
+        (42, {}, TypeError, "got int"),
+        ({"model_type": "t5"}, {"causal": "yes"}, TypeError, "causal must be None, True or False"),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_scaling": {"rope_type": "su"},
+            },
+            {},
+            ValueError,
+            "rope_type 'su' is not supported",
+        ),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_scaling": {"rope_type": "linear"},
+            },
+            {},
+            ValueError,
+            "needs a 'factor'",
+        ),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "partial_rotary_factor": 0.5,
+            },
+            {},
+            ValueError,
+            "rotates the whole head",
+        ),
+        (
+            {"model_type": "llama", "hidden_size": 60, "num_attention_heads": 8},
+            {},
+            ValueError,
+            "not a multiple",
+        ),
+        (
+            {"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": 7},
+            {},
+            ValueError,
+            "rotary_dim must be",
+        ),
+        (
+            {"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 0.2},
+            {},
+            ValueError,
+            "positive even number",
+        ),
+        (
+            {"model_type": "mpt", "attn_config": {"alibi": False}},
+            {},
+            ValueError,
+            "attn_config.alibi is False",
+        ),
+        (
+            {"model_type": "gemma3", "rope_parameters": {"full_attention": {}, "sliding_attention": {}}},
+            {},
+            ValueError,
+            "not supported",
+        ),
+        (
+            {
+                "model_type": "qwen2",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_parameters": {"a": {}, "b": {}},
+            },
+            {},
+            ValueError,
+            "per layer type",
+        ),
+        ({"model_type": "gpt2", "n_embd": -3}, {}, ValueError, "n_embd must be a positive integer"),
+    ],
+)
+def test_from_hf_config_errors(config, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        from_hf_config(config, **kwargs)
+
+
+def test_explicit_null_head_dim_means_hidden_over_heads():
+    """Qwen3 and Gemma default head_dim to 128/256, but an explicit null means hidden_size // heads."""
+    assert (
+        from_hf_config({"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 4}).head_dim == 128
+    )
+    null = from_hf_config(
+        {"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 4, "head_dim": None}
+    )
+    assert null.head_dim == 64
+
+
+def test_dict_path_needs_no_transformers(monkeypatch):
+    """A config.json dict converts with transformers made unimportable."""
+    for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    with pytest.raises(ImportError):
+        importlib.import_module("transformers")
+    rope = from_hf_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "max_position_embeddings": 131072,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
+    assert isinstance(rope, posenc.RoPE)
+    assert isinstance(from_hf_config({"model_type": "t5", "num_heads": 8}), posenc.RelativeBias)
+    assert isinstance(from_hf_config({"model_type": "bloom", "n_head": 8}), posenc.ALiBi)
+    assert isinstance(from_hf_config({"model_type": "opt"}), posenc.Learned)
+    assert isinstance(from_hf_config({"model_type": "marian"}), posenc.Sinusoidal)
+
+
+# --- tiny models: one table of configs drives the tests below ----------------------------------
+
+_DECODER = {"num_hidden_layers": 1, "intermediate_size": 32, "vocab_size": 64}
+#: Small sizes for each supported model type (the keys each config class understands).
+TINY: dict[str, dict] = {
+    "llama": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    },
+    "mistral": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    },
+    "mixtral": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+    },
+    "qwen2": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    },
+    "qwen3": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+    },
+    "gemma": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 24,
+    },
+    "gemma2": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    },
+    "olmo": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 20000.0},
+    "starcoder2": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "granite": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4},
+    "cohere": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4},
+    "phi": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4},
+    "phi3": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+    "stablelm": {**_DECODER, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "persimmon": {**_DECODER, "hidden_size": 64, "num_attention_heads": 4},
+    "gpt_neox": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "rotary_pct": 0.5,
+        "rotary_emb_base": 5000,
+    },
+    "falcon": {"num_hidden_layers": 1, "vocab_size": 64, "hidden_size": 64, "num_attention_heads": 4},
+    "gptj": {"n_layer": 1, "vocab_size": 64, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "n_positions": 64},
+    "codegen": {
+        "n_layer": 1,
+        "vocab_size": 64,
+        "n_embd": 64,
+        "n_head": 4,
+        "rotary_dim": 8,
+        "n_positions": 64,
+    },
+    "t5": {
+        "num_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "d_kv": 8,
+        "d_ff": 32,
+        "num_heads": 4,
+        "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 12,
+    },
+    "mt5": {"num_layers": 1, "vocab_size": 64, "d_model": 32, "d_kv": 8, "d_ff": 32, "num_heads": 3},
+    "bloom": {"n_layer": 1, "vocab_size": 64, "hidden_size": 48, "n_head": 6},
+    "mpt": {"n_layers": 1, "vocab_size": 64, "d_model": 48, "n_heads": 6, "max_seq_len": 64},
+    "gpt2": {"n_layer": 1, "vocab_size": 64, "n_embd": 32, "n_head": 4, "n_positions": 48},
+    "gpt_neo": {
+        "num_layers": 1,
+        "attention_types": [[["global"], 1]],
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_heads": 4,
+        "max_position_embeddings": 48,
+    },
+    "opt": {
+        **_DECODER,
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "ffn_dim": 32,
+        "max_position_embeddings": 48,
+    },
+    "bart": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "max_position_embeddings": 48,
+    },
+    "mbart": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "max_position_embeddings": 48,
+    },
+    "marian": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "max_position_embeddings": 48,
+        "pad_token_id": 63,
+        "decoder_start_token_id": 63,
+    },
+    "pegasus": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "max_position_embeddings": 48,
+    },
+    "speech_to_text": {"encoder_layers": 1, "decoder_layers": 1, "vocab_size": 64, "d_model": 32},
+    "m2m_100": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "max_position_embeddings": 48,
+    },
+    "xglm": {
+        "num_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "attention_heads": 4,
+        "max_position_embeddings": 48,
+    },
+}
+
+
+def test_tiny_table_covers_every_supported_type():
+    assert sorted(TINY) == list(SUPPORTED_MODEL_TYPES)
+
+
+def _hf_config(model_type: str, **overrides):
+    return transformers.AutoConfig.for_model(model_type, **{**TINY[model_type], **overrides})
+
+
+def _probe(
+    pe: posenc.PositionalEncoding, length: int, *, heads: int = 2, head_dim: int | None, d_model: int | None
+):
+    """What an encoding computes for fixed random inputs of ``length`` tokens (whole tensors)."""
+    gen = torch.Generator().manual_seed(1)
+    if pe.kind == "rotary":
+        q = torch.randn(2, heads, length, head_dim, generator=gen)
+        k = torch.randn(2, heads, length, head_dim, generator=gen)
+        return torch.cat(pe.encode_qk(q, k))
+    if pe.kind == "bias":
+        q = torch.randn(1, heads, length, 8, generator=gen)
+        return pe.attention_bias(q, q)
+    return pe.encode_input(torch.zeros(1, length, d_model))
+
+
+def _sizes(cfg) -> dict:
+    """(heads, head_dim, d_model) for _probe, from a transformers config object."""
+    heads = getattr(cfg, "num_attention_heads", None)
+    d_model = getattr(cfg, "hidden_size", None)
+    head_dim = getattr(cfg, "head_dim", None) or (d_model // heads if heads and d_model else None)
+    return {"heads": heads or 1, "head_dim": head_dim, "d_model": d_model}
+
+
+def _same_encoding(a: posenc.PositionalEncoding, b: posenc.PositionalEncoding, length: int, **sizes):
+    assert type(a) is type(b)
+    b.load_state_dict(a.state_dict())  # learned tables are random: compare the computation, not the init
+    torch.testing.assert_close(_probe(a, length, **sizes), _probe(b, length, **sizes), atol=0, rtol=0)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_config_json_defaults_match_transformers(model_type):
+    """A bare {"model_type": ...} dict gives what transformers' config class defaults give."""
+    cfg = transformers.AutoConfig.for_model(model_type)
+    sizes = _sizes(cfg)
+    sizes["heads"] = min(sizes["heads"], 2)  # the probe needs few heads; biases use the config's own count
+    if model_type in ("t5", "mt5", "bloom", "mpt"):
+        sizes["heads"] = from_hf_config(cfg).num_heads
+    _same_encoding(from_hf_config(cfg), from_hf_config({"model_type": model_type}), 24, **sizes)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_config_object_and_its_json_agree(model_type):
+    """from_hf_config(config) == from_hf_config(the dict config.json would hold), for the tiny configs."""
+    cfg = _hf_config(model_type)
+    sizes = _sizes(cfg)
+    if model_type in ("t5", "mt5", "bloom", "mpt"):
+        sizes["heads"] = from_hf_config(cfg).num_heads
+    _same_encoding(from_hf_config(cfg), from_hf_config(cfg.to_diff_dict()), 40, **sizes)
+    _same_encoding(
+        from_hf_config(cfg), from_hf_config({"model_type": model_type, **TINY[model_type]}), 40, **sizes
+    )
+
+
+LLAMA_ROPE_TYPES = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 3.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    "yarn_mscale": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 16,
+        "beta_slow": 2,
+        "mscale": 0.8,
+        "mscale_all_dim": 0.5,
+    },
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+        "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.0, 9.0],
+        "original_max_position_embeddings": 16,
+    },
+}
+
+
+@requires_transformers
+@pytest.mark.parametrize("rope_type", [name for name, scaling in LLAMA_ROPE_TYPES.items() if scaling])
+def test_legacy_rope_scaling_keys_read_like_rope_parameters(rope_type):
+    """An old config.json (rope_scaling with "type", rope_theta at top level) equals the new form."""
+    scaling = LLAMA_ROPE_TYPES[rope_type]
+    legacy = {k if k != "rope_type" else "type": v for k, v in scaling.items()}
+    old = {"model_type": "llama", **TINY["llama"], "rope_theta": 30000.0, "rope_scaling": legacy}
+    new = {"model_type": "llama", **TINY["llama"], "rope_parameters": {**scaling, "rope_theta": 30000.0}}
+    hf = transformers.LlamaConfig(**TINY["llama"], rope_parameters={**scaling, "rope_theta": 30000.0})
+    for length in (12, 40):
+        sizes = {"heads": 2, "head_dim": 16, "d_model": None}
+        _same_encoding(from_hf_config(old), from_hf_config(new), length, **sizes)
+        _same_encoding(from_hf_config(hf), from_hf_config(new), length, **sizes)
+
+
+# --- proof inside real models: RoPE ------------------------------------------------------------
+
+
+def _spy_rotary(monkeypatch, model) -> list:
+    """Record every (inputs, outputs) of the model file's apply_rotary_pos_emb during a forward pass."""
+    module = sys.modules[type(model).__module__]
+    original = module.apply_rotary_pos_emb
+    calls: list = []
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append((args, out))
+        return out
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", spy)
+    return calls
+
+
+def _rotated_qk(calls: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q_in, k_in, q_out, k_out) as (b, h, t, r) from the first layer's calls."""
+    args, out = calls[0]
+    if isinstance(out, tuple):  # apply_rotary_pos_emb(q, k, cos, sin) -> (q, k)
+        return args[0], args[1], out[0], out[1]
+    # GPT-J / CodeGen: apply_rotary_pos_emb(x, sin, cos) -> x, on (b, t, h, r), keys first then queries
+    (k_in, _, _), k_out = calls[0]
+    (q_in, _, _), q_out = calls[1]
+    return tuple(t.transpose(1, 2) for t in (q_in, k_in, q_out, k_out))
+
+
+def _check_rope_inside(monkeypatch, config, positions: torch.Tensor) -> None:
+    model = transformers.AutoModel.from_config(config).eval()
+    calls = _spy_rotary(monkeypatch, model)
+    ids = torch.randint(0, 64, (2, positions.shape[-1]), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids=ids, position_ids=positions if positions.dim() == 2 else positions.expand(2, -1))
+    q_in, k_in, q_out, k_out = _rotated_qk(calls)
+    rope = from_hf_config(model.config)
+    assert isinstance(rope, posenc.RoPE)
+    head_dim = rope.head_dim
+    # Some models pass only the rotated channels to apply_rotary_pos_emb: pad with zeros, which
+    # posenc must pass through untouched.
+    pad = head_dim - q_in.shape[-1]
+    q_full, k_full = (torch.nn.functional.pad(t, (0, pad)) for t in (q_in, k_in))
+    q_ours, k_ours = rope.encode_qk(q_full, k_full, positions, positions)
+    torch.testing.assert_close(q_ours[..., : q_in.shape[-1]], q_out, **ROPE_TOL)
+    torch.testing.assert_close(k_ours[..., : k_in.shape[-1]], k_out, **ROPE_TOL)
+    if pad:
+        assert not q_ours[..., q_in.shape[-1] :].any() and not k_ours[..., k_in.shape[-1] :].any()
+
+
+# Which in-model test proves each supported model type (test_every_supported_type_is_proven checks the split).
+ROPE_MODEL_TYPES = [
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "starcoder2", "granite", "cohere",
+    "phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", "gptj", "codegen",
+]  # fmt: skip
+BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
+LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart"]
+SINUSOIDAL_MODEL_TYPES = ["marian", "pegasus", "speech_to_text", "m2m_100", "xglm"]
+
+
+@requires_transformers
+def test_every_supported_type_is_proven_inside_a_model():
+    groups = ROPE_MODEL_TYPES + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
+    assert sorted(groups) == list(SUPPORTED_MODEL_TYPES)
+    kinds = {"rotary": ROPE_MODEL_TYPES, "bias": BIAS_MODEL_TYPES}
+    for kind, names in kinds.items():
+        assert all(from_hf_config(_hf_config(name)).kind == kind for name in names)
+    assert all(isinstance(from_hf_config(_hf_config(n)), posenc.Learned) for n in LEARNED_MODEL_TYPES)
+    assert all(isinstance(from_hf_config(_hf_config(n)), posenc.Sinusoidal) for n in SINUSOIDAL_MODEL_TYPES)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ROPE_MODEL_TYPES)
+def test_rope_equals_the_models_rotation(monkeypatch, model_type):
+    """Per-row positions (a KV-cache offset in row 1): rotated q/k equal the model's own."""
+    length = 13
+    positions = torch.stack([torch.arange(length), torch.arange(length) + 7])
+    _check_rope_inside(monkeypatch, _hf_config(model_type), positions)
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("rope_type", "length"),
+    [
+        ("default", 12),
+        ("linear", 12),
+        ("dynamic", 12),  # below max_position_embeddings: the base is unchanged
+        ("dynamic", 45),  # above it: NTK-scaled base, from the longest position
+        ("yarn", 20),
+        ("yarn_mscale", 20),
+        ("llama3", 20),
+        ("longrope", 12),  # short factors
+        ("longrope", 45),  # long factors
+    ],
+)
+def test_llama_rope_types_equal_the_models_rotation(monkeypatch, rope_type, length):
+    scaling = LLAMA_ROPE_TYPES[rope_type]
+    config = _hf_config(
+        "llama", rope_parameters={**(scaling or {"rope_type": "default"}), "rope_theta": 10000.0}
+    )
+    _check_rope_inside(monkeypatch, config, torch.arange(length))
+
+
+@requires_transformers
+def test_phi3_longrope_equals_the_models_rotation(monkeypatch):
+    """Phi-3 keeps original_max_position_embeddings outside the dict; longrope picks its factor list."""
+    scaling = {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + i / 10 for i in range(8)],
+        "long_factor": [1.0 + i for i in range(8)],
+    }
+    for length in (12, 40):
+        config = _hf_config(
+            "phi3", rope_parameters=scaling, original_max_position_embeddings=16, max_position_embeddings=64
+        )
+        _check_rope_inside(monkeypatch, config, torch.arange(length))
+
+
+@requires_transformers
+def test_gpt_neox_partial_rotary_settings_are_carried_over():
+    rope = from_hf_config(_hf_config("gpt_neox"))
+    assert (rope.head_dim, rope.rotary_dim, rope.base) == (16, 8, 5000.0)
+    assert from_hf_config(_hf_config("gptj")).layout == "interleaved"
+
+
+# --- proof inside real models: attention biases ------------------------------------------------
+
+
+def _t5_bias_calls(monkeypatch, attention) -> list:
+    """Record the bias T5Attention.compute_bias returns while the model runs."""
+    original = attention.compute_bias
+    calls: list = []
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(attention, "compute_bias", spy)
+    return calls
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["t5", "mt5"])
+def test_t5_bias_equals_the_models_encoder_and_decoder_bias(monkeypatch, model_type):
+    """Lengths past max_distance (12 for t5) exercise the saturated buckets."""
+    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    enc_attn = model.encoder.block[0].layer[0].SelfAttention
+    dec_attn = model.decoder.block[0].layer[0].SelfAttention
+    enc_calls, dec_calls = _t5_bias_calls(monkeypatch, enc_attn), _t5_bias_calls(monkeypatch, dec_attn)
+    ids = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids=ids, decoder_input_ids=ids[:, :31])
+    heads, head_dim = model.config.num_heads, model.config.d_kv
+
+    encoder_pe = from_hf_config(model.config)  # the top-level config is the encoder's: bidirectional
+    decoder_pe = from_hf_config(model.config, causal=True)
+    assert from_hf_config(model.decoder.config).causal  # the decoder stack's own config says is_decoder
+    for pe, attention, calls, length in (
+        (encoder_pe, enc_attn, enc_calls, 40),
+        (decoder_pe, dec_attn, dec_calls, 31),
+    ):
+        assert isinstance(pe, posenc.RelativeBias)
+        pe.load_state_dict(attention.relative_attention_bias.state_dict(prefix="relative_attention_bias."))
+        q = torch.zeros(1, heads, length, head_dim)
+        torch.testing.assert_close(pe.attention_bias(q, q), calls[0], atol=0, rtol=0)
+
+    # a decoding step: 3 new queries after 7 cached tokens, the model's own bias method
+    q, k = torch.zeros(1, heads, 3, head_dim), torch.zeros(1, heads, 10, head_dim)
+    expected = dec_attn.compute_bias(3, 10, past_seen_tokens=7)
+    torch.testing.assert_close(decoder_pe.attention_bias(q, k), expected, atol=0, rtol=0)
+
+
+def _softmax_with(scores: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Attention probabilities; rows with no key to keep (padding queries) are NaN in both."""
+    return torch.softmax((scores + bias).masked_fill(~keep, float("-inf")), dim=-1)
+
+
+def _attention_kwargs(attention) -> list:
+    """Record the keyword arguments an attention module is called with (its bias among them)."""
+    calls: list = []
+    attention.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(kwargs), with_kwargs=True)
+    return calls
+
+
+@requires_transformers
+def test_bloom_alibi_equals_the_models_bias_under_softmax():
+    """Left-padded batch: Bloom numbers real tokens from 0 (cumsum of the mask), as mask_to_positions."""
+    model = transformers.AutoModel.from_config(_hf_config("bloom")).eval()
+    calls = _attention_kwargs(model.h[0].self_attention)
+    length, heads = 9, model.config.n_head
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, :3] = 0  # row 1: three left-padding tokens
+    ids = torch.randint(0, 64, (2, length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask)
+    bloom_bias = calls[0]["alibi"].view(2, heads, 1, length)  # slope * key position
+
+    pe = from_hf_config(model.config)
+    assert isinstance(pe, posenc.ALiBi) and pe.causal
+    positions = posenc.mask_to_positions(mask)
+    q = torch.zeros(2, heads, length, 8)
+    ours = pe.attention_bias(q, q, positions, positions)  # slope * (key position - last query position)
+    # Both are slope * k_pos up to a constant per row, which softmax cancels: compare the attention.
+    keep = torch.ones(length, length).tril().bool() & mask.bool()[:, None, None, :]
+    scores = torch.randn(2, heads, length, length, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(
+        _softmax_with(scores, ours, keep), _softmax_with(scores, bloom_bias, keep), equal_nan=True, **BIAS_TOL
+    )
+    # and the bias itself differs from Bloom's by exactly slope * (last position) per row
+    shift = (bloom_bias - ours)[..., -1:]
+    torch.testing.assert_close(bloom_bias - ours, shift.expand_as(ours), **BIAS_TOL)
+
+
+@requires_transformers
+def test_mpt_alibi_equals_the_models_bias():
+    """MPT's bias is slope * (k - last key): the same tensor as posenc's key-only causal form."""
+    model = transformers.AutoModel.from_config(_hf_config("mpt")).eval()
+    calls = _attention_kwargs(model.blocks[0].attn)
+    length = 11
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 64, (1, length)))
+    mpt_bias = calls[0]["position_bias"][:, :, -length:]  # the slice MptAttention adds: (h, 1, t)
+    pe = from_hf_config(model.config)
+    q = torch.zeros(1, model.config.n_heads, length, 8)
+    torch.testing.assert_close(pe.attention_bias(q, q), mpt_bias[None], **BIAS_TOL)
+
+
+@requires_transformers
+def test_mpt_alibi_bias_max_is_carried_over():
+    """transformers' MptModel ignores attn_config.alibi_bias_max (it always passes 8); MPT's own
+    function honours it, and so does posenc."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    pe = from_hf_config({"model_type": "mpt", "n_heads": 6, "attn_config": {"alibi_bias_max": 16}})
+    assert pe.max_bias == 16.0
+    q = torch.zeros(1, 6, 10, 8)
+    torch.testing.assert_close(
+        pe.attention_bias(q, q), build_mpt_alibi_tensor(6, 10, alibi_bias_max=16)[None], **BIAS_TOL
+    )
+
+
+@requires_transformers
+def test_falcon_alibi_equals_the_models_bias_under_softmax():
+    """Falcon adds ALiBi before the 1/sqrt(dh) scaling: its effective slopes are m / sqrt(dh)."""
+    config = _hf_config("falcon", alibi=True)
+    model = transformers.AutoModel.from_config(config).eval()
+    calls = _attention_kwargs(model.h[0].self_attention)
+    length, heads = 12, config.num_attention_heads
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 64, (1, length)))
+    falcon_mask = calls[0]["attention_mask"]  # alibi / sqrt(dh), min-value above the diagonal
+    pe = from_hf_config(model.config)
+    assert isinstance(pe, posenc.hf.FalconALiBi)
+    q = torch.zeros(1, heads, length, config.hidden_size // heads)
+    keep = torch.ones(length, length).tril().bool()
+    scores = torch.randn(1, heads, length, length, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(
+        _softmax_with(scores, pe.attention_bias(q, q), keep),
+        _softmax_with(scores, falcon_mask, keep),
+        **BIAS_TOL,
+    )
+    # FlexAttention's score_mod (evaluated here on broadcast index tensors) adds the same bias
+    score_mod = pe.score_mod(q, q)
+    index = torch.arange(length)
+    flex_bias = score_mod(
+        torch.zeros(()),
+        torch.zeros((), dtype=torch.long),
+        torch.arange(heads)[:, None, None],
+        index[:, None],
+        index,
+    )
+    torch.testing.assert_close(
+        _softmax_with(scores, flex_bias, keep), _softmax_with(scores, falcon_mask, keep), **BIAS_TOL
+    )
+    # the drop-in forward adds the same (full-form) bias
+    torch.testing.assert_close(
+        _softmax_with(scores, pe(scores) - scores, keep), _softmax_with(scores, falcon_mask, keep), **BIAS_TOL
+    )
+
+
+# --- proof inside real models: absolute encodings ----------------------------------------------
+
+
+def _output_of(module) -> list:
+    """Record what a (position-embedding) module returns during the forward pass."""
+    outputs: list = []
+    module.register_forward_hook(lambda mod, args, out: outputs.append(out))
+    return outputs
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neo"])
+def test_learned_equals_the_models_position_embedding(model_type):
+    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    outputs = _output_of(model.wpe)
+    length = 10
+    positions = torch.stack([torch.arange(length), torch.arange(length) + 30])
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 64, (2, length)), position_ids=positions)
+    pe = from_hf_config(model.config)
+    pe.load_state_dict(model.wpe.state_dict())  # GPT-2's wpe.weight loads by name
+    ours = pe.encode_input(torch.zeros(2, length, pe.d_model), positions)
+    torch.testing.assert_close(ours, outputs[0], atol=0, rtol=0)
+
+
+@requires_transformers
+def test_opt_learned_offset_with_left_padding():
+    model = transformers.AutoModel.from_config(_hf_config("opt")).eval()
+    outputs = _output_of(model.decoder.embed_positions)
+    length = 8
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        model(input_ids=torch.randint(2, 64, (2, length)), attention_mask=mask)
+    pe = from_hf_config(model.config)
+    pe.load_state_dict(model.decoder.embed_positions.state_dict())  # (max_len + 2, d): offset 2
+    ours = pe.encode_input(torch.zeros(2, length, pe.d_model), posenc.mask_to_positions(mask))
+    real = mask.bool()  # padding tokens get other rows in each library; they are masked out anyway
+    torch.testing.assert_close(ours[real], outputs[0][real], atol=0, rtol=0)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["bart", "mbart"])
+def test_bart_learned_offset(model_type):
+    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    outputs = _output_of(model.encoder.embed_positions)
+    with torch.no_grad():
+        model.encoder(input_ids=torch.randint(3, 64, (1, 12)))
+    pe = from_hf_config(model.config)
+    pe.load_state_dict(model.encoder.embed_positions.state_dict())
+    torch.testing.assert_close(
+        pe.encode_input(torch.zeros(1, 12, pe.d_model)), outputs[0].expand(1, 12, -1), atol=0, rtol=0
+    )
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["marian", "pegasus"])
+def test_marian_sinusoid_equals_the_models_table(model_type):
+    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    outputs = _output_of(model.encoder.embed_positions)
+    with torch.no_grad():
+        model.encoder(input_ids=torch.randint(3, 60, (1, 40)))
+    pe = from_hf_config(model.config)
+    ours = pe.encode_input(torch.zeros(1, 40, pe.d_model))
+    torch.testing.assert_close(ours[0], outputs[0].reshape(40, -1), **TABLE_TOL)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["speech_to_text", "m2m_100", "xglm"])
+def test_fairseq_sinusoid_equals_the_models_table(model_type):
+    """Real tokens are numbered from padding_idx + 1 (XGLM: + 2), skipping padding, as mask_to_positions + offset."""
+    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    pad = model.config.pad_token_id
+    ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids[1, :4] = pad
+    mask = ids != pad
+    if model_type == "speech_to_text":
+        module = model.decoder.embed_positions
+        expected = module(ids)
+    elif model_type == "m2m_100":
+        outputs = _output_of(model.encoder.embed_positions)
+        with torch.no_grad():
+            model.encoder(input_ids=ids, attention_mask=mask.long())
+        expected = outputs[0]
+    else:  # XGLM takes position ids; give it the same numbering
+        outputs = _output_of(model.embed_positions)
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask.long(), position_ids=posenc.mask_to_positions(mask))
+        expected = outputs[0]
+    pe = from_hf_config(model.config)
+    ours = pe.encode_input(torch.zeros(2, 12, pe.d_model), posenc.mask_to_positions(mask))
+    torch.testing.assert_close(ours[mask], expected[mask], **TABLE_TOL)
+
+
+# --- from_hf_model: trained position weights -----------------------------------------------------
+
+
+@requires_transformers
+def test_from_hf_model_loads_t5_bias_tables_per_stack():
+    model = transformers.T5ForConditionalGeneration(_hf_config("t5"))
+    encoder, decoder = from_hf_model(model), from_hf_model(model, stack="decoder")
+    assert not encoder.causal and decoder.causal
+    for pe, stack in ((encoder, model.encoder), (decoder, model.decoder)):
+        expected = stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight
+        torch.testing.assert_close(pe.relative_attention_bias.weight, expected, atol=0, rtol=0)
+    # a decoder stack on its own says is_decoder: its bias is the causal one
+    assert from_hf_model(model.decoder).causal
+    with pytest.raises(ValueError, match="expected one decoder position weight"):
+        from_hf_model(transformers.T5EncoderModel(_hf_config("t5")), stack="decoder")
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("model_class", "model_type", "table"),
+    [
+        ("GPT2LMHeadModel", "gpt2", lambda m: m.transformer.wpe.weight),
+        ("GPTNeoForCausalLM", "gpt_neo", lambda m: m.transformer.wpe.weight),
+        ("OPTForCausalLM", "opt", lambda m: m.model.decoder.embed_positions.weight),
+        ("BartForConditionalGeneration", "bart", lambda m: m.model.encoder.embed_positions.weight),
+    ],
+)
+def test_from_hf_model_loads_learned_tables(model_class, model_type, table):
+    model = getattr(transformers, model_class)(_hf_config(model_type))
+    pe = from_hf_model(model)
+    assert isinstance(pe, posenc.Learned)
+    torch.testing.assert_close(pe.weight, table(model), atol=0, rtol=0)
+    if model_type == "bart":
+        decoder = from_hf_model(model, stack="decoder")
+        torch.testing.assert_close(decoder.weight, model.model.decoder.embed_positions.weight, atol=0, rtol=0)
+    else:
+        with pytest.raises(ValueError, match="accepted stack: decoder"):
+            from_hf_model(model, stack="encoder")
+
+
+@requires_transformers
+def test_from_hf_model_without_trained_position_weights_is_from_hf_config():
+    model = transformers.AutoModel.from_config(_hf_config("llama"))
+    _same_encoding(from_hf_model(model), from_hf_config(model.config), 12, heads=2, head_dim=16, d_model=None)
+    with pytest.raises(TypeError, match="must be a transformers model"):
+        from_hf_model({"model_type": "llama"})
+    with pytest.raises(ValueError, match="stack must be None, 'encoder' or 'decoder'"):
+        from_hf_model(model, stack="middle")
+
+
+def test_readme_table_of_supported_models_is_the_generated_one():
+    """The README's "Coming from Hugging Face" table is the output of supported_models_markdown()."""
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    marker = 'print(supported_models_markdown())" -->'  # the comment line above the pasted table
+    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    if marker not in text:
+        pytest.skip("README.md has no generated table of supported model types yet")
+    after = text[text.index(marker) :].split("\n", 1)[1]
+    table = "\n".join(line for line in after.splitlines()[: len(SUPPORTED_MODEL_TYPES) + 2])
+    assert table == supported_models_markdown()
