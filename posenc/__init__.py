@@ -5,8 +5,11 @@
 >>> q, k = rope.encode_qk(q, k)          # doctest: +SKIP
 """
 
+from . import functional, nn
+from .attention import attention
 from .base import PositionalEncoding, mask_to_positions
 from .encodings import ALiBi, Learned, NoPE, RelativeBias, RoPE, Sinusoidal, Sinusoidal2D
+from .hf import from_hf_config, from_hf_model
 from .registry import available, build, describe, register
 
 __version__ = "0.1.0"
@@ -21,9 +24,14 @@ __all__ = [
     "Sinusoidal",
     "Sinusoidal2D",
     "__version__",
+    "attention",
     "available",
     "build",
     "describe",
+    "from_hf_config",
+    "from_hf_model",
+    "functional",
     "mask_to_positions",
+    "nn",
     "register",
 ]

@@ -1,16 +1,129 @@
-"""T5's relative position bias: a learned scalar per head and log-spaced distance bucket."""
+"""T5's relative position bias: a learned scalar per head and log-spaced distance bucket.
+
+Also holds the input checks shared by the bias encodings (this module and ALiBi).
+"""
 
 from __future__ import annotations
 
-from ..base import PositionalEncoding
+import torch
+from torch import Tensor, nn
+
+from ..base import PositionalEncoding, ScoreMod, check_qk, resolve_qk_positions
+from ..functional.relative import (
+    check_relative_bucket_options,
+    default_relative_distances,
+    gather_relative_bias,
+    position_indexer,
+    relative_bucket_of_distances,
+    toeplitz_by_distance,
+)
 from ..registry import register
 
 __all__ = ["RelativeBias"]
 
 
+# --- helpers shared by the bias encodings -------------------------------------------------------
+
+
+def check_num_heads(num_heads: int) -> None:
+    """Raise TypeError/ValueError unless ``num_heads`` is a positive int."""
+    if not isinstance(num_heads, int) or isinstance(num_heads, bool):
+        raise TypeError(f"num_heads must be a positive int, got {num_heads!r} ({type(num_heads).__name__})")
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads}")
+
+
+def check_bool(name: str, value: object) -> None:
+    """Raise TypeError unless ``value`` is a bool (``0``/``1`` and strings are refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+
+
+def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
+    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
+    check_qk(q, k)
+    if q.shape[1] != num_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but the encoding was built with num_heads={num_heads}"
+        )
+
+
+def check_scores(scores: Tensor, num_heads: int) -> None:
+    """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
+    if not isinstance(scores, Tensor):
+        raise TypeError(
+            f"scores must be a torch.Tensor of shape (batch, heads, q_len, k_len), got {type(scores).__name__}"
+        )
+    if scores.dim() != 4:
+        raise ValueError(
+            f"scores must have shape (batch, heads, q_len, k_len), got a tensor of rank {scores.dim()}: {tuple(scores.shape)}"
+        )
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+    if scores.shape[1] != num_heads:
+        raise ValueError(
+            f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
+            f"but the encoding was built with num_heads={num_heads}"
+        )
+
+
+def bias_dtype(t: Tensor) -> torch.dtype:
+    """Biases are computed in float32, or float64 for float64 inputs; never in half precision."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def uses_default_positions(q_positions: Tensor | None, k_positions: Tensor | None, tq: int, tk: int) -> bool:
+    """Whether the default, consecutive positions apply, so a bias of ``k_pos - q_pos`` is Toeplitz.
+
+    Decided from the arguments alone (no data-dependent branch, so it compiles).
+    """
+    return q_positions is None and k_positions is None and tq > 0 and tk > 0
+
+
+# --- the encoding ----------------------------------------------------------------------------------
+
+
 @register("relative_bias", "t5")
 class RelativeBias(PositionalEncoding):
-    """SKELETON: to be implemented."""
+    """T5's relative position bias: a learned scalar per head and bucket of ``k_pos - q_pos``.
+
+    From T5 (Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
+    Text-to-Text Transformer"). Relative positions are bucketed (exact below ``max_exact``,
+    logarithmic up to ``max_distance``, one shared bucket beyond; see
+    :func:`posenc.functional.relative_position_bucket`) and each bucket has one learned value per
+    head, added to the attention scores. T5 shares one table across all layers of a stack.
+
+    The table is an ``nn.Embedding(num_buckets, num_heads)`` named ``relative_attention_bias``,
+    as in T5 and Hugging Face transformers, so a checkpoint's
+    ``...relative_attention_bias.weight`` loads by name into ``relative_attention_bias.weight``.
+
+    Since buckets saturate at ``max_distance``, the bias is gathered from a per-head table over
+    the ``2 * max_distance + 1`` clamped distances (computed from the embedding at each call,
+    so gradients reach it), not by bucketing every (query, key) pair.
+
+    Args:
+        num_heads: attention heads; ``q.shape[1]`` must equal it.
+        num_buckets: buckets (rows of the table). Each direction needs at least 2 buckets:
+            ``>= 4`` when bidirectional, ``>= 2`` otherwise.
+        max_distance: distances of ``max_distance`` or more share the last bucket; must exceed
+            the exact buckets (``num_buckets // 4`` bidirectional, ``num_buckets // 2`` otherwise).
+        bidirectional: separate buckets for keys after the query (T5's encoder) or not (its
+            decoder). ``None`` (default) means ``not causal``.
+        causal: whether the attention using the bias is causal; only sets the default of
+            ``bidirectional`` (``build`` passes the model's ``causal``).
+        device, dtype: of the table, as for ``nn.Embedding``.
+
+    Shape:
+        ``attention_bias(q, k)``: ``(b, h, tq, dh), (b, h_kv, tk, dh) -> (1|b, h, tq, tk)``, float32
+        (float64 for float64 ``q``), contiguous, heads outermost; ``b`` only for ``(b, t)`` positions.
+
+        ``forward(scores)``: ``(b, h, tq, tk) -> (b, h, tq, tk)``, ``scores + bias`` in the scores' dtype.
+
+    Example::
+
+        t5 = RelativeBias(num_heads=8, causal=True)       # a T5 decoder's bias
+        scores = t5(q @ k.transpose(-1, -2))              # T5 does not scale q @ k
+    """
 
     kind = "bias"
 
@@ -21,8 +134,157 @@ class RelativeBias(PositionalEncoding):
         max_distance: int = 128,
         bidirectional: bool | None = None,
         causal: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.num_heads, self.num_buckets, self.max_distance = num_heads, num_buckets, max_distance
-        self.bidirectional = (not causal) if bidirectional is None else bidirectional
+        check_num_heads(num_heads)
+        check_bool("causal", causal)
+        if bidirectional is not None:
+            check_bool("bidirectional", bidirectional)
+        bidirectional = (not causal) if bidirectional is None else bidirectional
+        check_relative_bucket_options(num_buckets, max_distance, bidirectional)
+        self.num_heads = num_heads
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
         self.causal = causal
+        self.relative_attention_bias = nn.Embedding(num_buckets, num_heads, device=device, dtype=dtype)
+        # An integer cache, so .to(dtype) / .half() leave it alone; reset_caches() after to_empty().
+        self.register_buffer("bucket_of_distance", self._buckets(device), persistent=False)
+        self.reset_parameters()
+
+    def _buckets(self, device: torch.device | str | None) -> Tensor:
+        return relative_bucket_of_distances(
+            self.max_distance, bidirectional=self.bidirectional, num_buckets=self.num_buckets, device=device
+        )
+
+    def reset_parameters(self) -> None:
+        """Initialise the table from N(0, 0.02²), a small bias next to unit-scale scores.
+
+        (Hugging Face T5 uses std ``d_model ** -0.5``, about 0.03 to 0.04, which this module
+        cannot know; checkpoints overwrite it anyway.)
+        """
+        nn.init.normal_(self.relative_attention_bias.weight, mean=0.0, std=0.02)
+
+    def reset_caches(self) -> None:
+        """Rebuild the bucket of each distance, e.g. after ``to_empty()`` from the meta device."""
+        self.bucket_of_distance = self._buckets(self.bucket_of_distance.device)
+
+    def distance_table(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The bias of each head at each clamped distance.
+
+        Args:
+            dtype: of the result.
+
+        Returns:
+            ``(h, n)``, ``n = 2 * max_distance + 1``; entry ``[h, i]`` is head ``h``'s bias at
+            ``k_pos - q_pos == i - max_distance`` (and, at the ends, every distance beyond).
+            Differentiable in ``relative_attention_bias.weight``.
+        """
+        # Calling the embedding (not indexing its weight) keeps hooks and subclasses working.
+        return self.relative_attention_bias(self.bucket_of_distance).t().to(dtype).contiguous()
+
+    def attention_bias(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """T5's bias for every (query, key) pair.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
+            k: ``(b, h_kv, tk, dh)`` keys (likewise).
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys
+                at ``0..tk-1``, queries the last ``tq`` of them. A chunk of queries may be
+                passed with its own positions.
+
+        Returns:
+            ``(1, h, tq, tk)``, or ``(b, h, tq, tk)`` for ``(b, t)`` positions; float32 (float64
+            for float64 ``q``), contiguous with heads outermost.
+        """
+        check_bias_qk(q, k, self.num_heads)
+        return self._bias(q, k, q_positions, k_positions, bias_dtype(q))
+
+    def _bias(
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None, dtype: torch.dtype
+    ) -> Tensor:
+        # q and k: anything with the query (resp. key) length at dim -2 and the batch at dim 0.
+        table = self.distance_table(dtype)
+        tq, tk = q.shape[-2], k.shape[-2]
+        if uses_default_positions(q_positions, k_positions, tq, tk):
+            distances = default_relative_distances(tq, tk, device=table.device)
+            values = table[:, distances.clamp(-self.max_distance, self.max_distance) + self.max_distance]
+            return toeplitz_by_distance(values, tq, tk).unsqueeze(0)
+        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
+        return gather_relative_bias(table, q_positions, k_positions, self.max_distance)
+
+    def forward(
+        self,
+        scores: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """Add T5's bias to attention scores (the drop-in call).
+
+        Args:
+            scores: ``(b, h, tq, tk)`` attention scores (T5 does not scale ``q @ kᵀ``).
+            q_positions, k_positions: as in :meth:`attention_bias`.
+
+        Returns:
+            ``(b, h, tq, tk)`` ``scores + bias``, added in float32 (float64 for float64 scores)
+            and cast back to the scores' dtype.
+        """
+        check_scores(scores, self.num_heads)
+        compute = bias_dtype(scores)
+        # Views with the query length (resp. key length) at dim -2 stand in for q and k.
+        bias = self._bias(scores, scores.transpose(-1, -2), q_positions, k_positions, compute)
+        return (scores.to(compute) + bias).to(scores.dtype)
+
+    def score_mod(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the same bias as :meth:`attention_bias`.
+
+        It reads ``table[h, clamp(k_pos[kv_idx] - q_pos[q_idx], -max_distance, max_distance)
+        + max_distance]`` inside the kernel: nothing of size ``(h, tq, tk)`` is stored, only the
+        ``(h, 2 * max_distance + 1)`` table and the positions.
+
+        Args:
+            q, k, q_positions, k_positions: as in :meth:`attention_bias`.
+
+        Returns:
+            ``(score, b, h, q_idx, kv_idx) -> score + bias``, for
+            ``torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=...)``.
+        """
+        check_bias_qk(q, k, self.num_heads)
+        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
+        table = self.distance_table(bias_dtype(q))
+        q_pos, k_pos = position_indexer(q_positions), position_indexer(k_positions)
+        # A flat table and 0-d tensor constants: with dynamic shapes, torch 2.13's CPU
+        # FlexAttention fails to compile 2-D indexing of a captured tensor, and captured Python
+        # ints become symbols that its code generator rejects.
+        flat_table = table.reshape(-1)
+        width = torch.tensor(table.shape[-1], device=table.device)
+        max_distance = torch.tensor(self.max_distance, device=table.device)
+
+        def relative_bias_score_mod(
+            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            distance = torch.clamp(k_pos(b, kv_idx) - q_pos(b, q_idx), -max_distance, max_distance)
+            return score + flat_table[h * width + distance + max_distance].to(score.dtype)
+
+        return relative_bias_score_mod
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+            f"bidirectional={self.bidirectional}, causal={self.causal}"
+        )

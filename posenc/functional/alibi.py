@@ -1,5 +1,130 @@
-"""Pure tensor functions for the alibi encodings (no state)."""
+"""Pure tensor functions for ALiBi (no state).
+
+ALiBi (Press, Smith & Lewis, 2022, "Train Short, Test Long: Attention with Linear Biases
+Enables Input Length Extrapolation") adds ``-m_h * (q_pos - k_pos)`` to the scores of head
+``h``, with one fixed slope ``m_h`` per head.
+
+Three forms of the same bias, each exact where it is used:
+
+* **full causal**  ``-m * (q_pos - k_pos)``, ``(h, tq, tk)``: the paper's form;
+* **key-only**     ``m * (k_pos - q_ref)``, ``(h, 1, tk)``, ``q_ref`` the largest query
+  position: differs from the full form by ``m * (q_ref - q_pos)``, a constant in each query
+  row, which softmax cancels. Valid wherever the full causal form is (a causal mask).
+  Subtracting ``q_ref`` keeps the values small next to the diagonal of the last query, which
+  is what keeps them precise at long context;
+* **symmetric**    ``-m * |q_pos - k_pos|``, ``(h, tq, tk)``: for bidirectional attention.
+
+Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options"]
+
+
+def check_alibi_options(num_heads: int, max_bias: float) -> None:
+    """Check ALiBi options; raise ValueError/TypeError naming the bad one."""
+    if not isinstance(num_heads, int) or isinstance(num_heads, bool):
+        raise TypeError(f"num_heads must be a positive int, got {num_heads!r} ({type(num_heads).__name__})")
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads}")
+    if not isinstance(max_bias, (int, float)) or isinstance(max_bias, bool):
+        raise TypeError(
+            f"max_bias must be a positive finite float, got {max_bias!r} ({type(max_bias).__name__})"
+        )
+    if not math.isfinite(max_bias) or max_bias <= 0:
+        raise ValueError(f"max_bias must be a positive finite float (8.0 in the paper), got {max_bias}")
+
+
+def _geometric_slopes(n: int, max_bias: float) -> list[float]:
+    # For n heads (a power of two): 2^(-max_bias * i / n), i = 1..n.
+    return [2.0 ** (-max_bias * i / n) for i in range(1, n + 1)]
+
+
+def alibi_slopes(
+    num_heads: int,
+    max_bias: float = 8.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The ALiBi slope of each head.
+
+    For ``n`` heads, ``n`` a power of two, the slopes are the geometric sequence
+    ``2^(-max_bias * i / n)``, ``i = 1..n`` (with ``max_bias = 8``: 1/2, 1/4, ... 1/256 for 8
+    heads). For other head counts, the paper's rule: the slopes of the closest smaller power of
+    two ``p``, followed by every other slope of ``2p`` heads (the odd ones, ``i = 1, 3, 5...``),
+    as many as needed. This is Bloom's rule (``max_bias = 8``) and MPT's (any
+    ``alibi_bias_max``; MPT interleaves the same two sequences from ``2p`` heads and takes the
+    same slopes in the same order).
+
+    Computed in float64 and rounded once to ``dtype``.
+
+    Args:
+        num_heads: the number of heads.
+        max_bias: the exponent span; 8 in the paper, MPT's ``alibi_bias_max``.
+        dtype: dtype of the result.
+        device: device of the result.
+
+    Returns:
+        ``(h,)`` slopes, decreasing for a power-of-two head count.
+    """
+    check_alibi_options(num_heads, max_bias)
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = _geometric_slopes(closest, max_bias)
+    if closest != num_heads:
+        slopes += _geometric_slopes(2 * closest, max_bias)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64, device=device).to(dtype)
+
+
+def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, *, symmetric: bool) -> Tensor:
+    """The full ALiBi bias: ``-m * (q_pos - k_pos)``, or ``-m * |q_pos - k_pos|`` when symmetric.
+
+    Distances are taken in integers and converted once, so they are exact up to 2^24 in
+    float32.
+
+    Args:
+        slopes: ``(h,)`` float slopes; the result has their dtype.
+        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
+        symmetric: ``True`` for bidirectional attention (``|q - k|``).
+
+    Returns:
+        ``(1, h, tq, tk)`` for 1-D positions, else ``(b, h, tq, tk)``.
+    """
+    distance = q_positions.unsqueeze(-1) - k_positions.unsqueeze(-2)  # (tq, tk) or (b, tq, tk)
+    if symmetric:
+        distance = distance.abs()
+    if distance.dim() == 2:
+        distance = distance.unsqueeze(0)
+    return -slopes.view(1, -1, 1, 1) * distance.unsqueeze(1).to(slopes.dtype)
+
+
+def alibi_key_only_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+    """The key-only causal ALiBi bias ``m * (k_pos - q_ref)``, ``q_ref`` the largest query position.
+
+    Equal under softmax to the full causal form :func:`alibi_bias` (``symmetric=False``): the
+    two differ by ``m * (q_ref - q_pos)``, constant along each query row.
+
+    Args:
+        slopes: ``(h,)`` float slopes; the result has their dtype.
+        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries (only their
+            maximum, per batch row, is used).
+        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
+
+    Returns:
+        ``(1, h, 1, tk)`` when both positions are 1-D, else ``(b, h, 1, tk)``.
+    """
+    if q_positions.shape[-1] == 0:  # no queries: any reference will do (amax of nothing fails)
+        q_ref = q_positions.new_zeros((*q_positions.shape[:-1], 1))
+    else:
+        q_ref = q_positions.amax(dim=-1, keepdim=True)  # (1,) or (b, 1)
+    relative = k_positions - q_ref  # (tk,) or (b, tk)
+    if relative.dim() == 1:
+        relative = relative.unsqueeze(0)
+    return slopes.view(1, -1, 1, 1) * relative[:, None, None, :].to(slopes.dtype)

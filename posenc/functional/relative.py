@@ -1,5 +1,234 @@
-"""Pure tensor functions for the relative encodings (no state)."""
+"""Pure tensor functions for T5's relative position bias (no state).
+
+T5 (Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
+Text-to-Text Transformer") adds to every attention score a learned scalar per head that
+depends on the relative position ``k_pos - q_pos`` through a bucket: distances below
+``max_exact`` get a bucket each, larger ones share logarithmically wider buckets, and every
+distance of ``max_distance`` or more shares the last bucket.
+
+Because the buckets saturate at ``max_distance``, the bias depends only on
+``clamp(k_pos - q_pos, -max_distance, max_distance)``. The functions below use that: the
+bias of a head is a vector over the ``2 * max_distance + 1`` clamped distances, and a
+``(tq, tk)`` bias is a gather from it, with no bucketing (log, division) per score.
+
+Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``n`` = ``2 * max_distance + 1``.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_relative_bucket_options",
+    "clamped_relative_index",
+    "default_relative_distances",
+    "gather_relative_bias",
+    "position_indexer",
+    "relative_bucket_of_distances",
+    "relative_position_bucket",
+    "toeplitz_by_distance",
+]
+
+
+def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """Check T5 bucket options; raise ValueError/TypeError naming the bad one.
+
+    Limits, and why:
+
+    * ``num_buckets`` and ``max_distance`` are positive integers;
+    * the buckets of one direction (``num_buckets // 2`` when bidirectional, else
+      ``num_buckets``) number at least 2: half of them are exact buckets and the formula needs
+      at least one (``max_exact >= 1``; with 0 it divides by zero) plus one logarithmic bucket.
+      So ``num_buckets >= 4`` bidirectional, ``>= 2`` causal;
+    * ``max_distance > max_exact`` (``max_exact`` = half the buckets of one direction): the
+      logarithmic buckets divide by ``log(max_distance / max_exact)``, which is zero at equality
+      and negative below (buckets would then decrease with distance).
+
+    An odd ``num_buckets`` is accepted, as in T5: when bidirectional, the last bucket is never used.
+    """
+    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value}")
+    if not isinstance(bidirectional, bool):
+        raise TypeError(
+            f"bidirectional must be a bool, got {bidirectional!r} ({type(bidirectional).__name__})"
+        )
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    if per_direction < 2:
+        least = 4 if bidirectional else 2
+        raise ValueError(
+            f"num_buckets={num_buckets} is too small for bidirectional={bidirectional}: each direction needs at least "
+            f"2 buckets (one exact, one logarithmic), so num_buckets must be >= {least}"
+        )
+    max_exact = per_direction // 2
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance={max_distance} must be greater than the {max_exact} exact buckets of num_buckets={num_buckets} "
+            f"(bidirectional={bidirectional}); the logarithmic buckets span max_exact..max_distance"
+        )
+
+
+def relative_position_bucket(
+    relative_position: Tensor,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> Tensor:
+    """T5's bucket of each relative position ``k_pos - q_pos`` (memory minus context position).
+
+    With ``bidirectional``, half of the buckets are for keys after the query (positive
+    relative positions) and half for keys before or at it. Without it (a causal decoder),
+    positive relative positions all fall in bucket 0 with distance 0. In each direction, half
+    the buckets hold the distances ``0 .. max_exact-1`` one by one and the others split
+    ``max_exact .. max_distance`` logarithmically; farther distances share the last bucket.
+    The arithmetic (float32 log, truncation) is T5's, so buckets agree at every boundary.
+
+    Args:
+        relative_position: integer tensor of any shape, ``k_pos - q_pos``.
+        bidirectional: whether keys after the query get their own buckets (T5's encoder) or
+            not (T5's decoder).
+        num_buckets: the number of buckets (rows of the bias table).
+        max_distance: distances from here on share the last bucket of their direction.
+
+    Returns:
+        A ``torch.long`` tensor of the same shape with values in ``[0, num_buckets)``.
+    """
+    check_relative_bucket_options(num_buckets, max_distance, bidirectional)
+    relative_position = relative_position.long()
+    if bidirectional:
+        num_buckets //= 2
+        offset = (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        offset = torch.zeros_like(relative_position)
+        distance = (-relative_position).clamp_min(0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    # Where the distance is small the log branch is discarded; clamping to max_exact keeps it
+    # finite (log(0) = -inf cast to long is undefined) without changing any kept value.
+    log_ratio = torch.log(distance.clamp_min(max_exact).float() / max_exact) / math.log(
+        max_distance / max_exact
+    )
+    if_large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp_max(num_buckets - 1)
+    return offset + torch.where(is_small, distance, if_large)
+
+
+def relative_bucket_of_distances(
+    max_distance: int,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The bucket of each clamped distance ``-max_distance .. max_distance``.
+
+    Entry ``i`` is the bucket of relative position ``i - max_distance``; since buckets
+    saturate at ``max_distance``, it is also the bucket of every relative position that
+    clamps to it.
+
+    Returns:
+        ``(n,)`` long tensor, ``n = 2 * max_distance + 1``.
+    """
+    distances = torch.arange(-max_distance, max_distance + 1, device=device)
+    return relative_position_bucket(
+        distances, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+
+
+def clamped_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: int) -> Tensor:
+    """Index into a per-distance table: ``clamp(k_pos - q_pos, -max_distance, max_distance) + max_distance``.
+
+    Args:
+        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
+        max_distance: the clamp.
+
+    Returns:
+        ``(tq, tk)`` when both positions are 1-D, else ``(b, tq, tk)``; long, in ``[0, n)``.
+    """
+    relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
+    return relative.clamp(-max_distance, max_distance) + max_distance
+
+
+def default_relative_distances(tq: int, tk: int, device: torch.device | str | None = None) -> Tensor:
+    """Every ``k_pos - q_pos`` of the default positions, ascending, for :func:`toeplitz_by_distance`.
+
+    Default positions (see :func:`posenc.base.resolve_qk_positions`): keys ``0..tk-1``,
+    queries ``q0..q0+tq-1`` with ``q0 = max(tk - tq, 0)``.
+
+    Returns:
+        ``(tq + tk - 1,)`` long tensor, from ``-(q0 + tq - 1)`` to ``tk - 1 - q0``.
+    """
+    q0 = max(tk - tq, 0)
+    return torch.arange(-(q0 + tq - 1), tk - q0, device=device)
+
+
+def toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
+    """Spread values over the ascending distances of :func:`default_relative_distances` into ``(tq, tk)``.
+
+    With consecutive positions a bias that depends only on ``k_pos - q_pos`` is a Toeplitz
+    matrix: ``out[i, j] = values[j - i + tq - 1]``. Windows of ``values`` (``unfold``) then one
+    flip of the rows write it in a single pass, with no ``(tq, tk)`` index tensor (about 2x
+    faster than the gather of :func:`gather_relative_bias`).
+
+    Args:
+        values: ``(..., tq + tk - 1)``.
+        tq, tk: query and key lengths.
+
+    Returns:
+        ``(..., tq, tk)``, contiguous.
+    """
+    # unfold's row r starts at distance index r (increasing); query i needs start tq-1-i.
+    # flip may keep the window view's column-major strides when tq < tk: make it row-major.
+    return values.unfold(-1, tk, 1).flip(-2).contiguous()
+
+
+def position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """A lookup ``(batch_index, token_index) -> position`` for use inside a FlexAttention ``score_mod``.
+
+    Args:
+        positions: ``(t,)``, ``(1, t)`` (shared by every batch row) or ``(b, t)`` integer positions.
+
+    Returns:
+        A function of two scalar index tensors; batch-independent positions ignore the batch index.
+    """
+    if positions.dim() == 1 or positions.shape[0] == 1:
+        shared = positions.reshape(-1)
+        return lambda b, i: shared[i]
+    # A flat index with the row length as a 0-d tensor, not positions[b, i] nor a Python int:
+    # with dynamic shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a
+    # captured tensor, and a captured int becomes a symbol that its code generator rejects.
+    length = torch.tensor(positions.shape[-1], device=positions.device)
+    flat = positions.reshape(-1)
+    return lambda b, i: flat[b * length + i]
+
+
+def gather_relative_bias(
+    table: Tensor, q_positions: Tensor, k_positions: Tensor, max_distance: int
+) -> Tensor:
+    """The ``(1|b, h, tq, tk)`` bias from a per-head table over clamped distances.
+
+    Args:
+        table: ``(h, n)``, ``table[h, i]`` the bias of head ``h`` at distance ``i - max_distance``.
+        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
+        max_distance: the clamp (``n == 2 * max_distance + 1``).
+
+    Returns:
+        ``(1, h, tq, tk)`` for 1-D positions, else ``(b, h, tq, tk)``; contiguous with heads
+        outermost (per batch row), the layout SDPA reads fastest. Differentiable in ``table``.
+    """
+    index = clamped_relative_index(q_positions, k_positions, max_distance)
+    if index.dim() == 2:
+        # (h, n) indexed by (tq, tk) on the last dim -> (h, tq, tk), written heads-outermost
+        return table[:, index].unsqueeze(0)
+    # Two broadcast index tensors give (b, h, tq, tk) directly, without a transposed copy.
+    heads = torch.arange(table.shape[0], device=table.device).view(1, -1, 1, 1)
+    return table[heads, index.unsqueeze(1)]
