@@ -1,0 +1,557 @@
+"""RoPE (posenc.RoPE): parity with transformers, GPT-NeoX, GPT-J and rotary-embedding-torch,
+the paper's properties, the cache, dtypes, build() and errors."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from posenc.encodings.rotary import RoPE
+from posenc.functional.rotary import rope_cos_sin, scaled_inv_freq
+
+transformers = pytest.importorskip("transformers")
+from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding  # noqa: E402
+from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb as neox_apply  # noqa: E402
+from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_apply  # noqa: E402
+from transformers.models.gptj.modeling_gptj import create_sinusoidal_positions  # noqa: E402
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
+
+# The references compute the angle position * inv_freq in float32: it is off by up to
+# position * 6e-8 rad, so at positions <= 400 rotated unit-variance values differ by <= ~1e-4.
+# Ours are computed in float64 and rounded once.
+REF_ANGLE_TOL = {"atol": 1.5e-4, "rtol": 1e-5}
+# Frequencies: transformers computes base ** (2i/d) in float32 (about 2 ulp); ours in float64.
+FREQ_TOL = {"atol": 0.0, "rtol": 1e-6}
+# Same math in float32 vs float64 (angles rounded once): a few float32 ulps of unit values.
+F32_TOL = {"atol": 2e-6, "rtol": 1e-6}
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+HEAD_DIM = 64
+MAX_LEN = 128  # the trained context length (transformers' max_position_embeddings)
+PAIRS = HEAD_DIM // 2
+SHORT = [1.0 + 0.05 * i for i in range(PAIRS)]
+LONG = [1.5 + 0.4 * i for i in range(PAIRS)]
+
+SCALINGS = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "linear_legacy_type": {"type": "linear", "factor": 3.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+    "yarn_mscale": {
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 64,
+        "mscale": 0.707,
+        "mscale_all_dim": 1.0,
+        "beta_fast": 16,
+        "beta_slow": 2,
+    },
+    "yarn_attention_factor_no_truncate": {
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "attention_factor": 1.3,
+        "truncate": False,
+    },
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "short_factor": SHORT,
+        "long_factor": LONG,
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+}
+
+
+def llama_reference(scaling, base: float, positions: torch.Tensor, q, k):
+    """transformers' Llama RoPE on (b, h, t, d) q, k with (b, t) positions: a fresh module per call."""
+    config = LlamaConfig(
+        hidden_size=HEAD_DIM * 4,
+        num_attention_heads=4,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_LEN,
+        rope_theta=base,
+        rope_scaling=dict(scaling) if scaling else None,
+    )
+    embedding = LlamaRotaryEmbedding(config)
+    cos, sin = embedding(q, positions)
+    return (*apply_rotary_pos_emb(q, k, cos, sin), embedding)
+
+
+def qk(b=2, h=4, t=40, d=HEAD_DIM, hk=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, t, d, generator=g).to(dtype)
+    k = torch.randn(b, hk or h, t, d, generator=g).to(dtype)
+    return q, k
+
+
+# --- parity ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("length", [100, 300])  # below and above the trained length MAX_LEN
+def test_matches_transformers_llama(name, length):
+    scaling = SCALINGS[name]
+    base = 500000.0 if name == "llama3" else 10000.0
+    q, k = qk(t=length)
+    positions = torch.arange(length).expand(2, length)
+    q_ref, k_ref, embedding = llama_reference(scaling, base, positions, q, k)
+    rope = RoPE(HEAD_DIM, base=base, scaling=scaling, max_len=MAX_LEN)
+    assert rope.attention_scaling == pytest.approx(embedding.attention_scaling, rel=1e-12)
+    q_out, k_out = rope(q, k)
+    assert_close(q_out, q_ref, **REF_ANGLE_TOL)
+    assert_close(k_out, k_ref, **REF_ANGLE_TOL)
+    # the same with explicit (b, t) positions, as the HF interop passes position_ids
+    q_out, k_out = rope(q, k, positions, positions)
+    assert_close(q_out, q_ref, **REF_ANGLE_TOL)
+    assert_close(k_out, k_ref, **REF_ANGLE_TOL)
+
+
+@pytest.mark.parametrize("name", [n for n in SCALINGS if n != "dynamic"])
+def test_inverse_frequencies_match_transformers(name):
+    scaling = SCALINGS[name]
+    config = LlamaConfig(
+        hidden_size=HEAD_DIM * 4,
+        num_attention_heads=4,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_LEN,
+        rope_scaling=dict(scaling) if scaling else None,
+    )
+    rope_type = config.rope_parameters["rope_type"]
+    if rope_type == "default":
+        expected, factor = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    else:
+        expected, factor = ROPE_INIT_FUNCTIONS[rope_type](config, None)
+    rope = RoPE(HEAD_DIM, scaling=scaling, max_len=MAX_LEN)
+    assert_close(rope.inv_freq[0].float(), expected, **FREQ_TOL)
+    assert rope.attention_scaling == pytest.approx(factor, rel=1e-12)
+    if rope_type == "longrope":
+        long_expected, _ = ROPE_INIT_FUNCTIONS["longrope"](config, None, seq_len=MAX_LEN + 1)
+        assert_close(rope.inv_freq[1].float(), long_expected, **FREQ_TOL)
+
+
+@pytest.mark.parametrize("length", [64, 65])  # longrope switches to the long factors past 64
+def test_longrope_switches_at_original_length_like_transformers(length):
+    scaling = SCALINGS["longrope"]
+    q, k = qk(t=length)
+    positions = torch.arange(length)[None]
+    q_ref, k_ref, _ = llama_reference(scaling, 10000.0, positions, q, k)
+    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling)(q, k)
+    assert_close(q_out, q_ref, **REF_ANGLE_TOL)
+    assert_close(k_out, k_ref, **REF_ANGLE_TOL)
+
+
+def test_dynamic_decode_step_uses_the_current_length():
+    # One query at position 299 against keys 0..299: L = 300 > MAX_LEN, as HF's seq_len.
+    scaling = SCALINGS["dynamic"]
+    q_all, k = qk(t=300)
+    q = q_all[:, :, -1:]
+    positions = torch.arange(300)[None]
+    _, k_ref, _ = llama_reference(scaling, 10000.0, positions, k, k)
+    q_ref, _, _ = llama_reference(scaling, 10000.0, positions, q_all, q_all)
+    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling, max_len=MAX_LEN)(q, k)
+    assert_close(q_out, q_ref[:, :, -1:], **REF_ANGLE_TOL)
+    assert_close(k_out, k_ref, **REF_ANGLE_TOL)
+
+
+@pytest.mark.parametrize("rotary_pct", [0.25, 0.5, 1.0])
+def test_partial_rotary_matches_gpt_neox(rotary_pct):
+    config = GPTNeoXConfig(
+        hidden_size=HEAD_DIM * 4, num_attention_heads=4, rotary_pct=rotary_pct, max_position_embeddings=512
+    )
+    embedding = GPTNeoXRotaryEmbedding(config)
+    q, k = qk(t=50)
+    positions = torch.arange(50)[None] + 200
+    cos, sin = embedding(q, positions)
+    q_ref, k_ref = neox_apply(q, k, cos, sin)
+    rope = RoPE(HEAD_DIM, rotary_dim=int(HEAD_DIM * rotary_pct))
+    q_out, k_out = rope(q, k, positions, positions)
+    assert_close(q_out, q_ref, **REF_ANGLE_TOL)
+    assert_close(k_out, k_ref, **REF_ANGLE_TOL)
+    # the unrotated channels are passed through bit for bit
+    assert torch.equal(q_out[..., rope.rotary_dim :], q[..., rope.rotary_dim :])
+    # a partial_rotary_factor in the dict gives the same module
+    via_dict = RoPE(HEAD_DIM, scaling={"rope_type": "default", "partial_rotary_factor": rotary_pct})
+    assert via_dict.rotary_dim == rope.rotary_dim
+
+
+@pytest.mark.parametrize("rotary_dim", [16, HEAD_DIM])
+def test_interleaved_matches_gptj(rotary_dim):
+    # GPT-J works on (b, t, h, d) and rotates the first rotary_dim channels, pairs (2i, 2i+1).
+    q, _ = qk(t=30)
+    positions = torch.arange(30)[None].expand(2, 30) + 100
+    table = create_sinusoidal_positions(512, rotary_dim)
+    sincos = table[positions]
+    sin, cos = torch.split(sincos, rotary_dim // 2, dim=-1)
+    x = q.transpose(1, 2)
+    expected = torch.cat((gptj_apply(x[..., :rotary_dim], sin, cos), x[..., rotary_dim:]), dim=-1).transpose(
+        1, 2
+    )
+    out = RoPE(HEAD_DIM, layout="interleaved", rotary_dim=rotary_dim).rotate(q, positions)
+    assert_close(out, expected, **REF_ANGLE_TOL)
+
+
+def test_interleaved_matches_rotary_embedding_torch():
+    from rotary_embedding_torch import RotaryEmbedding
+
+    reference = RotaryEmbedding(dim=HEAD_DIM)  # interleaved by default, base 10000
+    q, k = qk(t=100)
+    expected = reference.rotate_queries_or_keys(q)
+    out = RoPE(HEAD_DIM, layout="interleaved").rotate(q)
+    assert_close(out, expected, **REF_ANGLE_TOL)
+    # rotary-embedding-torch's partial rotation: RotaryEmbedding(dim=r) on a wider head
+    reference = RotaryEmbedding(dim=16)
+    assert_close(
+        RoPE(HEAD_DIM, layout="interleaved", rotary_dim=16).rotate(k),
+        reference.rotate_queries_or_keys(k),
+        **REF_ANGLE_TOL,
+    )
+
+
+# --- the paper's properties ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rotation_keeps_norms(layout):
+    q, _ = qk(t=64, dtype=torch.float64)
+    out = RoPE(HEAD_DIM, layout=layout, rotary_dim=48).rotate(q, torch.arange(64) * 1000)
+    assert_close(out.norm(dim=-1), q.norm(dim=-1), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("scaling", ["default", "yarn", "llama3"])
+def test_scores_depend_only_on_relative_position(layout, scaling):
+    # q at m, k at n: q_m . k_n is the same for (m, n) and (m + s, n + s).
+    rope = RoPE(HEAD_DIM, layout=layout, scaling=SCALINGS[scaling], max_len=MAX_LEN)
+    q, k = qk(b=1, h=1, t=1, dtype=torch.float64)
+    m, n = torch.tensor([7]), torch.tensor([3])
+    scale = rope.attention_scaling**2
+    base_score = (rope.rotate(q, m) * rope.rotate(k, n)).sum() / scale
+    for shift in (1, 50, 1000, 12345):
+        shifted = (rope.rotate(q, m + shift) * rope.rotate(k, n + shift)).sum() / scale
+        assert_close(shifted, base_score, atol=1e-9, rtol=1e-9)
+    # and it is not position-blind: another distance gives another score
+    other = (rope.rotate(q, m + 5) * rope.rotate(k, n)).sum() / scale
+    assert not torch.allclose(other, base_score)
+
+
+def test_half_and_interleaved_are_a_channel_permutation_of_each_other():
+    q, _ = qk(t=20, dtype=torch.float64)
+    positions = torch.arange(20) * 37
+    half = RoPE(HEAD_DIM, layout="half").rotate(q, positions)
+    # interleaved pairs (2i, 2i+1) hold what half pairs (i, i + d/2) hold
+    perm = torch.stack((torch.arange(PAIRS), torch.arange(PAIRS) + PAIRS), dim=-1).flatten()
+    inter = RoPE(HEAD_DIM, layout="interleaved").rotate(q[..., perm], positions)
+    assert_close(inter, half[..., perm], atol=1e-12, rtol=1e-12)
+
+
+def test_float32_equals_float64_math():
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=300)
+    q32, k32 = rope(q, k)
+    q64, k64 = rope(q.double(), k.double())
+    assert q64.dtype == torch.float64
+    assert_close(q32.double(), q64, **F32_TOL)
+    assert_close(k32.double(), k64, **F32_TOL)
+
+
+# --- positions, shapes, GQA --------------------------------------------------------------------------
+
+
+def test_default_positions_decode_step_equals_full_sequence():
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=33)
+    q_full, k_full = rope(q, k)
+    q_last, k_again = rope(q[:, :, -1:], k)  # KV-cache step: the query is the last key position
+    assert torch.equal(q_last, q_full[:, :, -1:])
+    assert torch.equal(k_again, k_full)
+
+
+def test_grouped_query_attention_and_batch_positions():
+    rope = RoPE(HEAD_DIM, layout="interleaved")
+    q, k = qk(b=2, h=8, hk=2, t=12)
+    positions = torch.stack((torch.arange(12), torch.arange(12) + 100))  # (b, t), e.g. packed/left-padded
+    q_out, k_out = rope(q, k, positions, positions)
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    for row in range(2):
+        q_row, k_row = rope(q[row : row + 1], k[row : row + 1], positions[row], positions[row])
+        assert_close(q_out[row : row + 1], q_row, atol=0, rtol=0)
+        assert_close(k_out[row : row + 1], k_row, atol=0, rtol=0)
+
+
+def test_rotate_equals_encode_qk_and_functional():
+    rope = RoPE(HEAD_DIM, rotary_dim=32)
+    q, k = qk(t=10)
+    positions = torch.arange(10) + 3
+    q_out, k_out = rope.encode_qk(q, k, positions, positions)
+    assert torch.equal(rope.rotate(q, positions), q_out)
+    cos, sin = rope_cos_sin(positions, scaled_inv_freq(rope.params)[0], dtype=torch.float32)
+    assert_close(posenc.functional.apply_rotary(k, cos, sin, "half"), k_out, atol=0, rtol=0)
+
+
+# --- dtypes, cache, state ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_half_precision_inputs_keep_dtype_and_exact_angles(dtype, layout):
+    rope = RoPE(HEAD_DIM, layout=layout).to(dtype)
+    assert rope._cos_sin.dtype == torch.float32 and rope.inv_freq.dtype == torch.float64
+    q, k = qk(t=16, dtype=dtype)
+    positions = torch.arange(16) + 8000  # bf16 positions/angles would be wrong by whole radians here
+    q_out, k_out = rope(q, k, positions, positions)
+    assert q_out.dtype == dtype and k_out.dtype == dtype
+    q_ref, k_ref = RoPE(HEAD_DIM, layout=layout)(q.double(), k.double(), positions, positions)
+    # one rounding to the input dtype: within one ulp of |x| <= 4
+    ulp = torch.finfo(dtype).eps * 4
+    assert_close(q_out.double(), q_ref, atol=ulp, rtol=0)
+    assert_close(k_out.double(), k_ref, atol=ulp, rtol=0)
+
+
+def test_table_is_cached_and_grows_to_a_power_of_two():
+    rope = RoPE(HEAD_DIM, max_len=100)
+    assert rope.cached_len == 128 and rope.table_builds == 1
+    q, k = qk(t=100)
+    rope(q, k)
+    rope(q, k, torch.arange(100) + 20, torch.arange(100) + 20)
+    assert rope.table_builds == 1  # not rebuilt at a known length
+    q, k = qk(t=200)
+    rope(q, k)
+    assert rope.cached_len == 256 and rope.table_builds == 2
+    rope(q, k)
+    assert rope.table_builds == 2
+
+
+def test_caches_are_not_in_state_dict_and_survive_dtype_moves():
+    rope = RoPE(HEAD_DIM, scaling=SCALINGS["yarn"], max_len=MAX_LEN)
+    assert rope.state_dict() == {}
+    table = rope._cos_sin.clone()
+    for convert in (
+        lambda m: m.to(torch.bfloat16),
+        lambda m: m.half(),
+        lambda m: m.to("cpu", torch.bfloat16),
+    ):
+        convert(rope)
+        assert rope._cos_sin.dtype == torch.float32
+        assert torch.equal(rope._cos_sin, table)
+    rope.double()
+    assert rope._cos_sin.dtype == torch.float64
+    assert_close(rope._cos_sin.float(), table, atol=0, rtol=0)  # float64 build, rounded: the same values
+
+
+def test_meta_device_then_to_empty_rebuilds():
+    with torch.device("meta"):
+        rope = RoPE(HEAD_DIM, scaling=SCALINGS["llama3"], max_len=MAX_LEN)
+    assert rope._cos_sin.is_meta
+    rope.to_empty(device="cpu")
+    reference = RoPE(HEAD_DIM, scaling=SCALINGS["llama3"], max_len=MAX_LEN)
+    assert torch.equal(rope._cos_sin, reference._cos_sin)
+    assert torch.equal(rope.inv_freq, reference.inv_freq)
+    # reset_caches rebuilds in place too
+    rope._cos_sin.zero_()
+    rope.reset_caches()
+    assert torch.equal(rope._cos_sin, reference._cos_sin)
+
+
+def test_float64_input_upgrades_the_table_once():
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=8, dtype=torch.float64)
+    rope(q, k)
+    assert rope._cos_sin.dtype == torch.float64 and rope.table_builds == 2
+    rope(q.float(), k.float())
+    assert rope.table_builds == 2
+
+
+def test_concurrent_growth_from_threads():
+    rope = RoPE(HEAD_DIM, max_len=8)
+    q, _ = qk(b=1, h=1, t=1)
+    results, errors = {}, []
+
+    def work(offset):
+        try:
+            pos = torch.tensor([offset])
+            results[offset] = rope.rotate(q, pos)
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(2**i + 3,)) for i in range(4, 14)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    fresh = RoPE(HEAD_DIM)
+    for offset, out in results.items():
+        assert torch.equal(out, fresh.rotate(q, torch.tensor([offset])))
+
+
+def test_gradient_is_the_inverse_rotation():
+    rope = RoPE(HEAD_DIM, layout="half", rotary_dim=48)
+    for layout in ("half", "interleaved"):
+        rope.layout = layout
+        q = torch.randn(1, 2, 5, HEAD_DIM, dtype=torch.float64, requires_grad=True)
+        positions = torch.arange(5) * 11
+        assert torch.autograd.gradcheck(lambda x, p=positions: rope.rotate(x, p), (q,))
+
+
+# --- build() and errors ------------------------------------------------------------------------------
+
+
+def test_build_from_strings_and_dicts():
+    rope = posenc.build("rope(base=500000.0, layout='interleaved')", head_dim=64, max_len=256)
+    assert isinstance(rope, RoPE) and rope.base == 500000.0 and rope.layout == "interleaved"
+    rope = posenc.build(
+        {"name": "rotary", "scaling": {"type": "linear", "factor": 2.0}}, head_dim=32, d_model=128
+    )
+    assert rope.rope_type == "linear" and rope.params.factor == 2.0
+    rope = posenc.build("rope(scaling={'type': 'linear', 'factor': 2.0})", head_dim=32)
+    assert rope.rope_type == "linear"
+    rope = posenc.build("rope(scaling={'rope_type': 'yarn', 'factor': 4.0})", head_dim=64, max_len=4096)
+    assert rope.params.original_max_len == 4096
+
+
+def test_rope_theta_in_the_dict_is_the_base():
+    rope = RoPE(HEAD_DIM, scaling={"rope_type": "default", "rope_theta": 1e6})
+    assert rope.base == 1e6
+    with pytest.raises(ValueError, match="rope_theta"):
+        RoPE(HEAD_DIM, base=5e5, scaling={"rope_type": "default", "rope_theta": 1e6})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"head_dim": 63}, ValueError, "head_dim must be even.*63"),
+        ({"head_dim": 0}, ValueError, "head_dim.*positive.*0"),
+        ({"head_dim": 64.0}, TypeError, "head_dim.*64.0"),
+        ({"head_dim": 64, "rotary_dim": 15}, ValueError, "rotary_dim must be even.*15"),
+        ({"head_dim": 64, "rotary_dim": 80}, ValueError, "rotary_dim must be <= head_dim=64.*80"),
+        ({"head_dim": 64, "rotary_dim": -2}, ValueError, "rotary_dim.*-2"),
+        ({"head_dim": 64, "base": 0.0}, ValueError, "base.*> 0.*0.0"),
+        ({"head_dim": 64, "base": float("inf")}, ValueError, "base.*inf"),
+        ({"head_dim": 64, "base": "1e4"}, TypeError, "base.*'1e4'"),
+        ({"head_dim": 64, "layout": "neox"}, ValueError, "layout.*'half'.*'interleaved'.*'neox'"),
+        ({"head_dim": 64, "max_len": 0}, ValueError, "max_len.*0"),
+        ({"head_dim": 64, "scaling": "linear"}, TypeError, "scaling must be a dict.*str"),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "ntk"}},
+            ValueError,
+            "rope_type.*'linear'.*'longrope'.*'ntk'",
+        ),
+        ({"head_dim": 64, "scaling": {"rope_type": "linear"}}, ValueError, "'linear' needs a 'factor'"),
+        ({"head_dim": 64, "scaling": {"rope_type": "linear", "factor": 0}}, ValueError, "factor.*> 0.*0"),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "linear", "factor": float("nan")}},
+            ValueError,
+            "factor.*finite.*nan",
+        ),
+        ({"head_dim": 64, "scaling": {"rope_type": "linear", "factor": "2"}}, TypeError, "factor.*'2'"),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "dynamic", "factor": 2.0}},
+            ValueError,
+            "'dynamic' needs max_len",
+        ),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "yarn", "factor": 2.0}},
+            ValueError,
+            "original_max_position_embeddings'] or max_len",
+        ),
+        (
+            {
+                "head_dim": 64,
+                "max_len": 64,
+                "scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0},
+            },
+            ValueError,
+            "'high_freq_factor'",
+        ),
+        (
+            {
+                "head_dim": 64,
+                "max_len": 64,
+                "scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 4.0,
+                    "high_freq_factor": 1.0,
+                },
+            },
+            ValueError,
+            "high_freq_factor.*greater",
+        ),
+        (
+            {
+                "head_dim": 64,
+                "max_len": 64,
+                "scaling": {
+                    "rope_type": "longrope",
+                    "short_factor": SHORT,
+                    "long_factor": LONG[:5],
+                    "factor": 2.0,
+                },
+            },
+            ValueError,
+            "long_factor.*32 entries.*got 5",
+        ),
+        (
+            {
+                "head_dim": 64,
+                "max_len": 64,
+                "scaling": {"rope_type": "longrope", "short_factor": 1.0, "long_factor": LONG},
+            },
+            TypeError,
+            "short_factor.*list of 32",
+        ),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}},
+            ValueError,
+            "rope_type.*type",
+        ),
+    ],
+)
+def test_bad_arguments_raise_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RoPE(**kwargs)
+
+
+def test_unread_scaling_keys_warn():
+    with pytest.warns(UserWarning, match="beta_fast"):
+        RoPE(HEAD_DIM, scaling={"rope_type": "linear", "factor": 2.0, "beta_fast": 3})
+
+
+def test_bad_call_arguments():
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=4)
+    with pytest.raises(ValueError, match=r"head_dim 32.*head_dim=64"):
+        rope(q[..., :32], k[..., :32])
+    with pytest.raises(ValueError, match=r"rank 3"):
+        rope.rotate(q[0])
+    with pytest.raises(ValueError, match=r"positions.*length 5.*expected 4"):
+        rope.rotate(q, torch.arange(5))
+    with pytest.raises(TypeError, match=r"positions.*integer"):
+        rope.rotate(q, torch.arange(4.0))
+
+
+def test_yarn_factor_defaults_to_the_length_ratio_like_deepseek():
+    rope = RoPE(
+        HEAD_DIM,
+        max_len=4096,
+        scaling={"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 1024},
+    )
+    assert rope.params.factor == 4.0
+    assert rope.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1)
