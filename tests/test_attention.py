@@ -1,0 +1,471 @@
+"""posenc.attention: every path against a hand-written softmax(q kᵀ · scale + bias) v."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import posenc
+from posenc.attention import attention
+from posenc.base import PositionalEncoding, resolve_qk_positions
+from posenc.registry import lookup
+
+# The module (``posenc.attention`` the attribute is the function of the same name).
+attention_module = importlib.import_module("posenc.attention")
+
+# float32 outputs against a float64 reference: dot products of width <= 16 and a softmax
+# over <= 64 keys round to a few ulps of 1.
+F32_TOL = {"atol": 2e-5, "rtol": 2e-5}
+# float64 against float64: the same math in another order.
+F64_TOL = {"atol": 1e-10, "rtol": 1e-10}
+TOL = {torch.float32: F32_TOL, torch.float64: F64_TOL}
+
+DIMS = {"d_model": 32, "num_heads": 4, "head_dim": 8, "max_len": 128}
+
+
+def registered_classes() -> list[str]:
+    """One registered name per encoding class (aliases dropped)."""
+    names, seen = [], set()
+    for name in posenc.available():
+        cls = lookup(name)
+        if cls not in seen:
+            seen.add(cls)
+            names.append(name)
+    return names
+
+
+ENCODINGS = registered_classes()
+
+
+def make(name: str, causal: bool, dtype: torch.dtype = torch.float32, **dims) -> PositionalEncoding:
+    enc = posenc.build(name, causal=causal, **{**DIMS, **dims})
+    # Learned tables start at zero in some libraries; randomise so that they matter.
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.normal_()
+    return enc.to(dtype)
+
+
+def reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    enc: PositionalEncoding,
+    *,
+    causal: bool,
+    q_positions: Tensor | None = None,
+    k_positions: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """softmax(q kᵀ · scale + bias) v in float64, written out; fully masked rows give 0.
+
+    The encoding acts through its drop-in ``forward`` (rotary: ``q, k = enc(q, k)``; bias:
+    ``scores = enc(scores)``, which adds the FULL bias, not the key-only form), so that the
+    hook-based paths of :func:`posenc.attention` are checked against the direct formula.
+    """
+    qp, kp = resolve_qk_positions(q, k, q_positions, k_positions)
+    dtype = q.dtype
+    if enc.kind == "rotary":
+        q, k = enc(q, k, q_positions=qp, k_positions=kp)
+    q, k, v = q.double(), k.double(), v.double()
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-1, -2) * scale
+    if enc.kind == "bias":
+        # enc(zeros) is the full bias, computed in the input's precision (float32 for bfloat16).
+        bias_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        zeros = torch.zeros(scores.shape, dtype=bias_dtype)
+        scores = scores + enc(zeros, q_positions=qp, k_positions=kp).double()
+    tq, tk = scores.shape[-2:]
+    keep = torch.ones(tq, tk, dtype=torch.bool)
+    if causal:
+        keep = torch.arange(tk)[None, :] <= torch.arange(tq)[:, None] + (tk - tq)
+    if attn_mask is not None:
+        keep = keep & attn_mask
+    scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return (weights @ v).to(dtype)
+
+
+def qkv(b=2, h=4, h_kv=None, tq=7, tk=7, dh=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h_kv = h if h_kv is None else h_kv
+    q = torch.randn(b, h, tq, dh, generator=g, dtype=dtype)
+    k = torch.randn(b, h_kv, tk, dh, generator=g, dtype=dtype)
+    v = torch.randn(b, h_kv, tk, dh, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def masks(b: int, tq: int, tk: int) -> dict[str, Tensor | None]:
+    g = torch.Generator().manual_seed(1)
+    padding = torch.ones(b, tk, dtype=torch.bool)
+    padding[0, :2] = False  # left padding on row 0
+    padding[-1, -1] = False  # right padding on the last row
+    dense = torch.rand(b, 1, tq, tk, generator=g) > 0.3
+    dense[0, 0, 1] = False  # a query that sees no key at all
+    return {"none": None, "padding": padding[:, None, None, :], "dense": dense, "2d": dense[0, 0]}
+
+
+# --- the hand-written formula, every encoding, every path --------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
+@pytest.mark.parametrize("mask_name", ["none", "padding", "dense", "2d"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_matches_hand_written_attention(name, causal, mask_name, backend, dtype):
+    enc = make(name, causal, dtype)
+    q, k, v = qkv(dtype=dtype)
+    mask = masks(2, 7, 7)[mask_name]
+    # chunk_size=3 splits 7 queries into uneven chunks (3, 3, 1).
+    out = attention(q, k, v, enc, causal=causal, attn_mask=mask, backend=backend, chunk_size=3)
+    expected = reference(q, k, v, enc, causal=causal, attn_mask=mask)
+    torch.testing.assert_close(out, expected, **TOL[dtype])
+
+
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_decoding_queries_are_the_last_keys(name, backend):
+    """tq < tk (KV cache): bottom-right causal alignment and default positions tk-tq .. tk-1."""
+    enc = make(name, causal=True)
+    q, k, v = qkv(tq=3, tk=9)
+    out = attention(q, k, v, enc, causal=True, backend=backend, chunk_size=2)
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
+    # The same as the last 3 rows of the full square call.
+    q_full = torch.cat([torch.randn(2, 4, 6, 8), q], dim=2)
+    full = attention(q_full, k, v, enc, causal=True)
+    torch.testing.assert_close(out, full[:, :, -3:], **F32_TOL)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_explicit_positions_per_batch_row(name):
+    enc = make(name, causal=True)
+    q, k, v = qkv(tq=5, tk=5)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]])
+    out = attention(q, k, v, enc, causal=True, q_positions=positions, k_positions=positions)
+    expected = reference(q, k, v, enc, causal=True, q_positions=positions, k_positions=positions)
+    torch.testing.assert_close(out, expected, **F32_TOL)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5", "none"])
+def test_grouped_query_attention(name, causal):
+    enc = make(name, causal)
+    q, k, v = qkv(h=4, h_kv=2)
+    out = attention(q, k, v, enc, causal=causal)
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=causal), **F32_TOL)
+
+
+def test_scale_is_used():
+    enc = make("alibi", causal=True)
+    q, k, v = qkv()
+    out = attention(q, k, v, enc, causal=True, scale=0.3)
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True, scale=0.3), **F32_TOL)
+
+
+def test_no_encoding_is_plain_sdpa():
+    q, k, v = qkv()
+    torch.testing.assert_close(
+        attention(q, k, v, None, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    )
+
+
+# --- paths -------------------------------------------------------------------------------------
+
+
+class SpyEncoding(PositionalEncoding):
+    """Wraps an encoding and records the (tq, tk) of every attention_bias call."""
+
+    kind = "bias"
+
+    def __init__(self, inner: PositionalEncoding) -> None:
+        super().__init__()
+        self.inner = inner
+        self.calls: list[tuple[int, int]] = []
+
+    def attention_bias(self, q, k, q_positions=None, k_positions=None):
+        self.calls.append((q.shape[-2], k.shape[-2]))
+        return self.inner.attention_bias(q, k, q_positions, k_positions)
+
+    def forward(self, scores, q_positions=None, k_positions=None):
+        return self.inner(scores, q_positions=q_positions, k_positions=k_positions)
+
+
+def test_large_full_bias_is_asked_for_in_chunks(monkeypatch):
+    """A dense mask above the budget is never built: the T5 bias is asked per query chunk."""
+    # a budget of 16 query rows of (h=4, tk=64) float32
+    monkeypatch.setattr(attention_module, "BIAS_BUDGET_BYTES", 4 * 4 * 64 * 16)
+    spy = SpyEncoding(make("t5", causal=True))
+    q, k, v = qkv(b=1, tq=64, tk=64)
+    out = attention(q, k, v, spy, causal=True)
+    assert max(tq for tq, _ in spy.calls) <= 16, spy.calls
+    # causal chunks read only the keys they can see
+    assert sorted(spy.calls)[:2] == [(2, 64), (16, 16)], spy.calls
+    torch.testing.assert_close(out, reference(q, k, v, spy, causal=True), **F32_TOL)
+
+
+def test_causal_alibi_takes_the_key_only_fused_path(monkeypatch):
+    """Causal ALiBi: one SDPA call with the (1, h, 1, tk) bias and is_causal=True, nothing of size tq*tk."""
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy_sdpa(q, k, v, attn_mask=None, **kwargs):
+        calls.append((None if attn_mask is None else tuple(attn_mask.shape), kwargs.get("is_causal")))
+        return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
+    enc = make("alibi", causal=True)
+    q, k, v = qkv(tq=16, tk=16)
+    out = attention(q, k, v, enc, causal=True)
+    assert calls == [((1, 4, 1, 16), True)]
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
+
+
+def test_bias_free_causal_uses_sdpa_causal(monkeypatch):
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy_sdpa(q, k, v, attn_mask=None, **kwargs):
+        calls.append((attn_mask, kwargs.get("is_causal")))
+        return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
+    q, k, v = qkv()
+    attention(q, k, v, make("rope", causal=True), causal=True)
+    assert calls == [(None, True)]
+
+
+def test_fused_path_falls_back_under_the_math_backend():
+    """The math backend refuses attn_mask with is_causal=True: the explicit mask takes over."""
+    enc = make("alibi", causal=True)
+    q, k, v = qkv()
+    with sdpa_kernel(SDPBackend.MATH):
+        out = attention(q, k, v, enc, causal=True)
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
+
+
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+def test_fully_masked_rows_are_zero_not_nan(backend):
+    enc = make("t5", causal=True)
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    mask[:, :, :2] = False  # two padding queries that see nothing
+    out = attention(q, k, v, enc, causal=True, attn_mask=mask, backend=backend, chunk_size=3)
+    assert torch.equal(out[:, :, :2], torch.zeros_like(out[:, :, :2]))
+    out.sum().backward()
+    for t in (q, k, v, enc.relative_attention_bias.weight):
+        assert torch.isfinite(t.grad).all()
+
+
+def test_more_queries_than_keys_causal():
+    """Bottom-right alignment: the first tq - tk queries see no key and return zeros."""
+    enc = make("alibi", causal=True)
+    q, k, v = qkv(tq=6, tk=4)
+    for backend in ("auto", "chunked"):
+        out = attention(q, k, v, enc, causal=True, backend=backend, chunk_size=2)
+        torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
+        assert torch.equal(out[:, :, :2], torch.zeros_like(out[:, :, :2]))
+
+
+# --- gradients ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+def test_gradient_reaches_t5_table(backend):
+    enc = make("t5", causal=True)
+    q, k, v = qkv()
+    attention(q, k, v, enc, causal=True, backend=backend, chunk_size=3).square().sum().backward()
+    grad = enc.relative_attention_bias.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    # the same gradient as the hand-written formula
+    ref_enc = make("t5", causal=True)
+    ref_enc.load_state_dict(enc.state_dict())
+    reference(q, k, v, ref_enc, causal=True).square().sum().backward()
+    torch.testing.assert_close(grad, ref_enc.relative_attention_bias.weight.grad, **F32_TOL)
+
+
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5"])
+def test_gradients_match_reference(name, backend):
+    """Also through the chunked path, whose chunks are checkpointed when gradients are needed."""
+    enc = make(name, causal=True)
+    q, k, v = (t.requires_grad_() for t in qkv())
+    attention(q, k, v, enc, causal=True, backend=backend, chunk_size=3).square().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    reference(q, k, v, enc, causal=True).square().sum().backward()
+    for got, t in zip(grads, (q, k, v), strict=True):
+        torch.testing.assert_close(got, t.grad, **F32_TOL)
+
+
+# --- half precision far out --------------------------------------------------------------------
+
+# bfloat16 inputs against a float64 reference of the same (rounded) inputs: bfloat16 keeps
+# 8 significant bits, so probabilities and outputs carry relative errors of ~1e-2.
+BF16_TOL = {"atol": 3e-2, "rtol": 3e-2}
+
+
+@pytest.mark.parametrize("cast_bias", [False, True], ids=["float32-bias", "cast-bias-in-chunks"])
+def test_bf16_alibi_at_position_100k(monkeypatch, cast_bias):
+    """Causal ALiBi in bfloat16 over 512 queries at positions 100000..100511.
+
+    The bias must keep its resolution: either float32 into the kernel (the CPU path) or,
+    where a kernel wants the query dtype, cast per query chunk so that values near each
+    chunk's diagonal stay small. The check below also shows that casting one key-only
+    bias for all 512 queries to bfloat16 fails the same tolerance.
+    """
+    if cast_bias:
+        monkeypatch.setattr(attention_module, "_float_mask_allowed", lambda device_type: False)
+    enc = posenc.build("alibi", num_heads=8, causal=True)
+    t, offset = 512, 100_000
+    q, k, v = qkv(b=1, h=8, tq=t, tk=t, dh=16, dtype=torch.bfloat16, seed=3)
+    positions = torch.arange(offset, offset + t)
+    out = attention(q, k, v, enc, causal=True, q_positions=positions, k_positions=positions)
+    expected = reference(
+        q.double(),
+        k.double(),
+        v.double(),
+        enc.double(),
+        causal=True,
+        q_positions=positions,
+        k_positions=positions,
+    )
+    torch.testing.assert_close(out.double(), expected, **BF16_TOL)
+    # The naive bf16 key-only bias is off by whole units in the logits far from the last query.
+    naive_bias = enc.attention_bias(q, k, positions, positions).to(torch.bfloat16)
+    naive = F.scaled_dot_product_attention(q, k, v, attn_mask=naive_bias, is_causal=True)
+    assert not torch.allclose(naive.double(), expected, **BF16_TOL)
+
+
+# --- compile -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", pytest.param("rope", marks=pytest.mark.slow)])
+def test_compiles_fullgraph_without_recompiling_per_length(name):
+    torch._dynamo.reset()
+    enc = make(name, causal=True)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    fn = torch.compile(lambda q, k, v: attention(q, k, v, enc, causal=True), fullgraph=True, dynamic=True)
+    for t in (6, 9, 13):
+        q, k, v = qkv(tq=t, tk=t, seed=t)
+        torch.testing.assert_close(fn(q, k, v), reference(q, k, v, enc, causal=True), **F32_TOL)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_compiles_fullgraph_every_encoding_with_mask(name):
+    torch._dynamo.reset()
+    enc = make(name, causal=True)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    fn = torch.compile(
+        lambda q, k, v, m: attention(q, k, v, enc, causal=True, attn_mask=m), fullgraph=True, dynamic=True
+    )
+    for t in (6, 9, 13):
+        q, k, v = qkv(tq=t, tk=t, seed=t)
+        mask = masks(2, t, t)["padding"]
+        torch.testing.assert_close(
+            fn(q, k, v, mask), reference(q, k, v, enc, causal=True, attn_mask=mask), **F32_TOL
+        )
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+# --- FlexAttention (opt-in; compiles) ----------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ["alibi", "t5", "rope", "none"])
+def test_flex_backend_matches_reference(name, causal):
+    enc = make(name, causal, head_dim=16)
+    q, k, v = qkv(b=2, h=4, tq=32, tk=32, dh=16)
+    mask = masks(2, 32, 32)["padding"]
+    with torch.no_grad():
+        out = attention(q, k, v, enc, causal=causal, attn_mask=mask, backend="flex")
+        expected = reference(q, k, v, enc, causal=causal, attn_mask=mask)
+    torch.testing.assert_close(out, expected, **F32_TOL)
+
+
+def test_flex_backend_refuses_cpu_gradients():
+    q, k, v = (t.requires_grad_() for t in qkv(dh=16))
+    with pytest.raises(ValueError, match=r"backend='flex'.*CPU"):
+        attention(q, k, v, make("alibi", True), causal=True, backend="flex")
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (
+            lambda q, k, v: (q[0], k, v),
+            ValueError,
+            r"q must have shape \(batch, heads, seq, head_dim\).*rank 3",
+        ),
+        (lambda q, k, v: (q, k[..., 0], v), ValueError, r"k must have shape.*rank 3"),
+        (lambda q, k, v: (q, k, v[:, :, :5]), ValueError, r"v must have shape.*\(2, 4, 7\).*\(2, 4, 5, 8\)"),
+        (lambda q, k, v: (q, k[..., :6], v), ValueError, r"same head_dim"),
+        (lambda q, k, v: (q, k[:, :3], v[:, :3]), ValueError, r"4 heads and k has 3"),
+        (lambda q, k, v: (q, k.double(), v), TypeError, r"same dtype"),
+        (lambda q, k, v: (q.long(), k, v), TypeError, r"q must be a floating-point tensor.*int64"),
+        (lambda q, k, v: (q.tolist(), k, v), TypeError, r"q must be a torch.Tensor.*list"),
+    ],
+)
+def test_bad_tensors_name_the_argument(change, error, match):
+    q, k, v = change(*qkv())
+    with pytest.raises(error, match=match):
+        attention(q, k, v, make("rope", True), causal=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"attn_mask": torch.ones(2, 7)}, TypeError, r"attn_mask must be a boolean keep-mask.*float32"),
+        (
+            {"attn_mask": torch.ones(2, 7, dtype=torch.bool)},
+            ValueError,
+            r"attn_mask must be broadcastable.*\(2, 7\)",
+        ),
+        (
+            {"attn_mask": torch.ones(3, 1, 1, 7, dtype=torch.bool)},
+            ValueError,
+            r"attn_mask.*\(2, 4, 7, 7\).*\(3, 1, 1, 7\)",
+        ),
+        (
+            {"attn_mask": torch.ones(1, 1, 1, 1, 7, dtype=torch.bool)},
+            ValueError,
+            r"attn_mask must be broadcastable",
+        ),
+        ({"dropout_p": 1.5}, ValueError, r"dropout_p.*1.5"),
+        ({"scale": -1.0}, ValueError, r"scale.*-1.0"),
+        ({"backend": "fast"}, ValueError, r"backend must be one of.*'fast'"),
+        ({"chunk_size": 0}, ValueError, r"chunk_size.*0"),
+        ({"q_positions": torch.arange(5)}, ValueError, r"q_positions has length 5, expected 7"),
+        ({"k_positions": torch.arange(7.0)}, TypeError, r"k_positions must have an integer dtype"),
+    ],
+)
+def test_bad_options_name_the_argument(kwargs, error, match):
+    q, k, v = qkv()
+    with pytest.raises(error, match=match):
+        attention(q, k, v, make("alibi", True), causal=True, **kwargs)
+
+
+def test_encoding_must_be_a_module():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"encoding must be a posenc.PositionalEncoding.*str"):
+        attention(q, k, v, "alibi")
