@@ -22,6 +22,8 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_float_tensor
+
 __all__ = [
     "PositionalEncoding",
     "check_input",
@@ -37,19 +39,23 @@ Kind = Literal["additive", "rotary", "bias", "none"]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
+#: The dtypes caches are kept in: float32, or float64 for float64 work; never half precision.
+_CACHE_DTYPES = (torch.float32, torch.float64)
+
+
 def _is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and compiler.is_compiling())
 
 
+def _precise_dtype(t: Tensor) -> torch.dtype:
+    """The dtype tables and biases are computed in for ``t``: float64 for float64, else float32."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
 def check_input(x: Tensor, *, name: str = "x", width: int | None = None) -> None:
     """Check that ``x`` is a floating ``(b, t, d)`` tensor, with ``d == width`` when given."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (batch, seq, dim), got {type(x).__name__}")
-    if x.dim() != 3:
-        raise ValueError(f"{name} must have shape (batch, seq, dim), got a tensor of rank {x.dim()}: {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    check_float_tensor(name, x, rank=3, shape="(batch, seq, dim)")
     if width is not None and x.shape[-1] != width:
         raise ValueError(f"{name} has last dimension {x.shape[-1]}, expected d_model={width}")
 
@@ -60,15 +66,8 @@ def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
     Keys may have fewer heads than queries when the query heads are a multiple of them
     (grouped-query attention), and ``b`` may broadcast from 1.
     """
-    for name, t in (("q", q), ("k", k)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (batch, heads, seq, head_dim), got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have shape (batch, heads, seq, head_dim), got a tensor of rank {t.dim()}: {tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
+    check_float_tensor("k", k, rank=4, shape="(batch, heads, seq, head_dim)")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same head_dim, got q {q.shape[-1]} and k {k.shape[-1]}")
     if head_dim is not None and q.shape[-1] != head_dim:

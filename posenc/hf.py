@@ -29,6 +29,7 @@ from torch import Tensor
 
 from .base import PositionalEncoding
 from .encodings import ALiBi, Learned, RelativeBias, RoPE, Sinusoidal
+from .functional.rotary import _TYPE_KEYS, ROPE_TYPES
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -42,31 +43,6 @@ __all__ = [
 ]
 
 Config = Mapping[str, Any]
-
-#: RoPE scaling types (``rope_type``) that :class:`posenc.RoPE` implements, with the keys each reads.
-_ROPE_SCALING_KEYS: dict[str, tuple[str, ...]] = {
-    "default": (),
-    "linear": ("factor",),
-    "dynamic": ("factor",),
-    "yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "attention_factor",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "truncate",
-    ),
-    "longrope": (
-        "factor",
-        "original_max_position_embeddings",
-        "attention_factor",
-        "short_factor",
-        "long_factor",
-    ),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-}
 
 
 # --- reading configs ---------------------------------------------------------------------------
@@ -96,15 +72,20 @@ def _get(cfg: Config, *names: str, default: Any = None) -> Any:
     return default
 
 
+def _check_positive_integer(name: str, value: Any) -> int:
+    # Every size in this module is checked here; a wrong type raises ValueError too, as it always has.
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def _positive_int(cfg: Config, model_type: str, *names: str, default: int | None = None) -> int:
     value = _get(cfg, *names, default=default)
     if value is None:
         raise ValueError(
             f"{model_type} config: missing {names[0]!r} (also read as {', '.join(names[1:]) or 'nothing else'})"
         )
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{model_type} config: {names[0]} must be a positive integer, got {value!r}")
-    return value
+    return _check_positive_integer(f"{model_type} config: {names[0]}", value)
 
 
 def _heads_and_head_dim(
@@ -129,9 +110,7 @@ def _heads_and_head_dim(
                 f"{model_type} config: {width[0]}={hidden} is not a multiple of {heads[0]}={num_heads}"
             )
         head_dim = hidden // num_heads
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"{model_type} config: head_dim must be a positive integer, got {head_dim!r}")
-    return num_heads, head_dim
+    return num_heads, _check_positive_integer(f"{model_type} config: head_dim", head_dim)
 
 
 # --- RoPE --------------------------------------------------------------------------------------
@@ -187,18 +166,18 @@ def _rope_parameters(
         )
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
-    if rope_type not in _ROPE_SCALING_KEYS:
+    if rope_type not in ROPE_TYPES:
         raise ValueError(
-            f"{model_type} config: rope_type {rope_type!r} is not supported; supported: {', '.join(_ROPE_SCALING_KEYS)}"
+            f"{model_type} config: rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
         )
     if rope_type == "default":
         return float(base), float(partial), {}
     max_pos = _get(cfg, "max_position_embeddings", default=d.max_len)
     scaling: dict[str, Any] = {"rope_type": rope_type}
-    for key in _ROPE_SCALING_KEYS[rope_type]:
+    for key in sorted(_TYPE_KEYS[rope_type]):
         if params.get(key) is not None:
             scaling[key] = params[key]
-    if "original_max_position_embeddings" in _ROPE_SCALING_KEYS[rope_type]:
+    if "original_max_position_embeddings" in _TYPE_KEYS[rope_type]:
         # A top-level original_max_position_embeddings wins over the dict's (transformers' Phi-3 rule,
         # which it applies to every model with that attribute); otherwise the trained length.
         top = _get(cfg, "original_max_position_embeddings", default=d.original_max)
@@ -342,9 +321,7 @@ class FalconALiBi(ALiBi):
         self, num_heads: int, head_dim: int, causal: bool = True, *, device: torch.device | str | None = None
     ) -> None:
         super().__init__(num_heads, causal=causal, device=device)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-            raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
-        self.head_dim = head_dim
+        self.head_dim = _check_positive_integer("head_dim", head_dim)
         self.slope_scale = head_dim**-0.5
 
     def _slopes(self, dtype: torch.dtype) -> Tensor:
@@ -431,6 +408,22 @@ class _Converter:
     convert: Callable[[Config, str, bool | None], PositionalEncoding]
     summary: str
 
+
+# Model types whose config classes share every default also share a converter.
+_BART = _Converter(
+    _learned(
+        width=("d_model",),
+        length=("max_position_embeddings",),
+        default_width=1024,
+        default_length=1024,
+        offset=2,
+    ),
+    "Learned, offset 2",
+)
+_MARIAN = _Converter(
+    _sinusoidal(spacing="paper", default_width=1024, default_length=1024),
+    "Sinusoidal, concat layout, positions from 0",
+)
 
 _CONVERTERS: dict[str, _Converter] = {
     # RoPE, half-split layout (rotate_half), whole head
@@ -526,34 +519,10 @@ _CONVERTERS: dict[str, _Converter] = {
         ),
         "Learned, offset 2",
     ),
-    "bart": _Converter(
-        _learned(
-            width=("d_model",),
-            length=("max_position_embeddings",),
-            default_width=1024,
-            default_length=1024,
-            offset=2,
-        ),
-        "Learned, offset 2",
-    ),
-    "mbart": _Converter(
-        _learned(
-            width=("d_model",),
-            length=("max_position_embeddings",),
-            default_width=1024,
-            default_length=1024,
-            offset=2,
-        ),
-        "Learned, offset 2",
-    ),
-    "marian": _Converter(
-        _sinusoidal(spacing="paper", default_width=1024, default_length=1024),
-        "Sinusoidal, concat layout, positions from 0",
-    ),
-    "pegasus": _Converter(
-        _sinusoidal(spacing="paper", default_width=1024, default_length=1024),
-        "Sinusoidal, concat layout, positions from 0",
-    ),
+    "bart": _BART,
+    "mbart": _BART,
+    "marian": _MARIAN,
+    "pegasus": _MARIAN,
     "speech_to_text": _Converter(
         _sinusoidal(
             spacing="tensor2tensor",
@@ -764,8 +733,7 @@ def rope_layout_permutation(
 
 
 def _check_rotary_dims(head_dim: int, rotary_dim: int | None) -> int:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+    _check_positive_integer("head_dim", head_dim)
     if rotary_dim is None:
         rotary_dim = head_dim
     if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim <= 0 or rotary_dim % 2:
@@ -791,8 +759,7 @@ def _permute_heads(
             "weight must be a projection weight (num_heads*head_dim, in_features) or bias (num_heads*head_dim,), "
             f"got shape {tuple(weight.shape)}"
         )
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads <= 0:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    _check_positive_integer("num_heads", num_heads)
     rows = weight.shape[0]
     if head_dim is None:
         if rows % num_heads:

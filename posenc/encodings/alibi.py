@@ -5,18 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..base import PositionalEncoding, ScoreMod, resolve_qk_positions
+from .._checks import check_bool, check_positive_int
+from ..base import PositionalEncoding, ScoreMod, _precise_dtype, resolve_qk_positions
 from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options
 from ..functional.relative import default_relative_distances, position_indexer, toeplitz_by_distance
 from ..registry import register
-from .relative import (
-    bias_dtype,
-    check_bias_qk,
-    check_bool,
-    check_num_heads,
-    check_scores,
-    uses_default_positions,
-)
+from .relative import check_bias_qk, check_scores, uses_default_positions
 
 __all__ = ["ALiBi"]
 
@@ -83,7 +77,7 @@ class ALiBi(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        check_num_heads(num_heads)
+        check_positive_int("num_heads", num_heads)
         check_bool("causal", causal)
         check_alibi_options(num_heads, max_bias)
         self.num_heads = num_heads
@@ -136,7 +130,7 @@ class ALiBi(PositionalEncoding):
             float64 ``q``).
         """
         check_bias_qk(q, k, self.num_heads)
-        slopes = self._slopes(bias_dtype(q))
+        slopes = self._slopes(_precise_dtype(q))
         if self.causal:
             q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
             return alibi_key_only_bias(slopes, q_positions, k_positions)
@@ -182,7 +176,7 @@ class ALiBi(PositionalEncoding):
             cast back to the scores' dtype.
         """
         check_scores(scores, self.num_heads)
-        compute = bias_dtype(scores)
+        compute = _precise_dtype(scores)
         # Views with the query length (resp. key length) at dim -2 stand in for q and k.
         bias = self._full_bias(
             scores,
@@ -215,7 +209,7 @@ class ALiBi(PositionalEncoding):
         """
         check_bias_qk(q, k, self.num_heads)
         q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        slopes = self._slopes(bias_dtype(q))
+        slopes = self._slopes(_precise_dtype(q))
         q_pos, k_pos = position_indexer(q_positions), position_indexer(k_positions)
         symmetric = not self.causal
 

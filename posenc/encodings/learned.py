@@ -8,18 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..base import PositionalEncoding, _is_compiling, check_input, resolve_positions
+from .._checks import check_choice, check_int
+from ..base import PositionalEncoding, _is_compiling, _precise_dtype, check_input, resolve_positions
 from ..registry import register
 
 __all__ = ["Learned"]
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 @register("learned")
@@ -68,9 +61,9 @@ class Learned(PositionalEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = _check_int("d_model", d_model, minimum=1)
-        self.max_len = _check_int("max_len", max_len, minimum=1)
-        self.offset = _check_int("offset", offset, minimum=0)
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.offset = check_int("offset", offset, minimum=0)
         if not isinstance(init_std, (int, float)) or isinstance(init_std, bool):
             raise TypeError(f"init_std must be a float, got {init_std!r} ({type(init_std).__name__})")
         if not (0 <= init_std < float("inf")):
@@ -108,7 +101,7 @@ class Learned(PositionalEncoding):
             ``(n, d)``, ``(t, d)`` or ``(b, t, d)``, in the parameter's dtype, with gradient.
         """
         if isinstance(positions, int) and not isinstance(positions, bool):
-            _check_int("positions", positions, minimum=0)
+            check_int("positions", positions, minimum=0)
             self._check_length(positions)
             return self.weight[self.offset : self.offset + positions]
         if not isinstance(positions, Tensor):
@@ -163,9 +156,8 @@ class Learned(PositionalEncoding):
             new_max_len: the new number of positions, >= 1.
             mode: ``"linear"``, ``"nearest"`` or ``"repeat"``.
         """
-        _check_int("new_max_len", new_max_len, minimum=1)
-        if mode not in ("linear", "nearest", "repeat"):
-            raise ValueError(f"mode must be one of ['linear', 'nearest', 'repeat'], got {mode!r}")
+        check_int("new_max_len", new_max_len, minimum=1)
+        check_choice("mode", mode, ("linear", "nearest", "repeat"))
         old = self.weight
         head, body = old[: self.offset], old[self.offset :]
         if mode == "repeat":
@@ -173,8 +165,7 @@ class Learned(PositionalEncoding):
             new_body = body[index]
         else:
             # interpolate in float32 or better, along the positions: (1, d, len)
-            wide = torch.float64 if old.dtype == torch.float64 else torch.float32
-            grid = body.to(wide).t().unsqueeze(0)
+            grid = body.to(_precise_dtype(old)).t().unsqueeze(0)
             if mode == "linear":
                 resized = F.interpolate(grid, size=new_max_len, mode="linear", align_corners=False)
             else:

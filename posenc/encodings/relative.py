@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..base import PositionalEncoding, ScoreMod, check_qk, resolve_qk_positions
+from .._checks import check_bool, check_float_tensor, check_positive_int
+from ..base import PositionalEncoding, ScoreMod, _precise_dtype, check_qk, resolve_qk_positions
 from ..functional.relative import (
     check_relative_bucket_options,
     default_relative_distances,
@@ -25,20 +26,6 @@ __all__ = ["RelativeBias"]
 # --- helpers shared by the bias encodings -------------------------------------------------------
 
 
-def check_num_heads(num_heads: int) -> None:
-    """Raise TypeError/ValueError unless ``num_heads`` is a positive int."""
-    if not isinstance(num_heads, int) or isinstance(num_heads, bool):
-        raise TypeError(f"num_heads must be a positive int, got {num_heads!r} ({type(num_heads).__name__})")
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be a positive int, got {num_heads}")
-
-
-def check_bool(name: str, value: object) -> None:
-    """Raise TypeError unless ``value`` is a bool (``0``/``1`` and strings are refused)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
-
-
 def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
     """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
     check_qk(q, k)
@@ -50,26 +37,12 @@ def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
 
 def check_scores(scores: Tensor, num_heads: int) -> None:
     """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
-    if not isinstance(scores, Tensor):
-        raise TypeError(
-            f"scores must be a torch.Tensor of shape (batch, heads, q_len, k_len), got {type(scores).__name__}"
-        )
-    if scores.dim() != 4:
-        raise ValueError(
-            f"scores must have shape (batch, heads, q_len, k_len), got a tensor of rank {scores.dim()}: {tuple(scores.shape)}"
-        )
-    if not scores.is_floating_point():
-        raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+    check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
     if scores.shape[1] != num_heads:
         raise ValueError(
             f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
             f"but the encoding was built with num_heads={num_heads}"
         )
-
-
-def bias_dtype(t: Tensor) -> torch.dtype:
-    """Biases are computed in float32, or float64 for float64 inputs; never in half precision."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 def uses_default_positions(q_positions: Tensor | None, k_positions: Tensor | None, tq: int, tk: int) -> bool:
@@ -139,7 +112,7 @@ class RelativeBias(PositionalEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_num_heads(num_heads)
+        check_positive_int("num_heads", num_heads)
         check_bool("causal", causal)
         if bidirectional is not None:
             check_bool("bidirectional", bidirectional)
@@ -207,7 +180,7 @@ class RelativeBias(PositionalEncoding):
             for float64 ``q``), contiguous with heads outermost.
         """
         check_bias_qk(q, k, self.num_heads)
-        return self._bias(q, k, q_positions, k_positions, bias_dtype(q))
+        return self._bias(q, k, q_positions, k_positions, _precise_dtype(q))
 
     def _bias(
         self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None, dtype: torch.dtype
@@ -239,7 +212,7 @@ class RelativeBias(PositionalEncoding):
             and cast back to the scores' dtype.
         """
         check_scores(scores, self.num_heads)
-        compute = bias_dtype(scores)
+        compute = _precise_dtype(scores)
         # Views with the query length (resp. key length) at dim -2 stand in for q and k.
         bias = self._bias(scores, scores.transpose(-1, -2), q_positions, k_positions, compute)
         return (scores.to(compute) + bias).to(scores.dtype)
@@ -266,7 +239,7 @@ class RelativeBias(PositionalEncoding):
         """
         check_bias_qk(q, k, self.num_heads)
         q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        table = self.distance_table(bias_dtype(q))
+        table = self.distance_table(_precise_dtype(q))
         q_pos, k_pos = position_indexer(q_positions), position_indexer(k_positions)
         # A flat table and 0-d tensor constants: with dynamic shapes, torch 2.13's CPU
         # FlexAttention fails to compile 2-D indexing of a captured tensor, and captured Python

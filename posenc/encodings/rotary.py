@@ -9,13 +9,22 @@ on demand to the next power of two past the longest position seen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from ..base import PositionalEncoding, _is_compiling, check_qk, resolve_positions, resolve_qk_positions
+from .._checks import check_float_tensor
+from ..base import (
+    _CACHE_DTYPES,
+    PositionalEncoding,
+    _is_compiling,
+    _precise_dtype,
+    check_qk,
+    resolve_positions,
+    resolve_qk_positions,
+)
 from ..functional.rotary import (
     RopeParameters,
     apply_rotary,
@@ -30,8 +39,6 @@ __all__ = ["RoPE"]
 
 #: Table rows built at construction when ``max_len`` is not given (it grows on demand).
 DEFAULT_INITIAL_LEN = 2048
-
-_CACHE_DTYPES = (torch.float32, torch.float64)
 
 
 def _next_power_of_two(n: int) -> int:
@@ -113,10 +120,6 @@ class RoPE(PositionalEncoding):
         super().__init__()
         if layout not in ("half", "interleaved"):
             raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-        if scaling is not None and not isinstance(scaling, Mapping):
-            raise TypeError(
-                f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}} or None, got {type(scaling).__name__}"
-            )
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
@@ -243,7 +246,7 @@ class RoPE(PositionalEncoding):
         All share ``L = max position + 1`` (dynamic / longrope), so queries and keys of one
         call are rotated by the same frequencies.
         """
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        compute = _precise_dtype(x)
         device = x.device
         sets = self.inv_freq.shape[0]
         length = None
@@ -326,7 +329,7 @@ class RoPE(PositionalEncoding):
 
     def _contiguous_rows(self, start: int, length: int, x: Tensor) -> tuple[Tensor, Tensor]:
         """cos/sin for positions ``start .. start+length-1`` as a slice of the table: ``(t, r/2)`` each."""
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        compute = _precise_dtype(x)
         table = self._cos_sin
         if _is_compiling():
             # A guard `start+length <= cached rows` (one recompile if crossed, not one per length).
@@ -404,16 +407,7 @@ class RoPE(PositionalEncoding):
         Returns:
             ``(b, h, t, dh)`` rotated, same dtype.
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(
-                f"x must be a torch.Tensor of shape (batch, heads, seq, head_dim), got {type(x).__name__}"
-            )
-        if x.dim() != 4:
-            raise ValueError(
-                f"x must have shape (batch, heads, seq, head_dim), got a tensor of rank {x.dim()}: {tuple(x.shape)}"
-            )
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         if positions is None and not self._length_dependent():

@@ -8,13 +8,14 @@ cast to the input's dtype once, at the end.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from ..base import PositionalEncoding, _is_compiling, check_input, resolve_positions
+from .._checks import check_choice, check_int, check_positive_float
+from ..base import _CACHE_DTYPES, PositionalEncoding, _is_compiling, check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_table
 from ..registry import register
 
@@ -22,30 +23,6 @@ __all__ = ["Sinusoidal", "Sinusoidal2D"]
 
 #: Rows of the 1D table built at construction when ``max_len`` is not given.
 DEFAULT_INITIAL_LEN = 512
-
-_CACHE_DTYPES = (torch.float32, torch.float64)
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_base(base: object) -> float:
-    if not isinstance(base, (int, float)) or isinstance(base, bool):
-        raise TypeError(f"base must be a float, got {base!r} ({type(base).__name__})")
-    base = float(base)
-    if not (base > 0 and base != float("inf")):
-        raise ValueError(f"base must be a finite number > 0, got {base}")
-    return base
-
-
-def _check_choice(name: str, value: object, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
 def _is_exporting() -> bool:
@@ -152,20 +129,20 @@ class Sinusoidal(_TableCache):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _check_int("d_model", d_model, minimum=2)
+        check_int("d_model", d_model, minimum=2)
         if d_model % 2:
             raise ValueError(f"d_model must be even (sin/cos come in pairs), got {d_model}")
-        _check_choice("layout", layout, ("interleaved", "concat"))
-        _check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
+        check_choice("layout", layout, ("interleaved", "concat"))
+        check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
         if freq_spacing == "tensor2tensor" and d_model < 4:
             raise ValueError(f"freq_spacing='tensor2tensor' needs d_model >= 4, got d_model={d_model}")
         if max_len is not None:
-            _check_int("max_len", max_len, minimum=1)
+            check_int("max_len", max_len, minimum=1)
         self.d_model = d_model
-        self.base = _check_base(base)
+        self.base = check_positive_float("base", base)
         self.layout = layout
         self.max_len = max_len
-        self.offset = _check_int("offset", offset, minimum=0)
+        self.offset = check_int("offset", offset, minimum=0)
         self.freq_spacing = freq_spacing
         self._initial_rows = (max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset
         device = torch.device(device) if device is not None else torch.get_default_device()
@@ -202,7 +179,7 @@ class Sinusoidal(_TableCache):
             ``(..., d)`` tensor (``(n, d)`` for an int).
         """
         if isinstance(positions, int) and not isinstance(positions, bool):
-            _check_int("positions", positions, minimum=0)
+            check_int("positions", positions, minimum=0)
             positions = torch.arange(positions, device=self._table.device)
         elif (
             not isinstance(positions, Tensor)
@@ -316,15 +293,15 @@ class Sinusoidal2D(_TableCache):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _check_int("d_model", d_model, minimum=4)
+        check_int("d_model", d_model, minimum=4)
         if d_model % 4:
             raise ValueError(
                 f"d_model must be divisible by 4 (sin and cos for rows and columns), got {d_model}"
             )
         self.d_model = d_model
         self.grid_size = self._check_grid(grid_size)
-        self.base = _check_base(base)
-        self.num_prefix_tokens = _check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+        self.base = check_positive_float("base", base)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         device = torch.device(device) if device is not None else torch.get_default_device()
         self._table_grid = self.grid_size
         self.register_buffer("_table", self._build_table(torch.float32, device), persistent=False)

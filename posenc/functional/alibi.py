@@ -24,21 +24,15 @@ import math
 import torch
 from torch import Tensor
 
+from .._checks import check_positive_float, check_positive_int
+
 __all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options"]
 
 
 def check_alibi_options(num_heads: int, max_bias: float) -> None:
     """Check ALiBi options; raise ValueError/TypeError naming the bad one."""
-    if not isinstance(num_heads, int) or isinstance(num_heads, bool):
-        raise TypeError(f"num_heads must be a positive int, got {num_heads!r} ({type(num_heads).__name__})")
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be a positive int, got {num_heads}")
-    if not isinstance(max_bias, (int, float)) or isinstance(max_bias, bool):
-        raise TypeError(
-            f"max_bias must be a positive finite float, got {max_bias!r} ({type(max_bias).__name__})"
-        )
-    if not math.isfinite(max_bias) or max_bias <= 0:
-        raise ValueError(f"max_bias must be a positive finite float (8.0 in the paper), got {max_bias}")
+    check_positive_int("num_heads", num_heads)
+    check_positive_float("max_bias", max_bias)
 
 
 def _geometric_slopes(n: int, max_bias: float) -> list[float]:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .._checks import check_bool, check_positive_int
+
 __all__ = [
     "check_relative_bucket_options",
     "clamped_relative_index",
@@ -50,15 +52,9 @@ def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirecti
 
     An odd ``num_buckets`` is accepted, as in T5: when bidirectional, the last bucket is never used.
     """
-    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
-        if value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value}")
-    if not isinstance(bidirectional, bool):
-        raise TypeError(
-            f"bidirectional must be a bool, got {bidirectional!r} ({type(bidirectional).__name__})"
-        )
+    check_positive_int("num_buckets", num_buckets)
+    check_positive_int("max_distance", max_distance)
+    check_bool("bidirectional", bidirectional)
     per_direction = num_buckets // 2 if bidirectional else num_buckets
     if per_direction < 2:
         least = 4 if bidirectional else 2

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
 from ..base import _is_compiling
 
 __all__ = [
@@ -56,7 +57,8 @@ RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope"]
 ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 # Keys each rope type reads (besides rope_type/type, rope_theta, partial_rotary_factor),
-# following transformers' ``_validate_<type>_rope_parameters``. Other keys are warned about.
+# following transformers' ``_validate_<type>_rope_parameters``. Other keys are warned about;
+# posenc.hf copies exactly these from a model config.
 _TYPE_KEYS: dict[str, frozenset[str]] = {
     "default": frozenset(),
     "linear": frozenset({"factor"}),
@@ -134,14 +136,6 @@ def _number(key: str, value: Any, *, positive: bool = False, allow_none: bool = 
     return value
 
 
-def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{key} must be a positive int, got {value!r} ({type(value).__name__})")
-    if value <= 0:
-        raise ValueError(f"{key} must be a positive int, got {value}")
-    return value
-
-
 def _factor_list(key: str, value: Any, pairs: int) -> tuple[float, ...]:
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
         raise TypeError(
@@ -189,16 +183,12 @@ def resolve_rope_scaling(
             non-positive or non-finite factor/base, lists of the wrong length, odd or
             too large ``rotary_dim``, conflicting ``base``/``rope_theta``.
     """
-    head_dim = _positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even (RoPE rotates channel pairs), got {head_dim}")
-    if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise TypeError(f"base must be a number, got {base!r} ({type(base).__name__})")
-    base = float(base)
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"base must be a finite number > 0, got {base}")
+    base = check_positive_float("base", base)
     if max_len is not None:
-        max_len = _positive_int("max_len", max_len)
+        max_len = check_positive_int("max_len", max_len)
     if scaling is None:
         scaling = {}
     if not isinstance(scaling, Mapping):
@@ -212,8 +202,7 @@ def resolve_rope_scaling(
         raise ValueError(
             f"scaling gives both rope_type={scaling['rope_type']!r} and type={scaling['type']!r}; give one of them"
         )
-    if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
-        raise ValueError(f"scaling['rope_type'] must be one of {list(ROPE_TYPES)}, got {rope_type!r}")
+    check_choice("scaling['rope_type']", rope_type, ROPE_TYPES)
 
     if scaling.get("rope_theta") is not None:
         theta = _number("rope_theta", scaling["rope_theta"], positive=True)
@@ -234,7 +223,7 @@ def resolve_rope_scaling(
         rotary_dim = from_fraction
     if rotary_dim is None:
         rotary_dim = head_dim
-    rotary_dim = _positive_int("rotary_dim", rotary_dim)
+    rotary_dim = check_positive_int("rotary_dim", rotary_dim)
     if rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even (RoPE rotates channel pairs), got {rotary_dim}")
     if rotary_dim > head_dim:
@@ -266,7 +255,7 @@ def resolve_rope_scaling(
                     "scaling['original_max_position_embeddings'] or max_len"
                 )
             return max_len
-        return _positive_int("scaling['original_max_position_embeddings']", value)
+        return check_positive_int("scaling['original_max_position_embeddings']", value)
 
     params: dict[str, Any] = {"rope_type": rope_type, "base": base, "rotary_dim": rotary_dim}
     if rope_type == "linear":
@@ -297,10 +286,7 @@ def resolve_rope_scaling(
         # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``).
         params["beta_fast"] = _number("beta_fast", scaling.get("beta_fast") or 32.0)
         params["beta_slow"] = _number("beta_slow", scaling.get("beta_slow") or 1.0)
-        truncate = scaling.get("truncate", True)
-        if not isinstance(truncate, bool):
-            raise TypeError(f"scaling['truncate'] must be a bool, got {truncate!r}")
-        params["truncate"] = truncate
+        params["truncate"] = check_bool("scaling['truncate']", scaling.get("truncate", True))
         attention = _number(
             "attention_factor", scaling.get("attention_factor"), positive=True, allow_none=True
         )
@@ -663,14 +649,6 @@ def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "
     return torch.stack((first, second), dim=-1).flatten(-2)
 
 
-#: Half-precision inputs are rotated in float32 on CPU blocks of about this many elements along
-#: the sequence, so that the float32 copies of a block stay in the CPU cache (2^18 elements: 1 MiB
-#: per float32 copy, measured best on a 2-core EPYC with 2 MiB L2 / 32 MiB L3). Float32/float64
-#: inputs are not blocked: fewer, larger operations measured faster there, on a loaded machine
-#: most of all.
-EAGER_BLOCK_ELEMENTS_HALF_PRECISION = 1 << 18
-
-
 def _rotate_block(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> None:
     """Write the rotation of ``x`` (``(..., t, r)``, float32/float64) into ``out`` (a view, same dtype)."""
     if layout == "interleaved":
@@ -712,31 +690,23 @@ def _rotate_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Te
 def _rotate_half_precision(
     out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout, compute: torch.dtype
 ) -> None:
-    """Rotate float32 copies of blocks along ``t`` and round each once into ``out``."""
-    length = x.shape[-2]
-    if length == 0:
+    """Rotate ``x`` (half precision) in float32 and round once into ``out``.
+
+    A converting copy to float32, the float32 kernel (an in-place complex multiply for the
+    interleaved layout, the cat-free form for the half layout), and a converting copy back:
+    each step is one large operation over the whole tensor. Cache-sized blocks measured
+    faster on an idle CPU but up to 10x slower on a loaded one (each small parallel op
+    waits for a time slice); gathering the half layout into complex pairs in the first copy
+    measured slower too (a strided, unvectorised read).
+    """
+    work = x.to(compute, memory_format=torch.contiguous_format)
+    if layout == "interleaved":
+        torch.view_as_complex(work.unflatten(-1, (-1, 2))).mul_(torch.complex(cos, sin))
+        out.copy_(work)
         return
-    per_position = max(x.numel() // length, 1)
-    step = length if x.device.type != "cpu" else max(1, EAGER_BLOCK_ELEMENTS_HALF_PRECISION // per_position)
-    cos_per_position = cos.dim() >= 2 and cos.shape[-2] != 1  # else it broadcasts over t
-    pairs = x.shape[-1] // 2
-    for start in range(0, length, step):
-        block = slice(start, start + step)
-        cs = cos[..., block, :] if cos_per_position else cos
-        ss = sin[..., block, :] if cos_per_position else sin
-        x_block, out_block = x[..., block, :], out[..., block, :]
-        if layout == "half":
-            # A float32 copy of the block, rotated into a second float32 block, rounded once into out.
-            work = x_block.to(compute)
-            rotated = torch.empty_like(work)
-            _rotate_block(rotated, work, cs, ss, layout)
-            out_block.copy_(rotated)
-        else:
-            # One converting copy into float32 complex pairs, an in-place complex multiply, one
-            # converting copy back: three passes over the block, all in the cache.
-            work = x_block.to(compute, memory_format=torch.contiguous_format)
-            torch.view_as_complex(work.unflatten(-1, (pairs, 2))).mul_(torch.complex(cs, ss))
-            out_block.copy_(work)
+    rotated = torch.empty_like(work)
+    _rotate_block(rotated, work, cos, sin, layout)
+    out.copy_(rotated)
 
 
 class _Rotate(torch.autograd.Function):

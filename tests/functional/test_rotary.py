@@ -38,17 +38,11 @@ def cos_sin(length: int, pairs: int, *, batch: int | None = None, offset: int = 
     return cos, sin
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """Force the half-precision eager CPU kernel to work in many blocks along t (production blocks are large)."""
-    monkeypatch.setattr(rotary, "EAGER_BLOCK_ELEMENTS_HALF_PRECISION", 96)
-
-
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rotary_dim", [8, 16])
 @pytest.mark.parametrize("per_batch", [False, True])
-def test_eager_kernel_equals_plain_formula(small_blocks, layout, dtype, rotary_dim, per_batch):
+def test_eager_kernel_equals_plain_formula(layout, dtype, rotary_dim, per_batch):
     x = torch.randn(2, 3, 11, 16, dtype=torch.float64).to(dtype)
     cos, sin = cos_sin(11, rotary_dim // 2, batch=2 if per_batch else None)
     if dtype == torch.float64:
@@ -94,7 +88,7 @@ def test_non_contiguous_and_broadcast_inputs(layout):
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_custom_backward_equals_autograd_of_the_formula(small_blocks, layout):
+def test_custom_backward_equals_autograd_of_the_formula(layout):
     x = torch.randn(2, 4, 13, 16, requires_grad=True)
     cos, sin = cos_sin(13, 6)
     cos, sin = cos * 1.2, sin * 1.2  # an attention factor: the backward is the scaled inverse rotation

@@ -1,0 +1,129 @@
+"""Gradients: ``torch.autograd.gradcheck`` in float64 for every hook that has parameters or is
+differentiable in its inputs, and through ``posenc.attention`` on each of its paths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from entries_table import Entry, make_input, make_qk
+from torch.autograd import gradcheck, gradgradcheck
+from torch.func import functional_call
+
+import posenc
+
+
+def _f64(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.detach().double().requires_grad_(True) for t in tensors)
+
+
+POSITION_FORMS = {
+    "default": lambda b, t: None,
+    "shared": lambda b, t: torch.arange(3, 3 + t) * 7,
+    "per-row": lambda b, t: torch.randint(0, 5000, (b, t), generator=torch.Generator().manual_seed(b * t)),
+}
+
+
+@pytest.mark.parametrize("form", list(POSITION_FORMS))
+def test_encode_qk_gradcheck(qk_entry: Entry, form: str) -> None:
+    rope = qk_entry.build()
+    q, k = _f64(*make_qk(qk_entry, 2, 5, 7, torch.float64, heads=4, kv_heads=2))
+    q_pos = POSITION_FORMS[form](2, 5)
+    k_pos = POSITION_FORMS[form](2, 7)
+    if q_pos is not None and k_pos is not None and form == "shared":
+        k_pos = torch.arange(7) * 7
+    assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_pos, k_pos), (q, k))
+
+
+@pytest.mark.xfail(strict=True, reason="RoPE's eager backward uses out= kernels: no double backward (BUG 2)")
+def test_rope_second_derivatives(qk_entry: Entry) -> None:
+    """Double backward (Hessian-vector products, gradient penalties) through the rotation."""
+    rope = qk_entry.build()
+    q, k = _f64(*make_qk(qk_entry, 1, 4, 4, torch.float64, heads=2))
+    assert gradgradcheck(lambda q, k: rope.encode_qk(q, k), (q, k))
+
+
+@pytest.mark.parametrize("form", list(POSITION_FORMS))
+def test_encode_input_gradcheck_in_x(input_entry: Entry, form: str) -> None:
+    module = input_entry.build()
+    (x,) = _f64(make_input(input_entry, 2, 6, torch.float64))
+    positions = None if input_entry.fixed_len else POSITION_FORMS[form](2, 6)
+    if positions is not None and input_entry.max_position is not None:
+        positions = positions % (input_entry.max_position + 1)
+    assert gradcheck(lambda x: module.encode_input(x, positions), (x,))
+
+
+class _Hook(torch.nn.Module):
+    """Calls one hook of an encoding as ``forward``, so that ``functional_call`` can swap its parameters."""
+
+    def __init__(self, encoding: posenc.PositionalEncoding, hook: str) -> None:
+        super().__init__()
+        self.encoding = encoding
+        self.hook = hook
+
+    def forward(self, *args, **kwargs):
+        if self.hook == "attention":
+            return posenc.attention(*args, self.encoding, **kwargs)
+        return getattr(self.encoding, self.hook)(*args, **kwargs)
+
+
+def _with_params(encoding: posenc.PositionalEncoding, hook: str):
+    """``(function of the parameter values, their float64 leaves)`` for gradcheck."""
+    wrapper = _Hook(encoding, hook)
+    names = [n for n, _ in wrapper.named_parameters()]
+    leaves = _f64(*(p for _, p in wrapper.named_parameters()))
+    buffers = dict(wrapper.named_buffers())
+
+    def call(args: tuple, kwargs: dict, values: tuple) -> torch.Tensor:
+        state = {**buffers, **dict(zip(names, values, strict=True))}
+        return functional_call(wrapper, state, args, kwargs)
+
+    return call, leaves
+
+
+def test_parameters_gradcheck(learned_entry: Entry) -> None:
+    """Every learned parameter (the learned table, T5's bias table) gets the exact gradient."""
+    module = learned_entry.build().double()
+    positions = torch.tensor([[0, 3, 3, 9], [200, 1, 0, 255]])
+    if "input" in learned_entry.hooks:
+        hook, args = (
+            "encode_input",
+            (torch.zeros(2, 4, learned_entry.d_model, dtype=torch.float64), positions),
+        )
+    else:
+        q, k = make_qk(learned_entry, 2, 4, 4, torch.float64)
+        hook, args = "attention_bias", (q, k, positions, positions)
+    call, leaves = _with_params(module, hook)
+    assert leaves, "a learned entry must have parameters"
+    assert gradcheck(lambda *values: call(args, {}, values), leaves)
+
+
+def test_bias_forward_gradcheck_in_scores(bias_entry: Entry) -> None:
+    module = bias_entry.build().double()
+    (scores,) = _f64(torch.randn(2, bias_entry.num_heads, 4, 6, dtype=torch.float64))
+    assert gradcheck(lambda s: module(s), (scores,))
+
+
+ATTENTION_CASES = [
+    ("rope", "auto", True),
+    ("rope", "chunked", False),
+    ("alibi", "auto", True),
+    ("alibi", "chunked", True),
+    ("alibi(causal=False)", "sdpa", False),
+    ("t5", "auto", True),
+    ("t5", "chunked", False),
+    ("none", "sdpa", True),
+]
+
+
+@pytest.mark.parametrize(("spec", "backend", "causal"), ATTENTION_CASES)
+def test_attention_gradcheck(spec: str, backend: str, causal: bool) -> None:
+    encoding = posenc.build(spec, num_heads=2, head_dim=4, causal=causal).double()
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = _f64(*(torch.randn(1, 2, t, 4, generator=gen, dtype=torch.float64) for t in (5, 6, 6)))
+    call, params = _with_params(encoding, "attention")
+    kwargs = {"causal": causal, "backend": backend, "chunk_size": 2}
+    # fast_mode: one random direction per input instead of the full Jacobian (the chunked
+    # path recomputes each chunk under checkpointing, so the full Jacobian takes ~15 s)
+    assert gradcheck(
+        lambda q, k, v, *values: call((q, k, v), kwargs, values), (q, k, v, *params), fast_mode=True
+    )
