@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from .base import PositionalEncoding, resolve_qk_positions
+from .base import PositionalEncoding, _is_compiling, resolve_qk_positions
 
 __all__ = ["Backend", "attention"]
 
@@ -36,10 +36,6 @@ BIAS_BUDGET_BYTES = 64 * 2**20
 #: keeps the key-only ALiBi values small near every chunk's diagonal (a slope of at most
 #: ~0.7 times 64 rows stays below 45, where bfloat16 still resolves steps of 0.25).
 HALF_CAST_CHUNK = 64
-
-
-def _is_compiling() -> bool:
-    return bool(torch.compiler.is_compiling())
 
 
 def _float_mask_allowed(device_type: str) -> bool:

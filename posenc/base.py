@@ -48,6 +48,12 @@ def _is_compiling() -> bool:
     return bool(compiler is not None and compiler.is_compiling())
 
 
+def _is_exporting() -> bool:
+    """Whether ``torch.export`` is tracing (such a program must serve every length: no cache slices)."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting is not None and is_exporting())
+
+
 def _precise_dtype(t: Tensor) -> torch.dtype:
     """The dtype tables and biases are computed in for ``t``: float64 for float64, else float32."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
@@ -76,7 +82,9 @@ def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
         raise ValueError(f"q and k must have the same batch size, got q {q.shape[0]} and k {k.shape[0]}")
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk and (hk == 0 or hq % hk != 0):
-        raise ValueError(f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads")
+        raise ValueError(
+            f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads"
+        )
 
 
 def resolve_positions(
@@ -105,7 +113,9 @@ def resolve_positions(
     if positions is None:
         return torch.arange(offset, offset + length, device=device, dtype=torch.long)
     if not isinstance(positions, Tensor):
-        raise TypeError(f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}")
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}"
+        )
     if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
         raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
     if positions.dim() not in (1, 2):
@@ -117,7 +127,12 @@ def resolve_positions(
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
         raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
     # A data-dependent check: eager only, so that compiled graphs stay free of syncs.
-    if not _is_compiling() and positions.numel() > 0 and positions.device.type != "meta" and bool((positions < 0).any()):
+    if (
+        not _is_compiling()
+        and positions.numel() > 0
+        and positions.device.type != "meta"
+        and bool((positions < 0).any())
+    ):
         raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
     return positions.long()
 
@@ -171,7 +186,11 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
         ``(b, t)`` long tensor of positions.
     """
     if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
-        shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        shape = (
+            tuple(attention_mask.shape)
+            if isinstance(attention_mask, Tensor)
+            else type(attention_mask).__name__
+        )
         raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {shape}")
     keep = attention_mask.long()
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep

@@ -143,20 +143,24 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     except SyntaxError as err:
         raise ValueError(
             f"cannot parse position encoding spec {spec!r}: expected a name like 'rope' or a call like "
-            f"\"rope(base=500000.0)\" ({err.msg})"
+            f'"rope(base=500000.0)" ({err.msg})'
         ) from None
     if isinstance(node, ast.Name):
         return node.id, {}
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        raise ValueError(f"position encoding spec {spec!r} must be a name like 'alibi' or a call like \"rope(base=500000.0)\"")
+        raise ValueError(
+            f"position encoding spec {spec!r} must be a name like 'alibi' or a call like \"rope(base=500000.0)\""
+        )
     if node.args:
         raise ValueError(
-            f"position encoding spec {spec!r}: options must be given by keyword, e.g. \"{node.func.id}(base=10000.0)\""
+            f'position encoding spec {spec!r}: options must be given by keyword, e.g. "{node.func.id}(base=10000.0)"'
         )
     options: dict[str, Any] = {}
     for kw in node.keywords:
         if kw.arg is None:
-            raise ValueError(f"position encoding spec {spec!r}: '**' is not allowed; write each option as key=value")
+            raise ValueError(
+                f"position encoding spec {spec!r}: '**' is not allowed; write each option as key=value"
+            )
         try:
             options[kw.arg] = ast.literal_eval(kw.value)
         except ValueError:
@@ -211,8 +215,13 @@ def build(spec: Any, **dims: Any) -> PositionalEncoding:
     hints = _type_hints(cls)
     unknown = [k for k in options if k not in accepted]
     if unknown:
-        listing = ", ".join(f"{n}={p.default!r}" if p.default is not inspect.Parameter.empty else n for n, p in accepted.items())
-        raise ValueError(f"{name}: unknown option(s) {', '.join(map(repr, unknown))}; {cls.__name__} accepts: {listing}")
+        listing = ", ".join(
+            f"{n}={p.default!r}" if p.default is not inspect.Parameter.empty else n
+            for n, p in accepted.items()
+        )
+        raise ValueError(
+            f"{name}: unknown option(s) {', '.join(map(repr, unknown))}; {cls.__name__} accepts: {listing}"
+        )
     kwargs = {k: v for k, v in dims.items() if k in accepted and v is not None}
     kwargs.update(options)
     for key, value in kwargs.items():

@@ -92,7 +92,11 @@ def test_parse_spec_never_evaluates_code(tmp_path):
 @pytest.mark.parametrize(
     ("spec", "error", "pattern"),
     [
-        ("ropee", ValueError, r"unknown position encoding 'ropee'.*Did you mean 'rope'.*Known encodings: .*alibi"),
+        (
+            "ropee",
+            ValueError,
+            r"unknown position encoding 'ropee'.*Did you mean 'rope'.*Known encodings: .*alibi",
+        ),
         ("rope(bse=1.0)", ValueError, r"unknown option\(s\) 'bse'.*accepts: head_dim, base=10000.0"),
         ("rope(base='big')", TypeError, r"base='big'.*expected float"),
         ("rope(layout='split')", TypeError, r"layout='split'.*one of \['half', 'interleaved'\]"),
@@ -122,7 +126,16 @@ def test_unknown_dim_names_are_rejected():
         posenc.build("rope", head_dim=16, hidden=3)
 
 
-def test_register_a_user_encoding_and_build_it():
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Registrations made by a test stay out of the registry other tests see."""
+    from posenc import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_CANONICAL", dict(registry._CANONICAL))
+
+
+def test_register_a_user_encoding_and_build_it(scratch_registry):
     @posenc.register("test_scaled_nope", "test_scaled_nope_alias")
     class ScaledNoPE(posenc.PositionalEncoding):
         def __init__(self, d_model: int, scale: float = 1.0) -> None:
@@ -140,7 +153,7 @@ def test_register_a_user_encoding_and_build_it():
     assert describe("test_scaled_nope")["aliases"] == ["test_scaled_nope_alias"]
 
 
-def test_register_refuses_a_taken_name_and_non_encodings():
+def test_register_refuses_a_taken_name_and_non_encodings(scratch_registry):
     with pytest.raises(ValueError, match="already taken"):
 
         @posenc.register("rope")

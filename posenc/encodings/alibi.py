@@ -92,10 +92,12 @@ class ALiBi(PositionalEncoding):
         self.slopes = alibi_slopes(self.num_heads, self.max_bias, device=self.slopes.device)
 
     def _apply(self, fn, recurse=True):
+        was_meta = self.slopes.device.type == "meta"
         super()._apply(fn, recurse)
-        # .to(dtype) / .half() would round the slopes; rebuild them exactly, in float32 (as timm
+        # to_empty() from the meta device leaves uninitialised memory: compute the slopes.
+        # .to(dtype) / .half() would round them: rebuild them exactly, in float32 (as timm
         # keeps its frequency buffers).
-        if self.slopes.dtype != torch.float32:
+        if (was_meta and self.slopes.device.type != "meta") or self.slopes.dtype != torch.float32:
             self.reset_caches()
         return self
 

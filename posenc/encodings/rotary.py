@@ -20,6 +20,7 @@ from ..base import (
     _CACHE_DTYPES,
     PositionalEncoding,
     _is_compiling,
+    _is_exporting,
     _precise_dtype,
     check_qk,
     resolve_positions,
@@ -43,6 +44,19 @@ DEFAULT_INITIAL_LEN = 2048
 
 def _next_power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
+
+
+def _cos_sin_from_formula(
+    positions: Tensor, inv_freq: Tensor, scale: Tensor, scaled: bool, compute: torch.dtype
+) -> Tensor:
+    """``(2, ..., r/2)``: cos then sin of ``positions * inv_freq`` (times ``scale`` when ``scaled``).
+
+    The one place cos/sin are computed without the table (compile past the table, export,
+    meta device). Tensors only, no Python float: it is also a ``torch.cond`` branch.
+    """
+    angles = positions.to(inv_freq.dtype)[..., None] * inv_freq
+    rows = torch.stack((angles.cos(), angles.sin()))
+    return (rows * scale if scaled else rows).to(compute)
 
 
 @register("rope", "rotary")
@@ -251,7 +265,9 @@ class RoPE(PositionalEncoding):
         sets = self.inv_freq.shape[0]
         length = None
         if self._length_dependent():
-            length = torch.stack([p.max() for p in positions]).max() + 1 if positions[0].numel() else None
+            # over every non-empty positions tensor: keys may be empty while queries are not
+            flat = torch.cat([p.reshape(-1) for p in positions])
+            length = flat.max() + 1 if flat.numel() else None
 
         if self.rope_type == "dynamic":
             # On the fly: the frequencies themselves depend on L (no table to reuse).
@@ -276,8 +292,9 @@ class RoPE(PositionalEncoding):
         if self.rope_type == "longrope" and length is not None:
             select = (length > self.params.original_max_len).long()  # 0 short, 1 long factors
 
-        if _is_compiling():
-            return [self._compiled_rows(pos, select, compute, device) for pos in positions]
+        if _is_compiling() or device.type == "meta":
+            # no `int(positions.max())`: under compile it is data (a sync), on meta it has no value
+            return [self._traced_rows(pos, select, compute, device) for pos in positions]
 
         need = max((int(p.max()) + 1 if p.numel() else 0) for p in positions)
         table = self._ensure_table(need, compute, device)
@@ -290,37 +307,45 @@ class RoPE(PositionalEncoding):
             out.append(self._shape(rows[0], rows[1]))
         return out
 
-    def _compiled_rows(
-        self, positions: Tensor, select: Tensor | None, compute: torch.dtype, device: torch.device
-    ) -> tuple[Tensor, Tensor]:
-        """Under ``torch.compile``: rows from the table when it covers the positions, else exact
-        rows computed on the fly. ``torch.cond`` makes this one graph with a runtime branch: no
-        data-dependent Python branch, no table growth inside the graph."""
+    def _formula_parts(self, select: Tensor | None, device: torch.device) -> tuple[Tensor, Tensor, bool]:
+        """The frequencies (longrope: the set ``select`` picks), the attention factor as a tensor,
+        and whether to apply it: the operands of :func:`_cos_sin_from_formula`."""
         inv_freq = self.inv_freq.to(device)
         # longrope: pick the short or long set with a tensor op (no data-dependent indexing)
         inv_freq = (
             torch.where(select.bool(), inv_freq[-1], inv_freq[0]) if select is not None else inv_freq[0]
         )
+        # A tensor, not a Python float: dynamo may trace floats as symbols, which torch.cond
+        # cannot lift into its branches.
+        scale = torch.full((), self.attention_scaling, dtype=inv_freq.dtype, device=device)
+        return inv_freq, scale, self.attention_scaling != 1.0
+
+    def _traced_rows(
+        self, positions: Tensor, select: Tensor | None, compute: torch.dtype, device: torch.device
+    ) -> tuple[Tensor, Tensor]:
+        """Explicit positions without reading their maximum (under ``torch.compile`` / export,
+        and on the meta device): rows from the table when it covers the positions, else exact
+        rows from the formula. ``torch.cond`` makes this one graph with a runtime branch: no
+        data-dependent Python branch, no table growth inside the graph."""
+        inv_freq, scale, scaled = self._formula_parts(select, device)
         table = self._cos_sin
         rows_per_set = table.shape[1] // self.inv_freq.shape[0]
         offset = (
             select * rows_per_set if select is not None else torch.zeros((), dtype=torch.long, device=device)
         )
-        # The branches take every tensor as an operand and close over no Python float: dynamo may
-        # trace floats as symbols, which torch.cond cannot lift into its branches.
-        scaled = self.attention_scaling != 1.0
-        scale = torch.full((), self.attention_scaling, dtype=inv_freq.dtype, device=device)
 
         def on_the_fly(pos: Tensor, inv: Tensor, table: Tensor, offset: Tensor, scale: Tensor) -> Tensor:
-            angles = pos.to(inv.dtype)[..., None] * inv
-            rows = torch.stack((angles.cos(), angles.sin()))
-            return (rows * scale if scaled else rows).to(compute)
+            return _cos_sin_from_formula(pos, inv, scale, scaled, compute)
 
         def from_table(pos: Tensor, inv: Tensor, table: Tensor, offset: Tensor, scale: Tensor) -> Tensor:
             return table[:, pos + offset].to(compute)
 
         operands = (positions, inv_freq, table, offset, scale)
-        usable = table.device == device and (compute != torch.float64 or table.dtype == compute)
+        usable = (
+            table.device == device
+            and device.type != "meta"  # meta: nothing to compare against the table size
+            and (compute != torch.float64 or table.dtype == compute)
+        )
         if not usable or positions.numel() == 0 or not hasattr(torch, "cond"):
             rows = on_the_fly(*operands)
         else:
@@ -328,21 +353,31 @@ class RoPE(PositionalEncoding):
         return self._shape(rows[0], rows[1])
 
     def _contiguous_rows(self, start: int, length: int, x: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin for positions ``start .. start+length-1`` as a slice of the table: ``(t, r/2)`` each."""
+        """cos/sin for positions ``start .. start+length-1``: ``(t, r/2)`` each.
+
+        A slice of the table, except where the formula serves better: in an exported program
+        (a slice would add the guard ``start+length <= cached rows``, which export turns into a
+        length limit), on the meta device (shapes only), and under ``torch.compile`` past the
+        table (which cannot grow inside a graph; the guard costs one recompile, not one per length).
+        """
         compute = _precise_dtype(x)
         table = self._cos_sin
         if _is_compiling():
-            # A guard `start+length <= cached rows` (one recompile if crossed, not one per length).
-            if (
-                table.shape[1] < start + length
+            from_formula = (
+                _is_exporting()
+                or table.shape[1] < start + length
                 or table.device != x.device
                 or (compute == torch.float64 and table.dtype != compute)
-            ):
-                pos = torch.arange(start, start + length, device=x.device)
-                return rope_cos_sin(pos, self.inv_freq[0].to(x.device), self.attention_scaling, dtype=compute)
+            )
         else:
-            table = self._ensure_table(start + length, compute, x.device)
-        rows = table[:, start : start + length].to(compute)
+            from_formula = x.device.type == "meta"
+        if from_formula:
+            pos = torch.arange(start, start + length, device=x.device)
+            rows = _cos_sin_from_formula(pos, *self._formula_parts(None, x.device), compute)
+        else:
+            if not _is_compiling():
+                table = self._ensure_table(start + length, compute, x.device)
+            rows = table[:, start : start + length].to(compute)
         return rows[0], rows[1]
 
     @staticmethod

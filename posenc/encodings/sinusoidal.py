@@ -15,7 +15,14 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from ..base import _CACHE_DTYPES, PositionalEncoding, _is_compiling, check_input, resolve_positions
+from ..base import (
+    _CACHE_DTYPES,
+    PositionalEncoding,
+    _is_compiling,
+    _is_exporting,
+    check_input,
+    resolve_positions,
+)
 from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_table
 from ..registry import register
 
@@ -23,11 +30,6 @@ __all__ = ["Sinusoidal", "Sinusoidal2D"]
 
 #: Rows of the 1D table built at construction when ``max_len`` is not given.
 DEFAULT_INITIAL_LEN = 512
-
-
-def _is_exporting() -> bool:
-    is_exporting = getattr(torch.compiler, "is_exporting", None)
-    return bool(is_exporting is not None and is_exporting())
 
 
 def _compute_dtype(device: torch.device) -> torch.dtype:
@@ -197,9 +199,10 @@ class Sinusoidal(_TableCache):
     def _lookup(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
         """Encodings of explicit ``positions`` (any shape) in ``dtype`` (float32/float64)."""
         rows = positions + self.offset
-        if dtype != self._table.dtype or _is_compiling():
+        if dtype != self._table.dtype or _is_compiling() or rows.device.type == "meta":
             # float64 encodings for float64 inputs come from the formula (the cache is float32);
-            # under compile the largest position is data, and checking it would need a sync.
+            # under compile the largest position is data, and checking it would need a sync;
+            # on the meta device it has no value at all (shape propagation).
             return self._compute(rows, dtype)
         needed = int(rows.max()) + 1 if rows.numel() else 0
         if needed > self._table.shape[0]:
@@ -404,7 +407,9 @@ class Sinusoidal2D(_TableCache):
         if n < 0:
             raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
         positions = resolve_positions(positions, n, batch=x.shape[0], name="positions").to(table.device)
-        if not _is_compiling() and positions.numel() and int(positions.max()) >= h * w:
+        # a data-dependent check: eager only, and not on meta (no values; shape propagation)
+        checkable = not _is_compiling() and positions.numel() and positions.device.type != "meta"
+        if checkable and int(positions.max()) >= h * w:
             raise ValueError(
                 f"positions must be patch indices below h*w = {h * w}, got maximum {int(positions.max())}"
             )

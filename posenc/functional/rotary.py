@@ -721,7 +721,11 @@ class _Rotate(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         cos, sin = ctx.saved_tensors
-        # (a R(θ))ᵀ = a R(−θ): the same kernel with sin negated
+        # (a R(θ))ᵀ = a R(−θ): the same kernel with sin negated. With create_graph (grad mode
+        # on here) the out= kernel cannot record a graph: apply this Function again instead,
+        # whose own backward is the rotation by θ, so derivatives of any order exist.
+        if torch.is_grad_enabled():
+            return _Rotate.apply(grad.contiguous(), cos, -sin, ctx.layout), None, None, None
         return _rotate_eager(grad.contiguous(), cos, -sin, ctx.layout), None, None, None
 
 

@@ -267,6 +267,23 @@ def test_state_dict_is_empty_and_meta_device_works() -> None:
     assert torch.equal(meta.slopes, alibi_slopes(8))
 
 
+@pytest.mark.parametrize("num_heads", [6, 64])
+def test_to_empty_from_meta_rebuilds_the_slopes(num_heads: int) -> None:
+    # As for RoPE and the sinusoids: no reset_caches() call needed after materialising,
+    # also when the encoding is a submodule (to_empty recurses through _apply).
+    with torch.device("meta"):
+        model = torch.nn.ModuleDict({"alibi": ALiBi(num_heads, causal=False)})
+    assert model["alibi"].slopes.is_meta
+    model.to_empty(device="cpu")
+    alibi = model["alibi"]
+    assert alibi.slopes.dtype == torch.float32
+    assert torch.equal(alibi.slopes, alibi_slopes(num_heads))
+    q = torch.randn(1, num_heads, 5, 4)
+    want = ALiBi(num_heads, causal=False).attention_bias(q, q)
+    # exact: the same slopes and the same arithmetic
+    torch.testing.assert_close(alibi.attention_bias(q, q), want, rtol=0, atol=0)
+
+
 def test_build_follows_model_causality() -> None:
     assert posenc.build("alibi", num_heads=12).causal is True
     assert posenc.build("alibi", num_heads=12, causal=False).causal is False

@@ -148,14 +148,20 @@ def test_bias_matches_t5_compute_bias(
     assert bias.is_contiguous(), "heads outermost: SDPA reads this layout fastest"
 
 
-def test_gradient_matches_t5() -> None:
+@pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
+def test_gradient_matches_t5(explicit: bool) -> None:
+    # Default positions take the Toeplitz fast path, explicit (t,) positions the index_select gather.
     torch.manual_seed(0)
     reference = t5_attention(4, 32, 128, is_decoder=False)
     ours = RelativeBias(4)
     ours.load_state_dict(reference.state_dict(), strict=False)
     upstream = torch.randn(1, 4, 50, 200)
-    (reference.compute_bias(50, 200, past_seen_tokens=150) * upstream).sum().backward()
-    (ours.attention_bias(*qk(1, 4, 50, 200)) * upstream).sum().backward()
+    expected = reference.compute_bias(50, 200, past_seen_tokens=150)
+    (expected * upstream).sum().backward()
+    positions = (torch.arange(150, 200), torch.arange(200)) if explicit else (None, None)
+    bias = ours.attention_bias(*qk(1, 4, 50, 200), *positions)
+    torch.testing.assert_close(bias, expected, **EXACT)
+    (bias * upstream).sum().backward()
     grad = ours.relative_attention_bias.weight.grad
     assert grad is not None and grad.abs().sum() > 0
     # Both sum the same upstream gradients into each bucket, in a different order.

@@ -369,6 +369,30 @@ def test_meta_device_then_to_empty_rebuilds():
     assert torch.equal(rope._cos_sin, reference._cos_sin)
 
 
+def test_export_serves_lengths_past_the_table_while_decoding():
+    """An exported RoPE computes cos/sin from the frequencies, so its table size is no length
+    limit, also with fewer queries than keys (queries at positions tk-tq .. tk-1)."""
+
+    class Rotate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rope = RoPE(HEAD_DIM, scaling=SCALINGS["yarn"], max_len=32)  # a 32-row table
+
+        def forward(self, q, k):
+            return self.rope(q, k)
+
+    module = Rotate()
+    tq, tk = torch.export.Dim("tq", min=2, max=100_000), torch.export.Dim("tk", min=2, max=100_000)
+    args = (torch.randn(1, 4, 3, HEAD_DIM), torch.randn(1, 2, 20, HEAD_DIM))
+    program = torch.export.export(module, args, dynamic_shapes=({2: tq}, {2: tk})).module()
+    for q_len, k_len in ((2, 3000), (5, 9), (40, 20)):
+        q, k = torch.randn(1, 4, q_len, HEAD_DIM), torch.randn(1, 2, k_len, HEAD_DIM)
+        for got, want in zip(program(q, k), module(q, k), strict=True):
+            # the eager table holds the same float64-computed values rounded once; only the
+            # rotation's operation order differs
+            assert_close(got, want, **F32_TOL)
+
+
 def test_float64_input_upgrades_the_table_once():
     rope = RoPE(HEAD_DIM)
     q, k = qk(t=8, dtype=torch.float64)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from entries_table import SUBSETS, entries
+
+
+@pytest.fixture(autouse=True)
+def _seeded_torch():
+    """The tensors a test draws from torch's generator are the same on every run (reproducible CI)."""
+    torch.manual_seed(0)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -58,17 +58,6 @@ def _compare(got, want) -> None:
         torch.testing.assert_close(g, w, rtol=0, atol=COMPILE_ATOL)
 
 
-def _xfail_toeplitz_recompiles(request: pytest.FixtureRequest, entry: Entry, explicit: bool) -> None:
-    """BUG 4 (hardening notes): the bias encodings' default-position fast path (``unfold``
-    windows of a per-distance vector) specialises the key length: one graph per length."""
-    module = entry.build()
-    full_form = "bias" in entry.hooks and not (isinstance(module, posenc.ALiBi) and module.causal)
-    if full_form and not explicit:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="BUG 4: toeplitz_by_distance recompiles per length")
-        )
-
-
 def _compile_across_lengths(entry: Entry, explicit: bool, backend: str) -> int:
     module = Hooks(entry.build(), explicit)
     lengths = (
@@ -88,15 +77,12 @@ def _compile_across_lengths(entry: Entry, explicit: bool, backend: str) -> int:
 
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
-def test_compile_fullgraph_with_bounded_recompiles(
-    entry: Entry, explicit: bool, request: pytest.FixtureRequest
-) -> None:
+def test_compile_fullgraph_with_bounded_recompiles(entry: Entry, explicit: bool) -> None:
     """No graph break (``fullgraph=True`` raises on one) and at most MAX_GRAPHS graphs for all lengths.
 
     The "eager" backend runs dynamo (tracing, guards, recompiles) without inductor's code
     generation, which is what graph breaks and recompiles are about; inductor is in the slow test.
     """
-    _xfail_toeplitz_recompiles(request, entry, explicit)
     graphs = _compile_across_lengths(entry, explicit, backend="eager")
     # (NoPE's hooks return their inputs: there is no graph at all)
     assert (1 if entry.hooks else 0) <= graphs <= MAX_GRAPHS, (
@@ -106,8 +92,7 @@ def test_compile_fullgraph_with_bounded_recompiles(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
-def test_compile_inductor_matches_eager(entry: Entry, explicit: bool, request: pytest.FixtureRequest) -> None:
-    _xfail_toeplitz_recompiles(request, entry, explicit)
+def test_compile_inductor_matches_eager(entry: Entry, explicit: bool) -> None:
     graphs = _compile_across_lengths(entry, explicit, backend="inductor")
     assert graphs <= MAX_GRAPHS
 
@@ -121,12 +106,6 @@ def test_export_hooks_with_a_dynamic_length(
     entry: Entry, explicit: bool, request: pytest.FixtureRequest
 ) -> None:
     """One exported program serves every length (no length baked in by a cache-size guard)."""
-    _xfail_toeplitz_recompiles(request, entry, explicit)
-    rope = entry.build()
-    if isinstance(rope, posenc.RoPE) and rope.rope_type not in ("dynamic", "longrope") and not explicit:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="BUG 5: RoPE export guards the length to its cached table")
-        )
     module = Hooks(entry.build(), explicit).eval()
     args = _inputs(entry, 40)
     if entry.fixed_len is not None:

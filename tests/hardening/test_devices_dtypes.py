@@ -67,8 +67,7 @@ def test_caches_are_registered_non_persistent_buffers(entry: Entry) -> None:
             assert buffer.dtype in WIDE, f"{name} is {buffer.dtype}"
 
 
-def test_to_meta_moves_every_tensor(entry: Entry, request: pytest.FixtureRequest) -> None:
-    _xfail_meta_bug(request, entry, explicit=False)
+def test_to_meta_moves_every_tensor(entry: Entry) -> None:
     module = entry.build().to("meta")
     for name, t in (*module.named_parameters(), *module.named_buffers()):
         assert t.device.type == "meta", f"{name} stayed on {t.device}"
@@ -78,24 +77,8 @@ def test_to_meta_moves_every_tensor(entry: Entry, request: pytest.FixtureRequest
         assert out.device.type == "meta"
 
 
-#: Entries whose forward on the meta device fails (BUGS FOUND in the hardening notes):
-#: RoPE and the sinusoids read ``int(positions.max())`` to size their cache, which a meta
-#: tensor cannot give; base.resolve_positions and Learned skip such checks on meta.
-META_POSITIONS_BUG = "int(positions.max()) on meta positions: RuntimeError instead of shape propagation"
-
-
-def _xfail_meta_bug(request: pytest.FixtureRequest, entry: Entry, explicit: bool) -> None:
-    module = entry.build()
-    affected = isinstance(module, (posenc.Sinusoidal, posenc.Sinusoidal2D)) if explicit else False
-    if isinstance(module, posenc.RoPE) and module.rope_type != "dynamic":  # dynamic computes, no table
-        affected = explicit or module.rope_type == "longrope"
-    if affected:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=META_POSITIONS_BUG))
-
-
-def test_meta_forward_with_explicit_positions(entry: Entry, request: pytest.FixtureRequest) -> None:
+def test_meta_forward_with_explicit_positions(entry: Entry) -> None:
     """Shape propagation on the meta device (e.g. to size a model before materialising it)."""
-    _xfail_meta_bug(request, entry, explicit=True)
     module = entry.build().to("meta")
     length = entry.fixed_len or 9
     positions = torch.arange(length, device="meta")

@@ -34,7 +34,6 @@ def test_encode_qk_gradcheck(qk_entry: Entry, form: str) -> None:
     assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_pos, k_pos), (q, k))
 
 
-@pytest.mark.xfail(strict=True, reason="RoPE's eager backward uses out= kernels: no double backward (BUG 2)")
 def test_rope_second_derivatives(qk_entry: Entry) -> None:
     """Double backward (Hessian-vector products, gradient penalties) through the rotation."""
     rope = qk_entry.build()

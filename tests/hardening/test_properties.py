@@ -44,8 +44,10 @@ BLOOM_SLOPE_RTOL = 16 * 2**-23
 #: posenc.attention against a float64 reference, per input dtype (output = convex combination of
 #: N(0,1) values): rotated q/k rounded to 8 (bf16) / 11 (fp16) bits shift the scores, and the
 #: output is rounded once more. Measured maxima over 425 examples (25 per table row): 1.6e-15
-#: float64, 6.6e-7 float32, 1.3e-3 float16, 1.1e-2 bfloat16; the bounds leave ~5x margin.
-ATTENTION_ATOL = {torch.float64: 1e-12, torch.float32: 5e-6, torch.bfloat16: 0.05, torch.float16: 0.006}
+#: float64, 6.6e-7 float32, 1.3e-3 float16, 1.1e-2 bfloat16; the bounds leave ~5x margin, but float32
+#: also carries the drift of ALiBi's key-only form (slope * (k - max q) rounded to float32; 8.8e-6 seen
+#: once with positions spread over 140k, MEASURED.md gives 2e-5 at T=1024), hence 3e-5 there.
+ATTENTION_ATOL = {torch.float64: 1e-12, torch.float32: 3e-5, torch.bfloat16: 0.05, torch.float16: 0.006}
 
 
 def _positions(data, entry: Entry, batch: int, length: int, name: str):

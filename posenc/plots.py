@@ -1,0 +1,341 @@
+"""Pictures of position encodings and of the extrapolation study (matplotlib, imported lazily).
+
+Every plot goes through the encodings' public hooks (``encode_input``, ``encode_qk``,
+``attention_bias``), never through a second copy of their formulas, so a picture shows what
+the library computes:
+
+* additive encodings (sinusoidal, learned, 2D): the table as a position × channel heatmap,
+  and the dot-product similarity of one position with every other;
+* rotary encodings (RoPE): ``cos(position · θ_i)`` per channel, read off the rotation of
+  basis vectors, and the long-distance decay of ``q · k`` (Su et al., RoFormer, §3.4.3);
+* bias encodings (ALiBi, T5): the bias matrix of every head, and the bias against distance;
+* NoPE: the causal mask, the only thing that orders tokens.
+
+matplotlib is imported only when a plot is drawn, through :class:`matplotlib.figure.Figure`
+with the Agg canvas, so the global pyplot backend of the caller is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .base import PositionalEncoding
+from .registry import build
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from .study import StudyResult
+
+__all__ = ["encoding_figure", "extrapolation_figure", "plot_encoding", "plot_extrapolation"]
+
+#: The figure resolution: keeps every PNG well under 300 KB while staying sharp on screen.
+DPI = 110
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:  # pragma: no cover - matplotlib is in the `cli` extra
+        raise ImportError("plotting needs matplotlib: pip install 'posenc[cli]'") from err
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    out = Path(path)
+    if out.parent and not out.parent.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+# --- the extrapolation study ---------------------------------------------------------------------
+
+
+def extrapolation_figure(result: StudyResult) -> Figure:
+    """Perplexity against evaluation length, one line per encoding, the training length marked.
+
+    Lengths where a model cannot run (the learned table past its size) are marked with an
+    ``x`` at the top of the axes and named in the legend.
+    """
+    fig = _new_figure(7.5, 4.8)
+    ax = fig.add_subplot()
+    lens = list(result.config.eval_lens)
+    values = [r.perplexity for e in result.encodings for r in e.lengths if r.perplexity is not None]
+    top = max(values) if values else 1.0
+    bottom = min(values) if values else 1.0
+    log_y = top / max(bottom, 1e-9) > 3.0  # a log scale only when the spread needs it
+    for enc in result.encodings:
+        ok = [(r.eval_len, r.perplexity) for r in enc.lengths if r.perplexity is not None]
+        failed = [r.eval_len for r in enc.lengths if r.perplexity is None]
+        label = enc.label + (f" (cannot run at {', '.join(map(str, failed))})" if failed else "")
+        if ok:
+            (line,) = ax.plot(*zip(*ok, strict=True), marker="o", label=label)
+            color = line.get_color()
+        else:
+            color = None
+        if failed:
+            ax.scatter(
+                failed,
+                [top] * len(failed),
+                marker="x",
+                s=60,
+                color=color,
+                label=None if ok else label,
+                zorder=3,
+            )
+    ax.axvline(result.config.train_len, color="0.4", linestyle="--", linewidth=1)
+    ax.annotate(
+        f"training length {result.config.train_len}",
+        xy=(result.config.train_len, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(4, -14),
+        textcoords="offset points",
+        color="0.3",
+        fontsize=9,
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lens, [str(n) for n in lens])
+    ax.minorticks_off()
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (characters)")
+    ax.set_ylabel("validation perplexity per character" + (" (log scale)" if log_y else ""))
+    ax.set_title(
+        f"Train short, test long: {result.config.steps} steps at length {result.config.train_len}\n"
+        f"{result.corpus.get('source', '')[:70]}",
+        fontsize=10,
+    )
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def plot_extrapolation(result: StudyResult, path: str | Path) -> Path:
+    """Draw :func:`extrapolation_figure` and save it as a PNG at ``path``."""
+    return _save(extrapolation_figure(result), path)
+
+
+# --- one encoding --------------------------------------------------------------------------------
+
+
+def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_heads: int = 8) -> Figure:
+    """A picture of one encoding, chosen by where it acts (its ``kind``).
+
+    Args:
+        spec: anything :func:`posenc.build` accepts (``"rope"``, ``"alibi(max_bias=4.0)"``, ...).
+        length: positions shown (the bias heatmaps show at most 32 so each cell is visible).
+        d_model: model width; the head width is ``d_model // num_heads``.
+        num_heads: heads (bias encodings draw one heatmap per head).
+
+    Returns:
+        A matplotlib :class:`~matplotlib.figure.Figure`.
+
+    Raises:
+        ValueError: bad spec or sizes (from :func:`posenc.build`), or a non-positive size.
+    """
+    for key, value in (("length", length), ("d_model", d_model), ("num_heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"encoding_figure: {key} must be a positive integer, got {value!r}")
+    if d_model % num_heads:
+        raise ValueError(f"encoding_figure: d_model={d_model} must be divisible by num_heads={num_heads}")
+    head_dim = d_model // num_heads
+    pe = build(spec, d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=length, causal=True)
+    name = spec if isinstance(spec, str) else (pe.registry_name or type(pe).__name__)
+    pe.eval()
+    with torch.no_grad():
+        if pe.kind == "additive":
+            return _additive_figure(pe, name, length, d_model)
+        if pe.kind == "rotary":
+            return _rotary_figure(pe, name, length, head_dim)
+        if pe.kind == "bias":
+            return _bias_figure(pe, name, num_heads, head_dim)
+        return _none_figure(name)
+
+
+def plot_encoding(spec: Any, path: str | Path, **sizes: Any) -> Path:
+    """Draw :func:`encoding_figure` for ``spec`` and save it as a PNG at ``path``."""
+    return _save(encoding_figure(spec, **sizes), path)
+
+
+def _additive_table(
+    pe: PositionalEncoding, length: int, d_model: int
+) -> tuple[torch.Tensor, tuple[int, int] | None]:
+    """``(t, d)`` signal the encoding adds to zero embeddings, and the patch grid for 2D encodings."""
+    grid = getattr(pe, "grid_size", "absent")
+    if grid != "absent":
+        if grid is None:
+            side = max(2, math.isqrt(length))
+            grid = (side, side)
+        elif isinstance(grid, int):
+            grid = (grid, grid)
+        h, w = int(grid[0]), int(grid[1])
+        x = torch.zeros(1, h, w, d_model)
+        table = pe.encode_input(x).reshape(-1, d_model)
+        return table.float(), (h, w)
+    return pe.encode_input(torch.zeros(1, length, d_model))[0].float(), None
+
+
+def _additive_figure(pe: PositionalEncoding, name: str, length: int, d_model: int) -> Figure:
+    table, grid = _additive_table(pe, length, d_model)
+    learned = any(True for _ in pe.parameters())
+    note = " (initial values: learned in training)" if learned else ""
+    rows = table.shape[0]
+    fig = _new_figure(13, 4.4)
+    axes = fig.subplots(1, 3)
+
+    image = axes[0].imshow(table.numpy(), aspect="auto", cmap="RdBu_r", interpolation="nearest")
+    axes[0].set_xlabel("channel")
+    axes[0].set_ylabel("patch (row-major)" if grid else "position")
+    axes[0].set_title(f"{name}: the added table{note}", fontsize=10)
+    fig.colorbar(image, ax=axes[0], shrink=0.8)
+
+    similarity = table @ table.T
+    image = axes[1].imshow(similarity.numpy(), cmap="viridis", interpolation="nearest")
+    axes[1].set_xlabel("patch" if grid else "position j")
+    axes[1].set_ylabel("patch" if grid else "position i")
+    axes[1].set_title("dot product  pe[i] · pe[j]", fontsize=10)
+    fig.colorbar(image, ax=axes[1], shrink=0.8)
+
+    if grid:
+        h, w = grid
+        center = (h // 2) * w + w // 2
+        image = axes[2].imshow(
+            similarity[center].reshape(h, w).numpy(), cmap="viridis", interpolation="nearest"
+        )
+        axes[2].plot([w // 2], [h // 2], marker="x", color="red")
+        axes[2].set_xlabel("patch column")
+        axes[2].set_ylabel("patch row")
+        axes[2].set_title(f"similarity of patch ({h // 2}, {w // 2}) with every patch", fontsize=10)
+        fig.colorbar(image, ax=axes[2], shrink=0.8)
+    else:
+        for ref in sorted({0, rows // 2, rows - 1}):
+            axes[2].plot(range(rows), similarity[ref].numpy(), label=f"position {ref}")
+        axes[2].set_xlabel("position j")
+        axes[2].set_ylabel("pe[i] · pe[j]")
+        axes[2].set_title("similarity of one position with all others", fontsize=10)
+        axes[2].legend(fontsize=8)
+        axes[2].grid(True, alpha=0.3)
+    return fig
+
+
+def _rotary_figure(pe: PositionalEncoding, name: str, length: int, head_dim: int) -> Figure:
+    # Rotating basis vector e_c gives column c of the rotation; its c-th entry is cos(position * theta_c),
+    # whatever the channel layout (half or interleaved) or scaling.
+    basis = torch.eye(head_dim).reshape(head_dim, 1, 1, head_dim).expand(head_dim, 1, length, head_dim)
+    rotated, _ = pe.encode_qk(basis.contiguous(), basis.contiguous())
+    cos_table = rotated[torch.arange(head_dim), 0, :, torch.arange(head_dim)].T.float()  # (t, dh)
+
+    # Long-distance decay: q = k = all-ones, q at position m, k at position 0 (RoFormer §3.4.3).
+    distances = max(length, 1024)
+    ones = torch.ones(1, 1, distances, head_dim)
+    q, k = pe.encode_qk(ones, ones, torch.arange(distances), torch.arange(distances))
+    decay = (q[0, 0] @ k[0, 0, 0]).float() / head_dim
+
+    fig = _new_figure(12, 4.4)
+    axes = fig.subplots(1, 2)
+    image = axes[0].imshow(
+        cos_table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest"
+    )
+    axes[0].set_xlabel("channel of the head")
+    axes[0].set_ylabel("position")
+    axes[0].set_title(f"{name}: cos(position · θ) per channel (head_dim {head_dim})", fontsize=10)
+    fig.colorbar(image, ax=axes[0], shrink=0.8)
+
+    axes[1].plot(range(distances), decay.numpy(), linewidth=1)
+    axes[1].set_xscale("symlog", linthresh=8)
+    axes[1].set_xlabel("relative distance m − n (symlog)")
+    axes[1].set_ylabel("q·k / head_dim  (q = k = all-ones)")
+    axes[1].set_title("long-distance decay of q·k", fontsize=10)
+    axes[1].grid(True, alpha=0.3)
+    return fig
+
+
+def _bias_rows(pe: PositionalEncoding, num_heads: int, head_dim: int, size: int) -> torch.Tensor:
+    """``(h, size, size)`` bias, one query row at a time with its own position.
+
+    Row by row because encodings may return a per-row-shifted form that is exact only under
+    softmax (causal ALiBi's key-only bias); a one-query call puts that row's reference at
+    its own position, so the picture shows the textbook matrix.
+    """
+    k = torch.zeros(1, num_heads, size, head_dim)
+    rows = []
+    for i in range(size):
+        q = torch.zeros(1, num_heads, 1, head_dim)
+        bias = pe.attention_bias(q, k, torch.tensor([i]), torch.arange(size))
+        if bias is None:
+            bias = torch.zeros(1, 1, 1, size)
+        rows.append(bias.float().expand(1, num_heads, 1, size)[0, :, 0])
+    return torch.stack(rows, dim=1)
+
+
+def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: int) -> Figure:
+    causal = bool(getattr(pe, "causal", False))
+    size = 32
+    matrix = _bias_rows(pe, num_heads, head_dim, size)
+    if causal:
+        future = torch.ones(size, size, dtype=torch.bool).triu(1)
+        matrix = matrix.masked_fill(future, float("nan"))  # masked: drawn blank
+    learned = any(True for _ in pe.parameters())
+    note = " (initial values: learned in training)" if learned else ""
+
+    # Bias against distance: one query at position `far`, keys 0..far, so distance = far - j.
+    far = 256
+    k = torch.zeros(1, num_heads, far + 1, head_dim)
+    q = torch.zeros(1, num_heads, 1, head_dim)
+    row = pe.attention_bias(q, k, torch.tensor([far]), torch.arange(far + 1))
+    row = row.float().expand(1, num_heads, 1, far + 1)[0, :, 0].flip(-1)  # index = distance
+    row = row - row[:, :1]  # per-row constants cancel under softmax: show bias(d) - bias(0)
+
+    cols = min(4, num_heads)
+    grid_rows = math.ceil(num_heads / cols)
+    fig = _new_figure(3.0 * cols + 4.5, 2.9 * grid_rows + 0.6)
+    subfigs = fig.subfigures(1, 2, width_ratios=[3.0 * cols, 4.5])
+    axes = subfigs[0].subplots(grid_rows, cols, squeeze=False)
+    finite = matrix[torch.isfinite(matrix)]
+    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
+    image = None
+    for h in range(grid_rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= num_heads:
+            ax.set_visible(False)
+            continue
+        image = ax.imshow(matrix[h].numpy(), cmap="magma", vmin=vmin, vmax=vmax, interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_xlabel("key position", fontsize=8)
+        ax.set_ylabel("query position", fontsize=8)
+        ax.tick_params(labelsize=7)
+    if image is not None:
+        subfigs[0].colorbar(image, ax=axes, shrink=0.7, label="bias added to the score")
+    subfigs[0].suptitle(
+        f"{name}: bias matrix per head{note}" + (" — future keys masked" if causal else ""), fontsize=10
+    )
+
+    ax = subfigs[1].subplots()
+    for h in range(num_heads):
+        ax.plot(range(far + 1), row[h].numpy(), label=f"head {h}", linewidth=1)
+    ax.set_xlabel("query − key distance")
+    ax.set_ylabel("bias(distance) − bias(0)")
+    ax.set_title("bias against distance", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def _none_figure(name: str) -> Figure:
+    size = 16
+    fig = _new_figure(5.5, 4.6)
+    ax = fig.add_subplot()
+    mask = torch.ones(size, size).tril()
+    ax.imshow(mask.numpy(), cmap="Greys", vmin=0, vmax=1.5, interpolation="nearest")
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    ax.set_title(
+        f"{name}: no position signal is added anywhere.\nIn a causal model only the mask (grey: may attend) orders tokens.",
+        fontsize=10,
+    )
+    return fig
