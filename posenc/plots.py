@@ -60,9 +60,9 @@ def extrapolation_figure(result: StudyResult) -> Figure:
     """Perplexity against evaluation length, one line per encoding, the training length marked.
 
     Lengths where a model cannot run (the learned table past its size) are marked with an
-    ``x`` at the top of the axes and named in the legend.
+    ``x`` just above the axes and named in the legend.
     """
-    fig = _new_figure(7.5, 4.8)
+    fig = _new_figure(9.5, 4.8)
     ax = fig.add_subplot()
     lens = list(result.config.eval_lens)
     values = [r.perplexity for e in result.encodings for r in e.lengths if r.perplexity is not None]
@@ -79,14 +79,17 @@ def extrapolation_figure(result: StudyResult) -> Figure:
         else:
             color = None
         if failed:
+            # in a strip just above the axes, so the marks never sit on another encoding's line
             ax.scatter(
                 failed,
-                [top] * len(failed),
+                [1.03] * len(failed),
+                transform=ax.get_xaxis_transform(),
                 marker="x",
                 s=60,
                 color=color,
                 label=None if ok else label,
                 zorder=3,
+                clip_on=False,
             )
     ax.axvline(result.config.train_len, color="0.4", linestyle="--", linewidth=1)
     ax.annotate(
@@ -111,7 +114,8 @@ def extrapolation_figure(result: StudyResult) -> Figure:
         fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    # outside the axes, so it covers neither the lines nor the training-length label
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig
 
 

@@ -330,7 +330,7 @@ class StudyConfig:
 
     train_len: int = 64
     eval_lens: tuple[int, ...] = (64, 128, 256, 512)
-    steps: int = 250
+    steps: int = 1000
     batch_size: int = 32
     d_model: int = 64
     num_layers: int = 2

@@ -1,0 +1,231 @@
+"""The ``posenc`` command: the study end to end, one-line errors with exit code 2, list and describe."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import posenc
+from posenc.cli import main
+from posenc.study import default_encodings
+
+#: A study small enough for a unit test: about a second per encoding on a loaded 2-core CPU.
+TINY_ARGS = [
+    "--train-len", "16", "--eval-lens", "16,32", "--steps", "3", "--batch-size", "4",
+    "--d-model", "16", "--num-layers", "1", "--num-heads", "2", "--quiet",
+]  # fmt: skip
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``main(argv)`` in this process; argparse's own exits become return codes."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def corpus_file(tmp_path: Path) -> Path:
+    """6,000 characters of code-like text: enough for a split with 600 validation characters."""
+    lines = [f"def f{i}(x):\n    return x * {i % 7} + {i % 3}\n" for i in range(400)]
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(lines)[:6000], encoding="utf-8")
+    return path
+
+
+# --- extrapolate ---------------------------------------------------------------------------------------
+
+
+def test_extrapolate_end_to_end_prints_the_table_and_writes_the_files(corpus_file, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, stdout, stderr = run(
+        ["extrapolate", "--corpus", str(corpus_file), "--out", str(out), *TINY_ARGS], capsys
+    )
+    assert code == 0, stderr
+    assert f"corpus: {corpus_file}: 6,000 characters" in stdout
+    names = default_encodings()
+    # The plan says which registered encodings run and why the others do not.
+    assert "skip sinusoidal2d" in stdout
+    for name in names:
+        assert f"run  {name}" in stdout
+
+    table = stdout[stdout.index("validation perplexity") :].splitlines()
+    header = table[1].split()
+    assert header[1:] == ["16", "(train)", "32"]
+    rows = {line.split()[0]: line.split()[1:] for line in table[3 : 3 + len(names)]}
+    assert set(rows) == set(names)
+    assert rows["learned"][1:] == ["cannot", "run"]
+    for name in set(names) - {"learned"}:
+        assert all(float(cell) > 1.0 for cell in rows[name]), rows[name]
+
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "extrapolation.png"}
+    data = json.loads((out / "results.json").read_text())
+    # The printed table and the JSON agree to the printed precision.
+    for enc in data["encodings"]:
+        for r, cell in zip(enc["lengths"], rows[enc["label"]], strict=False):
+            if r["perplexity"] is not None:
+                assert f"{r['perplexity']:.3f}" == cell
+    with (out / "results.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 2 * len(names)
+
+
+def test_extrapolate_accepts_specs_with_commas_inside(corpus_file, tmp_path, capsys):
+    spec = "rope(base=500.0, scaling={'rope_type': 'linear', 'factor': 2.0}),alibi(max_bias=4.0)"
+    code, _, stderr = run(
+        [
+            "extrapolate",
+            "--corpus",
+            str(corpus_file),
+            "--out",
+            str(tmp_path / "o"),
+            "--encodings",
+            spec,
+            *TINY_ARGS,
+        ],
+        capsys,
+    )
+    assert code == 0, stderr
+    labels = [e["label"] for e in json.loads((tmp_path / "o" / "results.json").read_text())["encodings"]]
+    assert labels == [
+        "rope(base=500.0, scaling={'rope_type': 'linear', 'factor': 2.0})",
+        "alibi(max_bias=4.0)",
+    ]
+
+
+def test_same_seed_gives_the_same_results_file(corpus_file, tmp_path, capsys):
+    def numbers(out: Path) -> list:
+        data = json.loads((out / "results.json").read_text())
+        return [(e["label"], e["final_train_loss"], e["lengths"]) for e in data["encodings"]]
+
+    for name in ("a", "b"):
+        argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(tmp_path / name), "--seed", "7"]
+        assert run([*argv, "--encodings", "rope,t5", *TINY_ARGS], capsys)[0] == 0
+    assert numbers(tmp_path / "a") == numbers(tmp_path / "b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--encodings", "ropee"], "unknown position encoding 'ropee'. Did you mean 'rope'?"),
+        (["--encodings", "rope(bass=2.0)"], "rope: unknown option(s) 'bass'"),
+        (["--encodings", "rope(base=1"], "--encodings: unclosed bracket"),
+        (["--encodings", "alibi,,rope"], "--encodings: empty spec"),
+        (["--eval-lens", "32,128", "--train-len", "64"], "--eval-lens: length 32 is below --train-len 64"),
+        (["--corpus", "/no/such/corpus.txt"], "--corpus: '/no/such/corpus.txt' does not exist"),
+        (["--corpus", "EMPTY"], "holds no text"),
+        (["--corpus", "BINARY"], "is not UTF-8 text"),
+        (["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
+        (["--steps", "-3"], "argument --steps: expected a positive integer, got '-3'"),
+        (["--train-len", "0"], "argument --train-len: expected a positive integer, got '0'"),
+        (["--eval-lens", "64,-128"], "argument --eval-lens: expected a positive integer, got '-128'"),
+        (["--eval-lens", "64,x"], "argument --eval-lens: expected a positive integer, got 'x'"),
+        (["--batch-size", "0"], "argument --batch-size: expected a positive integer"),
+        (["--lr", "0"], "argument --lr: expected a positive finite number, got '0'"),
+        (["--seed", "-1"], "argument --seed: expected a non-negative integer, got '-1'"),
+        (["--device", "warp-drive"], "--device: 'warp-drive' is not a torch device"),
+        (["--d-model", "30"], "--d-model: 30 must be divisible by --num-heads 4"),
+        (["--out", "A_FILE"], "--out: "),
+        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    ],
+)
+def test_bad_options_print_one_line_and_exit_2(argv, fragment, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.dat").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    (tmp_path / "a_file").write_text("x")
+    replace = {
+        "EMPTY": tmp_path / "empty.txt",
+        "BINARY": tmp_path / "binary.dat",
+        "A_FILE": tmp_path / "a_file",
+    }
+    argv = [str(replace.get(a, a)) for a in argv]
+    code, stdout, stderr = run(["extrapolate", *argv], capsys)
+    assert code == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("posenc extrapolate: error: "), stderr
+    assert fragment in stderr
+    assert "Traceback" not in stderr and "validation perplexity" not in stdout
+
+
+def test_a_bad_option_in_a_real_process_exits_2_without_a_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "posenc", "extrapolate", "--eval-lens", "16,512", "--train-len", "64"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "posenc extrapolate: error: --eval-lens: length 16 is below --train-len 64; "
+        "evaluation lengths must be >= the training length"
+    )
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_no_command_is_a_usage_error(capsys):
+    code, _, stderr = run([], capsys)
+    assert code == 2 and stderr.count("\n") == 1 and "COMMAND" in stderr
+
+
+# --- list and describe ---------------------------------------------------------------------------------
+
+
+def canonical_names() -> list[str]:
+    return sorted({posenc.describe(name)["name"] for name in posenc.available()})
+
+
+def test_list_shows_each_encoding_once_with_aliases_and_kind(capsys):
+    code, stdout, _ = run(["list"], capsys)
+    assert code == 0
+    rows = {
+        line.split()[0]: line
+        for line in stdout.splitlines()[1:]
+        if line.strip() and not line.startswith("posenc")
+    }
+    assert sorted(rows) == canonical_names()
+    for name in canonical_names():
+        info = posenc.describe(name)
+        assert info["kind"] in rows[name].split()
+        for alias in info["aliases"]:
+            assert alias in rows[name]
+
+
+@pytest.mark.parametrize("name", sorted(posenc.available()))
+def test_describe_prints_every_option_from_the_registry(name, capsys):
+    info = posenc.describe(name)
+    code, stdout, _ = run(["describe", name], capsys)
+    assert code == 0
+    assert stdout.startswith(f"{info['name']}")
+    assert f"class {info['class']}" in stdout
+    lines = stdout.splitlines()
+    for option in info["options"]:
+        line = next(li for li in lines if li.split() and li.split()[0] == option["name"])
+        assert ("required" in line) if option["required"] else (f"default {option['default']!r}" in line)
+        for choice in option["choices"] or []:
+            assert repr(choice) in line
+
+
+def test_describe_shows_accepted_values_of_literal_options(capsys):
+    code, stdout, _ = run(["describe", "rotary"], capsys)
+    assert code == 0
+    layout = next(line for line in stdout.splitlines() if line.split() and line.split()[0] == "layout")
+    assert "default 'half'" in layout and "one of 'half', 'interleaved'" in layout
+    assert "aliases: rotary" in stdout.splitlines()[0]
+
+
+def test_describe_json_is_the_registry_description(capsys):
+    code, stdout, _ = run(["describe", "alibi", "--json"], capsys)
+    assert code == 0
+    assert json.loads(stdout) == json.loads(json.dumps(posenc.describe("alibi"), default=repr))
+
+
+def test_describe_unknown_name_is_one_line_with_the_closest_match(capsys):
+    code, _, stderr = run(["describe", "alibj"], capsys)
+    assert code == 2 and stderr.count("\n") == 1
+    assert "unknown position encoding 'alibj'. Did you mean 'alibi'?" in stderr

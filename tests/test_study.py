@@ -1,0 +1,362 @@
+"""The extrapolation study's Python API: corpus, spec splitting, default encodings, training, scoring."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import posenc
+from posenc import registry
+from posenc.study import (
+    ConfigError,
+    Corpus,
+    StudyConfig,
+    _evaluate,
+    default_encodings,
+    encoding_plan,
+    run_study,
+    split_specs,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The tiniest study that still trains and evaluates every code path: it runs in about a second.
+TINY = dict(
+    train_len=16,
+    eval_lens=(16, 32),
+    steps=3,
+    batch_size=4,
+    d_model=16,
+    num_layers=1,
+    num_heads=2,
+    eval_chars=256,
+)
+
+
+def make_text(chars: int, seed: int = 0) -> str:
+    """Deterministic pseudo-words, so the corpus has structure a model can learn."""
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "pos", "enc", "rope", "bias", "def", "return", "(x)", "\n"]
+    out: list[str] = []
+    total = 0
+    while total < chars:
+        out.append(rng.choice(words) + " ")
+        total += len(out[-1])
+    return "".join(out)[:chars]
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(make_text(6000), encoding="utf-8")
+    return path
+
+
+# --- spec splitting --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rope", ["rope"]),
+        ("rope,alibi, t5 ", ["rope", "alibi", "t5"]),
+        ("rope(base=500000.0, layout='half'),alibi", ["rope(base=500000.0, layout='half')", "alibi"]),
+        (
+            "rope(scaling={'rope_type': 'yarn', 'factor': 4.0}),t5(num_buckets=8)",
+            ["rope(scaling={'rope_type': 'yarn', 'factor': 4.0})", "t5(num_buckets=8)"],
+        ),
+        ("x(a=[1, 2], b=(3, 4)),y", ["x(a=[1, 2], b=(3, 4))", "y"]),
+        ("x(s='a,b'),y(s=\"c,)d\")", ["x(s='a,b')", 'y(s="c,)d")']),
+        (r"x(s='it\'s, here'),y", [r"x(s='it\'s, here')", "y"]),
+    ],
+)
+def test_split_specs_splits_only_at_top_level_commas(text, expected):
+    assert split_specs(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rope(base=1", "unclosed bracket"),
+        ("rope)", "unbalanced ')'"),
+        ("rope(a=[1)]", "unbalanced ')'"),
+        ("rope(s='x)", "unclosed quote"),
+        ("rope,,alibi", "empty spec"),
+        ("rope,", "empty spec"),
+    ],
+)
+def test_split_specs_rejects_malformed_lists(text, message):
+    with pytest.raises(ConfigError) as info:
+        split_specs(text)
+    assert "--encodings" in str(info.value) and message in str(info.value)
+
+
+# --- which encodings run by default ---------------------------------------------------------------
+
+
+def test_plan_covers_every_registered_class_once_by_canonical_name():
+    plan = encoding_plan()
+    classes = {registry.lookup(name) for name in posenc.available()}
+    assert len(plan) == len(classes)
+    assert {registry.lookup(c.name) for c in plan} == classes
+    assert {c.name for c in plan} == {posenc.describe(cls)["name"] for cls in classes}
+
+
+def test_plan_includes_learned_as_the_one_that_cannot_run_and_leaves_out_2d():
+    plan = {c.name: c for c in encoding_plan()}
+    assert plan["learned"].included and "cannot run" in plan["learned"].reason
+    assert not plan["sinusoidal2d"].included and "grid" in plan["sinusoidal2d"].reason
+    for name in ("sinusoidal", "rope", "relative_bias", "alibi", "none"):
+        assert plan[name].included, plan[name]
+    assert default_encodings() == [c.name for c in encoding_plan() if c.included]
+
+
+def test_plan_follows_the_registry_for_encodings_registered_later(monkeypatch):
+    # A private copy of the registry, so the test-local classes do not leak into other tests.
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_CANONICAL", dict(registry._CANONICAL))
+
+    @posenc.register("test_anywhere", "test_anywhere_alias")
+    class Anywhere(posenc.PositionalEncoding):
+        kind = "bias"
+
+        def __init__(self, num_heads: int, slope: float = 1.0) -> None:
+            super().__init__()
+
+    @posenc.register("test_needs_file")
+    class NeedsFile(posenc.PositionalEncoding):
+        def __init__(self, d_model: int, path: str) -> None:
+            super().__init__()
+
+    plan = {c.name: c for c in encoding_plan()}
+    assert plan["test_anywhere"].included and "test_anywhere_alias" not in plan
+    assert not plan["test_needs_file"].included and "path" in plan["test_needs_file"].reason
+
+
+# --- corpus ------------------------------------------------------------------------------------------
+
+
+def test_standard_library_corpus_is_the_sorted_top_level_sources():
+    corpus = Corpus.standard_library()
+    assert corpus.num_files > 50
+    assert "standard library" in corpus.source and sys.version.split()[0] in corpus.source
+    assert "def " in corpus.text and len(corpus.text) > 1_000_000
+    assert Corpus.standard_library().text == corpus.text  # read again: the same characters
+
+
+def test_corpus_from_folder_reads_utf8_files_in_order_and_skips_binaries_and_hidden(tmp_path):
+    (tmp_path / "b.txt").write_text("second ", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("first ", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.md").write_text("third", encoding="utf-8")
+    (tmp_path / "image.bin").write_bytes(b"\xff\xfe\x00\x81")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("hidden", encoding="utf-8")
+    corpus = Corpus.from_path(tmp_path)
+    assert corpus.text == "first second third"
+    assert corpus.num_files == 3
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p / "missing.txt", "does not exist"),
+        (lambda p: (p / "empty.txt").write_text("   \n") and p / "empty.txt", "holds no text"),
+        (lambda p: (p / "d").mkdir() or p / "d", "holds no text"),
+        (lambda p: (p / "x.bin").write_bytes(b"ok \xff\xfe") and p / "x.bin", "not UTF-8"),
+    ],
+    ids=["missing", "empty-file", "empty-folder", "not-utf8"],
+)
+def test_bad_corpus_paths_raise_config_errors_naming_the_path(tmp_path, make, message):
+    path = make(tmp_path)
+    with pytest.raises(ConfigError, match=message) as info:
+        Corpus.from_path(path)
+    assert str(path) in str(info.value) and "--corpus" in str(info.value)
+
+
+@pytest.mark.parametrize("chars", [1000, 200_000])
+def test_split_is_disjoint_complete_and_mostly_training(chars):
+    corpus = Corpus.from_text(make_text(chars))
+    train, val = corpus.split()
+    assert len(train) + len(val) == chars
+    assert 0.05 * chars < len(val) < 0.15 * chars
+    if chars == 1000:  # short text: the last 10% is validation
+        assert train + val == corpus.text
+    else:  # long text: every 10th block of 8192 characters
+        assert val[:8192] == corpus.text[9 * 8192 : 10 * 8192]
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        (dict(steps=0), "--steps: must be a positive integer, got 0"),
+        (dict(train_len=-4), "--train-len: must be a positive integer, got -4"),
+        (dict(eval_lens=(64, 0)), "--eval-lens: every length must be a positive integer, got 0"),
+        (dict(eval_lens=(32, 128)), "length 32 is below --train-len 64"),
+        (dict(eval_lens=()), "at least one evaluation length"),
+        (dict(eval_lens=(64, 64)), "must be distinct"),
+        (dict(d_model=30, num_heads=4), "--d-model: 30 must be divisible by --num-heads 4"),
+        (dict(lr=0.0), "--lr: must be a positive number"),
+        (dict(seed=-1), "--seed"),
+        (dict(device="gpu7"), "--device: 'gpu7' is not a torch device"),
+    ],
+)
+def test_bad_settings_name_the_option_and_the_value(settings, fragment):
+    with pytest.raises(ConfigError) as info:
+        StudyConfig(**settings)
+    assert fragment in str(info.value)
+
+
+def test_eval_lens_are_sorted():
+    assert StudyConfig(eval_lens=(256, 64, 128)).eval_lens == (64, 128, 256)
+
+
+# --- scoring -----------------------------------------------------------------------------------------
+
+
+class _Oracle(nn.Module):
+    """Logits that put all mass on the true next character: the loss must come out ~0."""
+
+    def __init__(self, stream: torch.Tensor, vocab: int) -> None:
+        super().__init__()
+        self.stream, self.vocab = stream, vocab
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        # Find each window in the stream, then read off the character that follows each position.
+        rows = []
+        for window in ids:
+            starts = (self.stream.unfold(0, window.numel(), 1) == window).all(-1).nonzero()
+            start = int(starts[0])
+            rows.append(self.stream[start + 1 : start + 1 + window.numel()])
+        return torch.nn.functional.one_hot(torch.stack(rows), self.vocab).float() * 100.0
+
+
+def test_evaluation_scores_the_next_character_of_every_position():
+    vocab = 50
+    generator = torch.Generator().manual_seed(0)
+    stream = torch.randint(0, vocab, (2000,), generator=generator)
+    chunks = torch.stack([stream[s : s + 129] for s in (0, 500, 1000)])
+    for eval_len in (32, 64, 128):
+        result = _evaluate(_Oracle(stream, vocab), chunks, eval_len, 32, torch.device("cpu"))
+        assert result.chars == 3 * 128
+        assert result.loss < 1e-6 and result.perplexity == pytest.approx(1.0)
+        assert (result.loss_beyond is None) == (eval_len == 32)
+
+
+def test_evaluation_reports_a_model_that_cannot_run_instead_of_truncating():
+    class Refuses(nn.Module):
+        def forward(self, ids):
+            raise ValueError(f"sequence length {ids.shape[1]} is past max_len 16")
+
+    chunks = torch.zeros(2, 65, dtype=torch.long)
+    result = _evaluate(Refuses(), chunks, 64, 16, torch.device("cpu"))
+    assert result.perplexity is None and result.loss is None
+    assert result.error == "sequence length 64 is past max_len 16"
+
+
+# --- the study end to end ---------------------------------------------------------------------------
+
+
+def _numbers(result) -> list:
+    return [
+        (e.label, e.final_train_loss, [(r.eval_len, r.loss, r.loss_beyond) for r in e.lengths])
+        for e in result.encodings
+    ]
+
+
+def test_tiny_study_runs_every_default_encoding_and_writes_the_files(text_file, tmp_path):
+    result = run_study(text_file, None, progress=False, **TINY)
+    labels = [e.label for e in result.encodings]
+    assert labels == default_encodings()
+    assert result.corpus["characters"] == 6000 and result.corpus["source"] == str(text_file)
+    vocab = result.corpus["vocabulary"]
+    for enc in result.encodings:
+        for r in enc.lengths:
+            if enc.label == "learned" and r.eval_len > TINY["train_len"]:
+                assert r.perplexity is None and "max_len=16" in r.error
+                continue
+            assert r.error is None and r.chars == 256
+            assert math.isclose(r.perplexity, math.exp(r.loss))
+            # Three steps from a random start: about as unsure as a uniform guess, never absurd.
+            assert 1.0 < r.perplexity < 3 * vocab
+
+    table = result.table()
+    lines = table.splitlines()
+    assert "16 (train)" in lines[1] and "32" in lines[1]
+    for label in labels:
+        assert any(line.startswith(label) for line in lines[3:])
+    learned_row = next(line for line in lines[3:] if line.startswith("learned"))
+    assert learned_row.split()[-2:] == ["cannot", "run"]
+    assert any(line.strip().startswith("note: learned:") for line in lines)
+
+    paths = result.save(tmp_path / "out")
+    data = json.loads(paths["json"].read_text())
+    assert data["config"]["eval_lens"] == [16, 32]
+    assert [e["label"] for e in data["encodings"]] == labels
+    with paths["csv"].open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(labels) * 2
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert [(r["encoding"], r["eval_len"]) for r in bad] == [("learned", "32")]
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_same_seed_same_corpus_gives_the_same_numbers(text_file):
+    first = run_study(text_file, "rope,alibi,learned", progress=False, seed=3, **TINY)
+    second = run_study(text_file, ["rope", "alibi", "learned"], progress=False, seed=3, **TINY)
+    assert _numbers(first) == _numbers(second)
+    other_seed = run_study(text_file, "rope", progress=False, seed=4, **TINY)
+    assert _numbers(other_seed)[0] != _numbers(first)[0]
+
+
+def test_training_lowers_the_loss(text_file):
+    settings = {**TINY, "steps": 40}
+    result = run_study(text_file, "alibi", progress=False, **settings)
+    untrained = run_study(text_file, "alibi", progress=False, **{**TINY, "steps": 1})
+    assert result.encodings[0].at(16).loss < untrained.encodings[0].at(16).loss - 0.3
+
+
+def test_study_rejects_bad_specs_and_short_corpora_before_training(text_file):
+    with pytest.raises(ConfigError, match=r"unknown position encoding 'ropee'\. Did you mean 'rope'"):
+        run_study(text_file, "ropee", progress=False, **TINY)
+    with pytest.raises(ConfigError, match="'alibi' is given twice"):
+        run_study(text_file, "alibi,alibi", progress=False, **TINY)
+    with pytest.raises(ConfigError, match="rope: unknown option"):
+        run_study(text_file, "rope(bass=1.0)", progress=False, **TINY)
+    with pytest.raises(
+        ConfigError, match="validation text has 40 characters but length 64 needs at least 65"
+    ):
+        run_study(Corpus.from_text(make_text(400)), "none", progress=False, **{**TINY, "eval_lens": (16, 64)})
+
+
+def test_the_own_text_example_runs(text_file, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples" / "extrapolate_own_text.py"),
+            str(text_file),
+            "--steps",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot run" in proc.stdout and "512" in proc.stdout
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "extrapolation.png"}
