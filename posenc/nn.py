@@ -439,10 +439,14 @@ class TransformerLM(nn.Module):
             attention_mask = _check_mask(attention_mask, b, past + t)
             if positions is None:
                 positions = mask_to_positions(attention_mask)[:, past:]
+        # None for the plain 0..t-1 case: an additive encoding then slices its cache, and under
+        # torch.compile a learned table still checks the length (explicit positions are data).
+        input_positions = positions
         if positions is None:
             positions = torch.arange(past, past + t, device=input_ids.device)
+            input_positions = None if past == 0 else positions
         x = self.embed(input_ids)
-        x = self.embed_dropout(self.encoding.encode_input(x, positions))
+        x = self.embed_dropout(self.encoding.encode_input(x, input_positions))
         for i, block in enumerate(self.blocks):
             x = block(x, positions=positions, attention_mask=attention_mask, cache=cache, layer=i)
         return self.head(self.norm(x))

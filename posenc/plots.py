@@ -112,6 +112,7 @@ def extrapolation_figure(result: StudyResult) -> Figure:
         f"Train short, test long: {result.config.steps} steps at length {result.config.train_len}\n"
         f"{result.corpus.get('source', '')[:70]}",
         fontsize=10,
+        pad=16,  # room for the "cannot run" marks just above the axes
     )
     ax.grid(True, which="major", alpha=0.3)
     # outside the axes, so it covers neither the lines nor the training-length label
