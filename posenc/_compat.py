@@ -1,0 +1,41 @@
+"""What the running torch can do and what it is doing: one leaf module, imported by everything.
+
+Nothing here imports from posenc, so ``functional/`` and the encodings can use it without
+import cycles. Each probe runs once (at import or on first use) and is cached.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["TORCH_VERSION", "is_compiling", "is_exporting", "is_tracing", "precise_dtype"]
+
+#: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``.
+TORCH_VERSION: tuple[int, int] = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore[assignment]
+
+
+def is_compiling() -> bool:
+    """Whether ``torch.compile`` (dynamo) is tracing the current call."""
+    return bool(torch.compiler.is_compiling())
+
+
+def is_exporting() -> bool:
+    """Whether ``torch.export`` is tracing (such a program must serve every length: no cache slices)."""
+    is_exporting_fn = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting_fn is not None and is_exporting_fn())
+
+
+def is_tracing() -> bool:
+    """Compile or export: data-dependent Python branches and host syncs are not allowed."""
+    return is_compiling() or is_exporting()
+
+
+def precise_dtype(t: Tensor | torch.dtype) -> torch.dtype:
+    """The dtype tables and biases are computed in for ``t``: float64 for float64, else float32.
+
+    This is posenc's one precision rule: position tables are never computed or kept in half
+    precision (angles at large positions would be wrong), and float64 work stays float64.
+    """
+    dtype = t if isinstance(t, torch.dtype) else t.dtype
+    return torch.float64 if dtype == torch.float64 else torch.float32
