@@ -8,7 +8,9 @@ extrapolation.png to ./runs/own_text. Any registry spec works in ENCODINGS.
 """
 
 import argparse
+from pathlib import Path
 
+from posenc.plots import plot_extrapolation
 from posenc.study import ConfigError, Corpus, run_study
 
 ENCODINGS = ["rope", "alibi", "t5", "sinusoidal", "learned", "none"]
@@ -27,4 +29,6 @@ try:
 except ConfigError as err:  # a missing or empty corpus, a corpus too short for length 512, ...
     parser.error(str(err))
 print(result.table())
-print("wrote", *result.save(args.out).values())
+paths = result.save(args.out)  # the data: results.json, results.csv
+paths["png"] = plot_extrapolation(result, Path(args.out) / "extrapolation.png")  # the figure
+print("wrote", *paths.values())

@@ -9,6 +9,9 @@
     posenc describe alibi                    # its options, defaults and accepted values
 
 Bad options print one line on stderr and exit with code 2, without a traceback.
+
+This module imports neither torch nor the rest of posenc at import time: each command
+imports what it needs, so ``posenc --help`` starts quickly.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .registry import available, describe
+from ._checks import check_int, check_positive_float, check_positive_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .study import ConfigError
 
 __all__ = ["main"]
 
@@ -46,34 +52,27 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _option_type(
+    parse: Callable[[str], Any], check: Callable[..., Any], accepted: str, **options: Any
+) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``parse`` the text, then apply posenc's shared ``check`` to it.
+
+    The check's TypeError/ValueError becomes argparse's one-line error, which names the flag
+    (``argument --steps: expected a positive integer, got '0'``).
+    """
+
+    def convert(text: str) -> Any:
+        try:
+            return check("value", parse(text), **options)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {accepted}, got {text!r}") from None
+
+    return convert
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
-    return value
+_positive_int = _option_type(int, check_positive_int, "a positive integer")
+_non_negative_int = _option_type(int, check_int, "a non-negative integer", minimum=0)
+_positive_float = _option_type(float, check_positive_float, "a positive finite number")
 
 
 def _length_list(text: str) -> list[int]:
@@ -85,8 +84,70 @@ def _length_list(text: str) -> list[int]:
     return [_positive_int(p) for p in parts]
 
 
+#: The StudyConfig fields ``posenc extrapolate`` sets: (field, type, metavar, help, advanced).
+#: The flag is the field with dashes (``--train-len``); the default is StudyConfig's.
+_STUDY_OPTIONS: tuple[tuple[str, Callable[[str], Any], str, str, bool], ...] = (
+    ("train_len", _positive_int, "N", "training length in characters (default %(default)s)", False),
+    (
+        "eval_lens",
+        _length_list,
+        "N,N,...",
+        "evaluation lengths, each >= --train-len (default %(default)s)",
+        False,
+    ),
+    ("steps", _positive_int, "N", "training steps per encoding (default %(default)s)", False),
+    ("seed", _non_negative_int, "N", "seed for initialisation and batch order (default %(default)s)", False),
+    (
+        "device",
+        str,
+        "DEVICE",
+        "torch device (default %(default)s; the CPU gives bit-identical reruns)",
+        False,
+    ),
+    ("batch_size", _positive_int, "N", "windows per step (default %(default)s)", True),
+    ("d_model", _positive_int, "N", "model width (default %(default)s)", True),
+    ("num_layers", _positive_int, "N", "transformer blocks (default %(default)s)", True),
+    ("num_heads", _positive_int, "N", "attention heads (default %(default)s)", True),
+    ("lr", _positive_float, "X", "peak AdamW learning rate (default %(default)s)", True),
+    (
+        "threads",
+        _positive_int,
+        "N",
+        "torch CPU threads during the study (default %(default)s: a fixed count keeps reruns bit-identical)",
+        True,
+    ),
+)
+
+#: The library's argument names (StudyConfig fields, run_study and save arguments) as the flags
+#: of ``posenc extrapolate``, to report the library's errors in the command's words.
+_FLAGS = {
+    **{field: "--" + field.replace("_", "-") for field, *_ in _STUDY_OPTIONS},
+    "corpus": "--corpus",
+    "encodings": "--encodings",
+    "out_dir": "--out",
+}
+_NAME_EQUALS = re.compile(r"\b(" + "|".join(_FLAGS) + r")=")
+
+
+def _in_flags(err: ConfigError) -> str:
+    """A study ConfigError's message with the library's argument names as this command's flags.
+
+    The message starts with its argument's name (``steps must be ...`` -> ``--steps must
+    be ...``); other settings it quotes as ``name=value`` (``train_len=64`` ->
+    ``--train-len=64``), except in messages about the corpus, encodings or output folder,
+    which echo the user's own text.
+    """
+    message = _one_line(err)
+    argument = err.argument or ""
+    if argument in _FLAGS and message.startswith(argument):
+        message = _FLAGS[argument] + message[len(argument) :]
+    if argument not in ("corpus", "encodings", "out_dir"):
+        message = _NAME_EQUALS.sub(lambda match: f"{_FLAGS[match[1]]}=", message)
+    return message
+
+
 def _build_parser() -> _Parser:
-    from .study import StudyConfig
+    from .study.config import StudyConfig  # no torch: see posenc.study.config
 
     defaults = StudyConfig.__dataclass_fields__
     parser = _Parser(
@@ -114,37 +175,9 @@ def _build_parser() -> _Parser:
         "run past its training length, plus the learned table as the one that cannot)",
     )
     ex.add_argument(
-        "--train-len",
-        type=_positive_int,
-        default=defaults["train_len"].default,
-        metavar="N",
-        help="training length in characters (default %(default)s)",
-    )
-    ex.add_argument(
-        "--eval-lens",
-        type=_length_list,
-        default=list(defaults["eval_lens"].default),
-        metavar="N,N,...",
-        help="evaluation lengths, each >= --train-len (default 64,128,256,512)",
-    )
-    ex.add_argument(
-        "--steps",
-        type=_positive_int,
-        default=defaults["steps"].default,
-        metavar="N",
-        help="training steps per encoding (default %(default)s)",
-    )
-    ex.add_argument(
         "--corpus",
         metavar="PATH",
         help="a UTF-8 text file or a folder of them (default: the running Python's standard library sources)",
-    )
-    ex.add_argument(
-        "--seed",
-        type=_non_negative_int,
-        default=defaults["seed"].default,
-        metavar="N",
-        help="seed for initialisation and batch order (default %(default)s)",
     )
     ex.add_argument(
         "--out",
@@ -152,54 +185,17 @@ def _build_parser() -> _Parser:
         metavar="DIR",
         help="folder for results.json, results.csv, extrapolation.png (default %(default)s)",
     )
-    ex.add_argument(
-        "--device",
-        default=defaults["device"].default,
-        help="torch device (default %(default)s; the CPU gives bit-identical reruns)",
-    )
     model = ex.add_argument_group("model and training (advanced)")
-    model.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        default=defaults["batch_size"].default,
-        metavar="N",
-        help="windows per step (default %(default)s)",
-    )
-    model.add_argument(
-        "--d-model",
-        type=_positive_int,
-        default=defaults["d_model"].default,
-        metavar="N",
-        help="model width (default %(default)s)",
-    )
-    model.add_argument(
-        "--num-layers",
-        type=_positive_int,
-        default=defaults["num_layers"].default,
-        metavar="N",
-        help="transformer blocks (default %(default)s)",
-    )
-    model.add_argument(
-        "--num-heads",
-        type=_positive_int,
-        default=defaults["num_heads"].default,
-        metavar="N",
-        help="attention heads (default %(default)s)",
-    )
-    model.add_argument(
-        "--lr",
-        type=_positive_float,
-        default=defaults["lr"].default,
-        metavar="X",
-        help="peak AdamW learning rate (default %(default)s)",
-    )
-    model.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=defaults["threads"].default,
-        metavar="N",
-        help="torch CPU threads during the study (default %(default)s: a fixed count keeps reruns bit-identical)",
-    )
+    for field, kind, metavar, help_text, advanced in _STUDY_OPTIONS:
+        default = defaults[field].default
+        (model if advanced else ex).add_argument(
+            _FLAGS[field],
+            type=kind,
+            # a tuple as the text one would type: argparse parses a str default with `type`
+            default=",".join(map(str, default)) if isinstance(default, tuple) else default,
+            metavar=metavar,
+            help=help_text,
+        )
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
 
     pl = commands.add_parser(
@@ -244,19 +240,7 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     from .study import ConfigError, Corpus, StudyConfig, encoding_plan, run_study, split_specs
 
     try:
-        config = StudyConfig(
-            train_len=args.train_len,
-            eval_lens=tuple(args.eval_lens),
-            steps=args.steps,
-            batch_size=args.batch_size,
-            d_model=args.d_model,
-            num_layers=args.num_layers,
-            num_heads=args.num_heads,
-            lr=args.lr,
-            seed=args.seed,
-            device=args.device,
-            threads=args.threads,
-        )
+        config = StudyConfig(**{field: getattr(args, field) for field, *_ in _STUDY_OPTIONS})
         if args.encodings is None:
             plan = encoding_plan()
             specs = [c.name for c in plan if c.included]
@@ -264,8 +248,8 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             plan = None
             specs = split_specs(args.encodings)
         out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out: {args.out!r} exists and is not a folder")
+        if out.exists() and not out.is_dir():  # checked before training, not only when saving
+            raise _UsageError(f"--out: {args.out!r} exists and is not a folder")
         corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
         if plan is not None:
             print("encodings (derived from the registry):")
@@ -275,11 +259,17 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         result = run_study(corpus, specs, config, progress=not args.quiet, log=print)
     except ConfigError as err:
-        raise _UsageError(str(err)) from err
+        raise _UsageError(_in_flags(err)) from err
     elapsed = time.perf_counter() - start
     print()
     print(result.table())
     paths = result.save(out)
+    try:
+        from .plots import plot_extrapolation
+
+        paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
+    except ImportError as err:  # matplotlib is in the `cli` extra; the data files are written
+        print(f"posenc extrapolate: extrapolation.png not drawn: {err}", file=sys.stderr)
     print(
         f"\n{len(result.encodings)} models in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths.values())}"
     )
@@ -309,6 +299,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _groups() -> list[dict[str, Any]]:
+    from .registry import available, describe
+
     seen, groups = set(), []
     for name in available():
         info = describe(name)
@@ -331,6 +323,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
+    from .registry import describe
+
     try:
         info = describe(args.name)
     except (ValueError, TypeError) as err:

@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._checks import check_positive_int
 from .base import PositionalEncoding
 from .registry import build
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
+    # For the annotations only: the study never imports this module, and this module does
+    # not import the study, so each can be used without the other.
     from .study import StudyResult
 
 __all__ = ["encoding_figure", "extrapolation_figure", "plot_encoding", "plot_extrapolation"]
@@ -61,6 +64,12 @@ def extrapolation_figure(result: StudyResult) -> Figure:
 
     Lengths where a model cannot run (the learned table past its size) are marked with an
     ``x`` just above the axes and named in the legend.
+
+    Args:
+        result: a :class:`~posenc.study.StudyResult` (from :func:`~posenc.study.run_study`).
+
+    Returns:
+        A matplotlib :class:`~matplotlib.figure.Figure`.
     """
     fig = _new_figure(9.5, 4.8)
     ax = fig.add_subplot()
@@ -121,7 +130,15 @@ def extrapolation_figure(result: StudyResult) -> Figure:
 
 
 def plot_extrapolation(result: StudyResult, path: str | Path) -> Path:
-    """Draw :func:`extrapolation_figure` and save it as a PNG at ``path``."""
+    """Draw :func:`extrapolation_figure` and save it as a PNG at ``path``.
+
+    Args:
+        result: a :class:`~posenc.study.StudyResult`.
+        path: the PNG file; missing parent folders are made.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     return _save(extrapolation_figure(result), path)
 
 
@@ -141,13 +158,15 @@ def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_hea
         A matplotlib :class:`~matplotlib.figure.Figure`.
 
     Raises:
-        ValueError: bad spec or sizes (from :func:`posenc.build`), or a non-positive size.
+        ValueError: bad spec or sizes (from :func:`posenc.build`), a size ``<= 0``, or
+            ``d_model`` not divisible by ``num_heads``.
+        TypeError: a size is not an int, or a spec option of the wrong type.
     """
-    for key, value in (("length", length), ("d_model", d_model), ("num_heads", num_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"encoding_figure: {key} must be a positive integer, got {value!r}")
+    check_positive_int("length", length)
+    check_positive_int("d_model", d_model)
+    check_positive_int("num_heads", num_heads)
     if d_model % num_heads:
-        raise ValueError(f"encoding_figure: d_model={d_model} must be divisible by num_heads={num_heads}")
+        raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
     head_dim = d_model // num_heads
     pe = build(spec, d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=length, causal=True)
     name = spec if isinstance(spec, str) else (pe.registry_name or type(pe).__name__)
@@ -163,7 +182,16 @@ def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_hea
 
 
 def plot_encoding(spec: Any, path: str | Path, **sizes: Any) -> Path:
-    """Draw :func:`encoding_figure` for ``spec`` and save it as a PNG at ``path``."""
+    """Draw :func:`encoding_figure` for ``spec`` and save it as a PNG at ``path``.
+
+    Args:
+        spec: anything :func:`posenc.build` accepts.
+        path: the PNG file; missing parent folders are made.
+        **sizes: ``length``, ``d_model``, ``num_heads`` as in :func:`encoding_figure`.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
     return _save(encoding_figure(spec, **sizes), path)
 
 
@@ -238,7 +266,7 @@ def _rotary_figure(pe: PositionalEncoding, name: str, length: int, head_dim: int
     # Long-distance decay: q = k = all-ones, q at position m, k at position 0 (RoFormer §3.4.3).
     distances = max(length, 1024)
     ones = torch.ones(1, 1, distances, head_dim)
-    q, k = pe.encode_qk(ones, ones, torch.arange(distances), torch.arange(distances))
+    q, k = pe.encode_qk(ones, ones, q_positions=torch.arange(distances), k_positions=torch.arange(distances))
     decay = (q[0, 0] @ k[0, 0, 0]).float() / head_dim
 
     fig = _new_figure(12, 4.4)
@@ -271,7 +299,7 @@ def _bias_rows(pe: PositionalEncoding, num_heads: int, head_dim: int, size: int)
     rows = []
     for i in range(size):
         q = torch.zeros(1, num_heads, 1, head_dim)
-        bias = pe.attention_bias(q, k, torch.tensor([i]), torch.arange(size))
+        bias = pe.attention_bias(q, k, q_positions=torch.tensor([i]), k_positions=torch.arange(size))
         if bias is None:
             bias = torch.zeros(1, 1, 1, size)
         rows.append(bias.float().expand(1, num_heads, 1, size)[0, :, 0])
@@ -292,7 +320,7 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     far = 256
     k = torch.zeros(1, num_heads, far + 1, head_dim)
     q = torch.zeros(1, num_heads, 1, head_dim)
-    row = pe.attention_bias(q, k, torch.tensor([far]), torch.arange(far + 1))
+    row = pe.attention_bias(q, k, q_positions=torch.tensor([far]), k_positions=torch.arange(far + 1))
     row = row.float().expand(1, num_heads, 1, far + 1)[0, :, 0].flip(-1)  # index = distance
     row = row - row[:, :1]  # per-row constants cancel under softmax: show bias(d) - bias(0)
 

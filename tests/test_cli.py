@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import posenc
-from posenc.cli import main
-from posenc.study import default_encodings
+from posenc.cli import _FLAGS, _in_flags, main
+from posenc.study import ConfigError, StudyConfig, default_encodings
 
 #: A study small enough for a unit test: about a second per encoding on a loaded 2-core CPU.
 TINY_ARGS = [
@@ -115,10 +115,13 @@ def test_same_seed_gives_the_same_results_file(corpus_file, tmp_path, capsys):
     [
         (["--encodings", "ropee"], "unknown position encoding 'ropee'. Did you mean 'rope'?"),
         (["--encodings", "rope(bass=2.0)"], "rope: unknown option(s) 'bass'"),
-        (["--encodings", "rope(base=1"], "--encodings: unclosed bracket"),
-        (["--encodings", "alibi,,rope"], "--encodings: empty spec"),
-        (["--eval-lens", "32,128", "--train-len", "64"], "--eval-lens: length 32 is below --train-len 64"),
-        (["--corpus", "/no/such/corpus.txt"], "--corpus: '/no/such/corpus.txt' does not exist"),
+        (["--encodings", "rope(base=1"], "error: --encodings 'rope(base=1' is not a comma-separated list"),
+        (
+            ["--encodings", "alibi,,rope"],
+            "error: --encodings 'alibi,,rope' has a comma with nothing before it",
+        ),
+        (["--eval-lens", "32,128", "--train-len", "64"], "--eval-lens: length 32 is below --train-len=64"),
+        (["--corpus", "/no/such/corpus.txt"], "error: --corpus path '/no/such/corpus.txt' does not exist"),
         (["--corpus", "EMPTY"], "holds no text"),
         (["--corpus", "BINARY"], "is not UTF-8 text"),
         (["--steps", "0"], "argument --steps: expected a positive integer, got '0'"),
@@ -129,8 +132,10 @@ def test_same_seed_gives_the_same_results_file(corpus_file, tmp_path, capsys):
         (["--batch-size", "0"], "argument --batch-size: expected a positive integer"),
         (["--lr", "0"], "argument --lr: expected a positive finite number, got '0'"),
         (["--seed", "-1"], "argument --seed: expected a non-negative integer, got '-1'"),
-        (["--device", "warp-drive"], "--device: 'warp-drive' is not a torch device"),
-        (["--d-model", "30"], "--d-model: 30 must be divisible by --num-heads 4"),
+        (["--seed", "x"], "argument --seed: expected a non-negative integer, got 'x'"),
+        (["--lr", "inf"], "argument --lr: expected a positive finite number, got 'inf'"),
+        (["--device", "warp-drive"], "error: --device 'warp-drive' is not a torch device"),
+        (["--d-model", "30"], "error: --d-model=30 must be divisible by --num-heads=4"),
         (["--out", "A_FILE"], "--out: "),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],
@@ -162,10 +167,65 @@ def test_a_bad_option_in_a_real_process_exits_2_without_a_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "posenc extrapolate: error: --eval-lens: length 16 is below --train-len 64; "
+        "posenc extrapolate: error: --eval-lens: length 16 is below --train-len=64; "
         "evaluation lengths must be >= the training length"
     )
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("error", "reported"),
+    [
+        (
+            ConfigError("steps must be a positive int, got 0", argument="steps"),
+            "--steps must be a positive int, got 0",
+        ),
+        (
+            ConfigError("d_model=30 must be divisible by num_heads=4", argument="d_model"),
+            "--d-model=30 must be divisible by --num-heads=4",
+        ),
+        (
+            ConfigError("out_dir 'x' exists and is not a folder", argument="out_dir"),
+            "--out 'x' exists and is not a folder",
+        ),
+        # the user's own text is echoed as typed
+        (
+            ConfigError("encodings: 't5(num_heads=3)': bad", argument="encodings"),
+            "--encodings: 't5(num_heads=3)': bad",
+        ),
+        (ConfigError("text is empty", argument="text"), "text is empty"),
+        (ConfigError("something else"), "something else"),
+    ],
+)
+def test_library_errors_are_reported_with_flag_names(error, reported):
+    assert _in_flags(error) == reported
+
+
+def test_every_flag_named_for_library_errors_is_an_extrapolate_option(capsys):
+    fields = set(StudyConfig.__dataclass_fields__)
+    assert set(_FLAGS) - fields == {"corpus", "encodings", "out_dir"}
+    assert fields - set(_FLAGS) == {"eval_chars"}  # the one setting the command leaves at its default
+    code, help_text, _ = run(["extrapolate", "--help"], capsys)
+    assert code == 0
+    for flag in _FLAGS.values():
+        assert f"{flag} " in help_text, flag
+
+
+def test_help_imports_neither_the_study_nor_the_plots():
+    """`posenc --help` reads StudyConfig's defaults only: no training code, no plots, no matplotlib."""
+    code = (
+        "import sys\n"
+        "from posenc.cli import main\n"
+        "try:\n"
+        "    main(['extrapolate', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = {'posenc.study.training', 'posenc.study.plan', 'posenc.plots', 'matplotlib'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_no_command_is_a_usage_error(capsys):

@@ -113,11 +113,19 @@ def test_interleaved_to_half_gives_equal_scores(num_heads, num_kv_heads, head_di
     rope_i = posenc.RoPE(head_dim, layout="interleaved", rotary_dim=rotary_dim)
     rope_h = posenc.RoPE(head_dim, layout="half", rotary_dim=rotary_dim)
     ours_i = scores(
-        *rope_i.encode_qk(project(wq, bq, num_heads), project(wk, bk, num_kv_heads), positions, positions)
+        *rope_i.encode_qk(
+            project(wq, bq, num_heads),
+            project(wk, bk, num_kv_heads),
+            q_positions=positions,
+            k_positions=positions,
+        )
     )
     ours_h = scores(
         *rope_h.encode_qk(
-            project(wq_h, bq_h, num_heads), project(wk_h, bk_h, num_kv_heads), positions, positions
+            project(wq_h, bq_h, num_heads),
+            project(wk_h, bk_h, num_kv_heads),
+            q_positions=positions,
+            k_positions=positions,
         )
     )
     torch.testing.assert_close(ours_i, reference, **SCORE_TOL)
@@ -170,13 +178,33 @@ def test_layout_conversions_are_inverse(rotary_dim):
         (lambda: interleaved_to_half(torch.randn(12, 4, 2), 3), ValueError, "got shape"),
         (lambda: interleaved_to_half([1.0] * 12, 3), TypeError, "weight must be a torch.Tensor"),
         (lambda: half_to_interleaved(torch.randn(12), 0), ValueError, "num_heads must be"),
-        (lambda: rope_layout_permutation(8, to="sideways"), ValueError, "'half' or 'interleaved'"),
-        (lambda: posenc.hf.FalconALiBi(4, head_dim=0), ValueError, "head_dim must be a positive integer"),
+        (lambda: interleaved_to_half(torch.randn(12, 4), 3.0), TypeError, "num_heads must be a positive int"),
+        (lambda: rope_layout_permutation(8, to="sideways"), ValueError, r"one of \['half', 'interleaved'\]"),
+        (lambda: posenc.hf.FalconALiBi(4, head_dim=0), ValueError, "head_dim must be a positive int, got 0"),
+        (lambda: posenc.hf.FalconALiBi(4, head_dim=16.0), TypeError, "head_dim must be a positive int"),
     ],
 )
 def test_layout_conversion_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_layout_conversion_and_falcon_alibi_are_the_same_objects_everywhere():
+    """Not Hugging Face specific: they live in posenc.functional / posenc.encodings, posenc.hf re-exports."""
+    from posenc.encodings.alibi import FalconALiBi
+    from posenc.functional import rope_layout
+
+    assert posenc.hf.FalconALiBi is FalconALiBi and issubclass(FalconALiBi, posenc.ALiBi)
+    for name in ("interleaved_to_half", "half_to_interleaved", "rope_layout_permutation"):
+        assert getattr(posenc.hf, name) is getattr(rope_layout, name) is getattr(posenc.functional, name)
+    hf_own = [
+        "FalconALiBi",
+        "SUPPORTED_MODEL_TYPES",
+        "from_hf_config",
+        "from_hf_model",
+        "supported_models_markdown",
+    ]
+    assert sorted(posenc.hf.__all__) == sorted([*rope_layout.__all__, *hf_own])
 
 
 # --- from_hf_config: the table and its errors --------------------------------------------------
@@ -276,7 +304,24 @@ def test_unsupported_model_type_names_it_and_lists_the_supported():
             ValueError,
             "per layer type",
         ),
-        ({"model_type": "gpt2", "n_embd": -3}, {}, ValueError, "n_embd must be a positive integer"),
+        (
+            {"model_type": "gpt2", "n_embd": -3},
+            {},
+            ValueError,
+            "gpt2 config: n_embd must be a positive int, got -3",
+        ),
+        (
+            {"model_type": "gpt2", "n_embd": "768"},
+            {},
+            TypeError,
+            "gpt2 config: n_embd must be a positive int",
+        ),
+        (
+            {"model_type": "speech_to_text", "pad_token_id": -1},
+            {},
+            ValueError,
+            "speech_to_text config: pad_token_id must be >= 0, got -1",
+        ),
     ],
 )
 def test_from_hf_config_errors(config, kwargs, error, match):
@@ -641,7 +686,7 @@ def _check_rope_inside(monkeypatch, config, positions: torch.Tensor) -> None:
     # posenc must pass through untouched.
     pad = head_dim - q_in.shape[-1]
     q_full, k_full = (torch.nn.functional.pad(t, (0, pad)) for t in (q_in, k_in))
-    q_ours, k_ours = rope.encode_qk(q_full, k_full, positions, positions)
+    q_ours, k_ours = rope.encode_qk(q_full, k_full, q_positions=positions, k_positions=positions)
     torch.testing.assert_close(q_ours[..., : q_in.shape[-1]], q_out, **ROPE_TOL)
     torch.testing.assert_close(k_ours[..., : k_in.shape[-1]], k_out, **ROPE_TOL)
     if pad:
@@ -800,7 +845,9 @@ def test_bloom_alibi_equals_the_models_bias_under_softmax():
     assert isinstance(pe, posenc.ALiBi) and pe.causal
     positions = posenc.mask_to_positions(mask)
     q = torch.zeros(2, heads, length, 8)
-    ours = pe.attention_bias(q, q, positions, positions)  # slope * (key position - last query position)
+    ours = pe.attention_bias(
+        q, q, q_positions=positions, k_positions=positions
+    )  # slope * (key position - last query position)
     # Both are slope * k_pos up to a constant per row, which softmax cancels: compare the attention.
     keep = torch.ones(length, length).tril().bool() & mask.bool()[:, None, None, :]
     scores = torch.randn(2, heads, length, length, generator=torch.Generator().manual_seed(1))

@@ -70,6 +70,22 @@ def test_plot_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path,
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("sizes", "error", "message"),
+    [
+        (dict(length=0), ValueError, "length must be a positive int, got 0"),
+        (dict(d_model=-8), ValueError, "d_model must be a positive int, got -8"),
+        (dict(num_heads=2.0), TypeError, "num_heads must be a positive int, got 2.0 (float)"),
+        (dict(length=True), TypeError, "length must be a positive int, got True (bool)"),
+        (dict(d_model=100, num_heads=8), ValueError, "d_model=100 must be divisible by num_heads=8"),
+    ],
+)
+def test_encoding_figure_checks_its_sizes(sizes, error, message):
+    with pytest.raises(error) as info:
+        encoding_figure("rope", **sizes)
+    assert str(info.value) == message
+
+
 @pytest.mark.parametrize("name", sorted({posenc.describe(n)["name"] for n in posenc.available()}))
 def test_every_encoding_figure_has_titles_and_labelled_axes(name):
     fig = encoding_figure(name, length=64)

@@ -20,12 +20,12 @@ from posenc.study import (
     ConfigError,
     Corpus,
     StudyConfig,
-    _evaluate,
     default_encodings,
     encoding_plan,
     run_study,
     split_specs,
 )
+from posenc.study.training import _evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,6 +77,9 @@ def text_file(tmp_path: Path) -> Path:
         ("x(a=[1, 2], b=(3, 4)),y", ["x(a=[1, 2], b=(3, 4))", "y"]),
         ("x(s='a,b'),y(s=\"c,)d\")", ["x(s='a,b')", 'y(s="c,)d")']),
         (r"x(s='it\'s, here'),y", [r"x(s='it\'s, here')", "y"]),
+        ("(rope) , alibi(max_bias=4.0)", ["(rope)", "alibi(max_bias=4.0)"]),
+        ("x(s='é,ü'),y(s='日本,語')", ["x(s='é,ü')", "y(s='日本,語')"]),
+        ("rope,\nalibi", ["rope", "alibi"]),
     ],
 )
 def test_split_specs_splits_only_at_top_level_commas(text, expected):
@@ -86,18 +89,31 @@ def test_split_specs_splits_only_at_top_level_commas(text, expected):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("rope(base=1", "unclosed bracket"),
-        ("rope)", "unbalanced ')'"),
-        ("rope(a=[1)]", "unbalanced ')'"),
-        ("rope(s='x)", "unclosed quote"),
-        ("rope,,alibi", "empty spec"),
-        ("rope,", "empty spec"),
+        ("rope(base=1", "'(' was never closed"),
+        ("rope)", "unmatched ')'"),
+        ("rope(a=[1)]", "')' does not match opening parenthesis '['"),
+        ("rope(s='x)", "unterminated string literal"),
+        ("rope,,alibi", "an empty spec"),
+        ("rope,", "an empty spec"),
+        (",rope", "an empty spec"),
+        ("rope alibi", "Perhaps you forgot a comma?"),
+        ("rope # alibi", "'#' comments are not allowed"),
+        ("  ", "must name at least one spec"),
     ],
 )
 def test_split_specs_rejects_malformed_lists(text, message):
     with pytest.raises(ConfigError) as info:
         split_specs(text)
-    assert "--encodings" in str(info.value) and message in str(info.value)
+    # A library message: it names the argument and the value, not a command-line flag.
+    assert str(info.value).startswith("encodings") and info.value.argument == "encodings"
+    assert message in str(info.value) and "--" not in str(info.value)
+    if text.strip():
+        assert repr(text) in str(info.value)
+
+
+def test_split_specs_wants_a_str():
+    with pytest.raises(TypeError, match="encodings must be a str"):
+        split_specs(["rope", "alibi"])
 
 
 # --- which encodings run by default ---------------------------------------------------------------
@@ -180,7 +196,8 @@ def test_bad_corpus_paths_raise_config_errors_naming_the_path(tmp_path, make, me
     path = make(tmp_path)
     with pytest.raises(ConfigError, match=message) as info:
         Corpus.from_path(path)
-    assert str(path) in str(info.value) and "--corpus" in str(info.value)
+    assert str(path) in str(info.value) and str(info.value).startswith("corpus ")
+    assert info.value.argument == "corpus" and "--" not in str(info.value)
 
 
 @pytest.mark.parametrize("chars", [1000, 200_000])
@@ -199,24 +216,46 @@ def test_split_is_disjoint_complete_and_mostly_training(chars):
 
 
 @pytest.mark.parametrize(
-    ("settings", "fragment"),
+    ("settings", "argument", "message"),
     [
-        (dict(steps=0), "--steps: must be a positive integer, got 0"),
-        (dict(train_len=-4), "--train-len: must be a positive integer, got -4"),
-        (dict(eval_lens=(64, 0)), "--eval-lens: every length must be a positive integer, got 0"),
-        (dict(eval_lens=(32, 128)), "length 32 is below --train-len 64"),
-        (dict(eval_lens=()), "at least one evaluation length"),
-        (dict(eval_lens=(64, 64)), "must be distinct"),
-        (dict(d_model=30, num_heads=4), "--d-model: 30 must be divisible by --num-heads 4"),
-        (dict(lr=0.0), "--lr: must be a positive number"),
-        (dict(seed=-1), "--seed"),
-        (dict(device="gpu7"), "--device: 'gpu7' is not a torch device"),
+        (dict(steps=0), "steps", "steps must be a positive int, got 0"),
+        (dict(train_len=-4), "train_len", "train_len must be a positive int, got -4"),
+        (dict(eval_lens=(64, 0)), "eval_lens", "eval_lens[1] must be a positive int, got 0"),
+        (
+            dict(eval_lens=(32, 128)),
+            "eval_lens",
+            "eval_lens: length 32 is below train_len=64; evaluation lengths must be >= the training length",
+        ),
+        (dict(eval_lens=()), "eval_lens", "eval_lens must hold at least one evaluation length"),
+        (dict(eval_lens=(64, 64)), "eval_lens", "eval_lens must be distinct, got [64, 64]"),
+        (dict(d_model=30, num_heads=4), "d_model", "d_model=30 must be divisible by num_heads=4"),
+        (dict(lr=0.0), "lr", "lr must be a finite number > 0, got 0.0"),
+        (dict(seed=-1), "seed", "seed must be >= 0, got -1"),
+        (dict(threads=0), "threads", "threads must be a positive int, got 0"),
+        (dict(device="gpu7"), "device", "device 'gpu7' is not a torch device"),
     ],
 )
-def test_bad_settings_name_the_option_and_the_value(settings, fragment):
+def test_bad_settings_name_the_argument_and_the_value(settings, argument, message):
     with pytest.raises(ConfigError) as info:
         StudyConfig(**settings)
-    assert fragment in str(info.value)
+    # The library speaks in its own argument names; the posenc command translates them to flags.
+    assert str(info.value).startswith(message) and info.value.argument == argument
+    assert "--" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(steps="3"), "steps must be a positive int, got '3' (str)"),
+        (dict(train_len=True), "train_len must be a positive int, got True (bool)"),
+        (dict(eval_lens=64), "eval_lens must be a sequence of positive ints, got 64 (int)"),
+        (dict(lr="fast"), "lr must be a float"),
+    ],
+)
+def test_settings_of_the_wrong_type_raise_type_errors(settings, message):
+    with pytest.raises(TypeError) as info:
+        StudyConfig(**settings)
+    assert str(info.value).startswith(message)
 
 
 def test_eval_lens_are_sorted():
@@ -255,15 +294,35 @@ def test_evaluation_scores_the_next_character_of_every_position():
         assert (result.loss_beyond is None) == (eval_len == 32)
 
 
-def test_evaluation_reports_a_model_that_cannot_run_instead_of_truncating():
-    class Refuses(nn.Module):
+def test_evaluation_reports_a_table_shorter_than_the_length_instead_of_running():
+    class TooShort(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.position = posenc.Learned(8, max_len=16)
+
         def forward(self, ids):
-            raise ValueError(f"sequence length {ids.shape[1]} is past max_len 16")
+            raise AssertionError("a model whose table is too short is not run")
 
     chunks = torch.zeros(2, 65, dtype=torch.long)
-    result = _evaluate(Refuses(), chunks, 64, 16, torch.device("cpu"))
-    assert result.perplexity is None and result.loss is None
-    assert result.error == "sequence length 64 is past max_len 16"
+    result = _evaluate(TooShort(), chunks, 64, 16, torch.device("cpu"))
+    assert result.perplexity is None and result.loss is None and result.chars == 2 * 64
+    assert result.error == "sequence length 64 exceeds max_len=16, the size of the position table"
+
+
+def test_evaluation_lets_other_errors_propagate():
+    """Only the expected "cannot run" case becomes a result; a bug in the model is not hidden."""
+
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.position = posenc.Learned(8, max_len=64)  # long enough: not the expected case
+
+        def forward(self, ids):
+            raise ValueError("an unrelated bug")
+
+    chunks = torch.zeros(2, 65, dtype=torch.long)
+    with pytest.raises(ValueError, match="an unrelated bug"):
+        _evaluate(Broken(), chunks, 32, 16, torch.device("cpu"))
 
 
 # --- the study end to end ---------------------------------------------------------------------------
@@ -285,7 +344,7 @@ def test_tiny_study_runs_every_default_encoding_and_writes_the_files(text_file, 
     for enc in result.encodings:
         for r in enc.lengths:
             if enc.label == "learned" and r.eval_len > TINY["train_len"]:
-                assert r.perplexity is None and "max_len=16" in r.error
+                assert r.perplexity is None and r.error.endswith("max_len=16, the size of the position table")
                 continue
             assert r.error is None and r.chars == 256
             assert math.isclose(r.perplexity, math.exp(r.loss))
@@ -310,7 +369,31 @@ def test_tiny_study_runs_every_default_encoding_and_writes_the_files(text_file, 
     assert len(rows) == len(labels) * 2
     bad = [r for r in rows if r["status"] != "ok"]
     assert [(r["encoding"], r["eval_len"]) for r in bad] == [("learned", "32")]
-    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Data only: drawing the figure is posenc.plots' job (the command does both).
+    assert set(paths) == {"json", "csv"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.csv", "results.json"]
+
+
+def test_save_refuses_a_file_as_the_folder(tmp_path):
+    result = run_study(Corpus.from_text(make_text(6000)), "none", progress=False, **TINY)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ConfigError, match=r"out_dir .* exists and is not a folder") as info:
+        result.save(tmp_path / "a_file")
+    assert info.value.argument == "out_dir"
+
+
+@pytest.mark.parametrize(
+    ("code", "absent"),
+    [
+        ("import posenc.study as s; s.run_study, s.StudyResult, s.Corpus, s.split_specs", "posenc.plots"),
+        ("import posenc.plots", "posenc.study"),
+    ],
+    ids=["study-without-plots", "plots-without-study"],
+)
+def test_the_study_and_the_plots_import_without_each_other(code, absent):
+    check = f"import sys; {code}; assert {absent!r} not in sys.modules, sorted(sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_same_seed_same_corpus_gives_the_same_numbers(text_file):
@@ -336,7 +419,7 @@ def test_study_rejects_bad_specs_and_short_corpora_before_training(text_file):
     with pytest.raises(ConfigError, match="rope: unknown option"):
         run_study(text_file, "rope(bass=1.0)", progress=False, **TINY)
     with pytest.raises(
-        ConfigError, match="validation text has 40 characters but length 64 needs at least 65"
+        ConfigError, match="eval_lens: the validation text has 40 characters but length 64 needs at least 65"
     ):
         run_study(Corpus.from_text(make_text(400)), "none", progress=False, **{**TINY, "eval_lens": (16, 64)})
 

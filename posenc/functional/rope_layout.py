@@ -1,0 +1,163 @@
+"""Converting q/k projection weights between the two RoPE channel layouts.
+
+In the interleaved layout (GPT-J, Meta's Llama, RoFormer) channels ``2i`` and ``2i+1`` of a
+head rotate together at frequency ``i``; in the half-split layout (GPT-NeoX, Hugging Face
+Llama) channels ``i`` and ``i + r/2`` do. Permuting the rows of the query and key projections
+per head, within the rotated channels only, moves a checkpoint from one layout to the other
+with identical attention scores (the permutation Llama conversion scripts apply to Meta's
+weights). Nothing here depends on where the checkpoint came from.
+
+Shape key: ``h`` heads, ``dh`` head width, ``r`` rotated channels per head, ``i`` input features.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_positive_int
+
+__all__ = ["half_to_interleaved", "interleaved_to_half", "rope_layout_permutation"]
+
+_LAYOUTS = ("half", "interleaved")
+
+
+def rope_layout_permutation(
+    head_dim: int,
+    rotary_dim: int | None = None,
+    *,
+    to: Literal["half", "interleaved"] = "half",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Channel order within one head that converts between the two RoPE layouts.
+
+    ``new = old[..., perm]`` re-orders a head's channels from one layout to the other;
+    channels past ``rotary_dim`` stay in place.
+
+    Args:
+        head_dim: channels per head ``dh``, a positive int.
+        rotary_dim: rotated channels ``r`` (the first ``r`` of each head), a positive even
+            int ``<= head_dim``; ``None`` means all.
+        to: ``"half"`` (interleaved -> half) or ``"interleaved"`` (half -> interleaved).
+        device: where the index tensor is made.
+
+    Returns:
+        A ``(dh,)`` long tensor, a permutation of ``0 .. dh-1``.
+
+    Raises:
+        TypeError: ``head_dim`` or ``rotary_dim`` is not an int.
+        ValueError: a size out of range, or ``to`` not one of the two layouts.
+    """
+    rotary_dim = _check_rotary_dims(head_dim, rotary_dim)
+    check_choice("to", to, _LAYOUTS)
+    half = rotary_dim // 2
+    if to == "half":
+        # half channel j takes interleaved channel 2j, half channel half+j takes 2j+1
+        rotated = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)])
+    else:
+        # interleaved channel 2j takes half channel j, 2j+1 takes half+j
+        rotated = torch.stack([torch.arange(half), torch.arange(half, rotary_dim)], dim=-1).reshape(-1)
+    return torch.cat([rotated, torch.arange(rotary_dim, head_dim)]).to(device)
+
+
+def _check_rotary_dims(head_dim: int, rotary_dim: int | None) -> int:
+    """``rotary_dim`` resolved (``None``: the whole head) and checked against ``head_dim``."""
+    check_positive_int("head_dim", head_dim)
+    if rotary_dim is None:
+        rotary_dim = head_dim
+    check_positive_int("rotary_dim", rotary_dim)
+    if rotary_dim % 2:
+        raise ValueError(
+            f"rotary_dim must be a positive even int (channels rotate in pairs), got {rotary_dim}"
+        )
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim={rotary_dim} must not exceed head_dim={head_dim}")
+    return rotary_dim
+
+
+def _permute_heads(
+    weight: Tensor,
+    num_heads: int,
+    head_dim: int | None,
+    rotary_dim: int | None,
+    to: Literal["half", "interleaved"],
+) -> Tensor:
+    if not isinstance(weight, Tensor):
+        raise TypeError(
+            f"weight must be a torch.Tensor of shape (num_heads*head_dim, ...), got {type(weight).__name__}"
+        )
+    if weight.dim() not in (1, 2):
+        raise ValueError(
+            "weight must be a projection weight (num_heads*head_dim, in_features) or bias (num_heads*head_dim,), "
+            f"got shape {tuple(weight.shape)}"
+        )
+    check_positive_int("num_heads", num_heads)
+    rows = weight.shape[0]
+    if head_dim is None:
+        if rows % num_heads:
+            raise ValueError(f"weight has {rows} rows, not a multiple of num_heads={num_heads}")
+        head_dim = rows // num_heads
+    if rows != num_heads * head_dim:
+        raise ValueError(
+            f"weight has {rows} rows, expected num_heads*head_dim = {num_heads}*{head_dim} = {num_heads * head_dim}"
+        )
+    perm = rope_layout_permutation(head_dim, rotary_dim, to=to, device=weight.device)
+    # (h*dh, ...) -> (h, dh, ...): re-order channels within each head, then flatten back.
+    per_head = weight.reshape(num_heads, head_dim, *weight.shape[1:])
+    return per_head.index_select(1, perm).reshape(weight.shape)
+
+
+def interleaved_to_half(
+    weight: Tensor, num_heads: int, head_dim: int | None = None, rotary_dim: int | None = None
+) -> Tensor:
+    """Permute q/k projection rows from the interleaved RoPE layout to the half-split one.
+
+    A model whose RoPE rotates channel pairs ``(2i, 2i+1)`` (Meta's Llama checkpoints, GPT-J)
+    computes the same attention scores as the half-split model (``rotate_half``: pairs
+    ``(i, i + r/2)``) once its query and key projections are permuted with this function:
+    within each head, rotated channel ``2i`` moves to ``i`` and ``2i+1`` to ``i + r/2``. This is
+    the permutation Hugging Face's Llama conversion script applies. Apply it to ``q_proj`` and
+    ``k_proj`` weights and biases (for grouped-query attention, with ``num_heads`` = the
+    key/value heads for ``k_proj``); values and the output projection are unchanged.
+
+    Args:
+        weight: ``(h*dh, i)`` projection weight (``nn.Linear.weight``) or ``(h*dh,)`` bias.
+        num_heads: heads ``h`` in this projection.
+        head_dim: ``dh``; ``None`` means ``rows // num_heads``.
+        rotary_dim: rotated channels ``r`` per head (partial rotary: the first ``r``);
+            ``None`` means all ``dh``.
+
+    Returns:
+        A new tensor of the same shape, dtype and device.
+
+    Raises:
+        TypeError: ``weight`` is not a tensor, or a size is not an int.
+        ValueError: ``weight`` is not 1-D or 2-D, or its rows do not split into heads.
+    """
+    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "half")
+
+
+def half_to_interleaved(
+    weight: Tensor, num_heads: int, head_dim: int | None = None, rotary_dim: int | None = None
+) -> Tensor:
+    """Permute q/k projection rows from the half-split RoPE layout to the interleaved one.
+
+    The inverse of :func:`interleaved_to_half` (same arguments): within each head, rotated
+    channel ``i`` moves to ``2i`` and ``i + r/2`` to ``2i+1``.
+
+    Args:
+        weight: ``(h*dh, i)`` projection weight or ``(h*dh,)`` bias.
+        num_heads: heads ``h`` in this projection.
+        head_dim: ``dh``; ``None`` means ``rows // num_heads``.
+        rotary_dim: rotated channels ``r`` per head; ``None`` means all ``dh``.
+
+    Returns:
+        A new tensor of the same shape, dtype and device.
+
+    Raises:
+        TypeError: ``weight`` is not a tensor, or a size is not an int.
+        ValueError: ``weight`` is not 1-D or 2-D, or its rows do not split into heads.
+    """
+    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "interleaved")

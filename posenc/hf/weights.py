@@ -1,0 +1,90 @@
+"""Trained position weights out of a loaded ``transformers`` model: :func:`from_hf_model`.
+
+The encoding comes from the model's config (:func:`~posenc.hf.from_hf_config`); this module
+adds the weights a config does not hold (T5's relative-bias table, the learned tables of
+GPT-2, GPT-Neo, OPT and BART), found in the model's ``state_dict`` by key suffix.
+``transformers`` is not imported: any object with ``.config`` and ``.state_dict()`` works.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ..base import PositionalEncoding
+from ._read import config_dict
+from .configs import from_hf_config
+
+__all__ = ["from_hf_model"]
+
+#: Where each model type keeps its trained position weights, per stack, as a state_dict key suffix
+#: (the model's prefix, e.g. ``transformer.`` or ``model.``, may come before it).
+_WEIGHT_KEYS: dict[str, dict[str, str]] = {
+    "t5": {
+        "encoder": "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        "decoder": "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+    },
+    "gpt2": {"decoder": "wpe.weight"},
+    "gpt_neo": {"decoder": "wpe.weight"},
+    "opt": {"decoder": "decoder.embed_positions.weight"},
+    "bart": {"encoder": "encoder.embed_positions.weight", "decoder": "decoder.embed_positions.weight"},
+}
+_WEIGHT_KEYS["mt5"] = _WEIGHT_KEYS["t5"]
+_WEIGHT_KEYS["mbart"] = _WEIGHT_KEYS["bart"]
+
+
+def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = None) -> PositionalEncoding:
+    """The encoding of a ``transformers`` model, with its trained position weights loaded.
+
+    :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
+    relative-bias table (from the first block of the chosen stack, which the other blocks
+    share), the learned tables of GPT-2, GPT-Neo, OPT and BART. Encodings without trained
+    weights (RoPE, ALiBi, sinusoids) come back as :func:`from_hf_config` builds them.
+
+    Args:
+        model: a ``transformers`` model (any head: ``T5ForConditionalGeneration``,
+            ``GPT2LMHeadModel``, ...), or anything with ``.config`` and ``.state_dict()``.
+        stack: for encoder-decoder models, whose position weights to take: ``"encoder"``
+            (bidirectional T5 bias) or ``"decoder"`` (causal T5 bias). ``None``: the decoder when
+            ``model.config.is_decoder`` is set (a decoder stack on its own), else the encoder;
+            decoder-only models have one stack.
+
+    Returns:
+        The encoding, its learned parameters copied from ``model`` into its own (float32, CPU)
+        parameters by :meth:`~torch.nn.Module.load_state_dict`; move it with ``.to()`` as usual.
+
+    Raises:
+        ValueError: ``stack`` is not ``None``/``"encoder"``/``"decoder"``, or the model has no
+            weights for that stack (e.g. ``stack="decoder"`` on a ``T5EncoderModel``).
+        TypeError: ``model`` has no ``config`` or ``state_dict``.
+    """
+    config, state_dict = getattr(model, "config", None), getattr(model, "state_dict", None)
+    if config is None or not callable(state_dict):
+        raise TypeError(
+            f"model must be a transformers model (with .config and .state_dict()), got {type(model).__name__}"
+        )
+    if stack not in (None, "encoder", "decoder"):
+        raise ValueError(f"stack must be None, 'encoder' or 'decoder', got {stack!r}")
+    cfg = config_dict(config)
+    keys = _WEIGHT_KEYS.get(cfg.get("model_type"))
+    if keys is None:
+        return from_hf_config(cfg)
+    if stack is None:
+        stack = "decoder" if cfg.get("is_decoder") or "encoder" not in keys else "encoder"
+    if stack not in keys:
+        raise ValueError(
+            f"{cfg['model_type']} has no {stack} position weights; accepted stack: {', '.join(keys)}"
+        )
+    encoding = from_hf_config(cfg, causal=stack == "decoder")
+    suffix = keys[stack]
+    weights = state_dict()
+    found = [key for key in weights if key == suffix or key.endswith("." + suffix)]
+    bare = suffix.removeprefix(f"{stack}.")
+    if not found and bare in weights:  # the stack module itself (e.g. model.decoder of a T5)
+        found = [bare]
+    if len(found) != 1:
+        raise ValueError(
+            f"{cfg['model_type']}: expected one {stack} position weight ending in {suffix!r}, found {found or 'none'}"
+        )
+    (target,) = (name for name, _ in encoding.named_parameters())  # one table: `weight` or T5's embedding
+    encoding.load_state_dict({target: weights[found[0]]})
+    return encoding
