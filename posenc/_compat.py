@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["TORCH_VERSION", "is_compiling", "is_exporting", "is_tracing", "precise_dtype"]
+__all__ = ["TORCH_VERSION", "is_compiling", "is_exporting", "is_tracing", "precise_dtype", "wide_dtype"]
 
 #: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``.
 TORCH_VERSION: tuple[int, int] = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore[assignment]
@@ -39,3 +39,9 @@ def precise_dtype(t: Tensor | torch.dtype) -> torch.dtype:
     """
     dtype = t if isinstance(t, torch.dtype) else t.dtype
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def wide_dtype(device: torch.device | str | None) -> torch.dtype:
+    """The dtype position tables are *computed* in before being stored: float64 wherever the
+    device has it (MPS does not), so that stored float32 values are rounded once."""
+    return torch.float32 if torch.device(device or "cpu").type == "mps" else torch.float64

@@ -21,9 +21,15 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from .base import PositionalEncoding, _is_compiling, resolve_qk_positions
+from ._checks import check_bool
+from ._compat import is_compiling
+from .base import PositionalEncoding, PositionState, check_qk
 
 __all__ = ["Backend", "attention"]
+
+#: What :func:`attention` accepts as its position argument: an encoding (prepared per call),
+#: a :class:`~posenc.PositionState` prepared once per forward, or ``None``.
+Encoding = PositionalEncoding | PositionState | None
 
 Backend = Literal["auto", "sdpa", "chunked", "flex"]
 _BACKENDS = ("auto", "sdpa", "chunked", "flex")
@@ -36,6 +42,10 @@ BIAS_BUDGET_BYTES = 64 * 2**20
 #: keeps the key-only ALiBi values small near every chunk's diagonal (a slope of at most
 #: ~0.7 times 64 rows stays below 45, where bfloat16 still resolves steps of 0.25).
 HALF_CAST_CHUNK = 64
+#: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
+#: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
+#: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
+TOEPLITZ_CHUNK = 512
 
 
 def _float_mask_allowed(device_type: str) -> bool:
@@ -52,49 +62,36 @@ def _check_inputs(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    encoding: PositionalEncoding | None,
+    encoding: Encoding,
     attn_mask: Tensor | None,
     dropout_p: float,
     scale: float | None,
     backend: str,
     chunk_size: int | None,
 ) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(
-                f"{name} must be a torch.Tensor of shape (batch, heads, seq, head_dim), got {type(t).__name__}"
-            )
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must have shape (batch, heads, seq, head_dim), got a tensor of rank {t.dim()}: {tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    check_qk(q, k)
+    if not isinstance(v, Tensor):
+        raise TypeError(
+            f"v must be a torch.Tensor of shape (batch, heads, seq, head_dim), got {type(v).__name__}"
+        )
+    if v.dim() != 4:
+        raise ValueError(
+            f"v must have shape (batch, heads, seq, head_dim), got a tensor of rank {v.dim()}: {tuple(v.shape)}"
+        )
+    if not v.is_floating_point():
+        raise TypeError(f"v must be a floating-point tensor, got dtype {v.dtype}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must have the same dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same head_dim, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(
-            f"q and k must have the same batch size, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    hq, hk = q.shape[1], k.shape[1]
-    if hk == 0 or hq % hk != 0:
-        raise ValueError(
-            f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads "
-            f"(grouped-query attention)"
-        )
+    hq = q.shape[1]
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(
             f"v must have shape (batch, kv_heads, seq_k, head_dim_v) matching k's first three dims "
             f"{tuple(k.shape[:3])}, got v {tuple(v.shape)}"
         )
-    if encoding is not None and not isinstance(encoding, PositionalEncoding):
+    if encoding is not None and not isinstance(encoding, (PositionalEncoding, PositionState)):
         raise TypeError(
-            f"encoding must be a posenc.PositionalEncoding or None (use posenc.build(spec, ...) for a config "
-            f"string), got {type(encoding).__name__}"
+            f"encoding must be a posenc.PositionalEncoding, a PositionState from its prepare(), or None "
+            f"(use posenc.build(spec, ...) for a config string), got {type(encoding).__name__}"
         )
     if attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
@@ -211,9 +208,7 @@ def _chunked(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    encoding: PositionalEncoding | None,
-    q_positions: Tensor,
-    k_positions: Tensor,
+    state: PositionState | None,
     user_keep: Tensor | None,
     causal: bool,
     dropout_p: float,
@@ -222,21 +217,16 @@ def _chunked(
 ) -> Tensor:
     """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
 
-    Each chunk asks the encoding for its bias at the chunk's own query positions (so a
-    key-only ALiBi form is small near that chunk's diagonal), and with ``causal`` it only
-    reads the keys its last query can see. When gradients are needed each chunk is
-    checkpointed: its bias is recomputed in the backward pass instead of being kept for it
-    (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
+    Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
+    ALiBi form is small near that chunk's diagonal), and with ``causal`` it only reads the keys
+    its last query can see. When gradients are needed each chunk is checkpointed: its bias is
+    recomputed in the backward pass instead of being kept for it (SDPA would otherwise save
+    every chunk's mask, O(tq * tk) memory in all).
     """
     tq, tk = q.shape[-2], k.shape[-2]
     offset = tk - tq
     mask_dtype = _mask_dtype(q)
-    needs_grad = torch.is_grad_enabled() and (
-        q.requires_grad
-        or k.requires_grad
-        or v.requires_grad
-        or (encoding is not None and any(p.requires_grad for p in encoding.parameters()))
-    )
+    needs_grad = _needs_grad(q, k, v, state)
     causal_only = causal and user_keep is None  # the only masked entries are above the diagonal
     outs = []
     for start in range(0, tq, chunk):
@@ -246,16 +236,17 @@ def _chunked(
             outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
             continue
         qs, ks = slice(start, end), slice(0, k_end)
-        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks], q_positions[..., qs], k_positions[..., ks])
         keep = _slice_keep(user_keep, qs, ks)
         if causal:
             keep = _and(keep, _causal_keep(start, end, k_end, offset, q.device))
+        block = None if state is None else state.narrow(qs, ks)
 
-        def one_chunk(q_c, k_c, v_c, qp, kp, keep=keep):
-            return _chunk_attention(
-                q_c, k_c, v_c, qp, kp, encoding, keep, causal_only, dropout_p, scale, mask_dtype
-            )
+        def one_chunk(
+            q_c: Tensor, k_c: Tensor, v_c: Tensor, keep: Tensor | None = keep, block=block
+        ) -> Tensor:
+            return _chunk_attention(q_c, k_c, v_c, block, keep, causal_only, dropout_p, scale, mask_dtype)
 
+        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
         if needs_grad:
             outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
         else:
@@ -263,13 +254,19 @@ def _chunked(
     return torch.cat(outs, dim=2)
 
 
+def _needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState | None) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        return True
+    return state is not None and any(p.requires_grad for p in state.encoding.parameters())
+
+
 def _chunk_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    q_positions: Tensor,
-    k_positions: Tensor,
-    encoding: PositionalEncoding | None,
+    state: PositionState | None,
     keep: Tensor | None,
     causal_only: bool,
     dropout_p: float,
@@ -280,13 +277,13 @@ def _chunk_attention(
 
     ``causal_only``: ``keep`` is nothing but the (bottom-right) causal mask.
     """
-    bias = None if encoding is None else encoding.attention_bias(q, k, q_positions, k_positions)
+    bias = None if state is None else state.attention_bias(q, k)
     rows, cols = q.shape[-2], k.shape[-2]
-    if causal_only and bias is not None and cols >= rows:
+    if causal_only and bias is not None and cols >= rows and keep is not None:
         # Only the causal mask: its masked entries all lie in the last ``rows`` keys (the
         # diagonal block), so a fresh bias is filled there in place instead of copied whole.
         bias = bias.to(mask_dtype)
-        if _writable(bias, encoding, rows, cols):
+        if _writable(bias, state, rows, cols):
             bias[..., cols - rows :].masked_fill_(~keep[:, cols - rows :], float("-inf"))
             gqa = _heads_differ(q, k)
             return F.scaled_dot_product_attention(
@@ -305,7 +302,7 @@ def _chunk_attention(
     )
 
 
-def _writable(bias: Tensor, encoding: PositionalEncoding | None, rows: int, cols: int) -> bool:
+def _writable(bias: Tensor, state: PositionState | None, rows: int, cols: int) -> bool:
     """Whether ``bias`` is a fresh full ``(.., rows, cols)`` tensor that may be masked in place.
 
     Filling its whole storage, not sharing it with the encoding's parameters or buffers (a cache),
@@ -320,37 +317,18 @@ def _writable(bias: Tensor, encoding: PositionalEncoding | None, rows: int, cols
     if bias.untyped_storage().nbytes() != bias.numel() * bias.element_size():
         return False
     owned = bias.untyped_storage().data_ptr()
-    if encoding is not None:
-        for t in (*encoding.parameters(), *encoding.buffers()):
+    if state is not None:
+        for t in (*state.encoding.parameters(), *state.encoding.buffers()):
             if t.untyped_storage().data_ptr() == owned:
                 return False
     return True
-
-
-def _bias_form(
-    encoding: PositionalEncoding | None, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor
-) -> tuple[Literal["none", "key", "full"], Tensor | None]:
-    """Ask the encoding for the bias of its first two queries to learn which form it returns.
-
-    Returns ``("none", None)``, ``("key", None)`` for a query-independent ``(.., 1, tk)``
-    form, or ``("full", probe)`` (the probe is the whole bias when ``tq <= 2``).
-    """
-    if encoding is None:
-        return "none", None
-    n = min(q.shape[-2], 2)
-    probe = encoding.attention_bias(q[:, :, :n], k, q_positions[..., :n], k_positions)
-    if probe is None:
-        return "none", None
-    if n == 2 and probe.shape[-2] == 1:
-        return "key", None
-    return "full", probe if n == q.shape[-2] else None
 
 
 def attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    encoding: PositionalEncoding | None = None,
+    encoding: Encoding = None,
     *,
     causal: bool = False,
     q_positions: Tensor | None = None,
@@ -364,11 +342,13 @@ def attention(
 ) -> Tensor:
     """Scaled dot-product attention with a position encoding applied through its hooks.
 
-    Computes ``softmax(q' k'ᵀ · scale + bias + mask) v`` where ``q', k' =
-    encoding.encode_qk(q, k, ...)`` and ``bias = encoding.attention_bias(q', k', ...)``, with
-    :func:`torch.nn.functional.scaled_dot_product_attention` doing the work. Works for every
-    encoding kind: additive and ``"none"`` encodings act nowhere here, rotary ones rotate
-    ``q``/``k``, bias ones add their bias.
+    Computes ``softmax(q' k'ᵀ · scale + bias + mask) v`` where ``q', k' = state.encode_qk(q, k)``
+    and ``bias = state.attention_bias(q', k')`` for the encoding's position state
+    (:meth:`~posenc.PositionalEncoding.prepare`), with
+    :func:`torch.nn.functional.scaled_dot_product_attention` (SDPA) doing the work. Works for
+    every encoding kind: additive and ``"none"`` encodings act nowhere here, rotary ones rotate
+    ``q``/``k``, bias ones add their bias. A model passes the state it prepared once per forward
+    instead of the encoding, so that no layer recomputes tables.
 
     Which path runs (eager; under ``torch.compile`` the single-call paths always run, so that
     the graph has no data- or size-dependent Python branches):
@@ -378,17 +358,18 @@ def attention(
     ============================================  =================================================
     no bias, no ``attn_mask``, causal, tq == tk    SDPA's own ``is_causal`` (flash kernel)
     causal with tq == 1 (one decoding step)        no causal mask at all (the query is the last)
-    no bias, causal with 1 < tq != tk              a boolean bottom-right ``(tq, tk)`` mask
-    bias of key-only form ``(.., 1, tk)`` (causal  one SDPA call with the ``(1|b, h, 1, tk)`` bias as
-    ALiBi), causal, tq == tk, no ``attn_mask``,    ``attn_mask`` plus ``is_causal=True``: nothing of
-    CPU                                            size ``tq·tk`` is built (a backend that refuses
-                                                   the pair falls back to an explicit mask)
+    no bias, any other mask that fits              one SDPA call with a boolean mask
+    a bias that depends only on ``k - q`` (ALiBi,  Toeplitz: the bias of each distance, ``(h, tq +
+    T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
+                                                   (queries reversed), never materialised; causal
+                                                   calls run over query chunks of 512 that read only
+                                                   the keys they see: ~1.1x bias-free causal SDPA
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
     :data:`BIAS_BUDGET_BYTES` (64 MiB)             where masked)
-    a larger dense mask (T5 at long length,        query chunks: per chunk the encoding's bias at
-    causal ALiBi with a padding mask, ...)         the chunk's positions and only the keys the chunk
-                                                   can see; memory O(chunk·tk); with gradients each
-                                                   chunk is checkpointed (bias recomputed in backward)
+    a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
+    padding at long length, ...)                   positions and only the keys the chunk can see;
+                                                   memory O(chunk·tk); with gradients each chunk is
+                                                   checkpointed (bias recomputed in backward)
     ``backend="flex"``                             FlexAttention with the encoding's ``score_mod``
                                                    (compiled, inference only on the CPU)
     ============================================  =================================================
@@ -396,7 +377,8 @@ def attention(
     ``backend="sdpa"`` forces the single call, ``"chunked"`` the query chunks. The
     FlexAttention path is opt-in, never chosen by ``"auto"``: its first call compiles
     (~15 s on a CPU; once per process, and once per shape when ``attn_mask`` is given), and
-    it has no CPU backward; the chunked path trains.
+    it has no CPU backward; the chunked path trains. None of the paths relies on SDPA taking
+    ``attn_mask`` together with ``is_causal=True`` (refused since torch 2.15).
 
     Biases are handed to SDPA in float32 (float64 for float64 inputs) where the kernel adds
     a float32 mask to half-precision scores (the CPU kernels do); elsewhere the bias is cast
@@ -415,8 +397,9 @@ def attention(
         k: ``(b, h_kv, tk, dh)`` keys; ``h`` must be a multiple of ``h_kv`` (grouped-query
             attention, handled by SDPA without copying the keys).
         v: ``(b, h_kv, tk, dv)`` values.
-        encoding: a :class:`~posenc.PositionalEncoding` (e.g. from :func:`posenc.build`), or
-            ``None`` for none.
+        encoding: a :class:`~posenc.PositionalEncoding` (e.g. from :func:`posenc.build`), a
+            :class:`~posenc.PositionState` from its ``prepare`` (positions included: do not
+            pass ``q_positions``/``k_positions`` then), or ``None`` for none.
         causal: mask keys after each query (bottom-right aligned, see above).
         q_positions, k_positions: integer positions ``(t,)`` or ``(b, t)``; defaults: keys
             ``0..tk-1``, queries the last ``tq`` of them (:func:`posenc.base.resolve_qk_positions`).
@@ -424,28 +407,34 @@ def attention(
             a ``(b, tk)`` padding mask is passed as ``mask[:, None, None, :]``.
         dropout_p: dropout on the attention weights (pass 0 at evaluation).
         scale: score scale; ``None`` means ``1 / sqrt(dh)``.
-        qk_encoded: ``q`` and ``k`` already went through ``encoding.encode_qk`` (e.g. keys kept
+        qk_encoded: ``q`` and ``k`` already went through ``encode_qk`` (e.g. keys kept
             rotated in a KV cache); only the bias is applied.
         backend: ``"auto"`` (the table above), ``"sdpa"``, ``"chunked"`` or ``"flex"``.
-        chunk_size: query rows per chunk on the chunked path; ``None`` picks the largest that
-            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES`.
+        chunk_size: query rows per chunk on the chunked paths; ``None`` picks the largest that
+            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES` (:data:`TOEPLITZ_CHUNK` on
+            the Toeplitz path).
 
     Returns:
         ``(b, h, tq, dv)``, the dtype of ``q``.
 
     Raises:
         TypeError: a non-tensor, non-float or mixed-dtype input, a non-boolean ``attn_mask``,
-            or an ``encoding`` that is not a :class:`~posenc.PositionalEncoding`.
+            ``causal`` or ``qk_encoded``, or an ``encoding`` of another type.
         ValueError: wrong ranks, mismatched shapes (``v`` vs ``k``, heads, head width, batch),
             an ``attn_mask`` that does not broadcast, bad ``dropout_p``/``scale``/``backend``/
-            ``chunk_size``, or ``backend="flex"`` where it cannot run.
+            ``chunk_size``, positions given with a state, or ``backend="flex"`` where it cannot run.
     """
     _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size)
-    q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-    if encoding is not None and not qk_encoded:
-        q, k = encoding.encode_qk(q, k, q_positions, k_positions)
+    check_bool("causal", causal)
+    check_bool("qk_encoded", qk_encoded)
+    if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
+        batch = max(q.shape[0], k.shape[0])
+        q, k, v = (t.expand(batch, *t.shape[1:]) for t in (q, k, v))
+    state = _state(encoding, q, k, q_positions, k_positions)
+    if state is not None and not qk_encoded:
+        q, k = state.encode_qk(q, k)
     if backend == "flex":
-        return _flex(q, k, v, encoding, q_positions, k_positions, attn_mask, causal, scale)
+        return _flex(q, k, v, state, attn_mask, causal, scale)
 
     b, h, tq, _ = q.shape
     tk = k.shape[-2]
@@ -454,44 +443,59 @@ def attention(
         causal = False
     mask_dtype = _mask_dtype(q)
     elem = torch.finfo(mask_dtype).bits // 8
-    # A causal square call with no user mask is SDPA's own causal path (no mask tensor at all).
-    square_causal = causal and tq == tk and attn_mask is None
-
-    if _is_compiling() or backend == "sdpa":
-        bias = None if encoding is None else encoding.attention_bias(q, k, q_positions, k_positions)
-        return _single(
-            q, k, v, bias, attn_mask, causal, square_causal, dropout_p, scale, mask_dtype, eager=False
-        )
-
-    form, probe = _bias_form(encoding, q, k, q_positions, k_positions)
+    form = "none" if state is None else state.bias_form
+    tracing = is_compiling()
     half_cast = q.dtype in (torch.float16, torch.bfloat16) and mask_dtype == q.dtype and form != "none"
-    if form == "none":
+
+    if form != "none" and attn_mask is None and backend != "sdpa" and not half_cast:
+        values = state.bias_by_distance(mask_dtype) if state is not None else None
+        # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
+        if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
+            chunk = tq if (tracing or not causal) else (chunk_size or TOEPLITZ_CHUNK)
+            return _toeplitz(q, k, v, state, values, causal, dropout_p, scale, chunk)
+    if tracing or backend == "sdpa":
+        return _single(q, k, v, state, attn_mask, causal, dropout_p, scale, mask_dtype)
+
+    if form == "none" and attn_mask is None:
         use_chunks = backend == "chunked"
-    elif form == "key" and square_causal and q.device.type == "cpu":
-        use_chunks = backend == "chunked" or (half_cast and tq > HALF_CAST_CHUNK)
     else:
-        dense_bytes = b * h * tq * tk * elem
+        # A dense mask: the bias, or a padding mask joined with the causal one.
+        dense_bytes = b * (h if form != "none" else 1) * tq * tk * elem
         use_chunks = (
-            backend == "chunked" or dense_bytes > BIAS_BUDGET_BYTES or (half_cast and tq > HALF_CAST_CHUNK)
+            backend == "chunked"
+            or (dense_bytes > BIAS_BUDGET_BYTES and (causal or form != "none"))
+            or (half_cast and tq > HALF_CAST_CHUNK)
         )
     if not use_chunks:
-        if form == "none":
-            bias = None
-        elif probe is not None:
-            bias = probe
-        else:
-            bias = encoding.attention_bias(q, k, q_positions, k_positions)
-        return _single(
-            q, k, v, bias, attn_mask, causal, square_causal, dropout_p, scale, mask_dtype, eager=True
-        )
-
+        return _single(q, k, v, state, attn_mask, causal, dropout_p, scale, mask_dtype)
     if chunk_size is None:
         chunk_size = max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * elem))
         if half_cast:
             chunk_size = min(chunk_size, HALF_CAST_CHUNK)
-    user_keep = None if attn_mask is None else attn_mask
-    return _chunked(
-        q, k, v, encoding, q_positions, k_positions, user_keep, causal, dropout_p, scale, chunk_size
+    return _chunked(q, k, v, state, attn_mask, causal, dropout_p, scale, chunk_size)
+
+
+def _state(
+    encoding: Encoding, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
+) -> PositionState | None:
+    """The position state of this call: the one given, or the encoding's, prepared here."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    if isinstance(encoding, PositionState):
+        if q_positions is not None or k_positions is not None:
+            raise ValueError(
+                "q_positions/k_positions cannot be given with a PositionState: its positions were fixed by "
+                "encoding.prepare(...); pass the encoding instead, or prepare with these positions"
+            )
+        if (encoding.q_len, encoding.k_len) != (tq, tk):
+            raise ValueError(
+                f"the PositionState was prepared for {encoding.q_len} queries and {encoding.k_len} keys, "
+                f"but q has {tq} and k has {tk}"
+            )
+        return encoding
+    if encoding is None:
+        return None
+    return encoding.prepare(
+        tq, tk, q_positions=q_positions, k_positions=k_positions, batch=q.shape[0], device=q.device
     )
 
 
@@ -499,31 +503,19 @@ def _single(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    bias: Tensor | None,
+    state: PositionState | None,
     attn_mask: Tensor | None,
     causal: bool,
-    square_causal: bool,
     dropout_p: float,
     scale: float | None,
     mask_dtype: torch.dtype,
-    *,
-    eager: bool,
 ) -> Tensor:
-    """One SDPA call: SDPA's causal path where it is exact, else an explicit mask."""
+    """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
     tq, tk = q.shape[-2], k.shape[-2]
-    if square_causal and (bias is None or (bias.shape[-2] == 1 and q.device.type == "cpu")):
-        kwargs = {"bias": bias, "keep": None, "fused_causal": True, "dropout_p": dropout_p, "scale": scale}
-        if not eager:
-            return _sdpa(q, k, v, mask_dtype=mask_dtype, **kwargs)
-        try:
-            return _sdpa(q, k, v, mask_dtype=mask_dtype, **kwargs)
-        except RuntimeError:
-            # ``attn_mask`` with ``is_causal=True`` is undocumented; a backend that refuses it
-            # (the math backend does) gets the explicit mask below instead.
-            if bias is None:
-                raise
+    bias = None if state is None else state.attention_bias(q, k)
+    fused = causal and tq == tk and attn_mask is None and bias is None
     keep = attn_mask
-    if causal:
+    if causal and not fused:
         keep = _and(keep, _causal_keep(0, tq, tk, tk - tq, q.device))
     return _sdpa(
         q,
@@ -531,11 +523,81 @@ def _single(
         v,
         bias=bias,
         keep=keep,
-        fused_causal=False,
+        fused_causal=fused,
         dropout_p=dropout_p,
         scale=scale,
         mask_dtype=mask_dtype,
     )
+
+
+def _toeplitz(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: PositionState,
+    values: Tensor,
+    causal: bool,
+    dropout_p: float,
+    scale: float | None,
+    chunk: int,
+) -> Tensor:
+    """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
+
+    With the queries of a chunk in reverse order, entry ``(i', j)`` of the chunk's bias is
+    ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
+    (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
+    causal mask is ``-inf`` at the distances past each query, in the same vector. Each causal
+    chunk reads only the keys up to its last query.
+
+    Args:
+        values: ``(h, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`.
+        chunk: query rows per SDPA call (``tq`` for one call).
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    offset = tk - tq  # causal by index: query row i sees keys j <= i + offset
+    heads = values.shape[0]
+    if causal:
+        # Key j is past query row i where j - i > offset; in the vector, entry n holds j - i = n - (tq - 1).
+        past = torch.arange(values.shape[-1], device=values.device) - (tq - 1) > offset
+        values = values.masked_fill(past, float("-inf"))
+    values = values.contiguous()
+    gqa = _heads_differ(q, k)
+
+    def call(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> Tensor:
+        out = F.scaled_dot_product_attention(
+            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+        )
+        return out.flip(2)
+
+    if chunk >= tq:
+        # One call (also the traced path: no loop over a symbolic length).
+        out = call(q, k, v, values.as_strided((1, heads, tq, tk), (0, values.stride(0), 1, 1)))
+        return _zero_unseen_rows(out, causal, tq, tk)
+    needs_grad = _needs_grad(q, k, v, state)
+    outs = []
+    for start in range(0, tq, chunk):
+        end = min(start + chunk, tq)
+        rows = end - start
+        k_end = min(tk, end + offset) if causal else tk
+        if k_end <= 0:  # causal with more queries than keys: these queries see nothing
+            outs.append(q.new_zeros(q.shape[0], q.shape[1], rows, v.shape[-1]))
+            continue
+        window = values[:, tq - end : tq - end + rows + k_end - 1]
+        mask = window.as_strided((1, heads, rows, k_end), (0, window.stride(0), 1, 1))
+        args = (q[:, :, start:end], k[:, :, :k_end], v[:, :, :k_end], mask)
+        if needs_grad:
+            outs.append(torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False))
+        else:
+            outs.append(call(*args))
+    return _zero_unseen_rows(torch.cat(outs, dim=2), causal, tq, tk)
+
+
+def _zero_unseen_rows(out: Tensor, causal: bool, tq: int, tk: int) -> Tensor:
+    """Causal with more queries than keys: the first ``tq - tk`` rows see no key; zeros, as on every path."""
+    if not causal or tq <= tk:
+        return out
+    dead = torch.arange(tq, device=out.device).view(tq, 1) < tq - tk
+    return out.masked_fill(dead, 0.0)
 
 
 # --- FlexAttention (opt-in) -------------------------------------------------------------------
@@ -561,29 +623,22 @@ def _flex(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    encoding: PositionalEncoding | None,
-    q_positions: Tensor,
-    k_positions: Tensor,
+    state: PositionState | None,
     attn_mask: Tensor | None,
     causal: bool,
     scale: float | None,
 ) -> Tensor:
     """FlexAttention with the encoding's ``score_mod``: no ``(h, tq, tk)`` tensor is stored."""
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if encoding is not None:
-        needs_grad = needs_grad or (
-            torch.is_grad_enabled() and any(p.requires_grad for p in encoding.parameters())
-        )
-    if needs_grad and q.device.type == "cpu":
+    if _needs_grad(q, k, v, state) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
         )
-    mod = None if encoding is None else encoding.score_mod(q, k, q_positions, k_positions)
-    if mod is None and encoding is not None and encoding.attention_bias(q[:, :, :1], k[:, :, :1]) is not None:
+    mod = None if state is None else state.score_mod(q, k)
+    if mod is None and state is not None and state.bias_form != "none":
         raise ValueError(
-            f"backend='flex' needs an encoding with a score_mod; {type(encoding).__name__} returns None "
-            f"from score_mod(); use backend='auto'"
+            f"backend='flex' needs an encoding with a score_mod; {type(state.encoding).__name__} returns "
+            f"None from score_mod(); use backend='auto'"
         )
     tq, tk = q.shape[-2], k.shape[-2]
     offset = tk - tq
@@ -609,7 +664,7 @@ def _flex(
         return score
 
     flex = _compiled_flex(dynamic=keep is None)
-    if _is_compiling():
+    if is_compiling():
         from torch.nn.attention.flex_attention import flex_attention as flex
     gqa = _heads_differ(q, k)
     out = flex(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=gqa)

@@ -16,18 +16,24 @@ Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import check_float_tensor
+from ._compat import is_compiling, is_exporting, precise_dtype
 
 __all__ = [
+    "BiasForm",
+    "PositionState",
     "PositionalEncoding",
+    "check_bias_qk",
     "check_input",
     "check_qk",
+    "check_scores",
     "mask_to_positions",
     "resolve_positions",
     "resolve_qk_positions",
@@ -39,24 +45,16 @@ Kind = Literal["additive", "rotary", "bias", "none"]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-#: The dtypes caches are kept in: float32, or float64 for float64 work; never half precision.
+#: Which form an encoding's attention bias takes, known before any bias is computed:
+#: ``"none"`` (no bias), ``"key"`` (query-independent ``(.., 1, tk)``, exact under causal
+#: softmax) or ``"full"`` (``(.., tq, tk)``).
+BiasForm = Literal["none", "key", "full"]
+
+# Kept for code that imported them from here; the one definition is in ``posenc._compat``.
+_is_compiling = is_compiling
+_is_exporting = is_exporting
+_precise_dtype = precise_dtype
 _CACHE_DTYPES = (torch.float32, torch.float64)
-
-
-def _is_compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and compiler.is_compiling())
-
-
-def _is_exporting() -> bool:
-    """Whether ``torch.export`` is tracing (such a program must serve every length: no cache slices)."""
-    is_exporting = getattr(torch.compiler, "is_exporting", None)
-    return bool(is_exporting is not None and is_exporting())
-
-
-def _precise_dtype(t: Tensor) -> torch.dtype:
-    """The dtype tables and biases are computed in for ``t``: float64 for float64, else float32."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 def check_input(x: Tensor, *, name: str = "x", width: int | None = None) -> None:
@@ -84,6 +82,25 @@ def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
     if hq != hk and (hk == 0 or hq % hk != 0):
         raise ValueError(
             f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads"
+        )
+
+
+def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
+    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
+    check_qk(q, k)
+    if q.shape[1] != num_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but the encoding was built with num_heads={num_heads}"
+        )
+
+
+def check_scores(scores: Tensor, num_heads: int) -> None:
+    """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
+    check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
+    if scores.shape[1] != num_heads:
+        raise ValueError(
+            f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
+            f"but the encoding was built with num_heads={num_heads}"
         )
 
 
@@ -128,7 +145,7 @@ def resolve_positions(
         raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
     # A data-dependent check: eager only, so that compiled graphs stay free of syncs.
     if (
-        not _is_compiling()
+        not is_compiling()
         and positions.numel() > 0
         and positions.device.type != "meta"
         and bool((positions < 0).any())
@@ -153,23 +170,43 @@ def resolve_qk_positions(
     Returns:
         ``(q_positions, k_positions)``, long tensors of shape ``(t,)`` or ``(b, t)``.
     """
-    tq, tk = q.shape[-2], k.shape[-2]
     batch = max(q.shape[0], k.shape[0])
+    qp, kp, _, _ = _resolve_qk(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
+    return qp, kp
+
+
+def _resolve_qk(
+    tq: int,
+    tk: int,
+    batch: int | None,
+    device: torch.device | str | None,
+    q_positions: Tensor | None,
+    k_positions: Tensor | None,
+) -> tuple[Tensor, Tensor, int | None, int | None]:
+    """:func:`resolve_qk_positions` from lengths; also the first position of each default range.
+
+    Returns ``(q_positions, k_positions, q_start, k_start)`` where ``q_start``/``k_start`` is the
+    first position when that side got the default consecutive positions, else ``None`` (an
+    encoding may then slice a cached table instead of gathering rows).
+    """
     if k_positions is not None:
         k_positions = resolve_positions(k_positions, tk, batch=batch, name="k_positions")
     if q_positions is not None:
         q_positions = resolve_positions(q_positions, tq, batch=batch, name="q_positions")
+    q_start = k_start = None
     if q_positions is None:
         if k_positions is not None and tq <= tk:
             q_positions = k_positions[..., tk - tq :]
         else:
-            q_positions = resolve_positions(None, tq, device=q.device, offset=max(tk - tq, 0))
+            q_start = max(tk - tq, 0)
+            q_positions = resolve_positions(None, tq, device=device, offset=q_start)
     if k_positions is None:
         if tq == tk:
-            k_positions = q_positions
+            k_positions, k_start = q_positions, q_start
         else:
-            k_positions = resolve_positions(None, tk, device=k.device)
-    return q_positions, k_positions
+            k_start = 0
+            k_positions = resolve_positions(None, tk, device=device)
+    return q_positions, k_positions, q_start, k_start
 
 
 def mask_to_positions(attention_mask: Tensor) -> Tensor:
@@ -196,6 +233,168 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep
 
 
+class PositionState:
+    """Position state for one forward pass: computed once, reused by every attention layer.
+
+    :meth:`PositionalEncoding.prepare` builds it from the positions of queries and keys;
+    what it holds depends on the encoding (RoPE: its cos/sin rows; T5: its bias by distance;
+    ALiBi: its slopes), so a model whose layers all use one encoding does the table work once
+    per forward, as gpt-fast hands ``freqs_cis[input_pos]`` and timm's Eva hands ``rope=`` to
+    every block. :func:`posenc.attention` accepts a state wherever it accepts an encoding::
+
+        state = encoding.prepare(t, q_positions=positions)       # once per forward
+        for layer in layers:
+            q, k = state.encode_qk(q, k)                         # or let attention() do it
+            y = posenc.attention(q, k, v, state, causal=True, qk_encoded=True)
+
+    This base class serves any encoding through its hooks; built-in encodings return
+    subclasses that hold precomputed tables.
+
+    Keys: :meth:`encode_qk` encodes keys of length ``tk`` at :attr:`k_positions`, and keys of
+    length ``tq < tk`` at :attr:`q_positions` — the new tokens' keys in self-attention with a
+    KV cache, whose positions are the queries'.
+
+    Attributes:
+        encoding: the encoding that built the state.
+        q_positions: ``(tq,)`` or ``(b, tq)`` long positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` long positions of the keys.
+        q_start, k_start: the first position when that side has the default consecutive
+            positions, else ``None``.
+        bias_form: ``"none"``, ``"key"`` (query-independent ``(.., 1, tk)``, exact for causal
+            attention) or ``"full"``: which bias :meth:`attention_bias` returns.
+    """
+
+    bias_form: BiasForm
+
+    def __init__(
+        self,
+        encoding: PositionalEncoding,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None = None,
+        k_start: int | None = None,
+        bias_form: BiasForm | None = None,
+    ) -> None:
+        self.encoding = encoding
+        self.q_positions = q_positions
+        self.k_positions = k_positions
+        self.q_start = q_start
+        self.k_start = k_start
+        if bias_form is None:
+            overrides = type(encoding).attention_bias is not PositionalEncoding.attention_bias
+            bias_form = "full" if overrides else "none"
+        self.bias_form = bias_form
+
+    @property
+    def q_len(self) -> int:
+        return self.q_positions.shape[-1]
+
+    @property
+    def k_len(self) -> int:
+        return self.k_positions.shape[-1]
+
+    def key_positions(self, k: Tensor) -> tuple[Tensor, int | None]:
+        """The positions (and default start) of keys ``k``: ``tk`` rows at the keys' positions,
+        ``tq < tk`` rows (new tokens with a KV cache) at the queries'."""
+        n = k.shape[-2]
+        if n == self.k_len:
+            return self.k_positions, self.k_start
+        if n == self.q_len:
+            return self.q_positions, self.q_start
+        raise ValueError(
+            f"k has {n} positions, but this PositionState was prepared for {self.k_len} keys "
+            f"(or {self.q_len} new keys at the query positions)"
+        )
+
+    def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoding's :meth:`~PositionalEncoding.encode_qk` at this state's positions.
+
+        Args:
+            q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)`` or ``(b, h_kv, tq, dh)`` (see the class).
+
+        Returns:
+            ``(q, k)``, same shapes and dtypes.
+        """
+        if type(self.encoding).encode_qk is PositionalEncoding.encode_qk:
+            return q, k
+        kp, _ = self.key_positions(k)
+        return self.encoding.encode_qk(q, k, q_positions=self.q_positions, k_positions=kp)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """The encoding's :meth:`~PositionalEncoding.attention_bias` at this state's positions.
+
+        Returns:
+            ``None`` (when :attr:`bias_form` is ``"none"``), or a float tensor broadcastable to
+            ``(b, h, tq, tk)``.
+        """
+        if self.bias_form == "none":
+            return None
+        return self.encoding.attention_bias(q, k, q_positions=self.q_positions, k_positions=self.k_positions)
+
+    def distances(self) -> Tensor | None:
+        """The ascending distances ``k_pos - q_pos`` of a Toeplitz bias, or ``None``.
+
+        When both sides have default consecutive positions, a bias that depends only on the
+        distance is a Toeplitz matrix: ``bias[i, j] = values[j - i + tq - 1]`` for values at these
+        ``tq + tk - 1`` distances, from ``k_start - (q_start + tq - 1)`` upwards.
+        """
+        if self.q_start is None or self.k_start is None:
+            return None
+        first = self.k_start - (self.q_start + self.q_len - 1)
+        return torch.arange(first, first + self.q_len + self.k_len - 1, device=self.q_positions.device)
+
+    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
+        """The bias at each of :meth:`distances`, ``(h, tq + tk - 1)``, or ``None``.
+
+        ``None`` when the positions are not both default or the bias is not a function of the
+        distance alone (the base class). :func:`posenc.attention` reads a Toeplitz bias from
+        this vector without ever building ``(h, tq, tk)``.
+        """
+        return None
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod | None:
+        """The encoding's FlexAttention ``score_mod`` at this state's positions, or ``None``."""
+        return self.encoding.score_mod(q, k, q_positions=self.q_positions, k_positions=self.k_positions)
+
+    def narrow(self, rows: slice, cols: slice) -> PositionState:
+        """The state of a block of queries (``rows``) and keys (``cols``), e.g. one query chunk.
+
+        Subclasses that hold tables indexed by query or key slice them in :meth:`_narrow_tables`.
+        """
+        state = copy.copy(self)
+        state.q_positions = self.q_positions[..., rows]
+        state.k_positions = self.k_positions[..., cols]
+        state.q_start = None if self.q_start is None else self.q_start + (rows.start or 0)
+        state.k_start = None if self.k_start is None else self.k_start + (cols.start or 0)
+        state._narrow_tables(rows, cols)
+        return state
+
+    def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        """Slice tables held per query row or key column (none here)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({type(self.encoding).__name__}, tq={self.q_len}, tk={self.k_len}, "
+            f"bias_form={self.bias_form!r})"
+        )
+
+
+def _overrides_hook_below_state(cls: type) -> bool:
+    """Whether ``cls`` overrides a hook below the class that defines its ``prepare_state``.
+
+    Such a subclass (say, a user's RoPE whose ``encode_qk`` adds something) must not be bypassed
+    by the built-in's prepared state: its states then call its hooks.
+    """
+    mro = cls.__mro__
+
+    def definer(name: str) -> int:
+        return next(i for i, c in enumerate(mro) if name in c.__dict__)
+
+    state_at = definer("prepare_state")
+    return any(definer(hook) < state_at for hook in ("encode_qk", "attention_bias", "score_mod"))
+
+
 class PositionalEncoding(nn.Module):
     """Base class of every position encoding: three hooks, each a no-op by default.
 
@@ -206,18 +405,34 @@ class PositionalEncoding(nn.Module):
         q, k = pe.encode_qk(q, k)                           # in every attention layer
         bias = pe.attention_bias(q, k)                      # None, or added to the scores
 
-    Positions are explicit and optional everywhere: integer tensors of shape ``(t,)`` or
-    ``(b, t)``; ``None`` means ``0..t-1`` for inputs, and for attention keys at ``0..tk-1``
-    with queries at the last ``tq`` of them (see :func:`resolve_qk_positions`).
+    A model with several layers prepares the position state once per forward instead
+    (:meth:`prepare`) and hands it to every layer; the hooks are the same computation for
+    one call.
 
-    Caches (cos/sin and bias tables) are non-persistent buffers kept in float32 or better;
-    ``state_dict()`` holds only learned parameters.
+    Positions are explicit and optional everywhere: integer tensors of shape ``(t,)`` or
+    ``(b, t)``, passed by keyword in the attention hooks; ``None`` means ``0..t-1`` for
+    inputs, and for attention keys at ``0..tk-1`` with queries at the last ``tq`` of them
+    (see :func:`resolve_qk_positions`).
+
+    Caches (cos/sin and bias tables) are non-persistent buffers named in
+    :attr:`cache_names`, kept in float32 (float64 after ``.double()``) whatever the module's
+    dtype, rebuilt by :meth:`reset_caches` after ``to_empty()``; ``state_dict()`` holds only
+    learned parameters.
     """
 
     #: Where the encoding acts: ``"additive"``, ``"rotary"``, ``"bias"`` or ``"none"``.
     kind: ClassVar[Kind] = "none"
     #: The registered name, set by :func:`posenc.register`.
     registry_name: ClassVar[str | None] = None
+    #: Non-persistent cache buffers that follow the device but keep a float32/float64 dtype.
+    cache_names: ClassVar[tuple[str, ...]] = ()
+    #: Set per class (see :func:`_overrides_hook_below_state`); a class attribute, not a lookup
+    #: at call time, so that compiled code guards on nothing mutable.
+    _generic_state: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._generic_state = _overrides_hook_below_state(cls)
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the position signal to token embeddings.
@@ -235,6 +450,7 @@ class PositionalEncoding(nn.Module):
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
@@ -254,6 +470,7 @@ class PositionalEncoding(nn.Module):
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> Tensor | None:
@@ -274,6 +491,7 @@ class PositionalEncoding(nn.Module):
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> ScoreMod | None:
@@ -284,11 +502,87 @@ class PositionalEncoding(nn.Module):
         """
         return None
 
+    def prepare(
+        self,
+        q_len: int,
+        k_len: int | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        batch: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> PositionState:
+        """The position state of one forward pass, to hand to every attention layer.
+
+        Args:
+            q_len: the number of queries ``tq``.
+            k_len: the number of keys ``tk`` (default ``q_len``); with a KV cache, cached + new.
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions, defaults as in
+                :func:`resolve_qk_positions` (keys ``0..tk-1``, queries the last ``tq`` of them).
+            batch: the batch size, to check ``(b, t)`` positions against.
+            device: where default positions and tables are made (default: the positions' device,
+                else the encoding's).
+
+        Returns:
+            A :class:`PositionState`; built-in encodings return one holding their tables.
+        """
+        k_len = q_len if k_len is None else k_len
+        if device is None:
+            given = q_positions if q_positions is not None else k_positions
+            device = given.device if given is not None else self._device()
+        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+        if self._generic_state:
+            return PositionState(self, qp, kp, q_start=q_start, k_start=k_start)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> PositionState:
+        """Build the :class:`PositionState` for resolved positions (override to precompute tables).
+
+        Called by :meth:`prepare`; ``q_start``/``k_start`` are the first positions of default
+        consecutive ranges (``None`` for explicit positions).
+        """
+        return PositionState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+    def _device(self) -> torch.device:
+        for t in (*self.parameters(), *self.buffers()):
+            return t.device
+        return torch.device("cpu")
+
     def reset_caches(self) -> None:
         """Rebuild non-persistent caches, e.g. after ``to_empty()`` from the meta device.
 
-        Learned parameters are left alone (use ``reset_parameters`` for those).
+        Each cache is rebuilt on the device and in the dtype its buffer has now. Learned
+        parameters are left alone (use ``reset_parameters`` for those).
         """
 
-    def forward(self, *args, **kwargs):  # pragma: no cover - every encoding defines its own
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:
+        # One rule for every encoding's caches: they follow the device of `fn`, and keep float32
+        # (float64 when `fn` makes float64, e.g. `.double()`) — never half precision, since
+        # angles and biases at large positions would be wrong. Values are recomputed, not
+        # converted, whenever the dtype changes or the source is the meta device (to_empty()).
+        caches = {n: self._buffers.pop(n) for n in self.cache_names if self._buffers.get(n) is not None}
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._buffers.update(caches)
+        if not caches:
+            return self
+        ref = next(iter(caches.values()))
+        probe = fn(torch.empty(0, dtype=ref.dtype, device=ref.device))
+        dtype = precise_dtype(probe.dtype) if probe.is_floating_point() else torch.float32
+        from_meta = ref.device.type == "meta" and probe.device.type != "meta"
+        rebuild = from_meta or any(c.dtype != dtype for c in caches.values() if c.is_floating_point())
+        for name, cache in caches.items():
+            target = dtype if cache.is_floating_point() else cache.dtype
+            if rebuild:
+                self._buffers[name] = torch.empty(cache.shape, dtype=target, device=probe.device)
+            else:
+                self._buffers[name] = cache.to(device=probe.device)
+        if rebuild and probe.device.type != "meta":
+            self.reset_caches()
+        return self
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - every encoding defines its own
         raise NotImplementedError(f"{type(self).__name__} does not define a drop-in forward")

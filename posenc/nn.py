@@ -21,17 +21,12 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
+from ._checks import check_bool, check_positive_int
 from .attention import attention
-from .base import PositionalEncoding, mask_to_positions
+from .base import PositionalEncoding, PositionState, mask_to_positions
 from .registry import build
 
 __all__ = ["KVCache", "MultiheadAttention", "TransformerBlock", "TransformerLM"]
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 class KVCache:
@@ -58,6 +53,22 @@ class KVCache:
 
     def __len__(self) -> int:
         return self.length(0)
+
+    def key_positions(self, layer: int, positions: Tensor) -> Tensor:
+        """The positions of every key after appending ``positions`` ``(t,)``/``(b, t)`` to ``layer``.
+
+        Returns:
+            ``(b, tk)`` (or ``(t,)`` for an empty cache and 1-D positions).
+        """
+        if layer >= len(self.positions):
+            return positions
+        past = self.positions[layer]
+        if past.dim() != positions.dim():
+            b = max(
+                past.shape[0] if past.dim() == 2 else 1, positions.shape[0] if positions.dim() == 2 else 1
+            )
+            past, positions = past.expand(b, -1), positions.expand(b, -1)
+        return torch.cat([past, positions], dim=-1)
 
     def update(self, layer: int, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Append ``k``, ``v`` ``(b, h_kv, t, dh)`` and their ``(b, t)`` positions; return everything cached.
@@ -100,7 +111,9 @@ class MultiheadAttention(nn.Module):
     Args:
         d_model: model width ``d``.
         num_heads: query heads ``h``; ``d_model`` must be a multiple of it unless ``head_dim`` is given.
-        position: a spec for :func:`posenc.build` or a built encoding (shared as is).
+        position: a spec for :func:`posenc.build` or a built encoding (shared as is); ``None``
+            for a layer that holds no encoding and is always called with a prepared ``state``
+            (how :class:`TransformerLM` builds its blocks: the encoding lives once, at the model).
         causal: each token attends to itself and earlier tokens only.
         dropout: dropout on the attention weights and the output, in training mode.
         bias: whether the projections have biases.
@@ -125,22 +138,21 @@ class MultiheadAttention(nn.Module):
         max_len: int | None = None,
     ) -> None:
         super().__init__()
-        _positive_int("d_model", d_model)
-        _positive_int("num_heads", num_heads)
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
         if head_dim is None:
             if d_model % num_heads != 0:
                 raise ValueError(
                     f"d_model={d_model} must be a multiple of num_heads={num_heads} (or pass head_dim explicitly)"
                 )
             head_dim = d_model // num_heads
-        _positive_int("head_dim", head_dim)
-        num_kv_heads = num_heads if num_kv_heads is None else _positive_int("num_kv_heads", num_kv_heads)
+        check_positive_int("head_dim", head_dim)
+        num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {causal!r}")
+        check_bool("causal", causal)
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = (
             d_model,
             num_heads,
@@ -148,9 +160,16 @@ class MultiheadAttention(nn.Module):
             head_dim,
         )
         self.causal, self.dropout = causal, float(dropout)
-        self.encoding = _build_encoding(
-            position, d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal
-        )
+        self.encoding: PositionalEncoding | None = None
+        if position is not None:
+            self.encoding = _build_encoding(
+                position,
+                d_model=d_model,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                max_len=max_len,
+                causal=causal,
+            )
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
@@ -171,6 +190,7 @@ class MultiheadAttention(nn.Module):
         attention_mask: Tensor | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
+        state: PositionState | None = None,
     ) -> Tensor:
         """Self-attention over ``x`` (and the cached tokens, with a ``cache``).
 
@@ -182,6 +202,9 @@ class MultiheadAttention(nn.Module):
                 (``tk = cached + t``), e.g. a padding mask.
             cache: a :class:`KVCache`, updated in place.
             layer: which of the cache's layers this module uses.
+            state: the position state prepared once per forward by the model
+                (``encoding.prepare(t, cached + t, q_positions=..., k_positions=...)``); when
+                given, ``positions`` is not used. Default: prepared here from this layer's encoding.
 
         Returns:
             ``(b, t, d)``.
@@ -194,33 +217,59 @@ class MultiheadAttention(nn.Module):
         key_mask = None
         if attention_mask is not None:
             key_mask = _check_mask(attention_mask, b, past + t)
-        if positions is None:
-            if key_mask is not None:
-                positions = mask_to_positions(key_mask)[:, past:]
-            else:
-                positions = torch.arange(past, past + t, device=x.device)
+        if state is None:
+            if self.encoding is None:
+                raise ValueError(
+                    "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
+                    "the model, e.g. state=encoding.prepare(...)"
+                )
+            state = _prepare(self.encoding, x, positions, key_mask, cache, layer)
         q = rearrange(self.q_proj(x), "b t (h dh) -> b h t dh", h=self.num_heads)
         k = rearrange(self.k_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
         v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
-        # New queries and keys share positions; keys are encoded before caching.
-        q, k = self.encoding.encode_qk(q, k, positions, positions)
-        k_positions = positions
+        # New keys sit at the queries' positions; they are encoded before caching.
+        q, k = state.encode_qk(q, k)
         if cache is not None:
-            k, v, k_positions = cache.update(layer, k, v, positions)
+            k, v, _ = cache.update(layer, k, v, state.q_positions)
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
         out = attention(
             q,
             k,
             v,
-            self.encoding,
+            state,
             causal=self.causal,
-            q_positions=positions,
-            k_positions=k_positions,
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
         )
         return self.out_dropout(self.out_proj(rearrange(out, "b h t dh -> b t (h dh)")))
+
+
+def _prepare(
+    encoding: PositionalEncoding,
+    x: Tensor,
+    positions: Tensor | None,
+    key_mask: Tensor | None,
+    cache: KVCache | None,
+    layer: int,
+) -> PositionState:
+    """The position state of one forward over new tokens ``x`` ``(b, t, d)``, cached keys included.
+
+    Default positions continue the cache (``past .. past+t-1``), or come from the padding mask;
+    with neither, they stay implicit so that encodings take their contiguous fast paths.
+    """
+    b, t, _ = x.shape
+    past = 0 if cache is None else cache.length(layer)
+    if positions is None and key_mask is not None:
+        positions = mask_to_positions(key_mask)[:, past:]
+    if positions is None and past == 0:
+        return encoding.prepare(t, t, batch=b, device=x.device)
+    if positions is None:
+        positions = torch.arange(past, past + t, device=x.device)
+    k_positions = positions if cache is None else cache.key_positions(layer, positions)
+    return encoding.prepare(
+        t, past + t, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
+    )
 
 
 def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
@@ -242,7 +291,8 @@ class TransformerBlock(nn.Module):
     Args:
         d_model: model width ``d``.
         num_heads: attention heads.
-        position: a spec for :func:`posenc.build` or a built encoding (shared as is).
+        position: a spec for :func:`posenc.build` or a built encoding (shared as is); ``None``
+            when the model hands every call a prepared ``state``.
         causal: causal self-attention.
         dropout: dropout in attention and after the MLP.
         mlp_ratio: the MLP's hidden width is ``mlp_ratio * d_model``.
@@ -299,10 +349,16 @@ class TransformerBlock(nn.Module):
         attention_mask: Tensor | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
+        state: PositionState | None = None,
     ) -> Tensor:
         """Apply the block; the keyword arguments are :meth:`MultiheadAttention.forward`'s."""
         x = x + self.attn(
-            self.attn_norm(x), positions=positions, attention_mask=attention_mask, cache=cache, layer=layer
+            self.attn_norm(x),
+            positions=positions,
+            attention_mask=attention_mask,
+            cache=cache,
+            layer=layer,
+            state=state,
         )
         return x + self.mlp(self.mlp_norm(x))
 
@@ -311,10 +367,13 @@ class TransformerLM(nn.Module):
     """A small decoder (or encoder) language model whose position encoding is a config string.
 
     Token embedding, ``encoding.encode_input`` once on the embeddings (additive
-    encodings), ``num_layers`` pre-norm :class:`TransformerBlock` s that all hold the SAME
-    encoding module (so T5's bias table is shared across layers, as in T5), a final norm and
-    a head tied to the embedding. The encoding is built once with the model's sizes
-    (``d_model``, ``num_heads``, ``head_dim``, ``max_len``, ``causal``).
+    encodings), ``num_layers`` pre-norm :class:`TransformerBlock` s, a final norm and a head
+    tied to the embedding. The encoding is built once with the model's sizes (``d_model``,
+    ``num_heads``, ``head_dim``, ``max_len``, ``causal``) and held once, by the model
+    (``model.encoding``; the blocks hold none, so T5's bias table is one parameter in one
+    module, as FSDP needs): each forward prepares its position state once
+    (:meth:`~posenc.PositionalEncoding.prepare`: RoPE's cos/sin rows, T5's bias by distance)
+    and hands it to every block.
 
     Args:
         vocab_size: vocabulary size ``v``.
@@ -352,16 +411,15 @@ class TransformerLM(nn.Module):
         tie_embeddings: bool = True,
     ) -> None:
         super().__init__()
-        _positive_int("vocab_size", vocab_size)
-        _positive_int("d_model", d_model)
-        _positive_int("num_layers", num_layers)
-        _positive_int("num_heads", num_heads)
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_layers", num_layers)
+        check_positive_int("num_heads", num_heads)
         if max_len is not None:
-            _positive_int("max_len", max_len)
+            check_positive_int("max_len", max_len)
         if d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}")
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {causal!r}")
+        check_bool("causal", causal)
         self.vocab_size, self.d_model, self.num_layers, self.num_heads = (
             vocab_size,
             d_model,
@@ -383,7 +441,7 @@ class TransformerLM(nn.Module):
             TransformerBlock(
                 d_model,
                 num_heads,
-                self.encoding,
+                None,
                 causal=causal,
                 dropout=dropout,
                 mlp_ratio=mlp_ratio,
@@ -435,20 +493,15 @@ class TransformerLM(nn.Module):
             raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
         b, t = input_ids.shape
         past = 0 if cache is None else cache.length(0)
-        if attention_mask is not None:
-            attention_mask = _check_mask(attention_mask, b, past + t)
-            if positions is None:
-                positions = mask_to_positions(attention_mask)[:, past:]
-        # None for the plain 0..t-1 case: an additive encoding then slices its cache, and under
-        # torch.compile a learned table still checks the length (explicit positions are data).
-        input_positions = positions
-        if positions is None:
-            positions = torch.arange(past, past + t, device=input_ids.device)
-            input_positions = None if past == 0 else positions
+        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, past + t)
         x = self.embed(input_ids)
+        state = _prepare(self.encoding, x, positions, key_mask, cache, 0)
+        # Default positions stay None for the additive encoding: it then slices its cache, and
+        # under torch.compile a learned table still checks the length (explicit positions are data).
+        input_positions = None if state.q_start == 0 else state.q_positions
         x = self.embed_dropout(self.encoding.encode_input(x, input_positions))
         for i, block in enumerate(self.blocks):
-            x = block(x, positions=positions, attention_mask=attention_mask, cache=cache, layer=i)
+            x = block(x, attention_mask=key_mask, cache=cache, layer=i, state=state)
         return self.head(self.norm(x))
 
     @torch.no_grad()

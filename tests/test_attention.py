@@ -194,7 +194,7 @@ class SpyEncoding(PositionalEncoding):
 
     def attention_bias(self, q, k, q_positions=None, k_positions=None):
         self.calls.append((q.shape[-2], k.shape[-2]))
-        return self.inner.attention_bias(q, k, q_positions, k_positions)
+        return self.inner.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
 
     def forward(self, scores, q_positions=None, k_positions=None):
         return self.inner(scores, q_positions=q_positions, k_positions=k_positions)
@@ -208,26 +208,32 @@ def test_large_full_bias_is_asked_for_in_chunks(monkeypatch):
     q, k, v = qkv(b=1, tq=64, tk=64)
     out = attention(q, k, v, spy, causal=True)
     assert max(tq for tq, _ in spy.calls) <= 16, spy.calls
-    # causal chunks read only the keys they can see
-    assert sorted(spy.calls)[:2] == [(2, 64), (16, 16)], spy.calls
+    # no probe call: the state says which form the bias takes; causal chunks read only the keys they see
+    assert sorted(spy.calls) == [(16, 16), (16, 32), (16, 48), (16, 64)], spy.calls
     torch.testing.assert_close(out, reference(q, k, v, spy, causal=True), **F32_TOL)
 
 
-def test_causal_alibi_takes_the_key_only_fused_path(monkeypatch):
-    """Causal ALiBi: one SDPA call with the (1, h, 1, tk) bias and is_causal=True, nothing of size tq*tk."""
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_distance_bias_is_a_view_of_one_vector(monkeypatch, name, causal):
+    """ALiBi and T5 at default positions: SDPA reads a strided view of the (h, tq + tk - 1) bias by
+    distance; nothing of size tq*tk exists, and SDPA is never given attn_mask with is_causal=True
+    (refused since torch 2.15)."""
     calls = []
     real_sdpa = F.scaled_dot_product_attention
 
     def spy_sdpa(q, k, v, attn_mask=None, **kwargs):
-        calls.append((None if attn_mask is None else tuple(attn_mask.shape), kwargs.get("is_causal")))
+        calls.append((attn_mask.untyped_storage().nbytes(), kwargs.get("is_causal", False)))
         return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
-    enc = make("alibi", causal=True)
-    q, k, v = qkv(tq=16, tk=16)
-    out = attention(q, k, v, enc, causal=True)
-    assert calls == [((1, 4, 1, 16), True)]
-    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
+    monkeypatch.setattr(attention_module, "TOEPLITZ_CHUNK", 16)
+    enc = make(name, causal=causal)
+    q, k, v = qkv(tq=48, tk=48)
+    out = attention(q, k, v, enc, causal=causal)
+    assert len(calls) == (3 if causal else 1)
+    assert all(not is_causal and nbytes <= 4 * 4 * (48 + 48) for nbytes, is_causal in calls), calls
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=causal), **F32_TOL)
 
 
 def test_bias_free_causal_uses_sdpa_causal(monkeypatch):
@@ -342,8 +348,9 @@ def test_bf16_alibi_at_position_100k(monkeypatch, cast_bias):
     )
     torch.testing.assert_close(out.double(), expected, **BF16_TOL)
     # The naive bf16 key-only bias is off by whole units in the logits far from the last query.
-    naive_bias = enc.attention_bias(q, k, positions, positions).to(torch.bfloat16)
-    naive = F.scaled_dot_product_attention(q, k, v, attn_mask=naive_bias, is_causal=True)
+    naive_bias = enc.attention_bias(q, k, q_positions=positions, k_positions=positions).to(torch.bfloat16)
+    causal_keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    naive = F.scaled_dot_product_attention(q, k, v, attn_mask=naive_bias.masked_fill(~causal_keep, float("-inf")))
     assert not torch.allclose(naive.double(), expected, **BF16_TOL)
 
 

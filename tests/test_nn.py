@@ -75,12 +75,13 @@ def test_swapping_specs_changes_only_the_encoding():
         assert {n for n in names if not n.startswith("encoding.")} == base, spec
 
 
-def test_encoding_is_built_once_and_shared():
+def test_encoding_is_built_once_and_held_by_the_model_only():
     model = make_model("t5")
-    assert all(block.attn.encoding is model.encoding for block in model.blocks)
-    # One T5 table for all layers (as in T5): it appears once among the parameters.
-    tables = [p for p in model.parameters() if p.shape == model.encoding.relative_attention_bias.weight.shape]
-    assert len(tables) == 1
+    # The blocks hold no encoding: the model prepares the position state and hands it to them.
+    assert all(block.attn.encoding is None for block in model.blocks)
+    # One T5 table for all layers (as in T5), in one module: it appears once, under one name.
+    names = [n for n, _ in model.named_parameters(remove_duplicate=False) if "relative_attention_bias" in n]
+    assert names == ["encoding.relative_attention_bias.weight"]
     assert model.encoding.num_heads == HEADS and model.encoding.bidirectional is False
 
 
@@ -319,3 +320,33 @@ def test_bad_construction_names_the_argument(kwargs, error, match):
 def test_generate_refuses_a_bidirectional_model():
     with pytest.raises(ValueError, match="causal"):
         make_model("rope", causal=False).generate(ids(), 2)
+
+
+@pytest.mark.parametrize("spec", ["t5", "rope", "alibi"])
+def test_table_work_happens_once_per_forward(spec, monkeypatch):
+    """A 4-layer model prepares its position state once per forward, whatever the layer count."""
+    model = TransformerLM(vocab_size=VOCAB, d_model=32, num_layers=4, num_heads=HEADS, position=spec)
+    calls = []
+    real = type(model.encoding).prepare_state
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model.encoding), "prepare_state", counting)
+    ids = torch.randint(0, VOCAB, (2, 12))
+    model(ids)
+    assert len(calls) == 1
+    cache = KVCache()
+    model(ids[:, :8], cache=cache)
+    model(ids[:, 8:9], cache=cache)
+    assert len(calls) == 3
+
+
+def test_t5_table_lookup_happens_once_per_forward(monkeypatch):
+    model = TransformerLM(vocab_size=VOCAB, d_model=32, num_layers=4, num_heads=HEADS, position="t5")
+    calls = []
+    real = model.encoding.distance_table
+    monkeypatch.setattr(model.encoding, "distance_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model(torch.randint(0, VOCAB, (2, 12)))
+    assert len(calls) == 1

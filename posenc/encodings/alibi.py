@@ -6,13 +6,76 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_positive_int
-from ..base import PositionalEncoding, ScoreMod, _precise_dtype, resolve_qk_positions
+from .._compat import precise_dtype
+from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
 from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options
-from ..functional.relative import default_relative_distances, position_indexer, toeplitz_by_distance
+from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..registry import register
-from .relative import check_bias_qk, check_scores, uses_default_positions
 
-__all__ = ["ALiBi"]
+__all__ = ["ALiBi", "ALiBiState"]
+
+
+class ALiBiState(PositionState):
+    """ALiBi's position state for one forward: the slopes and positions every layer reuses.
+
+    Causal ALiBi has the key-only bias form (``bias_form == "key"``); with default positions the
+    bias is also a function of the distance alone, which :func:`posenc.attention` reads from a
+    ``(h, tq + tk - 1)`` vector (:meth:`bias_by_distance`) in the paper's exact form.
+    """
+
+    encoding: ALiBi
+
+    def __init__(
+        self,
+        encoding: ALiBi,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+    ) -> None:
+        form = "key" if encoding.causal else "full"
+        super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
+
+    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
+        distances = self.distances()
+        if distances is None:
+            return None
+        # Causal: -m * (q - k) = m * (k - q), the paper's form (positive past the diagonal, where
+        # the causal mask applies); bidirectional: -m * |q - k|.
+        distances = distances if self.encoding.causal else -distances.abs()
+        return self.encoding._slopes(dtype).unsqueeze(-1) * distances.to(dtype)
+
+    def full_bias(self, dtype: torch.dtype, *, symmetric: bool) -> Tensor:
+        """The ``(1|b, h, tq, tk)`` bias ``-m * |q - k|`` (``symmetric``) or ``-m * (q - k)``."""
+        slopes = self.encoding._slopes(dtype)
+        distances = self.distances()
+        if distances is not None:
+            distances = -distances.abs() if symmetric else distances
+            values = slopes.unsqueeze(-1) * distances.to(dtype)
+            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
+        return alibi_bias(slopes, self.q_positions, self.k_positions, symmetric=symmetric)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        check_bias_qk(q, k, self.encoding.num_heads)
+        dtype = precise_dtype(q)
+        if self.encoding.causal:
+            return alibi_key_only_bias(self.encoding._slopes(dtype), self.q_positions, self.k_positions)
+        return self.full_bias(dtype, symmetric=True)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        check_bias_qk(q, k, self.encoding.num_heads)
+        slopes = self.encoding._slopes(precise_dtype(q))
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        symmetric = not self.encoding.causal
+
+        def alibi_score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            distance = q_pos(b, q_idx) - k_pos(b, kv_idx)
+            if symmetric:
+                distance = distance.abs()
+            return score - (slopes[h] * distance.to(slopes.dtype)).to(score.dtype)
+
+        return alibi_score_mod
 
 
 @register("alibi")
@@ -66,6 +129,7 @@ class ALiBi(PositionalEncoding):
     """
 
     kind = "bias"
+    cache_names = ("slopes",)
     slopes: Tensor
 
     def __init__(
@@ -91,16 +155,6 @@ class ALiBi(PositionalEncoding):
         """Rebuild the slopes (float32), e.g. after ``to_empty()`` from the meta device."""
         self.slopes = alibi_slopes(self.num_heads, self.max_bias, device=self.slopes.device)
 
-    def _apply(self, fn, recurse=True):
-        was_meta = self.slopes.device.type == "meta"
-        super()._apply(fn, recurse)
-        # to_empty() from the meta device leaves uninitialised memory: compute the slopes.
-        # .to(dtype) / .half() would round them: rebuild them exactly, in float32 (as timm
-        # keeps its frequency buffers).
-        if (was_meta and self.slopes.device.type != "meta") or self.slopes.dtype != torch.float32:
-            self.reset_caches()
-        return self
-
     def _slopes(self, dtype: torch.dtype) -> Tensor:
         # Every method reads its slopes here, so a subclass can rescale them in one place
         # (posenc.hf.FalconALiBi does).
@@ -109,10 +163,28 @@ class ALiBi(PositionalEncoding):
             return alibi_slopes(self.num_heads, self.max_bias, dtype=torch.float64, device=self.slopes.device)
         return self.slopes
 
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> ALiBiState:
+        return ALiBiState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+    def _state_for(
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
+    ) -> ALiBiState:
+        return self.prepare(
+            q.shape[-2],
+            k.shape[-2],
+            q_positions=q_positions,
+            k_positions=k_positions,
+            batch=max(q.shape[0], k.shape[0]),
+            device=q.device,
+        )
+
     def attention_bias(
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> Tensor:
@@ -132,32 +204,7 @@ class ALiBi(PositionalEncoding):
             float64 ``q``).
         """
         check_bias_qk(q, k, self.num_heads)
-        slopes = self._slopes(_precise_dtype(q))
-        if self.causal:
-            q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-            return alibi_key_only_bias(slopes, q_positions, k_positions)
-        return self._full_bias(q, k, q_positions, k_positions, slopes, symmetric=True)
-
-    def _full_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        slopes: Tensor,
-        *,
-        symmetric: bool,
-    ) -> Tensor:
-        # q and k: anything with the query (resp. key) length at dim -2 and the batch at dim 0.
-        tq, tk = q.shape[-2], k.shape[-2]
-        if uses_default_positions(q_positions, k_positions, tq, tk):
-            # Consecutive default positions: a Toeplitz matrix, written without a (tq, tk) index.
-            distances = default_relative_distances(tq, tk, device=slopes.device)  # k_pos - q_pos
-            distances = -distances.abs() if symmetric else distances  # -m*|q-k| or -m*(q-k)
-            values = slopes.unsqueeze(-1) * distances.to(slopes.dtype)
-            return toeplitz_by_distance(values, tq, tk).unsqueeze(0)
-        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        return alibi_bias(slopes, q_positions, k_positions, symmetric=symmetric)
+        return self._state_for(q, k, q_positions, k_positions).attention_bias(q, k)
 
     def forward(
         self,
@@ -178,22 +225,19 @@ class ALiBi(PositionalEncoding):
             cast back to the scores' dtype.
         """
         check_scores(scores, self.num_heads)
-        compute = _precise_dtype(scores)
-        # Views with the query length (resp. key length) at dim -2 stand in for q and k.
-        bias = self._full_bias(
-            scores,
-            scores.transpose(-1, -2),
-            q_positions,
-            k_positions,
-            self._slopes(compute),
-            symmetric=not self.causal,
+        compute = precise_dtype(scores)
+        b, _, tq, tk = scores.shape
+        state = self.prepare(
+            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
         )
+        bias = state.full_bias(compute, symmetric=not self.causal)
         return (scores.to(compute) + bias).to(scores.dtype)
 
     def score_mod(
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> ScoreMod:
@@ -201,27 +245,53 @@ class ALiBi(PositionalEncoding):
 
         Causal: ``score - m[h] * (q_pos[q_idx] - k_pos[kv_idx])``; not causal:
         ``score - m[h] * |q_pos[q_idx] - k_pos[kv_idx]|``. Nothing of size ``(h, tq, tk)`` is
-        stored. The causal mask is FlexAttention's ``block_mask``, not part of the score_mod.
-
-        Args:
-            q, k, q_positions, k_positions: as in :meth:`attention_bias`.
+        stored; the causal mask is the attention's, not part of the score_mod.
 
         Returns:
             ``(score, b, h, q_idx, kv_idx) -> score + bias``.
         """
         check_bias_qk(q, k, self.num_heads)
-        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        slopes = self._slopes(_precise_dtype(q))
-        q_pos, k_pos = position_indexer(q_positions), position_indexer(k_positions)
-        symmetric = not self.causal
-
-        def alibi_score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = q_pos(b, q_idx) - k_pos(b, kv_idx)
-            if symmetric:
-                distance = distance.abs()
-            return score - (slopes[h] * distance.to(slopes.dtype)).to(score.dtype)
-
-        return alibi_score_mod
+        return self._state_for(q, k, q_positions, k_positions).score_mod(q, k)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"
+
+
+class FalconALiBi(ALiBi):
+    """ALiBi as Falcon applies it: the bias is added before the ``1/sqrt(dh)`` score scaling.
+
+    Falcon (the ``alibi=True`` variants, e.g. Falcon-RW) computes
+    ``softmax((q.k + m * pos) / sqrt(dh))``, so relative to the usual convention (bias added to
+    the scaled scores, as SDPA's ``attn_mask`` and every posenc attention layer do) its slopes
+    are ``m / sqrt(dh)``. This class is :class:`ALiBi` with every slope it applies multiplied
+    by :attr:`slope_scale` ``= dh ** -0.5``; :attr:`slopes` keeps the paper's values.
+    :func:`posenc.from_hf_config` returns it for Falcon configs with ``alibi=True``; it is not
+    in the registry (no spec string builds it).
+
+    transformers rounds Falcon's ``slope * position`` to bfloat16; posenc keeps float32, so the
+    two agree exactly for power-of-two head counts below 256 positions and to bfloat16
+    precision beyond.
+
+    Args:
+        num_heads: attention heads ``h``.
+        head_dim: per-head width ``dh`` of the model, a positive int (sets :attr:`slope_scale`).
+        causal: see :class:`ALiBi`.
+        device: of the slopes.
+
+    Shape:
+        As :class:`ALiBi`.
+    """
+
+    def __init__(
+        self, num_heads: int, head_dim: int, causal: bool = True, *, device: torch.device | str | None = None
+    ) -> None:
+        super().__init__(num_heads, causal=causal, device=device)
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.slope_scale = head_dim**-0.5
+
+    def _slopes(self, dtype: torch.dtype) -> Tensor:
+        # Every ALiBi method reads its slopes here: scale them once, in the slopes' own dtype.
+        return super()._slopes(dtype) * self.slope_scale
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, slope_scale=1/sqrt({self.head_dim})"

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_choice, check_int
-from ..base import PositionalEncoding, _is_compiling, _precise_dtype, check_input, resolve_positions
+from .._compat import is_compiling, precise_dtype
+from ..base import PositionalEncoding, check_input, resolve_positions
 from ..registry import register
 
 __all__ = ["Learned"]
@@ -85,7 +86,7 @@ class Learned(PositionalEncoding):
             )
 
     def _check_positions(self, positions: Tensor) -> None:
-        if _is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
+        if is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
             return  # the largest position is data; see the class docstring
         largest = int(positions.max())
         if largest >= self.max_len:
@@ -165,7 +166,7 @@ class Learned(PositionalEncoding):
             new_body = body[index]
         else:
             # interpolate in float32 or better, along the positions: (1, d, len)
-            grid = body.to(_precise_dtype(old)).t().unsqueeze(0)
+            grid = body.to(precise_dtype(old)).t().unsqueeze(0)
             if mode == "linear":
                 resized = F.interpolate(grid, size=new_max_len, mode="linear", align_corners=False)
             else:

@@ -1,18 +1,15 @@
-"""T5's relative position bias: a learned scalar per head and log-spaced distance bucket.
-
-Also holds the input checks shared by the bias encodings (this module and ALiBi).
-"""
+"""T5's relative position bias: a learned scalar per head and log-spaced distance bucket."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_float_tensor, check_positive_int
-from ..base import PositionalEncoding, ScoreMod, _precise_dtype, check_qk, resolve_qk_positions
+from .._checks import check_bool, check_positive_int
+from .._compat import precise_dtype
+from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
 from ..functional.relative import (
     check_relative_bucket_options,
-    default_relative_distances,
     gather_relative_bias,
     position_indexer,
     relative_bucket_of_distances,
@@ -20,40 +17,73 @@ from ..functional.relative import (
 )
 from ..registry import register
 
-__all__ = ["RelativeBias"]
-
-
-# --- helpers shared by the bias encodings -------------------------------------------------------
-
-
-def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
-    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
-    check_qk(q, k)
-    if q.shape[1] != num_heads:
-        raise ValueError(
-            f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but the encoding was built with num_heads={num_heads}"
-        )
-
-
-def check_scores(scores: Tensor, num_heads: int) -> None:
-    """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
-    check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
-    if scores.shape[1] != num_heads:
-        raise ValueError(
-            f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
-            f"but the encoding was built with num_heads={num_heads}"
-        )
-
-
-def uses_default_positions(q_positions: Tensor | None, k_positions: Tensor | None, tq: int, tk: int) -> bool:
-    """Whether the default, consecutive positions apply, so a bias of ``k_pos - q_pos`` is Toeplitz.
-
-    Decided from the arguments alone (no data-dependent branch, so it compiles).
-    """
-    return q_positions is None and k_positions is None and tq > 0 and tk > 0
+__all__ = ["RelativeBias", "RelativeBiasState"]
 
 
 # --- the encoding ----------------------------------------------------------------------------------
+
+
+class RelativeBiasState(PositionState):
+    """T5's position state for one forward: the per-head table over clamped distances, built once.
+
+    Every layer reads its bias from :attr:`table` (``(h, 2 * max_distance + 1)``, differentiable
+    in the embedding), so a model's bias work is one embedding lookup per forward.
+    """
+
+    encoding: RelativeBias
+
+    def __init__(
+        self,
+        encoding: RelativeBias,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+    ) -> None:
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
+        )
+        weight = encoding.relative_attention_bias.weight
+        self.table = encoding.distance_table(precise_dtype(weight))
+
+    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
+        distances = self.distances()
+        if distances is None:
+            return None
+        reach = self.encoding.max_distance
+        return self.table.to(dtype)[:, distances.clamp(-reach, reach) + reach]
+
+    def bias(self, dtype: torch.dtype) -> Tensor:
+        """The ``(1|b, h, tq, tk)`` bias in ``dtype``, contiguous with heads outermost."""
+        values = self.bias_by_distance(dtype)
+        if values is not None:
+            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
+        table = self.table.to(dtype)
+        return gather_relative_bias(table, self.q_positions, self.k_positions, self.encoding.max_distance)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        check_bias_qk(q, k, self.encoding.num_heads)
+        return self.bias(precise_dtype(q))
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        check_bias_qk(q, k, self.encoding.num_heads)
+        table = self.table.to(precise_dtype(q))
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        # A flat table and 0-d tensor constants: with dynamic shapes, torch 2.13's CPU
+        # FlexAttention fails to compile 2-D indexing of a captured tensor, and captured Python
+        # ints become symbols that its code generator rejects.
+        flat_table = table.reshape(-1)
+        width = torch.tensor(table.shape[-1], device=table.device)
+        max_distance = torch.tensor(self.encoding.max_distance, device=table.device)
+
+        def relative_bias_score_mod(
+            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            distance = torch.clamp(k_pos(b, kv_idx) - q_pos(b, q_idx), -max_distance, max_distance)
+            return score + flat_table[h * width + distance + max_distance].to(score.dtype)
+
+        return relative_bias_score_mod
 
 
 @register("relative_bias", "t5")
@@ -99,6 +129,7 @@ class RelativeBias(PositionalEncoding):
     """
 
     kind = "bias"
+    cache_names = ("bucket_of_distance",)
 
     def __init__(
         self,
@@ -124,7 +155,7 @@ class RelativeBias(PositionalEncoding):
         self.bidirectional = bidirectional
         self.causal = causal
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads, device=device, dtype=dtype)
-        # An integer cache, so .to(dtype) / .half() leave it alone; reset_caches() after to_empty().
+        # An integer cache: the base class's _apply moves it and rebuilds it after to_empty().
         self.register_buffer("bucket_of_distance", self._buckets(device), persistent=False)
         self.reset_parameters()
 
@@ -159,10 +190,16 @@ class RelativeBias(PositionalEncoding):
         # Calling the embedding (not indexing its weight) keeps hooks and subclasses working.
         return self.relative_attention_bias(self.bucket_of_distance).t().to(dtype).contiguous()
 
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> RelativeBiasState:
+        return RelativeBiasState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
     def attention_bias(
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> Tensor:
@@ -180,20 +217,15 @@ class RelativeBias(PositionalEncoding):
             for float64 ``q``), contiguous with heads outermost.
         """
         check_bias_qk(q, k, self.num_heads)
-        return self._bias(q, k, q_positions, k_positions, _precise_dtype(q))
-
-    def _bias(
-        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None, dtype: torch.dtype
-    ) -> Tensor:
-        # q and k: anything with the query (resp. key) length at dim -2 and the batch at dim 0.
-        table = self.distance_table(dtype)
-        tq, tk = q.shape[-2], k.shape[-2]
-        if uses_default_positions(q_positions, k_positions, tq, tk):
-            distances = default_relative_distances(tq, tk, device=table.device)
-            values = table[:, distances.clamp(-self.max_distance, self.max_distance) + self.max_distance]
-            return toeplitz_by_distance(values, tq, tk).unsqueeze(0)
-        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        return gather_relative_bias(table, q_positions, k_positions, self.max_distance)
+        state = self.prepare(
+            q.shape[-2],
+            k.shape[-2],
+            q_positions=q_positions,
+            k_positions=k_positions,
+            batch=max(q.shape[0], k.shape[0]),
+            device=q.device,
+        )
+        return state.attention_bias(q, k)
 
     def forward(
         self,
@@ -212,15 +244,18 @@ class RelativeBias(PositionalEncoding):
             and cast back to the scores' dtype.
         """
         check_scores(scores, self.num_heads)
-        compute = _precise_dtype(scores)
-        # Views with the query length (resp. key length) at dim -2 stand in for q and k.
-        bias = self._bias(scores, scores.transpose(-1, -2), q_positions, k_positions, compute)
-        return (scores.to(compute) + bias).to(scores.dtype)
+        compute = precise_dtype(scores)
+        b, _, tq, tk = scores.shape
+        state = self.prepare(
+            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+        )
+        return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
 
     def score_mod(
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> ScoreMod:
@@ -230,31 +265,20 @@ class RelativeBias(PositionalEncoding):
         + max_distance]`` inside the kernel: nothing of size ``(h, tq, tk)`` is stored, only the
         ``(h, 2 * max_distance + 1)`` table and the positions.
 
-        Args:
-            q, k, q_positions, k_positions: as in :meth:`attention_bias`.
-
         Returns:
             ``(score, b, h, q_idx, kv_idx) -> score + bias``, for
             ``torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=...)``.
         """
         check_bias_qk(q, k, self.num_heads)
-        q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-        table = self.distance_table(_precise_dtype(q))
-        q_pos, k_pos = position_indexer(q_positions), position_indexer(k_positions)
-        # A flat table and 0-d tensor constants: with dynamic shapes, torch 2.13's CPU
-        # FlexAttention fails to compile 2-D indexing of a captured tensor, and captured Python
-        # ints become symbols that its code generator rejects.
-        flat_table = table.reshape(-1)
-        width = torch.tensor(table.shape[-1], device=table.device)
-        max_distance = torch.tensor(self.max_distance, device=table.device)
-
-        def relative_bias_score_mod(
-            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            distance = torch.clamp(k_pos(b, kv_idx) - q_pos(b, q_idx), -max_distance, max_distance)
-            return score + flat_table[h * width + distance + max_distance].to(score.dtype)
-
-        return relative_bias_score_mod
+        state = self.prepare(
+            q.shape[-2],
+            k.shape[-2],
+            q_positions=q_positions,
+            k_positions=k_positions,
+            batch=max(q.shape[0], k.shape[0]),
+            device=q.device,
+        )
+        return state.score_mod(q, k)
 
     def extra_repr(self) -> str:
         return (

@@ -8,21 +8,14 @@ cast to the input's dtype once, at the end.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from ..base import (
-    _CACHE_DTYPES,
-    PositionalEncoding,
-    _is_compiling,
-    _is_exporting,
-    check_input,
-    resolve_positions,
-)
+from .._compat import is_compiling, is_exporting, wide_dtype
+from ..base import PositionalEncoding, check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_table
 from ..registry import register
 
@@ -30,11 +23,6 @@ __all__ = ["Sinusoidal", "Sinusoidal2D"]
 
 #: Rows of the 1D table built at construction when ``max_len`` is not given.
 DEFAULT_INITIAL_LEN = 512
-
-
-def _compute_dtype(device: torch.device) -> torch.dtype:
-    # float64 everywhere it exists (MPS has no float64)
-    return torch.float32 if device.type == "mps" else torch.float64
 
 
 class _TableCache(PositionalEncoding):
@@ -45,29 +33,10 @@ class _TableCache(PositionalEncoding):
     """
 
     _table: Tensor
+    cache_names = ("_table",)
 
     def _build_table(self, dtype: torch.dtype, device: torch.device) -> Tensor:  # pragma: no cover
         raise NotImplementedError
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True):
-        table = self._buffers.pop("_table")
-        try:
-            super()._apply(fn, recurse)
-        finally:
-            self._buffers["_table"] = table
-        # Ask ``fn`` where and in what dtype it would put the table, on an empty probe,
-        # then follow the device but keep the dtype float32 or float64.
-        probe = fn(torch.empty(0, dtype=table.dtype, device=table.device))
-        dtype = probe.dtype if probe.dtype in _CACHE_DTYPES else torch.float32
-        if table.device.type == "meta" and probe.device.type != "meta":
-            # ``to_empty()`` from the meta device: the values must be computed, not copied.
-            self._buffers["_table"] = self._build_table(dtype, probe.device)
-        elif dtype == torch.float64 and table.dtype != torch.float64:
-            # ``.double()``: recompute, since upcasting float32 values would not add precision.
-            self._buffers["_table"] = self._build_table(dtype, probe.device)
-        else:
-            self._buffers["_table"] = table.to(device=probe.device, dtype=dtype)
-        return self
 
     def reset_caches(self) -> None:
         """Rebuild the table (on its current device), e.g. after ``to_empty()``."""
@@ -159,7 +128,7 @@ class Sinusoidal(_TableCache):
 
     def _compute(self, rows: Tensor, dtype: torch.dtype) -> Tensor:
         """Encodings of table rows (positions already offset), built in float64, cast once."""
-        wide = _compute_dtype(rows.device)
+        wide = wide_dtype(rows.device)
         return sinusoidal_table(rows, self.d_model, self.base, self.layout, self.freq_spacing, dtype=wide).to(
             dtype
         )
@@ -189,17 +158,17 @@ class Sinusoidal(_TableCache):
             or positions.dtype == torch.bool
         ):
             raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
-        if not _is_compiling() and positions.numel() and bool((positions < 0).any()):
+        if not is_compiling() and positions.numel() and bool((positions < 0).any()):
             raise ValueError(f"positions must be non-negative, got minimum {int(positions.min())}")
         dtype = dtype or self._table.dtype
-        if dtype not in _CACHE_DTYPES:
+        if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         return self._lookup(positions.to(self._table.device), dtype)
 
     def _lookup(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
         """Encodings of explicit ``positions`` (any shape) in ``dtype`` (float32/float64)."""
         rows = positions + self.offset
-        if dtype != self._table.dtype or _is_compiling() or rows.device.type == "meta":
+        if dtype != self._table.dtype or is_compiling() or rows.device.type == "meta":
             # float64 encodings for float64 inputs come from the formula (the cache is float32);
             # under compile the largest position is data, and checking it would need a sync;
             # on the meta device it has no value at all (shape propagation).
@@ -216,7 +185,7 @@ class Sinusoidal(_TableCache):
     def _prefix(self, length: int, dtype: torch.dtype) -> Tensor:
         """Encodings of positions ``0..length-1``: a slice of the table, ``(length, d)``."""
         rows = length + self.offset
-        if dtype != self._table.dtype or _is_exporting() or (_is_compiling() and rows > self._table.shape[0]):
+        if dtype != self._table.dtype or is_exporting() or (is_compiling() and rows > self._table.shape[0]):
             # Under compile ``length`` is a shape, so the test above is a guard, not a sync;
             # an exported program computes instead, so that it serves every length.
             positions = torch.arange(self.offset, rows, device=self._table.device)
@@ -331,7 +300,7 @@ class Sinusoidal2D(_TableCache):
         """``(p + h*w, d)``: ``p`` zero rows, then the grid's encodings (empty without a grid)."""
         grid = grid if grid is not None else self._table_grid
         h, w = grid if grid is not None else (0, 0)
-        wide = _compute_dtype(device)
+        wide = wide_dtype(device)
         body = sinusoidal_2d_table(h, w, self.d_model, self.base, dtype=wide, device=device)
         prefix = torch.zeros(self.num_prefix_tokens, self.d_model, dtype=wide, device=device)
         return torch.cat((prefix, body)).to(dtype)
@@ -340,7 +309,7 @@ class Sinusoidal2D(_TableCache):
         """The ``(p + h*w, d)`` table of ``grid`` in ``dtype``, from the cache when it holds that grid."""
         if grid == self._table_grid and dtype == self._table.dtype:
             return self._table
-        if _is_compiling() or dtype != self._table.dtype or self.grid_size not in (None, grid):
+        if is_compiling() or dtype != self._table.dtype or self.grid_size not in (None, grid):
             # the cache keeps the constructor's grid; other grids are computed per call
             return self._build_table(dtype, self._table.device, grid)
         # Eager, no grid given at construction: keep the last grid seen.
@@ -408,7 +377,7 @@ class Sinusoidal2D(_TableCache):
             raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
         positions = resolve_positions(positions, n, batch=x.shape[0], name="positions").to(table.device)
         # a data-dependent check: eager only, and not on meta (no values; shape propagation)
-        checkable = not _is_compiling() and positions.numel() and positions.device.type != "meta"
+        checkable = not is_compiling() and positions.numel() and positions.device.type != "meta"
         if checkable and int(positions.max()) >= h * w:
             raise ValueError(
                 f"positions must be patch indices below h*w = {h * w}, got maximum {int(positions.max())}"

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_positive_int
-from ..base import _is_compiling, _is_exporting
+from .._compat import is_tracing
 
 __all__ = [
     "check_relative_bucket_options",
@@ -167,11 +167,6 @@ def default_relative_distances(tq: int, tk: int, device: torch.device | str | No
     return torch.arange(-(q0 + tq - 1), tk - q0, device=device)
 
 
-def _is_tracing() -> bool:
-    # torch.export (strict or not) and torch.compile both trace symbolic shapes.
-    return _is_compiling() or _is_exporting()
-
-
 def toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
     """Spread values over the ascending distances of :func:`default_relative_distances` into ``(tq, tk)``.
 
@@ -188,7 +183,7 @@ def toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
     Returns:
         ``(..., tq, tk)``, contiguous.
     """
-    if _is_tracing():
+    if is_tracing():
         # unfold with a symbolic window size specialises it (one graph per length under
         # torch.compile, a length constraint under torch.export); a gather of
         # out[i, j] = values[j - i + tq - 1] keeps the length dynamic.

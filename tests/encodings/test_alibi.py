@@ -104,7 +104,7 @@ def test_key_only_bias_matches_bloom_with_padding(num_heads: int) -> None:
     positions = posenc.mask_to_positions(keep)
     bloom = build_alibi_tensor(keep, num_heads, torch.float32).view(2, num_heads, 1, 10)  # slope * k_pos
     ours = ALiBi(num_heads, causal=True)
-    bias = ours.attention_bias(*qk(2, num_heads, 10, 10), positions, positions)
+    bias = ours.attention_bias(*qk(2, num_heads, 10, 10), q_positions=positions, k_positions=positions)
     assert bias.shape == (2, num_heads, 1, 10)
     # Ours is slope * (k_pos - q_ref), q_ref the largest position of each row.
     q_ref = positions.amax(dim=-1).float().view(2, 1, 1, 1)
@@ -138,7 +138,9 @@ def test_symmetric_bias_matches_x_transformers(num_heads: int) -> None:
     positions = torch.randint(0, 500, (2, 17))
     expected = reference.forward_custom_pos(positions)
     torch.testing.assert_close(
-        symmetric.attention_bias(*qk(2, num_heads, 17, 17), positions, positions), expected, **ONE_ULP
+        symmetric.attention_bias(*qk(2, num_heads, 17, 17), q_positions=positions, k_positions=positions),
+        expected,
+        **ONE_ULP,
     )
 
 
@@ -165,7 +167,7 @@ def test_key_only_form_is_small_near_the_last_query_at_long_context() -> None:
     # Around position 100k: the last query's own key gets 0 and its neighbours -m, -2m, ...
     alibi = ALiBi(4, causal=True)
     positions = torch.arange(100_000, 100_008)
-    bias = alibi.attention_bias(*qk(1, 4, 8, 8), positions, positions)
+    bias = alibi.attention_bias(*qk(1, 4, 8, 8), q_positions=positions, k_positions=positions)
     expected = alibi.slopes.view(1, 4, 1, 1) * torch.arange(-7, 1, dtype=torch.float32)
     torch.testing.assert_close(bias, expected, **EXACT)
 
@@ -174,7 +176,9 @@ def test_bias_depends_only_on_relative_position() -> None:
     for causal in (True, False):
         alibi = ALiBi(6, causal=causal)
         q, k = qk(1, 6, 12, 30)
-        shifted = alibi.attention_bias(q, k, torch.arange(18, 30) + 5000, torch.arange(30) + 5000)
+        shifted = alibi.attention_bias(
+            q, k, q_positions=torch.arange(18, 30) + 5000, k_positions=torch.arange(30) + 5000
+        )
         torch.testing.assert_close(shifted, alibi.attention_bias(q, k), **EXACT)
         scores = torch.randn(1, 6, 12, 30)
         torch.testing.assert_close(
@@ -204,7 +208,9 @@ def test_default_positions_fast_path_equals_explicit_positions(causal: bool, tq:
     q_positions, k_positions = torch.arange(max(tk - tq, 0), max(tk - tq, 0) + tq), torch.arange(tk)
     fast = alibi.attention_bias(q, k)
     assert fast.is_contiguous()
-    torch.testing.assert_close(fast, alibi.attention_bias(q, k, q_positions, k_positions), **EXACT)
+    torch.testing.assert_close(
+        fast, alibi.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions), **EXACT
+    )
     scores = torch.randn(2, 5, tq, tk)
     torch.testing.assert_close(alibi(scores), alibi(scores, q_positions, k_positions), **EXACT)
 
@@ -215,12 +221,16 @@ def test_chunk_of_queries_gives_the_same_attention() -> None:
     scores = torch.randn(1, 4, 64, 64)
     keep = causal_keep(64, 64)
     full = masked_softmax(scores + alibi.attention_bias(*qk(1, 4, 64, 64)), keep)
-    chunk_bias = alibi.attention_bias(*qk(1, 4, 16, 64), torch.arange(16, 32), torch.arange(64))
+    chunk_bias = alibi.attention_bias(
+        *qk(1, 4, 16, 64), q_positions=torch.arange(16, 32), k_positions=torch.arange(64)
+    )
     chunk = masked_softmax(scores[:, :, 16:32] + chunk_bias, keep[16:32])
     torch.testing.assert_close(chunk, full[:, :, 16:32], rtol=1e-5, atol=1e-7)
     symmetric = ALiBi(4, causal=False)
     whole = symmetric.attention_bias(*qk(1, 4, 64, 64))
-    part = symmetric.attention_bias(*qk(1, 4, 16, 64), torch.arange(16, 32), torch.arange(64))
+    part = symmetric.attention_bias(
+        *qk(1, 4, 16, 64), q_positions=torch.arange(16, 32), k_positions=torch.arange(64)
+    )
     torch.testing.assert_close(part, whole[:, :, 16:32], **EXACT)
 
 
@@ -295,7 +305,7 @@ def test_build_follows_model_causality() -> None:
 
 
 def dense_reference(alibi: ALiBi, q, k, v, positions=None) -> torch.Tensor:
-    bias = alibi.attention_bias(q, k, positions, positions)
+    bias = alibi.attention_bias(q, k, q_positions=positions, k_positions=positions)
     if alibi.causal:
         bias = bias.masked_fill(~causal_keep(q.shape[-2], k.shape[-2]), float("-inf"))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
@@ -315,7 +325,11 @@ def test_score_mod_matches_dense_bias_eager(causal: bool) -> None:
         block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, 24, 24, device="cpu")
     for positions in (None, torch.arange(24).expand(2, 24) + torch.tensor([[0], [1000]])):
         out = flex_attention(
-            q, k, v, score_mod=alibi.score_mod(q, k, positions, positions), block_mask=block_mask
+            q,
+            k,
+            v,
+            score_mod=alibi.score_mod(q, k, q_positions=positions, k_positions=positions),
+            block_mask=block_mask,
         )
         torch.testing.assert_close(out, dense_reference(alibi, q, k, v, positions), **ATTENTION_FP32)
 
@@ -332,7 +346,7 @@ def test_score_mod_matches_dense_bias_compiled() -> None:
         q, k = qk(2, 4, t, t)
         v = torch.randn_like(k)
         positions = torch.randint(0, 100, (2, t)) if batched else None
-        out = compiled(q, k, v, score_mod=alibi.score_mod(q, k, positions, positions))
+        out = compiled(q, k, v, score_mod=alibi.score_mod(q, k, q_positions=positions, k_positions=positions))
         torch.testing.assert_close(out, dense_reference(alibi, q, k, v, positions), **ATTENTION_FP32)
 
 
@@ -350,7 +364,7 @@ def test_compiles_fullgraph_with_dynamic_lengths() -> None:
             q, k, positions = q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), torch.randint(0, 100, (2, t))
             torch.testing.assert_close(
                 compiled_bias(q, k, positions, positions),
-                alibi.attention_bias(q, k, positions, positions),
+                alibi.attention_bias(q, k, q_positions=positions, k_positions=positions),
                 **EXACT,
             )
 
@@ -387,9 +401,9 @@ def test_bad_inputs_are_named() -> None:
     with pytest.raises(ValueError, match="rank 5"):
         alibi.attention_bias(q[None], k[None])
     with pytest.raises(ValueError, match="q_positions must have shape"):
-        alibi.attention_bias(q, k, torch.zeros(1, 2, 5, dtype=torch.long))
+        alibi.attention_bias(q, k, q_positions=torch.zeros(1, 2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="k_positions has length 6, expected 5"):
-        alibi.score_mod(q, k, None, torch.arange(6))
+        alibi.score_mod(q, k, q_positions=None, k_positions=torch.arange(6))
     with pytest.raises(ValueError, match="must be non-negative"):
         alibi(torch.randn(2, 4, 5, 5), torch.arange(-1, 4))
     with pytest.raises(ValueError, match=r"scores have 3 heads.*num_heads=4"):

@@ -159,7 +159,7 @@ def test_gradient_matches_t5(explicit: bool) -> None:
     expected = reference.compute_bias(50, 200, past_seen_tokens=150)
     (expected * upstream).sum().backward()
     positions = (torch.arange(150, 200), torch.arange(200)) if explicit else (None, None)
-    bias = ours.attention_bias(*qk(1, 4, 50, 200), *positions)
+    bias = ours.attention_bias(*qk(1, 4, 50, 200), q_positions=positions[0], k_positions=positions[1])
     torch.testing.assert_close(bias, expected, **EXACT)
     (bias * upstream).sum().backward()
     grad = ours.relative_attention_bias.weight.grad
@@ -188,11 +188,11 @@ def test_batched_positions_match_t5_recipe() -> None:
     ours = RelativeBias(3, num_buckets=16, max_distance=30, causal=True)
     q_positions = torch.randint(0, 200, (2, 11))
     k_positions = torch.randint(0, 200, (2, 23))
-    bias = ours.attention_bias(*qk(2, 3, 11, 23), q_positions, k_positions)
+    bias = ours.attention_bias(*qk(2, 3, 11, 23), q_positions=q_positions, k_positions=k_positions)
     assert bias.shape == (2, 3, 11, 23) and bias.is_contiguous()
     torch.testing.assert_close(bias, reference_bias(ours, q_positions, k_positions), **EXACT)
     # Shared (t,) query positions with per-row key positions broadcast over the batch.
-    bias = ours.attention_bias(*qk(2, 3, 11, 23), q_positions[0], k_positions)
+    bias = ours.attention_bias(*qk(2, 3, 11, 23), q_positions=q_positions[0], k_positions=k_positions)
     torch.testing.assert_close(bias, reference_bias(ours, q_positions[0].expand(2, -1), k_positions), **EXACT)
 
 
@@ -202,7 +202,9 @@ def test_bias_depends_only_on_relative_position() -> None:
     q, k = qk(1, 2, 20, 20)
     positions = torch.arange(20)
     torch.testing.assert_close(
-        ours.attention_bias(q, k, positions + 1000, positions + 1000), ours.attention_bias(q, k), **EXACT
+        ours.attention_bias(q, k, q_positions=positions + 1000, k_positions=positions + 1000),
+        ours.attention_bias(q, k),
+        **EXACT,
     )
     table = ours.distance_table()
     torch.testing.assert_close(
@@ -219,7 +221,9 @@ def test_default_positions_fast_path_equals_the_gather(tq: int, tk: int) -> None
     q_positions = torch.arange(max(tk - tq, 0), max(tk - tq, 0) + tq)
     fast = ours.attention_bias(q, k)
     assert fast.is_contiguous()
-    torch.testing.assert_close(fast, ours.attention_bias(q, k, q_positions, torch.arange(tk)), **EXACT)
+    torch.testing.assert_close(
+        fast, ours.attention_bias(q, k, q_positions=q_positions, k_positions=torch.arange(tk)), **EXACT
+    )
     scores = torch.randn(2, 4, tq, tk)
     torch.testing.assert_close(ours(scores), ours(scores, q_positions, torch.arange(tk)), **EXACT)
 
@@ -228,7 +232,9 @@ def test_chunk_of_queries_is_a_slice_of_the_full_bias() -> None:
     ours = RelativeBias(4, causal=True)
     q, k = qk(1, 4, 64, 64)
     full = ours.attention_bias(q, k)
-    chunk = ours.attention_bias(q[:, :, 16:32], k, torch.arange(16, 32), torch.arange(64))
+    chunk = ours.attention_bias(
+        q[:, :, 16:32], k, q_positions=torch.arange(16, 32), k_positions=torch.arange(64)
+    )
     torch.testing.assert_close(chunk, full[:, :, 16:32], **EXACT)
 
 
@@ -313,7 +319,7 @@ def test_gradient_reaches_the_table_through_forward() -> None:
 
 def flex_reference(enc: RelativeBias, q, k, v, q_positions=None, k_positions=None) -> torch.Tensor:
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=enc.attention_bias(q, k, q_positions, k_positions)
+        q, k, v, attn_mask=enc.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
     )
 
 
@@ -328,7 +334,9 @@ def test_score_mod_matches_dense_bias_eager(batched: bool) -> None:
     v = torch.randn_like(k)
     positions = torch.randint(0, 60, (2, 24)) if batched else None
     with torch.no_grad():
-        out = flex_attention(q, k, v, score_mod=enc.score_mod(q, k, positions, positions))
+        out = flex_attention(
+            q, k, v, score_mod=enc.score_mod(q, k, q_positions=positions, k_positions=positions)
+        )
         torch.testing.assert_close(out, flex_reference(enc, q, k, v, positions, positions), **ATTENTION_FP32)
 
 
@@ -350,7 +358,7 @@ def test_score_mod_matches_dense_bias_compiled(batched: bool) -> None:
             q, k = qk(2, 4, t, t)
             v = torch.randn_like(k)
             pos = torch.randint(0, 100, (2, t)) if batched else None
-            out = compiled(q, k, v, score_mod=enc.score_mod(q, k, pos, pos))
+            out = compiled(q, k, v, score_mod=enc.score_mod(q, k, q_positions=pos, k_positions=pos))
             torch.testing.assert_close(out, flex_reference(enc, q, k, v, pos, pos), **ATTENTION_FP32)
 
 
@@ -403,11 +411,11 @@ def test_bad_inputs_are_named() -> None:
     with pytest.raises(ValueError, match="rank 3"):
         ours.attention_bias(q[0], k[0])
     with pytest.raises(ValueError, match="q_positions has length 4, expected 5"):
-        ours.attention_bias(q, k, torch.arange(4))
+        ours.attention_bias(q, k, q_positions=torch.arange(4))
     with pytest.raises(ValueError, match="k_positions has batch size 3"):
-        ours.attention_bias(q, k, None, torch.zeros(3, 5, dtype=torch.long))
+        ours.attention_bias(q, k, q_positions=None, k_positions=torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(TypeError, match="integer dtype"):
-        ours.attention_bias(q, k, torch.arange(5.0))
+        ours.attention_bias(q, k, q_positions=torch.arange(5.0))
     with pytest.raises(ValueError, match=r"scores have 2 heads.*num_heads=4"):
         ours(torch.randn(1, 2, 5, 5))
     with pytest.raises(ValueError, match="rank 3"):
