@@ -1,12 +1,54 @@
-"""``python -m benchmarks [--quick] [--only rope|bias] [--out DIR] [--threads N]``."""
+"""``python -m benchmarks``: the command line of the benchmark suite.
+
+The one command that writes ``benchmarks/results/latest.md`` and ``latest.json`` (the full
+run of every section; about 15 minutes on the project's 2-core CPU machine)::
+
+    .venv/bin/python -m benchmarks
+
+Other runs write beside them under another name (git ignores them)::
+
+    .venv/bin/python -m benchmarks --quick                # quick.{md,json}: about 5 minutes
+    .venv/bin/python -m benchmarks --only model           # full-model.{md,json}: the model forward alone
+    .venv/bin/python -m benchmarks --quick --only rope    # quick-rope.{md,json}
+
+Options: ``--only rope,bias,model`` (sections, comma-separated), ``--threads N`` (every
+section; default one thread each), ``--no-compile``, ``--no-memory``, ``--out DIR``, ``--name
+STEM``, and ``--posenc DIR`` to measure the posenc package in ``DIR`` instead of the installed
+one. Comparing the model forward of two commits::
+
+    mkdir -p /tmp/old && git archive OLD_COMMIT posenc | tar -x -C /tmp/old
+    .venv/bin/python -m benchmarks --only model --posenc /tmp/old --out /tmp/bench --name model-old
+    .venv/bin/python -m benchmarks --only model --out /tmp/bench --name model-new
+    .venv/bin/python -m benchmarks.compare /tmp/bench/model-old.json /tmp/bench/model-new.json
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 
-from . import RESULTS_DIR, preset, render, run_suite
+from . import POSENC_PATH_ENV, RESULTS_DIR, SECTIONS, preset, render, run_suite
+
+
+def _sections(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SECTIONS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected sections from {', '.join(SECTIONS)} separated by commas, got {text!r}"
+        )
+    return names
+
+
+def default_stem(preset_name: str, only: list[str] | None) -> str:
+    """``latest`` for the full run of every section; else e.g. ``quick``, ``full-model``, ``quick-rope+bias``."""
+    partial = only is not None and set(only) != set(SECTIONS)
+    if preset_name == "full" and not partial:
+        return "latest"
+    return preset_name + ("-" + "+".join(s for s in SECTIONS if s in only) if partial else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,38 +56,79 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="posenc benchmarks: RoPE against transformers, rotary-embedding-torch and the complex "
-        "multiply; causal ALiBi/T5 attention time and peak memory. Prints tables and writes "
-        "latest.json and latest.md.",
+        "multiply, with a clone baseline checked to scale with bytes; causal ALiBi/T5 attention time and "
+        "peak memory; a 4-layer TransformerLM forward per position encoding. Prints tables and writes "
+        "STEM.json and STEM.md (latest.* for the full run of every section).",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (a few minutes) instead of the full one"
+        "--quick", action="store_true", help="a short run (about 5 minutes) instead of the full one"
     )
-    parser.add_argument("--only", choices=["rope", "bias"], help="run only one part")
+    parser.add_argument(
+        "--only",
+        type=_sections,
+        metavar="SECTIONS",
+        help=f"run only these sections, comma-separated: {','.join(SECTIONS)}",
+    )
     parser.add_argument(
         "--out", type=Path, default=RESULTS_DIR, help=f"output folder (default: {RESULTS_DIR})"
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the usable CPUs)")
+    parser.add_argument(
+        "--name", default=None, help="output file stem (default: latest, quick, full-model, ...)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for every section (default: each section's own, 1)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants of RoPE")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--posenc",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="import posenc from DIR/posenc (e.g. another commit: git archive COMMIT posenc | tar -x -C DIR)",
+    )
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.posenc is not None:
+        directory = args.posenc.resolve()
+        if not (directory / "posenc" / "__init__.py").is_file():
+            parser.error(f"--posenc: {directory}/posenc/__init__.py does not exist")
+        if "posenc" in sys.modules:
+            parser.error("--posenc: posenc is already imported in this process")
+        os.environ[POSENC_PATH_ENV] = str(directory)  # the memory subprocesses inherit it
+        sys.path.insert(0, str(directory))
+        import posenc
 
-    config = preset("quick" if args.quick else "full")
-    if args.only == "rope":
-        config.bias = None
-    elif args.only == "bias":
-        config.rope = None
+        if Path(posenc.__file__).resolve().parent != directory / "posenc":
+            parser.error(f"--posenc: posenc was imported from {posenc.__file__}, not from {directory}")
+
+    preset_name = "quick" if args.quick else "full"
+    config = preset(preset_name)
+    if args.only is not None:
+        for section in SECTIONS:
+            if section not in args.only:
+                setattr(config, section, None)
     if args.no_compile and config.rope is not None:
         config.rope.modes = [m for m in config.rope.modes if m != "compile"]
     if args.no_memory and config.bias is not None:
         config.bias.memory_lengths = []
+    stem = args.name or default_stem(preset_name, args.only)
+    command = shlex.join(["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)])
     report = run_suite(
-        config, threads=args.threads, out_dir=args.out, log=lambda line: print(line, flush=True)
+        config,
+        threads=args.threads,
+        out_dir=args.out,
+        stem=stem,
+        command=command,
+        log=lambda line: print(line, flush=True),
     )
     print()
     print(render(report, markdown=False))
-    print(f"\nwrote {args.out / 'latest.json'} and {args.out / 'latest.md'}")
+    print(f"\nwrote {args.out / (stem + '.json')} and {args.out / (stem + '.md')}")
     return 0
 
 

@@ -23,6 +23,12 @@ timing, every path's output on a sample of query rows (first, middle and last) i
 with a float64 reference computed here from the formulas (slopes from the ALiBi paper's
 rule, buckets from transformers' T5 bucket function).
 
+Threads: ``torch.set_num_threads(1)`` by default (``BiasConfig.threads``), in the timing and
+in the memory subprocesses. Attention at these lengths is compute-bound and would use more
+cores, but the times here are ratios to SDPA on the same inputs, and on a shared 2-core
+machine every multi-threaded parallel region may wait for a scheduler time slice: one
+thread keeps the ratios about the code. ``--threads N`` measures the other setting.
+
 Peak memory: each (path, length) runs in a fresh subprocess (see
 :func:`benchmarks.common.measure_peak_memory`) after an unmeasured warm-up call on a short
 sequence (at the full length for compiled FlexAttention, whose recompile is not the case's
@@ -39,6 +45,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,12 +56,14 @@ from .common import (
     GIB,
     available_memory_bytes,
     fmt,
+    fmt_ms,
     format_bytes,
     format_table,
     measure_peak_memory,
     ratio,
     run_isolated,
     set_threads,
+    threads_text,
     time_interleaved,
 )
 
@@ -96,6 +105,8 @@ class BiasConfig:
         reps, warmup, budget_s: see :func:`benchmarks.common.time_interleaved` (per length;
             the correctness check's call is always a first warm-up).
         memory_timeout_s: the limit of one memory subprocess.
+        threads: torch threads of the section, timing and memory subprocesses (``None``:
+            every usable CPU).
     """
 
     lengths: list[int]
@@ -110,6 +121,7 @@ class BiasConfig:
     warmup: int = 0
     budget_s: float = 30.0
     memory_timeout_s: float = 300.0
+    threads: int | None = 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,23 +409,25 @@ def _memory_limit(config: BiasConfig) -> int:
     return config.dense_limit_bytes if available is None else min(config.dense_limit_bytes, available // 3)
 
 
-def run_bias(
-    config: BiasConfig, *, threads: int | None = None, log: Callable[[str], None] = print
-) -> dict[str, Any]:
+def run_bias(config: BiasConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the bias attention benchmark (timing in this process, memory in subprocesses).
+
+    The timing runs in the current torch thread setting (``config.threads`` is applied by
+    :func:`benchmarks.run_suite`); the memory subprocesses get the same number of threads.
 
     Args:
         config: what to run.
-        threads: torch threads of the memory subprocesses (the timing uses this process's).
         log: where progress lines go.
 
     Returns:
-        ``{"config", "results", "memory", "hhtt_float32_bytes"}``: ``results`` rows have
+        ``{"config", "torch", "threads", "memory_limit_bytes", "check_tolerance", "results",
+        "memory"}``: ``results`` rows have
         ``length, path``, timing stats, ``x_baseline`` (time / bias-free causal SDPA),
         ``check_error``, ``check_ok``, ``skipped``, ``error`` and, for the dense mask,
         ``mask_build_ms``; ``memory`` rows have ``length, path``, the measurement and
         ``fraction_of_hhtt`` (peak above inputs / one ``(h, t, t)`` float32 tensor).
     """
+    threads = torch.get_num_threads()
     names = _selected(config.paths, with_baseline=True)
     memory_names = _selected(config.memory_paths, with_baseline=False)
     memory_limit = _memory_limit(config)
@@ -491,8 +505,7 @@ def run_bias(
             else:
                 args = ["-m", "benchmarks.bias", "--memory-case", name, "--length", str(length)]
                 args += ["--heads", str(config.heads), "--head-dim", str(config.head_dim)]
-                if threads is not None:
-                    args += ["--threads", str(threads)]
+                args += ["--threads", str(threads)]
                 log(f"[memory] {name} t={length}")
                 entry.update(run_isolated(args, timeout_s=config.memory_timeout_s))
                 if "peak_above_inputs_bytes" in entry:
@@ -503,6 +516,8 @@ def run_bias(
             memory.append(entry)
     return {
         "config": dataclasses.asdict(config),
+        "torch": torch.__version__,
+        "threads": threads,
         "memory_limit_bytes": memory_limit,
         "check_tolerance": CHECK_TOLERANCE,
         "results": results,
@@ -528,7 +543,7 @@ def bias_tables(bias: dict[str, Any], *, markdown: bool) -> str:
             return "error"
         if row.get("skipped"):
             return "skipped"
-        text = f"{row['median_ms']:.0f} ms ({fmt(row.get('x_baseline'))}x)"
+        text = f"{fmt_ms(row['median_ms'])} ms ({fmt(row.get('x_baseline'))}x)"
         if row.get("check_ok") is False:
             text += " wrong"
         return text
@@ -536,7 +551,8 @@ def bias_tables(bias: dict[str, Any], *, markdown: bool) -> str:
     body = [[t, *[cell(group.get(p)) for p in paths]] for t, group in by_length.items()]
     config = bias["config"]
     lines = [
-        f"Causal attention, B=1, H={config['heads']}, Dh={config['head_dim']}, float32, no_grad: "
+        f"Causal attention, B=1, H={config['heads']}, Dh={config['head_dim']}, float32, no_grad, "
+        f"torch {bias.get('torch', '?')}, {threads_text(bias.get('threads'))}: "
         f"median time (x bias-free causal SDPA)",
         format_table(["t", *paths], body, markdown=markdown),
     ]
@@ -569,7 +585,8 @@ def bias_tables(bias: dict[str, Any], *, markdown: bool) -> str:
             )
         lines += [
             "",
-            "Peak memory above the inputs (fresh process per case, peak RSS; includes building any mask)",
+            f"Peak memory above the inputs (torch {bias.get('torch', '?')}, {threads_text(bias.get('threads'))}, "
+            "fresh process per case, peak RSS; includes building any mask)",
             format_table(
                 ["path", "t", "peak above inputs", "one (h, t, t) float32", "fraction"],
                 memory_body,
@@ -610,6 +627,7 @@ def _memory_case_main(argv: list[str] | None = None) -> None:
             "length": args.length,
             "warmup_length": warmup_length,
             "threads": torch.get_num_threads(),
+            "posenc_path": str(Path(sys.modules["posenc"].__file__).resolve().parent),
         }
     )
     print(json.dumps(result))

@@ -2,7 +2,9 @@
 
 Timing method (used by every benchmark in the suite):
 
-* one process, with ``torch`` threads fixed and reported;
+* one process; each section of the suite fixes its ``torch`` threads (one by default:
+  memory-bound calls of a millisecond, timed with several threads on a loaded 2-core
+  machine, measure the scheduler's time slices) and the report records them;
 * the implementations being compared are interleaved round-robin within every repetition
   (the starting point rotates each repetition), so that slow drifts of a shared machine hit
   all of them alike;
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import gc
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -48,13 +51,18 @@ __all__ = [
     "TimingStats",
     "available_memory_bytes",
     "fmt",
+    "fmt_ms",
     "format_bytes",
     "format_table",
+    "load_average",
     "machine_info",
     "measure_peak_memory",
+    "now_utc",
+    "posenc_info",
     "ratio",
     "run_isolated",
     "set_threads",
+    "threads_text",
     "time_interleaved",
     "write_json",
 ]
@@ -229,26 +237,88 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, or ``None`` where the platform has none."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def now_utc() -> str:
+    """The current UTC date and time, ISO 8601 to the second."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    # Read-only queries; --no-optional-locks so that a concurrent commit never meets our lock.
+    try:
+        proc = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def posenc_info() -> dict[str, Any]:
+    """Which posenc was measured: version, where it was imported from, its git commit and a source hash.
+
+    ``source_sha256`` hashes every ``.py`` file of the imported package (names and contents):
+    two runs with the same hash measured the same code, whatever git says.
+    """
+    try:
+        import posenc
+    except Exception as exc:  # reported, not fatal: the report still says what was run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    package = Path(posenc.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    commit = _git(package, "rev-parse", "HEAD")
+    dirty = None
+    if commit is not None:
+        status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", ".")
+        dirty = None if status is None else bool(status)
+    return {
+        "version": getattr(posenc, "__version__", None),
+        "path": str(package),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "source_sha256": digest.hexdigest()[:16],
+    }
+
+
 def machine_info() -> dict[str, Any]:
-    """The machine and software a run happened on, for the JSON and the README table."""
+    """The machine and software a run happened on, for the JSON and the report's header.
+
+    Torch threads are not here: each section of the suite sets and records its own.
+    """
     total_kib = _meminfo_kib("MemTotal")
     usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": now_utc(),
+        "hostname": platform.node(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": usable_cpus,
         "memory_total_gib": None if total_kib is None else round(total_kib / 2**20, 1),
-        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "torch_threads": torch.get_num_threads(),
+        "load_average": load_average(),
+        "load_average_1m": (load_average() or [None])[0],
         "torch_interop_threads": torch.get_num_interop_threads(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "torch_debug": bool(getattr(torch.version, "debug", False)),
+        "torch_cuda": getattr(torch.version, "cuda", None),
         "posenc": _version("posenc"),
+        "posenc_source": posenc_info(),
         "transformers": _version("transformers"),
         "rotary_embedding_torch": _version("rotary-embedding-torch"),
         "x_transformers": _version("x-transformers"),
+        "argv": list(sys.argv),
     }
 
 
@@ -382,6 +452,22 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, ma
 def fmt(x: float | None, digits: int = 2) -> str:
     """A float with ``digits`` decimals, or ``-`` for ``None``."""
     return "-" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_ms(ms: float | None) -> str:
+    """Milliseconds with about three significant digits and no exponent: ``1234``, ``56.7``, ``0.0123``."""
+    if ms is None:
+        return "-"
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    return f"{ms:.3g}"
+
+
+def threads_text(n: int | None) -> str:
+    """``"1 thread"``, ``"2 threads"``, or ``"? threads"`` when unknown."""
+    return "? threads" if n is None else f"{n} thread{'' if n == 1 else 's'}"
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:

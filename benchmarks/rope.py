@@ -19,6 +19,12 @@ Implementations compared on the same ``q, k`` of shape ``(b, h, t, dh)``, positi
   afresh on every call, so the clone of a large tensor pays them, as every out-of-place
   implementation does).
 
+Threads: the section runs with ``torch.set_num_threads(1)`` by default (``RopeConfig.threads``):
+these are memory-bound operations of a millisecond or less, and with several threads on a
+loaded machine their medians measure the scheduler, not the memory. Before the groups, the
+clone is timed at every shape and dtype and checked to scale with the bytes it moves
+(:mod:`benchmarks.baseline`); if it does not, every ratio to it is flagged unreliable.
+
 Forward+backward times ``torch.autograd.grad`` of the outputs w.r.t. ``q`` and ``k`` (no
 gradient accumulation). Compiled variants use ``torch.compile(dynamic=True)``; their one-time
 compile cost (first call minus the steady median) is reported separately.
@@ -38,9 +44,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .common import fmt, format_table, ratio, time_interleaved
+from .baseline import DEFAULT_MAX_RATIO, run_clone_scaling, scaling_table
+from .common import fmt, fmt_ms, format_table, ratio, threads_text, time_interleaved
 
-__all__ = ["RopeConfig", "reference_rope", "run_rope"]
+__all__ = ["TARGET_SHAPES", "RopeConfig", "reference_rope", "rope_tables", "run_rope"]
 
 Layout = Literal["half", "interleaved"]
 Pass = Literal["forward", "forward+backward"]
@@ -55,6 +62,11 @@ CLONE = "clone"
 COPY = "copy_ (preallocated)"
 TRANSFORMERS = "transformers"
 COMPETITOR = TRANSFORMERS
+#: The shapes of the RoPE targets (issue "Lean core"): ``(b, h, t, dh)`` of q and of k.
+TARGET_SHAPES: list[Shape] = [(1, 8, 512, 64), (1, 16, 2048, 128), (4, 8, 8192, 64)]
+#: A group's clone may differ from the scaling run's clone of the same tensors by this factor
+#: before the group is flagged (the same operation, timed a little later in the same process).
+CLONE_CONSISTENCY = 2.0
 
 
 @dataclasses.dataclass
@@ -71,9 +83,14 @@ class RopeConfig:
         reps, warmup, min_sample_s, budget_s: see :func:`benchmarks.common.time_interleaved`
             (``budget_s`` is per group of one shape, dtype and pass).
         compile_dynamic: ``dynamic=`` for ``torch.compile``.
+        threads: torch threads of the section (``None``: every usable CPU).
+        clone_scaling: time the clone at every shape and dtype first and check it scales with
+            bytes (:func:`benchmarks.baseline.scaling_check`).
+        scaling_max_ratio: the check's limit on time per byte (smaller over larger size).
+        scaling_shapes: the shapes of that check (``None``: ``shapes``), each in every dtype.
     """
 
-    shapes: list[Shape]
+    shapes: list[Shape] = dataclasses.field(default_factory=lambda: list(TARGET_SHAPES))
     dtypes: list[str] = dataclasses.field(default_factory=lambda: ["float32", "bfloat16"])
     passes: list[Pass] = dataclasses.field(default_factory=lambda: ["forward", "forward+backward"])
     modes: list[Mode] = dataclasses.field(default_factory=lambda: ["eager", "compile"])
@@ -84,6 +101,10 @@ class RopeConfig:
     min_sample_s: float = 0.01
     budget_s: float = 8.0
     compile_dynamic: bool = True
+    threads: int | None = 1
+    clone_scaling: bool = True
+    scaling_max_ratio: float = DEFAULT_MAX_RATIO
+    scaling_shapes: list[Shape] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,17 +330,18 @@ def _shape_str(shape: Shape) -> str:
 
 
 def run_rope(config: RopeConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the RoPE benchmark.
+    """Run the RoPE benchmark in the current torch thread setting.
 
     Args:
-        config: what to run.
+        config: what to run (``config.threads`` is applied by :func:`benchmarks.run_suite`).
         log: where progress lines go.
 
     Returns:
-        ``{"config": ..., "results": [row, ...], "compile": [row, ...], "notes": [...]}``; each
-        result row has ``shape, dtype, pass, mode, implementation, layout``, the timing stats,
+        ``{"config", "threads", "clone_scaling", "results", "compile", "notes"}``; each result
+        row has ``shape, dtype, pass, mode, implementation, layout``, the timing stats,
         ``x_clone`` (time / clone limit), ``speedup_vs_transformers`` (transformers' time in the
-        same mode / this time), ``check_error``, ``check_tolerance``, ``check_ok`` and ``error``.
+        same mode / this time), ``check_error``, ``check_tolerance``, ``check_ok`` and ``error``;
+        clone rows also have ``clone_vs_scaling_run`` (this group's clone / the scaling run's).
     """
     wanted = config.implementations or list(IMPLEMENTATIONS)
     unknown = sorted(set(wanted) - set(IMPLEMENTATIONS))
@@ -346,6 +368,21 @@ def run_rope(config: RopeConfig, *, log: Callable[[str], None] = print) -> dict[
             apply(probe, probe)
             instances[key] = apply
         return instances[key]
+
+    scaling = None
+    if config.clone_scaling:
+        scaling = run_clone_scaling(
+            config.scaling_shapes or config.shapes,
+            {name: DTYPES[name] for name in config.dtypes},
+            reps=config.reps,
+            min_sample_s=config.min_sample_s,
+            budget_s=config.budget_s,
+            max_ratio=config.scaling_max_ratio,
+            log=log,
+        )
+    scaling_clone_ms = {
+        (tuple(c["shape"]), c["dtype"]): c["median_ms"] for c in (scaling or {}).get("cases", [])
+    }
 
     generator = torch.Generator().manual_seed(0)
     for dtype_name in config.dtypes:
@@ -449,6 +486,12 @@ def run_rope(config: RopeConfig, *, log: Callable[[str], None] = print) -> dict[
                         ratio(competitor.median, st.median) if (st and competitor) else None
                     )
                     results.append(row)
+                reference_ms = scaling_clone_ms.get((tuple(shape), dtype_name))
+                if not backward and reference_ms:
+                    consistency = stats[CLONE].median * 1e3 / reference_ms
+                    rows[CLONE]["clone_vs_scaling_run"] = consistency
+                    if not 1 / CLONE_CONSISTENCY <= consistency <= CLONE_CONSISTENCY:
+                        log(f"  clone took {consistency:.2f}x its time in the scaling run")
                 for entry in compile_rows:
                     if (
                         entry["shape"] == list(shape)
@@ -469,6 +512,8 @@ def run_rope(config: RopeConfig, *, log: Callable[[str], None] = print) -> dict[
                 )
     return {
         "config": dataclasses.asdict(config),
+        "threads": torch.get_num_threads(),
+        "clone_scaling": scaling,
         "results": results,
         "compile": compile_rows,
         "notes": [impl.name + ": " + impl.note for impl in impls if impl.note],
@@ -478,8 +523,15 @@ def run_rope(config: RopeConfig, *, log: Callable[[str], None] = print) -> dict[
 def rope_tables(rope: dict[str, Any], *, markdown: bool) -> str:
     """The RoPE results as tables: one line per shape, dtype and pass; ``x clone`` per implementation."""
     results = rope["results"]
+    lines: list[str] = []
+    if rope.get("clone_scaling"):
+        lines += [
+            f"Clone baseline: q.clone(); k.clone() by size ({threads_text(rope.get('threads'))})",
+            scaling_table(rope["clone_scaling"], markdown=markdown),
+            "",
+        ]
     if not results:
-        return "(no RoPE results)"
+        return "\n".join([*lines, "(no RoPE results)"])
     columns: list[str] = []
     for row in results:
         name = row["implementation"] if row["mode"] == "eager" else row["implementation"] + " [compiled]"
@@ -497,7 +549,7 @@ def rope_tables(rope: dict[str, Any], *, markdown: bool) -> str:
         if row.get("error"):
             return "error"
         if row["implementation"] == CLONE:
-            return f"{row['median_ms']:.3g} ms"
+            return f"{fmt_ms(row['median_ms'])} ms"
         text = fmt(row.get("x_clone"))
         if row.get("check_ok") is False:
             text += " (wrong)"
@@ -513,8 +565,9 @@ def rope_tables(rope: dict[str, Any], *, markdown: bool) -> str:
         [_shape_str(key[0]), key[1], key[2], *[cell(group.get(c)) for c in columns]]
         for key, group in groups.items()
     ]
-    lines = [
-        "RoPE apply on q and k: time / clone limit (lower is better; clone column: its time)",
+    lines += [
+        f"RoPE apply on q and k, {threads_text(rope.get('threads'))}: time / clone limit "
+        "(lower is better; clone column: its time)",
         format_table(headers, body, markdown=markdown),
     ]
     speed_rows = []
@@ -558,6 +611,23 @@ def rope_tables(rope: dict[str, Any], *, markdown: bool) -> str:
                 compile_body,
                 markdown=markdown,
             ),
+        ]
+    drifted = [
+        r
+        for r in results
+        if r.get("clone_vs_scaling_run") is not None
+        and not 1 / CLONE_CONSISTENCY <= r["clone_vs_scaling_run"] <= CLONE_CONSISTENCY
+    ]
+    if drifted:
+        lines += [
+            "",
+            f"Clones that took more than {CLONE_CONSISTENCY:g}x more or less time in their group than in the "
+            "scaling run (load or allocator state changed between them; that line's ratios rest on the "
+            "group's clone):",
+        ]
+        lines += [
+            f"- {_shape_str(tuple(r['shape']))} {r['dtype']}: {r['clone_vs_scaling_run']:.2f}x"
+            for r in drifted
         ]
     wrong = [r for r in results if r.get("check_ok") is False]
     if wrong:

@@ -447,8 +447,8 @@ def attention(
     tracing = is_compiling()
     half_cast = q.dtype in (torch.float16, torch.bfloat16) and mask_dtype == q.dtype and form != "none"
 
-    if form != "none" and attn_mask is None and backend != "sdpa" and not half_cast:
-        values = state.bias_by_distance(mask_dtype) if state is not None else None
+    if state is not None and form != "none" and attn_mask is None and backend != "sdpa" and not half_cast:
+        values = state.bias_by_distance(mask_dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
             chunk = tq if (tracing or not causal) else (chunk_size or TOEPLITZ_CHUNK)
@@ -573,7 +573,8 @@ def _toeplitz(
         # One call (also the traced path: no loop over a symbolic length).
         out = call(q, k, v, values.as_strided((1, heads, tq, tk), (0, values.stride(0), 1, 1)))
         return _zero_unseen_rows(out, causal, tq, tk)
-    needs_grad = _needs_grad(q, k, v, state)
+    # No checkpointing here: each chunk's mask is a view of the small vector, so SDPA keeps
+    # nothing of size (h, tq, tk) for the backward pass.
     outs = []
     for start in range(0, tq, chunk):
         end = min(start + chunk, tq)
@@ -584,11 +585,7 @@ def _toeplitz(
             continue
         window = values[:, tq - end : tq - end + rows + k_end - 1]
         mask = window.as_strided((1, heads, rows, k_end), (0, window.stride(0), 1, 1))
-        args = (q[:, :, start:end], k[:, :, :k_end], v[:, :, :k_end], mask)
-        if needs_grad:
-            outs.append(torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False))
-        else:
-            outs.append(call(*args))
+        outs.append(call(q[:, :, start:end], k[:, :, :k_end], v[:, :, :k_end], mask))
     return _zero_unseen_rows(torch.cat(outs, dim=2), causal, tq, tk)
 
 
