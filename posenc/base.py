@@ -109,7 +109,7 @@ def resolve_positions(
     length: int,
     *,
     batch: int | None = None,
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
     offset: int = 0,
     name: str = "positions",
 ) -> Tensor:
@@ -562,7 +562,9 @@ class PositionalEncoding(nn.Module):
         # (float64 when `fn` makes float64, e.g. `.double()`) — never half precision, since
         # angles and biases at large positions would be wrong. Values are recomputed, not
         # converted, whenever the dtype changes or the source is the meta device (to_empty()).
-        caches = {n: self._buffers.pop(n) for n in self.cache_names if self._buffers.get(n) is not None}
+        caches = {n: buf for n in self.cache_names if (buf := self._buffers.get(n)) is not None}
+        for name in caches:
+            del self._buffers[name]
         try:
             super()._apply(fn, recurse)
         finally:

@@ -321,13 +321,15 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     k = torch.zeros(1, num_heads, far + 1, head_dim)
     q = torch.zeros(1, num_heads, 1, head_dim)
     row = pe.attention_bias(q, k, q_positions=torch.tensor([far]), k_positions=torch.arange(far + 1))
+    if row is None:
+        row = torch.zeros(1, 1, 1, far + 1)
     row = row.float().expand(1, num_heads, 1, far + 1)[0, :, 0].flip(-1)  # index = distance
     row = row - row[:, :1]  # per-row constants cancel under softmax: show bias(d) - bias(0)
 
     cols = min(4, num_heads)
     grid_rows = math.ceil(num_heads / cols)
     fig = _new_figure(3.0 * cols + 4.5, 2.9 * grid_rows + 0.6)
-    subfigs = fig.subfigures(1, 2, width_ratios=[3.0 * cols, 4.5])
+    subfigs = fig.subfigures(1, 2, squeeze=False, width_ratios=[3.0 * cols, 4.5])[0]
     axes = subfigs[0].subplots(grid_rows, cols, squeeze=False)
     finite = matrix[torch.isfinite(matrix)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)

@@ -7,7 +7,15 @@ from torch import Tensor
 
 from .._checks import check_bool, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
+from ..base import (
+    BiasForm,
+    PositionalEncoding,
+    PositionState,
+    ScoreMod,
+    _resolve_qk,
+    check_bias_qk,
+    check_scores,
+)
 from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options
 from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..registry import register
@@ -34,7 +42,7 @@ class ALiBiState(PositionState):
         q_start: int | None,
         k_start: int | None,
     ) -> None:
-        form = "key" if encoding.causal else "full"
+        form: BiasForm = "key" if encoding.causal else "full"
         super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
 
     def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
@@ -168,10 +176,28 @@ class ALiBi(PositionalEncoding):
     ) -> ALiBiState:
         return ALiBiState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
+    def _state(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+        batch: int,
+        device: torch.device,
+    ) -> ALiBiState:
+        """:meth:`prepare`, always building this class's own state, which these hooks read.
+
+        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
+        :class:`PositionState`, whose hooks would call back into these.)
+        """
+        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+
     def _state_for(
         self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
     ) -> ALiBiState:
-        return self.prepare(
+        return self._state(
             q.shape[-2],
             k.shape[-2],
             q_positions=q_positions,
@@ -227,7 +253,7 @@ class ALiBi(PositionalEncoding):
         check_scores(scores, self.num_heads)
         compute = precise_dtype(scores)
         b, _, tq, tk = scores.shape
-        state = self.prepare(
+        state = self._state(
             tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
         )
         bias = state.full_bias(compute, symmetric=not self.causal)

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
+from ..base import PositionalEncoding, PositionState, ScoreMod, _resolve_qk, check_bias_qk, check_scores
 from ..functional.relative import (
     check_relative_bucket_options,
     gather_relative_bias,
@@ -130,6 +130,7 @@ class RelativeBias(PositionalEncoding):
 
     kind = "bias"
     cache_names = ("bucket_of_distance",)
+    bucket_of_distance: Tensor
 
     def __init__(
         self,
@@ -195,6 +196,24 @@ class RelativeBias(PositionalEncoding):
     ) -> RelativeBiasState:
         return RelativeBiasState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
+    def _state(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+        batch: int,
+        device: torch.device,
+    ) -> RelativeBiasState:
+        """:meth:`prepare`, always building this class's own state, which these hooks read.
+
+        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
+        :class:`PositionState`, whose hooks would call back into these.)
+        """
+        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+
     def attention_bias(
         self,
         q: Tensor,
@@ -217,7 +236,7 @@ class RelativeBias(PositionalEncoding):
             for float64 ``q``), contiguous with heads outermost.
         """
         check_bias_qk(q, k, self.num_heads)
-        state = self.prepare(
+        state = self._state(
             q.shape[-2],
             k.shape[-2],
             q_positions=q_positions,
@@ -246,7 +265,7 @@ class RelativeBias(PositionalEncoding):
         check_scores(scores, self.num_heads)
         compute = precise_dtype(scores)
         b, _, tq, tk = scores.shape
-        state = self.prepare(
+        state = self._state(
             tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
         )
         return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
@@ -270,7 +289,7 @@ class RelativeBias(PositionalEncoding):
             ``torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=...)``.
         """
         check_bias_qk(q, k, self.num_heads)
-        state = self.prepare(
+        state = self._state(
             q.shape[-2],
             k.shape[-2],
             q_positions=q_positions,

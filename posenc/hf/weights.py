@@ -65,7 +65,7 @@ def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = N
     if stack not in (None, "encoder", "decoder"):
         raise ValueError(f"stack must be None, 'encoder' or 'decoder', got {stack!r}")
     cfg = config_dict(config)
-    keys = _WEIGHT_KEYS.get(cfg.get("model_type"))
+    keys = _WEIGHT_KEYS.get(cfg.get("model_type", ""))
     if keys is None:
         return from_hf_config(cfg)
     if stack is None:

@@ -126,7 +126,8 @@ class Corpus:
         if n < SPLIT_BLOCK_CHARS * VALIDATION_EVERY:
             cut = n - n // VALIDATION_EVERY
             return self.text[:cut], self.text[cut:]
-        train, val = [], []
+        train: list[str] = []
+        val: list[str] = []
         for i, start in enumerate(range(0, n, SPLIT_BLOCK_CHARS)):
             block = self.text[start : start + SPLIT_BLOCK_CHARS]
             (val if i % VALIDATION_EVERY == VALIDATION_EVERY - 1 else train).append(block)

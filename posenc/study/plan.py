@@ -121,9 +121,16 @@ def split_specs(text: str) -> list[str]:
     # The wrapper makes any non-empty list a tuple; the newline keeps it out of a trailing comment.
     source = f"({text}\n,)"
     try:
-        items = ast.parse(source, mode="eval").body.elts
+        body = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError) as err:  # ValueError: a NUL character (Python < 3.12)
         raise ConfigError(_syntax_message(text, source, err), argument="encodings") from None
+    if not isinstance(body, ast.Tuple):  # text that closes the wrapper's bracket, e.g. "a)+(b"
+        raise ConfigError(
+            f'encodings {text!r} is not a comma-separated list of specs like "rope(base=1e4),alibi": '
+            "unbalanced brackets",
+            argument="encodings",
+        )
+    items = body.elts
     # ast gives (line, UTF-8 byte column) positions; turn them into offsets in `source`.
     lines = source.split("\n")
     starts = list(accumulate((len(line) + 1 for line in lines), initial=0))
@@ -131,7 +138,12 @@ def split_specs(text: str) -> list[str]:
     def offset(line: int, byte_col: int) -> int:
         return starts[line - 1] + len(lines[line - 1].encode()[:byte_col].decode())
 
-    spans = [(offset(e.lineno, e.col_offset), offset(e.end_lineno, e.end_col_offset)) for e in items]
+    def span(e: ast.expr) -> tuple[int, int]:
+        # ast.parse sets every end position (Optional only for nodes built by hand).
+        assert e.end_lineno is not None and e.end_col_offset is not None
+        return offset(e.lineno, e.col_offset), offset(e.end_lineno, e.end_col_offset)
+
+    spans = [span(e) for e in items]
     # Outside the items there are only brackets, blanks and the top-level commas, one between
     # two items; a comment could hide text, so it is refused.
     between = [source[end:start] for (_, end), (start, _) in pairwise(spans)]

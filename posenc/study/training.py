@@ -167,10 +167,10 @@ def _length_limit(model: torch.nn.Module) -> int | None:
     required (:func:`~posenc.study.plan.has_fixed_length`, the rule :func:`encoding_plan` uses).
     """
     limits = [
-        module.max_len
+        max_len
         for module in model.modules()
         if isinstance(module, PositionalEncoding)
-        and isinstance(getattr(module, "max_len", None), int)
+        and isinstance(max_len := getattr(module, "max_len", None), int)
         and has_fixed_length(describe(type(module)))
     ]
     return min(limits, default=None)
