@@ -37,7 +37,10 @@ def check_positive_float(name: str, value: object) -> float:
         raise TypeError(
             f"{name} must be a float (a finite number > 0), got {value!r} ({type(value).__name__})"
         )
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int past the float range, e.g. 10**400
+        raise ValueError(f"{name} must be a finite number > 0, got an int too large for a float") from None
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value}")
     return value

@@ -339,7 +339,7 @@ class PositionState:
         distance is a Toeplitz matrix: ``bias[i, j] = values[j - i + tq - 1]`` for values at these
         ``tq + tk - 1`` distances, from ``k_start - (q_start + tq - 1)`` upwards.
         """
-        if self.q_start is None or self.k_start is None:
+        if self.q_start is None or self.k_start is None or self.q_len == 0 or self.k_len == 0:
             return None
         first = self.k_start - (self.q_start + self.q_len - 1)
         return torch.arange(first, first + self.q_len + self.k_len - 1, device=self.q_positions.device)

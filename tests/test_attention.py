@@ -350,7 +350,9 @@ def test_bf16_alibi_at_position_100k(monkeypatch, cast_bias):
     # The naive bf16 key-only bias is off by whole units in the logits far from the last query.
     naive_bias = enc.attention_bias(q, k, q_positions=positions, k_positions=positions).to(torch.bfloat16)
     causal_keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
-    naive = F.scaled_dot_product_attention(q, k, v, attn_mask=naive_bias.masked_fill(~causal_keep, float("-inf")))
+    naive = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=naive_bias.masked_fill(~causal_keep, float("-inf"))
+    )
     assert not torch.allclose(naive.double(), expected, **BF16_TOL)
 
 

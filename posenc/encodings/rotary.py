@@ -1,62 +1,118 @@
 """Rotary position embedding (RoPE, Su et al., 2021) with the Hugging Face scaling variants.
 
-The module holds only caches; the math is in :mod:`posenc.functional.rotary`. The cos/sin
-table is a non-persistent buffer computed in float64 and stored in float32 (float64 once a
-float64 input is seen, or after ``.double()``); ``.to(torch.bfloat16)`` / ``.half()`` move it
-but never downcast it (a bfloat16 table has angle errors near 2 past position 8k). It grows
-on demand to the next power of two past the longest position seen.
+The module holds the settings and one bounded cache; the math is in
+:mod:`posenc.functional.rotary` (cos/sin, the rotation) and :mod:`posenc.functional.rope_scaling`
+(the frequencies of each rope type).
+
+Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of
+the queries' positions (the keys' are computed when first used); every layer then rotates with
+``state.encode_qk(q, k)``. The rows come from the cos/sin table (``cached_len`` rows, computed in
+float64 and stored in float32) when the call is eager and every position is inside it: a slice
+for default consecutive positions, one gather for explicit ones. Everywhere else — positions
+past the table, ``torch.compile``/``torch.export``, float64 inputs, another device than the
+table's, dynamic NTK past its trained length — they are computed from the positions with float64
+angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from .._checks import check_float_tensor
-from ..base import (
-    _CACHE_DTYPES,
-    PositionalEncoding,
-    _is_compiling,
-    _is_exporting,
-    _precise_dtype,
-    check_qk,
-    resolve_positions,
-    resolve_qk_positions,
-)
-from ..functional.rotary import (
-    RopeParameters,
-    apply_rotary,
-    dynamic_ntk_inv_freq,
-    resolve_rope_scaling,
-    rope_cos_sin,
-    scaled_inv_freq,
-)
+from .._checks import check_choice, check_float_tensor
+from .._compat import is_tracing
+from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
+from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
+from ..functional.rotary import _apply, rope_cos_sin
 from ..registry import register
 
-__all__ = ["RoPE"]
+__all__ = ["RoPE", "RotaryState"]
 
-#: Table rows built at construction when ``max_len`` is not given (it grows on demand).
-DEFAULT_INITIAL_LEN = 2048
+#: Table rows when neither ``max_len`` nor the scaling dict gives a context length.
+DEFAULT_TABLE_LEN = 4096
+#: The most rows a table holds, whatever ``max_len`` says (16384 rows of a 128-wide head: 8 MiB).
+#: Positions past the table are computed from the formula, exactly.
+MAX_TABLE_LEN = 16384
+
+RowsPair = tuple[Tensor, Tensor]
 
 
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+class RotaryState(PositionState):
+    """RoPE's position state: the cos/sin rows of one forward pass, shared by every layer.
 
+    Built by :meth:`RoPE.prepare`. The query rows are computed at once, the key rows when
+    keys of length ``tk`` are first rotated (with a KV cache only the new keys are rotated, at
+    the query positions, so the ``tk`` rows may never be needed).
 
-def _cos_sin_from_formula(
-    positions: Tensor, inv_freq: Tensor, scale: Tensor, scaled: bool, compute: torch.dtype
-) -> Tensor:
-    """``(2, ..., r/2)``: cos then sin of ``positions * inv_freq`` (times ``scale`` when ``scaled``).
-
-    The one place cos/sin are computed without the table (compile past the table, export,
-    meta device). Tensors only, no Python float: it is also a ``torch.cond`` branch.
+    Attributes:
+        q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the table's
+            dtype (float32; float64 after ``.double()``).
+        seq_len: the length ``L`` the length-dependent variants (dynamic, longrope) use: given to
+            :meth:`RoPE.prepare`, else one past the largest position (an int when eager, a
+            tensor under compile/export); ``None`` for the other variants when traced.
+        end: eager only: one past the largest position of queries and keys (else ``None``).
     """
-    angles = positions.to(inv_freq.dtype)[..., None] * inv_freq
-    rows = torch.stack((angles.cos(), angles.sin()))
-    return (rows * scale if scaled else rows).to(compute)
+
+    encoding: RoPE
+
+    def __init__(
+        self,
+        encoding: RoPE,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+        seq_len: int | Tensor | None,
+        end: int | None,
+    ) -> None:
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="none"
+        )
+        self.seq_len = seq_len
+        self.end = end
+        self.q_cos, self.q_sin = self._rows(q_positions, q_start)
+        self._k_rows: RowsPair | None = None
+
+    def _rows(self, positions: Tensor, start: int | None, dtype: torch.dtype | None = None) -> RowsPair:
+        return self.encoding._rows(positions, start, self.seq_len, self.end, dtype)
+
+    def query_rows(self, dtype: torch.dtype = torch.float32) -> RowsPair:
+        """cos and sin of the queries; float64 rows (from the formula) when ``dtype`` is float64."""
+        if dtype == torch.float64 and self.q_cos.dtype != dtype:
+            return self._rows(self.q_positions, self.q_start, dtype)
+        return self.q_cos, self.q_sin
+
+    def key_rows(self, k: Tensor) -> RowsPair:
+        """cos and sin of keys ``k``: at the keys' positions for ``tk`` rows, at the queries' for ``tq``."""
+        positions, start = self.key_positions(k)
+        if positions is self.q_positions:
+            return self.query_rows(k.dtype)
+        if k.dtype == torch.float64 and self.q_cos.dtype != k.dtype:
+            return self._rows(positions, start, k.dtype)
+        if self._k_rows is None:
+            self._k_rows = self._rows(positions, start)
+        return self._k_rows
+
+    def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
+        check_qk(q, k, head_dim=self.encoding.head_dim)
+        return self._encode(q, k)
+
+    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.shape[-2] != self.q_len:
+            raise ValueError(
+                f"q has {q.shape[-2]} positions, but this RotaryState was prepared for {self.q_len}"
+            )
+        layout = self.encoding.layout
+        return _apply(q, *self.query_rows(q.dtype), layout), _apply(k, *self.key_rows(k), layout)
+
+    def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        self.q_cos, self.q_sin = self.q_cos[..., rows, :], self.q_sin[..., rows, :]
+        if self._k_rows is not None:
+            self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
 
 
 @register("rope", "rotary")
@@ -75,30 +131,32 @@ class RoPE(PositionalEncoding):
     * ``scaling``: a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict, passed through
       as found in a model config: ``rope_type`` (or legacy ``type``) ``"default"``,
       ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or ``"longrope"`` with their keys
-      (see :func:`posenc.functional.rotary.resolve_rope_scaling`). A ``rope_theta`` inside the
-      dict is the base; a ``partial_rotary_factor`` gives ``rotary_dim``. YaRN's and
+      (see :func:`posenc.functional.rope_scaling.resolve_rope_scaling`). A ``rope_theta`` inside
+      the dict is the base; a ``partial_rotary_factor`` gives ``rotary_dim``. YaRN's and
       LongRoPE's attention factor is multiplied into cos and sin, exactly as transformers
       does, and exposed as :attr:`attention_scaling`.
 
-    Length-dependent variants are stateless functions of ``L = max position + 1`` over the
-    queries and keys of the call (written with tensor ops, so they compile without graph
-    breaks): ``"dynamic"`` uses the NTK base for ``L = max(L, max_len)``; ``"longrope"``
-    uses the long factors when ``L > original_max_position_embeddings``, else the short ones
-    (as transformers does per call). Transformers' dynamic module is stateful instead: it
-    keeps the frequencies of the longest sequence seen until one shorter than
-    ``max_position_embeddings`` resets them, so it equals this module on a fresh
-    transformers module, or whenever the lengths do not shrink above ``max_len``.
+    Length-dependent variants are functions of a length ``L``: by default one past the
+    largest query or key position of the call, or the ``seq_len`` given to :meth:`prepare`.
+    ``"dynamic"`` uses the NTK base for ``max(L, max_len)``; ``"longrope"`` the long factors
+    when ``L > original_max_position_embeddings``, else the short ones (as transformers does
+    per call). Transformers' dynamic module is stateful instead: it keeps the frequencies of
+    the longest sequence seen until one shorter than ``max_position_embeddings`` resets them,
+    so it equals this module on a fresh transformers module, or whenever lengths do not shrink
+    above ``max_len``.
 
     Args:
         head_dim: the attention head width ``dh`` (even).
-        base: the wavelength base (``rope_theta``): 10000 in the paper, 500000 in Llama 3.
+        base: the wavelength base (``rope_theta``); ``None`` means the dict's ``rope_theta``,
+            else 10000.0 (the paper's; Llama 3 uses 500000). A base that differs from the
+            dict's ``rope_theta`` is an error.
         layout: ``"half"`` or ``"interleaved"``.
         rotary_dim: the number of rotated channels ``r`` (even, ``<= head_dim``); default all.
         scaling: the Hugging Face scaling dict, or ``None`` for plain RoPE.
         max_len: the model's context length (transformers' ``max_position_embeddings``): the
             trained length for ``"dynamic"``, and for yarn/llama3/longrope when the dict has
-            no ``original_max_position_embeddings``; also the table length built up front.
-            Not a limit: longer sequences work.
+            no ``original_max_position_embeddings``; also the table's rows (at most
+            :data:`MAX_TABLE_LEN`). Not a limit: longer sequences work.
         device: where the caches are built.
 
     Shape:
@@ -106,24 +164,32 @@ class RoPE(PositionalEncoding):
         dividing ``h`` (grouped-query attention) -> the rotated ``(q, k)``, same shapes and dtypes.
 
     Attributes:
-        params: the validated :class:`~posenc.functional.rotary.RopeParameters`.
+        params: the validated :class:`~posenc.functional.rope_scaling.RopeParameters` (one
+            dataclass per rope type).
         rope_type, rotary_dim, base, attention_scaling: read from ``params``.
-        table_builds: how many times the cos/sin table was (re)built (it is cached).
+        inv_freq: ``(s, r/2)`` frequencies (longrope: short and long), a float32 cache.
+        table_builds: how many times the cos/sin table was built (at construction, and after
+            ``to_empty()``, ``.double()`` or :meth:`reset_caches`; never during a call).
 
     Example::
 
         rope = RoPE(64, base=500000.0, scaling={"rope_type": "llama3", "factor": 8.0,
                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                     "original_max_position_embeddings": 8192})
-        q, k = rope(q, k)                       # (b, h, t, 64) each
+        q, k = rope(q, k)                           # (b, h, t, 64) each
+        state = rope.prepare(t)                     # or: once per forward ...
+        q, k = state.encode_qk(q, k)                # ... and in every layer
     """
 
     kind = "rotary"
+    cache_names = ("inv_freq", "_cos_sin")
+    inv_freq: Tensor
+    _cos_sin: Tensor
 
     def __init__(
         self,
         head_dim: int,
-        base: float = 10000.0,
+        base: float | None = None,
         layout: Literal["half", "interleaved"] = "half",
         rotary_dim: int | None = None,
         scaling: dict[str, Any] | None = None,
@@ -132,8 +198,7 @@ class RoPE(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if layout not in ("half", "interleaved"):
-            raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+        check_choice("layout", layout, ("half", "interleaved"))
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
@@ -142,11 +207,14 @@ class RoPE(PositionalEncoding):
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len
         self.table_builds = 0
-        self._initial_len = _next_power_of_two(max_len or self.params.original_max_len or DEFAULT_INITIAL_LEN)
-        self.register_buffer("inv_freq", scaled_inv_freq(self.params, device=device), persistent=False)
+        trained = getattr(self.params, "original_max_len", None)
+        self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
+        sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
+        self.register_buffer("inv_freq", torch.empty(sets, pairs, device=device), persistent=False)
         self.register_buffer(
-            "_cos_sin", self._build_table(self._initial_len, torch.float32, self.inv_freq), persistent=False
+            "_cos_sin", torch.empty(2, sets * self._table_len, pairs, device=device), persistent=False
         )
+        self.reset_caches()
 
     # --- read-only views of the configuration -------------------------------------------------
 
@@ -172,8 +240,8 @@ class RoPE(PositionalEncoding):
 
     @property
     def cached_len(self) -> int:
-        """How many positions the cos/sin table covers now."""
-        return self._cos_sin.shape[1] // self.inv_freq.shape[0]
+        """How many positions the cos/sin table covers (fixed at construction)."""
+        return self._table_len
 
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"base={self.base}", f"layout={self.layout!r}"]
@@ -185,207 +253,159 @@ class RoPE(PositionalEncoding):
             parts.append(f"max_len={self.max_len}")
         return ", ".join(parts)
 
-    # --- the cache ----------------------------------------------------------------------------
-
-    def _build_table(self, length: int, dtype: torch.dtype, inv_freq: Tensor) -> Tensor:
-        """``(2, s*length, r/2)``: cos then sin of ``position * inv_freq`` for each frequency set.
-
-        Set ``j``'s rows are ``j*length .. (j+1)*length - 1`` (longrope: 0 short, 1 long).
-        """
-        self.table_builds += 1
-        positions = torch.arange(length, dtype=inv_freq.dtype, device=inv_freq.device)
-        cos, sin = rope_cos_sin(positions, inv_freq[:, None, :], self.attention_scaling, dtype=dtype)
-        return torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
-
-    def _ensure_table(self, need: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """Eager only: the table, grown/moved/upgraded to float64 when needed, as one reference."""
-        table = self._cos_sin  # one read: another thread may swap the buffer meanwhile
-        sets = self.inv_freq.shape[0]
-        wanted = torch.float64 if torch.float64 in (dtype, table.dtype) else torch.float32
-        if table.shape[1] // sets >= need and table.device == device and table.dtype == wanted:
-            return table
-        length = max(table.shape[1] // sets, _next_power_of_two(need))
-        inv_freq = self.inv_freq
-        if inv_freq.device != device:
-            inv_freq = inv_freq.to(device)
-            self.inv_freq = inv_freq
-        table = self._build_table(length, wanted, inv_freq)
-        self._cos_sin = table  # build first, then assign: readers never see a half-built table
-        return table
+    # --- the cache and the rows ------------------------------------------------------------------
 
     def reset_caches(self) -> None:
-        """Rebuild the frequencies and the cos/sin table where they are, e.g. after ``to_empty()``."""
-        table = self._cos_sin
-        device = table.device
-        self.inv_freq = scaled_inv_freq(self.params, device=device)
-        self._cos_sin = self._build_table(
-            table.shape[1] // self.inv_freq.shape[0], table.dtype, self.inv_freq
-        )
+        """Rebuild ``inv_freq`` and the cos/sin table where they are now (e.g. after ``to_empty()``).
 
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True):
-        caches = {name: self._buffers.pop(name) for name in ("inv_freq", "_cos_sin")}
-        try:
-            super()._apply(fn, recurse)
-        finally:
-            self._buffers.update(caches)
-        table = caches["_cos_sin"]
-        # Ask `fn` where and in what dtype it would put the table, on an empty probe; follow
-        # the device, keep float32/float64, never a half-precision dtype.
-        probe = fn(torch.empty(0, dtype=table.dtype, device=table.device))
-        dtype = probe.dtype if probe.dtype in _CACHE_DTYPES else table.dtype
-        if table.device.type == "meta" or probe.device.type == "meta":
-            # Rebuilding is exact and also covers `to_empty()` from the meta device.
-            self._buffers["inv_freq"] = inv_freq = scaled_inv_freq(self.params, device=probe.device)
-            self._buffers["_cos_sin"] = self._build_table(
-                table.shape[1] // inv_freq.shape[0], dtype, inv_freq
-            )
-            return self
-        if probe.device != table.device:
-            self._buffers["inv_freq"] = self._buffers["inv_freq"].to(probe.device)
-            table = table.to(probe.device)
-        if dtype != table.dtype:
-            inv_freq = self._buffers["inv_freq"]
-            table = self._build_table(table.shape[1] // inv_freq.shape[0], dtype, inv_freq)
-        self._buffers["_cos_sin"] = table
-        return self
-
-    # --- cos/sin for given positions ------------------------------------------------------------
-
-    def _length_dependent(self) -> bool:
-        return self.rope_type in ("dynamic", "longrope")
-
-    def _rows(self, positions: list[Tensor], x: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """cos/sin for each positions tensor ``(t,)`` / ``(b, t)``, shaped ``(t, r/2)`` / ``(b, 1, t, r/2)``.
-
-        All share ``L = max position + 1`` (dynamic / longrope), so queries and keys of one
-        call are rotated by the same frequencies.
+        The table is ``(2, s * cached_len, r/2)``: cos then sin of ``position * inv_freq`` for each
+        frequency set (longrope: rows ``0 .. L-1`` short, ``L .. 2L-1`` long), from float64 angles.
         """
-        compute = _precise_dtype(x)
-        device = x.device
-        sets = self.inv_freq.shape[0]
-        length = None
-        if self._length_dependent():
-            # over every non-empty positions tensor: keys may be empty while queries are not
-            flat = torch.cat([p.reshape(-1) for p in positions])
-            length = flat.max() + 1 if flat.numel() else None
-
-        if self.rope_type == "dynamic":
-            # On the fly: the frequencies themselves depend on L (no table to reuse).
-            inv_freq = self.inv_freq[0].to(device)
-            if length is not None:
-                p = self.params
-                inv_freq = dynamic_ntk_inv_freq(
-                    p.rotary_dim,
-                    p.base,
-                    p.factor,
-                    p.original_max_len,
-                    length,
-                    dtype=inv_freq.dtype,
-                    device=device,
-                )
-            return [
-                self._shape(*rope_cos_sin(pos, inv_freq, self.attention_scaling, dtype=compute))
-                for pos in positions
-            ]
-
-        select = None
-        if self.rope_type == "longrope" and length is not None:
-            select = (length > self.params.original_max_len).long()  # 0 short, 1 long factors
-
-        if _is_compiling() or device.type == "meta":
-            # no `int(positions.max())`: under compile it is data (a sync), on meta it has no value
-            return [self._traced_rows(pos, select, compute, device) for pos in positions]
-
-        need = max((int(p.max()) + 1 if p.numel() else 0) for p in positions)
-        table = self._ensure_table(need, compute, device)
-        out = []
-        for pos in positions:
-            index = pos.to(device)
-            if select is not None:
-                index = index + select * (table.shape[1] // sets)
-            rows = table[:, index].to(compute)
-            out.append(self._shape(rows[0], rows[1]))
-        return out
-
-    def _formula_parts(self, select: Tensor | None, device: torch.device) -> tuple[Tensor, Tensor, bool]:
-        """The frequencies (longrope: the set ``select`` picks), the attention factor as a tensor,
-        and whether to apply it: the operands of :func:`_cos_sin_from_formula`."""
-        inv_freq = self.inv_freq.to(device)
-        # longrope: pick the short or long set with a tensor op (no data-dependent indexing)
-        inv_freq = (
-            torch.where(select.bool(), inv_freq[-1], inv_freq[0]) if select is not None else inv_freq[0]
-        )
-        # A tensor, not a Python float: dynamo may trace floats as symbols, which torch.cond
-        # cannot lift into its branches.
-        scale = torch.full((), self.attention_scaling, dtype=inv_freq.dtype, device=device)
-        return inv_freq, scale, self.attention_scaling != 1.0
-
-    def _traced_rows(
-        self, positions: Tensor, select: Tensor | None, compute: torch.dtype, device: torch.device
-    ) -> tuple[Tensor, Tensor]:
-        """Explicit positions without reading their maximum (under ``torch.compile`` / export,
-        and on the meta device): rows from the table when it covers the positions, else exact
-        rows from the formula. ``torch.cond`` makes this one graph with a runtime branch: no
-        data-dependent Python branch, no table growth inside the graph."""
-        inv_freq, scale, scaled = self._formula_parts(select, device)
         table = self._cos_sin
-        rows_per_set = table.shape[1] // self.inv_freq.shape[0]
-        offset = (
-            select * rows_per_set if select is not None else torch.zeros((), dtype=torch.long, device=device)
-        )
+        inv_freq = self.params.inv_freq(device=table.device)  # float64: exact angles
+        positions = torch.arange(self.cached_len, device=table.device)
+        cos, sin = rope_cos_sin(positions, inv_freq[:, None, :], self.attention_scaling, dtype=table.dtype)
+        self.inv_freq = inv_freq.to(table.dtype)
+        self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
+        self.table_builds += 1
 
-        def on_the_fly(pos: Tensor, inv: Tensor, table: Tensor, offset: Tensor, scale: Tensor) -> Tensor:
-            return _cos_sin_from_formula(pos, inv, scale, scaled, compute)
-
-        def from_table(pos: Tensor, inv: Tensor, table: Tensor, offset: Tensor, scale: Tensor) -> Tensor:
-            return table[:, pos + offset].to(compute)
-
-        operands = (positions, inv_freq, table, offset, scale)
-        usable = (
-            table.device == device
-            and device.type != "meta"  # meta: nothing to compare against the table size
-            and (compute != torch.float64 or table.dtype == compute)
-        )
-        if not usable or positions.numel() == 0 or not hasattr(torch, "cond"):
-            rows = on_the_fly(*operands)
-        else:
-            rows = torch.cond(positions.max() < rows_per_set, from_table, on_the_fly, operands)
-        return self._shape(rows[0], rows[1])
-
-    def _contiguous_rows(self, start: int, length: int, x: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin for positions ``start .. start+length-1``: ``(t, r/2)`` each.
-
-        A slice of the table, except where the formula serves better: in an exported program
-        (a slice would add the guard ``start+length <= cached rows``, which export turns into a
-        length limit), on the meta device (shapes only), and under ``torch.compile`` past the
-        table (which cannot grow inside a graph; the guard costs one recompile, not one per length).
-        """
-        compute = _precise_dtype(x)
-        table = self._cos_sin
-        if _is_compiling():
-            from_formula = (
-                _is_exporting()
-                or table.shape[1] < start + length
-                or table.device != x.device
-                or (compute == torch.float64 and table.dtype != compute)
+    def _frequency_set(self, seq_len: int | Tensor | None) -> int | Tensor | None:
+        """Which frequencies ``L`` selects: a table set (0, or longrope's 1 = long), a bool tensor
+        (longrope when ``L`` is a tensor), or ``None`` (dynamic past its trained length: no table)."""
+        p = self.params
+        if isinstance(p, LongRope) and seq_len is not None:
+            return (
+                int(seq_len > p.original_max_len)
+                if isinstance(seq_len, int)
+                else seq_len > p.original_max_len
             )
-        else:
-            from_formula = x.device.type == "meta"
-        if from_formula:
-            pos = torch.arange(start, start + length, device=x.device)
-            rows = _cos_sin_from_formula(pos, *self._formula_parts(None, x.device), compute)
-        else:
-            if not _is_compiling():
-                table = self._ensure_table(start + length, compute, x.device)
-            rows = table[:, start : start + length].to(compute)
-        return rows[0], rows[1]
+        if isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len):
+            return None
+        return 0
 
-    @staticmethod
-    def _shape(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    def _rows(
+        self,
+        positions: Tensor,
+        start: int | None,
+        seq_len: int | Tensor | None,
+        end: int | None,
+        dtype: torch.dtype | None = None,
+    ) -> RowsPair:
+        """cos and sin at ``positions``: ``(t, r/2)`` for ``(t,)`` positions, ``(b, 1, t, r/2)`` for ``(b, t)``.
+
+        ``start``: the first position when they are the default consecutive ones; ``end``: one past
+        the largest position when known without a sync (eager), else ``None``.
+        """
+        table = self._cos_sin
+        dtype = table.dtype if dtype is None else dtype
+        which = self._frequency_set(seq_len)
+        n, rows = positions.shape[-1], self.cached_len
+        if (
+            not is_tracing()  # a traced program serves every length: no table (and no size guard)
+            and isinstance(which, int)
+            and table.dtype == dtype
+            and table.device == positions.device
+            and (start + n <= rows if start is not None else end is not None and end <= rows)
+        ):
+            offset = which * rows
+            if start is not None:
+                cos, sin = table[:, offset + start : offset + start + n].unbind(0)  # a view
+            else:
+                cos, sin = table[:, positions + offset].unbind(0)  # one gather
+        else:
+            cos, sin = rope_cos_sin(
+                positions,
+                self._exact_inv_freq(which, seq_len, positions.device),
+                self.attention_scaling,
+                dtype=dtype,
+            )
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
-        if cos.dim() == 3:
-            cos, sin = cos[:, None], sin[:, None]
-        return cos, sin
+        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+
+    def _exact_inv_freq(
+        self, which: int | Tensor | None, seq_len: int | Tensor | None, device: torch.device
+    ) -> Tensor:
+        """The ``(r/2,)`` float64 frequencies picked by ``which`` (see :meth:`_frequency_set`)."""
+        p = self.params
+        if which is None:  # dynamic NTK past the trained length
+            return p.inv_freq_at(0 if seq_len is None else seq_len, device=device)  # type: ignore[attr-defined]
+        sets = p.inv_freq(device=device)
+        if isinstance(which, Tensor):  # longrope under compile/export: pick without a Python branch
+            return torch.where(which.to(device), sets[-1], sets[0])
+        return sets[which]
+
+    # --- the state ------------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        q_len: int,
+        k_len: int | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        batch: int | None = None,
+        device: torch.device | str | None = None,
+        seq_len: int | Tensor | None = None,
+    ) -> PositionState:
+        """The :class:`RotaryState` of one forward pass (see :meth:`PositionalEncoding.prepare`).
+
+        Args:
+            q_len, k_len, q_positions, k_positions, batch, device: as in the base class.
+            seq_len: the length ``L`` of the dynamic and longrope variants: by default one past
+                the largest position of this call; give the whole sequence's length when the
+                call sees only part of it (a chunk, a context-parallel shard). Ignored by the
+                other variants.
+        """
+        if self._generic_state:  # a subclass that overrides a hook gets the generic state
+            return super().prepare(
+                q_len, k_len, q_positions=q_positions, k_positions=k_positions, batch=batch, device=device
+            )
+        return self._state(q_len, k_len, q_positions, k_positions, batch, device, seq_len)
+
+    def _state(
+        self,
+        q_len: int,
+        k_len: int | None,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+        batch: int | None,
+        device: torch.device | str | None,
+        seq_len: int | Tensor | None,
+    ) -> RotaryState:
+        if device is None:
+            given = q_positions if q_positions is not None else k_positions
+            device = given.device if given is not None else self._device()
+        k_len = q_len if k_len is None else k_len
+        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
+
+    def prepare_state(
+        self,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+        seq_len: int | Tensor | None = None,
+    ) -> RotaryState:
+        """The :class:`RotaryState` for resolved positions (called by :meth:`prepare`)."""
+        end: int | None = None
+        if is_tracing() or q_positions.device.type == "meta":
+            pass  # no host sync in a traced program; no values on the meta device
+        elif q_start is not None and k_start is not None:
+            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
+        else:  # explicit positions, eager: one host sync per forward (not per layer)
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            end = int(flat.max()) + 1 if flat.numel() else 0
+        if seq_len is None and self.params.length_dependent:
+            if end is not None:
+                seq_len = end
+            else:
+                flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+                seq_len = flat.max() + 1 if flat.numel() else None
+        return RotaryState(
+            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
+        )
 
     # --- the hooks --------------------------------------------------------------------------------
 
@@ -393,10 +413,11 @@ class RoPE(PositionalEncoding):
         self,
         q: Tensor,
         k: Tensor,
+        *,
         q_positions: Tensor | None = None,
         k_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate queries and keys by their positions.
+        """Rotate queries and keys by their positions: ``self.prepare(...).encode_qk(q, k)``.
 
         Args:
             q: ``(b, h, tq, dh)`` queries.
@@ -408,15 +429,10 @@ class RoPE(PositionalEncoding):
             ``(q, k)`` rotated, same shapes and dtypes.
         """
         check_qk(q, k, head_dim=self.head_dim)
-        tq, tk = q.shape[-2], k.shape[-2]
-        if q_positions is None and k_positions is None and not self._length_dependent():
-            q_start = max(tk - tq, 0)
-            q_cos, q_sin = self._contiguous_rows(q_start, tq, q)
-            k_cos, k_sin = self._contiguous_rows(0, tk, k)
-        else:
-            q_positions, k_positions = resolve_qk_positions(q, k, q_positions, k_positions)
-            (q_cos, q_sin), (k_cos, k_sin) = self._rows([q_positions, k_positions], q)
-        return apply_rotary(q, q_cos, q_sin, self.layout), apply_rotary(k, k_cos, k_sin, self.layout)
+        q_positions, k_positions = _on(q_positions, q.device), _on(k_positions, q.device)
+        batch = max(q.shape[0], k.shape[0])
+        state = self._state(q.shape[-2], k.shape[-2], q_positions, k_positions, batch, q.device, None)
+        return state._encode(q, k)
 
     def forward(
         self,
@@ -426,7 +442,7 @@ class RoPE(PositionalEncoding):
         k_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The drop-in call: ``q, k = rope(q, k)``; the same as :meth:`encode_qk`."""
-        return self.encode_qk(q, k, q_positions, k_positions)
+        return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
 
     def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Rotate one tensor (queries or keys) by its positions.
@@ -445,9 +461,10 @@ class RoPE(PositionalEncoding):
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
-        if positions is None and not self._length_dependent():
-            cos, sin = self._contiguous_rows(0, x.shape[-2], x)
-        else:
-            positions = resolve_positions(positions, x.shape[-2], batch=x.shape[0], device=x.device)
-            ((cos, sin),) = self._rows([positions], x)
-        return apply_rotary(x, cos, sin, self.layout)
+        state = self._state(x.shape[-2], None, _on(positions, x.device), None, x.shape[0], x.device, None)
+        return _apply(x, *state.query_rows(x.dtype), self.layout)
+
+
+def _on(positions: Tensor | None, device: torch.device) -> Tensor | None:
+    # Positions follow the tensor they belong to (the checks of their type come later).
+    return positions.to(device) if isinstance(positions, Tensor) else positions

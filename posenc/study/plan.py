@@ -140,8 +140,8 @@ def split_specs(text: str) -> list[str]:
 
     def span(e: ast.expr) -> tuple[int, int]:
         # ast.parse sets every end position (Optional only for nodes built by hand).
-        assert e.end_lineno is not None and e.end_col_offset is not None
-        return offset(e.lineno, e.col_offset), offset(e.end_lineno, e.end_col_offset)
+        end_line, end_col = e.end_lineno or e.lineno, e.end_col_offset or e.col_offset
+        return offset(e.lineno, e.col_offset), offset(end_line, end_col)
 
     spans = [span(e) for e in items]
     # Outside the items there are only brackets, blanks and the top-level commas, one between

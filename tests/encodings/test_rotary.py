@@ -12,8 +12,8 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.encodings.rotary import RoPE
-from posenc.functional.rotary import rope_cos_sin, scaled_inv_freq
+from posenc.encodings.rotary import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE, RotaryState
+from posenc.functional.rotary import rope_cos_sin, rope_inv_freq, scaled_inv_freq
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
@@ -299,43 +299,161 @@ def test_rotate_equals_encode_qk_and_functional():
     rope = RoPE(HEAD_DIM, rotary_dim=32)
     q, k = qk(t=10)
     positions = torch.arange(10) + 3
-    q_out, k_out = rope.encode_qk(q, k, positions, positions)
+    q_out, k_out = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
     assert torch.equal(rope.rotate(q, positions), q_out)
+    assert torch.equal(rope(q, k, positions, positions)[0], q_out)  # the drop-in call takes them by position
     cos, sin = rope_cos_sin(positions, scaled_inv_freq(rope.params)[0], dtype=torch.float32)
     assert_close(posenc.functional.apply_rotary(k, cos, sin, "half"), k_out, atol=0, rtol=0)
 
 
-# --- dtypes, cache, state ------------------------------------------------------------------------------
+# --- the state: rows computed once per forward ----------------------------------------------------------
+
+
+def test_prepared_state_equals_encode_qk_in_every_layer():
+    rope = RoPE(HEAD_DIM, scaling=SCALINGS["yarn"], max_len=MAX_LEN)
+    positions = torch.arange(40).expand(2, 40) + torch.tensor([[0], [7]])
+    state = rope.prepare(40, q_positions=positions, batch=2)
+    assert isinstance(state, RotaryState) and state.bias_form == "none"
+    for seed in range(3):  # three "layers", one state
+        q, k = qk(t=40, hk=2, seed=seed)
+        got = state.encode_qk(q, k)
+        expected = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert state.attention_bias(q, k) is None
+
+
+def test_rows_are_computed_once_per_state(monkeypatch):
+    rope = RoPE(HEAD_DIM)
+    calls = []
+    original = RoPE._rows
+
+    def counting(self, *args, **kwargs):
+        calls.append(args[0].shape)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RoPE, "_rows", counting)
+    state = rope.prepare(12, 20)  # queries at 8..19 against keys 0..19
+    assert len(calls) == 1  # the queries' rows, at once
+    for seed in range(4):
+        q, k = qk(t=20, seed=seed)
+        state.encode_qk(q[:, :, 8:], k)
+    assert len(calls) == 2  # the keys' rows, on first use, then reused
+
+
+def test_default_positions_slice_the_table_and_explicit_ones_gather_once():
+    rope = RoPE(HEAD_DIM, max_len=256)
+    table = rope._cos_sin
+    state = rope.prepare(16, 100)  # default positions: queries 84..99, keys 0..99
+    assert state.q_start == 84 and state.q_cos._base is table  # a view of the table, no gather
+    assert torch.equal(state.q_cos, table[0, 84:100]) and torch.equal(state.q_sin, table[1, 84:100])
+    explicit = rope.prepare(3, q_positions=torch.tensor([5, 200, 17]))
+    assert explicit.q_cos._base is not table
+    assert torch.equal(explicit.q_cos, table[0, [5, 200, 17]])
+
+
+def test_kv_cache_step_rotates_the_new_keys_at_the_query_positions():
+    rope = RoPE(HEAD_DIM, layout="interleaved")
+    q, k = qk(t=33)
+    q_full, k_full = rope(q, k)
+    state = rope.prepare(1, 33)  # one new token after 32 cached ones
+    q_new, k_new = state.encode_qk(q[:, :, -1:], k[:, :, -1:])
+    assert torch.equal(q_new, q_full[:, :, -1:]) and torch.equal(k_new, k_full[:, :, -1:])
+    assert state._k_rows is None  # the 33 key rows were never needed
+    with pytest.raises(ValueError, match=r"k has 5 positions.*33 keys.*1 new"):
+        state.encode_qk(q[:, :, -1:], k[:, :, :5])
+    with pytest.raises(ValueError, match=r"q has 2 positions.*prepared for 1"):
+        state.encode_qk(q[:, :, -2:], k)
+
+
+def test_narrowed_state_is_a_block_of_the_full_rotation():
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=48)
+    full_q, full_k = rope.encode_qk(q, k, q_positions=torch.arange(48) + 5, k_positions=torch.arange(48) + 5)
+    state = rope.prepare(48, q_positions=torch.arange(48) + 5)
+    block = state.narrow(slice(16, 32), slice(0, 32))
+    got_q, got_k = block.encode_qk(q[:, :, 16:32], k[:, :, :32])
+    assert torch.equal(got_q, full_q[:, :, 16:32]) and torch.equal(got_k, full_k[:, :, :32])
+
+
+@pytest.mark.parametrize("name", ["dynamic", "longrope"])
+def test_seq_len_gives_chunks_the_frequencies_of_the_whole_sequence(name):
+    """A length-dependent variant rotates a chunk like the whole sequence when given its length."""
+    rope = RoPE(HEAD_DIM, scaling=SCALINGS[name], max_len=MAX_LEN)
+    q, k = qk(t=300)
+    full_q, full_k = rope(q, k)  # L = 300: past the trained length
+    chunk = torch.arange(50)  # the first 50 tokens alone have L = 50: below both trained lengths
+    state = rope.prepare(50, q_positions=chunk, seq_len=300)
+    got_q, got_k = state.encode_qk(q[:, :, :50], k[:, :, :50])
+    assert_close(got_q, full_q[:, :, :50], **F32_TOL)
+    assert_close(got_k, full_k[:, :, :50], **F32_TOL)
+    alone = rope.prepare(50, q_positions=chunk).encode_qk(q[:, :, :50], k[:, :, :50])
+    assert not torch.allclose(alone[0], full_q[:, :, :50])
+
+
+def test_a_subclass_that_overrides_the_hook_gets_the_generic_state():
+    class Scaled(RoPE):
+        def encode_qk(self, q, k, *, q_positions=None, k_positions=None):
+            q, k = super().encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
+            return 2 * q, k
+
+    rope = Scaled(HEAD_DIM)
+    q, k = qk(t=8)
+    state = rope.prepare(8)
+    assert not isinstance(state, RotaryState)
+    assert torch.equal(state.encode_qk(q, k)[0], 2 * RoPE(HEAD_DIM)(q, k)[0])
+
+
+# --- dtypes, the bounded table, devices ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_half_precision_inputs_keep_dtype_and_exact_angles(dtype, layout):
     rope = RoPE(HEAD_DIM, layout=layout).to(dtype)
-    assert rope._cos_sin.dtype == torch.float32 and rope.inv_freq.dtype == torch.float64
+    assert rope._cos_sin.dtype == torch.float32 and rope.inv_freq.dtype == torch.float32
     q, k = qk(t=16, dtype=dtype)
     positions = torch.arange(16) + 8000  # bf16 positions/angles would be wrong by whole radians here
     q_out, k_out = rope(q, k, positions, positions)
     assert q_out.dtype == dtype and k_out.dtype == dtype
     q_ref, k_ref = RoPE(HEAD_DIM, layout=layout)(q.double(), k.double(), positions, positions)
-    # one rounding to the input dtype: within one ulp of |x| <= 4
+    # rounded once or twice to the input dtype: within one ulp of |x| <= 4
     ulp = torch.finfo(dtype).eps * 4
     assert_close(q_out.double(), q_ref, atol=ulp, rtol=0)
     assert_close(k_out.double(), k_ref, atol=ulp, rtol=0)
 
 
-def test_table_is_cached_and_grows_to_a_power_of_two():
+def test_table_is_bounded_and_never_rebuilt_by_a_call():
+    assert RoPE(HEAD_DIM).cached_len == DEFAULT_TABLE_LEN
+    assert RoPE(HEAD_DIM, max_len=100).cached_len == 100
+    huge = RoPE(HEAD_DIM, max_len=2_000_000)  # would be 512 MiB of table at full length
+    assert huge.cached_len == MAX_TABLE_LEN
+    assert huge._cos_sin.shape == (2, MAX_TABLE_LEN, PAIRS)
     rope = RoPE(HEAD_DIM, max_len=100)
-    assert rope.cached_len == 128 and rope.table_builds == 1
-    q, k = qk(t=100)
-    rope(q, k)
-    rope(q, k, torch.arange(100) + 20, torch.arange(100) + 20)
-    assert rope.table_builds == 1  # not rebuilt at a known length
     q, k = qk(t=200)
-    rope(q, k)
-    assert rope.cached_len == 256 and rope.table_builds == 2
-    rope(q, k)
-    assert rope.table_builds == 2
+    for _ in range(2):
+        rope(q, k)  # past the table: computed from the positions
+        rope(q, k, torch.arange(200) + 20, torch.arange(200) + 20)
+    assert rope.table_builds == 1 and rope.cached_len == 100
+
+
+@pytest.mark.parametrize("position", [100_000, 4_000_000, 10_000_000])
+def test_huge_positions_are_exact_without_a_huge_table(position):
+    """One decode step at a huge position: exact cos/sin (float64 angles), no table of that size."""
+    rope = RoPE(HEAD_DIM, scaling=SCALINGS["linear"])
+    x = torch.zeros(1, 1, 2, HEAD_DIM, dtype=torch.float32)
+    x[..., 0] = 1.0  # rotating e_0 reads cos (channel 0) and sin (channel r/2) of pair 0
+    positions = torch.tensor([position, position + 1])
+    for out in (rope.rotate(x, positions), rope(x, x, positions, positions)[0]):
+        angles = positions.double() * rope.params.inv_freq()[0, 0]
+        # float64 values rounded once to float32: half an ulp of values <= 1
+        assert_close(out[0, 0, :, 0].double(), angles.cos(), atol=2**-24, rtol=0)
+        assert_close(out[0, 0, :, PAIRS].double(), angles.sin(), atol=2**-24, rtol=0)
+    # and as the last of many default positions (the KV-cache decode of a long sequence)
+    state = rope.prepare(1, position + 1)
+    assert state.q_start == position
+    angle = torch.tensor(position, dtype=torch.float64) * rope.params.inv_freq()[0, 0]
+    assert abs(state.q_cos[0, 0].item() - angle.cos().item()) <= 2**-24
+    assert rope._cos_sin.shape == (2, DEFAULT_TABLE_LEN, PAIRS) and rope.table_builds == 1
 
 
 def test_caches_are_not_in_state_dict_and_survive_dtype_moves():
@@ -351,18 +469,24 @@ def test_caches_are_not_in_state_dict_and_survive_dtype_moves():
         assert rope._cos_sin.dtype == torch.float32
         assert torch.equal(rope._cos_sin, table)
     rope.double()
-    assert rope._cos_sin.dtype == torch.float64
+    assert rope._cos_sin.dtype == torch.float64 and rope.inv_freq.dtype == torch.float64
     assert_close(rope._cos_sin.float(), table, atol=0, rtol=0)  # float64 build, rounded: the same values
+    rope.float()
+    assert rope._cos_sin.dtype == torch.float32 and torch.equal(rope._cos_sin, table)
 
 
 def test_meta_device_then_to_empty_rebuilds():
     with torch.device("meta"):
-        rope = RoPE(HEAD_DIM, scaling=SCALINGS["llama3"], max_len=MAX_LEN)
+        rope = RoPE(HEAD_DIM, scaling=SCALINGS["longrope"], max_len=MAX_LEN)
     assert rope._cos_sin.is_meta
-    rope.to_empty(device="cpu")
-    reference = RoPE(HEAD_DIM, scaling=SCALINGS["llama3"], max_len=MAX_LEN)
+    q, k = qk(t=8)
+    assert rope(q.to("meta"), k.to("meta"))[0].is_meta  # shapes only, on the meta device
+    rope.to_empty(device="cpu")  # and nothing else: the base class rebuilds the caches
+    reference = RoPE(HEAD_DIM, scaling=SCALINGS["longrope"], max_len=MAX_LEN)
     assert torch.equal(rope._cos_sin, reference._cos_sin)
     assert torch.equal(rope.inv_freq, reference.inv_freq)
+    for got, want in zip(rope(q, k), reference(q, k), strict=True):
+        assert torch.equal(got, want)
     # reset_caches rebuilds in place too
     rope._cos_sin.zero_()
     rope.reset_caches()
@@ -393,36 +517,38 @@ def test_export_serves_lengths_past_the_table_while_decoding():
             assert_close(got, want, **F32_TOL)
 
 
-def test_float64_input_upgrades_the_table_once():
+def test_float64_inputs_get_float64_rows_without_touching_the_table():
     rope = RoPE(HEAD_DIM)
     q, k = qk(t=8, dtype=torch.float64)
-    rope(q, k)
-    assert rope._cos_sin.dtype == torch.float64 and rope.table_builds == 2
-    rope(q.float(), k.float())
-    assert rope.table_builds == 2
+    positions = torch.arange(8) + 100_000
+    q_out, _ = rope(q, k, positions, positions)
+    angles = positions.double()[:, None] * rope_inv_freq(HEAD_DIM)
+    expected = posenc.functional.rotary_reference(q, angles.cos(), angles.sin())
+    assert_close(q_out, expected, atol=1e-12, rtol=0)  # float32 rows would be off by ~6e-8
+    assert rope._cos_sin.dtype == torch.float32 and rope.table_builds == 1
 
 
-def test_concurrent_growth_from_threads():
+def test_concurrent_calls_from_threads():
     rope = RoPE(HEAD_DIM, max_len=8)
     q, _ = qk(b=1, h=1, t=1)
     results, errors = {}, []
 
     def work(offset):
         try:
-            pos = torch.tensor([offset])
-            results[offset] = rope.rotate(q, pos)
+            results[offset] = rope.rotate(q, torch.tensor([offset]))
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=work, args=(2**i + 3,)) for i in range(4, 14)]
+    threads = [threading.Thread(target=work, args=(2**i + 3,)) for i in range(14)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
-    fresh = RoPE(HEAD_DIM)
+    fresh = RoPE(HEAD_DIM, max_len=8)
     for offset, out in results.items():
         assert torch.equal(out, fresh.rotate(q, torch.tensor([offset])))
+    assert rope.table_builds == 1
 
 
 def test_gradient_is_the_inverse_rotation():
@@ -432,6 +558,67 @@ def test_gradient_is_the_inverse_rotation():
         q = torch.randn(1, 2, 5, HEAD_DIM, dtype=torch.float64, requires_grad=True)
         positions = torch.arange(5) * 11
         assert torch.autograd.gradcheck(lambda x, p=positions: rope.rotate(x, p), (q,))
+
+
+# --- compile ----------------------------------------------------------------------------------------------
+
+
+class Layers(torch.nn.Module):
+    """A small model's use of RoPE: one state per forward, two layers, or the one-call hook."""
+
+    def __init__(self, rope: RoPE, prepared: bool) -> None:
+        super().__init__()
+        self.rope, self.prepared = rope, prepared
+
+    def forward(self, q, k, positions=None):
+        if not self.prepared:
+            return self.rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        state = self.rope.prepare(q.shape[-2], k.shape[-2], q_positions=positions, batch=q.shape[0])
+        q1, k1 = state.encode_qk(q, k)  # layer 1
+        return state.encode_qk(q1, k1)  # layer 2: the same rows
+
+
+def _compile_once_for_all_lengths(scaling, layout, prepared, explicit):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    kwargs = {"layout": layout, "rotary_dim": 24, "max_len": 64, "scaling": scaling}
+    compiled = torch.compile(Layers(RoPE(32, **kwargs), prepared), fullgraph=True, dynamic=True)
+    eager = Layers(RoPE(32, **kwargs), prepared)
+    for length in (7, 60, 300):  # 300: past the 64-row table, and longrope's switch
+        q, k = torch.randn(2, 4, length, 32), torch.randn(2, 2, length, 32)
+        args = (torch.arange(length) + 3,) if explicit else ()
+        for got, want in zip(compiled(q, k, *args), eager(q, k, *args), strict=True):
+            assert_close(got, want, **F32_TOL)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
+
+
+def test_compiles_fullgraph_once_for_all_lengths():
+    """torch.compile(fullgraph=True, dynamic=True): one graph for every length, with the prepared
+    state. YaRN (an attention factor) with explicit positions: the case that failed on torch 2.15,
+    whose torch.cond rejects a SymFloat operand (posenc no longer uses torch.cond)."""
+    _compile_once_for_all_lengths(SCALINGS["yarn"], "half", prepared=True, explicit=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "layout", "prepared", "explicit"),
+    [
+        ("default", "interleaved", False, False),
+        ("default", "interleaved", True, True),
+        ("yarn", "half", False, True),
+        ("dynamic", "half", True, False),
+        ("longrope", "half", False, True),
+        ("longrope", "interleaved", True, False),
+    ],
+)
+def test_compiles_fullgraph_once_for_all_lengths_every_kind(name, layout, prepared, explicit):
+    scaling = SCALINGS[name]
+    if name == "longrope":
+        scaling = {**scaling, "short_factor": SHORT[:12], "long_factor": LONG[:12]}
+    _compile_once_for_all_lengths(scaling, layout, prepared, explicit)
 
 
 # --- build() and errors ------------------------------------------------------------------------------
@@ -453,8 +640,15 @@ def test_build_from_strings_and_dicts():
 def test_rope_theta_in_the_dict_is_the_base():
     rope = RoPE(HEAD_DIM, scaling={"rope_type": "default", "rope_theta": 1e6})
     assert rope.base == 1e6
+    assert RoPE(HEAD_DIM, base=1e6, scaling={"rope_theta": 1e6}).base == 1e6  # the same value twice
+    assert RoPE(HEAD_DIM).base == 10000.0  # base=None: the paper's default
     with pytest.raises(ValueError, match="rope_theta"):
         RoPE(HEAD_DIM, base=5e5, scaling={"rope_type": "default", "rope_theta": 1e6})
+    # an explicit base equal to the default is still a given base, not "not given"
+    with pytest.raises(ValueError, match=r"base=10000.0 conflicts with scaling\['rope_theta'\]=500000.0"):
+        RoPE(8, base=10000.0, scaling={"rope_theta": 5e5})
+    with pytest.raises(ValueError, match="conflicts"):
+        posenc.build("rope(base=10000.0, scaling={'rope_theta': 500000.0})", head_dim=8)
 
 
 @pytest.mark.parametrize(

@@ -135,20 +135,8 @@ def test_parity_with_hf_marian():
 # ----------------------------------------------------------------------------- 1D: the paper's property
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
-@pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
-@pytest.mark.parametrize("shift", [1, 7, 250])
-def test_shift_is_a_fixed_linear_map(layout, spacing, shift):
-    """Vaswani et al. 3.5: PE[p+k] is a linear function of PE[p], the same for every p."""
-    d = 32
-    m = sinusoidal_shift_map(shift, d, layout=layout, freq_spacing=spacing)
-    positions = torch.tensor([0, 3, 100, 1234, 4321], dtype=torch.float64)
-    here = sinusoidal_table(positions, d, layout=layout, freq_spacing=spacing)
-    there = sinusoidal_table(positions + shift, d, layout=layout, freq_spacing=spacing)
-    torch.testing.assert_close(here @ m, there, **FLOAT64_ANGLES)
-    # a rotation per frequency pair: orthogonal, and the identity for k = 0
-    torch.testing.assert_close(m @ m.T, torch.eye(d, dtype=torch.float64), **FLOAT64_ANGLES)
-    torch.testing.assert_close(sinusoidal_shift_map(0, d, layout=layout), torch.eye(d, dtype=torch.float64))
+# The shift map property (PE[p + k] = PE[p] @ M(k), Vaswani et al. 3.5) is a property test, for
+# every layout and spacing: tests/hardening/test_properties.py.
 
 
 def test_table_rejects_negative_positions():

@@ -17,4 +17,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in SUBSETS:
         if name in metafunc.fixturenames:
             rows = entries(name)
-            metafunc.parametrize(name, rows, ids=[e.id for e in rows])
+            slow = name == "main_entry"  # variants of another row's code run under -m slow only
+            params = [
+                pytest.param(e, id=e.id, marks=[pytest.mark.slow] if slow and e.variant else []) for e in rows
+            ]
+            metafunc.parametrize(name, params)

@@ -2,8 +2,11 @@
 
 ``conftest.py`` parametrizes every test in this folder that takes an argument named
 ``entry`` over the rows of :data:`ENTRIES`; an argument named ``input_entry``,
-``qk_entry``, ``bias_entry``, ``learned_entry`` or ``cached_entry`` runs over the rows where
-that hook acts (or that have learned parameters, or float caches). Adding an encoding (or a
+``qk_entry``, ``bias_entry``, ``attention_entry`` (qk or bias), ``learned_entry`` or
+``cached_entry`` runs over the rows where that hook acts (or that have learned parameters, or
+float caches); ``main_entry`` runs over every row too, but a row marked ``variant`` (another
+row's code with other constants) only under ``-m slow``: for the costly tests (compile, export,
+threads). Adding an encoding (or a
 variant worth covering) to the registry means adding one row here; every generic test then
 covers it. (The table lives in this uniquely named module rather than in ``conftest.py`` so
 that test modules can import its helpers without ``import conftest``, which is ambiguous
@@ -68,6 +71,9 @@ class Entry:
         max_position: the largest position it accepts (the learned table), else ``None``.
         relative: rotary/bias encodings whose output depends only on ``k_pos - q_pos``
             (so it is shift-invariant); ``False`` for length-dependent RoPE variants.
+        variant: the row runs another row's code with other constants (a scaling's
+            frequencies, a layout of the same table, T5's other bucket direction); the costly
+            generic tests (``main_entry``: compile, export, threads) run it under ``-m slow`` only.
     """
 
     id: str
@@ -77,6 +83,7 @@ class Entry:
     fixed_len: int | None = None
     max_position: int | None = None
     relative: bool = True
+    variant: bool = False
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -128,8 +135,9 @@ ENTRIES: tuple[Entry, ...] = (
         "sinusoidal-concat-t2t",
         "sinusoidal(layout='concat', freq_spacing='tensor2tensor')",
         hooks=frozenset({"input"}),
+        variant=True,
     ),
-    Entry("sinusoidal-offset", "sincos(offset=2, max_len=8)", hooks=frozenset({"input"})),
+    Entry("sinusoidal-offset", "sincos(offset=2, max_len=8)", hooks=frozenset({"input"}), variant=True),
     Entry("sinusoidal2d", "sinusoidal2d(grid_size=(3, 4))", hooks=frozenset({"input"}), fixed_len=12),
     Entry("learned", "learned", hooks=frozenset({"input"}), max_position=MAX_LEN - 1),
     Entry("rope", "rope", hooks=frozenset({"qk"})),
@@ -142,6 +150,7 @@ ENTRIES: tuple[Entry, ...] = (
         "rope-linear",
         {"name": "rope", "scaling": {"rope_type": "linear", "factor": 2.0}},
         hooks=frozenset({"qk"}),
+        variant=True,
     ),
     Entry(
         "rope-dynamic",
@@ -153,6 +162,7 @@ ENTRIES: tuple[Entry, ...] = (
         "rope-yarn",
         "rope(base=500000.0, scaling={'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64})",
         hooks=frozenset({"qk"}),
+        variant=True,
     ),
     Entry(
         "rope-llama3",
@@ -167,9 +177,10 @@ ENTRIES: tuple[Entry, ...] = (
             },
         },
         hooks=frozenset({"qk"}),
+        variant=True,
     ),
     Entry("rope-longrope", {"name": "rope", "scaling": _LONGROPE}, hooks=frozenset({"qk"}), relative=False),
-    Entry("t5-bidirectional", "t5", dims={"causal": False}, hooks=frozenset({"bias"})),
+    Entry("t5-bidirectional", "t5", dims={"causal": False}, hooks=frozenset({"bias"}), variant=True),
     Entry("t5-causal", "relative_bias(num_buckets=16, max_distance=20)", hooks=frozenset({"bias"})),
     Entry("alibi-causal", "alibi", hooks=frozenset({"bias"})),
     Entry(
@@ -183,9 +194,11 @@ ENTRIES: tuple[Entry, ...] = (
 
 SUBSETS = {
     "entry": lambda e: True,
+    "main_entry": lambda e: True,  # every row; conftest marks the variants slow
     "input_entry": lambda e: "input" in e.hooks,
     "qk_entry": lambda e: "qk" in e.hooks,
     "bias_entry": lambda e: "bias" in e.hooks,
+    "attention_entry": lambda e: bool(e.hooks & {"qk", "bias"}),
     "learned_entry": lambda e: e.has_params,
     "cached_entry": lambda e: any(b.is_floating_point() for b in e.build().buffers()),
 }

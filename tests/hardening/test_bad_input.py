@@ -201,7 +201,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], tuple[str, ...]]] 
     ),
     (
         "t5 float positions",
-        lambda: _t5().attention_bias(_q(), _q(), None, torch.arange(5.0)),
+        lambda: _t5().attention_bias(_q(), _q(), q_positions=None, k_positions=torch.arange(5.0)),
         TypeError,
         ("k_positions", "integer", "torch.float32"),
     ),
@@ -511,9 +511,9 @@ def test_zero_length_sequences_give_empty_results(entry: Entry) -> None:
     assert module.encode_input(x, torch.zeros(0, dtype=torch.long)).shape == (2, 0, entry.d_model)
     for tq, tk in ((0, 0), (0, 5), (3, 0)):
         q, k = make_qk(entry, 2, tq, tk, torch.float32)
-        q_out, k_out = module.encode_qk(q, k, torch.arange(tq), torch.arange(tk))
+        q_out, k_out = module.encode_qk(q, k, q_positions=torch.arange(tq), k_positions=torch.arange(tk))
         assert q_out.shape == q.shape and k_out.shape == k.shape
-        bias = module.attention_bias(q, k, torch.arange(tq), torch.arange(tk))
+        bias = module.attention_bias(q, k, q_positions=torch.arange(tq), k_positions=torch.arange(tk))
         if bias is not None:
             assert torch.broadcast_shapes(bias.shape, (2, entry.num_heads, tq, tk)) == (
                 2,

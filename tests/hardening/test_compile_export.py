@@ -1,19 +1,25 @@
 """Compile and export: ``torch.compile(fullgraph=True)`` across sequence lengths with a bounded
 number of recompiles (counted with dynamo's own counters), and ``torch.export.export`` of each
-encoding's hooks and of a small ``TransformerLM``, with a dynamic sequence length."""
+encoding's hooks and of a small ``TransformerLM``, with a dynamic sequence length.
+
+Dynamo with the "eager" backend (graph breaks, guards, recompiles) runs for every row that is
+not a variant; inductor's code generation for one row per kind (see INDUCTOR_DEFAULT); the rest
+run with ``-m slow``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from entries_table import Entry, make_input, make_qk
+from entries_table import Entry, entries, make_input, make_qk
 from torch._dynamo.utils import counters
 
 import posenc
 from posenc.nn import TransformerLM
 
-#: Lengths for the compiled calls; the last crosses RoPE's initial 2048-row table.
-LENGTHS = (8, 17, 33, 64, 100, 3000)
+#: Lengths for the compiled calls; the last is past MAX_LEN (256), the rows the caches are built
+#: with (RoPE's and the sinusoid's tables), and bias matrices of that size stay cheap.
+LONG = 600
+LENGTHS = (8, 17, 33, 64, 100, LONG)
 #: Graphs allowed across all LENGTHS: one specialised to the first length, one with a dynamic
 #: length after the first change (automatic dynamic shapes), and one more where a cache-size
 #: guard is crossed (RoPE reads its table while it covers the length, computes past it).
@@ -23,18 +29,23 @@ COMPILE_ATOL = 1e-5
 
 
 class Hooks(torch.nn.Module):
-    """Every hook of an encoding in one ``forward``, for compile and export."""
+    """Every hook of an encoding in one ``forward``, for compile and export: once with default
+    positions, once with explicit ones (one graph checks both paths)."""
 
-    def __init__(self, encoding: posenc.PositionalEncoding, explicit: bool) -> None:
+    def __init__(self, encoding: posenc.PositionalEncoding) -> None:
         super().__init__()
         self.encoding = encoding
-        self.explicit = explicit
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
-        p = positions if self.explicit else None
-        out = [self.encoding.encode_input(x, p), *self.encoding.encode_qk(q, k, p, p)]
-        bias = self.encoding.attention_bias(q, k, p, p)
-        return (*out, bias) if bias is not None else tuple(out)
+        out: list[torch.Tensor] = []
+        for p in (None, positions):
+            out += [
+                self.encoding.encode_input(x, p),
+                *self.encoding.encode_qk(q, k, q_positions=p, k_positions=p),
+            ]
+            bias = self.encoding.attention_bias(q, k, q_positions=p, k_positions=p)
+            out += [] if bias is None else [bias]
+        return tuple(out)
 
 
 def _inputs(entry: Entry, length: int, seed: int = 0):
@@ -58,55 +69,63 @@ def _compare(got, want) -> None:
         torch.testing.assert_close(g, w, rtol=0, atol=COMPILE_ATOL)
 
 
-def _compile_across_lengths(entry: Entry, explicit: bool, backend: str) -> int:
-    module = Hooks(entry.build(), explicit)
-    lengths = (
-        LENGTHS if entry.max_position is None else tuple(t for t in LENGTHS if t <= entry.max_position + 1)
-    )
+def _compile_across_lengths(entry: Entry, lengths: tuple[int, ...], **compile_options) -> int:
+    """Compile the hooks, check them against eager at each length; returns the number of graphs."""
+    module = Hooks(entry.build())
+    if entry.max_position is not None:
+        lengths = tuple(t for t in lengths if t <= entry.max_position + 1)
     # Eager results first, from a twin: eager calls grow its caches (a grown table is a new
     # shape, so a legitimate recompile); the compiled module's caches must stay as built.
-    reference = Hooks(entry.build(), explicit)
+    reference = Hooks(entry.build())
     reference.load_state_dict(module.state_dict())
     expected = [reference(*_inputs(entry, length)) for length in lengths]
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(module, fullgraph=True, backend=backend)
+    compiled = torch.compile(module, fullgraph=True, **compile_options)
     for length, want in zip(lengths, expected, strict=True):
         _compare(compiled(*_inputs(entry, length)), want)
     return counters["stats"]["unique_graphs"]
 
 
-@pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
-def test_compile_fullgraph_with_bounded_recompiles(entry: Entry, explicit: bool) -> None:
-    """No graph break (``fullgraph=True`` raises on one) and at most MAX_GRAPHS graphs for all lengths.
+def test_compile_fullgraph_with_bounded_recompiles(main_entry: Entry) -> None:
+    """No graph break (``fullgraph=True`` raises on one) and at most MAX_GRAPHS graphs for all
+    lengths, default and explicit positions alike.
 
     The "eager" backend runs dynamo (tracing, guards, recompiles) without inductor's code
-    generation, which is what graph breaks and recompiles are about; inductor is in the slow test.
+    generation, which is what graph breaks and recompiles are about; inductor is in the next test.
     """
-    graphs = _compile_across_lengths(entry, explicit, backend="eager")
+    graphs = _compile_across_lengths(main_entry, LENGTHS, backend="eager")
     # (NoPE's hooks return their inputs: there is no graph at all)
-    assert (1 if entry.hooks else 0) <= graphs <= MAX_GRAPHS, (
+    assert (1 if main_entry.hooks else 0) <= graphs <= MAX_GRAPHS, (
         f"{graphs} graphs compiled for {len(LENGTHS)} lengths"
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
-def test_compile_inductor_matches_eager(entry: Entry, explicit: bool) -> None:
-    graphs = _compile_across_lengths(entry, explicit, backend="inductor")
-    assert graphs <= MAX_GRAPHS
+#: The rows compiled with inductor in the default run, one per kind (additive, bias); the others
+#: run with -m slow. The rotary kind's default inductor test is tests/encodings/test_rotary.py's
+#: test_compiles_fullgraph_once_for_all_lengths (the prepared state, two layers, YaRN), the
+#: attention path's tests/test_attention.py's test_compiles_fullgraph_without_recompiling_per_length.
+INDUCTOR_DEFAULT = ("sinusoidal", "t5-causal")
 
 
 @pytest.mark.parametrize(
-    "explicit",
-    [False, pytest.param(True, marks=pytest.mark.slow)],  # the explicit path is also compiled above
-    ids=["default-positions", "explicit-positions"],
+    "row",
+    [
+        pytest.param(e, id=e.id, marks=[] if e.id in INDUCTOR_DEFAULT else [pytest.mark.slow])
+        for e in entries()
+    ],
 )
-def test_export_hooks_with_a_dynamic_length(
-    entry: Entry, explicit: bool, request: pytest.FixtureRequest
-) -> None:
+def test_compile_inductor_matches_eager(row: Entry) -> None:
+    """Inductor's generated code equals eager, in one dynamic graph for lengths within the caches."""
+    # (no length equal to a model size: dynamo's duck sizing would tie the two and recompile)
+    graphs = _compile_across_lengths(row, (10, 33, 100), backend="inductor", dynamic=True)
+    assert graphs <= 1, f"{graphs} graphs compiled for 3 lengths with dynamic=True"
+
+
+def test_export_hooks_with_a_dynamic_length(main_entry: Entry) -> None:
     """One exported program serves every length (no length baked in by a cache-size guard)."""
-    module = Hooks(entry.build(), explicit).eval()
+    entry = main_entry
+    module = Hooks(entry.build()).eval()
     args = _inputs(entry, 40)
     if entry.fixed_len is not None:
         dynamic = None
@@ -114,7 +133,7 @@ def test_export_hooks_with_a_dynamic_length(
         t = torch.export.Dim("t", min=2, max=(entry.max_position + 1) if entry.max_position else 100_000)
         dynamic = ({1: t}, {2: t}, {2: t}, {0: t})
     program = torch.export.export(module, args, dynamic_shapes=dynamic)
-    for length in (40, 9, 3000):
+    for length in (40, 9, LONG):
         args = _inputs(entry, length, seed=length)
         _compare(program.module()(*args), module(*args))
 
@@ -133,16 +152,5 @@ def test_export_transformer_lm(position: str) -> None:
             torch.testing.assert_close(program.module()(ids), model(ids), rtol=0, atol=COMPILE_ATOL)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("position", ["rope", "alibi", "t5"])
-def test_compile_transformer_lm_fullgraph(position: str) -> None:
-    torch.manual_seed(0)
-    model = TransformerLM(50, 32, 2, 4, position=position, max_len=512).eval()
-    torch._dynamo.reset()
-    counters.clear()
-    compiled = torch.compile(model, fullgraph=True)
-    for length in (16, 33, 100, 300):
-        ids = torch.randint(0, 50, (2, length))
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(ids), model(ids), rtol=0, atol=COMPILE_ATOL)
-    assert counters["stats"]["unique_graphs"] <= MAX_GRAPHS
+# Compiling a whole TransformerLM without recompiles per length is tests/test_nn.py's
+# test_model_compiles_fullgraph_without_recompiling_per_length (every encoding under -m slow).

@@ -47,8 +47,11 @@ def _hook_outputs(module: posenc.PositionalEncoding, entry: Entry, dtype: torch.
     if entry.fixed_len is None:
         top = entry.max_position or 20_000
         positions = torch.linspace(0, top - 1, steps=length).long()
-    outs = [module.encode_input(x, positions), *module.encode_qk(q, k, positions, positions)]
-    bias = module.attention_bias(q, k, positions, positions)
+    outs = [
+        module.encode_input(x, positions),
+        *module.encode_qk(q, k, q_positions=positions, k_positions=positions),
+    ]
+    bias = module.attention_bias(q, k, q_positions=positions, k_positions=positions)
     return [t for t in (*outs, bias) if t is not None]
 
 
@@ -84,8 +87,11 @@ def test_meta_forward_with_explicit_positions(entry: Entry) -> None:
     positions = torch.arange(length, device="meta")
     x = make_input(entry, 2, length, torch.float32).to("meta")
     q, k = (t.to("meta") for t in make_qk(entry, 2, length, length, torch.float32))
-    outs = [module.encode_input(x, positions), *module.encode_qk(q, k, positions, positions)]
-    bias = module.attention_bias(q, k, positions, positions)
+    outs = [
+        module.encode_input(x, positions),
+        *module.encode_qk(q, k, q_positions=positions, k_positions=positions),
+    ]
+    bias = module.attention_bias(q, k, q_positions=positions, k_positions=positions)
     for out in (*outs, *(() if bias is None else (bias,))):
         assert out.device.type == "meta"
     assert outs[0].shape == x.shape and outs[1].shape == q.shape

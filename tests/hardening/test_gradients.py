@@ -31,7 +31,7 @@ def test_encode_qk_gradcheck(qk_entry: Entry, form: str) -> None:
     k_pos = POSITION_FORMS[form](2, 7)
     if q_pos is not None and k_pos is not None and form == "shared":
         k_pos = torch.arange(7) * 7
-    assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_pos, k_pos), (q, k))
+    assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), (q, k))
 
 
 def test_rope_second_derivatives(qk_entry: Entry) -> None:
@@ -84,16 +84,17 @@ def test_parameters_gradcheck(learned_entry: Entry) -> None:
     module = learned_entry.build().double()
     positions = torch.tensor([[0, 3, 3, 9], [200, 1, 0, 255]])
     if "input" in learned_entry.hooks:
-        hook, args = (
+        hook, args, kwargs = (
             "encode_input",
             (torch.zeros(2, 4, learned_entry.d_model, dtype=torch.float64), positions),
+            {},
         )
     else:
         q, k = make_qk(learned_entry, 2, 4, 4, torch.float64)
-        hook, args = "attention_bias", (q, k, positions, positions)
+        hook, args, kwargs = "attention_bias", (q, k), {"q_positions": positions, "k_positions": positions}
     call, leaves = _with_params(module, hook)
     assert leaves, "a learned entry must have parameters"
-    assert gradcheck(lambda *values: call(args, {}, values), leaves)
+    assert gradcheck(lambda *values: call(args, kwargs, values), leaves)
 
 
 def test_bias_forward_gradcheck_in_scores(bias_entry: Entry) -> None:

@@ -21,6 +21,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 import posenc
 from posenc.functional import (
     alibi_slopes,
+    relative_bucket_of_distances,
     relative_position_bucket,
     sinusoidal_shift_map,
 )
@@ -47,6 +48,10 @@ BLOOM_SLOPE_RTOL = 16 * 2**-23
 #: float64, 6.6e-7 float32, 1.3e-3 float16, 1.1e-2 bfloat16; the bounds leave ~5x margin, but float32
 #: also carries the drift of ALiBi's key-only form (slope * (k - max q) rounded to float32; 8.8e-6 seen
 #: once with positions spread over 140k, MEASURED.md gives 2e-5 at T=1024), hence 3e-5 there.
+#: An encoding that ignores positions gives identical scores at every distance; a real one moves
+#: a score at distance d != 0 by O(|q||k|) (rotary) or by O(0.02) at least (T5's initial table).
+#: 1e-6 relative separates the two far above float64/float32 rounding of equal computations.
+NOT_BLIND_RTOL = 1e-6
 ATTENTION_ATOL = {torch.float64: 1e-12, torch.float32: 3e-5, torch.bfloat16: 0.05, torch.float16: 0.006}
 
 
@@ -102,7 +107,12 @@ def test_hooks_shapes_dtypes_and_float64_agreement(entry: Entry, data) -> None:
     assert torch.isfinite(out).all()
     if "input" in entry.hooks:
         pe64 = module.encode_input(torch.zeros(x.shape, dtype=torch.float64), positions)
-        assert pe64.abs().sum() > 0
+        # not blind: every token gets another encoding at another position
+        others = (torch.arange(length) if positions is None else positions) + 1
+        if entry.fixed_len is not None or entry.max_position is not None:
+            others = others % (entry.fixed_len or entry.max_position + 1)
+        pe_others = module.encode_input(torch.zeros(x.shape, dtype=torch.float64), others)
+        assert (pe64 - pe_others).abs().amax(dim=-1).min() > NOT_BLIND_RTOL
         ref = x.double() + pe64
         _close_to_float64(out, ref, ref.abs() + pe64.abs(), dtype, ulps=1.0)
     else:
@@ -123,12 +133,12 @@ def test_hooks_shapes_dtypes_and_float64_agreement(entry: Entry, data) -> None:
     if q_pos is None and k_pos is not None and tq > tk:
         q_pos = torch.arange(tq)  # queries cannot be the last tq of fewer keys
 
-    q_out, k_out = module.encode_qk(q, k, q_pos, k_pos)
+    q_out, k_out = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
     assert q_out.shape == q.shape and k_out.shape == k.shape
     assert q_out.dtype == dtype and k_out.dtype == dtype
     assert torch.isfinite(q_out).all() and torch.isfinite(k_out).all()
     if "qk" in entry.hooks:
-        q64, k64 = module.encode_qk(q.double(), k.double(), q_pos, k_pos)
+        q64, k64 = module.encode_qk(q.double(), k.double(), q_positions=q_pos, k_positions=k_pos)
         for rotated, rotated64, original in ((q_out, q64, q), (k_out, k64, k)):
             # the rounding error of an output entry is relative to its pair's magnitude
             scale = original.double().abs().amax(dim=-1, keepdim=True) * max(module.attention_scaling, 1.0)
@@ -136,7 +146,7 @@ def test_hooks_shapes_dtypes_and_float64_agreement(entry: Entry, data) -> None:
     else:
         assert q_out is q and k_out is k
 
-    bias = module.attention_bias(q, k, q_pos, k_pos)
+    bias = module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
     if "bias" not in entry.hooks:
         assert bias is None
         return
@@ -195,7 +205,7 @@ def test_attention_matches_float64_reference(entry: Entry, data) -> None:
 
     # The reference, written out in float64 from the hooks' float64 results.
     q64, k64, v64 = q.double(), k.double(), v.double()
-    q64, k64 = module.encode_qk(q64, k64, q_pos, k_pos)
+    q64, k64 = module.encode_qk(q64, k64, q_positions=q_pos, k_positions=k_pos)
     k64 = k64.repeat_interleave(heads // kv_heads, dim=1)
     v64 = v64.repeat_interleave(heads // kv_heads, dim=1)
     scores = q64 @ k64.transpose(-1, -2) / math.sqrt(entry.head_dim)
@@ -254,32 +264,65 @@ def test_rope_keeps_norms(config, seed, length) -> None:
     torch.testing.assert_close(
         out[..., :r].norm(dim=-1), rope.attention_scaling * x[..., :r].norm(dim=-1), rtol=1e-12, atol=0
     )
+    # and it does rotate: a token away from position 0 comes out different (an identity fails here)
+    change = (out[..., :r] - x[..., :r]).norm(dim=-1) / x[..., :r].norm(dim=-1)
+    assert change[positions.unsqueeze(1).expand_as(change) != 0].min() > NOT_BLIND_RTOL
+
+
+def _scores(module, entry: Entry, q: torch.Tensor, k: torch.Tensor, q_pos, k_pos) -> torch.Tensor:
+    """``(b, h, tq, tk)`` float64: ``q'·k'`` of the rotated q/k, or the bias the attention path adds."""
+    if "qk" in entry.hooks:
+        q_out, k_out = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
+        return q_out.double() @ k_out.double().transpose(-1, -2)
+    bias = module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
+    return bias.double().expand(q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
 
 
 @PROFILE
 @given(data=st.data())
-def test_rope_scores_depend_only_on_relative_position(qk_entry: Entry, data) -> None:
-    """q_m · k_n is unchanged when both positions shift by the same s (relative variants)."""
-    if not qk_entry.relative:
-        pytest.skip("dynamic/longrope frequencies depend on the longest position of the call")
-    rope = qk_entry.build()
+def test_scores_depend_only_on_relative_position(attention_entry: Entry, data) -> None:
+    """Rotary and bias encodings see positions through ``k_pos - q_pos`` only, and do see them.
+
+    Shifting every position by ``s`` changes no score (relative variants); moving a key by
+    ``d != 0`` changes its score, and moving a query changes its rotated value, so an encoding
+    blind to positions (an identity ``encode_qk``, a constant bias) fails this test.
+    """
+    entry = attention_entry
+    module = entry.build()
     dtype = data.draw(st.sampled_from([torch.float32, torch.float64]), label="dtype")
     t = data.draw(st.integers(1, 64), label="t")
-    seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
-    gen = torch.Generator().manual_seed(seed)
-    q, k = (
-        torch.randn(1, 2, t, qk_entry.head_dim, generator=gen, dtype=torch.float64).to(dtype) for _ in "qk"
-    )
-    q_pos = torch.randint(0, 100_000, (t,), generator=gen)
-    k_pos = torch.randint(0, 100_000, (t,), generator=gen)
-    shift = data.draw(st.integers(0, 100_000), label="shift")
-    q1, k1 = rope.encode_qk(q, k, q_pos, k_pos)
-    q2, k2 = rope.encode_qk(q, k, q_pos + shift, k_pos + shift)
-    scores1 = (q1.double() * k1.double()).sum(-1)  # token i of q against token i of k
-    scores2 = (q2.double() * k2.double()).sum(-1)
-    rtol = F64_IDENTITY_RTOL if dtype == torch.float64 else F32_IDENTITY_RTOL
-    scale = q.double().norm(dim=-1) * k.double().norm(dim=-1) * rope.attention_scaling**2
-    assert ((scores1 - scores2).abs() <= rtol * scale).all()
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1), label="seed"))
+    q, k = make_qk(entry, 1, t, t, dtype, generator=gen)
+    k = torch.cat([k, k], dim=-2)  # each key vector twice: at its query's position and d away
+    q_pos = torch.randint(1000, 100_000, (t,), generator=gen)
+    d = data.draw(st.integers(1, 1000), label="|d|")
+    # keys before their query: a causal bias gives every later key the same bucket
+    d = -d if entry.sizes["causal"] else d * data.draw(st.sampled_from([1, -1]), label="sign")
+    k_pos = torch.cat([q_pos, q_pos + d])
+    s = data.draw(st.integers(1, 100_000), label="shift")
+
+    scores = _scores(module, entry, q, k, q_pos, k_pos)
+    if "qk" in entry.hooks:  # a score is a product of two rotated vectors
+        scale = q.double().norm(dim=-1, keepdim=True) * k.double().norm(dim=-1).unsqueeze(-2)
+        scale = scale * module.attention_scaling**2
+    else:
+        scale = torch.full_like(scores, max(1.0, scores.abs().max().item()))
+
+    if entry.relative:
+        shifted = _scores(module, entry, q, k, q_pos + s, k_pos + s)
+        rtol = F64_IDENTITY_RTOL if dtype == torch.float64 else F32_IDENTITY_RTOL
+        assert ((scores - shifted).abs() <= rtol * scale).all(), "scores moved with a common shift"
+
+    # Not blind: query i against the same key vector at distance 0 (column i) and d (column t + i).
+    i = torch.arange(t)
+    at_0, at_d = scores[..., i, i], scores[..., i, t + i]
+    moved = (at_0 - at_d).abs() / scale[..., i, i]
+    assert moved.max() > NOT_BLIND_RTOL, f"scores at distance {d} equal those at distance 0"
+    if "qk" in entry.hooks:
+        here, _ = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
+        there, _ = module.encode_qk(q, k, q_positions=q_pos + s, k_positions=k_pos + s)
+        change = (here.double() - there.double()).norm(dim=-1) / q.double().norm(dim=-1)
+        assert change.min() > NOT_BLIND_RTOL, f"a query rotated the same at positions p and p + {s}"
 
 
 @PROFILE
@@ -303,13 +346,14 @@ def test_rope_rotations_compose(qk_entry: Entry, data) -> None:
 # --- sinusoidal -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 @PROFILE
 @given(data=st.data())
-def test_sinusoidal_table_shift_is_a_fixed_linear_map(input_entry: Entry, data) -> None:
-    """PE(p + k) = PE(p) @ M(k), with M(k) independent of p (Vaswani et al., 2017, Sec. 3.5)."""
-    module = input_entry.build()
-    if not isinstance(module, posenc.Sinusoidal):
-        pytest.skip("a 1D sin/cos table only")
+def test_sinusoidal_table_shift_is_a_fixed_linear_map(layout: str, spacing: str, data) -> None:
+    """PE(p + k) = PE(p) @ M(k), with M(k) independent of p and a rotation per frequency pair,
+    the identity for k = 0 (Vaswani et al., 2017, Sec. 3.5)."""
+    module = posenc.Sinusoidal(16, layout=layout, freq_spacing=spacing)
     t = data.draw(st.integers(1, 100), label="t")
     gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1), label="seed"))
     p = torch.randint(0, 140_000, (t,), generator=gen)
@@ -318,7 +362,10 @@ def test_sinusoidal_table_shift_is_a_fixed_linear_map(input_entry: Entry, data) 
     at_p, at_shifted = module(zeros, p), module(zeros, p + shift)
     m = sinusoidal_shift_map(shift, module.d_model, module.base, module.layout, module.freq_spacing)
     torch.testing.assert_close(at_p @ m, at_shifted, rtol=0, atol=1e-9)
-    torch.testing.assert_close(m @ m.T, torch.eye(module.d_model, dtype=torch.float64), rtol=0, atol=1e-12)
+    identity = torch.eye(module.d_model, dtype=torch.float64)
+    torch.testing.assert_close(m @ m.T, identity, rtol=0, atol=1e-12)
+    if shift == 0:
+        torch.testing.assert_close(m, identity, rtol=0, atol=0)
 
 
 # --- ALiBi ------------------------------------------------------------------------------------------------
@@ -350,7 +397,7 @@ def test_alibi_key_only_form_equals_full_form_after_softmax(data) -> None:
     q, k = make_qk(entry, batch, tq, tk, dtype)
     scores = torch.randn(batch, heads, tq, tk, dtype=torch.float64)
     causal = torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq)
-    key_only = alibi.attention_bias(q, k, q_pos, k_pos)
+    key_only = alibi.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
     assert key_only.shape[-2] == 1 and key_only.shape[1] == heads
     full = alibi(scores, q_pos, k_pos) - scores  # the paper's -m (i - j), float64
     with_key_only = (scores + key_only.double()).masked_fill(~causal, float("-inf")).softmax(-1)
@@ -377,12 +424,19 @@ def _bucket_options(draw):
 @given(options=_bucket_options())
 def test_t5_buckets_monotone_capped_and_equal_to_t5(options) -> None:
     """Buckets grow with |distance| in each direction, saturate at max_distance, and equal
-    transformers' T5Attention._relative_position_bucket everywhere."""
+    transformers' T5Attention._relative_position_bucket everywhere; the per-distance table
+    (what the encoding gathers from) is the bucket of the clamped distance."""
     max_distance = options["max_distance"]
     relative = torch.arange(-3 * max_distance, 3 * max_distance + 1)
     buckets = relative_position_bucket(relative, **options)
     reference = T5Attention._relative_position_bucket(relative, **options)
     torch.testing.assert_close(buckets, reference, rtol=0, atol=0)
+    by_distance = relative_bucket_of_distances(
+        max_distance, bidirectional=options["bidirectional"], num_buckets=options["num_buckets"]
+    )
+    torch.testing.assert_close(
+        by_distance[relative.clamp(-max_distance, max_distance) + max_distance], reference, rtol=0, atol=0
+    )
     assert buckets.min() >= 0 and buckets.max() < options["num_buckets"]
     middle = 3 * max_distance  # index of distance 0
     before = buckets[: middle + 1].flip(0)  # distances 0, 1, 2, ... of keys before the query
@@ -408,7 +462,7 @@ def test_t5_bias_equals_bucketing_every_pair(data) -> None:
     if q_pos is None and k_pos is not None and tq > tk:
         q_pos = torch.arange(tq)
     q, k = make_qk(entry, batch, tq, tk, torch.float32)
-    bias = t5.attention_bias(q, k, q_pos, k_pos)
+    bias = t5.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
     q_pos, k_pos = posenc.base.resolve_qk_positions(q, k, q_pos, k_pos)
     relative = k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
     bucket = T5Attention._relative_position_bucket(relative, **options)
