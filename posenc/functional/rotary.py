@@ -130,7 +130,9 @@ def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "
 def _complex_view_ok(pairs: Tensor) -> bool:
     # view_as_complex needs unit stride inside a pair and even strides and offset elsewhere
     strides = pairs.stride()
-    return bool(strides[-1] == 1 and pairs.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in strides[:-1]))
+    return bool(
+        strides[-1] == 1 and pairs.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in strides[:-1])
+    )
 
 
 def _rotate_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
