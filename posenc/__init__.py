@@ -10,7 +10,7 @@ from .attention import attention
 from .base import PositionalEncoding, mask_to_positions
 from .encodings import ALiBi, Learned, NoPE, RelativeBias, RoPE, Sinusoidal, Sinusoidal2D
 from .hf import from_hf_config, from_hf_model
-from .registry import available, build, describe, register
+from .registry import Spec, available, build, describe, register
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "RoPE",
     "Sinusoidal",
     "Sinusoidal2D",
+    "Spec",
     "__version__",
     "attention",
     "available",
