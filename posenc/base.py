@@ -535,6 +535,37 @@ class PositionalEncoding(nn.Module):
             return PositionState(self, qp, kp, q_start=q_start, k_start=k_start)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
 
+    def _own_state(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+        batch: int | None,
+        device: torch.device | str | None,
+    ) -> PositionState:
+        """:meth:`prepare`, but always this class's own state: what its built-in hooks read.
+
+        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
+        :class:`PositionState`, whose methods call back into the hooks.)
+        """
+        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+
+    def _hook_state(
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
+    ) -> PositionState:
+        """:meth:`_own_state` for the hooks' ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``."""
+        return self._own_state(
+            q.shape[-2],
+            k.shape[-2],
+            q_positions=q_positions,
+            k_positions=k_positions,
+            batch=max(q.shape[0], k.shape[0]),
+            device=q.device,
+        )
+
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
     ) -> PositionState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -12,7 +14,6 @@ from ..base import (
     PositionalEncoding,
     PositionState,
     ScoreMod,
-    _resolve_qk,
     check_bias_qk,
     check_scores,
 )
@@ -176,36 +177,6 @@ class ALiBi(PositionalEncoding):
     ) -> ALiBiState:
         return ALiBiState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
-    def _state(
-        self,
-        q_len: int,
-        k_len: int,
-        *,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        batch: int,
-        device: torch.device,
-    ) -> ALiBiState:
-        """:meth:`prepare`, always building this class's own state, which these hooks read.
-
-        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
-        :class:`PositionState`, whose hooks would call back into these.)
-        """
-        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
-
-    def _state_for(
-        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
-    ) -> ALiBiState:
-        return self._state(
-            q.shape[-2],
-            k.shape[-2],
-            q_positions=q_positions,
-            k_positions=k_positions,
-            batch=max(q.shape[0], k.shape[0]),
-            device=q.device,
-        )
-
     def attention_bias(
         self,
         q: Tensor,
@@ -230,7 +201,7 @@ class ALiBi(PositionalEncoding):
             float64 ``q``).
         """
         check_bias_qk(q, k, self.num_heads)
-        return self._state_for(q, k, q_positions, k_positions).attention_bias(q, k)
+        return cast(ALiBiState, self._hook_state(q, k, q_positions, k_positions)).attention_bias(q, k)
 
     def forward(
         self,
@@ -253,8 +224,11 @@ class ALiBi(PositionalEncoding):
         check_scores(scores, self.num_heads)
         compute = precise_dtype(scores)
         b, _, tq, tk = scores.shape
-        state = self._state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+        state = cast(
+            ALiBiState,
+            self._own_state(
+                tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+            ),
         )
         bias = state.full_bias(compute, symmetric=not self.causal)
         return (scores.to(compute) + bias).to(scores.dtype)
@@ -277,7 +251,7 @@ class ALiBi(PositionalEncoding):
             ``(score, b, h, q_idx, kv_idx) -> score + bias``.
         """
         check_bias_qk(q, k, self.num_heads)
-        return self._state_for(q, k, q_positions, k_positions).score_mod(q, k)
+        return cast(ALiBiState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, _resolve_qk, check_bias_qk, check_scores
+from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
 from ..functional.relative import (
     check_relative_bucket_options,
     gather_relative_bias,
@@ -196,24 +198,6 @@ class RelativeBias(PositionalEncoding):
     ) -> RelativeBiasState:
         return RelativeBiasState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
-    def _state(
-        self,
-        q_len: int,
-        k_len: int,
-        *,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        batch: int,
-        device: torch.device,
-    ) -> RelativeBiasState:
-        """:meth:`prepare`, always building this class's own state, which these hooks read.
-
-        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
-        :class:`PositionState`, whose hooks would call back into these.)
-        """
-        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
-
     def attention_bias(
         self,
         q: Tensor,
@@ -236,14 +220,7 @@ class RelativeBias(PositionalEncoding):
             for float64 ``q``), contiguous with heads outermost.
         """
         check_bias_qk(q, k, self.num_heads)
-        state = self._state(
-            q.shape[-2],
-            k.shape[-2],
-            q_positions=q_positions,
-            k_positions=k_positions,
-            batch=max(q.shape[0], k.shape[0]),
-            device=q.device,
-        )
+        state = cast(RelativeBiasState, self._hook_state(q, k, q_positions, k_positions))
         return state.attention_bias(q, k)
 
     def forward(
@@ -265,8 +242,11 @@ class RelativeBias(PositionalEncoding):
         check_scores(scores, self.num_heads)
         compute = precise_dtype(scores)
         b, _, tq, tk = scores.shape
-        state = self._state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+        state = cast(
+            RelativeBiasState,
+            self._own_state(
+                tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+            ),
         )
         return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
 
@@ -289,14 +269,7 @@ class RelativeBias(PositionalEncoding):
             ``torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=...)``.
         """
         check_bias_qk(q, k, self.num_heads)
-        state = self._state(
-            q.shape[-2],
-            k.shape[-2],
-            q_positions=q_positions,
-            k_positions=k_positions,
-            batch=max(q.shape[0], k.shape[0]),
-            device=q.device,
-        )
+        state = cast(RelativeBiasState, self._hook_state(q, k, q_positions, k_positions))
         return state.score_mod(q, k)
 
     def extra_repr(self) -> str:
