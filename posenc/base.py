@@ -353,6 +353,24 @@ class PositionState:
         """
         return None
 
+    @property
+    def has_value_term(self) -> bool:
+        """Whether :meth:`value_term` adds to the attention output (then attention needs the weights)."""
+        return type(self.encoding).value_term is not PositionalEncoding.value_term
+
+    def value_term(self, probs: Tensor) -> Tensor | None:
+        """The encoding's :meth:`~PositionalEncoding.value_term` at this state's positions.
+
+        Args:
+            probs: ``(b, h, tq, tk)`` attention weights.
+
+        Returns:
+            ``None``, or ``(b, h, tq, dv)`` to add to ``probs @ v``.
+        """
+        if not self.has_value_term:
+            return None
+        return self.encoding.value_term(probs, q_positions=self.q_positions, k_positions=self.k_positions)
+
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod | None:
         """The encoding's FlexAttention ``score_mod`` at this state's positions, or ``None``."""
         return self.encoding.score_mod(q, k, q_positions=self.q_positions, k_positions=self.k_positions)
@@ -392,7 +410,8 @@ def _overrides_hook_below_state(cls: type) -> bool:
         return next(i for i, c in enumerate(mro) if name in c.__dict__)
 
     state_at = definer("prepare_state")
-    return any(definer(hook) < state_at for hook in ("encode_qk", "attention_bias", "score_mod"))
+    hooks = ("encode_qk", "attention_bias", "value_term", "score_mod")
+    return any(definer(hook) < state_at for hook in hooks)
 
 
 class PositionalEncoding(nn.Module):
@@ -477,13 +496,37 @@ class PositionalEncoding(nn.Module):
         """The additive bias on the attention scores, or ``None`` when the encoding adds none.
 
         Args:
-            q: ``(b, h, tq, dh)`` queries (only their shape, device and dtype are used).
+            q: ``(b, h, tq, dh)`` queries, already encoded by :meth:`encode_qk`. Most encodings
+                use only their shape, device and dtype; a content term (Shaw's relative keys,
+                ``q . a_K(j - i)``) reads their values, and is then already scaled like the scores.
             k: ``(b, h_kv, tk, dh)`` keys (likewise).
             q_positions, k_positions: see :func:`resolve_qk_positions`.
 
         Returns:
             ``None``, or a float tensor broadcastable to ``(b, h, tq, tk)``; encodings return
             the smallest form that is exact under softmax (e.g. ``(1, h, 1, tk)``).
+        """
+        return None
+
+    def value_term(
+        self,
+        probs: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor | None:
+        """A term added to the attention output that depends on the attention weights, or ``None``.
+
+        Shaw et al.'s relative values add ``z_i += sum_j probs[i, j] * a_V(j - i)``: the
+        attention applies it after softmax (so it needs the weights, and takes its explicit
+        path). Encodings without such a term return ``None`` (the base class).
+
+        Args:
+            probs: ``(b, h, tq, tk)`` attention weights (after softmax and masking).
+            q_positions, k_positions: see :func:`resolve_qk_positions`.
+
+        Returns:
+            ``None``, or ``(b, h, tq, dv)`` in ``probs``' dtype, added to ``probs @ v``.
         """
         return None
 
