@@ -8,26 +8,46 @@ Each raises the project's one error style: a ``TypeError`` (wrong type) or ``Val
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
+
+#: float8 formats: torch has no elementwise arithmetic for them on most devices.
+FLOAT8_DTYPES = frozenset(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
+    if hasattr(torch, name)
+)
+
+
+def short(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so an error never echoes a huge input whole.
+
+    Python refuses ``str()`` of ints past 4300 digits; those are described by their size.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an int of {len(str(value)) if value.bit_length() < 14000 else 'more than 4000'} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
 
 
 def check_int(name: str, value: object, *, minimum: int) -> int:
     """Return ``value`` if it is an ``int >= minimum``."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be an int, got {short(value)} ({type(value).__name__})")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {short(value)}")
     return value
 
 
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is an ``int > 0``."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a positive int, got {short(value)} ({type(value).__name__})")
     if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
+        raise ValueError(f"{name} must be a positive int, got {short(value)}")
     return value
 
 
@@ -35,7 +55,7 @@ def check_positive_float(name: str, value: object) -> float:
     """Return ``float(value)`` if ``value`` is a finite real number ``> 0`` (ints accepted)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(
-            f"{name} must be a float (a finite number > 0), got {value!r} ({type(value).__name__})"
+            f"{name} must be a float (a finite number > 0), got {short(value)} ({type(value).__name__})"
         )
     try:
         value = float(value)
@@ -46,17 +66,43 @@ def check_positive_float(name: str, value: object) -> float:
     return value
 
 
+#: The most attention heads an encoding accepts. No model comes near it; it keeps a typo such
+#: as ``num_heads=10**15`` a clear error instead of an allocator failure in a per-head table.
+MAX_HEADS = 2**16
+#: The largest clipping distance of a relative table (T5's ``max_distance``, Shaw's clip). The
+#: table is read at every forward with one entry per distance in ``-d..d``.
+MAX_DISTANCE = 2**20
+
+
+def check_num_heads(name: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` in ``1..MAX_HEADS``."""
+    value = check_positive_int(name, value)
+    if value > MAX_HEADS:
+        raise ValueError(f"{name} must be at most {MAX_HEADS} (attention heads), got {short(value)}")
+    return value
+
+
+def check_distance(name: str, value: object, *, minimum: int = 1) -> int:
+    """Return ``value`` if it is an ``int`` in ``minimum..MAX_DISTANCE`` (a clipping distance)."""
+    value = check_int(name, value, minimum=minimum)
+    if value > MAX_DISTANCE:
+        raise ValueError(
+            f"{name} must be at most {MAX_DISTANCE} (one table entry per distance), got {short(value)}"
+        )
+    return value
+
+
 def check_bool(name: str, value: object) -> bool:
     """Return ``value`` if it is a ``bool`` (``0``/``1`` and strings are refused)."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a bool, got {short(value)} ({type(value).__name__})")
     return value
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
     """Raise ValueError unless ``value`` is one of ``choices``."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {list(choices)}, got {short(value)}")
 
 
 def check_float_tensor(name: str, value: object, *, rank: int, shape: str) -> None:
@@ -69,3 +115,58 @@ def check_float_tensor(name: str, value: object, *, rank: int, shape: str) -> No
         )
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
+    if value.dtype in FLOAT8_DTYPES:
+        raise TypeError(
+            f"{name} has dtype {value.dtype}: float8 tensors are storage formats without the arithmetic "
+            "position encodings need; cast to bfloat16 or float16 first"
+        )
+
+
+def check_allocatable(
+    what: str,
+    shape: tuple[int, ...],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Raise a ``ValueError`` naming ``what`` when a tensor of ``shape`` clearly cannot be allocated.
+
+    ``what`` names the arguments that set the size (e.g. ``"max_len=10**12 (d_model=8)"``), so a
+    size typo reads as a clear error instead of an allocator message from inside torch. On the
+    CPU, more bytes than the machine's RAM is refused before trying: with memory overcommit such
+    an allocation may succeed and fail only when its pages are first written (the OOM killer).
+    """
+    numel = math.prod(shape)
+    if numel >= 2**62:  # past what torch can even describe
+        raise ValueError(f"{what}: the table would have over 2**62 elements, more than any device can hold")
+    size = numel * torch.empty(0, dtype=dtype).element_size()
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    if on_cpu and size > _physical_memory():
+        raise ValueError(
+            f"{what}: a table of shape {shape} ({size / 2**30:.3g} GiB) is larger than this machine's memory"
+        )
+
+
+def allocate(
+    what: str,
+    shape: tuple[int, ...],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """``torch.empty(shape)`` after :func:`check_allocatable`; an allocator failure becomes a ``ValueError``."""
+    check_allocatable(what, shape, device=device, dtype=dtype)
+    try:
+        return torch.empty(shape, device=device, dtype=dtype)
+    except (RuntimeError, MemoryError) as error:
+        if "alloc" not in str(error).lower() and "memory" not in str(error).lower():
+            raise
+        raise ValueError(f"{what}: a table of shape {shape} cannot be allocated ({error})") from None
+
+
+def _physical_memory() -> int:
+    """The machine's RAM in bytes (unbounded where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63

@@ -135,6 +135,12 @@ def resolve_positions(
         )
     if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
         raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
+    if positions.dtype in _UNSIGNED_WIDE:
+        # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
+        # wrap negative and is refused below).
+        positions = positions.to(torch.long)
+    if device is not None and not _same_device(positions.device, torch.device(device)):
+        raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     if positions.dim() not in (1, 2):
         raise ValueError(
             f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {positions.dim()}: {tuple(positions.shape)}"
@@ -143,15 +149,26 @@ def resolve_positions(
         raise ValueError(f"{name} has length {positions.shape[-1]}, expected {length} (the sequence length)")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
         raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
-    # A data-dependent check: eager only, so that compiled graphs stay free of syncs.
-    if (
-        not is_compiling()
-        and positions.numel() > 0
-        and positions.device.type != "meta"
-        and bool((positions < 0).any())
-    ):
-        raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
+    if positions.numel() > 0 and positions.device.type != "meta":
+        if is_compiling():
+            # No host sync in a compiled graph: an assert the kernel checks, so that a negative
+            # position fails instead of wrapping around a table.
+            torch._assert_async((positions >= 0).all(), f"{name} must be non-negative")
+        elif bool((positions < 0).any()):
+            raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
     return positions.long()
+
+
+_UNSIGNED_WIDE = frozenset(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device (``cuda`` and ``cuda:0`` are, when 0 is current)."""
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        return True
+    return a.index == b.index
 
 
 def resolve_qk_positions(
@@ -190,9 +207,9 @@ def _resolve_qk(
     encoding may then slice a cached table instead of gathering rows).
     """
     if k_positions is not None:
-        k_positions = resolve_positions(k_positions, tk, batch=batch, name="k_positions")
+        k_positions = resolve_positions(k_positions, tk, batch=batch, device=device, name="k_positions")
     if q_positions is not None:
-        q_positions = resolve_positions(q_positions, tq, batch=batch, name="q_positions")
+        q_positions = resolve_positions(q_positions, tq, batch=batch, device=device, name="q_positions")
     q_start = k_start = None
     if q_positions is None:
         if k_positions is not None and tq <= tk:
@@ -262,9 +279,13 @@ class PositionState:
             positions, else ``None``.
         bias_form: ``"none"``, ``"key"`` (query-independent ``(.., 1, tk)``, exact for causal
             attention) or ``"full"``: which bias :meth:`attention_bias` returns.
+        causal_only: the state is exact only under causal attention (true for the key form).
     """
 
     bias_form: BiasForm
+    #: Whether this state is exact only in causal attention (ALiBi's key-only bias, xPos):
+    #: :func:`posenc.attention` refuses it with ``causal=False`` instead of a silently wrong result.
+    causal_only: bool = False
 
     def __init__(
         self,
@@ -285,6 +306,8 @@ class PositionState:
             overrides = type(encoding).attention_bias is not PositionalEncoding.attention_bias
             bias_form = "full" if overrides else "none"
         self.bias_form = bias_form
+        if bias_form == "key":
+            self.causal_only = True
 
     @property
     def q_len(self) -> int:

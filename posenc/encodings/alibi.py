@@ -7,7 +7,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_num_heads, check_positive_int
 from .._compat import precise_dtype
 from ..base import (
     BiasForm,
@@ -150,7 +150,7 @@ class ALiBi(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("num_heads", num_heads)
+        check_num_heads("num_heads", num_heads)
         check_bool("causal", causal)
         check_alibi_options(num_heads, max_bias)
         self.num_heads = num_heads

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int
+from .._checks import allocate, check_allocatable, check_choice, check_int, short
 from .._compat import is_compiling, precise_dtype
 from ..base import PositionalEncoding, check_input, resolve_positions
 from ..registry import register
@@ -28,13 +28,9 @@ class Learned(PositionalEncoding):
 
     Unlike the fixed encodings, the table has a hard limit: a sequence longer than
     ``max_len``, or a position ``>= max_len``, raises a ValueError naming both numbers.
-    Explicit positions are checked in eager mode only; under ``torch.compile`` checking them
-    would need a device sync, so there only the sequence length of default positions is
-    checked (it is a shape; with ``fullgraph=True`` dynamo reports the ValueError's message
-    as a ``torch._dynamo`` error, since a graph cannot raise); an out-of-range explicit
-    position then fails the compiled kernel's bounds check (a RuntimeError on the CPU, a
-    device-side assert on CUDA), so pass ``positions=None`` where the default applies to keep
-    the clear error. :meth:`resize` changes ``max_len`` by interpolation, for
+    Explicit positions are checked in eager mode with a ValueError; under ``torch.compile`` a
+    host-side check would need a device sync, so the compiled graph asserts instead (a
+    RuntimeError naming the table on the CPU, a device-side assert on CUDA). :meth:`resize` changes ``max_len`` by interpolation, for
     fine-tuning on longer inputs.
 
     Args:
@@ -70,7 +66,8 @@ class Learned(PositionalEncoding):
         if not (0 <= init_std < float("inf")):
             raise ValueError(f"init_std must be finite and >= 0, got {init_std}")
         self.init_std = float(init_std)
-        self.weight = nn.Parameter(torch.empty(max_len + offset, d_model, device=device, dtype=dtype))
+        size = f"max_len={short(max_len)}, offset={short(offset)}, d_model={d_model}"
+        self.weight = nn.Parameter(allocate(size, (max_len + offset, d_model), device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -86,8 +83,16 @@ class Learned(PositionalEncoding):
             )
 
     def _check_positions(self, positions: Tensor) -> None:
-        if is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
-            return  # the largest position is data; see the class docstring
+        if positions.numel() == 0 or positions.device.type == "meta":
+            return
+        if is_compiling():
+            # The largest position is data: no host sync in a compiled graph, but an assert the
+            # kernel checks, so a position past the table fails instead of reading out of bounds.
+            torch._assert_async(
+                (positions < self.max_len).all(),
+                f"a position is beyond the learned table (max_len={self.max_len})",
+            )
+            return
         largest = int(positions.max())
         if largest >= self.max_len:
             raise ValueError(
@@ -158,6 +163,13 @@ class Learned(PositionalEncoding):
             mode: ``"linear"``, ``"nearest"`` or ``"repeat"``.
         """
         check_int("new_max_len", new_max_len, minimum=1)
+        old_weight = self.weight
+        check_allocatable(
+            f"new_max_len={short(new_max_len)} (d_model={self.d_model})",
+            (new_max_len + self.offset, self.d_model),
+            device=old_weight.device,
+            dtype=old_weight.dtype,
+        )
         check_choice("mode", mode, ("linear", "nearest", "repeat"))
         old = self.weight
         head, body = old[: self.offset], old[self.offset :]

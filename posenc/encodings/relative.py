@@ -7,7 +7,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
 from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
 from ..functional.relative import (
@@ -146,7 +146,7 @@ class RelativeBias(PositionalEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("num_heads", num_heads)
+        check_num_heads("num_heads", num_heads)
         check_bool("causal", causal)
         if bidirectional is not None:
             check_bool("bidirectional", bidirectional)

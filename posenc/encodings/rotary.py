@@ -429,7 +429,6 @@ class RoPE(PositionalEncoding):
             ``(q, k)`` rotated, same shapes and dtypes.
         """
         check_qk(q, k, head_dim=self.head_dim)
-        q_positions, k_positions = _on(q_positions, q.device), _on(k_positions, q.device)
         batch = max(q.shape[0], k.shape[0])
         state = self._state(q.shape[-2], k.shape[-2], q_positions, k_positions, batch, q.device, None)
         return state._encode(q, k)
@@ -461,10 +460,5 @@ class RoPE(PositionalEncoding):
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
-        state = self._state(x.shape[-2], None, _on(positions, x.device), None, x.shape[0], x.device, None)
+        state = self._state(x.shape[-2], None, positions, None, x.shape[0], x.device, None)
         return _apply(x, *state.query_rows(x.dtype), self.layout)
-
-
-def _on(positions: Tensor | None, device: torch.device) -> Tensor | None:
-    # Positions follow the tensor they belong to (the checks of their type come later).
-    return positions.to(device) if isinstance(positions, Tensor) else positions

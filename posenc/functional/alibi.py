@@ -24,14 +24,14 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_float, check_positive_int
+from .._checks import check_num_heads, check_positive_float
 
 __all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options"]
 
 
 def check_alibi_options(num_heads: int, max_bias: float) -> None:
     """Check ALiBi options; raise ValueError/TypeError naming the bad one."""
-    check_positive_int("num_heads", num_heads)
+    check_num_heads("num_heads", num_heads)
     check_positive_float("max_bias", max_bias)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_positive_int
+from .._checks import MAX_DISTANCE, check_bool, check_distance, check_positive_int, short
 from .._compat import is_tracing
 
 __all__ = [
@@ -54,7 +54,9 @@ def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirecti
     An odd ``num_buckets`` is accepted, as in T5: when bidirectional, the last bucket is never used.
     """
     check_positive_int("num_buckets", num_buckets)
-    check_positive_int("max_distance", max_distance)
+    check_distance("max_distance", max_distance)
+    if num_buckets > MAX_DISTANCE:
+        raise ValueError(f"num_buckets must be at most {MAX_DISTANCE}, got {short(num_buckets)}")
     check_bool("bidirectional", bidirectional)
     per_direction = num_buckets // 2 if bidirectional else num_buckets
     if per_direction < 2:

@@ -667,12 +667,16 @@ def test_rope_theta_in_the_dict_is_the_base():
         ({"head_dim": 64, "max_len": 0}, ValueError, "max_len.*0"),
         ({"head_dim": 64, "scaling": "linear"}, TypeError, "scaling must be a dict.*str"),
         (
-            {"head_dim": 64, "scaling": {"rope_type": "ntk"}},
+            {"head_dim": 64, "scaling": {"rope_type": "ntk_by_parts"}},
             ValueError,
-            "rope_type.*'linear'.*'longrope'.*'ntk'",
+            "rope_type.*'linear'.*'longrope'.*'ntk'.*'ntk_by_parts'",
         ),
         ({"head_dim": 64, "scaling": {"rope_type": "linear"}}, ValueError, "'linear' needs a 'factor'"),
-        ({"head_dim": 64, "scaling": {"rope_type": "linear", "factor": 0}}, ValueError, "factor.*> 0.*0"),
+        (
+            {"head_dim": 64, "scaling": {"rope_type": "linear", "factor": 0}},
+            ValueError,
+            "factor.*> 0.*1e-06.*0",
+        ),
         (
             {"head_dim": 64, "scaling": {"rope_type": "linear", "factor": float("nan")}},
             ValueError,

@@ -303,8 +303,15 @@ def test_old_names_stay_importable():
     import posenc.functional.rotary as rotary
     from posenc.functional import rope_scaling
 
-    for name in rope_scaling.__all__:
+    # The names that lived in posenc.functional.rotary before rope_scaling existed.
+    old = ["ROPE_TYPES", "DefaultRope", "DynamicRope", "LinearRope", "Llama3Rope", "LongRope"]
+    old += ["RopeParameters", "YarnRope", "dynamic_ntk_inv_freq", "linear_inv_freq", "llama3_inv_freq"]
+    old += ["longrope_attention_factor", "longrope_inv_freq", "resolve_rope_scaling", "rope_inv_freq"]
+    old += ["scaled_inv_freq", "yarn_attention_factor", "yarn_inv_freq"]
+    for name in old:
         assert getattr(rotary, name) is getattr(rope_scaling, name) is getattr(F, name), name
+    for name in rope_scaling.__all__:  # new names: from posenc.functional and rope_scaling
+        assert getattr(rope_scaling, name) is getattr(F, name), name
     assert rotary._TYPE_KEYS is rope_scaling._TYPE_KEYS
     assert set(rotary._TYPE_KEYS) == set(rotary.ROPE_TYPES)
     assert rotary._TYPE_KEYS["yarn"] == YarnRope.keys

@@ -1,0 +1,143 @@
+"""Issue 12's classes of misuse in the core (each class, not one example): refused inputs name
+the argument, the value and what is expected, never an error from inside torch or Python."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from posenc._checks import MAX_HEADS, check_allocatable, short
+
+FLOAT8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
+UNSIGNED = [getattr(torch, n) for n in ("uint8", "uint16", "uint32", "uint64") if hasattr(torch, n)]
+
+
+def _qk(dtype: torch.dtype = torch.float32, t: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(2, 4, t, 8, generator=g).to(dtype), torch.randn(2, 4, t, 8, generator=g).to(dtype)
+
+
+ENCODINGS = ["rope", "alibi", "t5", "sinusoidal", "learned", "none"]
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+@pytest.mark.parametrize("name", [n for n in ENCODINGS if n != "none"])  # NoPE reads nothing
+def test_float8_inputs_are_refused_by_name(name: str, dtype: torch.dtype) -> None:
+    module = posenc.build(name, d_model=32, num_heads=4, head_dim=8, max_len=16)
+    q, k = _qk()
+    with pytest.raises(TypeError, match=r"float8.*bfloat16"):
+        if module.kind == "additive":
+            module.encode_input(torch.randn(2, 5, 32).to(dtype))
+        elif module.kind == "bias":
+            module.attention_bias(q.to(dtype), k.to(dtype))
+        else:
+            module.encode_qk(q.to(dtype), k.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", UNSIGNED, ids=str)
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5"])
+def test_unsigned_positions_equal_long_positions(name: str, dtype: torch.dtype) -> None:
+    module = posenc.build(name, num_heads=4, head_dim=8)
+    q, k = _qk()
+    positions = torch.tensor([3, 1, 4, 1, 5])
+    ref = posenc.attention(q, k, k, module, causal=True, q_positions=positions, k_positions=positions)
+    got = posenc.attention(
+        q, k, k, module, causal=True, q_positions=positions.to(dtype), k_positions=positions.to(dtype)
+    )
+    torch.testing.assert_close(got, ref, rtol=0, atol=0)
+
+
+def test_uint64_past_int64_is_refused() -> None:
+    huge = torch.tensor([0, 2**63 + 5], dtype=torch.uint64) if hasattr(torch, "uint64") else None
+    if huge is None:
+        pytest.skip("no torch.uint64")
+    q, k = _qk(t=2)
+    with pytest.raises(ValueError, match="positions must be non-negative"):
+        posenc.RoPE(8).encode_qk(q, k, q_positions=huge, k_positions=huge)
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5"])
+@pytest.mark.parametrize("which", ["q_positions", "k_positions"])
+def test_positions_on_another_device_are_refused(name: str, which: str) -> None:
+    module = posenc.build(name, num_heads=4, head_dim=8)
+    q, k = _qk()
+    hook = module.encode_qk if module.kind == "rotary" else module.attention_bias
+    with pytest.raises(ValueError, match=rf"{which} is on meta, but the tensors it positions are on cpu"):
+        hook(q, k, **{which: torch.arange(5, device="meta")})
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"name": "learned", "max_len": 10**400}, "max_len=an int of 401 digits"),
+        ({"name": "learned", "max_len": 10**13}, "larger than this machine's memory"),
+        ({"name": "alibi", "num_heads": 10**400}, f"num_heads must be at most {MAX_HEADS}"),
+        ({"name": "alibi", "num_heads": 10**15}, f"num_heads must be at most {MAX_HEADS}"),
+        ({"name": "t5", "num_heads": 10**9}, f"num_heads must be at most {MAX_HEADS}"),
+        ({"name": "t5", "max_distance": 10**12}, "max_distance must be at most"),
+        ({"name": "t5", "num_buckets": 10**12}, "num_buckets must be at most"),
+        ({"name": "rope", "base": 10**400}, "too large for a float"),
+    ],
+    ids=lambda v: str(v)[:40] if isinstance(v, dict) else "",
+)
+def test_sizes_past_any_machine_are_a_clear_error(spec: dict, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        posenc.build(spec, d_model=8, num_heads=4, head_dim=8)
+    assert fragment in str(info.value)
+    assert len(str(info.value)) < 400  # never the value echoed whole
+
+
+def test_learned_resize_past_memory_is_refused_before_allocating() -> None:
+    table = posenc.Learned(8, 4)
+    with pytest.raises(ValueError, match=r"new_max_len=10000000000000 .*larger than this machine's memory"):
+        table.resize(10**13)
+    assert table.max_len == 4 and table.weight.shape == (4, 8)
+
+
+def test_short_never_echoes_a_huge_value() -> None:
+    assert short(10**5000) == "an int of more than 4000 digits"  # str() of it would raise
+    assert short(10**200) == "an int of 201 digits"
+    assert len(short("x" * 10_000_000)) < 100
+    with pytest.raises(ValueError, match="over 2\\*\\*62 elements"):
+        check_allocatable("n=huge", (2**40, 2**40))
+
+
+def test_huge_spec_string_is_not_echoed_whole() -> None:
+    with pytest.raises(ValueError) as info:
+        posenc.build("x" * 10_000_000)
+    assert len(str(info.value)) < 1000
+
+
+def test_causal_alibi_in_bidirectional_attention_is_refused() -> None:
+    """ALiBi(causal=True)'s key-only bias is exact only under a causal mask: a silently wrong
+    result in bidirectional attention becomes an error that says what to build instead."""
+    q, k = _qk()
+    with pytest.raises(ValueError, match=r"causal=False.*ALiBi.*causal=False"):
+        posenc.attention(q, k, k, posenc.ALiBi(4), causal=False)
+    bidirectional = posenc.attention(q, k, k, posenc.ALiBi(4, causal=False), causal=False)
+    assert torch.isfinite(bidirectional).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rope", "learned"])
+def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) -> None:
+    module = posenc.build(name, d_model=32, head_dim=8, max_len=16)
+    q, k = _qk()
+    x = torch.randn(2, 5, 32)
+    if module.kind == "rotary":
+
+        def fn(positions: torch.Tensor) -> torch.Tensor:
+            return module.encode_qk(q, k, q_positions=positions, k_positions=positions)[0]
+    else:
+
+        def fn(positions: torch.Tensor) -> torch.Tensor:
+            return module.encode_input(x, positions)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="inductor")
+    torch.testing.assert_close(compiled(torch.arange(5)), fn(torch.arange(5)))
+    with pytest.raises(RuntimeError, match="non-negative"):
+        compiled(torch.tensor([0, 1, -1, 2, 3]))
+    if name == "learned":
+        with pytest.raises(RuntimeError, match="beyond the learned table"):
+            compiled(torch.tensor([0, 1, 99, 2, 3]))
