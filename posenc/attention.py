@@ -13,7 +13,6 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -21,9 +20,13 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
+from ._attention_common import heads_differ, needs_grad
 from ._checks import check_bool
 from ._compat import is_compiling
-from .base import PositionalEncoding, PositionState, check_qk
+from ._flex import flex_attention_path
+from ._weights import weighted_attention
+from .base import PositionalEncoding, PositionState, _resolve_qk, check_qk
+from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
 
@@ -103,13 +106,15 @@ def _check_inputs(
                 f"attn_mask must be a boolean keep-mask (True = attend), got dtype {attn_mask.dtype}; "
                 f"for a (batch, seq_k) padding mask pass attention_mask.bool()[:, None, None, :]"
             )
-        target = (q.shape[0], hq, q.shape[2], k.shape[2])
+        target = (max(q.shape[0], k.shape[0]), hq, q.shape[2], k.shape[2])
         shape = tuple(attn_mask.shape)
-        padded = (1,) * (4 - len(shape)) + shape
-        if len(shape) > 4 or any(m not in (1, t) for m, t in zip(padded, target, strict=True)):
+        # Exactly 4-D: a 2-D mask is ambiguous ((batch, seq_k) padding or (seq_q, seq_k)?) when
+        # batch == seq_q, and reading it the wrong way gives silently wrong outputs.
+        if len(shape) != 4 or any(m not in (1, t) for m, t in zip(shape, target, strict=True)):
             raise ValueError(
-                f"attn_mask must be broadcastable to (batch, heads, seq_q, seq_k) = {target}, got shape {shape}; "
-                f"for a (batch, seq_k) padding mask use mask[:, None, None, :]"
+                f"attn_mask must be 4-D, (batch|1, heads|1, seq_q|1, seq_k) broadcastable to {target}, "
+                f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
+                f"(seq_q, seq_k) mask as mask[None, None]"
             )
     if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
@@ -126,28 +131,6 @@ def _check_inputs(
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
     ):
         raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-
-
-def _heads_differ(q: Tensor, k: Tensor) -> bool:
-    """Grouped-query attention? A branch (not ``bool()``) so that dynamic shapes give a Python bool."""
-    if q.shape[1] != k.shape[1]:  # a branch: it guards once under compile, bool() stays symbolic
-        return True
-    return False
-
-
-def _causal_keep(q_start: int, q_end: int, tk: int, offset: int, device: torch.device) -> Tensor:
-    """Bottom-right aligned causal keep-mask ``(q_end - q_start, tk)``: query row i sees keys j <= i + offset."""
-    rows = torch.arange(q_start, q_end, device=device).unsqueeze(-1)
-    cols = torch.arange(tk, device=device)
-    return cols <= rows + offset
-
-
-def _and(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a & b
 
 
 def _sdpa(
@@ -168,7 +151,7 @@ def _sdpa(
     Rows of ``keep`` with no key at all are opened for the kernel (so that no backend
     produces NaN) and their outputs set to zero afterwards.
     """
-    gqa = _heads_differ(q, k)
+    gqa = heads_differ(q, k)
     dead = None
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)
@@ -195,22 +178,12 @@ def _mask_dtype(q: Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _slice_keep(user_keep: Tensor | None, qs: slice, ks: slice) -> Tensor | None:
-    if user_keep is None:
-        return None
-    # Broadcast (size-1) dims stay size 1: only real dims are sliced.
-    rows = qs if user_keep.shape[-2] != 1 else slice(None)
-    cols = ks if user_keep.shape[-1] != 1 else slice(None)
-    return user_keep[..., rows, cols]
-
-
 def _chunked(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     state: PositionState | None,
-    user_keep: Tensor | None,
-    causal: bool,
+    vis: Visibility,
     dropout_p: float,
     scale: float | None,
     chunk: int,
@@ -218,27 +191,22 @@ def _chunked(
     """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
 
     Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
-    ALiBi form is small near that chunk's diagonal), and with ``causal`` it only reads the keys
-    its last query can see. When gradients are needed each chunk is checkpointed: its bias is
-    recomputed in the backward pass instead of being kept for it (SDPA would otherwise save
-    every chunk's mask, O(tq * tk) memory in all).
+    ALiBi form is small near that chunk's diagonal), and reads only the keys it can see
+    (causality, a window, its documents: :meth:`Visibility.visible_range`). When gradients are
+    needed each chunk is checkpointed: its bias is recomputed in the backward pass instead of
+    being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
     """
-    tq, tk = q.shape[-2], k.shape[-2]
-    offset = tk - tq
     mask_dtype = _mask_dtype(q)
-    needs_grad = _needs_grad(q, k, v, state)
-    causal_only = causal and user_keep is None  # the only masked entries are above the diagonal
+    grad = needs_grad(q, k, v, state)
+    # The only masked entries are above the diagonal of the chunk's last keys (index causality).
+    causal_only = vis.causal and vis.ranged and vis.user is None and vis.window is None
     outs = []
-    for start in range(0, tq, chunk):
-        end = min(start + chunk, tq)
-        k_end = min(tk, end + offset) if causal else tk
-        if k_end <= 0:  # causal with more queries than keys: these queries see nothing
+    for start, end, lo, hi in vis.spans(chunk):
+        if hi <= lo:  # these queries see no key
             outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
             continue
-        qs, ks = slice(start, end), slice(0, k_end)
-        keep = _slice_keep(user_keep, qs, ks)
-        if causal:
-            keep = _and(keep, _causal_keep(start, end, k_end, offset, q.device))
+        qs, ks = slice(start, end), slice(lo, hi)
+        keep = vis.block(qs, ks)
         block = None if state is None else state.narrow(qs, ks)
 
         def one_chunk(
@@ -247,19 +215,13 @@ def _chunked(
             return _chunk_attention(q_c, k_c, v_c, block, keep, causal_only, dropout_p, scale, mask_dtype)
 
         args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
-        if needs_grad:
+        if grad:
             outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
         else:
             outs.append(one_chunk(*args))
+    if not outs:  # no queries
+        return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
     return torch.cat(outs, dim=2)
-
-
-def _needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState | None) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        return True
-    return state is not None and any(p.requires_grad for p in state.encoding.parameters())
 
 
 def _chunk_attention(
@@ -273,7 +235,7 @@ def _chunk_attention(
     scale: float | None,
     mask_dtype: torch.dtype,
 ) -> Tensor:
-    """One chunk of :func:`_chunked`; ``keep`` already holds the chunk's causal mask.
+    """One chunk of :func:`_chunked`; ``keep`` is the chunk's whole keep-mask.
 
     ``causal_only``: ``keep`` is nothing but the (bottom-right) causal mask.
     """
@@ -284,8 +246,8 @@ def _chunk_attention(
         # diagonal block), so a fresh bias is filled there in place instead of copied whole.
         bias = bias.to(mask_dtype)
         if _writable(bias, state, rows, cols):
-            bias[..., cols - rows :].masked_fill_(~keep[:, cols - rows :], float("-inf"))
-            gqa = _heads_differ(q, k)
+            bias[..., cols - rows :].masked_fill_(~keep[..., cols - rows :], float("-inf"))
+            gqa = heads_differ(q, k)
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
             )
@@ -339,6 +301,9 @@ def attention(
     qk_encoded: bool = False,
     backend: Backend = "auto",
     chunk_size: int | None = None,
+    window: int | None = None,
+    document_ids: Tensor | None = None,
+    q_document_ids: Tensor | None = None,
 ) -> Tensor:
     """Scaled dot-product attention with a position encoding applied through its hooks.
 
@@ -386,11 +351,27 @@ def attention(
     :data:`HALF_CAST_CHUNK` with the bias asked per chunk, so that its values near each
     chunk's diagonal stay small and keep their resolution far out (positions ~100k).
 
-    Causal masking is by index and bottom-right aligned: with ``tq < tk`` (decoding with a
+    Causal masking follows positions: key ``j`` is visible to query ``i`` iff
+    ``k_pos[j] <= q_pos[i]`` (per batch row for ``(b, t)`` positions), so a shard of queries
+    (context parallelism) or a packed batch sees exactly the keys before it. With default
+    positions this is by index and bottom-right aligned: with ``tq < tk`` (decoding with a
     KV cache) the queries are the *last* ``tq`` of the keys, so query ``i`` sees keys
     ``j <= i + tk - tq`` (SDPA's own ``is_causal`` is top-left aligned when ``tq != tk``;
     this function never uses it then). Query rows that can see no key at all (padding
     queries) return zeros, never NaN.
+
+    ``window`` restricts each query to nearby keys: causal, ``0 <= q_pos - k_pos < window``
+    (the query and the ``window - 1`` keys before it, as Mistral's and Gemma's
+    ``sliding_window``); bidirectional, ``|q_pos - k_pos| <= window // 2`` (ModernBERT's
+    ``local_attention``). ``document_ids`` (packed documents) restricts each query to keys of
+    its own document. Neither builds a ``(tq, tk)`` mask on the chunked path: each query chunk
+    builds the block of the keys it can see. With a window at default positions and no other
+    mask, the Toeplitz path applies it as ``-inf`` at the distances outside the window.
+
+    An encoding with a value term (:attr:`~posenc.PositionState.has_value_term`, e.g. Shaw's
+    relative values) takes an explicit path over query chunks:
+    ``probs = softmax(q kᵀ · scale + bias + mask)`` (with dropout), then
+    ``probs @ v + value_term(probs)``; memory O(chunk·tk) (:mod:`posenc._weights`).
 
     Args:
         q: ``(b, h, tq, dh)`` queries.
@@ -413,66 +394,155 @@ def attention(
         chunk_size: query rows per chunk on the chunked paths; ``None`` picks the largest that
             keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES` (:data:`TOEPLITZ_CHUNK` on
             the Toeplitz path).
+        window: a sliding window (a positive int, see above), or ``None`` for none.
+        document_ids: ``(tk,)`` or ``(b, tk)`` integer ids of the keys' packed documents (a new
+            document starts where the id changes); queries attend only within their document.
+            The queries' ids are the last ``tq`` of them unless ``q_document_ids`` is given.
+            When no positions are given (and ``encoding`` is not a state), positions restart
+            at 0 in each document (:func:`posenc.document_positions`), so that each document
+            is encoded as if it were alone.
+        q_document_ids: ``(tq,)`` or ``(b, tq)`` ids of the queries' documents.
 
     Returns:
         ``(b, h, tq, dv)``, the dtype of ``q``.
 
     Raises:
         TypeError: a non-tensor, non-float or mixed-dtype input, a non-boolean ``attn_mask``,
-            ``causal`` or ``qk_encoded``, or an ``encoding`` of another type.
+            ``causal`` or ``qk_encoded``, non-integer document ids or ``window``, or an
+            ``encoding`` of another type.
         ValueError: wrong ranks, mismatched shapes (``v`` vs ``k``, heads, head width, batch),
-            an ``attn_mask`` that does not broadcast, bad ``dropout_p``/``scale``/``backend``/
-            ``chunk_size``, positions given with a state, or ``backend="flex"`` where it cannot run.
+            an ``attn_mask`` that is not 4-D or does not broadcast, bad ``dropout_p``/``scale``/
+            ``backend``/``chunk_size``/``window``, positions given with a state, positions, masks
+            or ids on another device than ``q``, or ``backend="flex"`` where it cannot run.
     """
     _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size)
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
+    window = check_window(window)
+    _check_devices(q, q_positions=q_positions, k_positions=k_positions, attn_mask=attn_mask)
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
         batch = max(q.shape[0], k.shape[0])
         q, k, v = (t.expand(batch, *t.shape[1:]) for t in (q, k, v))
-    state = _state(encoding, q, k, q_positions, k_positions)
-    if state is not None and not qk_encoded:
-        q, k = state.encode_qk(q, k)
-    if backend == "flex":
-        return _flex(q, k, v, state, attn_mask, causal, scale)
-
     b, h, tq, _ = q.shape
     tk = k.shape[-2]
-    if causal and tq == 1:
+    q_doc = k_doc = None
+    if document_ids is not None:
+        q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b, q.device)
+        if q_positions is None and k_positions is None and not isinstance(encoding, PositionState):
+            # Each document is encoded as if it were alone: positions restart in each one.
+            k_positions = document_positions(k_doc)
+            if q_document_ids is None:
+                q_positions = k_positions[..., tk - tq :]
+    elif q_document_ids is not None:
+        raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
+    state = _state(encoding, q, k, q_positions, k_positions)
+    if state is not None and state.causal_only and not causal:
+        name = type(state.encoding).__name__
+        raise ValueError(
+            f"causal=False, but this {name} is exact only in causal attention (e.g. ALiBi(causal=True)'s "
+            f"key-only bias); for bidirectional attention build it with causal=False"
+        )
+    vis = _visibility(state, q, k, q_positions, k_positions, attn_mask, causal, window, q_doc, k_doc)
+    if state is not None and not qk_encoded:
+        q, k = state.encode_qk(q, k)
+    tracing = is_compiling()
+    if state is not None and state.has_value_term:
+        if backend == "flex":
+            raise ValueError(
+                f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
+                f"the attention weights); use backend='auto'"
+            )
+        chunk = tq if tracing else chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
+        return weighted_attention(q, k, v, state, vis, dropout_p, scale, chunk)
+    if backend == "flex":
+        return flex_attention_path(q, k, v, state, vis, scale)
+
+    if vis.causal and tq == 1 and vis.ranged and vis.window is None:
         # One decoding query is the last position: it sees every key, no mask is needed.
-        causal = False
+        vis.causal = False
     mask_dtype = _mask_dtype(q)
     elem = torch.finfo(mask_dtype).bits // 8
     form = "none" if state is None else state.bias_form
-    tracing = is_compiling()
     half_cast = q.dtype in (torch.float16, torch.bfloat16) and mask_dtype == q.dtype and form != "none"
 
-    if state is not None and form != "none" and attn_mask is None and backend != "sdpa" and not half_cast:
-        values = state.bias_by_distance(mask_dtype)
+    if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
+        values = None
+        if state is not None and form != "none":
+            values = state.bias_by_distance(mask_dtype)
+        elif form == "none" and window is not None:
+            # A window is a function of the distance too: zeros, -inf outside it.
+            values = q.new_zeros(1, tq + tk - 1, dtype=mask_dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
-            chunk = tq if (tracing or not causal) else (chunk_size or TOEPLITZ_CHUNK)
-            return _toeplitz(q, k, v, state, values, causal, dropout_p, scale, chunk)
+            ranged = vis.causal or window is not None
+            chunk = tq if (tracing or not ranged) else (chunk_size or TOEPLITZ_CHUNK)
+            return _toeplitz(q, k, v, values, vis, dropout_p, scale, chunk)
     if tracing or backend == "sdpa":
-        return _single(q, k, v, state, attn_mask, causal, dropout_p, scale, mask_dtype)
+        return _single(q, k, v, state, vis, dropout_p, scale, mask_dtype)
 
-    if form == "none" and attn_mask is None:
+    if form == "none" and vis.user is None and not vis.structural:
         use_chunks = backend == "chunked"
     else:
-        # A dense mask: the bias, or a padding mask joined with the causal one.
+        # A dense mask: the bias, or a padding, document or window mask joined with the causal one.
         dense_bytes = b * (h if form != "none" else 1) * tq * tk * elem
         use_chunks = (
             backend == "chunked"
-            or (dense_bytes > BIAS_BUDGET_BYTES and (causal or form != "none"))
+            or (dense_bytes > BIAS_BUDGET_BYTES and (vis.causal or form != "none" or vis.structural))
             or (half_cast and tq > HALF_CAST_CHUNK)
         )
     if not use_chunks:
-        return _single(q, k, v, state, attn_mask, causal, dropout_p, scale, mask_dtype)
+        return _single(q, k, v, state, vis, dropout_p, scale, mask_dtype)
     if chunk_size is None:
         chunk_size = max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * elem))
         if half_cast:
             chunk_size = min(chunk_size, HALF_CAST_CHUNK)
-    return _chunked(q, k, v, state, attn_mask, causal, dropout_p, scale, chunk_size)
+    return _chunked(q, k, v, state, vis, dropout_p, scale, chunk_size)
+
+
+def _check_devices(q: Tensor, **tensors: Tensor | None) -> None:
+    """Positions and masks must be on ``q``'s device (torch's own error would not name them)."""
+    for name, t in tensors.items():
+        if isinstance(t, Tensor) and t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
+
+
+def _visibility(
+    state: PositionState | None,
+    q: Tensor,
+    k: Tensor,
+    q_positions: Tensor | None,
+    k_positions: Tensor | None,
+    attn_mask: Tensor | None,
+    causal: bool,
+    window: int | None,
+    q_doc: Tensor | None,
+    k_doc: Tensor | None,
+) -> Visibility:
+    """The keys each query may see; explicit positions only when a side is not the default range."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    qp = kp = None
+    if causal or window is not None:
+        if state is not None:
+            if state.q_start is None or state.k_start is None:
+                qp, kp = state.q_positions, state.k_positions
+        elif q_positions is not None or k_positions is not None:
+            qp, kp, q_start, k_start = _resolve_qk(tq, tk, q.shape[0], q.device, q_positions, k_positions)
+            if q_start is not None and k_start is not None:
+                qp = kp = None
+        if qp is not None and kp is not None:
+            qp, kp = qp.to(q.device), kp.to(q.device)
+    return Visibility(
+        tq,
+        tk,
+        q.device,
+        user=attn_mask,
+        causal=causal,
+        window=window,
+        q_pos=qp,
+        k_pos=kp,
+        q_doc=q_doc,
+        k_doc=k_doc,
+    )
 
 
 def _state(
@@ -504,8 +574,7 @@ def _single(
     k: Tensor,
     v: Tensor,
     state: PositionState | None,
-    attn_mask: Tensor | None,
-    causal: bool,
+    vis: Visibility,
     dropout_p: float,
     scale: float | None,
     mask_dtype: torch.dtype,
@@ -513,10 +582,12 @@ def _single(
     """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
     tq, tk = q.shape[-2], k.shape[-2]
     bias = None if state is None else state.attention_bias(q, k)
-    fused = causal and tq == tk and attn_mask is None and bias is None
-    keep = attn_mask
-    if causal and not fused:
-        keep = _and(keep, _causal_keep(0, tq, tk, tk - tq, q.device))
+    # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
+    # exporters): only a bias-free call with nothing but index causality takes it.
+    fused = (
+        vis.causal and vis.ranged and vis.window is None and tq == tk and vis.user is None and bias is None
+    )
+    keep = None if fused else vis.block(slice(None), slice(None))
     return _sdpa(
         q,
         k,
@@ -534,9 +605,8 @@ def _toeplitz(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState,
     values: Tensor,
-    causal: bool,
+    vis: Visibility,
     dropout_p: float,
     scale: float | None,
     chunk: int,
@@ -546,22 +616,29 @@ def _toeplitz(
     With the queries of a chunk in reverse order, entry ``(i', j)`` of the chunk's bias is
     ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
     (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
-    causal mask is ``-inf`` at the distances past each query, in the same vector. Each causal
-    chunk reads only the keys up to its last query.
+    causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
+    Each chunk reads only the keys it can see.
 
     Args:
-        values: ``(h, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`.
+        values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
+            (zeros for a window alone).
+        vis: index rules only (default positions, no user mask, no documents).
         chunk: query rows per SDPA call (``tq`` for one call).
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    offset = tk - tq  # causal by index: query row i sees keys j <= i + offset
     heads = values.shape[0]
-    if causal:
-        # Key j is past query row i where j - i > offset; in the vector, entry n holds j - i = n - (tq - 1).
-        past = torch.arange(values.shape[-1], device=values.device) - (tq - 1) > offset
-        values = values.masked_fill(past, float("-inf"))
+    if vis.causal or vis.window is not None:
+        # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
+        behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
+        if vis.causal:
+            hidden = behind < 0
+            if vis.window is not None:
+                hidden = hidden | (behind >= vis.window)
+        else:
+            hidden = behind.abs() > (vis.window or 0) // 2
+        values = values.masked_fill(hidden, float("-inf"))
     values = values.contiguous()
-    gqa = _heads_differ(q, k)
+    gqa = heads_differ(q, k)
 
     def call(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> Tensor:
         out = F.scaled_dot_product_attention(
@@ -572,107 +649,24 @@ def _toeplitz(
     if chunk >= tq:
         # One call (also the traced path: no loop over a symbolic length).
         out = call(q, k, v, values.as_strided((1, heads, tq, tk), (0, values.stride(0), 1, 1)))
-        return _zero_unseen_rows(out, causal, tq, tk)
+        return _zero_unseen_rows(out, vis)
     # No checkpointing here: each chunk's mask is a view of the small vector, so SDPA keeps
     # nothing of size (h, tq, tk) for the backward pass.
     outs = []
-    for start in range(0, tq, chunk):
-        end = min(start + chunk, tq)
+    for start, end, lo, hi in vis.spans(chunk):
         rows = end - start
-        k_end = min(tk, end + offset) if causal else tk
-        if k_end <= 0:  # causal with more queries than keys: these queries see nothing
+        if hi <= lo:  # these queries see no key
             outs.append(q.new_zeros(q.shape[0], q.shape[1], rows, v.shape[-1]))
             continue
-        window = values[:, tq - end : tq - end + rows + k_end - 1]
-        mask = window.as_strided((1, heads, rows, k_end), (0, window.stride(0), 1, 1))
-        outs.append(call(q[:, :, start:end], k[:, :, :k_end], v[:, :, :k_end], mask))
-    return _zero_unseen_rows(torch.cat(outs, dim=2), causal, tq, tk)
+        first = tq - end + lo  # the entry of (last row, key lo)
+        strip = values[:, first : first + rows + hi - lo - 1]
+        mask = strip.as_strided((1, heads, rows, hi - lo), (0, strip.stride(0), 1, 1))
+        outs.append(call(q[:, :, start:end], k[:, :, lo:hi], v[:, :, lo:hi], mask))
+    return _zero_unseen_rows(torch.cat(outs, dim=2), vis)
 
 
-def _zero_unseen_rows(out: Tensor, causal: bool, tq: int, tk: int) -> Tensor:
-    """Causal with more queries than keys: the first ``tq - tk`` rows see no key; zeros, as on every path."""
-    if not causal or tq <= tk:
+def _zero_unseen_rows(out: Tensor, vis: Visibility) -> Tensor:
+    """More queries than keys (index rule): the first rows may see no key; zeros, as on every path."""
+    if vis.tq <= vis.tk or not (vis.causal or vis.window is not None):
         return out
-    dead = torch.arange(tq, device=out.device).view(tq, 1) < tq - tk
-    return out.masked_fill(dead, 0.0)
-
-
-# --- FlexAttention (opt-in) -------------------------------------------------------------------
-
-_COMPILED_FLEX: dict[bool, Callable] = {}
-
-
-def _compiled_flex(dynamic: bool) -> Callable:
-    """``flex_attention`` compiled once per process (and per ``dynamic``).
-
-    ``dynamic=True`` reuses one kernel for every length. With a captured mask tensor the
-    CPU kernel fails to build with dynamic shapes (torch 2.13: a C++ compile error in the
-    generated code), so masked calls use static shapes: one compile per new shape.
-    """
-    if dynamic not in _COMPILED_FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _COMPILED_FLEX[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
-    return _COMPILED_FLEX[dynamic]
-
-
-def _flex(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState | None,
-    attn_mask: Tensor | None,
-    causal: bool,
-    scale: float | None,
-) -> Tensor:
-    """FlexAttention with the encoding's ``score_mod``: no ``(h, tq, tk)`` tensor is stored."""
-    if _needs_grad(q, k, v, state) and q.device.type == "cpu":
-        raise ValueError(
-            "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
-            "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
-        )
-    mod = None if state is None else state.score_mod(q, k)
-    if mod is None and state is not None and state.bias_form != "none":
-        raise ValueError(
-            f"backend='flex' needs an encoding with a score_mod; {type(state.encoding).__name__} returns "
-            f"None from score_mod(); use backend='auto'"
-        )
-    tq, tk = q.shape[-2], k.shape[-2]
-    offset = tk - tq
-    keep = None
-    if attn_mask is not None:
-        # 4-D, indexed with 0 on its broadcast dims (an expanded capture is not needed).
-        keep = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
-    broadcast = [keep is not None and keep.shape[i] == 1 for i in range(4)]
-
-    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        if mod is not None:
-            score = mod(score, b, h, q_idx, kv_idx)
-        if causal:
-            # A where, not a block mask: a BlockMask's mask_mod (like a captured mask tensor)
-            # fails to build in the dynamic-shape CPU kernel of torch 2.13.
-            score = torch.where(kv_idx <= q_idx + offset, score, float("-inf"))
-        if keep is not None:
-            idx = [
-                torch.zeros_like(i) if one else i
-                for i, one in zip((b, h, q_idx, kv_idx), broadcast, strict=True)
-            ]
-            score = torch.where(keep[idx[0], idx[1], idx[2], idx[3]], score, float("-inf"))
-        return score
-
-    flex = _compiled_flex(dynamic=keep is None)
-    if is_compiling():
-        from torch.nn.attention.flex_attention import flex_attention as flex
-    gqa = _heads_differ(q, k)
-    out = flex(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=gqa)
-    # A query row that sees no key comes out as NaN or garbage: set it to zero like the other paths.
-    if causal or keep is not None:
-        dead = None
-        if keep is not None:
-            dead = ~keep.any(dim=-1, keepdim=True)
-        if causal and tq > tk:
-            rows = torch.arange(tq, device=q.device).view(tq, 1) + offset < 0
-            dead = rows if dead is None else dead | rows
-        if dead is not None:
-            out = out.masked_fill(dead, 0.0)
-    return out
+    return out.masked_fill(vis.dead_rows(out.device), 0.0)

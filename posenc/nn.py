@@ -21,79 +21,23 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from ._checks import check_bool, check_positive_int
+from ._checks import check_bool, check_positive_float, check_positive_int
+from ._compat import is_tracing
 from .attention import attention
 from .base import PositionalEncoding, PositionState, mask_to_positions
+from .cache import KVCache, describe_encoding
+from .masking import check_window, document_positions
 from .registry import build
+from .schedule import layer_specs, layer_windows, spec_key
 
-__all__ = ["KVCache", "MultiheadAttention", "TransformerBlock", "TransformerLM"]
-
-
-class KVCache:
-    """Keys, values, key positions and key padding of every layer, for incremental decoding.
-
-    Pass one (empty) cache to :meth:`TransformerLM.forward` or
-    :meth:`MultiheadAttention.forward`; each call appends the new tokens' keys and values
-    (after the encoding's ``encode_qk``, so cached keys are never rotated twice) and returns
-    attention over everything cached so far. Layers are indexed by ``layer``.
-
-    Attributes:
-        keys, values: per layer, ``(b, h_kv, tk, dh)`` tensors (empty list before the first call).
-        positions: per layer, ``(b, tk)`` long key positions.
-    """
-
-    def __init__(self) -> None:
-        self.keys: list[Tensor] = []
-        self.values: list[Tensor] = []
-        self.positions: list[Tensor] = []
-
-    def length(self, layer: int = 0) -> int:
-        """The number of cached tokens of ``layer`` (0 before the first call)."""
-        return self.keys[layer].shape[-2] if layer < len(self.keys) else 0
-
-    def __len__(self) -> int:
-        return self.length(0)
-
-    def key_positions(self, layer: int, positions: Tensor) -> Tensor:
-        """The positions of every key after appending ``positions`` ``(t,)``/``(b, t)`` to ``layer``.
-
-        Returns:
-            ``(b, tk)`` (or ``(t,)`` for an empty cache and 1-D positions).
-        """
-        if layer >= len(self.positions):
-            return positions
-        past = self.positions[layer]
-        if past.dim() != positions.dim():
-            b = max(
-                past.shape[0] if past.dim() == 2 else 1, positions.shape[0] if positions.dim() == 2 else 1
-            )
-            past, positions = past.expand(b, -1), positions.expand(b, -1)
-        return torch.cat([past, positions], dim=-1)
-
-    def update(self, layer: int, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Append ``k``, ``v`` ``(b, h_kv, t, dh)`` and their ``(b, t)`` positions; return everything cached.
-
-        Returns:
-            ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``.
-        """
-        if layer > len(self.keys):
-            raise ValueError(
-                f"layer {layer} updated before layer {len(self.keys)}: layers must be filled in order"
-            )
-        if layer < len(self.keys) and self.positions[layer].dim() != positions.dim():
-            # A (t,) positions tensor joins a (b, t) history (or the reverse): make both (b, t).
-            b = k.shape[0]
-            self.positions[layer] = self.positions[layer].expand(b, -1)
-            positions = positions.expand(b, -1)
-        if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-            self.positions.append(positions)
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
-            self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
-            self.positions[layer] = torch.cat([self.positions[layer], positions], dim=-1)
-        return self.keys[layer], self.values[layer], self.positions[layer]
+__all__ = [
+    "KVCache",
+    "MultiheadAttention",
+    "TransformerBlock",
+    "TransformerLM",
+    "describe_encoding",
+    "layer_specs",
+]
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
@@ -120,6 +64,7 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
         head_dim: width per head (default ``d_model // num_heads``).
         max_len: the longest sequence, handed to the encoding (required by ``"learned"``).
+        window: a sliding window (see :func:`posenc.attention`), or ``None`` for global attention.
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -136,6 +81,7 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: int | None = None,
         head_dim: int | None = None,
         max_len: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -153,6 +99,7 @@ class MultiheadAttention(nn.Module):
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         check_bool("causal", causal)
+        self.window = check_window(window)
         self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = (
             d_model,
             num_heads,
@@ -180,6 +127,7 @@ class MultiheadAttention(nn.Module):
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}"
+            + ("" if self.window is None else f", window={self.window}")
         )
 
     def forward(
@@ -191,6 +139,7 @@ class MultiheadAttention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         state: PositionState | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Self-attention over ``x`` (and the cached tokens, with a ``cache``).
 
@@ -205,6 +154,9 @@ class MultiheadAttention(nn.Module):
             state: the position state prepared once per forward by the model
                 (``encoding.prepare(t, cached + t, q_positions=..., k_positions=...)``); when
                 given, ``positions`` is not used. Default: prepared here from this layer's encoding.
+            document_ids: ``(b, t)`` or ``(t,)`` ids of packed documents: attention stays within
+                each document, and default positions restart in each one
+                (:func:`posenc.document_positions`). Not with a ``cache``.
 
         Returns:
             ``(b, t, d)``.
@@ -213,10 +165,15 @@ class MultiheadAttention(nn.Module):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
         b, t, _ = x.shape
+        _check_devices(x, positions=positions, attention_mask=attention_mask, document_ids=document_ids)
         past = 0 if cache is None else cache.length(layer)
         key_mask = None
         if attention_mask is not None:
             key_mask = _check_mask(attention_mask, b, past + t)
+        if document_ids is not None:
+            document_ids = _check_documents(document_ids, b, t, cache)
+            if positions is None and state is None:
+                positions = document_positions(document_ids)
         if state is None:
             if self.encoding is None:
                 raise ValueError(
@@ -230,7 +187,14 @@ class MultiheadAttention(nn.Module):
         # New keys sit at the queries' positions; they are encoded before caching.
         q, k = state.encode_qk(q, k)
         if cache is not None:
-            k, v, _ = cache.update(layer, k, v, state.q_positions)
+            k, v, _ = cache.update(
+                layer,
+                k,
+                v,
+                state.q_positions,
+                encoding=describe_encoding(state.encoding),
+                axes=_has_axes(state),
+            )
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
         out = attention(
             q,
@@ -241,6 +205,8 @@ class MultiheadAttention(nn.Module):
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
+            window=self.window,
+            document_ids=document_ids,
         )
         return self.out_dropout(self.out_proj(rearrange(out, "b h t dh -> b t (h dh)")))
 
@@ -260,16 +226,53 @@ def _prepare(
     """
     b, t, _ = x.shape
     past = 0 if cache is None else cache.length(layer)
+    defaulted = positions is None
     if positions is None and key_mask is not None:
         positions = mask_to_positions(key_mask)[:, past:]
     if positions is None and past == 0:
         return encoding.prepare(t, t, batch=b, device=x.device)
     if positions is None:
         positions = torch.arange(past, past + t, device=x.device)
+    if defaulted and cache is not None and layer < len(cache.axes) and cache.axes[layer]:
+        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+        positions = positions.unsqueeze(-1).expand(*positions.shape, cache.positions[layer].shape[-1])
     k_positions = positions if cache is None else cache.key_positions(layer, positions)
     return encoding.prepare(
         t, past + t, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
     )
+
+
+def _has_axes(state: PositionState) -> bool:
+    """Whether the state's positions carry a trailing axis dimension (``(t, a)``/``(b, t, a)``, M-RoPE)."""
+    positions = state.q_positions
+    return positions.dim() == 3 or (positions.dim() == 2 and type(state).q_len is not PositionState.q_len)
+
+
+def _check_devices(x: Tensor, **tensors: Tensor | None) -> None:
+    """Positions, masks and ids must be on the input's device (torch's own error would not name them)."""
+    for name, t in tensors.items():
+        if isinstance(t, Tensor) and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but the input is on {x.device}; move it there")
+
+
+def _check_documents(document_ids: Tensor, batch: int, length: int, cache: KVCache | None) -> Tensor:
+    if cache is not None:
+        raise ValueError(
+            "document_ids cannot be combined with a cache: decode each document with its own KVCache"
+        )
+    if not isinstance(document_ids, Tensor):
+        raise TypeError(
+            f"document_ids must be a (batch, seq) integer tensor, got {type(document_ids).__name__}"
+        )
+    if document_ids.is_floating_point() or document_ids.is_complex() or document_ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must have an integer dtype, got {document_ids.dtype}")
+    if document_ids.dim() == 1:
+        document_ids = document_ids.expand(batch, -1)
+    if document_ids.dim() != 2 or document_ids.shape[-1] != length or document_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"document_ids must have shape (batch, seq) = {(batch, length)} (or (seq,)), got {tuple(document_ids.shape)}"
+        )
+    return document_ids
 
 
 def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
@@ -300,6 +303,7 @@ class TransformerBlock(nn.Module):
         num_kv_heads: key/value heads (grouped-query attention).
         max_len: handed to the encoding.
         norm_eps: LayerNorm epsilon.
+        window: a sliding window for the attention, or ``None``.
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -317,6 +321,7 @@ class TransformerBlock(nn.Module):
         num_kv_heads: int | None = None,
         max_len: int | None = None,
         norm_eps: float = 1e-5,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
@@ -332,6 +337,7 @@ class TransformerBlock(nn.Module):
             bias=bias,
             num_kv_heads=num_kv_heads,
             max_len=max_len,
+            window=window,
         )
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.mlp = nn.Sequential(
@@ -350,6 +356,7 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         state: PositionState | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Apply the block; the keyword arguments are :meth:`MultiheadAttention.forward`'s."""
         x = x + self.attn(
@@ -359,6 +366,7 @@ class TransformerBlock(nn.Module):
             cache=cache,
             layer=layer,
             state=state,
+            document_ids=document_ids,
         )
         return x + self.mlp(self.mlp_norm(x))
 
@@ -366,14 +374,21 @@ class TransformerBlock(nn.Module):
 class TransformerLM(nn.Module):
     """A small decoder (or encoder) language model whose position encoding is a config string.
 
-    Token embedding, ``encoding.encode_input`` once on the embeddings (additive
-    encodings), ``num_layers`` pre-norm :class:`TransformerBlock` s, a final norm and a head
-    tied to the embedding. The encoding is built once with the model's sizes (``d_model``,
-    ``num_heads``, ``head_dim``, ``max_len``, ``causal``) and held once, by the model
-    (``model.encoding``; the blocks hold none, so T5's bias table is one parameter in one
-    module, as FSDP needs): each forward prepares its position state once
-    (:meth:`~posenc.PositionalEncoding.prepare`: RoPE's cos/sin rows, T5's bias by distance)
-    and hands it to every block.
+    Token embedding, ``encode_input`` once on the embeddings (additive encodings),
+    ``num_layers`` pre-norm :class:`TransformerBlock` s, a final norm and a head tied to the
+    embedding. Encodings are built with the model's sizes (``d_model``, ``num_heads``,
+    ``head_dim``, ``max_len``, ``causal``) and held once, by the model (the blocks hold none,
+    so T5's bias table is one parameter in one module, as FSDP needs): each forward prepares
+    the position state of each distinct encoding once (:meth:`~posenc.PositionalEncoding.prepare`:
+    RoPE's cos/sin rows, T5's bias by distance) and hands it to every block that uses it.
+
+    Per-layer encodings (Gemma's local and global bases, Llama 4's NoPE layers): ``position``
+    may be a list with one spec per layer or a pattern such as ``"rope*3 + none"``
+    (:func:`layer_specs`). Layers whose specs are equal (``"rope"`` and ``{"name": "rope"}``)
+    or that get the same module share one encoding and one prepared state. With one encoding
+    for every layer it is ``model.encoding``; with several, ``model.encodings`` (distinct
+    ones) and ``model.layer_encoding`` (the index of each layer's), and ``model.encoding``
+    is ``None``.
 
     Args:
         vocab_size: vocabulary size ``v``.
@@ -382,7 +397,9 @@ class TransformerLM(nn.Module):
         num_heads: attention heads (``d_model`` must be a multiple).
         position: a spec for :func:`posenc.build` (``"rope"``, ``"alibi"``, ``"t5"``,
             ``"sinusoidal"``, ``"learned"``, ``"none"``, ``"rope(base=500000.0)"``, a dict) or
-            a built encoding.
+            a built encoding, for every layer; or a list of one spec per layer; or a pattern
+            string (:func:`layer_specs`). Additive encodings act once, on the embeddings, so
+            they cannot be mixed with others.
         max_len: the longest sequence; required by ``"learned"``, optional otherwise.
         causal: a decoder (``True``) or a bidirectional encoder (``False``).
         dropout: dropout on embeddings, attention weights and block outputs.
@@ -390,6 +407,8 @@ class TransformerLM(nn.Module):
         num_kv_heads: key/value heads (grouped-query attention).
         bias: biases in linear layers and norms.
         tie_embeddings: share the output head's weight with the token embedding.
+        window: a sliding window for every layer, a list of one window (or ``None``) per layer,
+            or ``None`` for global attention everywhere (see :func:`posenc.attention`).
 
     Shape:
         ``forward(input_ids)``: ``(b, t)`` long ``-> (b, t, v)`` logits.
@@ -409,6 +428,7 @@ class TransformerLM(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = False,
         tie_embeddings: bool = True,
+        window: int | list[int | None] | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
@@ -420,6 +440,7 @@ class TransformerLM(nn.Module):
         if d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}")
         check_bool("causal", causal)
+        check_bool("tie_embeddings", tie_embeddings)
         self.vocab_size, self.d_model, self.num_layers, self.num_heads = (
             vocab_size,
             d_model,
@@ -427,14 +448,23 @@ class TransformerLM(nn.Module):
             num_heads,
         )
         self.max_len, self.causal = max_len, causal
-        self.encoding = _build_encoding(
-            position,
+        self.windows = layer_windows(window, num_layers)
+        distinct, index = self._build_encodings(
+            layer_specs(position, num_layers),
             d_model=d_model,
             num_heads=num_heads,
             head_dim=d_model // num_heads,
             max_len=max_len,
             causal=causal,
         )
+        #: Which of the distinct encodings each layer uses.
+        self.layer_encoding: tuple[int, ...] = tuple(index)
+        self.encoding: PositionalEncoding | None = None
+        self.encodings: nn.ModuleList | None = None
+        if len(distinct) == 1:
+            self.encoding = distinct[0]
+        else:
+            self.encodings = nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -448,14 +478,45 @@ class TransformerLM(nn.Module):
                 bias=bias,
                 num_kv_heads=num_kv_heads,
                 max_len=max_len,
+                window=self.windows[i],
             )
-            for _ in range(num_layers)
+            for i in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
             self.head.weight = self.embed.weight
         self.apply(self._init_weights)
+
+    @staticmethod
+    def _build_encodings(specs: list[Any], **dims: Any) -> tuple[list[PositionalEncoding], list[int]]:
+        """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
+        distinct: list[PositionalEncoding] = []
+        keys: dict[object, int] = {}
+        index = []
+        for spec in specs:
+            key = spec_key(spec)
+            if key not in keys:
+                keys[key] = len(distinct)
+                distinct.append(_build_encoding(spec, **dims))
+            index.append(keys[key])
+        if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
+            names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
+            raise ValueError(
+                f"position: the additive encoding(s) {', '.join(names)} act once, on the token embeddings, "
+                f"so they cannot be given per layer beside other encodings; use one spec for every layer"
+            )
+        return distinct, index
+
+    def layer_encodings(self) -> list[PositionalEncoding]:
+        """The encoding of each layer, in order (the same object for layers that share one)."""
+        distinct = [self.encoding] if self.encoding is not None else list(self.encodings or [])
+        return [distinct[i] for i in self.layer_encoding]  # type: ignore[misc]
+
+    def _distinct(self) -> list[PositionalEncoding]:
+        if self.encoding is not None:
+            return [self.encoding]
+        return list(self.encodings or [])  # type: ignore[arg-type]
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -465,6 +526,28 @@ class TransformerLM(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
+    def reset_parameters(self) -> None:
+        """Re-initialise every weight and rebuild every cache, e.g. after ``to_empty()`` from the meta device.
+
+        Linear and embedding weights get the model's initialisation, norms theirs, each
+        encoding its own ``reset_parameters`` (learned tables), and every encoding's
+        non-persistent caches (cos/sin, bias tables) are recomputed on their current device.
+        """
+        self.apply(self._init_weights)
+        for module in self.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
+        for encoding in self._distinct():
+            for sub in encoding.modules():
+                if sub is not encoding and isinstance(sub, PositionalEncoding):
+                    continue
+                reset = getattr(sub, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+            for sub in encoding.modules():
+                if isinstance(sub, PositionalEncoding):
+                    sub.reset_caches()
+
     def forward(
         self,
         input_ids: Tensor,
@@ -472,16 +555,21 @@ class TransformerLM(nn.Module):
         attention_mask: Tensor | None = None,
         positions: Tensor | None = None,
         cache: KVCache | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits for every token.
 
         Args:
-            input_ids: ``(b, t)`` token ids (long).
+            input_ids: ``(b, t)`` token ids (long), each in ``[0, vocab_size)``.
             attention_mask: ``(b, cached + t)`` keep-mask (bool or 0/1), e.g. for a left- or
                 right-padded batch; positions then come from :func:`posenc.mask_to_positions`,
                 so every real token gets the same output as in its unpadded sequence.
             positions: ``(t,)`` or ``(b, t)`` explicit positions of the new tokens.
             cache: a :class:`KVCache` for incremental decoding, updated in place.
+            document_ids: ``(b, t)`` (or ``(t,)``) integer ids of packed documents (a new
+                document starts where the id changes): each token attends only within its
+                document, and positions restart at 0 in each one (unless ``positions`` is
+                given), so each document's logits equal those of the document alone.
 
         Returns:
             ``(b, t, v)`` logits.
@@ -489,19 +577,44 @@ class TransformerLM(nn.Module):
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
-        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+        if input_ids.is_floating_point() or input_ids.dtype == torch.bool or input_ids.is_complex():
             raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+        _check_devices(
+            input_ids, attention_mask=attention_mask, positions=positions, document_ids=document_ids
+        )
+        if not is_tracing() and input_ids.numel() > 0 and input_ids.device.type != "meta":
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(
+                    f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from {low} to {high}"
+                )
         b, t = input_ids.shape
+        if cache is not None:
+            cache.bind(self.num_layers)
         past = 0 if cache is None else cache.length(0)
         key_mask = None if attention_mask is None else _check_mask(attention_mask, b, past + t)
+        if document_ids is not None:
+            document_ids = _check_documents(document_ids, b, t, cache)
+            if positions is None:
+                positions = document_positions(document_ids)
         x = self.embed(input_ids)
-        state = _prepare(self.encoding, x, positions, key_mask, cache, 0)
-        # Default positions stay None for the additive encoding: it then slices its cache, and
-        # under torch.compile a learned table still checks the length (explicit positions are data).
-        input_positions = None if state.q_start == 0 else state.q_positions
-        x = self.embed_dropout(self.encoding.encode_input(x, input_positions))
+        states = [_prepare(enc, x, positions, key_mask, cache, 0) for enc in self._distinct()]
+        first = states[0]
+        if self.encoding is not None:
+            # Default positions stay None for the additive encoding: it then slices its cache, and
+            # under torch.compile a learned table still checks the length (explicit positions are data).
+            input_positions = None if first.q_start == 0 else first.q_positions
+            x = self.encoding.encode_input(x, input_positions)
+        x = self.embed_dropout(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, attention_mask=key_mask, cache=cache, layer=i, state=state)
+            x = block(
+                x,
+                attention_mask=key_mask,
+                cache=cache,
+                layer=i,
+                state=states[self.layer_encoding[i]],
+                document_ids=document_ids,
+            )
         return self.head(self.norm(x))
 
     @torch.no_grad()
@@ -519,9 +632,10 @@ class TransformerLM(nn.Module):
         """Continue ``input_ids`` by ``max_new_tokens`` tokens, decoding with a :class:`KVCache`.
 
         Args:
-            input_ids: ``(b, t)`` prompt ids.
+            input_ids: ``(b, t)`` prompt ids, ``t >= 1``.
             max_new_tokens: how many tokens to add (>= 0).
-            temperature: divides the logits before sampling (> 0); ignored when greedy.
+            temperature: divides the logits before sampling (a finite number > 0; tiny values
+                approach greedy decoding without overflowing); ignored when greedy.
             top_k: sample only among the ``top_k`` most likely tokens.
             do_sample: sample (``True``) or take the argmax (``False``, greedy).
             generator: random generator for sampling, for reproducible samples.
@@ -537,13 +651,17 @@ class TransformerLM(nn.Module):
             )
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        temperature = check_positive_float("temperature", temperature)
+        check_bool("do_sample", do_sample)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k <= 0):
             raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
+        if input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids is an empty prompt (shape {tuple(input_ids.shape)}); generate needs at least one token"
+            )
         if max_new_tokens == 0:
             return input_ids
         b = input_ids.shape[0]
@@ -554,7 +672,9 @@ class TransformerLM(nn.Module):
         for _ in range(max_new_tokens):
             logits = self(step_input, attention_mask=mask, cache=cache)[:, -1].float()
             if do_sample:
-                logits = logits / temperature
+                # Shift by the row maximum before dividing: a tiny temperature then sends the
+                # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.
+                logits = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
                 if top_k is not None and top_k < logits.shape[-1]:
                     kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))

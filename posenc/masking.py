@@ -1,0 +1,322 @@
+"""Which keys each query may see: causality by position, packed documents, sliding windows.
+
+:func:`posenc.attention` joins four rules into one :class:`Visibility`, and every path asks it
+only for the block of queries and keys it works on, so that no path builds a ``(tq, tk)`` mask
+where a chunk's ``(chunk, keys it sees)`` block does:
+
+* the user's boolean keep-mask (``attn_mask``);
+* causality: key ``j`` is visible to query ``i`` iff ``k_pos[j] <= q_pos[i]``;
+* a sliding window of ``w``: causal ``q_pos - k_pos < w`` (Mistral, Gemma 2/3: the query and
+  the ``w - 1`` keys before it), bidirectional ``|q_pos - k_pos| <= w // 2`` (ModernBERT's local
+  attention of ``w`` tokens);
+* packed documents: only keys with the query's document id.
+
+With default positions (keys ``0..tk-1``, queries the last ``tq`` of them) the rules are about
+indices: query row ``i`` sits at key index ``i + tk - tq`` (bottom-right aligned), and the keys
+each query chunk sees form a range known without looking at any data.
+
+Shape key: ``b`` batch, ``tq`` queries, ``tk`` keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._checks import check_positive_int
+from ._compat import is_tracing
+
+__all__ = ["Visibility", "document_positions", "resolve_document_ids"]
+
+
+def _check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
+    if not isinstance(ids, Tensor):
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(ids).__name__}"
+        )
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape (seq,) or (batch, seq), got shape {tuple(ids.shape)}")
+    if length is not None and ids.shape[-1] != length:
+        raise ValueError(f"{name} has length {ids.shape[-1]}, expected {length} (the sequence length)")
+    return ids
+
+
+def document_positions(document_ids: Tensor) -> Tensor:
+    """Positions that restart at 0 in each packed document.
+
+    A new document starts wherever the id changes from one token to the next (ids are any
+    integers; equal ids that are not adjacent are two documents), so ``[7, 7, 7, 2, 2, 7]``
+    gives ``[0, 1, 2, 0, 1, 0]``. Feed the result as ``positions`` so that every document is
+    encoded as if it were alone in its row.
+
+    Args:
+        document_ids: ``(t,)`` or ``(b, t)`` integer document ids.
+
+    Returns:
+        Long positions of the same shape: ``(t,)`` or ``(b, t)``.
+    """
+    ids = _check_ids("document_ids", document_ids)
+    t = ids.shape[-1]
+    index = torch.arange(t, device=ids.device).expand_as(ids)
+    if t == 0:
+        return index.clone()
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[..., 1:] = ids[..., 1:] != ids[..., :-1]
+    # The index of each token's document start: the running maximum of the start indices.
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=-1).values
+    return index - first
+
+
+def _segments(ids: Tensor) -> Tensor:
+    """The running document number ``(t,)``/``(b, t)``: 0 for the first document, +1 where the id changes."""
+    changes = torch.zeros_like(ids, dtype=torch.long)
+    changes[..., 1:] = (ids[..., 1:] != ids[..., :-1]).long()
+    return changes.cumsum(dim=-1)
+
+
+def resolve_document_ids(
+    document_ids: Tensor, q_document_ids: Tensor | None, tq: int, tk: int, batch: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Check the keys' (and queries') document ids; queries default to the last ``tq`` of the keys'.
+
+    Without ``q_document_ids`` the ids become document numbers (a new number where the id
+    changes), so equal ids of non-adjacent documents never match. Given ``q_document_ids``
+    (a shard of queries), both sides are compared as given: ids must then differ between
+    the documents of a row.
+
+    Returns:
+        ``(q_ids, k_ids)`` of shapes ``(tq,)``/``(b, tq)`` and ``(tk,)``/``(b, tk)``.
+    """
+    k_ids = _check_ids("document_ids", document_ids, tk)
+    pairs = [("document_ids", k_ids)]
+    if q_document_ids is None:
+        if tq > tk:
+            raise ValueError(
+                f"document_ids has {tk} entries (one per key) but there are {tq} queries; "
+                f"pass q_document_ids of length {tq}"
+            )
+        if k_ids.device == device:
+            # Number the documents (0, 1, 2, ... where the id changes), so that two documents
+            # with the same id that are not adjacent stay apart.
+            k_ids = _segments(k_ids)
+        q_ids = k_ids[..., tk - tq :]
+    else:
+        q_ids = _check_ids("q_document_ids", q_document_ids, tq)
+        pairs.append(("q_document_ids", q_ids))
+    for name, ids in pairs:
+        if ids.dim() == 2 and ids.shape[0] not in (1, batch):
+            raise ValueError(f"{name} has batch size {ids.shape[0]}, expected {batch} or 1")
+        if ids.device != device:
+            raise ValueError(f"{name} is on {ids.device} but q is on {device}; move it to q's device")
+    return q_ids, k_ids
+
+
+def _rows(x: Tensor) -> Tensor:
+    """``(t,)`` -> ``(1, 1, t, 1)``; ``(b, t)`` -> ``(b, 1, t, 1)``: a query-side operand."""
+    return x.reshape(-1 if x.dim() == 2 else 1, 1, x.shape[-1], 1)
+
+
+def _cols(x: Tensor) -> Tensor:
+    """``(t,)`` -> ``(1, 1, 1, t)``; ``(b, t)`` -> ``(b, 1, 1, t)``: a key-side operand."""
+    return x.reshape(-1 if x.dim() == 2 else 1, 1, 1, x.shape[-1])
+
+
+@dataclass
+class Visibility:
+    """The keys each query may see (see the module docstring for the rules).
+
+    Attributes:
+        tq, tk: numbers of queries and keys.
+        device: where masks are built.
+        user: the user's keep-mask, broadcastable to ``(b, h, tq, tk)``, or ``None``.
+        causal: mask keys after each query.
+        window: the sliding window, or ``None``.
+        q_pos, k_pos: explicit positions ``(t,)``/``(b, t)``; ``None`` for the index rule
+            (default positions), where query row ``i`` sits at key index ``i + offset``.
+        offset: ``tk - tq`` (the index rule).
+        q_doc, k_doc: document ids ``(t,)``/``(b, t)``, or ``None``.
+    """
+
+    tq: int
+    tk: int
+    device: torch.device
+    user: Tensor | None = None
+    causal: bool = False
+    window: int | None = None
+    q_pos: Tensor | None = None
+    k_pos: Tensor | None = None
+    q_doc: Tensor | None = None
+    k_doc: Tensor | None = None
+
+    @property
+    def offset(self) -> int:
+        return self.tk - self.tq
+
+    @property
+    def by_index(self) -> bool:
+        """Positions are the default ones: the rules are about indices."""
+        return self.q_pos is None
+
+    @property
+    def positional(self) -> bool:
+        """Whether any rule depends on positions (causality or a window)."""
+        return self.causal or self.window is not None
+
+    @property
+    def structural(self) -> bool:
+        """Whether anything beyond the user's mask and index causality restricts the keys."""
+        return self.window is not None or self.q_doc is not None or (self.causal and not self.by_index)
+
+    @property
+    def ranged(self) -> bool:
+        """Whether each query chunk's visible keys are a range known from indices alone."""
+        return self.by_index and self.q_doc is None
+
+    def index_bounds(self, i: int | Tensor) -> tuple[int | Tensor, int | Tensor]:
+        """The keys ``[lo, hi)`` query row ``i`` may see under the index rule (before clipping to ``[0, tk)``).
+
+        Both bounds grow with ``i``, so a chunk of rows ``[start, end)`` sees
+        ``[lo(start), hi(end - 1))``.
+        """
+        at = i + self.offset  # the query's key index
+        lo: int | Tensor = 0
+        hi: int | Tensor = self.tk
+        if self.causal:
+            hi = at + 1
+            if self.window is not None:
+                lo = at - self.window + 1
+        elif self.window is not None:
+            lo, hi = at - self.window // 2, at + self.window // 2 + 1
+        return lo, hi
+
+    def chunk_range(self, start: int, end: int) -> tuple[int, int]:
+        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule)."""
+        lo, _ = self.index_bounds(start)
+        _, hi = self.index_bounds(end - 1)
+        return max(0, int(lo)), min(self.tk, int(hi))
+
+    def dead_rows(self, device: torch.device) -> Tensor:
+        """``(tq, 1)``: True for the query rows that see no key (index rule)."""
+        rows = torch.arange(self.tq, device=device)
+        lo, hi = self.index_bounds(rows)
+        lo_t = torch.as_tensor(lo, device=device).clamp_min(0)
+        hi_t = torch.as_tensor(hi, device=device).clamp_max(self.tk)
+        return (hi_t <= lo_t).reshape(-1, 1).expand(self.tq, 1)
+
+    def unseen(self, chunk: int = 1024) -> Tensor | None:
+        """``(b|1, 1, tq, 1)``: True for the query rows that see no key at all; ``None`` if no rule applies.
+
+        Built over query chunks (``O(chunk * tk)`` memory; one block when traced).
+        """
+        if self.user is None and not self.positional and self.q_doc is None:
+            return None
+        if is_tracing():
+            keep = self.block(slice(None), slice(None))
+            return None if keep is None else ~keep.any(dim=-1, keepdim=True)
+        parts = []
+        for start in range(0, self.tq, chunk):
+            keep = self.block(slice(start, min(start + chunk, self.tq)), slice(None))
+            if keep is not None:
+                parts.append(~keep.any(dim=-1, keepdim=True))
+        return torch.cat(parts, dim=-2) if parts else None
+
+    def block(self, rows: slice, cols: slice) -> Tensor | None:
+        """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
+
+        Only the block is built: ``O(r * c)`` memory, never ``(tq, tk)`` unless asked for it.
+        """
+        # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
+        r0, r1 = rows.start or 0, self.tq if rows.stop is None else rows.stop
+        c0, c1 = cols.start or 0, self.tk if cols.stop is None else cols.stop
+        keep = None
+        if self.user is not None:
+            u = self.user.reshape((1,) * (4 - self.user.dim()) + tuple(self.user.shape))
+            keep = u[
+                ..., rows if u.shape[-2] != 1 else slice(None), cols if u.shape[-1] != 1 else slice(None)
+            ]
+        if self.positional:
+            if self.q_pos is None or self.k_pos is None:
+                qp = _rows(torch.arange(r0, r1, device=self.device) + self.offset)
+                kp = _cols(torch.arange(c0, c1, device=self.device))
+            else:
+                qp, kp = _rows(self.q_pos[..., rows]), _cols(self.k_pos[..., cols])
+            # Broadcast comparisons of (.., r, 1) with (.., 1, c): bool (b|1, 1, r, c) directly,
+            # never an int64 (r, c) distance.
+            if self.causal:
+                rule = kp <= qp
+                if self.window is not None:
+                    rule = rule & (kp > qp - self.window)
+            else:  # a bidirectional window (positional without causal)
+                half = (self.window or 0) // 2
+                rule = (kp >= qp - half) & (kp <= qp + half)
+            keep = rule if keep is None else keep & rule
+        if self.q_doc is not None and self.k_doc is not None:
+            same = _rows(self.q_doc[..., rows]) == _cols(self.k_doc[..., cols])
+            keep = same if keep is None else keep & same
+        return keep
+
+    def spans(self, chunk: int) -> list[tuple[int, int, int, int]]:
+        """``(start, end, lo, hi)``: query rows ``[start, end)`` in chunks of at most ``chunk``, and the
+        keys ``[lo, hi)`` they may see.
+
+        With packed documents a chunk also ends where a document starts (in any batch row), so
+        that each chunk's queries belong to one document: it reads only that document's keys,
+        and a key-only bias (causal ALiBi's, relative to the chunk's last query) stays small.
+        """
+        breaks: list[int] = []
+        if self.q_doc is not None and not is_tracing() and self.tq > 1:
+            changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
+            breaks = (changed.nonzero().flatten() + 1).tolist()
+        out = []
+        start, nxt = 0, 0
+        while start < self.tq:
+            while nxt < len(breaks) and breaks[nxt] <= start:
+                nxt += 1
+            end = min(start + chunk, self.tq, breaks[nxt] if nxt < len(breaks) else self.tq)
+            out.append((start, end, *self.visible_range(start, end)))
+            start = end
+        return out
+
+    def visible_range(self, start: int, end: int) -> tuple[int, int]:
+        """The keys ``[lo, hi)`` outside which query rows ``[start, end)`` see nothing.
+
+        From indices when :attr:`ranged`; otherwise read from the chunk's ``(r, tk)`` block (one
+        host sync per chunk, eager only), so that a chunk of one packed document or one window
+        reads only those keys.
+        """
+        lo, hi = self.chunk_range(start, end) if self.by_index else (0, self.tk)
+        if self.ranged or is_tracing() or hi <= lo:
+            return lo, hi
+        # Keys the chunk may see, bounded per key in O(b * tk) (not the O(chunk * tk) block): of
+        # its documents, and within reach of its smallest and largest query position.
+        cols: Tensor | None = None
+        if self.q_doc is not None and self.k_doc is not None:
+            cols = torch.isin(self.k_doc[..., lo:hi].contiguous(), self.q_doc[..., start:end].contiguous())
+        if self.positional and self.q_pos is not None and self.k_pos is not None:
+            qp, kp = self.q_pos[..., start:end], self.k_pos[..., lo:hi]
+            first, last = qp.amin(dim=-1, keepdim=True), qp.amax(dim=-1, keepdim=True)
+            if self.causal:
+                near = kp <= last
+                if self.window is not None:
+                    near = near & (kp > first - self.window)
+            else:
+                half = (self.window or 0) // 2
+                near = (kp >= first - half) & (kp <= last + half)
+            cols = near if cols is None else cols & near
+        if cols is None:
+            return lo, hi
+        seen = cols.reshape(-1, cols.shape[-1]).any(dim=0).nonzero()
+        if seen.numel() == 0:
+            return lo, lo
+        return lo + int(seen[0]), lo + int(seen[-1]) + 1
+
+
+def check_window(window: object) -> int | None:
+    """``None`` or a positive int (the sliding window)."""
+    if window is None:
+        return None
+    return check_positive_int("window", window)

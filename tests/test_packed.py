@@ -1,0 +1,169 @@
+"""Packed documents: positions restart per document and attention stays inside each one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention import ENCODINGS, TOL, make, qkv, reference
+from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
+
+import posenc
+from posenc.attention import attention
+
+# Two rows packed differently: documents of 5, 3 and 6 tokens, and of 2, 9 and 3.
+LENGTHS = [[5, 3, 6], [2, 9, 3]]
+T = 14
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def packed_ids(lengths=LENGTHS, first_id=40, unique=False) -> torch.Tensor:
+    """(b, t) ids; unless ``unique``, one id value is reused in a row for non-adjacent documents on purpose."""
+    rows = []
+    for row in lengths:
+        ids = [first_id + (i if unique else i % 2) for i, n in enumerate(row) for _ in range(n)]
+        rows.append(torch.tensor(ids))
+    return torch.stack(rows)
+
+
+def spans(row: list[int]) -> list[slice]:
+    out, start = [], 0
+    for n in row:
+        out.append(slice(start, start + n))
+        start += n
+    return out
+
+
+def test_document_positions_restart_where_the_id_changes():
+    ids = torch.tensor([7, 7, 7, 2, 2, 7])
+    assert posenc.document_positions(ids).tolist() == [0, 1, 2, 0, 1, 0]
+    batch = packed_ids()
+    expected = torch.stack([torch.cat([torch.arange(n) for n in row]) for row in LENGTHS])
+    torch.testing.assert_close(posenc.document_positions(batch), expected)
+    assert posenc.document_positions(torch.tensor([-3])).tolist() == [0]
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "match"),
+    [
+        (torch.zeros(4), TypeError, r"document_ids must have an integer dtype.*float32"),
+        (torch.zeros(2, 2, 2, dtype=torch.long), ValueError, r"document_ids must have shape.*\(2, 2, 2\)"),
+        ([0, 0, 1], TypeError, r"document_ids must be an integer torch.Tensor.*list"),
+    ],
+)
+def test_document_positions_bad_input(ids, error, match):
+    with pytest.raises(error, match=match):
+        posenc.document_positions(ids)
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_packed_attention_equals_each_document_alone(name, causal, backend):
+    enc = make(name, causal)
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids()
+    out = attention(q, k, v, enc, causal=causal, document_ids=docs, backend=backend, chunk_size=4)
+    for row, lengths in enumerate(LENGTHS):
+        for part in spans(lengths):
+            r = slice(row, row + 1)
+            alone = attention(q[r, :, part], k[r, :, part], v[r, :, part], enc, causal=causal)
+            torch.testing.assert_close(out[r, :, part], alone, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["alibi", "rope", "t5", "none"])
+def test_packed_attention_matches_float64_reference(name):
+    """Also against the written-out formula: positions restart, keys of other documents masked."""
+    enc = make(name, True)
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids()
+    positions = posenc.document_positions(docs)
+    out = attention(q, k, v, enc, causal=True, document_ids=docs, backend="chunked", chunk_size=5)
+    numbers = torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)]) for row in LENGTHS])
+    expected = reference(
+        q, k, v, enc, causal=True, q_positions=positions, k_positions=positions, k_docs=numbers
+    )
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def test_query_shard_with_its_own_document_ids():
+    """A shard of queries (the last 6 of 14) with q_document_ids equals those rows of the full call."""
+    enc = make("alibi", True)
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids(unique=True)  # compared as given: one id per document
+    positions = posenc.document_positions(docs)
+    full = attention(q, k, v, enc, causal=True, document_ids=docs)
+    rows = slice(4, 10)
+    shard = attention(
+        q[:, :, rows],
+        k,
+        v,
+        enc,
+        causal=True,
+        q_positions=positions[:, rows],
+        k_positions=positions,
+        document_ids=docs,
+        q_document_ids=docs[:, rows],
+    )
+    torch.testing.assert_close(shard, full[:, :, rows], **TOL[torch.float32])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"document_ids": torch.zeros(2, 5, dtype=torch.long)},
+            ValueError,
+            r"document_ids has length 5, expected 7",
+        ),
+        ({"document_ids": torch.zeros(7)}, TypeError, r"document_ids must have an integer dtype"),
+        ({"document_ids": torch.zeros(3, 7, dtype=torch.long)}, ValueError, r"document_ids has batch size 3"),
+        (
+            {"document_ids": torch.zeros(7, dtype=torch.long, device="meta")},
+            ValueError,
+            r"document_ids is on meta but q is on cpu",
+        ),
+        (
+            {"q_document_ids": torch.zeros(7, dtype=torch.long)},
+            ValueError,
+            r"q_document_ids was given without",
+        ),
+    ],
+)
+def test_bad_document_ids_name_the_argument(kwargs, error, match):
+    q, k, v = qkv()
+    with pytest.raises(error, match=match):
+        attention(q, k, v, make("rope", True), causal=True, **kwargs)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("position", LM_ENCODINGS)
+def test_packed_model_equals_each_document_alone(position, causal):
+    """TransformerLM(ids, document_ids=...): every document's logits are its own, additive encodings too."""
+    model = make_model(position, causal=causal)
+    gen = torch.Generator().manual_seed(5)
+    tokens = torch.randint(0, VOCAB, (2, T), generator=gen)
+    docs = packed_ids()
+    packed = model(tokens, document_ids=docs)
+    for row, lengths in enumerate(LENGTHS):
+        for part in spans(lengths):
+            alone = model(tokens[row : row + 1, part])
+            torch.testing.assert_close(packed[row : row + 1, part], alone, **LOGITS_TOL)
+
+
+def test_packed_model_refuses_a_cache_and_bad_ids():
+    model = make_model("rope")
+    tokens = torch.zeros(2, T, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"document_ids cannot be combined with a cache"):
+        model(tokens, document_ids=packed_ids(), cache=posenc.nn.KVCache())
+    with pytest.raises(ValueError, match=r"document_ids must have shape \(batch, seq\) = \(2, 14\)"):
+        model(tokens, document_ids=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"document_ids must have an integer dtype"):
+        model(tokens, document_ids=torch.zeros(2, T))
