@@ -27,6 +27,7 @@ from posenc.hf import (
     rope_layout_permutation,
     supported_models_markdown,
 )
+from posenc.hf.configs import _CONVERTERS, _TEXT_MODEL_TYPES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -202,6 +203,8 @@ def test_layout_conversion_and_falcon_alibi_are_the_same_objects_everywhere():
         "SUPPORTED_MODEL_TYPES",
         "from_hf_config",
         "from_hf_model",
+        "layer_encodings",
+        "layer_windows",
         "supported_models_markdown",
     ]
     assert sorted(posenc.hf.__all__) == sorted([*rope_layout.__all__, *hf_own])
@@ -215,7 +218,9 @@ def test_supported_model_types_are_generated_from_the_table():
     table = supported_models_markdown()
     for name in SUPPORTED_MODEL_TYPES:
         assert f"| `{name}` |" in table
-    assert len(table.splitlines()) == len(SUPPORTED_MODEL_TYPES) + 2
+    # one row per type, one per layer type where the layers differ, one per multimodal wrapper
+    rows = sum(1 if isinstance(c.summary, str) else len(c.summary) for c in _CONVERTERS.values())
+    assert len(table.splitlines()) == rows + len(_TEXT_MODEL_TYPES) + 2
 
 
 def test_unsupported_model_type_names_it_and_lists_the_supported():
@@ -535,8 +540,21 @@ TINY: dict[str, dict] = {
 }
 
 
+# Model types whose layers differ or that tests/test_hf_layers.py proves inside a model.
+LAYERED_MODEL_TYPES = [
+    "cohere2", "deepseek_v2", "deepseek_v3", "gemma3_text", "gemma3n_text", "gemma4_text", "gpt_oss",
+    "llama4_text", "modernbert", "smollm3",
+]  # fmt: skip
+# M-RoPE text models (proven below against transformers' rotary embeddings) and the conformer
+# speech encoders (proven in tests/test_hf_speech.py, one layer's whole attention).
+MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
+SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
+OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES]
+SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
+
+
 def test_tiny_table_covers_every_supported_type():
-    assert sorted(TINY) == list(SUPPORTED_MODEL_TYPES)
+    assert sorted([*TINY, *OTHER_PROVEN]) == list(SUPPORTED_MODEL_TYPES)
 
 
 def _hf_config(model_type: str, **overrides):
@@ -573,7 +591,7 @@ def _same_encoding(a: posenc.PositionalEncoding, b: posenc.PositionalEncoding, l
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+@pytest.mark.parametrize("model_type", SINGLE_MODEL_TYPES)
 def test_config_json_defaults_match_transformers(model_type):
     """A bare {"model_type": ...} dict gives what transformers' config class defaults give."""
     cfg = transformers.AutoConfig.for_model(model_type)
@@ -585,7 +603,7 @@ def test_config_json_defaults_match_transformers(model_type):
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+@pytest.mark.parametrize("model_type", SINGLE_MODEL_TYPES)
 def test_config_object_and_its_json_agree(model_type):
     """from_hf_config(config) == from_hf_config(the dict config.json would hold), for the tiny configs."""
     cfg = _hf_config(model_type)
@@ -706,7 +724,7 @@ SINUSOIDAL_MODEL_TYPES = ["marian", "pegasus", "speech_to_text", "m2m_100", "xgl
 @requires_transformers
 def test_every_supported_type_is_proven_inside_a_model():
     groups = ROPE_MODEL_TYPES + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
-    assert sorted(groups) == list(SUPPORTED_MODEL_TYPES)
+    assert sorted(groups + OTHER_PROVEN) == list(SUPPORTED_MODEL_TYPES)
     kinds = {"rotary": ROPE_MODEL_TYPES, "bias": BIAS_MODEL_TYPES}
     for kind, names in kinds.items():
         assert all(from_hf_config(_hf_config(name)).kind == kind for name in names)
@@ -1079,5 +1097,95 @@ def test_readme_table_of_supported_models_is_the_generated_one():
     text = readme.read_text(encoding="utf-8")
     assert marker in text, "README.md lost the generated table of supported model types"
     after = text[text.index(marker) :].split("\n", 1)[1]
-    table = "\n".join(line for line in after.splitlines()[: len(SUPPORTED_MODEL_TYPES) + 2])
-    assert table == supported_models_markdown()
+    generated = supported_models_markdown()
+    table = "\n".join(after.splitlines()[: len(generated.splitlines())])
+    assert table == generated
+
+
+# --- M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL --------------------------------------------------
+
+
+def _qwen_vl_rotation(config, q: torch.Tensor, k: torch.Tensor, position_ids: torch.Tensor):
+    """q/k rotated by the model file's own rotary embedding and apply function (the reference)."""
+    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    text = config.get_text_config()
+    name = next(n for n in dir(module) if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    cos, sin = getattr(module, name)(text)(q, position_ids)  # (b, t, dh)
+    return module.apply_rotary_pos_emb(q, k, cos, sin)
+
+
+QWEN_VL_CASES = {
+    "qwen2_vl": ("Qwen2VLConfig", [2, 3, 3], {"rope_type": "default", "rope_theta": 5000.0}),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", [4, 2, 2], {"rope_type": "default", "rope_theta": 1e6}),
+    "qwen3_vl": ("Qwen3VLConfig", [2, 3, 3], {"rope_type": "default", "rope_theta": 5e5}),
+    "qwen2_vl-yarn": (
+        "Qwen2VLConfig",
+        [2, 3, 3],
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "rope_theta": 1e4},
+    ),
+}
+
+
+@requires_transformers
+@pytest.mark.parametrize("case", sorted(QWEN_VL_CASES))
+def test_qwen_vl_configs_give_the_models_mrope(case):
+    """Top-level and text configs -> MRoPE; rotated q/k equal the model's for image-like (3, b, t) positions."""
+    class_name, section, params = QWEN_VL_CASES[case]
+    heads, head_dim = 2, 2 * sum(section)
+    text = {
+        "hidden_size": heads * head_dim,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": 128,
+        "rope_parameters": {**params, "mrope_section": section},
+    }
+    config = getattr(transformers, class_name)(text_config=text)
+    rope = from_hf_config(config)
+    assert isinstance(rope, posenc.MRoPE) and rope.interleaved == class_name.startswith("Qwen3")
+    for other in (config.text_config, config.text_config.to_dict()):
+        assert from_hf_config(other).state_dict().keys() == rope.state_dict().keys()
+        assert repr(from_hf_config(other)) == repr(rope)
+    # text tokens 0..3, a 2x3 image at t=4 (h, w vary), text again from 7; row 1 shifted by a cache offset
+    t_ax = torch.tensor([0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 7, 8])
+    h_ax = torch.tensor([0, 1, 2, 3, 4, 4, 4, 5, 5, 5, 7, 8])
+    w_ax = torch.tensor([0, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8])
+    position_ids = torch.stack([t_ax, h_ax, w_ax])[:, None].repeat(1, 2, 1)
+    position_ids[:, 1] += 40  # past max_position_embeddings / factor: yarn's frequencies matter
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, heads, 12, head_dim, generator=gen) for _ in range(2))
+    q_ref, k_ref = _qwen_vl_rotation(config, q, k, position_ids)
+    positions = posenc.functional.axes_last(position_ids)  # (b, t, 3)
+    q_ours, k_ours = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+    torch.testing.assert_close(q_ours, q_ref, **ROPE_TOL)
+    torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
+
+
+def test_qwen_vl_flat_config_json_and_legacy_mrope_type():
+    """Qwen2-VL's hub config.json is flat, with rope_scaling {"type": "mrope", "mrope_section": ...}."""
+    flat = {
+        "model_type": "qwen2_vl",
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "rope_theta": 1e6,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
+    rope = from_hf_config(flat)
+    assert isinstance(rope, posenc.MRoPE)
+    assert (rope.head_dim, rope.mrope_section, rope.base, rope.rope_type) == (
+        128,
+        (16, 24, 24),
+        1e6,
+        "default",
+    )
+    qwen3 = from_hf_config({"model_type": "qwen3_vl"})  # no text_config: the text config class's defaults
+    assert (qwen3.head_dim, qwen3.mrope_section, qwen3.base, qwen3.interleaved) == (
+        128,
+        (24, 20, 20),
+        5e5,
+        True,
+    )
+    with pytest.raises(ValueError, match=r"qwen2_vl_text config: mrope_section=\[16, 24, 23\] sums to 63"):
+        from_hf_config({**flat, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 23]}})
+    with pytest.raises(TypeError, match="mrope_section'\\] must be a list of ints"):
+        from_hf_config({**flat, "rope_scaling": {"mrope_section": "16,24,24"}})

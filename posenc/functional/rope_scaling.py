@@ -2,11 +2,13 @@
 
 * :func:`resolve_rope_scaling` reads a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict
   into one frozen dataclass per ``rope_type`` (:class:`DefaultRope`, :class:`LinearRope`,
-  :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`, all
-  :class:`RopeParameters`); every check is raised here, before any tensor exists;
+  :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
+  :class:`ProportionalRope`, :class:`NtkRope`, all :class:`RopeParameters`); every check is
+  raised here, before any tensor exists;
 * each dataclass gives its frequencies, ``params.inv_freq()``, from the formulas below:
   :func:`rope_inv_freq` (plain), :func:`linear_inv_freq`, :func:`dynamic_ntk_inv_freq`,
-  :func:`yarn_inv_freq`, :func:`llama3_inv_freq`, :func:`longrope_inv_freq`, and the attention
+  :func:`yarn_inv_freq`, :func:`llama3_inv_freq`, :func:`longrope_inv_freq`,
+  :func:`proportional_inv_freq`, :func:`ntk_inv_freq`, and the attention
   factors :func:`yarn_attention_factor`, :func:`longrope_attention_factor`.
 
 Frequencies are computed in float64 by default: the angle ``position * inv_freq`` then stays
@@ -18,6 +20,7 @@ Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -36,6 +39,8 @@ __all__ = [
     "LinearRope",
     "Llama3Rope",
     "LongRope",
+    "NtkRope",
+    "ProportionalRope",
     "RopeParameters",
     "YarnRope",
     "dynamic_ntk_inv_freq",
@@ -43,6 +48,8 @@ __all__ = [
     "llama3_inv_freq",
     "longrope_attention_factor",
     "longrope_inv_freq",
+    "ntk_inv_freq",
+    "proportional_inv_freq",
     "resolve_rope_scaling",
     "rope_inv_freq",
     "scaled_inv_freq",
@@ -50,10 +57,22 @@ __all__ = [
     "yarn_inv_freq",
 ]
 
-RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope"]
+RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk"]
 
-#: The ``rope_type`` values understood, as in transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``.
-ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
+#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
+ROPE_TYPES: tuple[str, ...] = (
+    "default",
+    "linear",
+    "dynamic",
+    "yarn",
+    "llama3",
+    "longrope",
+    "proportional",
+    "ntk",
+)
+#: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
+MIN_FACTOR = 1e-6
 
 Device = torch.device | str | None
 
@@ -250,6 +269,44 @@ def longrope_inv_freq(
     return 1.0 / (ext * base ** _exponents(dim, dtype, device))
 
 
+def ntk_inv_freq(dim: int, base: float, factor: float, **kwargs: Any) -> Tensor:
+    """Static NTK-aware scaling (bloc97, 2023; vLLM's and x-transformers' "NTK"): a larger base.
+
+    ``base' = base * factor ** (r / (r - 2))``: the highest frequency is kept and the lowest is
+    divided by ``factor``, so a model trained on ``L`` positions sees ``factor * L`` without
+    fine-tuning. ``kwargs`` go to :func:`rope_inv_freq`.
+
+    Returns:
+        ``(r/2,)`` inverse frequencies.
+    """
+    return rope_inv_freq(dim, base * factor ** (dim / (dim - 2)), **kwargs)
+
+
+def proportional_inv_freq(
+    dim: int,
+    base: float,
+    fraction: float,
+    factor: float = 1.0,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: Device = None,
+) -> Tensor:
+    """Proportional RoPE (p-RoPE; Gemma 4's global layers, transformers' ``"proportional"``).
+
+    The exponents run over the whole rotated width ``r`` (``base ** (-2i / r)``), but only the
+    first ``int(fraction * r // 2)`` pairs rotate: the others get frequency 0 and pass through
+    unchanged. Unlike a partial rotation (``rotary_dim``), the pairs stay ``r/2`` apart in the
+    half layout. Every frequency is divided by ``factor``.
+
+    Returns:
+        ``(r/2,)`` inverse frequencies, the trailing ones 0.
+    """
+    rotated = int(fraction * dim // 2)
+    inv_freq = rope_inv_freq(dim, base, dtype=dtype, device=device) / factor
+    keep = torch.arange(dim // 2, device=inv_freq.device) < rotated
+    return torch.where(keep, inv_freq, torch.zeros_like(inv_freq))
+
+
 # --- one dataclass per rope type ---------------------------------------------------------------
 
 
@@ -444,8 +501,51 @@ class LongRope(RopeParameters):
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProportionalRope(RopeParameters):
+    """Proportional RoPE (``"proportional"``, Gemma 4): exponents over ``r``, only a fraction of pairs rotate.
+
+    Attributes:
+        fraction: the rotated fraction of the pairs (the dict's ``partial_rotary_factor``, in (0, 1]);
+            it does not shrink ``rotary_dim``.
+        factor: every frequency is divided by it (1 by default).
+    """
+
+    rope_type: ClassVar[RopeType] = "proportional"
+    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
+    fraction: float = 1.0
+    factor: float = 1.0
+
+    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
+        return proportional_inv_freq(
+            self.rotary_dim, self.base, self.fraction, self.factor, dtype=dtype, device=device
+        )[None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NtkRope(RopeParameters):
+    """Static NTK-aware scaling (``"ntk"``): the base times ``factor ** (r / (r - 2))``."""
+
+    rope_type: ClassVar[RopeType] = "ntk"
+    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
+    factor: float
+
+    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
+        return ntk_inv_freq(self.rotary_dim, self.base, self.factor, dtype=dtype, device=device)[None]
+
+
 _CLASSES: dict[str, type[RopeParameters]] = {
-    cls.rope_type: cls for cls in (DefaultRope, LinearRope, DynamicRope, YarnRope, Llama3Rope, LongRope)
+    cls.rope_type: cls
+    for cls in (
+        DefaultRope,
+        LinearRope,
+        DynamicRope,
+        YarnRope,
+        Llama3Rope,
+        LongRope,
+        ProportionalRope,
+        NtkRope,
+    )
 }
 # Keys each rope type reads (hf copies exactly these from a model config).
 _TYPE_KEYS: dict[str, frozenset[str]] = {name: cls.keys for name, cls in _CLASSES.items()}
@@ -462,20 +562,39 @@ def scaled_inv_freq(
 # --- reading a Hugging Face dict -------------------------------------------------------------------
 
 
-def _number(key: str, value: Any, *, positive: bool = False) -> float:
+def _shown(value: Any) -> str:
+    # Error messages echo a value, cut short (a config may hold anything, e.g. a 10 MB string).
+    text = (
+        repr(value) if not isinstance(value, int) or abs(value) < 10**50 else "an int too large for a float"
+    )
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _number(key: str, value: Any, *, positive: bool = False, minimum: float | None = None) -> float:
+    """``value`` as a finite float; ``positive``: ``> 0``; ``minimum``: ``>= minimum``. Bools and strings are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"scaling[{key!r}] must be a number, got {value!r} ({type(value).__name__})")
-    value = float(value)
+        raise TypeError(f"scaling[{key!r}] must be a number, got {_shown(value)} ({type(value).__name__})")
+    try:
+        value = float(value)
+    except OverflowError:  # an int past the float range, e.g. 10**400
+        raise ValueError(
+            f"scaling[{key!r}] must be a finite number, got an int too large for a float"
+        ) from None
     if not math.isfinite(value):
         raise ValueError(f"scaling[{key!r}] must be finite, got {value}")
     if positive and value <= 0:
         raise ValueError(f"scaling[{key!r}] must be > 0, got {value}")
+    if minimum is not None and value < minimum:
+        bound = f"> 0 (at least {minimum:g}: smaller factors overflow)" if minimum > 0 else f">= {minimum:g}"
+        raise ValueError(f"scaling[{key!r}] must be {bound}, got {value:g}")
     return value
 
 
-def _optional(scaling: Mapping[str, Any], key: str, *, positive: bool = False) -> float | None:
+def _optional(
+    scaling: Mapping[str, Any], key: str, *, positive: bool = False, minimum: float | None = None
+) -> float | None:
     value = scaling.get(key)
-    return None if value is None else _number(key, value, positive=positive)
+    return None if value is None else _number(key, value, positive=positive, minimum=minimum)
 
 
 def _factor_list(key: str, value: Any, pairs: int) -> tuple[float, ...]:
@@ -485,7 +604,7 @@ def _factor_list(key: str, value: Any, pairs: int) -> tuple[float, ...]:
         )
     if len(value) != pairs:
         raise ValueError(f"scaling[{key!r}] must have {pairs} entries (rotary_dim / 2), got {len(value)}")
-    return tuple(_number(f"{key}[{i}]", v, positive=True) for i, v in enumerate(value))
+    return tuple(_number(f"{key}[{i}]", v, minimum=MIN_FACTOR) for i, v in enumerate(value))
 
 
 class _Reader:
@@ -497,9 +616,10 @@ class _Reader:
     def factor(self) -> float:
         if self.scaling.get("factor") is None:
             raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs a 'factor' (a number > 0), got {self.scaling}"
+                f"scaling with rope_type={self.rope_type!r} needs a 'factor' (a number >= {MIN_FACTOR:g}), got "
+                f"{_shown(self.scaling)}"
             )
-        return _number("factor", self.scaling["factor"], positive=True)
+        return _number("factor", self.scaling["factor"], minimum=MIN_FACTOR)
 
     def original_len(self) -> int:
         value = self.scaling.get("original_max_position_embeddings")
@@ -515,7 +635,7 @@ class _Reader:
     def required(self, key: str) -> float:
         if self.scaling.get(key) is None:
             raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs {key!r} (a number > 0), got {self.scaling}"
+                f"scaling with rope_type={self.rope_type!r} needs {key!r} (a number > 0), got {_shown(self.scaling)}"
             )
         return _number(key, self.scaling[key], positive=True)
 
@@ -551,21 +671,37 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
                 f"rope_type='dynamic' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
             )
         return DynamicRope(factor=factor, original_max_len=reader.max_len, **common)
+    if kind == "ntk":
+        if common["rotary_dim"] < 4:
+            raise ValueError(
+                f"rope_type='ntk' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
+            )
+        return NtkRope(factor=reader.factor(), **common)
+    if kind == "proportional":
+        divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
+        return ProportionalRope(factor=1.0 if divisor is None else divisor, **common)
     if kind == "yarn":
+        if common["base"] <= 1:
+            raise ValueError(
+                f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
+            )
         original = reader.original_len()
         ratio = reader.length_ratio(original) if scaling.get("factor") is None else None
         factor = ratio if ratio is not None else reader.factor()
         attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:
             attention = yarn_attention_factor(
-                factor, _optional(scaling, "mscale"), _optional(scaling, "mscale_all_dim")
+                factor,
+                _optional(scaling, "mscale", minimum=0.0),
+                _optional(scaling, "mscale_all_dim", minimum=0.0),
             )
         return YarnRope(
             factor=factor,
             original_max_len=original,
             # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
-            beta_fast=_number("beta_fast", scaling.get("beta_fast") or 32.0),
-            beta_slow=_number("beta_slow", scaling.get("beta_slow") or 1.0),
+            # (the ramp takes log(original / (2 pi beta)): both must be > 0)
+            beta_fast=_number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True),
+            beta_slow=_number("beta_slow", scaling.get("beta_slow") or 1.0, positive=True),
             truncate=check_bool("scaling['truncate']", scaling.get("truncate", True)),
             attention_factor=attention,
             **common,
@@ -585,7 +721,7 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
     original = reader.original_len()
     pairs = common["rotary_dim"] // 2
     short, long = (reader.factor_list(key, pairs) for key in ("short_factor", "long_factor"))
-    extension = _optional(scaling, "factor", positive=True)
+    extension = _optional(scaling, "factor", minimum=MIN_FACTOR)
     if extension is None:
         extension = reader.length_ratio(original)
     attention = _optional(scaling, "attention_factor", positive=True)
@@ -637,12 +773,15 @@ def resolve_rope_scaling(
 
     Returns:
         A :class:`RopeParameters` subclass: :class:`DefaultRope`, :class:`LinearRope`,
-        :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope` or :class:`LongRope`.
+        :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
+        :class:`ProportionalRope` (whose ``partial_rotary_factor`` is the rotated fraction of
+        the pairs, not a smaller ``rotary_dim``) or :class:`NtkRope`.
 
     Raises:
         TypeError: a wrong type (the dict itself, a number, a list).
         ValueError: an unknown rope type (the known ones are listed), a missing key, a
-            non-positive or non-finite factor/base, lists of the wrong length, odd or
+            non-finite factor/base or one below its bound (factors >= :data:`MIN_FACTOR`,
+            yarn's ``beta_fast``/``beta_slow`` > 0, its base > 1), lists of the wrong length, odd or
             too large ``rotary_dim``, conflicting ``base``/``rope_theta`` or
             ``rotary_dim``/``partial_rotary_factor``.
     """
@@ -676,9 +815,13 @@ def resolve_rope_scaling(
     base = theta if theta is not None else base if base is not None else 10000.0
 
     fraction = _optional(scaling, "partial_rotary_factor", positive=True)
+    if fraction is not None and fraction > 1:
+        raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction}")
+    rotated_fraction = 1.0
+    if rope_type == "proportional":
+        # p-RoPE: the fraction picks the rotated pairs; the exponents still span rotary_dim
+        rotated_fraction, fraction = 1.0 if fraction is None else fraction, None
     if fraction is not None:
-        if fraction > 1:
-            raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction}")
         from_fraction = int(head_dim * fraction)
         if rotary_dim is not None and rotary_dim != from_fraction:
             raise ValueError(
@@ -700,4 +843,7 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
             stacklevel=3,
         )
-    return _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
+    params = _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
+    if isinstance(params, ProportionalRope):
+        params = dataclasses.replace(params, fraction=rotated_fraction)
+    return params

@@ -6,8 +6,13 @@
   ALiBi slopes; learned table size and offset; sinusoidal layout, spacing and offset).
   :data:`SUPPORTED_MODEL_TYPES` and :func:`supported_models_markdown` are generated from its
   one conversion table.
+* :func:`layer_encodings` gives one encoding per layer (shared where layers agree) for models
+  whose layers differ (Gemma 3/3n/4, ModernBERT, Llama 4, SmolLM3, Cohere 2), and
+  :func:`layer_windows` the sliding window of each layer.
 * :func:`from_hf_model` (:mod:`posenc.hf.weights`) also copies the trained position weights
-  out of a loaded model.
+  out of a loaded model; ``layer=i`` for the conformer speech encoders (Wav2Vec2-BERT,
+  wav2vec2-conformer, SeamlessM4T), whose layers each hold their own relative tables.
+* Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models map to :class:`~posenc.MRoPE`.
 * :func:`interleaved_to_half`, :func:`half_to_interleaved` and :func:`rope_layout_permutation`
   convert q/k projection weights between the two RoPE layouts; they live in
   :mod:`posenc.functional.rope_layout` and are re-exported here.
@@ -19,7 +24,13 @@
 
 from ..encodings.alibi import FalconALiBi
 from ..functional.rope_layout import half_to_interleaved, interleaved_to_half, rope_layout_permutation
-from .configs import SUPPORTED_MODEL_TYPES, from_hf_config, supported_models_markdown
+from .configs import (
+    SUPPORTED_MODEL_TYPES,
+    from_hf_config,
+    layer_encodings,
+    layer_windows,
+    supported_models_markdown,
+)
 from .weights import from_hf_model
 
 __all__ = [
@@ -29,6 +40,8 @@ __all__ = [
     "from_hf_model",
     "half_to_interleaved",
     "interleaved_to_half",
+    "layer_encodings",
+    "layer_windows",
     "rope_layout_permutation",
     "supported_models_markdown",
 ]

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._checks import check_positive_int
 from ..base import PositionalEncoding
-from ..encodings import RoPE
+from ..encodings import MRoPE, RoPE
 from ..functional.rotary import _TYPE_KEYS, ROPE_TYPES
 from ._read import Config, get, heads_and_head_dim
 
-__all__ = ["RopeDefaults", "gptj", "rope", "rope_parameters"]
+__all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope", "rope_parameters"]
 
 
 @dataclass(frozen=True)
@@ -33,44 +34,88 @@ class RopeDefaults:
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
 
 
+def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
+    """``value`` (a config's ``key``) as a finite float ``> minimum``; bools and strings are refused.
+
+    Raises:
+        TypeError: not an int or float (``True``, ``"5e5"``, ``"abc"``); the key is named.
+        ValueError: too large for a float (``10**400``), not finite, or ``<= minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        shown = repr(value) if len(repr(value)) <= 100 else repr(value)[:97] + "..."
+        raise TypeError(f"{model_type} config: {key} must be a number, got {shown} ({type(value).__name__})")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{model_type} config: {key} must be a finite number, got an int too large for a float"
+        ) from None
+    if not math.isfinite(number) or number <= minimum:
+        raise ValueError(f"{model_type} config: {key} must be a finite number > {minimum:g}, got {number}")
+    return number
+
+
 def rope_parameters(
-    cfg: Config, model_type: str, d: RopeDefaults, head_dim: int
+    cfg: Config,
+    model_type: str,
+    d: RopeDefaults,
+    head_dim: int,
+    params: Mapping[str, Any] | None = None,
+    where: str = "rope_parameters",
 ) -> tuple[float, float, dict]:
     """Standardise ``rope_parameters`` / legacy ``rope_scaling`` + ``rope_theta`` as transformers 5 does.
 
+    ``params``: the dict of one layer type (nested ``rope_parameters``), named ``where`` in errors;
+    ``None`` reads the config's flat dict.
+
     Returns ``(base, partial_rotary_factor, scaling)`` where ``scaling`` holds only the keys the
-    ``rope_type`` reads, every implicit default resolved.
+    ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
+    factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    raw: Any = params if params is not None else (cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
     if not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+        raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
     if nested:
         raise ValueError(
-            f"{model_type} config: rope_parameters are given per layer type ({', '.join(map(repr, nested))}); "
-            "from_hf_config supports one RoPE setting for the whole model"
+            f"{model_type} config: {where} are given per layer type ({', '.join(map(repr, nested))}), but "
+            f"transformers' {model_type} reads one RoPE setting for the whole model"
         )
     # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
+    theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
     base = get(params, "rope_theta", default=get(cfg, "rope_theta", *d.theta_keys, default=d.theta))
+    base = config_float(model_type, theta_key, base)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    rope_type = dict(d.renamed_types).get(rope_type, rope_type)
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(
+            f"{model_type} config: rope_type {rope_type!r} is not supported (in {where}); supported: {', '.join(ROPE_TYPES)}"
+        )
+    partial_key = (
+        f"{where}['partial_rotary_factor']" if params.get("partial_rotary_factor") is not None else None
+    )
     partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
     if partial is None:
         partial = 1.0 if d.partial is None else d.partial
+    partial_key = partial_key or "partial_rotary_factor"
+    partial = config_float(model_type, partial_key, partial)
+    if partial > 1:
+        raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
+    if rope_type == "proportional":
+        scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
+        if params.get("factor") is not None:
+            scaling["factor"] = params["factor"]
+        return base, 1.0, scaling
     if d.partial is None and partial != 1.0:
         raise ValueError(
             f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    rope_type = dict(d.renamed_types).get(rope_type, rope_type)
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(
-            f"{model_type} config: rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
-        )
     if rope_type == "default":
-        return float(base), float(partial), {}
+        return base, partial, {}
     max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
-    scaling: dict[str, Any] = {"rope_type": rope_type}
+    scaling = {"rope_type": rope_type}
     for key in sorted(_TYPE_KEYS[rope_type]):
         if params.get(key) is not None:
             scaling[key] = params[key]
@@ -89,10 +134,43 @@ def rope_parameters(
         scaling["original_max_position_embeddings"] = original
         if scaling.get("factor") is None and rope_type in ("yarn", "longrope") and max_pos is not None:
             # transformers' rule for configs without a factor (Phi-3, DeepSeek-V3): the context ratio.
+            check_positive_int(f"{model_type} config: original_max_position_embeddings", original)
+            check_positive_int(f"{model_type} config: max_position_embeddings", max_pos)
             scaling["factor"] = max_pos / original
     if rope_type != "longrope" and scaling.get("factor") is None:
-        raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in rope_parameters")
-    return float(base), float(partial), scaling
+        raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in {where}")
+    return base, partial, scaling
+
+
+def build_rope(
+    cfg: Config,
+    model_type: str,
+    d: RopeDefaults,
+    head_dim: int,
+    *,
+    params: Mapping[str, Any] | None = None,
+    where: str = "rope_parameters",
+    layout: Literal["half", "interleaved"] | None = None,
+) -> RoPE:
+    """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``)."""
+    base, partial, scaling = rope_parameters(cfg, model_type, d, head_dim, params, where)
+    rotary_dim = int(head_dim * partial)
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise ValueError(
+            f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
+            "channels; accepted: a positive even number"
+        )
+    max_len = get(cfg, "max_position_embeddings", default=d.max_len)
+    if max_len is not None:
+        check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
+    return RoPE(
+        head_dim,
+        base=base,
+        layout=d.layout if layout is None else layout,
+        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
+        scaling=scaling or None,
+        max_len=max_len,
+    )
 
 
 def rope(d: RopeDefaults) -> Callable[[Config, str, bool | None], PositionalEncoding]:
@@ -106,21 +184,7 @@ def rope(d: RopeDefaults) -> Callable[[Config, str, bool | None], PositionalEnco
             default_width=d.hidden_size,
             default_head_dim=d.head_dim,
         )
-        base, partial, scaling = rope_parameters(cfg, model_type, d, head_dim)
-        rotary_dim = int(head_dim * partial)
-        if rotary_dim <= 0 or rotary_dim % 2:
-            raise ValueError(
-                f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
-                "channels; accepted: a positive even number"
-            )
-        return RoPE(
-            head_dim,
-            base=base,
-            layout=d.layout,
-            rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-            scaling=scaling or None,
-            max_len=get(cfg, "max_position_embeddings", default=d.max_len),
-        )
+        return build_rope(cfg, model_type, d, head_dim)
 
     return convert
 
@@ -154,3 +218,54 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,
         max_len=get(cfg, "n_positions", "max_position_embeddings", default=2048),
     )
+
+
+def mrope(
+    d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool
+) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    """Qwen2-VL / Qwen2.5-VL (chunked) and Qwen3-VL (interleaved) text models: :class:`MRoPE`.
+
+    ``mrope_section`` comes from ``rope_parameters`` (or the legacy ``rope_scaling``, whose
+    ``{"type": "mrope"}`` transformers reads as ``"default"``), else the model's default; the
+    rest of the dict is read as for any RoPE model. Qwen3-VL always interleaves (its
+    ``mrope_interleaved`` flag is not read by transformers), Qwen2/2.5-VL never do.
+    """
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        _, head_dim = heads_and_head_dim(
+            cfg,
+            model_type,
+            default_heads=d.num_heads,
+            default_width=d.hidden_size,
+            default_head_dim=d.head_dim,
+        )
+        raw: Any = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+        params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
+        if params.get("rope_type", params.get("type")) == "mrope":
+            params["rope_type"] = "default"
+            params.pop("type", None)
+        section = raw.get("mrope_section")
+        section = list(default_section) if section is None else section
+        if not isinstance(section, (list, tuple)):
+            raise TypeError(
+                f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"
+            )
+        base, _, scaling = rope_parameters(cfg, model_type, d, head_dim, params)
+        max_len = get(cfg, "max_position_embeddings", default=d.max_len)
+        if max_len is not None:
+            check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
+        try:
+            return MRoPE(
+                head_dim,
+                mrope_section=list(section),
+                base=base,
+                interleaved=interleaved,
+                scaling=scaling or None,
+                max_len=max_len,
+            )
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{model_type} config: {err}") from None
+
+    return convert

@@ -2,7 +2,7 @@
 
 The encoding comes from the model's config (:func:`~posenc.hf.from_hf_config`); this module
 adds the weights a config does not hold (T5's relative-bias table, the learned tables of
-GPT-2, GPT-Neo, OPT and BART), found in the model's ``state_dict`` by key suffix.
+GPT-2, GPT-Neo, OPT and BART, each layer's relative tables of the conformer speech encoders), found in the model's ``state_dict`` by key suffix.
 ``transformers`` is not imported: any object with ``.config`` and ``.state_dict()`` works.
 """
 
@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._read import config_dict
+from ._speech import SPEECH_MODEL_TYPES, speech_layer_count, speech_layer_weights
 from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
@@ -32,7 +33,9 @@ _WEIGHT_KEYS["mt5"] = _WEIGHT_KEYS["t5"]
 _WEIGHT_KEYS["mbart"] = _WEIGHT_KEYS["bart"]
 
 
-def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = None) -> PositionalEncoding:
+def from_hf_model(
+    model: Any, *, stack: Literal["encoder", "decoder"] | None = None, layer: int | None = None
+) -> PositionalEncoding:
     """The encoding of a ``transformers`` model, with its trained position weights loaded.
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
@@ -47,6 +50,12 @@ def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = N
             (bidirectional T5 bias) or ``"decoder"`` (causal T5 bias). ``None``: the decoder when
             ``model.config.is_decoder`` is set (a decoder stack on its own), else the encoder;
             decoder-only models have one stack.
+        layer: the 0-based layer whose encoding to return. Required for the conformer speech
+            encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2), where every layer
+            has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
+            :class:`~posenc.ShawRelative`) or ``linear_pos``/``pos_bias_u``/``pos_bias_v``
+            (``relative`` -> :class:`~posenc.RelPosXL`) are copied. For other models, as in
+            :func:`from_hf_config` (models whose layers differ).
 
     Returns:
         The encoding, its learned parameters copied from ``model`` into its own (float32, CPU)
@@ -54,7 +63,8 @@ def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = N
 
     Raises:
         ValueError: ``stack`` is not ``None``/``"encoder"``/``"decoder"``, or the model has no
-            weights for that stack (e.g. ``stack="decoder"`` on a ``T5EncoderModel``).
+            weights for that stack (e.g. ``stack="decoder"`` on a ``T5EncoderModel``); a speech
+            model without ``layer``, or ``layer`` outside it.
         TypeError: ``model`` has no ``config`` or ``state_dict``.
     """
     config, state_dict = getattr(model, "config", None), getattr(model, "state_dict", None)
@@ -65,16 +75,19 @@ def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = N
     if stack not in (None, "encoder", "decoder"):
         raise ValueError(f"stack must be None, 'encoder' or 'decoder', got {stack!r}")
     cfg = config_dict(config)
-    keys = _WEIGHT_KEYS.get(cfg.get("model_type", ""))
+    model_type = cfg.get("model_type", "")
+    if model_type in SPEECH_MODEL_TYPES:
+        return _speech_layer(model_type, cfg, state_dict(), layer, stack)
+    keys = _WEIGHT_KEYS.get(model_type)
     if keys is None:
-        return from_hf_config(cfg)
+        return from_hf_config(cfg, layer=layer)
     if stack is None:
         stack = "decoder" if cfg.get("is_decoder") or "encoder" not in keys else "encoder"
     if stack not in keys:
         raise ValueError(
             f"{cfg['model_type']} has no {stack} position weights; accepted stack: {', '.join(keys)}"
         )
-    encoding = from_hf_config(cfg, causal=stack == "decoder")
+    encoding = from_hf_config(cfg, layer=layer, causal=stack == "decoder")
     suffix = keys[stack]
     weights = state_dict()
     found = [key for key in weights if key == suffix or key.endswith("." + suffix)]
@@ -87,4 +100,24 @@ def from_hf_model(model: Any, *, stack: Literal["encoder", "decoder"] | None = N
         )
     (target,) = (name for name, _ in encoding.named_parameters())  # one table: `weight` or T5's embedding
     encoding.load_state_dict({target: weights[found[0]]})
+    return encoding
+
+
+def _speech_layer(
+    model_type: str, cfg: dict[str, Any], weights: dict[str, Any], layer: int | None, stack: str | None
+) -> PositionalEncoding:
+    """The encoding of (speech) encoder layer ``layer`` of a conformer model, its tables loaded."""
+    if stack not in (None, "encoder"):
+        raise ValueError(
+            f"{model_type}: position weights live in the (speech) encoder only; accepted stack: encoder"
+        )
+    n = speech_layer_count(cfg, model_type)
+    if layer is None:
+        raise ValueError(
+            f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
+        )
+    encoding = from_hf_config(cfg, layer=layer)
+    loaded = speech_layer_weights(encoding, weights, model_type, layer)
+    if loaded:
+        encoding.load_state_dict(loaded)
     return encoding

@@ -1,0 +1,117 @@
+"""Query temperature by position: Llama 4's NoPE layers ("attention temperature tuning").
+
+Llama 4 leaves every fourth layer without RoPE ("iRoPE") and, in those layers, multiplies the
+queries at position ``p`` by ``log1p(floor((p + 1) / floor_scale)) * attn_scale + 1`` (Nakanishi,
+2025, "Scalable-Softmax Is Superior for Attention"; transformers' ``attn_temperature_tuning``),
+so the softmax stays sharp over long contexts. Keys are untouched. Below ``floor_scale - 1`` the
+factor is 1: such layers behave as NoPE on short inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._checks import check_positive_float
+from .._compat import precise_dtype
+from ..base import PositionalEncoding, check_qk, resolve_qk_positions
+from ..registry import register
+
+__all__ = ["QueryTemperature", "query_temperature"]
+
+
+def query_temperature(
+    positions: Tensor, floor_scale: float, attn_scale: float, *, dtype: torch.dtype
+) -> Tensor:
+    """The query scale of each position: ``log1p(floor((p + 1) / floor_scale)) * attn_scale + 1``.
+
+    Args:
+        positions: ``(t,)`` or ``(b, t)`` integer positions.
+        floor_scale: positions per step of the staircase (8192 in Llama 4).
+        attn_scale: the slope of the logarithm (0.1 in Llama 4).
+        dtype: of the result.
+
+    Returns:
+        ``positions.shape`` scales, ``>= 1``.
+    """
+    # float64 steps: (p + 1) / floor_scale is exact for any position a model sees
+    steps = torch.floor((positions.to(torch.float64) + 1.0) / floor_scale)
+    return (torch.log1p(steps) * attn_scale + 1.0).to(dtype)
+
+
+@register("query_temperature", "llama4_nope")
+class QueryTemperature(PositionalEncoding):
+    """Llama 4's NoPE-layer encoding: no rotation, queries scaled by a slowly growing temperature.
+
+    ``q[..., p, :] *= log1p(floor((p + 1) / floor_scale)) * attn_scale + 1``; keys pass through.
+    The scale is computed in float64 and applied in float32 or better (as transformers does),
+    the result cast back to the queries' dtype.
+
+    Args:
+        floor_scale: positions per step (transformers' ``floor_scale``, 8192 in Llama 4).
+        attn_scale: the slope (transformers' ``attn_scale``, 0.1 in Llama 4); 0 gives NoPE.
+
+    Shape:
+        ``forward(q, k)``: ``q`` ``(b, h, tq, dh)``, ``k`` ``(b, h_kv, tk, dh)`` -> ``(q, k)``, same
+        shapes and dtypes; ``k`` is returned as is.
+
+    Example::
+
+        temp = QueryTemperature(floor_scale=8192, attn_scale=0.1)
+        q, k = temp(q, k, q_positions=torch.arange(past, past + t))   # decoding at `past`
+    """
+
+    # acts on queries and keys inside attention, as RoPE does (nothing else reads it)
+    kind = "rotary"
+
+    def __init__(self, floor_scale: float = 8192.0, attn_scale: float = 0.1) -> None:
+        super().__init__()
+        self.floor_scale = check_positive_float("floor_scale", floor_scale)
+        if isinstance(attn_scale, bool) or not isinstance(attn_scale, (int, float)):
+            raise TypeError(
+                f"attn_scale must be a finite number >= 0, got {attn_scale!r} ({type(attn_scale).__name__})"
+            )
+        try:
+            scale = float(attn_scale)
+        except OverflowError:  # an int past the float range
+            raise ValueError(
+                "attn_scale must be a finite number >= 0, got an int too large for a float"
+            ) from None
+        if not (math.isfinite(scale) and scale >= 0):
+            raise ValueError(f"attn_scale must be a finite number >= 0, got {scale}")
+        self.attn_scale = scale
+
+    def extra_repr(self) -> str:
+        return f"floor_scale={self.floor_scale:g}, attn_scale={self.attn_scale:g}"
+
+    def encode_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Scale queries ``(b, h, tq, dh)`` by their positions' temperature; keys ``(b, h_kv, tk, dh)`` as is.
+
+        Positions default as everywhere (keys ``0..tk-1``, queries the last ``tq`` of them).
+        """
+        check_qk(q, k)
+        qp, _ = resolve_qk_positions(q, k, q_positions, k_positions)
+        dtype = precise_dtype(q.dtype)
+        scale = query_temperature(qp, self.floor_scale, self.attn_scale, dtype=dtype)
+        # (t,) -> (t, 1); (b, t) -> (b, 1, t, 1): broadcast over heads and channels
+        scale = scale[:, None, :, None] if scale.dim() == 2 else scale[:, None]
+        return (q.to(dtype) * scale).to(q.dtype), k
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The drop-in call: ``q, k = temp(q, k)``; the same as :meth:`encode_qk`."""
+        return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)

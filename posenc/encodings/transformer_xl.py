@@ -1,0 +1,293 @@
+"""Transformer-XL relative positions, as Conformer encoders use them (wav2vec2-conformer, Wav2Vec2-BERT).
+
+Dai et al. (2019), "Transformer-XL", Sec. 3.3, split the score of query ``i`` and key ``j`` into
+four terms; with learned ``u``, ``v`` and a projected sinusoid ``R`` of the distance ``i - j``::
+
+    score_ij = ((q_i + u) · k_j + (q_i + v) · (W R_{i-j})) / sqrt(dh)
+
+The attention computes ``q_i · k_j / sqrt(dh)`` itself; this encoding's bias is the rest:
+``u · k_j`` (a key-content term) plus the position term, computed as ``(q + v) @ Pᵀ`` over the
+distinct distances (``P = W R``, one row per distance) and gathered by distance — the rel-shift
+of the original code as a gather, so explicit positions work too. Never ``(b, h, tq, tk, dh)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_float_tensor, check_positive_float, check_positive_int
+from .._compat import precise_dtype
+from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
+from ..functional.relative import position_indexer
+from ..functional.sinusoidal import sinusoidal_table
+from ..registry import register
+
+__all__ = ["RelPosXL", "RelPosXLState"]
+
+
+class RelPosXLState(PositionState):
+    """The position state of :class:`RelPosXL`: positions, and the distances they span.
+
+    With default (consecutive) positions the ``tq + tk - 1`` distances are known from the
+    lengths alone; explicit positions span ``min(k) - max(q) .. max(k) - min(q)`` (read from
+    the positions once per call). The base class's :meth:`narrow` serves the chunked path.
+    """
+
+    encoding: RelPosXL
+
+    def __init__(
+        self,
+        encoding: RelPosXL,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+    ) -> None:
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
+        )
+
+    def _distance_range(self) -> tuple[int, int]:
+        """``(first, n)``: the smallest distance ``k_pos - q_pos`` and the number of distances."""
+        if self.q_start is not None and self.k_start is not None:
+            return self.k_start - (self.q_start + self.q_len - 1), self.q_len + self.k_len - 1
+        qp, kp = self.q_positions, self.k_positions
+        first = int(kp.min()) - int(qp.max())
+        return first, int(kp.max()) - int(qp.min()) - first + 1
+
+    def _index(self, first: int) -> Tensor:
+        """``(tq, tk)`` or ``(b, tq, tk)`` row of each pair among the distances from ``first``."""
+        relative = self.k_positions.unsqueeze(-2) - self.q_positions.unsqueeze(-1)
+        return relative - first
+
+    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(per_distance (b, h, tq, n), key_term (b, h, 1, tk), index)``, already scaled."""
+        enc = self.encoding
+        enc._check(q, k)
+        if (q.shape[-2], k.shape[-2]) != (self.q_len, self.k_len):
+            raise ValueError(
+                f"got {q.shape[-2]} queries and {k.shape[-2]} keys, but this RelPosXLState was prepared "
+                f"for {self.q_len} queries and {self.k_len} keys"
+            )
+        first, n = self._distance_range()
+        dtype = precise_dtype(q)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        h, dh = q.shape[1], q.shape[-1]
+        hkv, tk = k.shape[1], k.shape[-2]
+        # u · k_j per query head; grouped-query heads read their group's key head (no copy of k).
+        u = enc.pos_bias_u.to(dtype).view(hkv, h // hkv, dh)
+        key_term = (u @ k.to(dtype).transpose(-1, -2)).reshape(k.shape[0], h, 1, tk) * scale
+        distances = torch.arange(first, first + n, device=q.device)
+        proj = enc.projected(distances, dtype)  # (h, n, dh)
+        per_distance = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ proj.transpose(-1, -2)
+        return per_distance * scale, key_term, self._index(first)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``: ``(b, h, tq, tk)``, float32 (float64)."""
+        if q.shape[-2] == 0 or k.shape[-2] == 0:
+            self.encoding._check(q, k)
+            return q.new_zeros(max(q.shape[0], k.shape[0]), q.shape[1], q.shape[-2], k.shape[-2])
+        per_distance, key_term, index = self._terms(q, k)
+        index = index.unsqueeze(0) if index.dim() == 2 else index
+        _, h, tq, n = per_distance.shape
+        b = max(per_distance.shape[0], key_term.shape[0], index.shape[0])
+        index = index.unsqueeze(1).expand(b, h, tq, index.shape[-1])
+        return per_distance.expand(b, h, tq, n).gather(-1, index).add_(key_term)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        per_distance, key_term, _ = self._terms(q, k)
+        first, _ = self._distance_range()
+        b, h, tq, n = per_distance.shape
+        flat, keys = per_distance.reshape(-1), key_term.expand(b, h, 1, -1).reshape(-1)
+        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
+        heads, rows, width, tk = (torch.tensor(x, device=q.device) for x in (h, tq, n, k.shape[-2]))
+        offset = torch.tensor(first, device=q.device)
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        one_batch = b == 1
+
+        def transformer_xl_score_mod(
+            score: Tensor, bi: Tensor, hi: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            row = k_pos(bi, kv_idx) - q_pos(bi, q_idx) - offset
+            bh = (torch.zeros_like(bi) if one_batch else bi) * heads + hi
+            term = flat[(bh * rows + q_idx) * width + row] + keys[bh * tk + kv_idx]
+            return score + term.to(score.dtype)
+
+        return transformer_xl_score_mod
+
+
+@register("transformer_xl", "relpos_xl")
+class RelPosXL(PositionalEncoding):
+    """Transformer-XL / Conformer relative positions: ``pos_bias_u``, ``pos_bias_v`` and projected sinusoids.
+
+    Exactly what transformers' Wav2Vec2-Conformer, Wav2Vec2-BERT and SeamlessM4T (v1) speech
+    encoders compute in ``position_embeddings_type="relative"`` (Dai et al., 2019, Sec. 3.3)::
+
+        score_ij = ((q_i + u) · k_j + (q_i + v) · (W R_{i-j})) / sqrt(dh)
+
+    ``R_r`` is the sinusoid of the distance ``r = q_pos - k_pos`` (positive for keys to the
+    left), width ``d_model``, interleaved ``[sin(r ω_0), cos(r ω_0), sin(r ω_1), ...]`` with
+    ``ω_i = base^(-2i/d_model)``; ``W`` (:attr:`linear_pos`, no bias) projects it to every head.
+    The hook :meth:`attention_bias` returns ``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``
+    for the attention to add to its scaled scores ``q_i · k_j / sqrt(dh)`` (with another
+    attention ``scale`` this term keeps ``1 / sqrt(dh)``, as in those models). Each layer of
+    those models has its own ``W``, ``u`` and ``v``: one encoding per layer
+    (:func:`posenc.from_hf_model` with ``layer=``).
+
+    Memory beside the attention: ``(b, h, tq, n)`` with ``n`` the distinct distances
+    (``tq + tk - 1`` at default positions) and a ``(tq, tk)`` index.
+
+    Args:
+        num_heads: attention heads ``h`` (of the queries).
+        head_dim: the head width ``dh``.
+        d_model: the sinusoid's width (the model width in those models); default ``h * dh``.
+        base: the sinusoid's wavelength base (10000).
+        device, dtype: of the parameters.
+
+    Attributes:
+        linear_pos: ``nn.Linear(d_model, h * dh, bias=False)``, transformers' ``linear_pos``.
+        pos_bias_u: ``(h, dh)``, added to the queries for the content term.
+        pos_bias_v: ``(h, dh)``, added to the queries for the position term.
+
+    Shape:
+        ``attention_bias(q, k)``: ``(b, h, tq, dh), (b, h_kv, tk, dh) -> (b, h, tq, tk)``, float32
+        (float64 for float64 ``q``).
+
+        ``forward(scores, q, k)``: ``(b, h, tq, tk), (b, h, tq, dh), (b, h_kv, tk, dh) -> (b, h, tq, tk)``.
+
+    Example::
+
+        xl = RelPosXL(num_heads=4, head_dim=16)
+        out = posenc.attention(q, k, v, xl)          # bidirectional, as in Conformer encoders
+    """
+
+    kind = "bias"
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_dim: int,
+        d_model: int | None = None,
+        base: float = 10000.0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        width = num_heads * head_dim if d_model is None else check_positive_int("d_model", d_model)
+        if width % 2:
+            raise ValueError(f"d_model must be even (sin/cos come in pairs), got {width}")
+        self.d_model = width
+        self.base = check_positive_float("base", base)
+        if self.base <= 1.0:
+            raise ValueError(f"base must be > 1 (a wavelength scale), got {base!r}")
+        self.linear_pos = nn.Linear(width, num_heads * head_dim, bias=False, device=device, dtype=dtype)
+        self.pos_bias_u = nn.Parameter(torch.empty(num_heads, head_dim, device=device, dtype=dtype))
+        self.pos_bias_v = nn.Parameter(torch.empty(num_heads, head_dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``linear_pos`` as ``nn.Linear``; ``u``, ``v`` Xavier-uniform (transformers' initialisation)."""
+        self.linear_pos.reset_parameters()
+        nn.init.xavier_uniform_(self.pos_bias_u)
+        nn.init.xavier_uniform_(self.pos_bias_v)
+
+    def relative_embeddings(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``R`` at the distances ``k_pos - q_pos``: the sinusoid of ``-distances``, ``(n, d_model)``.
+
+        Angles are computed in float64 and rounded once to ``dtype``.
+        """
+        return sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
+
+    def projected(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``W R`` per head at the distances ``k_pos - q_pos``: ``(n,) -> (h, n, dh)``, differentiable in ``W``."""
+        emb = self.relative_embeddings(distances, dtype)
+        proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
+        return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
+
+    def _check(self, q: Tensor, k: Tensor) -> None:
+        check_qk(q, k, head_dim=self.head_dim)
+        if q.shape[1] != self.num_heads:
+            raise ValueError(
+                f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but RelPosXL was built with "
+                f"num_heads={self.num_heads}"
+            )
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> RelPosXLState:
+        return RelPosXLState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+    def attention_bias(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys (their values are read: the ``u`` term).
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys at
+                ``0..tk-1``, queries the last ``tq`` of them.
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
+        self._check(q, k)
+        state = cast(RelPosXLState, self._hook_state(q, k, q_positions, k_positions))
+        return state.attention_bias(q, k)
+
+    def score_mod(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the bias, read from ``(b, h, tq, n)`` and ``(b, h, tk)``."""
+        return cast(RelPosXLState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
+
+    def forward(
+        self,
+        scores: Tensor,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """The drop-in call for hand-written attention: ``scores + attention_bias(q, k)``.
+
+        Args:
+            scores: ``(b, h, tq, tk)`` scaled scores ``q @ kᵀ / sqrt(dh)``.
+            q, k: the queries and keys of those scores.
+            q_positions, k_positions: as in :meth:`attention_bias`.
+
+        Returns:
+            ``(b, h, tq, tk)`` in the scores' dtype.
+        """
+        check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
+        bias = self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+        if scores.shape[1:] != bias.shape[1:] or scores.shape[0] not in (1, bias.shape[0]):
+            raise ValueError(
+                f"scores {tuple(scores.shape)} do not match q {tuple(q.shape)} and k {tuple(k.shape)} "
+                f"(expected {tuple(bias.shape)})"
+            )
+        return (scores.to(bias.dtype) + bias).to(scores.dtype)
+
+    def extra_repr(self) -> str:
+        parts = [f"num_heads={self.num_heads}", f"head_dim={self.head_dim}", f"d_model={self.d_model}"]
+        if self.base != 10000.0:
+            parts.append(f"base={self.base}")
+        return ", ".join(parts)

@@ -1,0 +1,388 @@
+"""Converters for models whose layers differ: one encoding per layer, shared between equal layers.
+
+Gemma 3 / 3n / 4 and ModernBERT read ``rope_parameters`` nested by layer type (transformers 5) or
+their legacy top-level keys (``rope_local_base_freq``, ``global_rope_theta``...); Llama 4 and
+SmolLM3 drop RoPE in the layers ``no_rope_layers`` marks 0; Cohere 2 rotates only its sliding
+layers. Each converter returns a list with one encoding per layer, the same instance for every
+layer of one setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from .._checks import check_bool, check_positive_int
+from ..base import PositionalEncoding
+from ..encodings import NoPE
+from ..encodings.temperature import QueryTemperature
+from ._read import Config, get, heads_and_head_dim
+from ._rope import RopeDefaults, build_rope, config_float
+
+__all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
+
+#: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+#: Layer type names transformers knows besides those a config lists.
+_KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+Layers = list[PositionalEncoding]
+
+
+def layer_count(cfg: Config, model_type: str) -> int | None:
+    """The config's number of layers, or ``None`` when it gives none."""
+    for key in LAYER_COUNT_KEYS:
+        value = cfg.get(key)
+        if value is not None:
+            return check_positive_int(f"{model_type} config: {key}", value)
+    return None
+
+
+def _types(cfg: Config, model_type: str, default: Callable[[int], str]) -> list[str]:
+    types = layer_types(cfg, model_type, default)
+    return types if types is not None else []  # (never empty: a default is given)
+
+
+def _required_count(cfg: Config, model_type: str) -> int:
+    n = layer_count(cfg, model_type)
+    if n is None:
+        raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
+    return n
+
+
+def layer_types(
+    cfg: Config, model_type: str, default: Callable[[int], str] | None = None
+) -> list[str] | None:
+    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``default`` per layer."""
+    types = cfg.get("layer_types")
+    if types is None:
+        if default is None:
+            return None
+        return [default(i) for i in range(_required_count(cfg, model_type))]
+    n = _required_count(cfg, model_type)
+    if not isinstance(types, Sequence) or isinstance(types, (str, bytes)):
+        raise TypeError(f"{model_type} config: layer_types must be a list of str, got {type(types).__name__}")
+    if len(types) != n:
+        raise ValueError(
+            f"{model_type} config: layer_types has {len(types)} entries, but num_hidden_layers={n}; "
+            "give one layer type per layer"
+        )
+    for i, name in enumerate(types):
+        if not isinstance(name, str):
+            raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
+    return list(types)
+
+
+def rope_flags(cfg: Config, model_type: str) -> list[bool]:
+    """``no_rope_layers`` as transformers reads it: 1 (RoPE) or 0 (NoPE) per layer; default every 4th is NoPE."""
+    n = _required_count(cfg, model_type)
+    flags = cfg.get("no_rope_layers")
+    if not flags:  # transformers: None or [] -> the default pattern
+        interval = check_positive_int(
+            f"{model_type} config: no_rope_layer_interval", get(cfg, "no_rope_layer_interval", default=4)
+        )
+        return [(i + 1) % interval != 0 for i in range(n)]
+    if not isinstance(flags, Sequence) or isinstance(flags, (str, bytes)):
+        raise TypeError(
+            f"{model_type} config: no_rope_layers must be a list of 0/1, got {type(flags).__name__}"
+        )
+    if len(flags) != n:
+        raise ValueError(
+            f"{model_type} config: no_rope_layers has {len(flags)} entries, but num_hidden_layers={n}; "
+            "give one 0 (no RoPE) or 1 (RoPE) per layer"
+        )
+    for i, flag in enumerate(flags):
+        if flag not in (0, 1) or not isinstance(flag, int):  # bools are ints: True/False pass
+            raise ValueError(f"{model_type} config: no_rope_layers[{i}] must be 0 or 1, got {flag!r}")
+    return [bool(flag) for flag in flags]
+
+
+def layer_windows(cfg: Config, model_type: str) -> list[int | None]:
+    """The sliding window of each layer (``None``: attends to every key), transformers' rule.
+
+    A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal) or ``|i - j| <= W // 2``
+    (ModernBERT, bidirectional): the meaning of ``posenc.attention(..., window=W)``.
+    """
+    n = _required_count(cfg, model_type)
+    if model_type == "modernbert":
+        local = check_positive_int(
+            f"{model_type} config: local_attention", get(cfg, "local_attention", default=128)
+        )
+        window: int | None = local  # transformers: |i - j| <= local_attention // 2
+        types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
+    else:
+        default = _DEFAULT_TYPES.get(model_type)
+        if model_type in ("gemma3_text", "cohere2") and default is not None:
+            default = _gemma_pattern(cfg, model_type, default)
+        types = layer_types(cfg, model_type, default)
+        if model_type == "gemma4_text" and types:
+            types[-1] = "full_attention"  # transformers forces the last layer global
+        window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
+        if window is not None:
+            window = check_positive_int(f"{model_type} config: sliding_window", window)
+        if cfg.get("use_sliding_window") is not None and not check_bool(
+            f"{model_type} config: use_sliding_window", cfg["use_sliding_window"]
+        ):
+            window = None
+    if types is None or window is None:
+        return [None] * n
+    return [window if t == "sliding_attention" else None for t in types]
+
+
+def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
+    # "full_attention" every `every` layers (the last of each group; ModernBERT: the first)
+    def kind(i: int) -> str:
+        full = i % every == 0 if first_full else (i + 1) % every == 0
+        return "full_attention" if full else "sliding_attention"
+
+    return kind
+
+
+def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
+    every = check_positive_int(
+        f"{model_type} config: global_attn_every_n_layers", get(cfg, "global_attn_every_n_layers", default=3)
+    )
+    return every_nth(every, first_full=True)
+
+
+_DEFAULT_TYPES: dict[str, Callable[[int], str]] = {
+    "gemma2": every_nth(2),
+    "gpt_oss": every_nth(2),
+    "gemma3_text": every_nth(6),
+    "gemma3n_text": every_nth(5),
+    "gemma4_text": every_nth(6),
+    "cohere2": every_nth(4),
+}
+# The config classes' sliding_window where a config.json leaves it out.
+_DEFAULT_WINDOWS = {
+    "gemma2": 4096,
+    "gemma3_text": 4096,
+    "gemma3n_text": 512,
+    "gemma4_text": 512,
+    "cohere2": 4096,
+    "gpt_oss": 128,
+}
+
+
+def _nested(
+    cfg: Config,
+    model_type: str,
+    types: list[str],
+    legacy: Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``."""
+    raw = cfg.get("rope_parameters")
+    if raw is None:
+        raw = cfg.get("rope_scaling")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    if raw and all(isinstance(v, Mapping) for v in raw.values()):
+        known = _KNOWN_TYPES | set(types)
+        for name in raw:
+            if name not in known:
+                raise ValueError(
+                    f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
+                    f"{', '.join(sorted(known))}"
+                )
+        return legacy({}) | {name: dict(value) for name, value in raw.items()}
+    if raw and any(isinstance(v, Mapping) for v in raw.values()):
+        raise ValueError(
+            f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
+            "give one dict per layer type"
+        )
+    return legacy(dict(raw) if raw else None)
+
+
+def _theta(params: dict[str, Any], value: Any) -> dict[str, Any]:
+    # transformers' setdefault: a layer type's own rope_theta wins over the legacy key
+    return params if params.get("rope_theta") is not None else {**params, "rope_theta": value}
+
+
+def _two_bases(
+    cfg: Config,
+    global_keys: tuple[str, ...],
+    local_keys: tuple[str, ...],
+    defaults: tuple[float, float],
+    scale_local: bool,
+) -> Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]]:
+    """Legacy Gemma 3 / ModernBERT reading: a global and a local base, the flat scaling dict on
+    the global layers (and on the local ones too when ``scale_local``)."""
+
+    def read(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+        flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
+        full = {"rope_type": "default", **flat}
+        sliding = {"rope_type": "default", **(flat if scale_local else {})}
+        return {
+            "full_attention": _theta(full, get(cfg, *global_keys, default=defaults[0])),
+            "sliding_attention": _theta(sliding, get(cfg, *local_keys, default=defaults[1])),
+        }
+
+    return read
+
+
+def _per_type_rope(
+    cfg: Config,
+    model_type: str,
+    d: RopeDefaults,
+    types: list[str],
+    params: dict[str, dict[str, Any]],
+    head_dims: Sequence[int],
+) -> Layers:
+    built: dict[tuple[str, int], PositionalEncoding] = {}
+    layers: Layers = []
+    for name, head_dim in zip(types, head_dims, strict=True):
+        if name not in params:
+            raise ValueError(
+                f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
+            )
+        key = (name, head_dim)
+        if key not in built:
+            built[key] = build_rope(
+                cfg, model_type, d, head_dim, params=params[name], where=f"rope_parameters[{name!r}]"
+            )
+        layers.append(built[key])
+    return layers
+
+
+def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
+    return heads_and_head_dim(
+        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
+    )[1]
+
+
+def gemma3(
+    d: RopeDefaults, default_types: Callable[[int], str]
+) -> Callable[[Config, str, bool | None], Layers]:
+    """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+        types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, default_types))
+        legacy = _two_bases(cfg, ("rope_theta",), ("rope_local_base_freq",), (1_000_000.0, 10_000.0), False)
+        params = _nested(cfg, model_type, types, legacy)
+        head_dim = _head_dim(cfg, model_type, d)
+        return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+
+    return convert
+
+
+def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) -> Callable[[int], str]:
+    every = cfg.get("sliding_window_pattern")
+    if every is None:
+        return default
+    return every_nth(check_positive_int(f"{model_type} config: sliding_window_pattern", every))
+
+
+def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+    """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
+    d = RopeDefaults(2304, 8, 131072, head_dim=256)
+    types = _types(cfg, model_type, every_nth(6))
+    types[-1] = "full_attention"  # transformers forces the last layer global
+
+    def defaults(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+        return {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 1_000_000.0,
+            },
+        }
+
+    params = _nested(cfg, model_type, types, defaults)
+    head_dim = _head_dim(cfg, model_type, d)
+    overrides = cfg.get("per_layer_config")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(
+            f"{model_type} config: per_layer_config must be a dict, got {type(overrides).__name__}"
+        )
+    try:
+        by_layer = {int(k): v for k, v in (overrides or {}).items()}
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{model_type} config: per_layer_config keys must be layer indices, got {sorted(map(str, overrides or {}))}"
+        ) from None
+    global_dim = get(cfg, "global_head_dim", default=512)
+    dims = []
+    for i, name in enumerate(types):
+        if overrides is not None:  # transformers' serialised form: {"05": {"head_dim": 512}, ...}
+            dim = get(by_layer.get(i) or {}, "head_dim", default=head_dim)
+        else:
+            dim = global_dim if name == "full_attention" else head_dim
+        dims.append(check_positive_int(f"{model_type} config: head_dim of layer {i}", dim))
+    return _per_type_rope(cfg, model_type, d, types, params, dims)
+
+
+def modernbert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+    """ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones."""
+    d = RopeDefaults(768, 12, 8192)
+    types = _types(cfg, model_type, _modernbert_default(cfg, model_type))
+    legacy = _two_bases(cfg, ("global_rope_theta",), ("local_rope_theta",), (160_000.0, 10_000.0), True)
+    params = _nested(cfg, model_type, types, legacy)
+    head_dim = _head_dim(cfg, model_type, d)
+    return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+
+
+def nope_layers(
+    d: RopeDefaults, nope: Literal["none", "temperature"], default_params: dict[str, Any] | None = None
+) -> Callable[[Config, str, bool | None], Layers]:
+    """Llama 4 / SmolLM3: RoPE where ``no_rope_layers`` is 1; NoPE (Llama 4: query temperature) where 0."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+        flags = rope_flags(cfg, model_type)
+        head_dim = _head_dim(cfg, model_type, d)
+        rope = build_rope(cfg, model_type, d, head_dim) if any(flags) else None
+        other: PositionalEncoding = NoPE()
+        if nope == "temperature" and check_bool(
+            f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)
+        ):
+            floor_scale = config_float(model_type, "floor_scale", get(cfg, "floor_scale", default=8192))
+            attn_scale = config_float(
+                model_type, "attn_scale", get(cfg, "attn_scale", default=0.1), minimum=-float("inf")
+            )  # (QueryTemperature refuses a negative slope)
+            other = QueryTemperature(floor_scale, attn_scale)
+        return [rope if flag and rope is not None else other for flag in flags]
+
+    return convert
+
+
+def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+    """Cohere 2: interleaved RoPE on sliding layers, none on full (global) layers."""
+    d = RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved")
+    types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4)))
+    rope = build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d))
+    none = NoPE()
+    return [rope if t == "sliding_attention" else none for t in types]
+
+
+def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    """DeepSeek V2/V3 (MLA): RoPE over the ``qk_rope_head_dim`` channels (q_pe / k_pe), YaRN with mscale."""
+    d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        head_dim = check_positive_int(
+            f"{model_type} config: qk_rope_head_dim", get(cfg, "qk_rope_head_dim", default=64)
+        )
+        # V2 rotates complex pairs (interleaved); V3 does when rope_interleave (its default), else rotate_half
+        interleave = version == 2 or check_bool(
+            f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True)
+        )
+        return build_rope(cfg, model_type, d, head_dim, layout="interleaved" if interleave else "half")
+
+    return convert
+
+
+_GPT_OSS_ROPE = {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
+
+
+def gpt_oss(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """GPT-OSS: YaRN (``truncate=False``) on every layer; half layout."""
+    d = RopeDefaults(2880, 64, 131072, theta=150_000.0, head_dim=64)
+    params = None if (cfg.get("rope_parameters") or cfg.get("rope_scaling")) else _GPT_OSS_ROPE
+    return build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d), params=params)

@@ -1,0 +1,125 @@
+"""Conformer speech encoders: Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T (v1, v2).
+
+Their self-attention reads ``position_embeddings_type``:
+
+* ``"relative_key"`` (Wav2Vec2-BERT and SeamlessM4T-v2 by default): Shaw's relative keys,
+  clipped ``left_max_position_embeddings`` (64) to the left and ``right_max_position_embeddings``
+  (8) to the right -> :class:`~posenc.ShawRelative`, ``distance_embedding`` -> ``key_embeddings``;
+* ``"relative"`` (wav2vec2-conformer, SeamlessM4T v1 by default): Transformer-XL ->
+  :class:`~posenc.RelPosXL`, with ``linear_pos``, ``pos_bias_u``, ``pos_bias_v``;
+* ``None``: nothing in the attention (wav2vec2-conformer's convolutional position embedding
+  acts on the features, outside attention) -> :class:`~posenc.NoPE`;
+* ``"rotary"``: refused — these models rotate the hidden states *before* the q/k projections,
+  which is not a rotation of queries and keys (no posenc encoding computes it).
+
+Every layer holds its own tables: :func:`speech_layer_weights` finds those of one layer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from .._checks import check_int
+from ..base import PositionalEncoding
+from ..encodings import NoPE, ShawRelative
+from ..encodings.transformer_xl import RelPosXL
+from ._read import Config, get, positive_int
+
+__all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count", "speech_layer_weights"]
+
+#: model_type -> (heads key, layers key, default position_embeddings_type, default heads, default layers)
+SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, int, int]] = {
+    "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", "relative_key", 16, 24),
+    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative", 16, 24),
+    "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative", 16, 24),
+    "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key", 16, 24),
+}
+_TYPES = ("relative_key", "relative", None)
+
+
+def _mode(cfg: Config, model_type: str) -> str | None:
+    default = SPEECH_MODEL_TYPES[model_type][2]
+    mode = cfg.get("position_embeddings_type", default)  # an explicit None: no position in attention
+    if mode == "rotary":
+        raise ValueError(
+            f"{model_type} config: position_embeddings_type='rotary' rotates the hidden states before the q/k "
+            "projections (not the queries and keys), which no posenc encoding computes; supported: "
+            "'relative_key', 'relative' or None"
+        )
+    if mode not in _TYPES:
+        raise ValueError(
+            f"{model_type} config: position_embeddings_type must be 'relative_key', 'relative' or None, got {mode!r}"
+        )
+    return mode
+
+
+def speech_layer_count(cfg: Config, model_type: str) -> int:
+    """The number of (speech) encoder layers."""
+    key, default = SPEECH_MODEL_TYPES[model_type][1], SPEECH_MODEL_TYPES[model_type][4]
+    return positive_int(cfg, model_type, key, default=default)
+
+
+def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
+    heads_key, _, _, default_heads, _ = SPEECH_MODEL_TYPES[model_type]
+    mode = _mode(cfg, model_type)
+    if mode is None:
+        return NoPE()
+    heads = positive_int(cfg, model_type, heads_key, default=default_heads)
+    hidden = positive_int(cfg, model_type, "hidden_size", default=1024)
+    if hidden % heads:
+        raise ValueError(
+            f"{model_type} config: hidden_size={hidden} is not a multiple of {heads_key}={heads}"
+        )
+    if mode == "relative":
+        return RelPosXL(heads, hidden // heads, d_model=hidden)
+    left = check_int(
+        f"{model_type} config: left_max_position_embeddings",
+        get(cfg, "left_max_position_embeddings", default=64),
+        minimum=0,
+    )
+    right = check_int(
+        f"{model_type} config: right_max_position_embeddings",
+        get(cfg, "right_max_position_embeddings", default=8),
+        minimum=0,
+    )
+    return ShawRelative(hidden // heads, max_distance=left, max_distance_right=right, num_heads=heads)
+
+
+#: Each encoding's parameters and the name of the same weight in the model's self-attention.
+_NAMES = {
+    ShawRelative: {"key_embeddings.weight": "distance_embedding.weight"},
+    RelPosXL: {
+        "linear_pos.weight": "linear_pos.weight",
+        "pos_bias_u": "pos_bias_u",
+        "pos_bias_v": "pos_bias_v",
+    },
+}
+
+
+def speech_layer_weights(
+    encoding: PositionalEncoding, weights: Mapping[str, Tensor], model_type: str, layer: int
+) -> dict[str, Tensor]:
+    """The ``state_dict`` of ``encoding`` from the model's ``weights`` for (speech) encoder ``layer``.
+
+    The attention of layer ``i`` is found as ``...encoder.layers.{i}.self_attn.`` (the adapter's
+    and the text stacks' attentions have no position weights).
+
+    Raises:
+        ValueError: the model holds no such weights, or more than one set for that layer.
+    """
+    names = _NAMES.get(type(encoding))
+    if names is None:
+        return {}
+    first = next(iter(names.values()))
+    pattern = re.compile(rf"(?:^|.*\.)encoder\.layers\.{layer}\.self_attn\.{re.escape(first)}$")
+    prefixes = [key[: -len(first)] for key in weights if pattern.match(key)]
+    if len(prefixes) != 1:
+        raise ValueError(
+            f"{model_type}: expected one self-attention of encoder layer {layer} with {first!r}, found "
+            f"{prefixes or 'none'} (is position_embeddings_type in the config that of the loaded model?)"
+        )
+    return {ours: weights[prefixes[0] + theirs] for ours, theirs in names.items()}

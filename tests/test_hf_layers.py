@@ -1,0 +1,549 @@
+"""Per-layer encodings from Hugging Face configs, checked inside tiny random transformers models.
+
+Each case builds a tiny model of one architecture (nothing downloaded), records the queries and
+keys its attention rotates during a real forward pass (the model module's rotary function is
+wrapped), and checks layer by layer that the encoding posenc builds from the same config gives
+the same result, at positions past the sliding window and past the trained context where
+scaling acts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+import torch
+
+import posenc
+from posenc import NoPE, QueryTemperature, RoPE
+from posenc.hf import from_hf_config, layer_encodings, layer_windows
+
+transformers = pytest.importorskip("transformers")
+
+T = 40  # past the window (8) and past the trained context (16) of every case below
+WINDOW = 8
+# posenc's angles are float64 rounded once; transformers' are float32 products: ~T * 6e-8 rad.
+ATOL = 2e-5
+
+SMALL: dict[str, Any] = {
+    "hidden_size": 32,
+    "intermediate_size": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+    "attn_implementation": "eager",
+}
+
+
+def _record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[tuple[tuple, Any]]:
+    """Wrap ``module.name`` so every call's arguments and result are kept, in call (= layer) order."""
+    calls: list[tuple[tuple, Any]] = []
+    original = getattr(module, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        calls.append((args, out))
+        return out
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+def _run(model_cls: str, config: Any) -> None:
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        model(input_ids=torch.randint(1, 64, (2, T)))
+
+
+def _deinterleave(x: torch.Tensor) -> torch.Tensor:
+    # DeepSeek-V3's rope_interleave output: channels (0, 2, 4, ..., 1, 3, 5, ...) of the interleaved rotation
+    return x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
+
+
+def _bhtd(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(1, 2)
+
+
+# (model type, config class, kwargs, model class, rotary function, call form)
+CASES: list[tuple[str, str, dict[str, Any], str, str, str]] = [
+    (
+        "gemma3_text",
+        "Gemma3TextConfig",
+        {
+            **SMALL,
+            "head_dim": 16,
+            "num_hidden_layers": 4,
+            "sliding_window": WINDOW,
+            "max_position_embeddings": 16,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            },
+        },
+        "Gemma3TextModel",
+        "apply_rotary_pos_emb",
+        "pair",
+    ),
+    (
+        "modernbert",
+        "ModernBertConfig",
+        {
+            **{k: v for k, v in SMALL.items() if k != "num_key_value_heads"},
+            "num_hidden_layers": 4,
+            "local_attention": WINDOW,
+            "max_position_embeddings": 64,
+            "global_rope_theta": 160_000.0,
+            "local_rope_theta": 500.0,
+            **{f"{t}_token_id": 0 for t in ("pad", "eos", "bos", "cls", "sep")},
+        },
+        "ModernBertModel",
+        "apply_rotary_pos_emb",
+        "pair",
+    ),
+    (
+        "smollm3",
+        "SmolLM3Config",
+        {
+            **SMALL,
+            "num_hidden_layers": 4,
+            "max_position_embeddings": 16,
+            "rope_theta": 2_000_000.0,
+            "pad_token_id": 0,
+        },
+        "SmolLM3Model",
+        "apply_rotary_pos_emb",
+        "pair",
+    ),
+    (
+        "cohere2",
+        "Cohere2Config",
+        {
+            **SMALL,
+            "head_dim": 16,
+            "num_hidden_layers": 4,
+            "sliding_window": WINDOW,
+            "max_position_embeddings": 64,
+        },
+        "Cohere2Model",
+        "apply_rotary_pos_emb",
+        "pair",
+    ),
+    (
+        "gpt_oss",
+        "GptOssConfig",
+        {
+            **SMALL,
+            "head_dim": 16,
+            "num_hidden_layers": 2,
+            "num_local_experts": 2,
+            "num_experts_per_tok": 1,
+            "sliding_window": WINDOW,
+            "max_position_embeddings": 64,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 16,
+                "rope_theta": 150_000.0,
+            },
+        },
+        "GptOssModel",
+        "apply_rotary_pos_emb",
+        "pair",
+    ),
+    (
+        "deepseek_v3",
+        "DeepseekV3Config",
+        {
+            **SMALL,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 2,
+            "moe_intermediate_size": 16,
+            "q_lora_rank": 16,
+            "kv_lora_rank": 16,
+            "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 8,
+            "v_head_dim": 8,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "max_position_embeddings": 64,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+                "rope_theta": 10_000.0,
+            },
+        },
+        "DeepseekV3Model",
+        "apply_rotary_pos_emb_interleave",
+        "deinterleave",
+    ),
+    (
+        "deepseek_v2",
+        "DeepseekV2Config",
+        {
+            **SMALL,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 2,
+            "moe_intermediate_size": 16,
+            "q_lora_rank": 16,
+            "kv_lora_rank": 16,
+            "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 8,
+            "v_head_dim": 8,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "max_position_embeddings": 64,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "mscale": 0.9,
+                "mscale_all_dim": 0.8,
+                "rope_theta": 10_000.0,
+            },
+        },
+        "DeepseekV2Model",
+        "apply_rotary_emb",
+        "pair",
+    ),
+    (
+        "llama4_text",
+        "Llama4TextConfig",
+        {
+            **SMALL,
+            "head_dim": 16,
+            "intermediate_size_mlp": 32,
+            "num_hidden_layers": 4,
+            "num_local_experts": 2,
+            "max_position_embeddings": 64,
+            "attention_chunk_size": WINDOW,
+            "floor_scale": 4,
+            "attn_scale": 0.5,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "rope_theta": 500_000.0,
+            },
+        },
+        "Llama4TextModel",
+        "apply_rotary_emb",
+        "pair_bthd",
+    ),
+    (
+        "gemma4_text",
+        "Gemma4TextConfig",
+        {
+            **SMALL,
+            "head_dim": 16,
+            "global_head_dim": 32,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            "sliding_window": WINDOW,
+            "max_position_embeddings": 64,
+            "vocab_size_per_layer_input": 64,
+            "hidden_size_per_layer_input": 8,
+        },
+        "Gemma4TextModel",
+        "apply_rotary_pos_emb",
+        "single_bthd",
+    ),
+]
+
+
+def _rotary_layers(encodings: list[posenc.PositionalEncoding]) -> list[int]:
+    return [i for i, e in enumerate(encodings) if isinstance(e, RoPE)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_layers_match_the_model(case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, config_cls, kwargs, model_cls, fn, form = case
+    config = getattr(transformers, config_cls)(**kwargs)
+    module = importlib.import_module(getattr(transformers, model_cls).__module__)
+    calls = _record(monkeypatch, module, fn)
+    _run(model_cls, config)
+
+    encodings = layer_encodings(config)
+    assert len(encodings) == config.num_hidden_layers
+    for enc in (encodings, layer_encodings(config.to_dict())):  # the object and its config.json
+        rotary = _rotary_layers(enc)
+        per_layer = 2 if form == "single_bthd" else 1
+        assert len(calls) == per_layer * len(rotary)
+        for n, (args, out) in enumerate(calls):
+            rope = enc[rotary[n // per_layer]]
+            if form == "single_bthd":  # Gemma 4: q and k rotated one at a time, (b, t, h, d)
+                x = _bhtd(args[0])
+                got = rope.encode_qk(x, x)[0]
+                torch.testing.assert_close(got, _bhtd(out), atol=ATOL, rtol=0)
+                continue
+            q, k = args[0], args[1]
+            if form == "pair_bthd":  # Llama 4: before the transpose to (b, h, t, d)
+                q, k, out = _bhtd(q), _bhtd(k), (_bhtd(out[0]), _bhtd(out[1]))
+            got_q, got_k = rope.encode_qk(q, k)
+            if form == "deinterleave":
+                got_q, got_k = _deinterleave(got_q), _deinterleave(got_k)
+            torch.testing.assert_close(got_q, out[0], atol=ATOL, rtol=0)
+            torch.testing.assert_close(got_k, out[1], atol=ATOL, rtol=0)
+
+
+def test_layers_share_instances_and_windows() -> None:
+    config = transformers.Gemma3TextConfig(**{**CASES[0][2], "attn_implementation": "eager"})
+    enc = layer_encodings(config)
+    assert enc[0] is enc[2] and enc[1] is enc[3] and enc[0] is not enc[1]
+    assert (enc[0].base, enc[1].base, enc[1].rope_type) == (10_000.0, 1_000_000.0, "linear")
+    assert layer_windows(config) == [WINDOW, None, WINDOW, None]
+    assert from_hf_config(config, layer=3).base == enc[3].base
+    mb = transformers.ModernBertConfig(num_hidden_layers=4, local_attention=WINDOW)
+    # transformers' bidirectional window: |i - j| <= local_attention // 2
+    assert layer_windows(mb) == [None, WINDOW, WINDOW, None]  # posenc.attention: |i - j| <= window // 2
+    assert [type(e) for e in layer_encodings(transformers.SmolLM3Config(num_hidden_layers=4))] == [
+        RoPE
+    ] * 3 + [NoPE]
+    gemma2 = transformers.Gemma2Config(num_hidden_layers=4, sliding_window=WINDOW)
+    assert isinstance(from_hf_config(gemma2), RoPE) and layer_windows(gemma2) == [WINDOW, None] * 2
+
+
+def test_llama4_nope_layers_scale_queries_like_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, config_cls, kwargs, model_cls, _, _ = CASES[-2]
+    config = getattr(transformers, config_cls)(**kwargs)
+    module = importlib.import_module(getattr(transformers, model_cls).__module__)
+    seen = _record(monkeypatch, module, "eager_attention_forward")
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    projected: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for layer in model.layers:
+        attn = layer.self_attn
+        attn.q_proj.register_forward_hook(lambda m, i, o: projected.append(("q", o)))
+        attn.k_proj.register_forward_hook(lambda m, i, o: projected.append(("k", o)))
+    with torch.no_grad():
+        model(input_ids=torch.randint(1, 64, (2, T)))
+    encodings = layer_encodings(config)
+    assert [type(e) for e in encodings] == [RoPE, RoPE, RoPE, QueryTemperature]
+    qs = [o for kind, o in projected if kind == "q"]
+    ks = [o for kind, o in projected if kind == "k"]
+    q = qs[3].view(2, T, -1, 16).transpose(1, 2)
+    k = ks[3].view(2, T, -1, 16).transpose(1, 2)
+    got_q, got_k = encodings[3].encode_qk(q, k)
+    torch.testing.assert_close(got_q, seen[3][0][1], atol=1e-6, rtol=1e-6)
+    assert got_k is k
+    torch.testing.assert_close(got_k, seen[3][0][2], atol=0, rtol=0)
+    assert not torch.equal(got_q, q)  # floor_scale 4: the temperature acts from position 3
+
+
+def test_multimodal_configs_read_text_config() -> None:
+    text = {**CASES[0][2]}
+    text.pop("attn_implementation")
+    outer = {"model_type": "gemma3", "text_config": {k: v for k, v in text.items()}}
+    enc = layer_encodings(outer)
+    assert [e.base for e in enc] == [10_000.0, 1_000_000.0] * 2
+    llama4 = transformers.Llama4Config(text_config={"num_hidden_layers": 4})
+    assert isinstance(from_hf_config(llama4, layer=3), QueryTemperature)
+
+
+def test_legacy_v4_keys() -> None:
+    # Gemma 3's v4 config.json: rope_theta / rope_local_base_freq / rope_scaling on the global layers
+    cfg = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 6,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    }
+    enc = layer_encodings(cfg)
+    assert [e.base for e in enc] == [10_000.0] * 5 + [1_000_000.0]
+    assert [e.rope_type for e in enc] == ["default"] * 5 + ["linear"]
+    ref = transformers.Gemma3TextConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+    assert ref.rope_parameters["full_attention"]["factor"] == enc[5].params.factor
+
+
+BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
+    (
+        {"model_type": "gemma3_text", "num_hidden_layers": 2, "rope_parameters": {"local": {}}},
+        ValueError,
+        "local",
+    ),
+    (
+        {"model_type": "gemma3_text", "num_hidden_layers": 3, "layer_types": ["full_attention"]},
+        ValueError,
+        "layer_types",
+    ),
+    (
+        {"model_type": "smollm3", "num_hidden_layers": 4, "no_rope_layers": [1, 0]},
+        ValueError,
+        "no_rope_layers",
+    ),
+    (
+        {"model_type": "smollm3", "num_hidden_layers": 2, "no_rope_layers": [1, 2]},
+        ValueError,
+        "no_rope_layers",
+    ),
+    (
+        {
+            "model_type": "gemma4_text",
+            "num_hidden_layers": 2,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default"},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 1.5},
+            },
+        },
+        ValueError,
+        "partial_rotary_factor",
+    ),
+    (
+        {
+            "model_type": "gemma4_text",
+            "num_hidden_layers": 2,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.0}
+            },
+        },
+        ValueError,
+        "partial_rotary_factor",
+    ),
+    ({"model_type": "falcon", "alibi": "false"}, TypeError, "alibi"),
+    ({"model_type": "llama", "rope_theta": True}, TypeError, "rope_theta"),
+    ({"model_type": "llama", "rope_theta": "abc"}, TypeError, "rope_theta"),
+    ({"model_type": "llama", "rope_theta": "5e5"}, TypeError, "rope_theta"),
+    ({"model_type": "llama", "rope_theta": 10**400}, ValueError, "rope_theta"),
+    (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 10**400}},
+        ValueError,
+        "factor",
+    ),
+    (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 1e-320}},
+        ValueError,
+        "factor",
+    ),
+    (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": -1}},
+        ValueError,
+        "beta_fast",
+    ),
+    (
+        {"model_type": "llama4_text", "num_hidden_layers": 4, "attn_temperature_tuning": "no"},
+        TypeError,
+        "attn_temperature",
+    ),
+    ({"model_type": "deepseek_v3", "rope_interleave": 1}, TypeError, "rope_interleave"),
+    ({"model_type": "t5", "is_decoder": "False"}, TypeError, "is_decoder"),
+]
+
+
+@pytest.mark.parametrize(("cfg", "error", "key"), BAD, ids=[f"{c['model_type']}-{k}" for c, _, k in BAD])
+def test_bad_configs_name_the_key(cfg: dict[str, Any], error: type[Exception], key: str) -> None:
+    with pytest.raises(error, match=key):
+        layer_encodings(cfg) if "num_hidden_layers" in cfg else from_hf_config(cfg)
+
+
+def test_layer_argument() -> None:
+    cfg = {"model_type": "gemma3_text", "num_hidden_layers": 6}
+    with pytest.raises(ValueError, match=r"layer=|layer_encodings"):
+        from_hf_config(cfg)
+    with pytest.raises(ValueError, match=r"layer=6.*6 layers"):
+        from_hf_config(cfg, layer=6)
+    with pytest.raises(ValueError, match="layer=-1"):
+        from_hf_config(cfg, layer=-1)
+    with pytest.raises(TypeError, match="layer"):
+        from_hf_config(cfg, layer=True)
+    assert from_hf_config(cfg, layer=5).base == 1_000_000.0
+    llama = {"model_type": "llama", "num_hidden_layers": 2}
+    assert isinstance(from_hf_config(llama, layer=1), RoPE)
+    with pytest.raises(ValueError, match="2 layers"):
+        from_hf_config(llama, layer=2)
+
+
+def test_supported_models_table_has_a_row_per_layer_type() -> None:
+    table = posenc.hf.supported_models_markdown()
+    assert "| `gemma3_text` | sliding_attention |" in table
+    assert "| `gemma3_text` | full_attention |" in table
+    assert "| `llama` | all |" in table
+
+
+def _proportional_reference(head_dim: int, fraction: float, base: float) -> torch.Tensor:
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = transformers.Gemma4TextConfig(num_hidden_layers=2, head_dim=8, global_head_dim=head_dim)
+    cfg.rope_parameters["full_attention"] = {
+        "rope_type": "proportional",
+        "partial_rotary_factor": fraction,
+        "rope_theta": base,
+    }
+    return ROPE_INIT_FUNCTIONS["proportional"](cfg, "cpu", layer_type="full_attention")[0]
+
+
+@pytest.mark.parametrize(("head_dim", "fraction"), [(64, 0.25), (32, 0.5), (24, 1.0), (48, 0.3)])
+def test_proportional_frequencies_match_transformers(head_dim: int, fraction: float) -> None:
+    rope = RoPE(
+        head_dim, scaling={"rope_type": "proportional", "partial_rotary_factor": fraction, "rope_theta": 1e6}
+    )
+    torch.testing.assert_close(
+        rope.inv_freq[0], _proportional_reference(head_dim, fraction, 1e6), atol=0, rtol=1e-6
+    )
+    assert rope.rotary_dim == head_dim  # the fraction picks pairs, not channels
+
+
+def test_ntk_matches_x_transformers_formula() -> None:
+    # x-transformers / vLLM static NTK: base * alpha ** (dim / (dim - 2))
+    rope = RoPE(64, base=10_000.0, scaling={"rope_type": "ntk", "factor": 4.0})
+    plain = RoPE(64, base=10_000.0 * 4.0 ** (64 / 62))
+    torch.testing.assert_close(rope.inv_freq, plain.inv_freq, atol=0, rtol=0)
+    q = torch.randn(1, 2, 50, 64)
+    torch.testing.assert_close(rope(q, q)[0], plain(q, q)[0])
+
+
+def test_query_temperature_formula_and_contract() -> None:
+    temp = QueryTemperature(floor_scale=4, attn_scale=0.5)
+    q, k = torch.randn(2, 3, 20, 8), torch.randn(2, 1, 20, 8)
+    out, same = temp(q, k)
+    p = torch.arange(20, dtype=torch.float32)
+    scale = torch.log1p(torch.floor((p + 1) / 4)) * 0.5 + 1
+    torch.testing.assert_close(out, q * scale[:, None])
+    assert same is k
+    # decoding one query at position 19 equals the last row of the full call
+    step, _ = temp(q[:, :, -1:], k)
+    torch.testing.assert_close(step, out[:, :, -1:])
+    assert posenc.build("query_temperature(floor_scale=4, attn_scale=0.5)").floor_scale == 4.0
+    with pytest.raises(ValueError, match="attn_scale"):
+        QueryTemperature(attn_scale=-1.0)
+    with pytest.raises(TypeError, match="floor_scale"):
+        QueryTemperature(floor_scale="8192")  # type: ignore[arg-type]
+
+
+LAYERED = [case[0] for case in CASES] + ["gemma3n_text"]
+
+
+def _settings(enc: posenc.PositionalEncoding) -> tuple:
+    if isinstance(enc, RoPE):
+        return ("rope", enc.head_dim, enc.layout, enc.params)
+    if isinstance(enc, QueryTemperature):
+        return ("temperature", enc.floor_scale, enc.attn_scale)
+    return (type(enc).__name__,)
+
+
+@pytest.mark.parametrize("model_type", LAYERED)
+def test_config_json_defaults_match_transformers(model_type: str) -> None:
+    """A bare {"model_type": ...} dict (with the layer count) gives what the config class's defaults give."""
+    cfg = transformers.AutoConfig.for_model(model_type)
+    bare = {"model_type": model_type, "num_hidden_layers": cfg.num_hidden_layers}
+    assert [_settings(e) for e in layer_encodings(cfg)] == [_settings(e) for e in layer_encodings(bare)]
+    assert layer_windows(cfg) == layer_windows(bare)
+    assert [_settings(e) for e in layer_encodings(cfg)] == [
+        _settings(e) for e in layer_encodings(cfg.to_dict())
+    ]

@@ -1,0 +1,186 @@
+"""posenc.from_hf_model(model, layer=i) for the conformer speech encoders: whole-layer attention parity.
+
+Tiny random Wav2Vec2-BERT, wav2vec2-conformer and SeamlessM4T-v2 speech encoders (built from
+configs, nothing downloaded): the attention output of one layer's self-attention equals
+``posenc.attention`` with the encoding ``from_hf_model`` gives for that layer.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import posenc
+from posenc.hf import from_hf_config, from_hf_model, layer_encodings, layer_windows
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+# float32 attention outputs computed in another order.
+FP32 = {"rtol": 1e-5, "atol": 1e-5}
+HIDDEN, HEADS, LAYERS = 32, 4, 3
+
+
+def _randomise(model: torch.nn.Module) -> None:
+    """Every parameter N(0, 0.3): the models' tiny inits would hide a wrong term or a wrong layer."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+
+
+def _wav2vec2_bert(mode: str):
+    config = transformers.Wav2Vec2BertConfig(
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_hidden_layers=LAYERS,
+        intermediate_size=37,
+        feature_projection_input_dim=16,
+        position_embeddings_type=mode,
+        left_max_position_embeddings=5,
+        right_max_position_embeddings=2,
+        max_source_positions=32,
+        attn_implementation="eager",
+    )
+    return transformers.Wav2Vec2BertModel(config).eval()
+
+
+def _wav2vec2_conformer(mode: str):
+    config = transformers.Wav2Vec2ConformerConfig(
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_hidden_layers=LAYERS,
+        intermediate_size=37,
+        conv_dim=(8,),
+        conv_stride=(1,),
+        conv_kernel=(1,),
+        num_conv_pos_embeddings=4,
+        num_conv_pos_embedding_groups=2,
+        position_embeddings_type=mode,
+        max_source_positions=32,
+        attn_implementation="eager",
+    )
+    return transformers.Wav2Vec2ConformerModel(config).eval()
+
+
+def _seamless_v2(mode: str):
+    from transformers.models.seamless_m4t_v2.modeling_seamless_m4t_v2 import SeamlessM4Tv2SpeechEncoder
+
+    config = transformers.SeamlessM4Tv2Config(
+        hidden_size=HIDDEN,
+        speech_encoder_attention_heads=HEADS,
+        speech_encoder_layers=LAYERS,
+        speech_encoder_intermediate_size=37,
+        feature_projection_input_dim=16,
+        position_embeddings_type=mode,
+        left_max_position_embeddings=5,
+        right_max_position_embeddings=2,
+        attn_implementation="eager",
+    )
+    return SeamlessM4Tv2SpeechEncoder(config).eval()
+
+
+MODELS = {
+    ("wav2vec2-bert", "relative_key"): _wav2vec2_bert,
+    ("wav2vec2-bert", "relative"): _wav2vec2_bert,
+    ("wav2vec2-conformer", "relative"): _wav2vec2_conformer,
+    ("seamless_m4t_v2", "relative_key"): _seamless_v2,
+}
+
+
+def _layer_output(model, layer: int, x: torch.Tensor, encoding: posenc.PositionalEncoding) -> tuple:
+    """(transformers' self-attention output of ``layer``, posenc.attention's with ``encoding``)."""
+    attn = model.encoder.layers[layer].self_attn
+    b, t, _ = x.shape
+    dh = HIDDEN // HEADS
+    with torch.no_grad():
+        embed = getattr(model.encoder, "embed_positions", None)
+        rel = embed(x) if embed is not None else None
+        expected = attn(x, relative_position_embeddings=rel)[0] if rel is not None else attn(x)[0]
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.view(b, t, HEADS, dh).transpose(1, 2)
+
+        q, k, v = split(attn.linear_q(x)), split(attn.linear_k(x)), split(attn.linear_v(x))
+        out = posenc.attention(q, k, v, encoding)
+        got = attn.linear_out(out.transpose(1, 2).reshape(b, t, HIDDEN))
+    return expected, got
+
+
+@pytest.mark.parametrize(("model_type", "mode"), list(MODELS))
+def test_each_layer_attention_equals_the_models(model_type: str, mode: str) -> None:
+    model = MODELS[(model_type, mode)](mode)
+    _randomise(model)
+    expected_class = posenc.ShawRelative if mode == "relative_key" else posenc.RelPosXL
+    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1))
+    outputs = []
+    for layer in (0, LAYERS - 1):
+        encoding = from_hf_model(model, layer=layer)
+        assert type(encoding) is expected_class
+        expected, got = _layer_output(model, layer, x, encoding)
+        torch.testing.assert_close(got, expected, **FP32)
+        outputs.append(got)
+    # another layer's tables give another output (each layer has its own)
+    wrong = _layer_output(model, 0, x, from_hf_model(model, layer=LAYERS - 1))[1]
+    assert not torch.allclose(wrong, outputs[0], **FP32)
+
+
+def test_shaw_settings_come_from_the_config() -> None:
+    shaw = from_hf_config(
+        {"model_type": "seamless_m4t_v2", "hidden_size": 64, "speech_encoder_attention_heads": 4}
+    )
+    assert isinstance(shaw, posenc.ShawRelative)
+    assert (shaw.head_dim, shaw.max_distance, shaw.right, shaw.num_heads) == (16, 64, 8, 4)
+    xl = from_hf_config({"model_type": "wav2vec2-conformer", "hidden_size": 64, "num_attention_heads": 8})
+    assert isinstance(xl, posenc.RelPosXL) and (xl.num_heads, xl.head_dim, xl.d_model) == (8, 8, 64)
+    assert isinstance(from_hf_config({"model_type": "seamless_m4t"}), posenc.RelPosXL)
+    none = {"model_type": "wav2vec2-bert", "position_embeddings_type": None}
+    assert isinstance(from_hf_config(none), posenc.NoPE)
+
+
+def test_layer_encodings_are_independent_and_windows_global() -> None:
+    config = {
+        "model_type": "wav2vec2-bert",
+        "hidden_size": 32,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+    }
+    encodings = layer_encodings(config)
+    assert len(encodings) == 3 and len({id(e) for e in encodings}) == 3
+    assert not torch.equal(encodings[0].key_embeddings.weight, encodings[1].key_embeddings.weight)
+    assert layer_windows({"model_type": "seamless_m4t_v2", "speech_encoder_layers": 5}) == [None] * 5
+
+
+def test_errors_name_the_layer_and_the_mode() -> None:
+    model = _wav2vec2_bert("relative_key")
+    with pytest.raises(ValueError, match=r"own position tables; pass layer=i \(0\.\.2\)"):
+        from_hf_model(model)
+    with pytest.raises(ValueError, match="layer=3 is outside the wav2vec2-bert model: it has 3 layers"):
+        from_hf_model(model, layer=3)
+    with pytest.raises(ValueError, match="accepted stack: encoder"):
+        from_hf_model(model, layer=0, stack="decoder")
+    with pytest.raises(ValueError, match="rotates the hidden states before the q/k projections"):
+        from_hf_config({"model_type": "wav2vec2-conformer", "position_embeddings_type": "rotary"})
+    with pytest.raises(
+        ValueError, match="position_embeddings_type must be 'relative_key', 'relative' or None"
+    ):
+        from_hf_config({"model_type": "wav2vec2-bert", "position_embeddings_type": "alibi"})
+    with pytest.raises(ValueError, match="left_max_position_embeddings must be >= 0"):
+        from_hf_config({"model_type": "wav2vec2-bert", "left_max_position_embeddings": -1})
+
+    class Mismatch:  # a relative config with relative_key weights
+        config = transformers.Wav2Vec2BertConfig(
+            hidden_size=HIDDEN,
+            num_attention_heads=HEADS,
+            num_hidden_layers=LAYERS,
+            position_embeddings_type="relative",
+        )
+        state_dict = model.state_dict
+
+    with pytest.raises(
+        ValueError, match=r"expected one self-attention of encoder layer 1 with 'linear_pos\.weight'"
+    ):
+        from_hf_model(Mismatch(), layer=1)
