@@ -16,13 +16,16 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_positive_float
 from .._compat import is_compiling, is_exporting, wide_dtype
 from ..base import PositionalEncoding, check_input, resolve_positions
-from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_table
+from ..functional.sinusoidal import ORDERS_2D, sinusoidal_2d_table, sinusoidal_table
 from ..registry import register
 
 __all__ = ["Sinusoidal", "Sinusoidal2D"]
 
 #: Rows of the 1D table built at construction when ``max_len`` is not given.
 DEFAULT_INITIAL_LEN = 512
+#: The most rows the 1D table ever holds (16384 rows of width 1024: 64 MiB). Positions past it
+#: are computed from the formula per call, so memory is bounded by what the call needs.
+MAX_TABLE_LEN = 16384
 
 
 class _TableCache(PositionalEncoding):
@@ -74,7 +77,8 @@ class Sinusoidal(_TableCache):
 
     Caching: default positions read a slice of the table. Explicit positions are gathered;
     in eager mode the largest one is read (one device sync) to grow the table when needed
-    (to the next power of two; a few positions far past the table are computed instead).
+    (to the next power of two, never past :data:`MAX_TABLE_LEN` rows; a few positions far past
+    the table, and any past that bound, are computed instead: memory follows the call).
     Under ``torch.compile`` the table cannot grow (a graph does not reassign buffers), so
     lengths past it, explicit positions and exported programs compute the encodings from
     the formula inside the graph (float64, cast once): the same values, no size limit.
@@ -115,7 +119,9 @@ class Sinusoidal(_TableCache):
         self.max_len = max_len
         self.offset = check_int("offset", offset, minimum=0)
         self.freq_spacing = freq_spacing
-        self._initial_rows = (max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset
+        self._initial_rows = min(
+            (max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset, MAX_TABLE_LEN
+        )
         device = torch.device(device) if device is not None else torch.get_default_device()
         self.register_buffer(
             "_table", self._build_table(torch.float32, device, self._initial_rows), persistent=False
@@ -133,10 +139,14 @@ class Sinusoidal(_TableCache):
             dtype
         )
 
-    def _grow(self, rows: int) -> None:
-        """Eager only: grow the table to at least ``rows`` rows (to the next power of two)."""
-        new_rows = 1 << max(rows - 1, 1).bit_length()
+    def _grow(self, rows: int) -> bool:
+        """Eager only: grow the table to at least ``rows`` rows (the next power of two, at most
+        :data:`MAX_TABLE_LEN`); ``False`` when ``rows`` is past that bound (compute instead)."""
+        if rows > MAX_TABLE_LEN:
+            return False
+        new_rows = min(1 << max(rows - 1, 1).bit_length(), MAX_TABLE_LEN)
         self._table = self._build_table(self._table.dtype, self._table.device, new_rows)
+        return True
 
     def table(self, positions: Tensor | int, *, dtype: torch.dtype | None = None) -> Tensor:
         """The encodings of ``positions`` (what :meth:`encode_input` adds), in float32 or better.
@@ -175,23 +185,26 @@ class Sinusoidal(_TableCache):
             return self._compute(rows, dtype)
         needed = int(rows.max()) + 1 if rows.numel() else 0
         if needed > self._table.shape[0]:
-            if needed > 2 * max(self._table.shape[0], rows.numel()):
-                # A few far positions (say one decoding step at 10**7): computing them is
-                # cheap, while a table up to there could take gigabytes.
+            if needed > 2 * max(self._table.shape[0], rows.numel()) or not self._grow(needed):
+                # A few far positions (say one decoding step at 10**7), or any past the bound:
+                # computing them costs what the call needs, while a table up to there could
+                # take gigabytes and would be kept.
                 return self._compute(rows, dtype)
-            self._grow(needed)
         return self._table[rows]
 
     def _prefix(self, length: int, dtype: torch.dtype) -> Tensor:
         """Encodings of positions ``0..length-1``: a slice of the table, ``(length, d)``."""
         rows = length + self.offset
-        if dtype != self._table.dtype or is_exporting() or (is_compiling() and rows > self._table.shape[0]):
+        past = rows > self._table.shape[0]
+        if (
+            dtype != self._table.dtype
+            or is_exporting()
+            or (past and (is_compiling() or not self._grow(rows)))
+        ):
             # Under compile ``length`` is a shape, so the test above is a guard, not a sync;
             # an exported program computes instead, so that it serves every length.
             positions = torch.arange(self.offset, rows, device=self._table.device)
             return self._compute(positions, dtype)
-        if rows > self._table.shape[0]:
-            self._grow(rows)
         return self._table[self.offset : rows]
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -244,6 +257,10 @@ class Sinusoidal2D(_TableCache):
             inputs, ignored for ``(b, h, w, d)`` inputs (their shape gives the grid).
         base: the wavelength scale, finite and > 0.
         num_prefix_tokens: leading tokens of a flat input left without position.
+        order: the channel order: ``"mae"`` (above), or timm's ``"timm"``
+            (``[sin h | sin w | cos h | cos w]``) and ``"timm_interleaved"`` (``[sin h | cos h | sin w | cos w]``,
+            timm's ``interleave_sin_cos=True``), for weights trained with timm's
+            ``build_sincos2d_pos_embed``.
         device: where the table is built.
 
     Shape:
@@ -262,9 +279,12 @@ class Sinusoidal2D(_TableCache):
         base: float = 10000.0,
         num_prefix_tokens: int = 0,
         *,
+        order: Literal["mae", "timm", "timm_interleaved"] = "mae",
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        check_choice("order", order, ORDERS_2D)
+        self.order = order
         check_int("d_model", d_model, minimum=4)
         if d_model % 4:
             raise ValueError(
@@ -301,7 +321,7 @@ class Sinusoidal2D(_TableCache):
         grid = grid if grid is not None else self._table_grid
         h, w = grid if grid is not None else (0, 0)
         wide = wide_dtype(device)
-        body = sinusoidal_2d_table(h, w, self.d_model, self.base, dtype=wide, device=device)
+        body = sinusoidal_2d_table(h, w, self.d_model, self.base, order=self.order, dtype=wide, device=device)
         prefix = torch.zeros(self.num_prefix_tokens, self.d_model, dtype=wide, device=device)
         return torch.cat((prefix, body)).to(dtype)
 
@@ -391,4 +411,5 @@ class Sinusoidal2D(_TableCache):
         return self.encode_input(x, positions)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"
+        extra = f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"
+        return extra + (f", order={self.order!r}" if self.order != "mae" else "")

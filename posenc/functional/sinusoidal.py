@@ -26,6 +26,8 @@ __all__ = [
 
 Layout = Literal["interleaved", "concat"]
 FreqSpacing = Literal["paper", "tensor2tensor"]
+Order2D = Literal["mae", "timm", "timm_interleaved"]
+ORDERS_2D = ("mae", "timm", "timm_interleaved")
 
 
 def sinusoidal_inv_freq(
@@ -157,6 +159,7 @@ def sinusoidal_2d_table(
     dim: int,
     base: float = 10000.0,
     *,
+    order: Order2D = "mae",
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -168,10 +171,15 @@ def sinusoidal_2d_table(
     ``[sin(w·omega) | cos(w·omega) | sin(h·omega) | cos(h·omega)]``. (MAE's
     ``get_2d_sincos_pos_embed`` gives this order; pretrained MAE weights rely on it.)
 
+    The same frequencies in timm's orders (``build_sincos2d_pos_embed``): ``order="timm"`` is
+    ``[sin(h·omega) | sin(w·omega) | cos(h·omega) | cos(w·omega)]``; ``"timm_interleaved"``
+    (``interleave_sin_cos=True``) is ``[sin(h·omega) | cos(h·omega) | sin(w·omega) | cos(w·omega)]``.
+
     Args:
         height, width: the grid size in patches.
         dim: the table width, divisible by 4.
         base: the wavelength scale (10000 in MAE).
+        order: ``"mae"``, ``"timm"`` or ``"timm_interleaved"``.
 
     Returns:
         ``(height * width, dim)`` tensor.
@@ -181,7 +189,14 @@ def sinusoidal_2d_table(
     rows = torch.arange(height, dtype=dtype, device=device)
     cols = torch.arange(width, dtype=dtype, device=device)
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
+    if order not in ORDERS_2D:
+        raise ValueError(f"order must be one of {list(ORDERS_2D)}, got {order!r}")
     half = dim // 2
-    emb_col = sinusoidal_table(col_of.flatten(), half, base, "concat", "paper", dtype=dtype)
-    emb_row = sinusoidal_table(row_of.flatten(), half, base, "concat", "paper", dtype=dtype)
-    return torch.cat((emb_col, emb_row), dim=-1)
+    if order == "mae":
+        emb_col = sinusoidal_table(col_of.flatten(), half, base, "concat", "paper", dtype=dtype)
+        emb_row = sinusoidal_table(row_of.flatten(), half, base, "concat", "paper", dtype=dtype)
+        return torch.cat((emb_col, emb_row), dim=-1)
+    inv_freq = sinusoidal_inv_freq(half, base, dtype=dtype, device=device)  # base ** (-i / (dim / 4))
+    angles = torch.stack((row_of.flatten(), col_of.flatten()), -1)[..., None] * inv_freq  # (n, 2, dim/4)
+    # timm: sin/cos outside the axes ([sin h | sin w | cos h | cos w]) or inside ([sin h | cos h | sin w | cos w])
+    return torch.stack((angles.sin(), angles.cos()), dim=1 if order == "timm" else 2).flatten(1)

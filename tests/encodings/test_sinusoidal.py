@@ -432,3 +432,77 @@ def test_export_serves_any_length():
     )
     x = torch.randn(2, 300, 16)  # past the cached rows
     torch.testing.assert_close(program.module()(x), pe(x), **FLOAT32_CAST)
+
+
+def _timm_sincos2d(h: int, w: int, dim: int, interleave: bool) -> torch.Tensor:
+    # timm's build_sincos2d_pos_embed, written from its description: bands
+    # 1 / 10000 ** (i / (dim / 4)), grid (row, col) per patch, sin/cos stacked outside
+    # ([sin h | sin w | cos h | cos w]) or inside each axis (interleave_sin_cos=True:
+    # [sin h | cos h | sin w | cos w])
+    n = dim // 4
+    bands = 1.0 / 10000.0 ** (torch.arange(n, dtype=torch.float64) / n)
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    pos = torch.stack((rows.flatten(), cols.flatten()), 1).double()[..., None] * bands  # (hw, 2, n)
+    return torch.stack((pos.sin(), pos.cos()), dim=2 if interleave else 1).flatten(1)
+
+
+@pytest.mark.parametrize(("order", "interleave"), [("timm", False), ("timm_interleaved", True)])
+def test_2d_timm_orders(order, interleave):
+    pe = posenc.Sinusoidal2D(16, (3, 5), order=order)
+    want = _timm_sincos2d(3, 5, 16, interleave).float()
+    torch.testing.assert_close(pe.table(), want, atol=1e-7, rtol=0)
+    x = torch.randn(2, 3, 5, 16)
+    torch.testing.assert_close(pe(x), x + want.view(3, 5, 16))
+    # the same numbers as MAE's order, permuted: [sin w|cos w|sin h|cos h] vs [sin h|sin w|cos h|cos w]
+    mae = posenc.Sinusoidal2D(16, (3, 5)).table()
+    if order == "timm":
+        torch.testing.assert_close(pe.table(), mae[:, [8, 9, 10, 11, 0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7]])
+    with pytest.raises(ValueError, match="order must be one of"):
+        posenc.Sinusoidal2D(16, order="moco")
+
+
+def test_1d_table_stays_bounded():
+    from posenc.encodings.sinusoidal import MAX_TABLE_LEN
+
+    pe = posenc.Sinusoidal(8, max_len=10**9)
+    assert pe._table.shape[0] == MAX_TABLE_LEN  # max_len is not a reason to allocate
+    for end in (MAX_TABLE_LEN - 5, MAX_TABLE_LEN + 5, 3 * MAX_TABLE_LEN):  # a decoding walk past the bound
+        positions = torch.arange(end - 2 * MAX_TABLE_LEN // 3, end)
+        out = pe(torch.zeros(1, positions.numel(), 8), positions)
+        torch.testing.assert_close(out[0], pe._compute(positions.double(), torch.float64).float())
+        assert pe._table.shape[0] <= MAX_TABLE_LEN
+    long = pe(torch.zeros(1, MAX_TABLE_LEN + 3, 8))  # default positions past the bound
+    assert pe._table.shape[0] <= MAX_TABLE_LEN and long.shape[1] == MAX_TABLE_LEN + 3
+
+
+_MEMORY_SCRIPT = """
+import resource, sys, torch, posenc
+pe = posenc.Sinusoidal(1024)
+x = torch.zeros(1, 1, 1024)
+pe(torch.zeros(1, 1000, 1024), torch.arange(1000, 2000) * 7)  # warm up: allocator, thread pools
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# positions creeping up by 1.5x per call: the old rule grew a power-of-two table each time
+for end in (2000, 3000, 4500, 7000, 10_000, 40_000, 200_000, 1_000_000, 4_000_000):
+    pe(torch.zeros(1, 1000, 1024), torch.arange(end - 1000, end))
+    pe(x, torch.tensor([end]))
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(grown, pe._table.shape[0])
+"""
+
+
+def test_1d_peak_memory_bounded_in_a_subprocess():
+    import subprocess
+    import sys
+
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", limit + _MEMORY_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    grown, rows = map(int, done.stdout.split())
+    # a 4M-row table of width 1024 would be 16 GiB; the bound is 64 MiB plus per-call work
+    assert rows <= 16384 and grown < 512 * 2**20, f"peak grew by {grown / 2**20:.0f} MiB, table rows {rows}"

@@ -1,0 +1,492 @@
+"""Axial (N-D) RoPE for image and video tokens, and the machinery shared with M-RoPE.
+
+Positions with axes are tensors with the axis last: ``(t, a)`` or ``(b, t, a)`` (Pixtral's
+layout; transformers' M-RoPE ``(3, b, t)`` is :func:`posenc.functional.axes_last` of it). Each
+rotated pair ``i`` reads one axis ``axis[i]`` and turns by ``coordinate[axis[i]] * inv_freq[i]``;
+the encodings differ only in which pair reads which axis at which frequency
+(:mod:`posenc.functional.axial`). The cos/sin rows are computed once per forward from float64
+angles (:class:`AxisRotaryState`), with no table that grows.
+
+Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys), ``a`` axes,
+``dh`` head width, ``r/2`` rotated pairs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .._checks import check_choice, check_float_tensor, check_int, check_positive_float
+from .._compat import is_tracing, wide_dtype
+from ..base import PositionalEncoding, PositionState, check_qk
+from ..functional.axial import (
+    axial_cos_sin,
+    check_axis_widths,
+    checked_axial_frequencies,
+    grid_positions,
+)
+from ..functional.rotary import _apply
+from ..registry import register
+
+__all__ = ["AxialRoPE", "AxisRotaryState"]
+
+RowsPair = tuple[Tensor, Tensor]
+
+
+class AxisRotaryState(PositionState):
+    """The position state of a multi-axis rotary encoding: cos/sin rows shared by every layer.
+
+    Like :class:`~posenc.encodings.rotary.RotaryState`, but positions are ``(t, a)`` or
+    ``(b, t, a)``: :attr:`q_len`/:attr:`k_len` read ``shape[-2]``.
+
+    Attributes:
+        q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` float32 rows of the queries.
+        q_start, k_start: token indices (``tk - tq`` and 0), not positions: masks follow the token
+            order, since positions with axes are not ordered (:meth:`distances` is ``None``).
+    """
+
+    encoding: _AxisRotary
+
+    def __init__(
+        self, encoding: _AxisRotary, q_positions: Tensor, k_positions: Tensor, *, seq_len: int | Tensor | None
+    ) -> None:
+        # q_start/k_start say "the index rule": positions with axes have no order (image tokens
+        # share positions), so causality and windows follow the token order, queries being the
+        # last tq of the tk keys (what posenc.attention does for default positions).
+        tq, tk = q_positions.shape[-2], k_positions.shape[-2]
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=max(tk - tq, 0), k_start=0, bias_form="none"
+        )
+        self.seq_len = seq_len
+        self.q_cos, self.q_sin = encoding._rows(q_positions, torch.float32, seq_len)
+        self._k_rows: RowsPair | None = None
+
+    @property
+    def q_len(self) -> int:
+        return self.q_positions.shape[-2]
+
+    @property
+    def k_len(self) -> int:
+        return self.k_positions.shape[-2]
+
+    def _query_rows(self, dtype: torch.dtype) -> RowsPair:
+        if dtype == torch.float64:  # float64 inputs get float64 rows
+            return self.encoding._rows(self.q_positions, dtype, self.seq_len)
+        return self.q_cos, self.q_sin
+
+    def _key_rows(self, k: Tensor) -> RowsPair:
+        positions, _ = self.key_positions(k)
+        if positions is self.q_positions:
+            return self._query_rows(k.dtype)
+        if k.dtype == torch.float64:
+            return self.encoding._rows(positions, k.dtype, self.seq_len)
+        if self._k_rows is None:
+            self._k_rows = self.encoding._rows(positions, torch.float32, self.seq_len)
+        return self._k_rows
+
+    def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
+        if self.encoding._generic_state:  # a subclass that overrides encode_qk: call it
+            kp, _ = self.key_positions(k)
+            return self.encoding.encode_qk(q, k, q_positions=self.q_positions, k_positions=kp)
+        check_qk(q, k, head_dim=self.encoding.head_dim)
+        return self._encode(q, k)
+
+    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.shape[-2] != self.q_len:
+            raise ValueError(f"q has {q.shape[-2]} positions, but this state was prepared for {self.q_len}")
+        layout = self.encoding.layout
+        return _apply(q, *self._query_rows(q.dtype), layout), _apply(k, *self._key_rows(k), layout)
+
+    def distances(self) -> Tensor | None:
+        return None  # positions with axes have no 1D distance
+
+    def narrow(self, rows: slice, cols: slice) -> PositionState:
+        state = copy.copy(self)
+        state.q_positions = self.q_positions[..., rows, :]
+        state.k_positions = self.k_positions[..., cols, :]
+        state.q_start = (self.q_start or 0) + (rows.start or 0)
+        state.k_start = (self.k_start or 0) + (cols.start or 0)
+        state.q_cos, state.q_sin = self.q_cos[..., rows, :], self.q_sin[..., rows, :]
+        if self._k_rows is not None:
+            state._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
+        return state
+
+
+class _AxisRotary(PositionalEncoding):
+    """Base of the multi-axis rotary encodings: positions with axes, a state, the hooks.
+
+    Subclasses set ``head_dim``, ``layout``, ``num_axes`` and implement :meth:`_frequencies`
+    (float64 ``(r/2,)`` frequencies and ``(r/2,)`` axes), :meth:`_default_positions` and
+    :meth:`_check_positions`.
+    """
+
+    kind = "rotary"
+    cache_names = ("inv_freq", "axis")
+    inv_freq: Tensor
+    axis: Tensor
+    head_dim: int
+    layout: Literal["half", "interleaved"]
+    num_axes: int
+    attention_scaling: float = 1.0
+
+    def _init_caches(self, device: torch.device | str | None) -> None:
+        pairs = self._frequencies(torch.device("cpu"))[0].shape[0]
+        self.register_buffer("inv_freq", torch.empty(pairs, device=device), persistent=False)
+        self.register_buffer("axis", torch.empty(pairs, dtype=torch.long, device=device), persistent=False)
+        self.reset_caches()
+
+    def _frequencies(
+        self, device: torch.device, seq_len: int | Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError  # pragma: no cover
+
+    @property
+    def rotary_dim(self) -> int:
+        """The number of rotated channels ``r`` (the rest pass through)."""
+        return 2 * self.inv_freq.shape[0]
+
+    def reset_caches(self) -> None:
+        """Rebuild ``inv_freq`` (float32 copy, for inspection) and ``axis`` where they are now."""
+        device = self.inv_freq.device
+        if device.type == "meta":
+            return
+        inv_freq, axis = self._frequencies(device)
+        self.inv_freq = inv_freq.to(self.inv_freq.dtype)
+        self.axis = axis
+
+    # --- positions ---------------------------------------------------------------------------
+
+    def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
+        raise NotImplementedError  # pragma: no cover
+
+    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
+        raise NotImplementedError  # pragma: no cover
+
+    def _checked(
+        self, positions: object, length: int, batch: int | None, name: str, *, floats: bool, one_d: bool
+    ) -> Tensor:
+        """Validate ``(t, a)``/``(b, t, a)`` positions (and ``(t,)``/``(b, t)`` when ``one_d``)."""
+        a = self.num_axes
+        kinds = "integer or floating" if floats else "integer"
+        if not isinstance(positions, Tensor):
+            raise TypeError(
+                f"{name} must be a {kinds} torch.Tensor of shape (seq, {a}) or (batch, seq, {a}), "
+                f"got {type(positions).__name__}"
+            )
+        bad_float = positions.is_floating_point() and not floats
+        if bad_float or positions.is_complex() or positions.dtype == torch.bool:
+            raise TypeError(f"{name} must have an {kinds} dtype, got {positions.dtype}")
+        # (t,) or (b, t) is the same position on every axis (M-RoPE on text). A rank-2 tensor is
+        # (b, t) when its last size is the length and it cannot be (t, a) — or, when it can be
+        # both (t == a), when its first size is the batch: pass (1, t, a) for coordinates then.
+        # statically_known_true: under export/compile a comparison of the symbolic length with the
+        # number of axes would add a guard (length != a) and fail a dynamic-length export; a size
+        # that is not provably the length is read as (t, a). Without one_d, rank 2 is always (t, a).
+        as_bt = one_d and positions.dim() == 2 and statically_known_true(positions.shape[-1] == length)
+        if as_bt and statically_known_true(positions.shape[0] == length) and positions.shape[-1] == a:
+            as_bt = batch is not None and batch == length and batch != 1
+        if one_d and (positions.dim() == 1 or as_bt):
+            positions = positions[..., None].expand(*positions.shape, a)
+        if positions.dim() not in (2, 3) or positions.shape[-1] != a:
+            accepted = f"(seq, {a}) or (batch, seq, {a})" + (
+                ", or (seq,)/(batch, seq) on every axis" if one_d else ""
+            )
+            raise ValueError(
+                f"{name} must have shape {accepted} for {type(self).__name__} with {a} axes, "
+                f"got {tuple(positions.shape)}"
+            )
+        if positions.shape[-2] != length:
+            raise ValueError(
+                f"{name} has {positions.shape[-2]} positions, expected {length} (the sequence length)"
+            )
+        if positions.dim() == 3 and batch is not None and positions.shape[0] not in (1, batch):
+            raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
+        checkable = not is_tracing() and positions.numel() > 0 and positions.device.type != "meta"
+        if checkable and positions.is_floating_point() and not bool(positions.isfinite().all()):
+            raise ValueError(f"{name} must be finite, got a NaN or infinite coordinate")
+        if checkable and not floats and bool((positions < 0).any()):
+            raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
+        return positions if positions.is_floating_point() else positions.long()
+
+    def _resolve(
+        self,
+        tq: int,
+        tk: int,
+        batch: int | None,
+        device: torch.device | str | None,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """Queries' and keys' positions; defaults as :func:`posenc.base.resolve_qk_positions`
+        (keys at the defaults, queries the last ``tq`` of them), on axes."""
+        kp = None if k_positions is None else self._check_positions(k_positions, tk, batch, "k_positions")
+        qp = None if q_positions is None else self._check_positions(q_positions, tq, batch, "q_positions")
+        if qp is None:
+            if kp is None:
+                kp = self._default_positions(tk, device)
+            qp = kp[..., tk - tq :, :] if tq <= tk else self._default_positions(tq, device)
+        if kp is None:
+            kp = qp if tq == tk else self._default_positions(tk, device)
+        return qp, kp
+
+    def _rows(self, positions: Tensor, dtype: torch.dtype, seq_len: int | Tensor | None = None) -> RowsPair:
+        """cos and sin at ``positions``: ``(t, r/2)`` for ``(t, a)``, ``(b, 1, t, r/2)`` for ``(b, t, a)``."""
+        device = positions.device
+        inv_freq, _ = self._frequencies(device, seq_len)
+        axis = self.axis.to(device)  # constant per module: the cached buffer, not recomputed per call
+        inv_freq = inv_freq.to(torch.float64 if dtype == torch.float64 else wide_dtype(device))
+        cos, sin = axial_cos_sin(positions, inv_freq, axis, self.attention_scaling, dtype=dtype)
+        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+
+    # --- state and hooks ---------------------------------------------------------------------
+
+    def prepare(
+        self,
+        q_len: int,
+        k_len: int | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        batch: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> PositionState:
+        """The :class:`AxisRotaryState` of one forward pass (see :meth:`PositionalEncoding.prepare`).
+
+        ``q_positions``/``k_positions`` are ``(t, a)`` or ``(b, t, a)`` (see the class).
+        """
+        k_len = q_len if k_len is None else k_len
+        if device is None:
+            given = q_positions if q_positions is not None else k_positions
+            device = given.device if isinstance(given, Tensor) else self._device()
+        qp, kp = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
+        return self.prepare_state(qp, kp, q_start=None, k_start=None)
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> AxisRotaryState:
+        """The :class:`AxisRotaryState` for resolved axis positions."""
+        return AxisRotaryState(self, q_positions, k_positions, seq_len=None)
+
+    def encode_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk, dh)`` by their axis positions."""
+        check_qk(q, k, head_dim=self.head_dim)
+        qp = q_positions.to(q.device) if isinstance(q_positions, Tensor) else q_positions
+        kp = k_positions.to(q.device) if isinstance(k_positions, Tensor) else k_positions
+        batch = max(q.shape[0], k.shape[0])
+        qp, kp = self._resolve(q.shape[-2], k.shape[-2], batch, q.device, qp, kp)
+        state = self.prepare_state(qp, kp, q_start=None, k_start=None)
+        return state._encode(q, k)
+
+    def forward(
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The drop-in call: ``q, k = rope(q, k, coords, coords)``; see :meth:`encode_qk`."""
+        return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
+
+    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate one tensor ``(b, h, t, dh)`` by its positions ``(t, a)``/``(b, t, a)``."""
+        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
+        p = positions.to(x.device) if isinstance(positions, Tensor) else positions
+        qp, _ = self._resolve(x.shape[-2], x.shape[-2], x.shape[0], x.device, p, None)
+        return _apply(x, *self._rows(qp, precise(x.dtype)), self.layout)
+
+
+def precise(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@register("rope_axial", "rope2d")
+class AxialRoPE(_AxisRotary):
+    """RoPE over several axes (2D images, 3D video) with a channel budget per axis.
+
+    Each axis ``j`` rotates ``axes_dim[j]`` channels by its own coordinate, so the score of two
+    tokens depends only on their offset along every axis (Heo et al., 2024, "Rotary Position
+    Embedding for Vision Transformer"). The layouts people use:
+
+    * per-axis blocks, ``axis_layout="cat"``: Flux (``axes_dim=(16, 56, 56)``,
+      ``layout="interleaved"``), EVA-02 / timm ``RotaryEmbeddingCat`` and
+      rotary-embedding-torch ``get_axial_freqs`` (``layout="interleaved"``), torchtune's vision
+      RoPE / Llama 4 (interleaved, but columns first: give ``(x, y)`` coordinates);
+    * alternating frequencies, ``axis_layout="alternate"``: Pixtral (``layout="half"``): one
+      frequency set for the whole head, even frequencies to rows, odd ones to columns;
+    * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
+      ``freqs="pixel"``: ``pi * linspace(1, max_freq / 2)`` on coordinates in ``[-1, 1]``
+      (rotary-embedding-torch ``freqs_for="pixel"``).
+
+    Positions are coordinates ``(t, a)`` or ``(b, t, a)``, integer **or float** in every layout
+    (the formula is continuous: pixel coordinates, and index coordinates rescaled for another
+    resolution, are floats), negative allowed. ``None`` means the grid ``grid_size`` with
+    ``num_prefix_tokens`` leading tokens at coordinate 0 (no rotation: class and register
+    tokens, as torchtune and EVA do); see :meth:`grid_positions`. 1D positions are refused: an
+    image token needs one coordinate per axis.
+
+    Args:
+        head_dim: the attention head width ``dh`` (even).
+        axes_dim: channels per axis (even, summing to at most ``head_dim``; the rest pass
+            through); default ``head_dim`` split equally over ``num_axes``.
+        num_axes: the number of axes when ``axes_dim`` is not given (default 2).
+        base: the wavelength base of ``"lang"`` frequencies (Flux 10000, EVA 10000, Pixtral 10000).
+        freqs: ``"lang"`` or ``"pixel"``.
+        axis_layout: ``"cat"`` or ``"alternate"``.
+        layout: channel pairing, as :class:`~posenc.RoPE`: ``"half"`` or ``"interleaved"``.
+        max_freq: the highest ``"pixel"`` frequency (rotary-embedding-torch's ``max_freq``).
+        grid_size: the default grid (``(h, w)``, ``(t, h, w)``), used when positions are ``None``.
+        num_prefix_tokens: tokens before the grid that are not rotated.
+        ref_grid: the grid the model was trained at: coordinates of other grids are scaled to span
+            it (EVA / timm ``ref_feat_shape``); ``"lang"`` only.
+        device: where the caches are built.
+
+    Shape:
+        ``forward(q, k, q_positions, k_positions)``: ``q`` ``(b, h, tq, dh)``, ``k``
+        ``(b, h_kv, tk, dh)``, positions ``(t, a)`` or ``(b, t, a)`` -> ``(q, k)`` rotated.
+
+    Example::
+
+        rope = AxialRoPE(64, grid_size=(14, 14), num_prefix_tokens=1)   # ViT-B/16 at 224
+        state = rope.prepare(1 + 14 * 14)                                # class token + patches
+        coords = rope.grid_positions((28, 28))                           # another resolution
+        state = rope.prepare(1 + 28 * 28, q_positions=coords)
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        axes_dim: tuple[int, ...] | list[int] | None = None,
+        *,
+        num_axes: int | None = None,
+        base: float = 10000.0,
+        freqs: Literal["lang", "pixel"] = "lang",
+        axis_layout: Literal["cat", "alternate"] = "cat",
+        layout: Literal["half", "interleaved"] = "half",
+        max_freq: float = 10.0,
+        grid_size: tuple[int, ...] | list[int] | None = None,
+        num_prefix_tokens: int = 0,
+        ref_grid: tuple[int, ...] | list[int] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        check_int("head_dim", head_dim, minimum=2)
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even (RoPE rotates channel pairs), got {head_dim}")
+        if axes_dim is None:
+            n = 2 if num_axes is None else check_int("num_axes", num_axes, minimum=1)
+            if head_dim % (2 * n):
+                raise ValueError(
+                    f"head_dim={head_dim} does not split into {n} axes of even width; give axes_dim explicitly"
+                )
+            axes_dim = (head_dim // n,) * n
+        self.axes_dim = check_axis_widths(axes_dim, head_dim)
+        if num_axes is not None and num_axes != len(self.axes_dim):
+            raise ValueError(
+                f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
+            )
+        check_choice("freqs", freqs, ("lang", "pixel"))
+        check_choice("axis_layout", axis_layout, ("cat", "alternate"))
+        check_choice("layout", layout, ("half", "interleaved"))
+        if axis_layout == "alternate" and len(set(self.axes_dim)) != 1:
+            raise ValueError(
+                f"axis_layout='alternate' needs equal widths per axis, got axes_dim={self.axes_dim}"
+            )
+        self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
+        self.base, self.max_freq = (
+            check_positive_float("base", base),
+            check_positive_float("max_freq", max_freq),
+        )
+        self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
+        self.grid_size = None if grid_size is None else self._check_grid("grid_size", grid_size)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+        self.ref_grid = None if ref_grid is None else self._check_grid("ref_grid", ref_grid)
+        if self.ref_grid is not None and freqs == "pixel":
+            raise ValueError(
+                "ref_grid rescales index coordinates; freqs='pixel' coordinates already span [-1, 1]"
+            )
+        self._init_caches(device)
+
+    def _check_grid(self, name: str, grid: object) -> tuple[int, ...]:
+        if not isinstance(grid, (tuple, list)) or len(grid) != self.num_axes:
+            raise ValueError(f"{name} must be a tuple of {self.num_axes} ints (one per axis), got {grid!r}")
+        for i, s in enumerate(grid):
+            check_int(f"{name}[{i}]", s, minimum=1)
+        return tuple(grid)
+
+    def _frequencies(
+        self, device: torch.device, seq_len: int | Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        # (checked at construction: no Python checks here, see checked_axial_frequencies)
+        return checked_axial_frequencies(
+            self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq, device
+        )
+
+    def grid_positions(
+        self,
+        grid: Sequence[int] | None = None,
+        *,
+        num_prefix_tokens: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """The coordinates of ``grid`` (default ``grid_size``) as this encoding reads them.
+
+        ``num_prefix_tokens`` (default: the constructor's) zero rows first, then the cells row-major: integer indices
+        (``"lang"``), scaled to ``ref_grid`` when one was given (float), or pixel coordinates in
+        ``[-1, 1]`` (``"pixel"``).
+
+        Returns:
+            ``(p + prod(grid), a)`` coordinates.
+        """
+        grid = self.grid_size if grid is None else self._check_grid("grid", grid)
+        if grid is None:
+            raise ValueError("grid_positions() needs a grid (none was given to the constructor as grid_size)")
+        return grid_positions(
+            grid,
+            num_prefix_tokens=self.num_prefix_tokens if num_prefix_tokens is None else num_prefix_tokens,
+            kind="pixel" if self.freqs == "pixel" else "index",
+            ref_grid=None if self.ref_grid is None or tuple(grid) == self.ref_grid else self.ref_grid,
+            device=device if device is not None else self.inv_freq.device,
+        )
+
+    def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
+        if self.grid_size is None:
+            raise ValueError(
+                f"AxialRoPE needs positions of shape (seq, {self.num_axes}) (e.g. from grid_positions((h, w))), "
+                "or grid_size at construction for the default"
+            )
+        expected = self.num_prefix_tokens + math.prod(self.grid_size)
+        if length != expected:
+            raise ValueError(
+                f"the default positions are the grid_size={self.grid_size} grid with num_prefix_tokens="
+                f"{self.num_prefix_tokens}: {expected} tokens, got {length}; pass positions for other grids"
+            )
+        return self.grid_positions(device=device)
+
+    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
+        if isinstance(positions, Tensor) and positions.dim() == 1:
+            raise ValueError(
+                f"{name} has shape {tuple(positions.shape)}, but AxialRoPE needs one coordinate per axis: "
+                f"(seq, {self.num_axes}) or (batch, seq, {self.num_axes})"
+            )
+        return self._checked(positions, length, batch, name, floats=True, one_d=False)
+
+    def extra_repr(self) -> str:
+        parts = [f"head_dim={self.head_dim}", f"axes_dim={self.axes_dim}", f"freqs={self.freqs!r}"]
+        parts += [f"axis_layout={self.axis_layout!r}", f"layout={self.layout!r}"]
+        if self.grid_size is not None:
+            parts.append(f"grid_size={self.grid_size}")
+        if self.num_prefix_tokens:
+            parts.append(f"num_prefix_tokens={self.num_prefix_tokens}")
+        return ", ".join(parts)

@@ -1,0 +1,196 @@
+"""A learned 2D table of patch positions (ViT, DINOv2, SigLIP), resampled for other grids."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_bool, check_choice, check_int, check_positive_float
+from .._compat import is_tracing
+from ..base import PositionalEncoding, check_input, resolve_positions
+from ..functional.axial import resample_grid_table
+from ..registry import register
+
+__all__ = ["Learned2D"]
+
+Mode = Literal["bicubic", "bilinear", "nearest", "area"]
+
+
+def _grid(name: str, grid: object) -> tuple[int, int]:
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid, grid)
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise TypeError(f"{name} must be an int or a pair (height, width) of ints, got {grid!r}")
+    return check_int(f"{name}[0]", grid[0], minimum=1), check_int(f"{name}[1]", grid[1], minimum=1)
+
+
+@register("learned2d")
+class Learned2D(PositionalEncoding):
+    """A trained embedding per patch of an ``h × w`` grid, plus one per prefix token.
+
+    The position embeddings of ViT (Dosovitskiy et al., 2021), DeiT, DINOv2 and SigLIP: row
+    ``p + i*w + j`` of ``weight`` is added to patch ``(i, j)``, rows ``0 .. p-1`` to the
+    ``p = num_prefix_tokens`` class/register tokens (ViT's ``position_embeddings[0, 1:]`` is the
+    grid, ``[0, :1]`` the class token: ``weight`` is that tensor without its batch dimension).
+
+    At another grid size the grid part is resampled as an image with ``d`` channels
+    (:func:`posenc.functional.resample_grid_table`: bicubic, ``align_corners=False``, as ViT's and
+    DINOv2's ``interpolate_pos_encoding``; ``antialias=True`` as timm's ``resample_abs_pos_embed``),
+    the prefix rows unchanged. With ``interpolate=False`` a smaller grid takes the table's
+    top-left cells and a larger one is an error naming both sizes. :meth:`resize` makes a new
+    grid permanent (fine-tuning at a higher resolution).
+
+    Args:
+        d_model: the embedding width.
+        grid_size: the table's grid ``(h, w)``, or ``s`` for ``s × s``.
+        num_prefix_tokens: rows for tokens before the patches (1 for ViT's class token).
+        interpolate: resample for other grids (else crop, or refuse larger grids).
+        mode: the resampling mode (``"bicubic"``, ``"bilinear"``, ``"nearest"``, ``"area"``).
+        antialias: low-pass filter when shrinking (bicubic/bilinear only).
+        init_std: standard deviation of the normal initialisation (0.02 as ViT).
+        device, dtype: of the parameter.
+
+    Shape:
+        ``forward(x, positions=None, grid=None)``: ``x`` ``(b, h, w, d)`` patches, or flat
+        ``(b, p + n, d)`` tokens whose ``n`` patches form ``grid`` (default: the table's grid
+        when ``n == h*w``, else a square grid). ``positions`` (flat only): ``(n,)`` or ``(b, n)``
+        row-major patch indices into ``grid`` (MAE's visible patches). Returns ``x``'s shape and dtype.
+    """
+
+    kind = "additive"
+
+    def __init__(
+        self,
+        d_model: int,
+        grid_size: int | tuple[int, int] | list[int],
+        *,
+        num_prefix_tokens: int = 0,
+        interpolate: bool = True,
+        mode: Mode = "bicubic",
+        antialias: bool = False,
+        init_std: float = 0.02,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, minimum=1)
+        self.grid_size = _grid("grid_size", grid_size)
+        self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+        self.interpolate = check_bool("interpolate", interpolate)
+        check_choice("mode", mode, ("bicubic", "bilinear", "nearest", "area"))
+        self.mode = mode
+        self.antialias = check_bool("antialias", antialias)
+        if antialias and mode not in ("bicubic", "bilinear"):
+            raise ValueError(f"antialias=True needs mode 'bicubic' or 'bilinear', got mode={mode!r}")
+        self.init_std = check_positive_float("init_std", init_std)
+        rows = self.num_prefix_tokens + math.prod(self.grid_size)
+        self.weight = nn.Parameter(torch.empty(rows, d_model, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal initialisation with ``init_std`` (ViT uses a truncated normal of 0.02)."""
+        nn.init.normal_(self.weight, std=self.init_std)
+
+    def table(self, grid: int | tuple[int, int] | list[int] | None = None) -> Tensor:
+        """The ``(p + H*W, d)`` rows added to a flat input on ``grid`` (default: the table's grid)."""
+        new = self.grid_size if grid is None else _grid("grid", grid)
+        if new == self.grid_size:
+            return self.weight
+        (h, w), (nh, nw) = self.grid_size, new
+        if not self.interpolate:
+            if nh > h or nw > w:
+                raise ValueError(
+                    f"grid {new} is larger than the table's grid_size {self.grid_size} and interpolate=False; "
+                    "build with interpolate=True or call resize()"
+                )
+            body = self.weight[self.num_prefix_tokens :].view(h, w, -1)[:nh, :nw].reshape(nh * nw, -1)
+            return torch.cat((self.weight[: self.num_prefix_tokens], body))
+        return resample_grid_table(
+            self.weight,
+            self.grid_size,
+            new,
+            num_prefix_tokens=self.num_prefix_tokens,
+            mode=self.mode,
+            antialias=self.antialias,
+        )
+
+    @torch.no_grad()
+    def resize(self, new_grid: int | tuple[int, int] | list[int]) -> None:
+        """Resample the table to ``new_grid`` for good (a new parameter: rebuild optimizers)."""
+        new = _grid("new_grid", new_grid)
+        interpolate, self.interpolate = self.interpolate, True
+        try:
+            table = self.table(new).detach().clone()
+        finally:
+            self.interpolate = interpolate
+        self.weight = nn.Parameter(table, requires_grad=self.weight.requires_grad)
+        self.grid_size = new
+
+    def _flat_grid(self, n: int, grid: object) -> tuple[int, int]:
+        if grid is not None:
+            return _grid("grid", grid)
+        if n == math.prod(self.grid_size):
+            return self.grid_size
+        side = math.isqrt(n)
+        if side * side != n:
+            raise ValueError(
+                f"x has {n} patch tokens (after num_prefix_tokens={self.num_prefix_tokens}), not the table's "
+                f"grid_size {self.grid_size} nor a square grid; pass grid=(h, w)"
+            )
+        return side, side
+
+    def encode_input(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
+        """Add the (resampled) table to patch tokens.
+
+        Args:
+            x: ``(b, h, w, d)`` patches or ``(b, p + n, d)`` tokens.
+            positions: flat input only: ``(n,)``/``(b, n)`` row-major indices into ``grid``.
+            grid: flat input only: the patches' ``(h, w)`` (see the class).
+
+        Returns:
+            ``x`` plus the encodings, same shape, in ``x.dtype``.
+        """
+        if isinstance(x, Tensor) and x.dim() == 4:
+            if positions is not None or grid is not None:
+                raise ValueError("positions and grid are only accepted with flat (batch, tokens, dim) inputs")
+            if not x.is_floating_point():
+                raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+            if x.shape[-1] != self.d_model:
+                raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
+            h, w = x.shape[1], x.shape[2]
+            body = self.table((h, w))[self.num_prefix_tokens :]
+            return x + body.view(h, w, self.d_model).to(x.dtype)
+        check_input(x, width=self.d_model)
+        p = self.num_prefix_tokens
+        n = x.shape[1] - p
+        if n < 0:
+            raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
+        if positions is None:
+            hw = self._flat_grid(n, grid)
+            return x + self.table(hw).to(x.dtype)
+        if grid is None:
+            hw = self.grid_size
+        else:
+            hw = _grid("grid", grid)
+        table = self.table(hw)
+        positions = resolve_positions(positions, n, batch=x.shape[0]).to(table.device)
+        checkable = not is_tracing() and positions.numel() and positions.device.type != "meta"
+        if checkable and int(positions.max()) >= hw[0] * hw[1]:
+            raise ValueError(
+                f"positions must be patch indices below h*w = {hw[0] * hw[1]}, got maximum {int(positions.max())}"
+            )
+        prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
+        return x + table[torch.cat((prefix, positions + p), dim=-1)].to(x.dtype)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
+        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
+        return self.encode_input(x, positions, grid)
+
+    def extra_repr(self) -> str:
+        extra = f"{self.d_model}, grid_size={self.grid_size}, num_prefix_tokens={self.num_prefix_tokens}"
+        if not self.interpolate:
+            extra += ", interpolate=False"
+        return extra + f", mode={self.mode!r}, antialias={self.antialias}"

@@ -1,0 +1,186 @@
+"""Multimodal RoPE (M-RoPE) of Qwen2-VL, Qwen2.5-VL (chunked) and Qwen3-VL (interleaved).
+
+Every token has three positions — temporal, height, width — and the rotated pairs are split
+into three sections, each turning with one of them (Wang et al., 2024, "Qwen2-VL"). Text
+tokens have the same position on all three axes, where M-RoPE is plain RoPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._checks import check_bool, check_int
+from .._compat import is_tracing
+from ..functional.axial import mrope_axes
+from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
+from ..registry import register
+from .axial import AxisRotaryState, _AxisRotary
+
+__all__ = ["MRoPE"]
+
+#: Keys of transformers' ``rope_parameters`` that describe M-RoPE itself, not the rope type.
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+
+
+@register("mrope")
+class MRoPE(_AxisRotary):
+    """M-RoPE: RoPE whose rotated pairs follow the temporal, height or width position.
+
+    The frequencies are RoPE's for the whole head (``base ** (-2i / dh)``, or those of the
+    ``scaling`` rope type, with its attention factor, exactly as :class:`~posenc.RoPE`); the pairs
+    are split by ``mrope_section`` (pairs per axis, summing to ``head_dim / 2``):
+
+    * chunked (``interleaved=False``, Qwen2-VL, Qwen2.5-VL): the first ``section[0]`` pairs turn
+      with the temporal position, the next ``section[1]`` with the height, the rest with the width;
+    * interleaved (``interleaved=True``, Qwen3-VL): pairs cycle t, h, w up to ``3 * section[j]``,
+      the remainder temporal (see :func:`posenc.functional.mrope_axes`).
+
+    Rotation pairs channel ``i`` with ``i + dh/2`` (``rotate_half``), as transformers does.
+
+    Positions: integer ``(t, 3)`` or ``(b, t, 3)`` (transformers' ``get_rope_index`` gives
+    ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
+    taken as the same position on every axis (then M-RoPE equals RoPE). ``None`` means
+    ``0 .. t-1`` on every axis. When ``t == 3`` a rank-2 ``(3, 3)`` tensor is read as ``(b, t)``
+    if the batch is 3, else as ``(t, a)``; pass ``(1, t, 3)`` to be explicit. For the length of
+    ``"dynamic"`` and ``"longrope"`` the largest position on any axis counts, as transformers does.
+
+    Args:
+        head_dim: the attention head width ``dh`` (even).
+        mrope_section: pairs per axis, e.g. Qwen2-VL's ``[16, 24, 24]`` for ``dh = 128``; default
+            Qwen2-VL's proportions: ``3/8`` of the pairs to height and to width, the rest to time.
+        base: the wavelength base (``rope_theta``); a ``rope_theta`` in ``scaling`` must agree.
+        interleaved: Qwen3-VL's interleaved sections.
+        scaling: a Hugging Face ``rope_parameters`` dict (``rope_type`` and its keys; its
+            ``mrope_section``/``mrope_interleaved``, if present, must agree with the arguments).
+        max_len: transformers' ``max_position_embeddings``: the trained length of ``"dynamic"``,
+            and of yarn/llama3/longrope when ``scaling`` has no ``original_max_position_embeddings``.
+        device: where the caches are built.
+
+    Shape:
+        ``forward(q, k, q_positions, k_positions)``: ``(b, h, tq, dh)``, ``(b, h_kv, tk, dh)`` ->
+        the rotated ``(q, k)``.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        mrope_section: tuple[int, ...] | list[int] | None = None,
+        base: float = 10000.0,
+        interleaved: bool = False,
+        scaling: dict[str, Any] | None = None,
+        max_len: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.interleaved = check_bool("interleaved", interleaved)
+        if mrope_section is None and isinstance(head_dim, int) and head_dim >= 6:
+            # Qwen2-VL's proportions (16, 24, 24 of 64 pairs): 3/8 of the pairs to height and to width
+            hw = 3 * (head_dim // 2) // 8
+            mrope_section = [head_dim // 2 - 2 * hw, hw, hw]
+        if mrope_section is None:
+            raise ValueError(
+                f"mrope_section is needed for head_dim={head_dim!r} (the default splits head_dim >= 6)"
+            )
+        if not isinstance(mrope_section, (tuple, list)) or not mrope_section:
+            raise TypeError(f"mrope_section must be a list of ints like [16, 24, 24], got {mrope_section!r}")
+        for i, s in enumerate(mrope_section):
+            check_int(f"mrope_section[{i}]", s, minimum=1)
+        rest = dict(scaling) if isinstance(scaling, dict) else scaling
+        if isinstance(rest, dict):
+            self._agree(rest, mrope_section)
+            if rest.get("rope_type", rest.get("type")) == "mrope":  # Qwen2-VL's legacy {"type": "mrope"}
+                rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
+        self.params: RopeParameters = resolve_rope_scaling(
+            rest, head_dim=head_dim, base=base, max_len=max_len
+        )
+        pairs = self.params.rotary_dim // 2
+        if sum(mrope_section) != pairs:
+            raise ValueError(
+                f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected head_dim / 2 = "
+                f"{pairs} (one entry per axis: temporal, height, width)"
+            )
+        if interleaved and len(mrope_section) != 3:
+            raise ValueError(
+                f"interleaved=True needs three sections (t, h, w), got mrope_section={list(mrope_section)}"
+            )
+        self.head_dim, self.layout = head_dim, "half"
+        self.mrope_section = tuple(mrope_section)
+        self.num_axes = len(mrope_section)
+        self.scaling = dict(scaling) if scaling is not None else None
+        self._init_caches(device)
+
+    @staticmethod
+    def _agree(scaling: dict[str, Any], section: Sequence[int]) -> None:
+        given = scaling.get("mrope_section")
+        if given is not None and list(given) != list(section):
+            raise ValueError(
+                f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(section)}"
+            )
+        for key in _MROPE_KEYS:
+            scaling.pop(key, None)
+
+    @property
+    def base(self) -> float:
+        """The wavelength base (``rope_theta``)."""
+        return self.params.base
+
+    @property
+    def rope_type(self) -> str:
+        """The scaling variant (see :class:`~posenc.RoPE`)."""
+        return self.params.rope_type
+
+    @property
+    def attention_scaling(self) -> float:  # type: ignore[override]
+        """The factor multiplied into cos and sin (YaRN / LongRoPE; 1 otherwise)."""
+        return self.params.attention_scaling
+
+    def _frequencies(
+        self, device: torch.device, seq_len: int | Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        p = self.params
+        sets = p.inv_freq(device=device)  # (s, r/2) float64
+        if isinstance(p, DynamicRope) and seq_len is not None:
+            inv_freq = p.inv_freq_at(seq_len, device=device)
+        elif isinstance(p, LongRope) and seq_len is not None:
+            long = seq_len > p.original_max_len
+            inv_freq = (
+                sets[int(long)] if isinstance(long, bool) else torch.where(long.to(device), sets[1], sets[0])
+            )
+        else:
+            inv_freq = sets[0]
+        return inv_freq, mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
+
+    def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
+        return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
+
+    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
+        return self._checked(positions, length, batch, name, floats=False, one_d=True)
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> AxisRotaryState:
+        """The :class:`~posenc.encodings.axial.AxisRotaryState`; ``dynamic``/``longrope`` read the
+        length as one past the largest position of queries and keys on any axis."""
+        seq_len: int | Tensor | None = None
+        if self.params.length_dependent and q_positions.device.type != "meta":
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            if flat.numel():
+                seq_len = flat.max() + 1 if is_tracing() else int(flat.max()) + 1
+        return AxisRotaryState(self, q_positions, k_positions, seq_len=seq_len)
+
+    def extra_repr(self) -> str:
+        parts = [
+            f"head_dim={self.head_dim}",
+            f"mrope_section={list(self.mrope_section)}",
+            f"base={self.base}",
+        ]
+        if self.interleaved:
+            parts.append("interleaved=True")
+        if self.rope_type != "default":
+            parts.append(f"rope_type={self.rope_type!r}")
+        return ", ".join(parts)

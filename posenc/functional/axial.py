@@ -1,0 +1,308 @@
+"""Positions with axes: grid coordinates, axial RoPE frequencies and table resampling. No state.
+
+Multi-axis positions are tensors with the axis last: ``(t, a)`` or ``(b, t, a)`` (Pixtral's
+layout). transformers' M-RoPE ``position_ids`` are ``(3, b, t)``: :func:`axes_last` turns
+them into ``(b, t, 3)``.
+
+* :func:`grid_positions` — the coordinates of an ``h × w`` (or ``t × h × w``, any rank) grid,
+  row-major, with zero rows for prefix tokens (class / register tokens: no rotation), integer
+  indices, coordinates rescaled to a reference grid (EVA's resize) or pixel coordinates in
+  ``[-1, 1]`` (rotary-embedding-torch, timm ``in_pixels``);
+* :func:`axial_frequencies` — the frequency and the axis of each rotated pair, for the
+  per-axis-block (Flux, EVA, rotary-embedding-torch) and alternating (Pixtral) layouts;
+* :func:`mrope_axes` — the axis of each pair in M-RoPE, chunked (Qwen2-VL) or interleaved (Qwen3-VL);
+* :func:`axial_cos_sin` — cos/sin of ``coordinate[axis of pair] * frequency of pair``;
+* :func:`resample_grid_table` — a ``(p + h*w, d)`` table resampled to another grid
+  (ViT/DINOv2/timm's bicubic ``interpolate_pos_encoding``).
+
+Shape key: ``b`` batch, ``t`` tokens, ``a`` axes, ``r/2`` rotated pairs, ``p`` prefix tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._checks import check_choice, check_int, check_positive_float
+
+__all__ = [
+    "axes_last",
+    "axial_cos_sin",
+    "axial_frequencies",
+    "check_axis_widths",
+    "grid_positions",
+    "mrope_axes",
+    "resample_grid_table",
+]
+
+#: Frequencies and axes are built on the CPU whatever the default device (a module constructed
+#: under ``with torch.device("meta")`` must still size its buffers), then moved by the caller.
+_CPU = torch.device("cpu")
+
+FreqKind = Literal["lang", "pixel"]
+AxisLayout = Literal["cat", "alternate"]
+GridKind = Literal["index", "pixel"]
+
+
+def axes_last(position_ids: Tensor) -> Tensor:
+    """transformers' M-RoPE ``position_ids`` ``(a, b, t)`` -> posenc's axis-last ``(b, t, a)``.
+
+    Qwen2-VL's ``get_rope_index`` returns ``(3, b, t)`` (temporal, height, width); posenc's
+    multi-axis positions put the axis last, as Pixtral does: this is ``.permute(1, 2, 0)``.
+    """
+    if not isinstance(position_ids, Tensor) or position_ids.dim() != 3:
+        got = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
+        raise ValueError(
+            f"position_ids must be a (axes, batch, seq) tensor like transformers' M-RoPE ids, got {got}"
+        )
+    return position_ids.permute(1, 2, 0)
+
+
+def _check_grid(grid: Sequence[int]) -> tuple[int, ...]:
+    if not isinstance(grid, (tuple, list)) or not grid:
+        raise TypeError(f"grid must be a non-empty tuple of ints like (h, w), got {grid!r}")
+    for i, s in enumerate(grid):
+        check_int(f"grid[{i}]", s, minimum=1)
+    return tuple(grid)
+
+
+def grid_positions(
+    grid: Sequence[int],
+    *,
+    num_prefix_tokens: int = 0,
+    kind: GridKind = "index",
+    ref_grid: Sequence[int] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The coordinates of every cell of a grid, row-major, after ``num_prefix_tokens`` zero rows.
+
+    A zero coordinate is no rotation in RoPE, so class and register tokens in front of the
+    patches attend unrotated (as torchtune's vision RoPE and timm's EVA do).
+
+    Args:
+        grid: ``(h, w)``, ``(t, h, w)`` or any number of axis sizes.
+        num_prefix_tokens: leading rows at coordinate 0.
+        kind: ``"index"``: integer indices ``0 .. s-1`` per axis; ``"pixel"``: ``s`` evenly
+            spaced floats in ``[-1, 1]`` per axis (rotary-embedding-torch's ``freqs_for="pixel"``).
+        ref_grid: ``"index"`` only: rescale each axis so that this grid spans the reference grid
+            the model was trained at, ``i * ref / s`` (EVA / timm ``ref_feat_shape``): a model
+            trained on 16×16 patches sees 32×32 patches at half steps. Gives float coordinates.
+        dtype: default ``torch.long`` for plain indices, else ``torch.float32``.
+        device: of the result.
+
+    Returns:
+        ``(p + prod(grid), a)`` coordinates, ``a = len(grid)``.
+    """
+    sizes = _check_grid(grid)
+    check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+    check_choice("kind", kind, ("index", "pixel"))
+    if ref_grid is not None:
+        ref = _check_grid(ref_grid)
+        if kind != "index":
+            raise ValueError("ref_grid rescales index coordinates; pixel coordinates already span [-1, 1]")
+        if len(ref) != len(sizes):
+            raise ValueError(f"ref_grid={tuple(ref)} must have one size per axis of grid={sizes}")
+    floats = kind == "pixel" or ref_grid is not None
+    if dtype is None:
+        dtype = torch.float32 if floats else torch.long
+    axes = []
+    for i, s in enumerate(sizes):
+        if kind == "pixel":
+            axes.append(torch.linspace(-1.0, 1.0, s, dtype=torch.float64, device=device))
+        elif ref_grid is not None:
+            axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
+        else:
+            axes.append(torch.arange(s, device=device))
+    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes))
+    prefix = torch.zeros(num_prefix_tokens, len(sizes), dtype=coords.dtype, device=coords.device)
+    return torch.cat((prefix, coords)).to(dtype)
+
+
+def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]:
+    """Validate a per-axis channel budget: even positive widths whose sum fits ``head_dim``."""
+    if not isinstance(axes_dim, (tuple, list)) or not axes_dim:
+        raise TypeError(f"axes_dim must be a non-empty tuple of ints (channels per axis), got {axes_dim!r}")
+    for i, d in enumerate(axes_dim):
+        check_int(f"axes_dim[{i}]", d, minimum=2)
+        if d % 2:
+            raise ValueError(
+                f"axes_dim[{i}] must be even (RoPE rotates channel pairs), got {d} in {tuple(axes_dim)}"
+            )
+    if sum(axes_dim) > head_dim:
+        raise ValueError(
+            f"axes_dim={tuple(axes_dim)} uses {sum(axes_dim)} channels, more than head_dim={head_dim}"
+        )
+    return tuple(axes_dim)
+
+
+def _pair_frequencies(pairs: int, width: int, freqs: FreqKind, base: float, max_freq: float) -> Tensor:
+    if freqs == "lang":  # RoPE's base ** (-2i / width)
+        return base ** -(torch.arange(pairs, dtype=torch.float64, device=_CPU) * 2 / width)
+    # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
+    return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=_CPU) * math.pi
+
+
+def axial_frequencies(
+    axes_dim: Sequence[int],
+    *,
+    base: float = 10000.0,
+    freqs: FreqKind = "lang",
+    axis_layout: AxisLayout = "cat",
+    max_freq: float = 10.0,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The frequency and the axis of each rotated pair of axial RoPE, float64.
+
+    * ``axis_layout="cat"`` (Flux ``axes_dim``, EVA / timm ``RotaryEmbeddingCat``,
+      rotary-embedding-torch ``get_axial_freqs``): axis ``j`` owns a block of ``axes_dim[j] / 2``
+      pairs, with frequencies computed for width ``axes_dim[j]``;
+    * ``axis_layout="alternate"`` (Pixtral): one set of frequencies for the whole rotated width
+      ``r = sum(axes_dim)``; frequency ``i`` goes to axis ``i mod a``, and each axis's frequencies
+      form one block (all axes equal width).
+
+    Frequencies: ``"lang"`` ``base ** (-2i / width)``; ``"pixel"``
+    ``pi * linspace(1, max_freq / 2, pairs)`` (rotary-embedding-torch), for coordinates in [-1, 1].
+
+    Returns:
+        ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
+    """
+    check_choice("freqs", freqs, ("lang", "pixel"))
+    check_choice("axis_layout", axis_layout, ("cat", "alternate"))
+    base = check_positive_float("base", base)
+    max_freq = check_positive_float("max_freq", max_freq)
+    widths = list(axes_dim)
+    if axis_layout == "alternate" and len(set(widths)) != 1:
+        raise ValueError(
+            f"axis_layout='alternate' needs the same width on every axis, got axes_dim={tuple(widths)}"
+        )
+    return checked_axial_frequencies(widths, base, freqs, axis_layout, max_freq, device)
+
+
+def checked_axial_frequencies(
+    widths: Sequence[int],
+    base: float,
+    freqs: FreqKind,
+    axis_layout: AxisLayout,
+    max_freq: float,
+    device: torch.device | str | None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`axial_frequencies` for arguments already checked (by a module's constructor).
+
+    No Python-level checks: under ``torch.compile(dynamic=True)`` a module's float attributes may
+    be symbolic, and a ``math.isfinite`` on them would break the graph.
+    """
+    n = len(widths)
+    if axis_layout == "cat":
+        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq) for d in widths]
+        axis = [torch.full((d // 2,), j, dtype=torch.long, device=_CPU) for j, d in enumerate(widths)]
+        inv_freq, axis_of = torch.cat(inv), torch.cat(axis)
+    else:
+        r = sum(widths)
+        every = _pair_frequencies(r // 2, r, freqs, base, max_freq)
+        inv_freq = torch.cat([every[j::n] for j in range(n)])
+        axis_of = torch.arange(n, device=_CPU).repeat_interleave(widths[0] // 2)
+    return inv_freq.to(device), axis_of.to(device)
+
+
+def mrope_axes(mrope_section: Sequence[int], *, interleaved: bool = False) -> Tensor:
+    """The axis (0 temporal, 1 height, 2 width) of each rotated pair of M-RoPE, ``(sum(section),)``.
+
+    * chunked (Qwen2-VL, Qwen2.5-VL): the first ``section[0]`` pairs follow the temporal
+      position, the next ``section[1]`` the height, the last ``section[2]`` the width;
+    * interleaved (Qwen3-VL): pairs cycle t, h, w — pair ``i`` follows height when
+      ``i mod 3 == 1`` and ``i < 3 * section[1]``, width when ``i mod 3 == 2`` and
+      ``i < 3 * section[2]``, else time — so every axis spans low and high frequencies.
+
+    Any number of sections works for the chunked form; the interleaved one takes three.
+    """
+    sections = list(mrope_section)
+    pairs = sum(sections)
+    if not interleaved:
+        # (a list, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
+        return torch.tensor(
+            [j for j, s in enumerate(sections) for _ in range(s)], dtype=torch.long, device=_CPU
+        )
+    index = torch.arange(pairs, device=_CPU)
+    axis = torch.zeros(pairs, dtype=torch.long, device=_CPU)
+    for j in range(1, len(sections)):
+        axis[(index % len(sections) == j) & (index < len(sections) * sections[j])] = j
+    return axis
+
+
+def axial_cos_sin(
+    coords: Tensor,
+    inv_freq: Tensor,
+    axis: Tensor,
+    attention_scaling: float = 1.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor]:
+    """cos and sin of ``coords[..., axis[i]] * inv_freq[i]`` for every pair ``i``.
+
+    Angles are computed in ``inv_freq``'s dtype (float64 for exact angles) and rounded once.
+
+    Args:
+        coords: ``(..., t, a)`` integer or float coordinates.
+        inv_freq: ``(r/2,)`` frequencies.
+        axis: ``(r/2,)`` long, the axis each pair reads.
+        attention_scaling: multiplied into both (YaRN-style attention factor).
+        dtype: of the results.
+
+    Returns:
+        ``(cos, sin)``, each ``(..., t, r/2)``.
+    """
+    angles = coords.to(inv_freq.dtype).index_select(-1, axis) * inv_freq  # (..., t, r/2)
+    cos, sin = angles.cos(), angles.sin()
+    if attention_scaling != 1.0:
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    return cos.to(dtype), sin.to(dtype)
+
+
+def resample_grid_table(
+    table: Tensor,
+    old_grid: Sequence[int],
+    new_grid: Sequence[int],
+    *,
+    num_prefix_tokens: int = 0,
+    mode: str = "bicubic",
+    antialias: bool = False,
+    align_corners: bool | None = False,
+) -> Tensor:
+    """Resample a ``(p + h*w, d)`` position table to another grid, prefix rows kept as they are.
+
+    The ViT / DINOv2 / timm recipe (``interpolate_pos_encoding``, ``resample_abs_pos_embed``):
+    the ``(h, w, d)`` grid is read as a ``d``-channel image and resized with
+    :func:`torch.nn.functional.interpolate`, in float32 (or float64), then cast back once.
+
+    Args:
+        table: ``(p + h*w, d)``.
+        old_grid, new_grid: ``(h, w)`` and ``(H, W)``.
+        num_prefix_tokens: ``p``, rows copied unchanged (class / register tokens).
+        mode: an ``interpolate`` mode for 4-D input (``"bicubic"``, ``"bilinear"``, ``"nearest"``…).
+        antialias: low-pass filter when shrinking (timm's default; ViT/DINOv2 do not).
+        align_corners: as ``interpolate`` (``False`` as ViT and DINOv2; ``None`` for ``"nearest"``).
+
+    Returns:
+        ``(p + H*W, d)`` in ``table.dtype``.
+    """
+    (h, w), (nh, nw) = _check_grid(old_grid), _check_grid(new_grid)
+    p = num_prefix_tokens
+    if table.dim() != 2 or table.shape[0] != p + h * w:
+        raise ValueError(
+            f"table must have shape (num_prefix_tokens + h*w, d) = ({p} + {h}*{w}, d), got {tuple(table.shape)}"
+        )
+    if (h, w) == (nh, nw):
+        return table
+    work = torch.float64 if table.dtype == torch.float64 else torch.float32
+    body = table[p:].to(work).reshape(1, h, w, -1).permute(0, 3, 1, 2)  # (1, d, h, w)
+    if mode in ("nearest", "area", "nearest-exact"):
+        align_corners = None
+    body = F.interpolate(body, size=(nh, nw), mode=mode, align_corners=align_corners, antialias=antialias)
+    body = body.permute(0, 2, 3, 1).reshape(nh * nw, -1).to(table.dtype)
+    return torch.cat((table[:p], body))

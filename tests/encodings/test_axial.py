@@ -1,0 +1,182 @@
+"""AxialRoPE: parity with rotary-embedding-torch's axial frequencies and transformers' Pixtral
+2D rotary, the 2D-offset property, grids with prefix tokens, resolution changes, errors."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+
+import posenc
+from posenc.functional import axial_frequencies, grid_positions
+
+#: float32 rotations of the same angles (references build them in float32)
+ATOL = 2e-5
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+@pytest.mark.parametrize("freqs", ["lang", "pixel"])
+def test_parity_with_rotary_embedding_torch_axial(freqs):
+    ret = pytest.importorskip("rotary_embedding_torch")
+    h, w, dim = 5, 7, 16  # dim channels per axis
+    ref = ret.RotaryEmbedding(dim, freqs_for=freqs, max_freq=12)
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, h, w, 2 * dim)
+    want = ret.apply_rotary_emb(ref.get_axial_freqs(h, w), q).flatten(2, 3)
+    ours = posenc.AxialRoPE(2 * dim, freqs=freqs, layout="interleaved", max_freq=12.0, grid_size=(h, w))
+    got = ours.rotate(q.flatten(2, 3))
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def test_parity_with_pixtral_2d_rotary():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.pixtral import modeling_pixtral as hf
+
+    cfg = transformers.PixtralVisionConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=32, rope_theta=1000.0
+    )
+    rotary = hf.PixtralVisionRotaryEmbedding(cfg)
+    coords = grid_positions((4, 6))  # (h, w) per patch, Pixtral's position_ids layout
+    torch.manual_seed(1)
+    q, k = torch.randn(1, 2, 24, 32), torch.randn(1, 2, 24, 32)
+    cos, sin = rotary(q, coords)
+    want = hf.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0)
+    ours = posenc.build("rope2d(axis_layout='alternate', base=1000.0)", head_dim=32)
+    got = ours(q, k, coords, coords)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def _eva_reference(coords: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    # EVA-02 / timm RotaryEmbeddingCat (in_pixels=False): bands base ** (-i / (dh / 4)) per axis,
+    # [h bands | w bands], each repeated twice (interleaved pairs); written from the paper's formula.
+    n = head_dim // 4
+    bands = base ** -(torch.arange(n, dtype=torch.float64) / n)
+    angles = (coords.double()[..., None] * bands).flatten(-2).repeat_interleave(2, -1)
+    return angles.sin(), angles.cos()
+
+
+def test_eva_layout_and_reference_grid_interpolation():
+    dh, base = 32, 10000.0
+    rope = posenc.AxialRoPE(dh, layout="interleaved", grid_size=(4, 4), num_prefix_tokens=1, ref_grid=(4, 4))
+    coords = rope.grid_positions((8, 6))  # another resolution, scaled to span the trained 4x4 grid
+    assert coords.dtype == torch.float32 and coords.shape == (1 + 48, 2)
+    torch.testing.assert_close(coords[1:].view(8, 6, 2)[3, 5], torch.tensor([3 * 4 / 8, 5 * 4 / 6]))
+    torch.manual_seed(2)
+    x = torch.randn(1, 1, 49, dh)
+    sin, cos = _eva_reference(coords[1:], dh, base)
+    rot = torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+    patches = (x[..., 1:, :].double() * cos + rot[..., 1:, :].double() * sin).float()
+    got = rope.rotate(x, coords)
+    torch.testing.assert_close(got[..., 1:, :], patches, atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[..., :1, :], x[..., :1, :])  # the class token is not rotated
+
+
+def test_flux_axes_dim_blocks():
+    # Flux: axes_dim=(16, 56, 56) over (t, h, w) ids, each block base ** (-2i / d_axis), interleaved pairs
+    axes, dh = (4, 6, 6), 16
+    rope = posenc.AxialRoPE(dh, axes, layout="interleaved")
+    inv, axis = axial_frequencies(axes)
+    assert axis.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    want = torch.cat([10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d) for d in axes])
+    torch.testing.assert_close(inv, want)
+    ids = torch.tensor([[0, 0, 0], [3, 1, 2], [5, 4, 1]])
+    x = torch.randn(1, 1, 3, dh, dtype=torch.float64)
+    angles = ids.double()[:, axis] * inv  # (t, 8)
+    c, s = angles.cos(), angles.sin()
+    pairs = x.unflatten(-1, (-1, 2))
+    want_x = torch.stack(
+        (pairs[..., 0] * c - pairs[..., 1] * s, pairs[..., 1] * c + pairs[..., 0] * s), -1
+    ).flatten(-2)
+    torch.testing.assert_close(rope.rotate(x, ids), want_x)
+
+
+@pytest.mark.parametrize("axis_layout", ["cat", "alternate"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_scores_depend_only_on_the_2d_offset(axis_layout, layout):
+    rope = posenc.AxialRoPE(32, axis_layout=axis_layout, layout=layout, base=100.0)
+    torch.manual_seed(3)
+    q, k = torch.randn(1, 1, 1, 32, dtype=torch.float64), torch.randn(1, 1, 1, 32, dtype=torch.float64)
+
+    def score(pq, pk):
+        a, b = rope(q, k, torch.tensor([pq]), torch.tensor([pk]))
+        return float((a * b).sum())
+
+    base = score((2, 3), (5, 1))
+    assert score((12, 7), (15, 5)) == pytest.approx(base, abs=1e-9)  # same offset (3, -2)
+    assert abs(score((2, 3), (6, 1)) - base) > 1e-3  # offset moves along rows
+    assert abs(score((2, 3), (5, 2)) - base) > 1e-3  # ... or along columns
+
+
+def test_attention_with_prepared_grid_and_prefix_tokens():
+    rope = posenc.build("rope_axial(grid_size=(3, 4), num_prefix_tokens=2)", head_dim=16)
+    t = 2 + 12
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 2, t, 16) for _ in range(3))
+    state = rope.prepare(t)
+    coords = rope.grid_positions()
+    assert coords[:2].abs().sum() == 0 and coords[2:].tolist()[5] == [1, 1]
+    out = posenc.attention(q, k, v, state)
+    torch.testing.assert_close(out, posenc.attention(q, k, v, rope, q_positions=coords))
+    rq, _ = state.encode_qk(q, k)
+    torch.testing.assert_close(rq[..., :2, :], q[..., :2, :])  # prefix tokens not rotated
+    assert not torch.allclose(rq[..., 2:, :], q[..., 2:, :])
+    # batched coordinates, float coordinates (pixel frequencies)
+    pix = posenc.AxialRoPE(16, freqs="pixel", grid_size=(3, 4))
+    assert pix.grid_positions().dtype == torch.float32 and float(pix.grid_positions().max()) == 1.0
+    batched = torch.stack((coords, coords.flip(0)))
+    out_b = posenc.attention(q, k, v, rope, q_positions=batched)
+    torch.testing.assert_close(out_b[0], out[0])
+
+
+def test_caches_copy_dtype_meta():
+    rope = posenc.AxialRoPE(24, (8, 8, 8), grid_size=(2, 3, 4))
+    assert rope.state_dict() == {} and rope.grid_positions().shape == (24, 3)
+    moved = copy.deepcopy(rope).to(torch.bfloat16)
+    assert moved.inv_freq.dtype == torch.float32
+    meta = posenc.AxialRoPE(24, (8, 8, 8), device="meta").to_empty(device="cpu")
+    torch.testing.assert_close(meta.inv_freq, rope.inv_freq)
+    x = torch.randn(1, 2, 24, 24, dtype=torch.bfloat16)
+    assert rope.rotate(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"axes_dim": (16, 20)}, ValueError, r"uses 36 channels, more than head_dim=32"),
+        ({"axes_dim": (15, 15)}, ValueError, r"axes_dim\[0\] must be even"),
+        ({"num_axes": 3}, ValueError, "does not split into 3 axes"),
+        ({"axes_dim": (8, 12), "axis_layout": "alternate"}, ValueError, "equal widths"),
+        ({"freqs": "pixels"}, ValueError, "freqs must be one of"),
+        ({"grid_size": (4, 4, 4)}, ValueError, "grid_size must be a tuple of 2 ints"),
+        ({"freqs": "pixel", "ref_grid": (4, 4)}, ValueError, "ref_grid"),
+    ],
+)
+def test_constructor_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        posenc.AxialRoPE(32, **kwargs)
+
+
+def test_position_errors():
+    rope = posenc.AxialRoPE(32, grid_size=(2, 2))
+    q = torch.randn(1, 1, 4, 32)
+    with pytest.raises(ValueError, match=r"one coordinate per axis: \(seq, 2\)"):
+        rope(q, q, torch.arange(4))
+    with pytest.raises(ValueError, match=r"\(seq, 2\) or \(batch, seq, 2\).*got \(4, 3\)"):
+        rope(q, q, torch.zeros(4, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="finite"):
+        rope(q, q, torch.full((4, 2), float("nan")))
+    with pytest.raises(ValueError, match=r"grid_size=\(2, 2\).*4 tokens, got 5"):
+        rope.prepare(5)
+    with pytest.raises(ValueError, match="needs positions of shape"):
+        posenc.AxialRoPE(32).prepare(4)
+
+
+@pytest.mark.slow
+def test_compiled_equals_eager():
+    rope = posenc.AxialRoPE(32, grid_size=(4, 4))
+    q = torch.randn(1, 2, 16, 32)
+    coords = rope.grid_positions()
+    compiled = torch.compile(lambda q, c: rope(q, q, c, c), fullgraph=True)
+    torch.testing.assert_close(compiled(q, coords), rope(q, q, coords, coords))

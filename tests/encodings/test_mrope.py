@@ -1,0 +1,257 @@
+"""MRoPE: parity with transformers' Qwen2-VL / Qwen2.5-VL / Qwen3-VL rotary embeddings on the
+position layouts their own ``get_rope_index`` makes for images and videos; text equals RoPE."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+
+import posenc
+from posenc.functional import axes_last, mrope_axes
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
+from transformers.models.qwen2_vl import modeling_qwen2_vl as hf2  # noqa: E402
+from transformers.models.qwen3_vl import modeling_qwen3_vl as hf3  # noqa: E402
+
+#: float32 rotation, cos/sin from float32 (transformers) vs float64 (posenc) angles at positions < 100
+ATOL = 2e-5
+HEAD_DIM, SECTION = 32, [4, 6, 6]
+IMAGE, VIDEO, START = 90, 91, 92
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def _text(**rope):
+    return dict(
+        hidden_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=1,
+        intermediate_size=32,
+        vocab_size=100,
+        head_dim=HEAD_DIM,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": SECTION, **rope},
+    )
+
+
+VISION = dict(
+    depth=1,
+    hidden_size=16,
+    num_heads=2,
+    in_channels=3,
+    patch_size=2,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+)
+TOKENS = dict(image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=START)
+# one image of 1×4×6 patches (2×3 tokens after merging) and one video of 2×4×4 (2×2×2 tokens)
+IDS = torch.tensor(
+    [
+        [1, 2, START] + [IMAGE] * 6 + [3, 4, START] + [VIDEO] * 8 + [5],
+        [7, START] + [VIDEO] * 8 + [6, START] + [IMAGE] * 6 + [8, 9, 10],
+    ]
+)
+GRIDS = dict(
+    image_grid_thw=torch.tensor([[1, 4, 6], [1, 4, 6]]), video_grid_thw=torch.tensor([[2, 4, 4], [2, 4, 4]])
+)
+
+
+def _positions(model) -> torch.Tensor:
+    types = torch.zeros_like(IDS, dtype=torch.int32)
+    types[IDS == IMAGE], types[IDS == VIDEO] = 1, 2
+    pos, _ = model.get_rope_index(IDS, types, **GRIDS)
+    return pos  # (3, b, t)
+
+
+@pytest.fixture(scope="module")
+def qwen2():
+    cfg = transformers.Qwen2VLConfig(text_config=_text(), vision_config={**VISION, "embed_dim": 16}, **TOKENS)
+    return hf2.Qwen2VLModel(cfg).eval()
+
+
+def _hf_rotate(rotary, apply, q, k, pos):
+    cos, sin = rotary(q, pos)
+    return apply(q, k, cos, sin)
+
+
+def test_qwen2_vl_parity_on_image_and_video_positions(qwen2):
+    pos = _positions(qwen2)
+    assert not torch.equal(pos[0], pos[1])  # a real multimodal layout, not text
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 1, IDS.shape[1], HEAD_DIM)
+    ref_q, ref_k = _hf_rotate(
+        hf2.Qwen2VLRotaryEmbedding(qwen2.config.text_config), hf2.apply_rotary_pos_emb, q, k, pos
+    )
+    ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"rope_type": "dynamic", "factor": 2.0},
+    ],
+)
+def test_qwen2_vl_parity_with_rope_types(qwen2, rope):
+    text = _text(**rope)
+    text["max_position_embeddings"] = 16
+    cfg = transformers.Qwen2VLConfig(
+        text_config=text, vision_config={**VISION, "embed_dim": 16}, **TOKENS
+    ).text_config
+    pos = _positions(qwen2) + 20  # past max_position_embeddings: dynamic scales, yarn's factor shows
+    torch.manual_seed(1)
+    q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
+    ref_q, ref_k = _hf_rotate(hf2.Qwen2VLRotaryEmbedding(cfg), hf2.apply_rotary_pos_emb, q, k, pos)
+    ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION, scaling=dict(cfg.rope_parameters), max_len=16)
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+
+
+def test_qwen2_5_vl_parity_with_video_timing():
+    cfg = transformers.Qwen2_5_VLConfig(
+        text_config=_text(),
+        vision_config={**VISION, "out_hidden_size": 64, "intermediate_size": 16},
+        **TOKENS,
+    )
+    model = hf25.Qwen2_5_VLModel(cfg).eval()
+    types = torch.zeros_like(IDS, dtype=torch.int32)
+    types[IDS == IMAGE], types[IDS == VIDEO] = 1, 2
+    pos, _ = model.get_rope_index(IDS, types, second_per_grid_ts=torch.tensor([0.5, 2.0]), **GRIDS)
+    torch.manual_seed(2)
+    q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
+    rotary = hf25.Qwen2_5_VLRotaryEmbedding(cfg.text_config)
+    ref_q, ref_k = _hf_rotate(rotary, hf25.apply_rotary_pos_emb, q, k, pos)
+    out_q, out_k = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+
+
+def test_qwen3_vl_interleaved_parity(qwen2):
+    section = [6, 5, 5]
+    text = transformers.Qwen3VLTextConfig(
+        **{
+            **_text(),
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5000.0,
+                "mrope_section": section,
+                "mrope_interleaved": True,
+            },
+        }
+    )
+    pos = _positions(qwen2) * 3  # larger and distinct per axis
+    torch.manual_seed(3)
+    q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
+    ref_q, ref_k = _hf_rotate(hf3.Qwen3VLTextRotaryEmbedding(text), hf3.apply_rotary_pos_emb, q, k, pos)
+    ours = posenc.build(f"mrope(mrope_section={section}, base=5000.0, interleaved=True)", head_dim=HEAD_DIM)
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+    chunked = posenc.MRoPE(HEAD_DIM, mrope_section=section, base=5000.0)(q, k, axes_last(pos), axes_last(pos))
+    assert (chunked[0] - ref_q).abs().max() > 1e-2  # the two layouts differ on these positions
+
+
+def test_axes_of_pairs():
+    assert mrope_axes([2, 1, 1]).tolist() == [0, 0, 1, 2]
+    # Qwen3-VL: t h w t h w ... up to 3 * section, then time
+    assert mrope_axes([4, 2, 2], interleaved=True).tolist() == [0, 1, 2, 0, 1, 2, 0, 0]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_text_positions_equal_rope(interleaved):
+    torch.manual_seed(4)
+    q, k = torch.randn(2, 4, 9, HEAD_DIM), torch.randn(2, 2, 12, HEAD_DIM)
+    rope, mrope = (
+        posenc.RoPE(HEAD_DIM, base=500.0),
+        posenc.MRoPE(HEAD_DIM, mrope_section=SECTION, base=500.0, interleaved=interleaved),
+    )
+    kp = torch.randint(0, 300, (2, 12))
+    for kwargs in ({}, {"k_positions": kp}, {"q_positions": kp[:, 3:], "k_positions": kp}):
+        want, got = rope.encode_qk(q, k, **kwargs), mrope.encode_qk(q, k, **kwargs)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    same = kp[..., None].expand(2, 12, 3)  # the same position on every axis, given with axes
+    torch.testing.assert_close(
+        mrope.encode_qk(q, k, k_positions=same), rope.encode_qk(q, k, k_positions=kp), atol=1e-6, rtol=0
+    )
+
+
+def test_attention_and_kv_cache_decoding_equal_full_forward(qwen2):
+    pos = axes_last(_positions(qwen2))  # (b, t, 3)
+    mrope = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    torch.manual_seed(5)
+    t = pos.shape[1]
+    q, k, v = (torch.randn(2, 2, t, HEAD_DIM) for _ in range(3))
+    full = posenc.attention(q, k, v, mrope, causal=True, q_positions=pos, k_positions=pos)
+    state = mrope.prepare(t, q_positions=pos, batch=2)
+    assert (state.q_len, state.k_len) == (t, t)
+    torch.testing.assert_close(posenc.attention(q, k, v, state, causal=True), full)
+    # the last 3 tokens decode against all keys (already rotated keys are re-rotated here: the same call)
+    step = posenc.attention(q[:, :, -3:], k, v, mrope, causal=True, q_positions=pos[:, -3:], k_positions=pos)
+    torch.testing.assert_close(step, full[:, :, -3:], atol=1e-6, rtol=0)
+    # chunked backend narrows the state's tables
+    chunked = posenc.attention(q, k, v, state, causal=True, backend="chunked", chunk_size=5)
+    torch.testing.assert_close(chunked, full, atol=1e-6, rtol=0)
+
+
+def test_caches_state_dict_dtype_copy():
+    mrope = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    assert mrope.state_dict() == {}
+    half = copy.deepcopy(mrope).to(torch.bfloat16)
+    assert half.inv_freq.dtype == torch.float32 and half.axis.dtype == torch.long
+    meta = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION, device="meta").to_empty(device="cpu")
+    torch.testing.assert_close(meta.inv_freq, mrope.inv_freq)
+    assert torch.equal(meta.axis, mrope.axis)
+    q = torch.randn(1, 2, 5, HEAD_DIM, dtype=torch.float64)
+    out, _ = mrope(q, q, torch.arange(15).view(5, 3), torch.arange(15).view(5, 3))
+    assert out.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"mrope_section": [4, 6, 5]}, ValueError, r"sums to 15, expected head_dim / 2 = 16"),
+        ({"mrope_section": [8, 8], "interleaved": True}, ValueError, "three sections"),
+        ({"mrope_section": [4, 6, 6], "interleaved": "yes"}, TypeError, "interleaved must be a bool"),
+        ({"mrope_section": "4,6,6"}, TypeError, "mrope_section must be a list"),
+        ({"mrope_section": [4, 6, 6], "scaling": {"mrope_section": [6, 5, 5]}}, ValueError, "conflicts"),
+    ],
+)
+def test_constructor_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        posenc.MRoPE(HEAD_DIM, **kwargs)
+
+
+def test_position_errors():
+    mrope = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    q = torch.randn(1, 2, 5, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"\(seq, 3\) or \(batch, seq, 3\).*got \(5, 2\)"):
+        mrope(q, q, torch.zeros(5, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer dtype"):
+        mrope(q, q, torch.zeros(5, 3))
+    with pytest.raises(ValueError, match="non-negative"):
+        mrope(q, q, -torch.ones(5, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="has 4 positions, expected 5"):
+        mrope(q, q, torch.zeros(4, 3, dtype=torch.long))
+
+
+def test_1d_encodings_reject_axis_positions():
+    q = torch.randn(1, 2, 5, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"must have shape \(seq,\) or \(batch, seq\).*rank 3"):
+        posenc.RoPE(HEAD_DIM)(q, q, torch.zeros(1, 5, 3, dtype=torch.long))
+
+
+@pytest.mark.slow
+def test_compiled_equals_eager():
+    mrope = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    pos = torch.randint(0, 50, (2, 7, 3))
+    q, k = torch.randn(2, 2, 7, HEAD_DIM), torch.randn(2, 2, 7, HEAD_DIM)
+    compiled = torch.compile(lambda q, k, p: mrope(q, k, p, p), fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, pos), mrope(q, k, pos, pos))
