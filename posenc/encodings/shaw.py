@@ -1,0 +1,382 @@
+"""Shaw et al.'s clipped relative position representations, with relative keys and values."""
+
+from __future__ import annotations
+
+import math
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from .._compat import precise_dtype
+from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
+from ..functional.relative import position_indexer
+from ..functional.shaw import (
+    clipped_distance_index,
+    matmul_outside_autocast,
+    shaw_key_term,
+    shaw_value_term,
+)
+from ..registry import register
+
+__all__ = ["ShawRelative", "ShawState"]
+
+
+class ShawState(PositionState):
+    """Shaw's position state for one forward: the positions, and the distance index built once.
+
+    The ``(tq, tk)`` (or ``(b, tq, tk)``) row index into the tables is computed on first use
+    and shared by every layer; :meth:`narrow` slices it for a chunk of queries. The tables
+    themselves are read from the encoding at each call (so gradients reach them).
+    """
+
+    encoding: ShawRelative
+
+    def __init__(
+        self,
+        encoding: ShawRelative,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+    ) -> None:
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
+        )
+        self._index: Tensor | None = None
+
+    @property
+    def index(self) -> Tensor:
+        """``(tq, tk)`` or ``(b, tq, tk)`` long rows of the clipped distances (see the encoding)."""
+        if self._index is None:
+            enc = self.encoding
+            self._index = clipped_distance_index(
+                self.q_positions, self.k_positions, enc.max_distance, enc.right
+            )
+        return self._index
+
+    def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        if self._index is not None:
+            self._index = self._index[..., rows, cols]
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """``q_i · a^K(clip(j - i)) / sqrt(dh)`` for encoded queries ``(b, h, tq, dh)``: ``(b, h, tq, tk)``."""
+        self.encoding._check(q, k)
+        _check_lengths(self, q.shape[-2], k.shape[-2])
+        table = self.encoding._table("key")
+        return shaw_key_term(q, table, self.index, 1.0 / math.sqrt(q.shape[-1]))
+
+    @property
+    def has_value_term(self) -> bool:
+        return self.encoding.values
+
+    def value_term(self, probs: Tensor) -> Tensor | None:
+        """``Σ_j probs[i, j] a^V(clip(j - i))``: ``(b, h, tq, tk) -> (b, h, tq, dh)``, or ``None``."""
+        if not self.encoding.values:
+            return None
+        self.encoding._check_probs(probs)
+        _check_lengths(self, probs.shape[-2], probs.shape[-1])
+        return shaw_value_term(probs, self.encoding._table("value"), self.index)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        enc = self.encoding
+        if enc.values:
+            raise ValueError(
+                "ShawRelative(values=True) adds a term to the attention output, which a FlexAttention "
+                "score_mod cannot do: use posenc.attention(q, k, v, shaw) with backend='auto' or 'chunked'"
+            )
+        enc._check(q, k)
+        _check_lengths(self, q.shape[-2], k.shape[-2])
+        dtype = precise_dtype(q)
+        table = enc._table("key").to(dtype)
+        per_distance = matmul_outside_autocast(q.to(dtype), table.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        b, h, tq, n = per_distance.shape
+        flat = per_distance.reshape(-1)
+        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
+        heads, rows, width = (torch.tensor(x, device=q.device) for x in (h, tq, n))
+        left, right = (torch.tensor(x, device=q.device) for x in (enc.max_distance, enc.right))
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        one_batch = b == 1
+
+        def shaw_score_mod(score: Tensor, bi: Tensor, hi: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), -left, right) + left
+            batch = torch.zeros_like(bi) if one_batch else bi
+            return score + flat[((batch * heads + hi) * rows + q_idx) * width + row].to(score.dtype)
+
+        return shaw_score_mod
+
+
+def _check_lengths(state: PositionState, tq: int, tk: int) -> None:
+    if (tq, tk) != (state.q_len, state.k_len):
+        raise ValueError(
+            f"got {tq} queries and {tk} keys, but this ShawState was prepared for "
+            f"{state.q_len} queries and {state.k_len} keys"
+        )
+
+
+@register("shaw", "shaw_relative")
+class ShawRelative(PositionalEncoding):
+    """Clipped relative position representations (Shaw, Uszkoreit & Vaswani, 2018).
+
+    One learned vector per relative distance ``j - i`` clipped to ``[-max_distance,
+    max_distance_right]``, used in the scores (relative keys, eq. 4) and, with
+    ``values=True``, in the output (relative values, eq. 3)::
+
+        e_ij = q_i · (k_j + a^K_clip(j-i)) / sqrt(dh)        z_i = Σ_j α_ij (v_j + a^V_clip(j-i))
+
+    The key term is what Wav2Vec2-BERT and SeamlessM4T-v2 call ``relative_key`` (clipped
+    asymmetrically: ``max_distance=64`` to the left, ``max_distance_right=8``); its
+    ``distance_embedding`` loads into :attr:`key_embeddings`. It depends on the query values,
+    so :meth:`attention_bias` reads the (encoded) queries and returns the term already scaled
+    by ``1 / sqrt(dh)``, as the attention's default score scale; an attention called with
+    another ``scale`` still gets ``1 / sqrt(dh)`` here (as in Wav2Vec2-BERT). The value term is
+    :meth:`value_term`, which :func:`posenc.attention` adds to ``probs @ v``.
+
+    Memory beside the attention: ``(b, h, tq, n)`` for each term (``n`` = the number of clipped
+    distances) and a ``(tq, tk)`` index; never ``(b, h, tq, tk, dh)``.
+
+    Args:
+        head_dim: the head width ``dh`` (of queries, and of values when ``values``).
+        max_distance: the clip ``K >= 0`` (keys before the query, and after it unless
+            ``max_distance_right`` is given). 16 by default.
+        max_distance_right: the clip for keys after the query (asymmetric form), ``>= 0``.
+        num_heads: attention heads; required with ``per_head``, else only recorded.
+        per_head: one table per head instead of one shared by the heads (the paper shares).
+        values: also learn ``a^V`` and add the value term to the attention output.
+        device, dtype: of the tables.
+
+    Attributes:
+        key_embeddings: ``nn.Embedding(n, dh)`` (``(n, h * dh)`` per head); row ``r`` is distance
+            ``r - max_distance``.
+        value_embeddings: likewise, with ``values=True`` (else ``None``).
+
+    Shape:
+        ``attention_bias(q, k)``: ``(b, h, tq, dh), (b, h_kv, tk, dh) -> (b, h, tq, tk)``, float32
+        (float64 for float64 ``q``).
+
+        ``value_term(probs)``: ``(b, h, tq, tk) -> (b, h, tq, dh)``, ``probs``' dtype.
+
+        ``forward(scores, q)``: ``(b, h, tq, tk), (b, h, tq, dh) -> (b, h, tq, tk)``.
+
+    Example::
+
+        shaw = ShawRelative(head_dim=64, max_distance=16, values=True)
+        out = posenc.attention(q, k, v, shaw, causal=True)   # both terms
+        table = shaw.relative_embeddings(10)                 # the seed's (10, 10, 64) lookup
+    """
+
+    kind = "bias"
+
+    def __init__(
+        self,
+        head_dim: int,
+        max_distance: int = 16,
+        max_distance_right: int | None = None,
+        num_heads: int | None = None,
+        per_head: bool = False,
+        values: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.max_distance = check_int("max_distance", max_distance, minimum=0)
+        if max_distance_right is not None:
+            check_int("max_distance_right", max_distance_right, minimum=0)
+        self.max_distance_right = max_distance_right
+        if num_heads is not None:
+            check_positive_int("num_heads", num_heads)
+        self.num_heads = num_heads
+        self.per_head = check_bool("per_head", per_head)
+        self.values = check_bool("values", values)
+        if per_head and num_heads is None:
+            raise ValueError("per_head=True needs num_heads (one table per head), got num_heads=None")
+        width = head_dim * (num_heads if per_head and num_heads else 1)
+        self.key_embeddings = nn.Embedding(self.num_distances, width, device=device, dtype=dtype)
+        self.value_embeddings = (
+            nn.Embedding(self.num_distances, width, device=device, dtype=dtype) if values else None
+        )
+        self.reset_parameters()
+
+    @property
+    def right(self) -> int:
+        """The clip for keys after the query (``max_distance_right``, else ``max_distance``)."""
+        return self.max_distance if self.max_distance_right is None else self.max_distance_right
+
+    @property
+    def num_distances(self) -> int:
+        """``n = max_distance + right + 1`` rows per table."""
+        return self.max_distance + self.right + 1
+
+    def reset_parameters(self) -> None:
+        """N(0, 1) rows, as ``nn.Embedding`` and the seed's ``torch.randn`` table."""
+        self.key_embeddings.reset_parameters()
+        if self.value_embeddings is not None:
+            self.value_embeddings.reset_parameters()
+
+    def _table(self, which: str) -> Tensor:
+        """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable."""
+        emb = self.key_embeddings if which == "key" else self.value_embeddings
+        if emb is None:
+            raise ValueError("this ShawRelative has no value table (values=False)")
+        weight = emb.weight
+        if self.per_head:
+            return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1)
+        return weight
+
+    def _check(self, q: Tensor, k: Tensor) -> None:
+        check_qk(q, k, head_dim=self.head_dim)
+        if self.per_head and q.shape[1] != self.num_heads:
+            raise ValueError(
+                f"q has {q.shape[1]} heads, but this ShawRelative has per-head tables for num_heads={self.num_heads}"
+            )
+
+    def _check_probs(self, probs: Tensor) -> None:
+        check_float_tensor("probs", probs, rank=4, shape="(batch, heads, q_len, k_len)")
+        if self.per_head and probs.shape[1] != self.num_heads:
+            raise ValueError(
+                f"probs have {probs.shape[1]} heads, but this ShawRelative has per-head tables for "
+                f"num_heads={self.num_heads}"
+            )
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> ShawState:
+        return ShawState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+    def attention_bias(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """The key term ``q_i · a^K(clip(j - i)) / sqrt(dh)``, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys (shape only).
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys at
+                ``0..tk-1``, queries the last ``tq`` of them (KV-cache decoding).
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
+        self._check(q, k)
+        return cast(ShawState, self._hook_state(q, k, q_positions, k_positions)).attention_bias(q, k)
+
+    def value_term(
+        self,
+        probs: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor | None:
+        """The value term ``Σ_j probs[i, j] a^V(clip(j - i))``, to add to ``probs @ v``.
+
+        Args:
+            probs: ``(b, h, tq, tk)`` attention weights.
+            q_positions, k_positions: as in :meth:`attention_bias`.
+
+        Returns:
+            ``(b, h, tq, dh)`` in ``probs``' dtype; ``None`` when ``values=False``.
+        """
+        if not self.values:
+            return None
+        self._check_probs(probs)
+        b, _, tq, tk = probs.shape
+        state = self._own_state(
+            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=probs.device
+        )
+        return state.value_term(probs)
+
+    def score_mod(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the key term (from a ``(b, h, tq, n)`` tensor).
+
+        Raises:
+            ValueError: with ``values=True`` (a score_mod cannot add the value term).
+        """
+        return cast(ShawState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
+
+    def forward(
+        self,
+        scores: Tensor,
+        q: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> Tensor:
+        """The drop-in call for hand-written attention: ``scores + q·a^K / sqrt(dh)``.
+
+        Args:
+            scores: ``(b, h, tq, tk)`` scaled scores ``q @ kᵀ / sqrt(dh)``.
+            q: ``(b, h, tq, dh)`` the queries of those scores.
+            q_positions, k_positions: as in :meth:`attention_bias`.
+
+        Returns:
+            ``(b, h, tq, tk)`` in the scores' dtype.
+
+        Raises:
+            ValueError: with ``values=True``: the value term changes the attention output, which
+                this call cannot reach. Use ``posenc.attention(q, k, v, shaw)``, or in hand-written
+                attention add ``shaw.attention_bias(q, k)`` to the scaled scores and
+                ``shaw.value_term(probs)`` to ``probs @ v``.
+        """
+        if self.values:
+            raise ValueError(
+                "ShawRelative(values=True)(scores, q) cannot apply the value term (it changes the attention "
+                "output): use posenc.attention(q, k, v, shaw), or add shaw.attention_bias(q, k) to the scaled "
+                "scores and shaw.value_term(probs) to probs @ v"
+            )
+        check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
+        check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
+        if scores.shape[:3] != q.shape[:3]:
+            raise ValueError(
+                f"scores {tuple(scores.shape)} and q {tuple(q.shape)} must agree in (batch, heads, q_len)"
+            )
+        # Only the keys' length matters for the key term: a stand-in k of shape (b, 1, tk, dh).
+        k = q.new_empty(q.shape[0], 1, scores.shape[-1], q.shape[-1])
+        bias = self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+        return (scores.to(bias.dtype) + bias).to(scores.dtype)
+
+    def relative_embeddings(self, length: int, which: str = "key") -> Tensor:
+        """The seed's ``(length, length, dh)`` lookup: entry ``[i, j]`` is ``a(clip(j - i))``.
+
+        What ``RelativePositionalEncoding(max_relative_position, d_model)(length)`` of the
+        articles this project started from returns (there without clipping); for inspection and
+        teaching — attention never builds it.
+
+        Args:
+            length: the sequence length, a positive int.
+            which: ``"key"`` (``a^K``) or ``"value"`` (``a^V``, needs ``values=True``).
+
+        Returns:
+            ``(length, length, dh)``, or ``(h, length, length, dh)`` per head; the tables' dtype.
+        """
+        check_positive_int("length", length)
+        check_choice("which", which, ("key", "value"))
+        if which == "value" and not self.values:
+            raise ValueError("which='value' needs values=True (this ShawRelative has no value table)")
+        positions = torch.arange(length, device=self.key_embeddings.weight.device)
+        index = clipped_distance_index(positions, positions, self.max_distance, self.right)
+        table = self._table(which)
+        return table[..., index, :]
+
+    def extra_repr(self) -> str:
+        parts = [f"head_dim={self.head_dim}", f"max_distance={self.max_distance}"]
+        if self.max_distance_right is not None:
+            parts.append(f"max_distance_right={self.max_distance_right}")
+        if self.per_head:
+            parts.append(f"num_heads={self.num_heads}, per_head=True")
+        parts.append(f"values={self.values}")
+        return ", ".join(parts)

@@ -1,0 +1,165 @@
+"""xPos (Sun et al., 2023): RoPE's rotation times a per-frequency exponential decay."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .._checks import check_bool, check_float_tensor, check_positive_float
+from .._compat import is_tracing
+from ..functional.rotary import _apply
+from ..registry import register
+from .rotary import RoPE, RotaryState
+
+__all__ = ["XPos", "XPosState", "xpos_zeta"]
+
+
+def xpos_zeta(rotary_dim: int, gamma: float, *, dtype: torch.dtype = torch.float64) -> Tensor:
+    """The decay base of each rotated pair: ``zeta_i = (2i / r + gamma) / (1 + gamma)``, ``(r/2,)``."""
+    i = torch.arange(0, rotary_dim, 2, dtype=torch.float64)
+    return ((i / rotary_dim + gamma) / (1 + gamma)).to(dtype)
+
+
+class XPosState(RotaryState):
+    """xPos's position state: RoPE's cos/sin rows, scaled by ``zeta ** (±position / scale_base)``.
+
+    Queries get ``zeta ** (m / scale_base)``, keys ``zeta ** (-n / scale_base)``, so that
+    ``q_m · k_n`` carries ``zeta ** ((m - n) / scale_base)``: a decay with distance for
+    causal attention (``n <= m``).
+    """
+
+    #: The decay grows without bound for keys after the query: exact only in causal attention.
+    causal_only = True
+
+    encoding: XPos
+
+    def _scale(self, positions: Tensor, like: Tensor, sign: float) -> Tensor:
+        """``zeta ** (sign * position / scale_base)`` shaped like the rows ``like`` (float64 exponent)."""
+        enc = self.encoding
+        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma).to(positions.device).log()
+        power = positions.to(torch.float64)[..., None] * (sign / enc.scale_base)
+        scale = (power * log_zeta).exp().to(like.dtype)  # (t, r/2) or (b, t, r/2)
+        return scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)
+
+    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.shape[-2] != self.q_len:
+            raise ValueError(
+                f"q has {q.shape[-2]} positions, but this XPosState was prepared for {self.q_len}"
+            )
+        layout = self.encoding.layout
+        q_cos, q_sin = self.query_rows(q.dtype)
+        k_cos, k_sin = self.key_rows(k)
+        k_positions, _ = self.key_positions(k)
+        q_scale = self._scale(self.q_positions, q_cos, 1.0)
+        k_scale = self._scale(k_positions, k_cos, -1.0)
+        return (
+            _apply(q, q_cos * q_scale, q_sin * q_scale, layout),
+            _apply(k, k_cos * k_scale, k_sin * k_scale, layout),
+        )
+
+
+@register("xpos")
+class XPos(RoPE):
+    """xPos: the RoFormer rotation times a per-frequency decay with relative distance.
+
+    Sun et al. (2023), "A Length-Extrapolatable Transformer". Pair ``i`` of a query at
+    position ``m`` is rotated as in :class:`RoPE` and scaled by ``zeta_i ** (m / scale_base)``;
+    the key at ``n`` by ``zeta_i ** (-n / scale_base)``, with
+    ``zeta_i = (2i / r + gamma) / (1 + gamma)``. Scores then hold
+    ``zeta_i ** ((m - n) / scale_base)``: an exponential decay with distance for keys before
+    the query. This is rotary-embedding-torch's ``use_xpos=True`` (which centres the exponent
+    on the sequence middle; the shift cancels in every score).
+
+    Causal only: for keys after the query the factor grows without bound. ``causal=False``
+    (what :func:`posenc.build` passes for a bidirectional model) raises. The hooks cannot see
+    whether the attention that uses them is causal: calling ``posenc.attention(..., causal=False)``
+    with an xPos built as causal is the caller's error.
+
+    Range: the scales are computed from float64 exponents and rounded once, but a float32 query
+    scaled by ``zeta_0 ** (m / scale_base)`` underflows (and a
+    key overflows past about ``n = 70 * scale_base``: ``log(float32 max) / log((1 + gamma) / gamma)``
+    with the defaults); positions are meant to stay within a few tens of ``scale_base``.
+
+    Args:
+        head_dim: the head width ``dh`` (even).
+        base: the rotation's wavelength base (10000).
+        layout: ``"half"`` or ``"interleaved"`` (rotary-embedding-torch), as :class:`RoPE`.
+        rotary_dim: rotated (and scaled) channels, default all.
+        scale_base: the decay's length scale (512).
+        gamma: the decay's ``gamma`` (0.4), a positive float.
+        causal: must be ``True``.
+        max_len: rows of the cos/sin table (not a limit), as :class:`RoPE`.
+        device: where the caches are built.
+
+    Shape:
+        ``forward(q, k)``: ``(b, h, tq, dh), (b, h_kv, tk, dh) ->`` the same shapes and dtypes.
+
+    Example::
+
+        xpos = XPos(64)
+        q, k = xpos(q, k)
+        scores = q @ k.transpose(-1, -2) / 8.0      # then a causal mask
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        base: float | None = None,
+        layout: Literal["half", "interleaved"] = "half",
+        rotary_dim: int | None = None,
+        scale_base: float = 512.0,
+        gamma: float = 0.4,
+        causal: bool = True,
+        max_len: int | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.scale_base = check_positive_float("scale_base", scale_base)
+        self.gamma = check_positive_float("gamma", gamma)
+        if not check_bool("causal", causal):
+            raise ValueError(
+                "xpos is causal only (causal=False): its factor zeta ** ((m - n) / scale_base) grows without "
+                "bound for keys after the query; use 'rope' for bidirectional attention"
+            )
+        self.causal = causal
+        super().__init__(
+            head_dim, base=base, layout=layout, rotary_dim=rotary_dim, max_len=max_len, device=device
+        )
+
+    def prepare_state(
+        self,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+        seq_len: int | Tensor | None = None,
+    ) -> XPosState:
+        """The :class:`XPosState` for resolved positions (called by :meth:`prepare`)."""
+        end: int | None = None
+        if is_tracing() or q_positions.device.type == "meta":
+            pass  # no host sync in a traced program; no values on the meta device
+        elif q_start is not None and k_start is not None:
+            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
+        else:  # explicit positions, eager: one host sync per forward, to read rows from the table
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            end = int(flat.max()) + 1 if flat.numel() else 0
+        return XPosState(
+            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=None, end=end
+        )
+
+    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Not available: xPos scales queries and keys in opposite directions.
+
+        Raises:
+            ValueError: always; use :meth:`encode_qk` (or ``xpos(q, k)``).
+        """
+        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
+        raise ValueError(
+            "xpos scales queries up and keys down: rotate them together with xpos(q, k) / encode_qk"
+        )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, scale_base={self.scale_base}, gamma={self.gamma}"

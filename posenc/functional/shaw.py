@@ -1,0 +1,110 @@
+"""Shaw et al.'s clipped relative positions: the key and value terms, by distance. No state.
+
+Shaw, Uszkoreit & Vaswani (2018), "Self-Attention with Relative Position Representations",
+learn one vector per clipped relative distance ``clip(j - i)`` and use it twice:
+
+* in the scores (eq. 4): ``e_ij = q_i · (k_j + a^K_ij) / sqrt(dh)``, and
+* in the output (eq. 3): ``z_i = Σ_j α_ij (v_j + a^V_ij)``.
+
+Both terms go through the ``n`` distinct distances, never a ``(b, h, tq, tk, dh)`` tensor:
+the key term is ``q @ a^Kᵀ`` ``(b, h, tq, n)`` then gathered by distance into ``(b, h, tq, tk)``;
+the value term sums the weights of each distance (``scatter_add`` into ``(b, h, tq, n)``) and
+multiplies by ``a^V``. Distances beyond the clip share the end rows, so their weights simply
+collapse into them.
+
+Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width,
+``n = left + right + 1`` clipped distances.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._compat import precise_dtype
+
+__all__ = ["clipped_distance_index", "shaw_key_term", "shaw_value_term"]
+
+
+def clipped_distance_index(q_positions: Tensor, k_positions: Tensor, left: int, right: int) -> Tensor:
+    """Row of each (query, key) pair in a table over clipped distances.
+
+    ``clamp(k_pos - q_pos, -left, right) + left``: row 0 is every key ``left`` or more before
+    the query, row ``left`` the query itself, row ``left + right`` every key ``right`` or more
+    after it (Wav2Vec2-BERT's ``distance_embedding`` rows).
+
+    Args:
+        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
+        left, right: clip for keys before / after the query (``>= 0``).
+
+    Returns:
+        ``(tq, tk)`` when both positions are 1-D, else ``(b, tq, tk)``; long, in ``[0, n)``.
+    """
+    relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
+    return relative.clamp(-left, right).add_(left).long()
+
+
+#: Devices with an autocast mode that would round a matmul to half precision.
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+
+
+def matmul_outside_autocast(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` in the operands' own dtype, also inside an autocast region.
+
+    Autocast would run the matmul in bfloat16/float16 and return half precision; position terms
+    (a bias, Shaw's relative keys) are float32 or better whatever the inputs, like the caches.
+    """
+    kind = a.device.type
+    # (only when autocast is on: entering the context costs ~10 ms on the CPU)
+    if kind in _AUTOCAST_DEVICES and torch.is_autocast_enabled(kind):
+        with torch.autocast(kind, enabled=False):
+            return a @ b
+    return a @ b
+
+
+def _index4(index: Tensor, b: int, h: int) -> Tensor:
+    """``(tq, tk)`` or ``(b, tq, tk)`` index as a ``(b, h, tq, tk)`` view (stride 0 over b/h)."""
+    index = index.unsqueeze(0) if index.dim() == 2 else index
+    return index.unsqueeze(1).expand(b, h, *index.shape[-2:])
+
+
+def shaw_key_term(q: Tensor, table: Tensor, index: Tensor, scale: float) -> Tensor:
+    """The scores' relative term ``scale * q_i · a^K[index[i, j]]``.
+
+    Args:
+        q: ``(b, h, tq, dh)`` queries.
+        table: ``(n, dh)`` shared by the heads (the paper) or ``(h, n, dh)`` per head.
+        index: ``(tq, tk)`` or ``(b, tq, tk)`` rows from :func:`clipped_distance_index`.
+        scale: ``1 / sqrt(dh)`` in the paper (the attention's score scale).
+
+    Returns:
+        ``(b, h, tq, tk)`` in ``q``'s precise dtype (float32, float64 for float64), computed
+        through ``(b, h, tq, n)``. Differentiable in ``q`` and ``table``.
+    """
+    dtype = precise_dtype(q)
+    per_distance = (
+        matmul_outside_autocast(q.to(dtype), table.to(dtype).transpose(-1, -2)) * scale
+    )  # (b, h, tq, n)
+    b, h = per_distance.shape[:2]
+    return per_distance.gather(-1, _index4(index, b, h))
+
+
+def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
+    """The output's relative term ``Σ_j probs[i, j] · a^V[index[i, j]]``.
+
+    Args:
+        probs: ``(b, h, tq, tk)`` attention weights (after softmax, masking and dropout).
+        table: ``(n, dv)`` shared by the heads or ``(h, n, dv)`` per head.
+        index: ``(tq, tk)`` or ``(b, tq, tk)`` rows from :func:`clipped_distance_index`.
+
+    Returns:
+        ``(b, h, tq, dv)`` in ``probs``' dtype, summed in float32 (float64 for float64): the
+        weights of each distance are added up (``(b, h, tq, n)``), then times ``table``.
+    """
+    dtype = precise_dtype(probs)
+    b, h, tq, _ = probs.shape
+    n = table.shape[-2]
+    weights = probs.new_zeros(b, h, tq, n, dtype=dtype)
+    weights = weights.scatter_add(-1, _index4(index, b, h), probs.to(dtype))  # (b, h, tq, n)
+    return matmul_outside_autocast(weights, table.to(dtype)).to(probs.dtype)

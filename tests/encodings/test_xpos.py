@@ -1,0 +1,91 @@
+"""xPos: scores equal rotary-embedding-torch's use_xpos=True; the decay; causal only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rotary_embedding_torch import RotaryEmbedding
+
+import posenc
+from posenc.encodings.xpos import XPos, xpos_zeta
+
+# rotary-embedding-torch computes its angles and scales in float32 (ours: float64, rounded
+# once); scores of unit-scale inputs at positions < 64 differ by a few float32 ulps of ~10.
+SCORES_FP32 = {"rtol": 1e-5, "atol": 2e-5}
+FP64 = {"rtol": 1e-10, "atol": 1e-10}
+
+
+def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-1, -2)
+
+
+@pytest.mark.parametrize(("dim", "scale_base", "t"), [(8, 512, 16), (16, 8, 40), (32, 64, 7)])
+def test_scores_equal_rotary_embedding_torch(dim: int, scale_base: int, t: int) -> None:
+    torch.manual_seed(0)
+    reference = RotaryEmbedding(dim=dim, use_xpos=True, xpos_scale_base=scale_base)
+    q, k = torch.randn(2, 3, t, dim), torch.randn(2, 3, t, dim)
+    rq, rk = reference.rotate_queries_and_keys(q, k)
+    ours = posenc.build(f"xpos(layout='interleaved', scale_base={scale_base})", head_dim=dim, causal=True)
+    oq, ok = ours(q, k)
+    # The causal entries (keys at or before the query): the only ones xPos is defined for; past the
+    # diagonal the scale grows like zeta ** -((n - m) / scale_base) and float32 roundings with it.
+    keep = torch.ones(t, t, dtype=torch.bool).tril()
+    torch.testing.assert_close(scores(oq, ok)[..., keep], scores(rq, rk)[..., keep], **SCORES_FP32)
+
+
+def test_scores_are_rope_times_the_decay() -> None:
+    """q_m · k_n = Σ_i zeta_i^((m - n)/scale_base) (RoPE's pair-i term), in float64."""
+    torch.manual_seed(1)
+    dh, t, sb = 8, 12, 4.0
+    xpos, rope = XPos(dh, scale_base=sb).double(), posenc.RoPE(dh).double()
+    q, k = torch.randn(1, 1, t, dh, dtype=torch.float64), torch.randn(1, 1, t, dh, dtype=torch.float64)
+    xq, xk = xpos(q, k)
+    rq, rk = rope(q, k)
+    zeta = xpos_zeta(dh, 0.4)
+    pos = torch.arange(t, dtype=torch.float64)
+    decay = zeta ** ((pos[:, None] - pos[None, :])[..., None] / sb)  # (t, t, dh/2)
+    half = dh // 2
+    pairs = rq[..., None, :half] * rk[..., None, :, :half] + rq[..., None, half:] * rk[..., None, :, half:]
+    torch.testing.assert_close(scores(xq, xk), (pairs * decay).sum(-1), **FP64)
+    assert zeta[0] == pytest.approx(0.4 / 1.4) and float(zeta.max()) < 1.0
+
+
+def test_kv_cache_and_shift_invariance() -> None:
+    torch.manual_seed(2)
+    xpos = XPos(8)
+    q, k = torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    fq, fk = xpos(q, k)
+    # Decoding: the last 3 queries against all keys, by default positions.
+    dq, dk = xpos.encode_qk(q[:, :, -3:], k)
+    torch.testing.assert_close(scores(dq, dk), scores(fq, fk)[:, :, -3:], rtol=1e-5, atol=1e-5)
+    # Shifting every position by 37 leaves the scores unchanged (only m - n enters).
+    p = torch.arange(9) + 37
+    sq, sk = xpos.encode_qk(q, k, q_positions=p, k_positions=p)
+    torch.testing.assert_close(scores(sq, sk), scores(fq, fk), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_and_transformer_lm() -> None:
+    torch.manual_seed(3)
+    xpos = XPos(8)
+    q, k, v = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    xq, xk = xpos(q, k)
+    keep = torch.ones(6, 6, dtype=torch.bool).tril()
+    expected = (scores(xq, xk) / 8**0.5).masked_fill(~keep, float("-inf")).softmax(-1) @ v
+    torch.testing.assert_close(posenc.attention(q, k, v, xpos, causal=True), expected, rtol=1e-5, atol=1e-6)
+    model = posenc.nn.TransformerLM(vocab_size=7, d_model=16, num_layers=1, num_heads=2, position="xpos")
+    assert model(torch.randint(0, 7, (1, 5))).shape == (1, 5, 7)
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ValueError, match="xpos is causal only"):
+        posenc.build("xpos", head_dim=8, causal=False)
+    with pytest.raises(ValueError, match="xpos is causal only"):
+        posenc.nn.TransformerLM(
+            vocab_size=7, d_model=16, num_layers=1, num_heads=2, position="xpos", causal=False
+        )
+    with pytest.raises(ValueError, match="scale_base must be a finite number > 0"):
+        XPos(8, scale_base=0)
+    with pytest.raises(ValueError, match="gamma"):
+        XPos(8, gamma=-1.0)
+    with pytest.raises(ValueError, match="rotate them together"):
+        XPos(8).rotate(torch.randn(1, 1, 3, 8))
