@@ -1,0 +1,407 @@
+"""Context parallelism: attention over a sequence sharded across processes, with global positions.
+
+Each of ``W`` ranks holds ``t / W`` of the sequence's tokens. With torch's head-tail load
+balancing (the default of ``torch.distributed.tensor.experimental.context_parallel``) rank
+``r`` holds chunks ``r`` and ``2W - 1 - r`` of ``2W`` equal chunks, so that every rank gets the
+same share of the causal triangle; its tokens are not contiguous. Position therefore has to be
+global everywhere: RoPE rotates with global positions, ALiBi and T5 biases use global
+distances, and causal masking compares positions (key visible iff ``k_pos <= q_pos``), not
+indices. posenc's explicit positions carry all of it:
+
+* :func:`shard_positions` — the global positions of one rank's tokens, in torch's order;
+* :func:`shard_batch` / :func:`unshard` — take a rank's shard of batch tensors, and gather
+  shards back into sequence order;
+* :func:`context_parallel_attention` — this rank's queries against every rank's keys and values
+  (all-gathered with ``torch.distributed``), any encoding applied with global positions.
+
+Which path to use:
+
+============================  ==============================================================
+encoding                      context parallel with
+============================  ==============================================================
+``rope`` (all scalings),      torch's ``context_parallel`` (SDPA ring attention) works when
+``none``, ``sinusoidal``,     the encoding acts *before* attention: rotate ``q``/``k`` (or
+``learned``                   add the embedding) with :func:`shard_positions`' global
+                              positions, then call SDPA. On GPUs only: torch has no CPU
+                              sharding rule for SDPA (measured, torch 2.13). posenc's
+                              :func:`context_parallel_attention` works everywhere too.
+``alibi``, ``t5``, any        :func:`context_parallel_attention` only: their bias is an
+encoding with a bias or a     ``attn_mask`` of SDPA, which torch's ring attention refuses
+value term                    (and FlexAttention's context parallel is forward-only on the CPU).
+============================  ==============================================================
+
+:func:`context_parallel_attention` all-gathers keys and values (memory ``O(t)`` per rank for
+them, like the all-gather rotation of torch's ring attention) and computes one block of
+``t / W`` queries against ``t`` keys with :func:`posenc.attention` (the chunked path keeps the
+mask at ``O(chunk * t)``); gradients flow back to the rank that owns each key.
+
+Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``t`` the whole sequence,
+``tl = t / W`` this rank's tokens, ``dh`` head width, ``dv`` value width, ``W`` world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from .attention import attention
+from .base import PositionalEncoding, resolve_positions
+from .encodings.none import NoPE
+
+__all__ = [
+    "Balance",
+    "context_parallel_attention",
+    "shard_batch",
+    "shard_positions",
+    "unshard",
+]
+
+Balance = Literal["headtail", "contiguous"]
+_BALANCES = ("headtail", "contiguous")
+
+
+def shard_positions(
+    seq_len: int,
+    world_size: int,
+    rank: int,
+    balance: Balance = "headtail",
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The global positions of ``rank``'s tokens when ``seq_len`` tokens are split over ``world_size`` ranks.
+
+    ``"headtail"`` is torch's context-parallel load balancing (``_HeadTailLoadBalancer``): the
+    sequence is cut into ``2 * world_size`` equal chunks and rank ``r`` holds chunks ``r`` and
+    ``2 * world_size - 1 - r``, in that order, so every rank does the same causal work.
+    ``"contiguous"`` gives rank ``r`` the ``r``-th of ``world_size`` equal slices (torch without
+    load balancing).
+
+    Args:
+        seq_len: the whole sequence length ``t``.
+        world_size: the number of ranks ``W``.
+        rank: this rank, ``0 <= rank < world_size``.
+        balance: ``"headtail"`` (needs ``seq_len % (2 * world_size) == 0``) or ``"contiguous"``
+            (needs ``seq_len % world_size == 0``).
+        device: where the positions are made.
+
+    Returns:
+        ``(tl,)`` long tensor, ``tl = seq_len / world_size``.
+
+    Example:
+        ``shard_positions(8, 2, 0)`` is ``[0, 1, 6, 7]``; rank 1 gets ``[2, 3, 4, 5]``.
+    """
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("world_size", world_size)
+    check_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be < world_size={world_size}, got {rank}")
+    check_choice("balance", balance, _BALANCES)
+    pieces = 2 * world_size if balance == "headtail" else world_size
+    if seq_len % pieces != 0:
+        raise ValueError(
+            f"seq_len={seq_len} must split into {pieces} equal chunks for balance={balance!r} with "
+            f"world_size={world_size} (a multiple of {pieces}); pad the sequence to a multiple of {pieces}"
+        )
+    chunk = seq_len // pieces
+    if balance == "contiguous":
+        return torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
+    head = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
+    tail_start = (2 * world_size - 1 - rank) * chunk
+    return torch.cat([head, torch.arange(tail_start, tail_start + chunk, device=device)])
+
+
+def _group_size_rank(
+    group: dist.ProcessGroup | None, world_size: int | None, rank: int | None
+) -> tuple[int, int]:
+    """``(world_size, rank)``: as given, else from the (initialised) process group."""
+    if world_size is not None and rank is not None:
+        return check_positive_int("world_size", world_size), check_int("rank", rank, minimum=0)
+    if world_size is not None or rank is not None:
+        raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
+    _require_process_group()
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _require_process_group() -> None:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "torch.distributed is not initialised: call torch.distributed.init_process_group(...) first "
+            "(e.g. run under torchrun), or pass world_size and rank explicitly"
+        )
+
+
+def shard_batch(
+    tensors: Sequence[Tensor],
+    *,
+    seq_dims: int | Sequence[int] = 1,
+    balance: Balance = "headtail",
+    group: dist.ProcessGroup | None = None,
+    world_size: int | None = None,
+    rank: int | None = None,
+) -> tuple[list[Tensor], Tensor]:
+    """This rank's shard of each tensor along its sequence dimension, and the shard's global positions.
+
+    Every rank calls it with the same whole batch (token ids, labels, document ids, ...) and keeps
+    the tokens at :func:`shard_positions`; no communication happens.
+
+    Args:
+        tensors: tensors that share the sequence length ``t`` along their ``seq_dims``.
+        seq_dims: the sequence dimension of every tensor (one int for all), e.g. 1 for ``(b, t)``.
+        balance: see :func:`shard_positions`.
+        group: the process group whose size and rank are used (default: the world).
+        world_size, rank: given explicitly instead of from ``group`` (both or neither).
+
+    Returns:
+        ``(shards, positions)``: each tensor with ``tl`` entries along its sequence dim, and the
+        ``(tl,)`` long global positions to pass as ``positions=`` (and to the model).
+    """
+    if isinstance(tensors, Tensor) or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("tensors must be a sequence (list or tuple) of torch.Tensor")
+    if len(tensors) == 0:
+        raise ValueError("tensors must hold at least one tensor")
+    dims = [seq_dims] * len(tensors) if isinstance(seq_dims, int) else list(seq_dims)
+    if len(dims) != len(tensors):
+        raise ValueError(f"seq_dims has {len(dims)} entries for {len(tensors)} tensors")
+    for i, (t, d) in enumerate(zip(tensors, dims, strict=True)):
+        if isinstance(d, bool) or not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise ValueError(f"seq_dims[{i}]={d!r} is not a dimension of a tensor of shape {tuple(t.shape)}")
+    lengths = {t.shape[d] for t, d in zip(tensors, dims, strict=True)}
+    if len(lengths) != 1:
+        raise ValueError(
+            f"tensors must share one sequence length along seq_dims, got lengths {sorted(lengths)}"
+        )
+    size, me = _group_size_rank(group, world_size, rank)
+    positions = shard_positions(lengths.pop(), size, me, balance, device=tensors[0].device)
+    shards = [t.index_select(d, positions.to(t.device)) for t, d in zip(tensors, dims, strict=True)]
+    return shards, positions
+
+
+class _GatherSequence(torch.autograd.Function):
+    """All-gather along a sequence dim in rank order; backward sums every rank's gradient of this shard."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
+        ctx.dim, ctx.group = dim, group
+        world = dist.get_world_size(group)
+        # all_gather_single stacks along dim 0: move the sequence dim there and back.
+        moved = x.movedim(dim, 0).contiguous()
+        out = moved.new_empty((world * moved.shape[0], *moved.shape[1:]))
+        dist.all_gather_single(out, moved, group=group)
+        return out.movedim(0, dim)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        # Every rank's queries read this rank's keys: the gradient of the shard is the sum over
+        # ranks of the matching slice of each rank's gradient (a reduce-scatter).
+        world = dist.get_world_size(ctx.group)
+        moved = grad.movedim(ctx.dim, 0).contiguous()
+        out = moved.new_empty((moved.shape[0] // world, *moved.shape[1:]))
+        dist.reduce_scatter_single(out, moved, group=ctx.group)
+        return out.movedim(0, ctx.dim), None, None
+
+
+def _gather(x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
+    """All shards of ``x`` along ``dim``, concatenated in rank order (differentiable)."""
+    return _GatherSequence.apply(x, dim, group)
+
+
+def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup | None, device: Any) -> None:
+    """Raise the same ``ValueError`` on every rank unless all ranks hold tensors of equal shapes.
+
+    One small all-gather of each rank's shapes and dtypes runs before any collective on the data,
+    so that mismatched shards fail with a message instead of a hang or a garbled gather.
+    """
+    dtypes = [
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int32,
+        torch.int64,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    ]
+    row: list[int] = []
+    for t in named.values():
+        shape = [] if t is None else list(t.shape)
+        code = -1 if t is None else (dtypes.index(t.dtype) if t.dtype in dtypes else 99)
+        row += [len(shape), code, *shape, *[0] * (4 - len(shape))]
+    mine = torch.tensor(row, dtype=torch.long, device=device)
+    world = dist.get_world_size(group)
+    every = mine.new_empty(world * mine.numel())
+    dist.all_gather_single(every, mine, group=group)
+    rows = every.view(world, -1)
+    if bool((rows == mine).all()):
+        return
+    names = list(named)
+
+    def describe(r: int) -> str:
+        values = rows[r].tolist()
+        parts = []
+        for i, name in enumerate(names):
+            n, code, *shape = values[i * 6 : (i + 1) * 6]
+            if code == -1:
+                parts.append(f"{name}=None")
+            else:
+                dtype = dtypes[code] if 0 <= code < len(dtypes) else "other"
+                parts.append(f"{name} {tuple(shape[:n])} {dtype}")
+        return ", ".join(parts)
+
+    bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
+    raise ValueError(
+        f"context_parallel_attention: ranks hold shards of different shapes or dtypes (rank 0: {describe(0)}; "
+        f"rank {bad}: {describe(bad)}); every rank must hold an equal shard of the sequence "
+        f"(see posenc.distributed.shard_batch)"
+    )
+
+
+def context_parallel_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    encoding: PositionalEncoding | None = None,
+    *,
+    positions: Tensor,
+    causal: bool = True,
+    group: dist.ProcessGroup | None = None,
+    scale: float | None = None,
+    document_ids: Tensor | None = None,
+) -> Tensor:
+    """Attention of this rank's queries over the whole sharded sequence, with global positions.
+
+    Keys, values and positions of every rank are all-gathered (in rank order, each with its
+    global positions); the encoding's state is prepared for this rank's query positions against
+    all key positions, so RoPE rotates and ALiBi/T5 biases are computed with global positions,
+    and with ``causal`` a key is visible iff its position is ``<=`` the query's. The output equals
+    the rows at ``positions`` of :func:`posenc.attention` over the unsharded sequence.
+
+    Must be called by every rank of ``group`` (a collective), with equal shard shapes; the shapes
+    are compared first (one small all-gather), so a mismatch raises on every rank instead of hanging.
+
+    Args:
+        q: ``(b, h, tl, dh)`` this rank's queries.
+        k: ``(b, h_kv, tl, dh)`` this rank's keys (the same tokens as ``q``).
+        v: ``(b, h_kv, tl, dv)`` this rank's values.
+        encoding: any :class:`~posenc.PositionalEncoding` (additive ones act nowhere here: the
+            model adds them to the embeddings at :func:`shard_batch`'s positions), or ``None``.
+        positions: ``(tl,)`` or ``(b, tl)`` global positions of this rank's tokens, e.g. from
+            :func:`shard_positions` / :func:`shard_batch`.
+        causal: mask keys at later positions than the query (by position, not by index).
+        group: the process group over which the sequence is sharded (default: the world).
+        scale: score scale; ``None`` means ``1 / sqrt(dh)``.
+        document_ids: ``(tl,)`` or ``(b, tl)`` integer ids of the packed documents of this rank's
+            tokens (the shard of the whole batch's ids); queries then attend only within their
+            document. ``positions`` are then the shard of the per-document positions
+            (:func:`posenc.document_positions` of the whole ids), so that each document is
+            encoded as if it were alone.
+
+    Returns:
+        ``(b, h, tl, dv)``, this rank's rows of the attention output.
+
+    Raises:
+        TypeError / ValueError: bad local inputs (checked before any communication); ranks
+            whose shards differ in shape or dtype (raised on every rank).
+        RuntimeError: ``torch.distributed`` is not initialised.
+    """
+    check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
+    check_float_tensor("k", k, rank=4, shape="(batch, kv_heads, seq, head_dim)")
+    check_float_tensor("v", v, rank=4, shape="(batch, kv_heads, seq, head_dim_v)")
+    if not (q.shape[2] == k.shape[2] == v.shape[2]):
+        raise ValueError(
+            f"q, k and v must hold the same tokens of this rank's shard, got sequence lengths "
+            f"q {q.shape[2]}, k {k.shape[2]}, v {v.shape[2]}"
+        )
+    if encoding is not None and not isinstance(encoding, PositionalEncoding):
+        raise TypeError(
+            f"encoding must be a posenc.PositionalEncoding or None (a PositionState is per shape: pass the "
+            f"encoding), got {type(encoding).__name__}"
+        )
+    check_bool("causal", causal)
+    if positions is None:
+        raise ValueError(
+            "positions must be given: the global positions of this rank's tokens (shard_positions)"
+        )
+    b, tl = max(q.shape[0], k.shape[0]), q.shape[2]
+    positions = resolve_positions(positions, tl, batch=b, name="positions").to(q.device)
+    _require_process_group()
+
+    if document_ids is not None:
+        # Only the shape here (posenc.attention checks the ids): it must match the positions'.
+        if not isinstance(document_ids, Tensor) or document_ids.shape[-1] != tl or document_ids.dim() > 2:
+            shape = (
+                tuple(document_ids.shape) if isinstance(document_ids, Tensor) else type(document_ids).__name__
+            )
+            raise ValueError(
+                f"document_ids must have shape ({tl},) or (batch, {tl}) like this rank's q, got {shape}"
+            )
+        document_ids = document_ids.to(q.device)
+
+    shapes = {"q": q, "k": k, "v": v, "positions": positions, "document_ids": document_ids}
+    _check_same_shapes(shapes, group, q.device)
+    keys = _gather(k, 2, group)
+    values = _gather(v, 2, group)
+    key_positions = _gather(positions, positions.dim() - 1, group)
+    key_documents = None if document_ids is None else _gather(document_ids, document_ids.dim() - 1, group)
+    # NoPE carries the positions when there is no encoding, so that causality still follows them.
+    enc = NoPE().to(q.device) if encoding is None else encoding
+    state = enc.prepare(
+        tl, keys.shape[2], q_positions=positions, k_positions=key_positions, batch=b, device=q.device
+    )
+    return attention(
+        q,
+        keys,
+        values,
+        state,
+        causal=causal,
+        scale=scale,
+        document_ids=key_documents,
+        q_document_ids=None if key_documents is None else document_ids,
+    )
+
+
+def unshard(
+    tensor: Tensor,
+    *,
+    seq_dim: int = 1,
+    balance: Balance = "headtail",
+    group: dist.ProcessGroup | None = None,
+) -> Tensor:
+    """Gather every rank's shard of ``tensor`` back into the whole sequence, in position order.
+
+    The inverse of :func:`shard_batch` (e.g. for logits or an attention output); a collective that
+    every rank of ``group`` calls with equal shapes, differentiable.
+
+    Args:
+        tensor: this rank's shard, ``tl`` entries along ``seq_dim``.
+        seq_dim: the sequence dimension.
+        balance: how the sequence was sharded (see :func:`shard_positions`).
+        group: the process group (default: the world).
+
+    Returns:
+        ``tensor`` with ``t = W * tl`` entries along ``seq_dim``, on every rank.
+    """
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    if (
+        isinstance(seq_dim, bool)
+        or not isinstance(seq_dim, int)
+        or not -tensor.dim() <= seq_dim < tensor.dim()
+    ):
+        raise ValueError(f"seq_dim={seq_dim!r} is not a dimension of a tensor of shape {tuple(tensor.shape)}")
+    check_choice("balance", balance, _BALANCES)
+    _require_process_group()
+    seq_dim = seq_dim % tensor.dim()
+    _check_same_shapes({"tensor": tensor}, group, tensor.device)
+    world = dist.get_world_size(group)
+    gathered = _gather(tensor, seq_dim, group)
+    t = gathered.shape[seq_dim]
+    order = torch.cat([shard_positions(t, world, r, balance, device=tensor.device) for r in range(world)])
+    # gathered[..., i, ...] holds position order[i]: put each back at its position.
+    return gathered.index_select(seq_dim, torch.argsort(order))
