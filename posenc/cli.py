@@ -4,11 +4,15 @@
 
     posenc extrapolate                       # train short (64), test long (64..512), every encoding
     posenc extrapolate --encodings "rope(base=500000.0),alibi" --corpus my_text/ --out runs/mine
+    posenc extend                            # a RoPE model at 64, each scaling method at 64..512
+    posenc extend --methods linear,yarn --finetune-steps 50 --baselines alibi,none --resume
     posenc plot rope --out rope.png          # a picture of one encoding
     posenc list                              # the registered encodings
     posenc describe alibi                    # its options, defaults and accepted values
 
-Bad options print one line on stderr and exit with code 2, without a traceback.
+Bad options print one line on stderr and exit with code 2, without a traceback; every option
+is checked (including that ``--out`` can be written and that every encoding runs) before any
+training starts, and options that size an allocation have stated bounds.
 
 This module imports neither torch nor the rest of posenc at import time: each command
 imports what it needs, so ``posenc --help`` starts quickly.
@@ -48,8 +52,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
+#: The longest message printed; a longer one (a huge input echoed) is cut in the middle.
+MAX_MESSAGE = 500
+
+
 def _one_line(message: object) -> str:
-    return " ".join(str(message).split())
+    text = " ".join(str(message).split())
+    if len(text) <= MAX_MESSAGE:
+        return text
+    cut = len(text) - MAX_MESSAGE + 100
+    return f"{text[: MAX_MESSAGE - 200]} [... {cut:,} characters cut ...] {text[-100:]}"
 
 
 def _option_type(
@@ -70,9 +82,34 @@ def _option_type(
     return convert
 
 
-_positive_int = _option_type(int, check_positive_int, "a positive integer")
-_non_negative_int = _option_type(int, check_int, "a non-negative integer", minimum=0)
+def _parse_int(text: str) -> int:
+    if len(text) > 30:  # int() of a huge digit string is slow, and no option needs one
+        raise ValueError("too many digits")
+    return int(text)
+
+
+_positive_int = _option_type(_parse_int, check_positive_int, "a positive integer")
+_non_negative_int = _option_type(_parse_int, check_int, "a non-negative integer", minimum=0)
 _positive_float = _option_type(float, check_positive_float, "a positive finite number")
+
+
+def _bounded(limit: int) -> Callable[[str], int]:
+    """A positive-int ``type=`` with an upper bound (for options that size an allocation)."""
+
+    def convert(text: str) -> int:
+        value = _positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"expected at most {limit:,} (a bound on memory), got {text!r}")
+        return int(value)
+
+    return convert
+
+
+def _name_list(text: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like linear,yarn, got {text!r}")
+    return parts
 
 
 def _length_list(text: str) -> list[int]:
@@ -110,6 +147,13 @@ _STUDY_OPTIONS: tuple[tuple[str, Callable[[str], Any], str, str, bool], ...] = (
     ("num_heads", _positive_int, "N", "attention heads (default %(default)s)", True),
     ("lr", _positive_float, "X", "peak AdamW learning rate (default %(default)s)", True),
     (
+        "eval_chars",
+        _positive_int,
+        "N",
+        "about this many validation characters scored at every length (default %(default)s)",
+        True,
+    ),
+    (
         "threads",
         _positive_int,
         "N",
@@ -125,8 +169,18 @@ _FLAGS = {
     "corpus": "--corpus",
     "encodings": "--encodings",
     "out_dir": "--out",
+    "methods": "--methods",
+    "factor": "--factor",
+    "finetune_steps": "--finetune-steps",
+    "finetune_lr": "--finetune-lr",
+    "baselines": "--baselines",
+    "model": "--model",
 }
-_NAME_EQUALS = re.compile(r"\b(" + "|".join(_FLAGS) + r")=")
+#: Arguments whose messages quote the user's own text (left as typed, not turned into flags).
+_ECHOING = ("corpus", "encodings", "out_dir", "baselines", "model", "methods")
+#: The longest --encodings / --baselines text read (a spec is at most a few hundred characters).
+MAX_SPECS_TEXT = 10_000
+_NAME_EQUALS = re.compile(r"(?<![\w-])(" + "|".join(_FLAGS) + r")=")
 
 
 def _in_flags(err: ConfigError) -> str:
@@ -141,9 +195,27 @@ def _in_flags(err: ConfigError) -> str:
     argument = err.argument or ""
     if argument in _FLAGS and message.startswith(argument):
         message = _FLAGS[argument] + message[len(argument) :]
-    if argument not in ("corpus", "encodings", "out_dir"):
+    if argument not in _ECHOING:
         message = _NAME_EQUALS.sub(lambda match: f"{_FLAGS[match[1]]}=", message)
     return message
+
+
+#: The most positions ``posenc plot`` draws (a picture shows no more; tables stay small).
+MAX_PLOT_LENGTH = 8192
+
+
+def _add_study_options(parser: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    model = parser.add_argument_group("model and training (advanced)")
+    for field, kind, metavar, help_text, advanced in _STUDY_OPTIONS:
+        default = defaults[field].default
+        (model if advanced else parser).add_argument(
+            _FLAGS[field],
+            type=kind,
+            # a tuple as the text one would type: argparse parses a str default with `type`
+            default=",".join(map(str, default)) if isinstance(default, tuple) else default,
+            metavar=metavar,
+            help=help_text,
+        )
 
 
 def _build_parser() -> _Parser:
@@ -185,18 +257,75 @@ def _build_parser() -> _Parser:
         metavar="DIR",
         help="folder for results.json, results.csv, extrapolation.png (default %(default)s)",
     )
-    model = ex.add_argument_group("model and training (advanced)")
-    for field, kind, metavar, help_text, advanced in _STUDY_OPTIONS:
-        default = defaults[field].default
-        (model if advanced else ex).add_argument(
-            _FLAGS[field],
-            type=kind,
-            # a tuple as the text one would type: argparse parses a str default with `type`
-            default=",".join(map(str, default)) if isinstance(default, tuple) else default,
-            metavar=metavar,
-            help=help_text,
-        )
+    _add_study_options(ex, defaults)
+    ex.add_argument("--force", action="store_true", help="overwrite results already in --out")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    from .study.config import METHODS, ExtendConfig
+
+    ext_defaults = ExtendConfig.__dataclass_fields__
+    en = commands.add_parser(
+        "extend",
+        help="context extension: a RoPE model trained short, each scaling method (PI, NTK, YaRN, ...) run long",
+        description=(
+            "Train one small causal character-level RoPE TransformerLM at --train-len (or load it with --model or "
+            "--resume), then score each RoPE scaling method at every --eval-lens zero-shot and after "
+            "--finetune-steps steps at the longest length. Same weights, seed, batches and fine-tuning budget for "
+            "every method: only the scaling dict differs. Writes results.json, results.csv, extend.png, "
+            "report.md and the base model (base.pt) to --out."
+        ),
+    )
+    en.add_argument(
+        "--methods",
+        type=_name_list,
+        default=",".join(METHODS),
+        metavar="M,M,...",
+        help=f"methods among {','.join(METHODS)} (default: all)",
+    )
+    en.add_argument(
+        "--factor",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="extension factor of every method (default: longest --eval-lens / --train-len)",
+    )
+    en.add_argument(
+        "--finetune-steps",
+        type=_non_negative_int,
+        default=ext_defaults["finetune_steps"].default,
+        metavar="N",
+        help="fine-tuning steps per method at the longest length; 0 skips fine-tuning (default %(default)s)",
+    )
+    en.add_argument(
+        "--finetune-lr",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="peak fine-tuning learning rate (default: --lr / 3)",
+    )
+    en.add_argument(
+        "--baselines",
+        metavar="SPECS",
+        help='encodings trained from scratch as reference rows, e.g. "alibi,none" (default: none)',
+    )
+    en.add_argument(
+        "--corpus", metavar="PATH", help="a UTF-8 text file or folder (default: the standard library)"
+    )
+    en.add_argument(
+        "--out",
+        default="posenc-extend",
+        metavar="DIR",
+        help="folder for the results, the figure, report.md and base.pt (default %(default)s)",
+    )
+    en.add_argument(
+        "--model", metavar="PATH", help="load this posenc checkpoint (a base.pt) instead of training"
+    )
+    en.add_argument(
+        "--resume", action="store_true", help="reuse the models saved in --out when their settings match"
+    )
+    en.add_argument("--force", action="store_true", help="overwrite results already in --out")
+    _add_study_options(en, ext_defaults)
+    en.add_argument("--quiet", action="store_true", help="no progress bars")
 
     pl = commands.add_parser(
         "plot",
@@ -212,13 +341,17 @@ def _build_parser() -> _Parser:
         "--out", metavar="FILE", help="PNG file to write (default: NAME.png in the current folder)"
     )
     pl.add_argument(
-        "--length", type=_positive_int, default=128, metavar="N", help="positions shown (default %(default)s)"
+        "--length",
+        type=_bounded(MAX_PLOT_LENGTH),
+        default=128,
+        metavar="N",
+        help=f"positions shown (default %(default)s, at most {MAX_PLOT_LENGTH})",
     )
     pl.add_argument(
-        "--d-model", type=_positive_int, default=128, metavar="N", help="model width (default %(default)s)"
+        "--d-model", type=_bounded(8192), default=128, metavar="N", help="model width (default %(default)s)"
     )
     pl.add_argument(
-        "--num-heads", type=_positive_int, default=8, metavar="N", help="heads (default %(default)s)"
+        "--num-heads", type=_bounded(256), default=8, metavar="N", help="heads (default %(default)s)"
     )
 
     commands.add_parser("list", help="the registered encodings", description="List the registered encodings.")
@@ -236,6 +369,34 @@ def _build_parser() -> _Parser:
 # --- commands ------------------------------------------------------------------------------------
 
 
+def _specs_text(text: str, flag: str) -> str:
+    if len(text) > MAX_SPECS_TEXT:
+        raise _UsageError(f"{flag}: {len(text):,} characters; the limit is {MAX_SPECS_TEXT:,}")
+    return text
+
+
+def _prepare_out(args: argparse.Namespace, reusable: bool) -> Path:
+    """Check ``--out`` before any work: not a file, writable, and not silently overwritten."""
+    from .study.checkpoint import check_writable
+
+    out = Path(args.out).expanduser()
+    if (out / "results.json").is_file() and not args.force and not (reusable and args.resume):
+        also = " --resume to reuse its models or" if reusable else ""
+        raise _UsageError(
+            f"--out {str(args.out)[:200]!r} already holds results.json; add{also} --force to overwrite"
+        )
+    return check_writable(out)
+
+
+def _figure_note(command: str) -> str | None:
+    """Why the figure will not be drawn (matplotlib missing), said before the run, or ``None``."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return f"posenc {command}: note: matplotlib is not installed (pip install 'posenc[cli]'); the data files are written, the figure is skipped"
+    return None
+
+
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
     from .study import ConfigError, Corpus, StudyConfig, encoding_plan, run_study, split_specs
 
@@ -246,11 +407,12 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             specs = [c.name for c in plan if c.included]
         else:
             plan = None
-            specs = split_specs(args.encodings)
-        out = Path(args.out)
-        if out.exists() and not out.is_dir():  # checked before training, not only when saving
-            raise _UsageError(f"--out: {args.out!r} exists and is not a folder")
+            specs = split_specs(_specs_text(args.encodings, "--encodings"))
+        out = _prepare_out(args, reusable=False)
         corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
+        note = _figure_note("extrapolate")
+        if note:
+            print(note, file=sys.stderr)
         if plan is not None:
             print("encodings (derived from the registry):")
             width = max(len(c.name) for c in plan)
@@ -264,15 +426,66 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     print()
     print(result.table())
     paths = result.save(out)
-    try:
+    if note is None:
         from .plots import plot_extrapolation
 
         paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
-    except ImportError as err:  # matplotlib is in the `cli` extra; the data files are written
-        print(f"posenc extrapolate: extrapolation.png not drawn: {err}", file=sys.stderr)
     print(
         f"\n{len(result.encodings)} models in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths.values())}"
     )
+    return 0
+
+
+def _cmd_extend(args: argparse.Namespace) -> int:
+    from .study.config import ConfigError, ExtendConfig
+
+    try:
+        baselines: list[str] = []
+        if args.baselines is not None:
+            from .study.plan import split_specs
+
+            baselines = split_specs(_specs_text(args.baselines, "--baselines"))
+        config = ExtendConfig(
+            **{field: getattr(args, field) for field, *_ in _STUDY_OPTIONS},
+            methods=tuple(args.methods),
+            factor=args.factor,
+            finetune_steps=args.finetune_steps,
+            finetune_lr=args.finetune_lr,
+            baselines=tuple(baselines),
+        )
+        out = _prepare_out(args, reusable=True)
+        if args.model is not None and not Path(args.model).expanduser().is_file():
+            raise _UsageError(f"--model {str(args.model)[:200]!r} is not a file")
+        from .study import Corpus, run_extend
+
+        corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
+        note = _figure_note("extend")
+        if note:
+            print(note, file=sys.stderr)
+        result = run_extend(
+            corpus,
+            config,
+            out_dir=out,
+            resume=args.resume,
+            model_path=args.model,
+            progress=not args.quiet,
+            log=print,
+        )
+    except ConfigError as err:
+        raise _UsageError(_in_flags(err)) from err
+    from .study.checkpoint import atomic_write
+
+    print()
+    print(result.table())
+    paths = result.save(out)
+    figure = None
+    if note is None:
+        from .plots import plot_extend
+
+        paths["png"] = figure = plot_extend(result, out / "extend.png")
+    report = result.report(figure.name if figure else None)
+    paths["md"] = atomic_write(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
+    print(f"\n{result.seconds:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
     return 0
 
 
@@ -283,11 +496,25 @@ def _safe_file_name(name: str) -> str:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from .plots import plot_encoding
 
-    out = Path(args.out) if args.out else Path(f"{_safe_file_name(args.name)}.png")
-    if out.exists() and out.is_dir():
+    _specs_text(args.name, "NAME")
+    out = Path(args.out) if args.out else Path(f"{_safe_file_name(args.name)[:100]}.png")
+    if out.is_dir():
         raise _UsageError(f"--out: {str(out)!r} is a folder; give a file name such as rope.png")
     if args.d_model % args.num_heads:
         raise _UsageError(f"--d-model: {args.d_model} must be divisible by --num-heads {args.num_heads}")
+    note = _figure_note("plot")
+    if note:
+        raise _UsageError(note.split("note: ", 1)[1])
+    from .study.checkpoint import check_writable
+    from .study.config import ConfigError
+    from .study.training import check_spec_ints
+
+    try:
+        check_writable(out.parent, argument="--out")
+        check_spec_ints(_specs_text(args.name, "NAME"))
+    except ConfigError as err:
+        message = str(err).removeprefix("encodings: ")
+        raise _UsageError(message if err.argument == "--out" else f"NAME: {message}") from err
     try:
         path = plot_encoding(
             args.name, out, length=args.length, d_model=args.d_model, num_heads=args.num_heads
@@ -356,7 +583,13 @@ def _example_spec(info: dict[str, Any]) -> str:
     return info["name"]
 
 
-_COMMANDS = {"extrapolate": _cmd_extrapolate, "plot": _cmd_plot, "list": _cmd_list, "describe": _cmd_describe}
+_COMMANDS = {
+    "extend": _cmd_extend,
+    "extrapolate": _cmd_extrapolate,
+    "plot": _cmd_plot,
+    "list": _cmd_list,
+    "describe": _cmd_describe,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -379,8 +612,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posenc {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print(f"posenc {args.command}: interrupted", file=sys.stderr)
+        # on a line of its own, not inside a progress bar's line
+        print(f"\nposenc {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as err:
+        if not _is_allocation_error(err):
+            raise
+        print(
+            f"posenc {args.command}: error: out of memory ({_one_line(err)[:200]}); use smaller sizes or lengths",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+
+def _is_allocation_error(err: BaseException) -> bool:
+    """Whether ``err`` is an allocator failure (host or device), not a bug."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err)
+    return any(
+        s in text
+        for s in ("DefaultCPUAllocator", "out of memory", "can't allocate memory", "not enough memory")
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

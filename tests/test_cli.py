@@ -136,7 +136,7 @@ def test_same_seed_gives_the_same_results_file(corpus_file, tmp_path, capsys):
         (["--lr", "inf"], "argument --lr: expected a positive finite number, got 'inf'"),
         (["--device", "warp-drive"], "error: --device 'warp-drive' is not a torch device"),
         (["--d-model", "30"], "error: --d-model=30 must be divisible by --num-heads=4"),
-        (["--out", "A_FILE"], "--out: "),
+        (["--out", "A_FILE"], "--out "),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],
 )
@@ -201,14 +201,92 @@ def test_library_errors_are_reported_with_flag_names(error, reported):
     assert _in_flags(error) == reported
 
 
-def test_every_flag_named_for_library_errors_is_an_extrapolate_option(capsys):
-    fields = set(StudyConfig.__dataclass_fields__)
-    assert set(_FLAGS) - fields == {"corpus", "encodings", "out_dir"}
-    assert fields - set(_FLAGS) == {"eval_chars"}  # the one setting the command leaves at its default
-    code, help_text, _ = run(["extrapolate", "--help"], capsys)
-    assert code == 0
-    for flag in _FLAGS.values():
-        assert f"{flag} " in help_text, flag
+def test_every_flag_named_for_library_errors_is_an_option(capsys):
+    from posenc.study import ExtendConfig
+
+    study, extend = set(StudyConfig.__dataclass_fields__), set(ExtendConfig.__dataclass_fields__)
+    assert study <= set(_FLAGS)  # every setting has its flag
+    assert set(_FLAGS) - extend == {"corpus", "encodings", "out_dir", "model"}
+    for command, extra in (("extrapolate", {"methods", "factor", "finetune_steps", "finetune_lr", "baselines", "model"}),
+                           ("extend", {"encodings"})):  # fmt: skip
+        code, help_text, _ = run([command, "--help"], capsys)
+        assert code == 0
+        for name, flag in _FLAGS.items():
+            if name not in extra:
+                assert f"{flag} " in help_text, (command, flag)
+
+
+#: Bad command lines of every class: each must give exit code 2 and exactly one stderr line,
+#: before any training (the study settings are tiny, so a missed check would train and exit 0).
+BAD_ARGV = [
+    ["extrapolate", "--device", "meta"],
+    ["extrapolate", "--device", "xla"],
+    ["extrapolate", "--device", "cuda:99"],
+    ["extend", "--device", "meta"],
+    ["extend", "--device", "warp-drive"],
+    ["extrapolate", "--encodings", "rope,sinusoidal2d"],
+    ["extrapolate", "--encodings", "learned(max_len=10000000000)"],
+    ["extrapolate", "--encodings", "sinusoidal(offset=100000000000)"],
+    ["extrapolate", "--encodings", "t5(max_distance=99999999999)"],
+    ["extrapolate", "--encodings", "rope," * 20000],
+    ["extrapolate", "--out", "A_FILE/sub"],
+    ["extrapolate", "--out", "/proc/posenc-out"],
+    ["extend", "--out", "A_FILE"],
+    ["extend", "--out", "/proc/posenc-out"],
+    ["extrapolate", "--batch-size", "100000"],
+    ["extrapolate", "--batch-size", "4096", "--train-len", "4096", "--eval-lens", "4096"],
+    ["extrapolate", "--threads", "100000"],
+    ["extrapolate", "--d-model", "8192", "--num-layers", "200"],
+    ["extrapolate", "--train-len", "9" * 5000],
+    ["extrapolate", "--eval-lens", "16," + "9" * 100],
+    ["extend", "--methods", "linear,bogus"],
+    ["extend", "--methods", ""],
+    ["extend", "--factor", "-2"],
+    ["extend", "--factor", "nan"],
+    ["extend", "--finetune-steps", "-1"],
+    ["extend", "--baselines", "learned"],
+    ["extend", "--baselines", "sinusoidal2d"],
+    ["extend", "--baselines", "alibi,,none"],
+    ["extend", "--model", "/no/such/model.pt"],
+    ["extend", "--model", "A_FILE"],
+    ["extend", "--eval-chars", "0"],
+    ["plot", "rope", "--length", "100000000"],
+    ["plot", "rope", "--d-model", "1000000"],
+    ["plot", "rope", "--num-heads", "0"],
+    ["plot", "learned(max_len=10000000000)"],
+    ["plot", "rope", "--out", "/proc/rope.png"],
+    ["plot", "rope", "--out", "A_FILE/rope.png"],
+    ["plot", "x" * 1_000_000],
+    ["describe", "x" * 1_000_000],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_ARGV, ids=lambda argv: " ".join(argv)[:60])
+def test_every_bad_input_is_one_line_and_exit_2(argv, corpus_file, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    argv = [a.replace("A_FILE", str(tmp_path / "a_file")) for a in argv]
+    tiny = ["--corpus", str(corpus_file), *TINY_ARGS] if argv[0] in ("extrapolate", "extend") else []
+    if argv[0] in ("extrapolate", "extend") and "--out" not in argv:
+        tiny += ["--out", str(tmp_path / "out")]
+    # the bad option last: it overrides the tiny default of the same flag
+    code, stdout, stderr = run([argv[0], *tiny, *argv[1:]], capsys)
+    assert code == 2, stderr
+    assert stderr.count("\n") == 1 and f"posenc {argv[0]}: error: " in stderr, stderr
+    assert len(stderr) < 800  # a huge input is never echoed whole
+    assert "validation perplexity" not in stdout
+
+
+def test_an_allocator_error_is_one_line(monkeypatch, capsys):
+    import posenc.cli as cli
+
+    def fail(args):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: " + "x" * 5000
+        )
+
+    monkeypatch.setitem(cli._COMMANDS, "list", fail)
+    code, _, stderr = run(["list"], capsys)
+    assert code == 2 and stderr.count("\n") == 1 and "out of memory" in stderr and len(stderr) < 400
 
 
 def test_help_imports_neither_the_study_nor_the_plots():

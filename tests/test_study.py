@@ -136,24 +136,24 @@ def test_plan_includes_learned_as_the_one_that_cannot_run_and_leaves_out_2d():
     assert default_encodings() == [c.name for c in encoding_plan() if c.included]
 
 
-def test_plan_follows_the_registry_for_encodings_registered_later(monkeypatch):
-    # A private copy of the registry, so the test-local classes do not leak into other tests.
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_CANONICAL", dict(registry._CANONICAL))
-
-    @posenc.register("test_anywhere", "test_anywhere_alias")
+def test_plan_follows_the_registry_for_encodings_registered_later():
+    # Scoped registrations: the test-local classes are gone from the registry after the block.
     class Anywhere(posenc.PositionalEncoding):
         kind = "bias"
 
         def __init__(self, num_heads: int, slope: float = 1.0) -> None:
             super().__init__()
 
-    @posenc.register("test_needs_file")
     class NeedsFile(posenc.PositionalEncoding):
         def __init__(self, d_model: int, path: str) -> None:
             super().__init__()
 
-    plan = {c.name: c for c in encoding_plan()}
+    with (
+        registry.registered(Anywhere, "test_anywhere", "test_anywhere_alias"),
+        registry.registered(NeedsFile, "test_needs_file"),
+    ):
+        plan = {c.name: c for c in encoding_plan()}
+    assert "test_anywhere" not in posenc.available()
     assert plan["test_anywhere"].included and "test_anywhere_alias" not in plan
     assert not plan["test_needs_file"].included and "path" in plan["test_needs_file"].reason
 

@@ -35,25 +35,33 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ below provides, for type checkers and IDEs
-    from .config import ConfigError, StudyConfig
+    from .config import METHODS, ConfigError, ExtendConfig, StudyConfig
     from .corpus import SPLIT_BLOCK_CHARS as SPLIT_BLOCK_CHARS
     from .corpus import VALIDATION_EVERY as VALIDATION_EVERY
     from .corpus import Corpus
+    from .extend import run_extend, scaling_for
+    from .extend_results import ExtendResult, ExtendRow
     from .plan import EncodingChoice, default_encodings, encoding_plan, split_specs
     from .results import EncodingResult, LengthResult, StudyResult
     from .training import run_study
 
 __all__ = [
+    "METHODS",
     "ConfigError",
     "Corpus",
     "EncodingChoice",
     "EncodingResult",
+    "ExtendConfig",
+    "ExtendResult",
+    "ExtendRow",
     "LengthResult",
     "StudyConfig",
     "StudyResult",
     "default_encodings",
     "encoding_plan",
+    "run_extend",
     "run_study",
+    "scaling_for",
     "split_specs",
 ]
 
@@ -72,6 +80,12 @@ _HOME = {
     "LengthResult": "results",
     "StudyResult": "results",
     "run_study": "training",
+    "METHODS": "config",
+    "ExtendConfig": "config",
+    "run_extend": "extend",
+    "scaling_for": "extend",
+    "ExtendResult": "extend_results",
+    "ExtendRow": "extend_results",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
 import platform
@@ -14,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..base import PositionalEncoding
-from ..registry import build, describe, lookup, parse_spec
-from .config import ConfigError, StudyConfig
+from ..registry import describe, lookup, parse_spec
+from .config import LIMITS, ConfigError, StudyConfig
 from .corpus import Corpus
 from .plan import default_encodings, has_fixed_length, split_specs
 from .results import EncodingResult, LengthResult, StudyResult
@@ -35,7 +36,12 @@ class _Vocabulary:
 
 
 def _check_specs(specs: Sequence[Any] | str, config: StudyConfig) -> list[tuple[str, Any]]:
-    """Build every spec once on the model's sizes so that a bad one fails before any training."""
+    """Build and run every spec once on the model's sizes so that a bad one fails before any training.
+
+    Each spec gets a tiny forward pass through the study's model (``TransformerLM`` with the
+    config's sizes, two tokens): an encoding that builds but cannot run in a causal text model
+    (a 2D grid encoding) is refused here, not after the others have trained.
+    """
     if isinstance(specs, str):
         specs = split_specs(specs)
     if not specs:
@@ -54,14 +60,82 @@ def _check_specs(specs: Sequence[Any] | str, config: StudyConfig) -> list[tuple[
             else str(spec)
         )
         if label in seen:
-            raise ConfigError(f"encodings: {label!r} is given twice", argument="encodings")
+            raise ConfigError(f"encodings: {_short(label)} is given twice", argument="encodings")
         seen.add(label)
-        try:
-            build(spec, **_dims(config))
-        except (ValueError, TypeError) as err:
-            raise ConfigError(f"encodings: {' '.join(str(err).split())}", argument="encodings") from err
+        check_spec_ints(spec)
+        probe_spec(spec, config)
         labelled.append((label, spec))
     return labelled
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = repr(value) if not isinstance(value, str) else repr(value.strip())
+    return text if len(text) <= width else f"{text[: width - 25]}...' ({len(text):,} characters)"
+
+
+def check_spec_ints(spec: Any) -> None:
+    """Refuse an integer option above ``LIMITS["spec_int"]`` anywhere in a spec (``max_len=10**12``).
+
+    Every integer of an encoding's options sizes something (a table's rows, an offset into
+    one, a distance bucket count); none needs to exceed a million in a study. A spec that
+    does not parse is left to :func:`probe_spec`, which reports it.
+    """
+    limit = LIMITS["spec_int"]
+    values: list[Any] = []
+    if isinstance(spec, str):
+        try:
+            tree = ast.parse(spec.strip(), mode="eval") if len(spec) <= 100_000 else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        if tree is not None:
+            values = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    elif isinstance(spec, dict):
+        stack: list[Any] = [spec]
+        while stack and len(values) < 10_000:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            else:
+                values.append(item)
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
+            raise ConfigError(
+                f"encodings: {_short(spec)} has the integer {_short(value, 30)}; options that size tables and "
+                f"offsets must be at most {limit:,} in magnitude (a bound on memory)",
+                argument="encodings",
+            )
+
+
+def probe_spec(spec: Any, config: StudyConfig) -> None:
+    """Build ``spec`` into the study's model and run two tokens through it, or raise a ConfigError."""
+    from ..nn import TransformerLM
+
+    try:
+        model = TransformerLM(
+            2,
+            config.d_model,
+            config.num_layers,
+            config.num_heads,
+            position=spec,
+            max_len=config.train_len,
+            causal=True,
+        )
+        with torch.inference_mode():
+            model(torch.zeros(1, min(2, config.train_len), dtype=torch.long))
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"encodings: {_one_line(err)}", argument="encodings") from err
+    except Exception as err:  # any failure of the probe: this spec cannot run in the study
+        raise ConfigError(
+            f"encodings: {_short(spec)} cannot run in a causal text model: {type(err).__name__}: {_one_line(err)}",
+            argument="encodings",
+        ) from err
+
+
+def _one_line(message: object, width: int = 400) -> str:
+    text = " ".join(str(message).split())
+    return text if len(text) <= width else f"{text[: width - 40]}... ({len(text):,} characters)"
 
 
 def _dims(config: StudyConfig) -> dict[str, Any]:
@@ -74,12 +148,101 @@ def _dims(config: StudyConfig) -> dict[str, Any]:
     }
 
 
-def _lr_at(step: int, config: StudyConfig) -> float:
-    warmup = max(1, config.steps // 10)
+def _lr_at(step: int, steps: int, lr: float) -> float:
+    """Linear warm-up over the first tenth of ``steps``, then cosine decay from ``lr`` to ``lr / 10``."""
+    warmup = max(1, steps // 10)
     if step < warmup:
-        return config.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_steps(
+    model: torch.nn.Module,
+    train_ids: torch.Tensor,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device: torch.device,
+    bar: Any = None,
+) -> float:
+    """``steps`` AdamW steps on random windows of ``seq_len`` ids; returns the last training loss.
+
+    The windows come from a generator seeded with ``seed``, so every model trained with the
+    same arguments sees the same batches in the same order.
+
+    Args:
+        model: ids ``(b, t)`` -> logits ``(b, t, v)``, already on ``device``.
+        train_ids: ``(n,)`` training ids, ``n >= seq_len + 1``.
+        steps, seq_len, batch_size: the schedule's length, the window length and windows per step.
+        lr: the peak learning rate (see :func:`_lr_at`).
+        seed: seeds the batch order.
+        device: where the batches go.
+        bar: a tqdm bar advanced once per step, or ``None``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    span = seq_len + 1
+    offsets = torch.arange(span)
+    model.train()
+    loss_value = float("nan")
+    for step in range(steps):
+        starts = torch.randint(0, train_ids.numel() - span + 1, (batch_size,), generator=generator)
+        windows = train_ids[starts[:, None] + offsets].to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, steps, lr)
+        logits = model(windows[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), windows[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        loss_value = loss.item()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    model.eval()
+    return loss_value
+
+
+def scale_embeddings(model: Any) -> float | None:
+    """Give a fixed additive table and the token embeddings the same scale, as the original Transformer.
+
+    Vaswani et al. (2017, §3.4) multiply the embeddings by ``sqrt(d_model)`` before adding the
+    sinusoidal table; their embeddings start at std ``d_model ** -0.5`` (tensor2tensor), so
+    tokens enter at std 1, the scale of the table (amplitude 1). ``TransformerLM`` starts its
+    embeddings at GPT-2's std 0.02, where a unit-amplitude table drowns the tokens. This
+    applies the original recipe — embedding weights re-drawn at std ``d_model ** -0.5`` and
+    the embedding output multiplied by ``sqrt(d_model)`` — to models whose encoding adds a
+    fixed table (additive and no learned parameters). A learned table starts at the
+    embeddings' own scale and every other kind adds nothing to the embeddings, so those
+    models are left as they are: the comparison changes only where it was unfair.
+
+    Returns:
+        The scale applied, or ``None`` when the model is left alone.
+    """
+    encoding = model.encoding
+    if encoding.kind != "additive" or any(True for _ in encoding.parameters()):
+        return None
+    d_model = model.d_model
+    scale = math.sqrt(d_model)
+    with torch.no_grad():
+        torch.nn.init.normal_(model.embed.weight, mean=0.0, std=d_model**-0.5)
+    model.embed.register_forward_hook(_Scale(scale))
+    return scale
+
+
+class _Scale:
+    """A forward hook multiplying a module's output by a constant (picklable, unlike a lambda)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __call__(self, module: Any, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        return output * self.scale
 
 
 def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
@@ -251,13 +414,17 @@ def run_study(
                     TransformerLM, label, spec, vocab, train_ids, chunks, config, device, progress
                 )
             )
-    environment = {
+    return StudyResult(config, corpus_info, results, environment(config))
+
+
+def environment(config: StudyConfig) -> dict[str, Any]:
+    """Python, torch, platform and thread count, recorded beside every result."""
+    return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
         "threads": torch.get_num_threads() if config.threads is None else config.threads,
     }
-    return StudyResult(config, corpus_info, results, environment)
 
 
 def _train_and_evaluate(
@@ -281,34 +448,24 @@ def _train_and_evaluate(
         position=spec,
         max_len=config.train_len,
         causal=True,
-    ).to(device)
-    generator = torch.Generator().manual_seed(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-    span = config.train_len + 1
-    offsets = torch.arange(span)
-
+    )
+    scale_embeddings(model)
+    model.to(device)
     bar = _progress_bar(config.steps, label, progress)
     start = time.perf_counter()
-    model.train()
-    loss_value = float("nan")
-    for step in range(config.steps):
-        starts = torch.randint(0, train_ids.numel() - span + 1, (config.batch_size,), generator=generator)
-        windows = train_ids[starts[:, None] + offsets].to(device)
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, config)
-        logits = model(windows[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), windows[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        loss_value = loss.item()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    loss_value = train_steps(
+        model,
+        train_ids,
+        steps=config.steps,
+        seq_len=config.train_len,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        seed=config.seed,
+        device=device,
+        bar=bar,
+    )
     train_seconds = time.perf_counter() - start
 
-    model.eval()
     start = time.perf_counter()
     lengths = []
     with torch.inference_mode():
@@ -332,7 +489,10 @@ def _train_and_evaluate(
 
 def _kind_of(spec: Any) -> str:
     if isinstance(spec, str):
-        return lookup(parse_spec(spec)[0]).kind
+        try:
+            return lookup(parse_spec(spec)[0]).kind
+        except ValueError:  # a per-layer pattern such as "rope*3 + none"
+            return "per-layer"
     if isinstance(spec, dict):
         return lookup(spec["name"]).kind
     return getattr(spec, "kind", "unknown")
