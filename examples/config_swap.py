@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import posenc
 from posenc.nn import TransformerLM
-from posenc.registry import lookup
+from posenc.registry import describe, lookup
 
 TEXT = (
     "Position enters attention in one of three places: added to the token embeddings, "
@@ -26,14 +26,16 @@ TEXT = (
     "chooses which one a model uses, and nothing else in the model code changes. "
 ) * 8
 
-SEQ_LEN = 16  # also a 4 x 4 grid for the 2D sinusoidal encoding
+SEQ_LEN = 16  # also a 4 x 4 grid for the 2D encodings
 
 
 def spec_for(name: str) -> str:
-    """The config string for a registered name; a 2D encoding reads the sequence as a grid."""
-    if name == "sinusoidal2d":
+    """The config string for a registered name; a 2D encoding (one with a ``grid_size`` option:
+    sinusoidal2d, learned2d, rope_axial) reads the sequence as a square grid."""
+    options = {o["name"] for o in describe(lookup(name))["options"]}
+    if "grid_size" in options:
         side = int(SEQ_LEN**0.5)
-        return f"sinusoidal2d(grid_size=({side}, {side}))"
+        return f"{name}(grid_size=({side}, {side}))"
     return name
 
 

@@ -8,7 +8,10 @@ the library computes:
   and the dot-product similarity of one position with every other;
 * rotary encodings (RoPE): ``cos(position · θ_i)`` per channel, read off the rotation of
   basis vectors, and the long-distance decay of ``q · k`` (Su et al., RoFormer, §3.4.3);
-* bias encodings (ALiBi, T5): the bias matrix of every head, and the bias against distance;
+* axial rotary encodings (2D RoPE): cos per channel over the patches, and the 2D similarity
+  of the centre patch with every patch;
+* bias encodings (ALiBi, T5, KERPLE, FIRE, Shaw's key term): the bias matrix of every head,
+  and the bias against distance (a bias that reads the queries is shown for all-ones queries);
 * NoPE: the causal mask, the only thing that orders tokens.
 
 matplotlib is imported only when a plot is drawn, through :class:`matplotlib.figure.Figure`
@@ -32,9 +35,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
     # For the annotations only: the study never imports this module, and this module does
     # not import the study, so each can be used without the other.
-    from .study import StudyResult
+    from .study import ExtendResult, StudyResult
 
-__all__ = ["encoding_figure", "extrapolation_figure", "plot_encoding", "plot_extrapolation"]
+__all__ = [
+    "encoding_figure",
+    "extend_figure",
+    "extrapolation_figure",
+    "plot_encoding",
+    "plot_extend",
+    "plot_extrapolation",
+]
 
 #: The figure resolution: keeps every PNG well under 300 KB while staying sharp on screen.
 DPI = 110
@@ -142,6 +152,73 @@ def plot_extrapolation(result: StudyResult, path: str | Path) -> Path:
     return _save(extrapolation_figure(result), path)
 
 
+def extend_figure(result: ExtendResult) -> Figure:
+    """Perplexity against evaluation length per context-extension method (:func:`~posenc.study.run_extend`).
+
+    One colour per method; zero-shot dashed with open markers, fine-tuned solid with filled
+    markers; baselines (ALiBi, NoPE) in grey tones; the training length marked.
+
+    Args:
+        result: an :class:`~posenc.study.ExtendResult`.
+
+    Returns:
+        A matplotlib :class:`~matplotlib.figure.Figure`.
+    """
+    from .study.extend_results import DISPLAY_NAMES
+
+    fig = _new_figure(9.5, 4.8)
+    ax = fig.add_subplot()
+    config = result.config
+    lens = list(config.eval_lens)
+    methods = list(dict.fromkeys(r.method for r in result.rows))
+    colors = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    for method in methods:
+        for steps in sorted({r.finetune_steps for r in result.rows if r.method == method}):
+            points = sorted(
+                (r.eval_len, r.perplexity)
+                for r in result.rows
+                if (r.method, r.finetune_steps) == (method, steps)
+            )
+            name = DISPLAY_NAMES.get(method, method)
+            ax.plot(
+                *zip(*points, strict=True),
+                color=colors[method],
+                linestyle="-" if steps else "--",
+                marker="o",
+                markerfacecolor=colors[method] if steps else "white",
+                label=f"{name}, {steps} fine-tuning steps" if steps else f"{name}, zero-shot",
+            )
+    ax.axvline(config.train_len, color="0.4", linestyle=":", linewidth=1)
+    ax.annotate(
+        f"training length {config.train_len}",
+        xy=(config.train_len, 1.0),
+        xycoords=("data", "axes fraction"),
+        xytext=(4, -14),
+        textcoords="offset points",
+        color="0.3",
+        fontsize=9,
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lens, [str(n) for n in lens])
+    ax.minorticks_off()
+    ax.set_xlabel("evaluation length (characters)")
+    ax.set_ylabel("validation perplexity per character")
+    tuned = f", then {config.finetune_steps} steps at {lens[-1]}" if config.finetune_steps else ""
+    ax.set_title(
+        f"Context extension of RoPE: {config.steps} steps at length {config.train_len}{tuned}; "
+        f"factor {config.scale_factor:g}; ~{config.eval_chars:,} eval characters per length",
+        fontsize=9,
+    )
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
+
+
+def plot_extend(result: ExtendResult, path: str | Path) -> Path:
+    """Draw :func:`extend_figure` and save it as a PNG at ``path`` (parents made)."""
+    return _save(extend_figure(result), path)
+
+
 # --- one encoding --------------------------------------------------------------------------------
 
 
@@ -168,17 +245,53 @@ def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_hea
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
     head_dim = d_model // num_heads
-    pe = build(spec, d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=length, causal=True)
+    dims: dict[str, Any] = {"d_model": d_model, "num_heads": num_heads, "head_dim": head_dim, "causal": True}
+    if isinstance(spec, str) and _takes_grid(spec):
+        from .registry import parse_spec
+
+        name, options = parse_spec(spec)
+        if "grid_size" not in options:
+            # a 2D encoding: the largest square grid of at most `length` patches, read row by row
+            side = max(1, math.isqrt(length))
+            length = side * side
+            label = spec
+            spec = {"name": name, **options, "grid_size": (side, side)}
+            pe = build(spec, **dims, max_len=length)
+            return _figure_of(pe, label, length, d_model, num_heads, head_dim)
+    pe = build(spec, **dims, max_len=length)
     name = spec if isinstance(spec, str) else (pe.registry_name or type(pe).__name__)
+    return _figure_of(pe, name, length, d_model, num_heads, head_dim)
+
+
+def _figure_of(
+    pe: PositionalEncoding, name: str, length: int, d_model: int, num_heads: int, head_dim: int
+) -> Figure:
     pe.eval()
     with torch.no_grad():
         if pe.kind == "additive":
             return _additive_figure(pe, name, length, d_model)
+        if pe.kind == "rotary" and hasattr(pe, "grid_positions"):
+            return _axial_figure(pe, name, head_dim)
         if pe.kind == "rotary":
             return _rotary_figure(pe, name, length, head_dim)
         if pe.kind == "bias":
             return _bias_figure(pe, name, num_heads, head_dim)
         return _none_figure(name)
+
+
+def _takes_grid(spec: Any) -> bool:
+    """Whether ``spec`` names a registered encoding with a ``grid_size`` option (a 2D image encoding)."""
+    from .registry import describe, lookup, parse_spec
+
+    try:
+        name = (
+            parse_spec(spec)[0] if isinstance(spec, str) else spec["name"] if isinstance(spec, dict) else None
+        )
+        if name is None:
+            return False
+        return any(o["name"] == "grid_size" for o in describe(lookup(name))["options"])
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 def plot_encoding(spec: Any, path: str | Path, **sizes: Any) -> Path:
@@ -288,17 +401,57 @@ def _rotary_figure(pe: PositionalEncoding, name: str, length: int, head_dim: int
     return fig
 
 
+def _axial_figure(pe: Any, name: str, head_dim: int) -> Figure:
+    """Axial RoPE on its grid: cos per channel over the patches, and the 2D similarity of the
+    centre patch with every patch (``q = k =`` all-ones, the 2D analogue of RoFormer's decay)."""
+    grid = tuple(pe.grid_size) if pe.grid_size is not None else (16,) * pe.num_axes
+    coords = pe.grid_positions(grid, num_prefix_tokens=0)  # (n, a), row-major
+    n = coords.shape[0]
+    basis = torch.eye(head_dim).reshape(head_dim, 1, 1, head_dim).expand(head_dim, 1, n, head_dim)
+    rotated, _ = pe.encode_qk(basis.contiguous(), basis.contiguous(), q_positions=coords, k_positions=coords)
+    cos_table = rotated[torch.arange(head_dim), 0, :, torch.arange(head_dim)].T.float()  # (n, dh)
+    ones = torch.ones(1, 1, n, head_dim)
+    q, k = pe.encode_qk(ones, ones, q_positions=coords, k_positions=coords)
+    centre = [s // 2 for s in grid]
+    flat = 0
+    for size, c in zip(grid, centre, strict=True):
+        flat = flat * size + c
+    similarity = ((q[0, 0] @ k[0, 0, flat]).float() / head_dim).reshape(grid)
+    while similarity.dim() > 2:  # video: the centre frame
+        similarity = similarity[similarity.shape[0] // 2]
+
+    fig = _new_figure(12, 4.6)
+    axes = fig.subplots(1, 2)
+    image = axes[0].imshow(
+        cos_table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest"
+    )
+    axes[0].set_xlabel("channel of the head")
+    axes[0].set_ylabel("patch (row-major)")
+    axes[0].set_title(f"{name}: cos(coordinate · θ) per channel, grid {grid}", fontsize=10)
+    fig.colorbar(image, ax=axes[0], shrink=0.8)
+    image = axes[1].imshow(similarity.numpy(), cmap="viridis", interpolation="nearest")
+    axes[1].plot([centre[-1]], [centre[-2] if len(grid) > 1 else 0], marker="x", color="red")
+    axes[1].set_xlabel("patch column")
+    axes[1].set_ylabel("patch row")
+    axes[1].set_title(
+        f"q·k / head_dim of patch {tuple(centre)} with every patch (q = k = all-ones)", fontsize=10
+    )
+    fig.colorbar(image, ax=axes[1], shrink=0.8)
+    return fig
+
+
 def _bias_rows(pe: PositionalEncoding, num_heads: int, head_dim: int, size: int) -> torch.Tensor:
     """``(h, size, size)`` bias, one query row at a time with its own position.
 
     Row by row because encodings may return a per-row-shifted form that is exact only under
     softmax (causal ALiBi's key-only bias); a one-query call puts that row's reference at
-    its own position, so the picture shows the textbook matrix.
+    its own position, so the picture shows the textbook matrix. Queries are all-ones: a bias
+    that reads the queries (Shaw's ``q · a_K(j - i)``) then shows its dependence on distance.
     """
     k = torch.zeros(1, num_heads, size, head_dim)
     rows = []
     for i in range(size):
-        q = torch.zeros(1, num_heads, 1, head_dim)
+        q = torch.ones(1, num_heads, 1, head_dim)
         bias = pe.attention_bias(q, k, q_positions=torch.tensor([i]), k_positions=torch.arange(size))
         if bias is None:
             bias = torch.zeros(1, 1, 1, size)
@@ -315,11 +468,14 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
         matrix = matrix.masked_fill(future, float("nan"))  # masked: drawn blank
     learned = any(True for _ in pe.parameters())
     note = " (initial values: learned in training)" if learned else ""
+    content = _reads_queries(pe, num_heads, head_dim)
+    if content:
+        note += ", query = all-ones"
 
     # Bias against distance: one query at position `far`, keys 0..far, so distance = far - j.
     far = 256
     k = torch.zeros(1, num_heads, far + 1, head_dim)
-    q = torch.zeros(1, num_heads, 1, head_dim)
+    q = torch.ones(1, num_heads, 1, head_dim)
     row = pe.attention_bias(q, k, q_positions=torch.tensor([far]), k_positions=torch.arange(far + 1))
     if row is None:
         row = torch.zeros(1, 1, 1, far + 1)
@@ -351,7 +507,8 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     )
 
     ax = subfigs[1].subplots()
-    for h in range(num_heads):
+    # a content term of random initial tables is noise against distance: a few heads stay readable
+    for h in range(min(num_heads, 3) if content else num_heads):
         ax.plot(range(far + 1), row[h].numpy(), label=f"head {h}", linewidth=1)
     ax.set_xlabel("query − key distance")
     ax.set_ylabel("bias(distance) − bias(0)")
@@ -359,6 +516,14 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return fig
+
+
+def _reads_queries(pe: PositionalEncoding, num_heads: int, head_dim: int) -> bool:
+    """Whether the bias depends on the queries' values (a content term), not only on positions."""
+    k = torch.zeros(1, num_heads, 4, head_dim)
+    zero = pe.attention_bias(torch.zeros(1, num_heads, 4, head_dim), k)
+    one = pe.attention_bias(torch.ones(1, num_heads, 4, head_dim), k)
+    return zero is not None and one is not None and not torch.equal(zero, one)
 
 
 def _none_figure(name: str) -> Figure:

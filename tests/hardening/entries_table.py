@@ -74,6 +74,19 @@ class Entry:
         variant: the row runs another row's code with other constants (a scaling's
             frequencies, a layout of the same table, T5's other bucket direction); the costly
             generic tests (``main_entry``: compile, export, threads) run it under ``-m slow`` only.
+        axes: positions with axes (``(t, a)`` / ``(b, t, a)``: axial RoPE, M-RoPE); the tests make
+            them from their 1D positions with :meth:`positions`. 0 for 1D positions.
+        grid_len: the only token count at which the encoding has default positions (an axial
+            RoPE's ``grid_size``); at other lengths :meth:`qk_positions` makes them explicit.
+        content: the bias reads the queries' values (Shaw's relative keys ``q . a_K(j - i)``), so
+            its drop-in ``forward(scores, q, ...)`` takes the queries too.
+        causal_only: exact only under causal attention (xPos: its factor grows for later keys).
+        norm_preserving: a rotary encoding whose hooks keep each pair's norm (times
+            ``attention_scaling``); ``False`` for xPos's decay and Llama 4's query temperature.
+        key_positions: the scores depend on the keys' positions (``False`` for the query temperature,
+            which scales queries by their absolute position and leaves keys alone).
+        position_limit: positions the property tests draw stay below this (xPos: keys grow as
+            ``zeta ** (-n / scale_base)`` and leave float16's range past ~8 scale bases).
     """
 
     id: str
@@ -84,6 +97,13 @@ class Entry:
     max_position: int | None = None
     relative: bool = True
     variant: bool = False
+    axes: int = 0
+    grid_len: int | None = None
+    content: bool = False
+    causal_only: bool = False
+    norm_preserving: bool = True
+    key_positions: bool = True
+    position_limit: int | None = None
 
     @property
     def sizes(self) -> dict[str, Any]:
@@ -118,6 +138,43 @@ class Entry:
     @property
     def has_params(self) -> bool:
         return any(True for _ in self.build().parameters())
+
+    @property
+    def has_value_term(self) -> bool:
+        """Whether the encoding adds a term to the attention output (Shaw's relative values)."""
+        q_pos, k_pos = self.qk_positions(1, 1, None, None)
+        return self.build().prepare(1, q_positions=q_pos, k_positions=k_pos).has_value_term
+
+    def positions(self, positions: torch.Tensor | None) -> torch.Tensor | None:
+        """The encoding's positions for 1D ``(t,)``/``(b, t)`` ones: unchanged, or on :attr:`axes` axes.
+
+        Axis ``j`` gets ``(j + 1) * p``: a linear map, so that a common shift of the 1D positions is a
+        common shift of every coordinate and the relative and composition properties keep their
+        meaning; the coordinates differ per axis, so each axis' channels are exercised.
+        """
+        if positions is None or not self.axes:
+            return positions
+        return torch.stack([positions * (j + 1) for j in range(self.axes)], dim=-1)
+
+    def qk_positions(
+        self, q_len: int, k_len: int, q_positions: torch.Tensor | None, k_positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """1D query/key positions (``None``: the defaults) as the encoding reads them.
+
+        Mapped by :meth:`positions`. For an entry with :attr:`grid_len` (default positions only for
+        its grid), defaults at another length are made explicit as the library makes them (keys at
+        ``0..tk-1``, queries the last ``tq`` of them), so that every test can use any length.
+        """
+        defaults_exist = self.grid_len is None or q_len == k_len == self.grid_len
+        if not defaults_exist and (q_positions is None or k_positions is None):
+            if k_positions is None:
+                if q_positions is not None and q_len == k_len:
+                    k_positions = q_positions
+                else:
+                    k_positions = torch.arange(k_len)
+            if q_positions is None:
+                q_positions = k_positions[..., k_len - q_len :] if q_len <= k_len else torch.arange(q_len)
+        return self.positions(q_positions), self.positions(k_positions)
 
 
 _LONGROPE = {
@@ -190,6 +247,70 @@ ENTRIES: tuple[Entry, ...] = (
         hooks=frozenset({"bias"}),
     ),
     Entry("nope", "none"),
+    # --- relative positions with content, and learned functions of distance
+    Entry("shaw", "shaw(max_distance=4)", hooks=frozenset({"bias"}), content=True),
+    Entry(
+        "shaw-values-per-head-asymmetric",
+        "shaw(max_distance=3, max_distance_right=1, per_head=True, values=True)",
+        dims={"causal": False},
+        hooks=frozenset({"bias"}),
+        content=True,
+    ),
+    # xPos's key scale zeta ** (-n / 512) reaches float16's range near n = 4000 (|k| ~ 4)
+    Entry(
+        "xpos",
+        "xpos",
+        hooks=frozenset({"qk"}),
+        causal_only=True,
+        norm_preserving=False,
+        position_limit=2048,
+    ),
+    Entry("kerple-log", "kerple", hooks=frozenset({"bias"})),
+    Entry(
+        "kerple-power-bidirectional",
+        "kerple(kind='power')",
+        dims={"causal": False},
+        hooks=frozenset({"bias"}),
+        variant=True,
+    ),
+    # FIRE normalises the distance by the query position (max(i, L)): not shift-invariant
+    Entry("fire", "fire(init_threshold=64.0, mlp_width=8)", hooks=frozenset({"bias"}), relative=False),
+    Entry(
+        "fire-bidirectional",
+        "fire(mlp_width=16, init_c=1.0)",
+        dims={"causal": False},
+        hooks=frozenset({"bias"}),
+        relative=False,
+        variant=True,
+    ),
+    # Llama 4's NoPE layers: queries scaled by their absolute position, keys untouched
+    Entry(
+        "query-temperature",
+        "llama4_nope",
+        hooks=frozenset({"qk"}),
+        relative=False,
+        norm_preserving=False,
+        key_positions=False,
+    ),
+    # --- positions with axes
+    Entry("mrope", "mrope", hooks=frozenset({"qk"}), axes=3),
+    Entry(
+        "mrope-interleaved-yarn",
+        "mrope(interleaved=True, scaling={'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 64})",
+        hooks=frozenset({"qk"}),
+        axes=3,
+        variant=True,
+    ),
+    Entry("rope-axial", "rope_axial(grid_size=(3, 4))", hooks=frozenset({"qk"}), axes=2, grid_len=12),
+    Entry(
+        "rope2d-alternate-interleaved-prefix",
+        "rope2d(grid_size=(2, 3), num_prefix_tokens=1, axis_layout='alternate', layout='interleaved')",
+        hooks=frozenset({"qk"}),
+        axes=2,
+        grid_len=7,
+        variant=True,
+    ),
+    Entry("learned2d", "learned2d(grid_size=(3, 4))", hooks=frozenset({"input"}), fixed_len=12),
 )
 
 SUBSETS = {
@@ -253,10 +374,24 @@ def drop_in_call(
     """Call the module's natural ``forward`` on fitting random inputs; returns its output as a tuple."""
     if module.kind == "rotary":
         q, k = make_qk(entry, batch, length, length, dtype)
+        q_pos, k_pos = entry.qk_positions(length, length, None, None)
+        if q_pos is not None and k_pos is not None:
+            return module(q.to(device), k.to(device), q_pos.to(device), k_pos.to(device))
         return module(q.to(device), k.to(device))
     if module.kind == "bias":
         scores = torch.randn(batch, entry.num_heads, length, length, dtype=torch.float64).to(dtype)
-        return (module(scores.to(device)),)
+        scores = scores.to(device)
+        if not entry.content:
+            return (module(scores),)
+        q, k = (t.to(device) for t in make_qk(entry, batch, length, length, dtype))
+        if not entry.has_value_term:
+            return (module(scores, q),)
+        # The drop-in forward refuses a value term (it changes the attention output, which a call
+        # on the scores cannot reach): hand-written attention calls the two hooks instead.
+        bias = module.attention_bias(q, k)
+        scores = scores.to(bias.dtype) + bias
+        probs = scores.softmax(-1).to(dtype)
+        return scores.to(dtype), module.value_term(probs)
     return (module(make_input(entry, batch, length, dtype).to(device)),)
 
 

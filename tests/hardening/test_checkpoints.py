@@ -37,7 +37,8 @@ def _outputs(module: posenc.PositionalEncoding, entry: Entry, length: int) -> li
     torch.manual_seed(3)
     x = make_input(entry, 2, length, torch.float32)
     q, k = make_qk(entry, 2, length, length, torch.float32)
-    outs = [module.encode_input(x), *module.encode_qk(q, k)]
+    q_pos, k_pos = entry.qk_positions(length, length, None, None)  # explicit off an axial grid
+    outs = [module.encode_input(x), *module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)]
     bias = module.attention_bias(q, k)
     return outs + ([] if bias is None else [bias])
 

@@ -32,16 +32,22 @@ class Hooks(torch.nn.Module):
     """Every hook of an encoding in one ``forward``, for compile and export: once with default
     positions, once with explicit ones (one graph checks both paths)."""
 
-    def __init__(self, encoding: posenc.PositionalEncoding) -> None:
+    def __init__(self, encoding: posenc.PositionalEncoding, entry: Entry) -> None:
         super().__init__()
         self.encoding = encoding
+        self.entry = entry
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
         out: list[torch.Tensor] = []
         for p in (None, positions):
+            # positions on axes; defaults made explicit off an axial grid (see Entry.qk_positions)
+            qk_pos = p
+            if p is None and self.entry.grid_len is not None:  # (no length test: export's length is symbolic)
+                qk_pos = torch.arange(q.shape[-2])
+            qk_pos = self.entry.positions(qk_pos)
             out += [
                 self.encoding.encode_input(x, p),
-                *self.encoding.encode_qk(q, k, q_positions=p, k_positions=p),
+                *self.encoding.encode_qk(q, k, q_positions=qk_pos, k_positions=qk_pos),
             ]
             bias = self.encoding.attention_bias(q, k, q_positions=p, k_positions=p)
             out += [] if bias is None else [bias]
@@ -71,12 +77,12 @@ def _compare(got, want) -> None:
 
 def _compile_across_lengths(entry: Entry, lengths: tuple[int, ...], **compile_options) -> int:
     """Compile the hooks, check them against eager at each length; returns the number of graphs."""
-    module = Hooks(entry.build())
+    module = Hooks(entry.build(), entry)
     if entry.max_position is not None:
         lengths = tuple(t for t in lengths if t <= entry.max_position + 1)
     # Eager results first, from a twin: eager calls grow its caches (a grown table is a new
     # shape, so a legitimate recompile); the compiled module's caches must stay as built.
-    reference = Hooks(entry.build())
+    reference = Hooks(entry.build(), entry)
     reference.load_state_dict(module.state_dict())
     expected = [reference(*_inputs(entry, length)) for length in lengths]
     torch._dynamo.reset()
@@ -125,7 +131,7 @@ def test_compile_inductor_matches_eager(row: Entry) -> None:
 def test_export_hooks_with_a_dynamic_length(main_entry: Entry) -> None:
     """One exported program serves every length (no length baked in by a cache-size guard)."""
     entry = main_entry
-    module = Hooks(entry.build()).eval()
+    module = Hooks(entry.build(), entry).eval()
     args = _inputs(entry, 40)
     if entry.fixed_len is not None:
         dynamic = None

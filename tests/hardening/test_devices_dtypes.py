@@ -45,11 +45,12 @@ def _hook_outputs(module: posenc.PositionalEncoding, entry: Entry, dtype: torch.
     q, k = make_qk(entry, 2, length, length, dtype)
     positions = None
     if entry.fixed_len is None:
-        top = entry.max_position or 20_000
+        top = entry.max_position or entry.position_limit or 20_000
         positions = torch.linspace(0, top - 1, steps=length).long()
+    q_pos, k_pos = entry.qk_positions(length, length, positions, positions)  # on axes
     outs = [
         module.encode_input(x, positions),
-        *module.encode_qk(q, k, q_positions=positions, k_positions=positions),
+        *module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos),
     ]
     bias = module.attention_bias(q, k, q_positions=positions, k_positions=positions)
     return [t for t in (*outs, bias) if t is not None]
@@ -87,9 +88,10 @@ def test_meta_forward_with_explicit_positions(entry: Entry) -> None:
     positions = torch.arange(length, device="meta")
     x = make_input(entry, 2, length, torch.float32).to("meta")
     q, k = (t.to("meta") for t in make_qk(entry, 2, length, length, torch.float32))
+    qk_pos = entry.positions(positions)  # on axes
     outs = [
         module.encode_input(x, positions),
-        *module.encode_qk(q, k, q_positions=positions, k_positions=positions),
+        *module.encode_qk(q, k, q_positions=qk_pos, k_positions=qk_pos),
     ]
     bias = module.attention_bias(q, k, q_positions=positions, k_positions=positions)
     for out in (*outs, *(() if bias is None else (bias,))):

@@ -31,6 +31,7 @@ def test_encode_qk_gradcheck(qk_entry: Entry, form: str) -> None:
     k_pos = POSITION_FORMS[form](2, 7)
     if q_pos is not None and k_pos is not None and form == "shared":
         k_pos = torch.arange(7) * 7
+    q_pos, k_pos = qk_entry.qk_positions(5, 7, q_pos, k_pos)  # on axes; explicit off an axial grid
     assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), (q, k))
 
 
@@ -38,7 +39,8 @@ def test_rope_second_derivatives(qk_entry: Entry) -> None:
     """Double backward (Hessian-vector products, gradient penalties) through the rotation."""
     rope = qk_entry.build()
     q, k = _f64(*make_qk(qk_entry, 1, 4, 4, torch.float64, heads=2))
-    assert gradgradcheck(lambda q, k: rope.encode_qk(q, k), (q, k))
+    q_pos, k_pos = qk_entry.qk_positions(4, 4, None, None)
+    assert gradgradcheck(lambda q, k: rope.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), (q, k))
 
 
 @pytest.mark.parametrize("form", list(POSITION_FORMS))
@@ -83,6 +85,8 @@ def test_parameters_gradcheck(learned_entry: Entry) -> None:
     """Every learned parameter (the learned table, T5's bias table) gets the exact gradient."""
     module = learned_entry.build().double()
     positions = torch.tensor([[0, 3, 3, 9], [200, 1, 0, 255]])
+    if learned_entry.fixed_len is not None:  # patch indices of a 2D grid
+        positions = positions % learned_entry.fixed_len
     if "input" in learned_entry.hooks:
         hook, args, kwargs = (
             "encode_input",
@@ -94,13 +98,35 @@ def test_parameters_gradcheck(learned_entry: Entry) -> None:
         hook, args, kwargs = "attention_bias", (q, k), {"q_positions": positions, "k_positions": positions}
     call, leaves = _with_params(module, hook)
     assert leaves, "a learned entry must have parameters"
-    assert gradcheck(lambda *values: call(args, kwargs, values), leaves)
+    # fast_mode (random directions, not the full Jacobian) past 64 entries: FIRE's MLP and Shaw's
+    # tables have hundreds, and a full Jacobian takes a forward per entry
+    fast = sum(p.numel() for p in leaves) > 64
+    assert gradcheck(lambda *values: call(args, kwargs, values), leaves, fast_mode=fast)
+    if learned_entry.has_value_term:  # Shaw's relative values: the value table's gradient too
+        probs = torch.rand(2, learned_entry.num_heads, 4, 4, dtype=torch.float64).softmax(-1)
+        call, leaves = _with_params(module, "value_term")
+        kwargs = {"q_positions": positions, "k_positions": positions}
+        assert gradcheck(lambda *values: call((probs,), kwargs, values), leaves, fast_mode=fast)
 
 
 def test_bias_forward_gradcheck_in_scores(bias_entry: Entry) -> None:
     module = bias_entry.build().double()
     (scores,) = _f64(torch.randn(2, bias_entry.num_heads, 4, 6, dtype=torch.float64))
-    assert gradcheck(lambda s: module(s), (scores,))
+    if not bias_entry.content:
+        # (the bias does not depend on the scores: fast_mode for FIRE's costlier MLP bias)
+        assert gradcheck(lambda s: module(s), (scores,), fast_mode=bias_entry.spec.startswith("fire"))
+        return
+    (q,) = _f64(make_qk(bias_entry, 2, 4, 6, torch.float64)[0])
+    k = torch.zeros(2, 1, 6, bias_entry.head_dim, dtype=torch.float64)  # (its shape only is read)
+    if bias_entry.has_value_term:
+        # the drop-in forward refuses the value term: hand-written attention adds the two hooks
+        probs = torch.rand(2, bias_entry.num_heads, 4, 6, dtype=torch.float64).requires_grad_(True)
+        assert gradcheck(lambda s, q: s + module.attention_bias(q, k), (scores, q), fast_mode=True)
+        assert gradcheck(lambda p: module.value_term(p), (probs,), fast_mode=True)
+        return
+    # a content bias: differentiable in the scores and in the queries it reads (fast_mode: a
+    # full Jacobian over both is one forward per entry)
+    assert gradcheck(lambda s, q: module(s, q), (scores, q), fast_mode=True)
 
 
 ATTENTION_CASES = [

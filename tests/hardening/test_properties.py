@@ -8,6 +8,7 @@ expected values come from float64 computations or from the reference implementat
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -64,6 +65,8 @@ def _positions(data, entry: Entry, batch: int, length: int, name: str):
         high = entry.fixed_len
     elif entry.max_position is not None:  # the learned table
         high = entry.max_position + 1
+    elif entry.position_limit is not None:  # xPos: its scales leave the float range further out
+        high = entry.position_limit
     else:
         high = data.draw(st.sampled_from([64, 5000, 140_000]), label=f"{name} range")
     rows = 1 if form == "shared" else batch
@@ -132,6 +135,7 @@ def test_hooks_shapes_dtypes_and_float64_agreement(entry: Entry, data) -> None:
     k_pos = _positions(data, entry, batch, tk, "k_positions")
     if q_pos is None and k_pos is not None and tq > tk:
         q_pos = torch.arange(tq)  # queries cannot be the last tq of fewer keys
+    q_pos, k_pos = entry.qk_positions(tq, tk, q_pos, k_pos)
 
     q_out, k_out = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
     assert q_out.shape == q.shape and k_out.shape == k.shape
@@ -141,26 +145,56 @@ def test_hooks_shapes_dtypes_and_float64_agreement(entry: Entry, data) -> None:
         q64, k64 = module.encode_qk(q.double(), k.double(), q_positions=q_pos, k_positions=k_pos)
         for rotated, rotated64, original in ((q_out, q64, q), (k_out, k64, k)):
             # the rounding error of an output entry is relative to its pair's magnitude
-            scale = original.double().abs().amax(dim=-1, keepdim=True) * max(module.attention_scaling, 1.0)
+            scale = original.double().abs().amax(dim=-1, keepdim=True) * max(_attention_scaling(module), 1.0)
+            if not entry.norm_preserving:  # scaled pairs (xPos's decay, a query temperature)
+                scale = torch.maximum(scale, rotated64.abs().amax(dim=-1, keepdim=True))
             _close_to_float64(rotated, rotated64, scale, dtype, ulps=ROTATION_ULPS)
     else:
         assert q_out is q and k_out is k
 
     bias = module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
+    if entry.has_value_term:
+        _check_value_term(module, batch, heads, tq, tk, dtype, q_pos, k_pos)
     if "bias" not in entry.hooks:
         assert bias is None
         return
     assert bias.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
     assert torch.broadcast_shapes(bias.shape, (batch, heads, tq, tk)) == (batch, heads, tq, tk)
     assert torch.isfinite(bias).all()
+    zeros = torch.zeros(batch, heads, tq, tk, dtype=torch.float64)
+    if entry.content and entry.has_value_term:
+        # the drop-in forward refuses to drop the value term (documented); nothing to compare with
+        with pytest.raises(ValueError, match="value term"):
+            module(zeros, q, q_pos, k_pos)
+        return
     # Against the drop-in forward's full bias: equal, or (ALiBi's key-only form) equal up to a
     # constant in each query row, which softmax cancels.
-    full = module(torch.zeros(batch, heads, tq, tk, dtype=torch.float64), q_pos, k_pos)
+    full = module(zeros, q, q_pos, k_pos) if entry.content else module(zeros, q_pos, k_pos)
     difference = bias.double() - full
     spread = difference.amax(dim=-1) - difference.amin(dim=-1)
     assert spread.abs().max() <= 1e-6 * max(1.0, full.abs().max().item())
     if bias.shape[-2] != 1:
         torch.testing.assert_close(bias.double().expand_as(full), full, rtol=1e-6, atol=1e-6)
+
+
+def _attention_scaling(module) -> float:
+    """RoPE's attention factor (YaRN, LongRoPE), 1 for encodings without one."""
+    return getattr(module, "attention_scaling", 1.0)
+
+
+def _check_value_term(module, batch, heads, tq, tk, dtype, q_pos, k_pos) -> None:
+    """``value_term(probs)``: ``(b, h, tq, dh)`` in ``probs``' dtype, finite, and its float64 value
+    (from a float64 copy of the module) to rounding."""
+    probs = torch.rand(batch, heads, tq, tk, dtype=torch.float64).softmax(-1)
+    out = module.value_term(probs.to(dtype), q_positions=q_pos, k_positions=k_pos)
+    out64 = copy.deepcopy(module).double().value_term(probs, q_positions=q_pos, k_positions=k_pos)
+    assert out.shape == out64.shape == (batch, heads, tq, out64.shape[-1]) and out.dtype == dtype
+    assert torch.isfinite(out).all()
+    if out.numel():
+        # A convex combination of N(0, 1) table rows (entries below ~5): each weight rounded to
+        # dtype (half an ulp), the float32 sum, and the result rounded once: 8 ulps of 5 covers it.
+        bound = 8 * EPS[dtype] * 5 if dtype in (torch.float16, torch.bfloat16) else 1e-5
+        assert (out.double() - out64).abs().max().item() <= bound
 
 
 @PROFILE
@@ -176,12 +210,15 @@ def test_attention_matches_float64_reference(entry: Entry, data) -> None:
         kv_heads = heads
     tk = data.draw(st.integers(1, 96), label="tk")
     tq = data.draw(st.integers(1, tk), label="tq")
-    # A causal ALiBi encoding returns the key-only form, exact only under a causal mask.
-    causal = entry.sizes["causal"] if "bias" in entry.hooks else data.draw(st.booleans(), label="causal")
+    # A causal ALiBi encoding returns the key-only form, exact only under a causal mask; xPos is causal only.
+    fixed = "bias" in entry.hooks or entry.causal_only
+    causal = entry.sizes["causal"] if fixed else data.draw(st.booleans(), label="causal")
     q, k = make_qk(entry, batch, tq, tk, dtype, heads=heads, kv_heads=kv_heads)
     v = torch.randn(batch, kv_heads, tk, entry.head_dim, dtype=torch.float64).to(dtype)
     k_pos = _positions(data, entry, batch, tk, "k_positions")
     q_pos = None if k_pos is None else k_pos[..., tk - tq :]
+    # positions as the encoding reads them (on axes; explicit where it has no defaults)
+    q_pos, k_pos = entry.qk_positions(tq, tk, q_pos, k_pos)
     keep = None
     if data.draw(st.booleans(), label="padding"):
         keep = torch.rand(batch, tk) > 0.3
@@ -209,15 +246,26 @@ def test_attention_matches_float64_reference(entry: Entry, data) -> None:
     k64 = k64.repeat_interleave(heads // kv_heads, dim=1)
     v64 = v64.repeat_interleave(heads // kv_heads, dim=1)
     scores = q64 @ k64.transpose(-1, -2) / math.sqrt(entry.head_dim)
-    if "bias" in entry.hooks:
+    if "bias" in entry.hooks and entry.has_value_term:  # (its drop-in forward refuses the value term)
+        scores = scores + module.attention_bias(q64, k64, q_positions=q_pos, k_positions=k_pos)
+    elif entry.content:  # the full form, float64, from the encoded queries
+        scores = module(scores, q64, q_pos, k_pos)
+    elif "bias" in entry.hooks:
         scores = module(scores, q_pos, k_pos)  # the full form, float64
     allowed = torch.ones(batch, heads, tq, tk, dtype=torch.bool)
-    if causal:  # bottom-right aligned: query i is key position i + tk - tq
+    if causal and (k_pos is None or entry.axes):
+        # bottom-right aligned by index: query i is key i + tk - tq (default positions; and
+        # positions with axes, which have no order: causality follows the token order)
         allowed &= torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq)
+    elif causal:  # by position: key j is visible to query i iff k_pos[j] <= q_pos[i] (per batch row)
+        visible = k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1)  # (tq, tk) or (b, tq, tk)
+        allowed &= visible if visible.dim() == 2 else visible[:, None]
     if keep is not None:
         allowed &= keep
     weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num(0.0)
     ref = weights @ v64
+    if entry.has_value_term:  # Shaw's relative values: sum_j weights[i, j] a_V(j - i)
+        ref = ref + module.value_term(weights, q_positions=q_pos, k_positions=k_pos)
     torch.testing.assert_close(out.double(), ref, rtol=0, atol=ATTENTION_ATOL[dtype])
 
 
@@ -288,39 +336,49 @@ def test_scores_depend_only_on_relative_position(attention_entry: Entry, data) -
     blind to positions (an identity ``encode_qk``, a constant bias) fails this test.
     """
     entry = attention_entry
+    if not entry.key_positions:
+        pytest.skip("the encoding scales queries by their absolute position and ignores the keys'")
     module = entry.build()
     dtype = data.draw(st.sampled_from([torch.float32, torch.float64]), label="dtype")
     t = data.draw(st.integers(1, 64), label="t")
     gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1), label="seed"))
     q, k = make_qk(entry, 1, t, t, dtype, generator=gen)
     k = torch.cat([k, k], dim=-2)  # each key vector twice: at its query's position and d away
-    q_pos = torch.randint(1000, 100_000, (t,), generator=gen)
+    high = entry.position_limit or 100_000
+    q_pos = torch.randint(1000, high, (t,), generator=gen)
     d = data.draw(st.integers(1, 1000), label="|d|")
     # keys before their query: a causal bias gives every later key the same bucket
     d = -d if entry.sizes["causal"] else d * data.draw(st.sampled_from([1, -1]), label="sign")
     k_pos = torch.cat([q_pos, q_pos + d])
-    s = data.draw(st.integers(1, 100_000), label="shift")
+    s = data.draw(st.integers(1, high), label="shift")
 
-    scores = _scores(module, entry, q, k, q_pos, k_pos)
+    scores = _scores(module, entry, q, k, *entry.qk_positions(t, 2 * t, q_pos, k_pos))
     if "qk" in entry.hooks:  # a score is a product of two rotated vectors
         scale = q.double().norm(dim=-1, keepdim=True) * k.double().norm(dim=-1).unsqueeze(-2)
-        scale = scale * module.attention_scaling**2
+        scale = scale * _attention_scaling(module) ** 2
     else:
         scale = torch.full_like(scores, max(1.0, scores.abs().max().item()))
 
     if entry.relative:
-        shifted = _scores(module, entry, q, k, q_pos + s, k_pos + s)
+        shifted = _scores(module, entry, q, k, *entry.qk_positions(t, 2 * t, q_pos + s, k_pos + s))
         rtol = F64_IDENTITY_RTOL if dtype == torch.float64 else F32_IDENTITY_RTOL
         assert ((scores - shifted).abs() <= rtol * scale).all(), "scores moved with a common shift"
 
     # Not blind: query i against the same key vector at distance 0 (column i) and d (column t + i).
     i = torch.arange(t)
     at_0, at_d = scores[..., i, i], scores[..., i, t + i]
-    moved = (at_0 - at_d).abs() / scale[..., i, i]
+    if "qk" in entry.hooks:
+        moved = (at_0 - at_d).abs() / scale[..., i, i]
+    else:  # relative to these two biases, not the matrix's largest (KERPLE's power kernel grows as d**2)
+        moved = (at_0 - at_d).abs() / torch.maximum(at_0.abs(), at_d.abs()).clamp_min(1.0)
     assert moved.max() > NOT_BLIND_RTOL, f"scores at distance {d} equal those at distance 0"
     if "qk" in entry.hooks:
-        here, _ = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
-        there, _ = module.encode_qk(q, k, q_positions=q_pos + s, k_positions=k_pos + s)
+        here, _ = module.encode_qk(
+            q, k, q_positions=entry.positions(q_pos), k_positions=entry.positions(k_pos)
+        )
+        there, _ = module.encode_qk(
+            q, k, q_positions=entry.positions(q_pos + s), k_positions=entry.positions(k_pos + s)
+        )
         change = (here.double() - there.double()).norm(dim=-1) / q.double().norm(dim=-1)
         assert change.min() > NOT_BLIND_RTOL, f"a query rotated the same at positions p and p + {s}"
 
@@ -331,15 +389,16 @@ def test_rope_rotations_compose(qk_entry: Entry, data) -> None:
     """Rotating by p then by s equals rotating by p + s (the table at p + s is a fixed linear map,
     the rotation by s, of the table at p)."""
     rope = qk_entry.build()
-    if not qk_entry.relative or rope.attention_scaling != 1.0:
-        pytest.skip("length-dependent frequencies, or cos/sin scaled by an attention factor")
+    if not qk_entry.relative or not qk_entry.norm_preserving or rope.attention_scaling != 1.0:
+        pytest.skip("length-dependent frequencies, scaled pairs (xPos), or an attention factor")
     t = data.draw(st.integers(1, 64), label="t")
     gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1), label="seed"))
     x = torch.randn(2, 2, t, qk_entry.head_dim, generator=gen, dtype=torch.float64)
     p = torch.randint(0, 100_000, (2, t), generator=gen)
     s = torch.full((t,), data.draw(st.integers(0, 100_000), label="shift"))
-    once = rope.rotate(x, p + s)
-    twice = rope.rotate(rope.rotate(x, p), s)
+    pos = qk_entry.positions
+    once = rope.rotate(x, pos(p + s))
+    twice = rope.rotate(rope.rotate(x, pos(p)), pos(s))
     torch.testing.assert_close(once, twice, rtol=0, atol=F64_IDENTITY_RTOL * x.abs().max().item())
 
 

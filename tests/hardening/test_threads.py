@@ -31,8 +31,11 @@ def _run(module: posenc.PositionalEncoding, entry: Entry, length: int, seed: int
     outs = [module.encode_input(x)]
     if entry.max_position is None and entry.fixed_len is None:
         outs.append(module.encode_input(x, positions))
-    outs += module.encode_qk(q, k)
-    outs += module.encode_qk(q, k, q_positions=positions[-q.shape[-2] :], k_positions=positions)
+    tq, tk = q.shape[-2], k.shape[-2]
+    q_pos, k_pos = entry.qk_positions(tq, tk, None, None)  # on axes; explicit off an axial grid
+    outs += module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
+    q_pos, k_pos = entry.qk_positions(tq, tk, positions[-tq:], positions)
+    outs += module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
     bias = module.attention_bias(q, k)
     outs += [] if bias is None else [bias]
     return outs
