@@ -5,8 +5,10 @@ and by the tests' properties.
 """
 
 from .alibi import *  # noqa: F403
+from .axial import *  # noqa: F403
 from .relative import *  # noqa: F403
 from .rope_layout import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .rotary import *  # noqa: F403
+from .shaw import *  # noqa: F403
 from .sinusoidal import *  # noqa: F403
