@@ -443,3 +443,12 @@ def test_the_own_text_example_runs(text_file, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "cannot run" in proc.stdout and "512" in proc.stdout
     assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "extrapolation.png"}
+
+
+def test_a_per_layer_pattern_is_one_model_in_the_study(text_file):
+    """A pattern spec (``"rope + none"``: RoPE then a NoPE layer) trains as one model, next to a
+    plain spec, as ``--encodings "rope+none,alibi"`` does."""
+    result = run_study(text_file, ["rope + none", "alibi"], progress=False, **{**TINY, "num_layers": 2})
+    assert [e.label for e in result.encodings] == ["rope + none", "alibi"]
+    for enc in result.encodings:
+        assert all(r.error is None and math.isfinite(r.loss) for r in enc.lengths)

@@ -224,8 +224,8 @@ def scale_embeddings(model: Any) -> float | None:
     Returns:
         The scale applied, or ``None`` when the model is left alone.
     """
-    encoding = model.encoding
-    if encoding.kind != "additive" or any(True for _ in encoding.parameters()):
+    encoding = model.encoding  # None when the layers use different encodings (never additive then)
+    if encoding is None or encoding.kind != "additive" or any(True for _ in encoding.parameters()):
         return None
     d_model = model.d_model
     scale = math.sqrt(d_model)
