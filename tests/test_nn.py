@@ -632,3 +632,27 @@ def test_onnx_export_matches_onnxruntime(position, tmp_path):
     session = ort.InferenceSession(str(path))
     (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_per_layer_model_with_windows_compiles_and_exports():
+    """A per-layer model (RoPE layers with windows, a NoPE layer) compiles without a graph break
+    and exports with a dynamic length, both equal to eager at another length."""
+    torch.manual_seed(0)
+    model = TransformerLM(
+        vocab_size=VOCAB,
+        d_model=32,
+        num_layers=4,
+        num_heads=4,
+        position="rope*3 + none",
+        window=[8, None, 8, None],
+    ).eval()
+    short, long = ids(t=24, seed=1), ids(t=40, seed=2)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(short), model(short), **LOGITS_TOL)
+        torch.testing.assert_close(compiled(long), model(long), **LOGITS_TOL)
+        program = torch.export.export(
+            model, (short,), dynamic_shapes=({1: torch.export.Dim("t", min=2, max=512)},)
+        )
+        torch.testing.assert_close(program.module()(long), model(long), **LOGITS_TOL)
