@@ -1,5 +1,6 @@
 """posenc's benchmark suite: RoPE against the rotary code in use today, bias attention at long
-length, and a small model's forward per position encoding.
+length, a small model's forward per position encoding, the relative family (Shaw with values,
+FIRE) beside their naive ``(t, t, d)`` forms, and packed documents.
 
 The command that writes ``benchmarks/results/latest.md`` and ``latest.json`` (the full run;
 about 15 minutes on the project's 2-core CPU machine)::
@@ -11,13 +12,14 @@ ignores)::
 
     .venv/bin/python -m benchmarks --quick
 
-``--only rope,bias,model`` runs some sections (``--only model`` alone writes
+``--only rope,bias,model,relative,packed`` runs some sections (``--only model`` alone writes
 ``full-model.{md,json}``), ``--threads N`` overrides every section's thread count, ``--posenc
 DIR`` measures the posenc package found in ``DIR`` (another commit), ``--out DIR`` and
 ``--name STEM`` choose the files; ``python -m benchmarks.compare OLD.json NEW.json`` compares
 two runs. See :mod:`benchmarks.common` for the timing and memory method,
 :mod:`benchmarks.baseline` for the check of the clone baseline, :mod:`benchmarks.rope`,
-:mod:`benchmarks.bias` and :mod:`benchmarks.model` for what is compared.
+:mod:`benchmarks.bias`, :mod:`benchmarks.model`, :mod:`benchmarks.relative` and
+:mod:`benchmarks.packed` for what is compared.
 
 Every section sets its own torch thread count (one by default: on a shared 2-core machine
 several threads measure the scheduler as much as the code) and the report records it, with
@@ -53,6 +55,8 @@ from .common import (
     write_json,
 )
 from .model import ModelConfig, model_tables, run_model
+from .packed import PackedConfig, packed_tables, run_packed
+from .relative import RelativeConfig, relative_tables, run_relative
 from .rope import TARGET_SHAPES, RopeConfig, rope_tables, run_rope
 
 #: Set by ``--posenc DIR`` (and inherited by the memory subprocesses): import posenc from
@@ -66,6 +70,8 @@ __all__ = [
     "SECTIONS",
     "BiasConfig",
     "ModelConfig",
+    "PackedConfig",
+    "RelativeConfig",
     "RopeConfig",
     "SuiteConfig",
     "evaluate_targets",
@@ -77,7 +83,7 @@ __all__ = [
 Preset = Literal["full", "quick"]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: The sections of a run, in the order they run.
-SECTIONS = ("rope", "bias", "model")
+SECTIONS = ("rope", "bias", "model", "relative", "packed")
 #: Version of the JSON layout (2: per-section threads and times, clone scaling, model section).
 REPORT_FORMAT = 2
 
@@ -90,6 +96,8 @@ class SuiteConfig:
     rope: RopeConfig | None
     bias: BiasConfig | None
     model: ModelConfig | None = None
+    relative: RelativeConfig | None = None
+    packed: PackedConfig | None = None
 
 
 def preset(name: Preset) -> SuiteConfig:
@@ -114,6 +122,11 @@ def preset(name: Preset) -> SuiteConfig:
             budget_s=15.0,
         )
         model = ModelConfig(reps=10, budget_s=120.0)
+        # issue 15: Shaw with values and FIRE at 4096 and 16384 beside SDPA and the naive forms
+        # (the naive ones need 4 GiB and more at 4096, 64 GiB at 16384: reported, not run)
+        relative = RelativeConfig(lengths=[4096, 16384], memory_lengths=[4096, 16384], reps=3, budget_s=60.0)
+        # issue 16: 8 documents in 16384 tokens
+        packed = PackedConfig(lengths=[16384], memory_lengths=[16384], reps=3, budget_s=60.0)
     elif name == "quick":
         rope = RopeConfig(
             shapes=list(TARGET_SHAPES),
@@ -125,9 +138,12 @@ def preset(name: Preset) -> SuiteConfig:
         )
         bias = BiasConfig(lengths=[1024, 2048], memory_lengths=[2048], reps=5, budget_s=4.0)
         model = ModelConfig(reps=3, warmup=0, budget_s=15.0)
+        # each well under a minute: every path, one short length, memory included
+        relative = RelativeConfig(lengths=[1024], memory_lengths=[1024], reps=3, budget_s=3.0)
+        packed = PackedConfig(lengths=[2048], memory_lengths=[2048], reps=3, budget_s=3.0)
     else:
         raise ValueError(f"preset must be 'full' or 'quick', got {name!r}")
-    return SuiteConfig(name, rope, bias, model)
+    return SuiteConfig(name, rope, bias, model, relative, packed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -291,6 +307,31 @@ def _bias_targets(bias: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
+#: The memory targets of issues 15 and 16, per section: (path, length), each <= 1/10 of one
+#: (h, t, t) float32 tensor (a dense mask's size) above the inputs.
+MEMORY_TARGETS = {
+    "relative": [("posenc shaw+values", 16384), ("posenc fire", 16384)],
+    "packed": [
+        (name, 16384) for name in ("posenc alibi packed", "posenc t5 packed", "posenc shaw+values packed")
+    ],
+}
+
+
+def _memory_targets(section: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    memory = {(m["path"], m["length"]): m for m in data.get("memory", [])}
+    targets = []
+    for path, length in MEMORY_TARGETS[section]:
+        text = f"Peak memory above inputs at t={length} ({path}): <= 1/10 of one (h,t,t) float32 tensor"
+        entry = memory.get((path, length))
+        if entry and entry.get("fraction_of_hhtt") is not None:
+            frac = entry["fraction_of_hhtt"]
+            measured = f"{format_bytes(entry['peak_above_inputs_bytes'])} = {frac:.3f} of {format_bytes(entry['hhtt_float32_bytes'])}"
+            targets.append(_target(text, measured, frac <= 0.1))
+        else:
+            targets.append(_target(text, (entry or {}).get("error", "not measured"), None))
+    return targets
+
+
 def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets next to what this run measured: ``met`` is True, False or None (not measured).
 
@@ -305,6 +346,9 @@ def evaluate_targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         targets += _rope_targets(report["rope"])
     if report.get("bias"):
         targets += _bias_targets(report["bias"])
+    for section in MEMORY_TARGETS:
+        if report.get(section):
+            targets += _memory_targets(section, report[section])
     return targets
 
 
@@ -368,6 +412,8 @@ def run_suite(
         "rope": run_rope,
         "bias": run_bias,
         "model": run_model,
+        "relative": run_relative,
+        "packed": run_packed,
     }
     for name in SECTIONS:
         section_config = getattr(config, name)
@@ -549,4 +595,12 @@ def render(report: dict[str, Any], *, markdown: bool) -> str:
         threads = sections.get("model", {}).get("threads", model.get("threads"))
         lines += ["", f"{heading}Model (torch {report['machine']['torch']}, {threads_text(threads)})"]
         lines += [model_tables(model, markdown=markdown)]
+    for name, title, tables in (
+        ("relative", "Relative family", relative_tables),
+        ("packed", "Packed documents", packed_tables),
+    ):
+        if report.get(name):
+            threads = sections.get(name, {}).get("threads", report[name].get("threads"))
+            lines += ["", f"{heading}{title} (torch {report['machine']['torch']}, {threads_text(threads)})"]
+            lines += [tables(report[name], markdown=markdown)]
     return "\n".join(lines)

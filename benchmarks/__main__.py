@@ -10,8 +10,10 @@ Other runs write beside them under another name (git ignores them)::
     .venv/bin/python -m benchmarks --quick                # quick.{md,json}: about 5 minutes
     .venv/bin/python -m benchmarks --only model           # full-model.{md,json}: the model forward alone
     .venv/bin/python -m benchmarks --quick --only rope    # quick-rope.{md,json}
+    .venv/bin/python -m benchmarks --only relative        # full-relative: Shaw and FIRE at 4096 and 16384
+    .venv/bin/python -m benchmarks --quick --only relative,packed   # under a minute
 
-Options: ``--only rope,bias,model`` (sections, comma-separated), ``--threads N`` (every
+Options: ``--only rope,bias,model,relative,packed`` (sections, comma-separated), ``--threads N`` (every
 section; default one thread each), ``--no-compile``, ``--no-memory``, ``--out DIR``, ``--name
 STEM``, and ``--posenc DIR`` to measure the posenc package in ``DIR`` instead of the installed
 one. Comparing the model forward of two commits::
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks",
         description="posenc benchmarks: RoPE against transformers, rotary-embedding-torch and the complex "
         "multiply, with a clone baseline checked to scale with bytes; causal ALiBi/T5 attention time and "
-        "peak memory; a 4-layer TransformerLM forward per position encoding. Prints tables and writes "
+        "peak memory; a 4-layer TransformerLM forward per position encoding; Shaw (with values) and FIRE beside their naive (t, t, d) forms; packed documents. Prints tables and writes "
         "STEM.json and STEM.md (latest.* for the full run of every section).",
     )
     parser.add_argument(
@@ -114,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 setattr(config, section, None)
     if args.no_compile and config.rope is not None:
         config.rope.modes = [m for m in config.rope.modes if m != "compile"]
-    if args.no_memory and config.bias is not None:
-        config.bias.memory_lengths = []
+    if args.no_memory:
+        for section in (config.bias, config.relative, config.packed):
+            if section is not None:
+                section.memory_lengths = []
     stem = args.name or default_stem(preset_name, args.only)
     command = shlex.join(["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)])
     report = run_suite(

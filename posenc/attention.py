@@ -484,7 +484,8 @@ def attention(
         use_chunks = backend == "chunked"
     else:
         # A dense mask: the bias, or a padding, document or window mask joined with the causal one.
-        dense_bytes = b * (h if form != "none" else 1) * tq * tk * elem
+        scratch = 0 if state is None else state.bias_scratch
+        dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * elem
         use_chunks = (
             backend == "chunked"
             or (dense_bytes > BIAS_BUDGET_BYTES and (vis.causal or form != "none" or vis.structural))
@@ -493,7 +494,8 @@ def attention(
     if not use_chunks:
         return _single(q, k, v, state, vis, dropout_p, scale, mask_dtype)
     if chunk_size is None:
-        chunk_size = max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * elem))
+        scratch = 0 if state is None else state.bias_scratch
+        chunk_size = max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * elem))
         if half_cast:
             chunk_size = min(chunk_size, HALF_CAST_CHUNK)
     return _chunked(q, k, v, state, vis, dropout_p, scale, chunk_size)

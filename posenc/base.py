@@ -286,6 +286,9 @@ class PositionState:
     #: Whether this state is exact only in causal attention (ALiBi's key-only bias, xPos):
     #: :func:`posenc.attention` refuses it with ``causal=False`` instead of a silently wrong result.
     causal_only: bool = False
+    #: Float temporaries per (query, key) pair that computing the bias needs beyond the bias
+    #: itself (FIRE's MLP hidden layer): :func:`posenc.attention` counts them in its memory budget.
+    bias_scratch: int = 0
 
     def __init__(
         self,

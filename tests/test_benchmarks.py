@@ -26,10 +26,12 @@ import benchmarks
 from benchmarks import baseline as baseline_bench
 from benchmarks import bias as bias_bench
 from benchmarks import model as model_bench
+from benchmarks import packed as packed_bench
+from benchmarks import relative as relative_bench
 from benchmarks import rope as rope_bench
 from benchmarks.__main__ import default_stem
 from benchmarks.__main__ import main as cli_main
-from benchmarks.common import format_table, machine_info, time_interleaved
+from benchmarks.common import format_bytes, format_table, machine_info, ratio, time_interleaved
 from benchmarks.compare import compare
 
 MIB = 2**20
@@ -551,7 +553,8 @@ def test_presets_time_the_target_shapes_single_threaded():
 
 def test_output_names():
     assert default_stem("full", None) == "latest"
-    assert default_stem("full", ["model", "bias", "rope"]) == "latest"
+    assert default_stem("full", ["packed", "model", "bias", "relative", "rope"]) == "latest"
+    assert default_stem("full", ["relative"]) == "full-relative"
     assert default_stem("quick", None) == "quick"
     assert default_stem("full", ["model"]) == "full-model"
     assert default_stem("quick", ["bias", "rope"]) == "quick-rope+bias"
@@ -578,3 +581,122 @@ def test_unknown_names_are_rejected():
         bias_bench.run_bias(benchmarks.BiasConfig(lengths=[4], paths=["nope"]))
     with pytest.raises(ValueError, match="preset must be 'full' or 'quick'"):
         benchmarks.preset("medium")
+
+
+# ---------------------------------------------------------------------------------------
+# The relative and packed sections (issues 15 and 16), tiny sizes, real clock, no speed asserted
+
+TINY_RELATIVE = benchmarks.RelativeConfig(
+    lengths=[24, 40], heads=2, head_dim=8, max_distance=3, fire_width=4, reps=3, budget_s=0.5
+)
+
+
+def test_relative_section_checks_every_path_and_reports_what_the_naive_form_would_need():
+    import dataclasses as dc
+
+    # a limit between the naive forms' needs at 24 and at 40: they run at 24 and are reported at 40
+    limit = relative_bench._shaw_naive_bytes(TINY_RELATIVE, 32)
+    config = dc.replace(TINY_RELATIVE, naive_limit_bytes=limit)
+    with pytest.MonkeyPatch.context() as patcher:
+        patcher.setattr(relative_bench, "available_memory_bytes", lambda: None)
+        report = relative_bench.run_relative(config, log=lambda line: None)
+    rows = {(r["path"], r["length"]): r for r in report["results"]}
+    assert {p for p, _ in rows} == set(relative_bench.PATHS)
+    for (path, length), row in rows.items():
+        assert row["error"] is None, row
+        naive = path in (relative_bench.SHAW_NAIVE, relative_bench.FIRE_NAIVE)
+        if naive and length == 40:
+            need = format_bytes(relative_bench.PATHS[path].need_bytes(config, 40))
+            assert row["skipped"] == f"not run: would need {need}, limit {format_bytes(limit)}"
+            assert "median_ms" not in row
+            continue
+        assert row["skipped"] is None and row["check_ok"], row
+        assert row["median_ms"] > 0 and row["x_baseline"] > 0
+    assert rows[(relative_bench.BASELINE, 24)]["x_baseline"] == pytest.approx(1.0)
+    text = relative_bench.relative_tables(report, markdown=True)
+    assert "naive shaw (t,t,dh) t=40: not run: would need" in text and "Shaw K=3" in text
+
+
+def test_relative_full_preset_states_the_naive_need_at_16384():
+    config = benchmarks.preset("full").relative
+    assert config.lengths == [4096, 16384] and (config.heads, config.head_dim) == (8, 64)
+    need = relative_bench._shaw_naive_bytes(config, 16384)
+    assert need >= 16384**2 * 64 * 4  # one (t, t, dh) float32 table: 64 GiB
+    assert "64" in format_bytes(16384**2 * 64 * 4) and need > config.naive_limit_bytes
+
+
+def test_relative_check_catches_a_wrong_term():
+    ctx = relative_bench.make_context(TINY_RELATIVE, 40)
+    with torch.no_grad():
+        shaw_out = relative_bench.PATHS[relative_bench.SHAW].build(ctx)()
+        naive_out = relative_bench.PATHS[relative_bench.SHAW_NAIVE].build(ctx)()
+        fire_out = relative_bench.PATHS[relative_bench.FIRE].build(ctx)()
+        path = relative_bench.PATHS[relative_bench.SHAW]
+        assert relative_bench.check_error(ctx, path, shaw_out) < relative_bench.CHECK_TOLERANCE
+        assert relative_bench.check_error(ctx, path, naive_out) < relative_bench.CHECK_TOLERANCE
+        assert relative_bench.check_error(ctx, path, fire_out) > 100 * relative_bench.CHECK_TOLERANCE
+        ctx.shaw.value_embeddings.weight.mul_(2.0)  # a value term twice too large
+        assert relative_bench.check_error(ctx, path, shaw_out) > 100 * relative_bench.CHECK_TOLERANCE
+
+
+def test_packed_section_times_checks_and_measures_memory():
+    config = benchmarks.PackedConfig(
+        lengths=[48],
+        memory_lengths=[48],
+        documents=3,
+        heads=2,
+        head_dim=8,
+        max_distance=3,
+        paths=[packed_bench.SHAW],
+        reps=3,
+        budget_s=0.5,
+    )
+    report = packed_bench.run_packed(config, log=lambda line: None)
+    rows = {r["path"]: r for r in report["results"]}
+    assert set(rows) == {packed_bench.BASELINE, packed_bench.SHAW}
+    for row in rows.values():
+        assert row["error"] is None and row["skipped"] is None and row["check_ok"], row
+        assert row["median_ms"] > 0 and row["x_baseline"] > 0
+    memory = {m["path"]: m for m in report["memory"]}
+    assert set(memory) == set(rows)
+    for entry in memory.values():
+        assert entry.get("error") is None, entry
+        assert entry["peak_above_inputs_bytes"] >= 0 and entry["hhtt_float32_bytes"] == 4 * 2 * 48 * 48
+        assert entry["method"] in ("VmHWM reset", "ru_maxrss")
+    shaw, base = memory[packed_bench.SHAW], memory[packed_bench.BASELINE]
+    assert shaw["fraction_of_hhtt"] == shaw["peak_above_inputs_bytes"] / shaw["hhtt_float32_bytes"]
+    # the ratio to the baseline's peak (None when that peak rounds to 0 at this tiny size)
+    assert shaw["x_baseline"] == ratio(shaw["peak_above_inputs_bytes"], base["peak_above_inputs_bytes"])
+    # the targets and the rendering pick the section up
+    suite = {"packed": report, "relative": None}
+    texts = [t["target"] for t in benchmarks.evaluate_targets(suite)]
+    assert any("posenc t5 packed" in t and "t=16384" in t for t in texts)
+    assert "peak above inputs" in packed_bench.packed_tables(report, markdown=False)
+
+
+def test_packed_check_catches_attention_across_documents():
+    config = benchmarks.PackedConfig(lengths=[40], documents=4, heads=2, head_dim=8)
+    ctx = packed_bench.make_context(config, 40)
+    assert ctx.document_ids.unique().numel() == 4
+    path = packed_bench.PATHS[packed_bench.T5]
+    from posenc.attention import attention
+
+    with torch.no_grad():
+        across = attention(
+            ctx.q, ctx.k, ctx.v, ctx.encodings[packed_bench.T5], causal=True
+        )  # no document_ids
+        assert packed_bench.check_error(ctx, path, across) > 100 * packed_bench.CHECK_TOLERANCE
+        assert packed_bench.check_error(ctx, path, path.build(ctx)()) < packed_bench.CHECK_TOLERANCE
+    with pytest.raises(ValueError, match=r"documents must be in 1\.\.40"):
+        packed_bench.document_bounds(40, 41)
+
+
+def test_new_sections_are_registered_and_quick():
+    assert benchmarks.SECTIONS[-2:] == ("relative", "packed")
+    quick = benchmarks.preset("quick")
+    assert quick.relative.threads == quick.packed.threads == 1
+    assert max(quick.relative.lengths) <= 1024 and max(quick.packed.lengths) <= 2048
+    assert benchmarks.preset("full").packed.memory_lengths == [16384]
+    assert benchmarks.preset("full").packed.documents == 8
+    with pytest.raises(ValueError, match="unknown relative paths"):
+        relative_bench.run_relative(benchmarks.RelativeConfig(lengths=[4], paths=["nope"]))

@@ -47,6 +47,12 @@ class LearnedBiasState(PositionState):
             encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
         )
 
+    @property
+    def bias_scratch(self) -> int:  # type: ignore[override]
+        # FIRE's MLP runs on every (query, key) pair: its input and hidden layer.
+        encoding = self.encoding
+        return 1 + encoding.mlp_width if isinstance(encoding, FIRE) else 0
+
     def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
         if not isinstance(self.encoding, KERPLE):
             return None  # FIRE also depends on the query position (its normaliser)

@@ -3,7 +3,8 @@
 * :func:`sinusoidal_inv_freq` — the frequencies ``omega_i`` of the 1D table;
 * :func:`sinusoidal_table` — the 1D sin/cos table of Vaswani et al. (2017) for any positions;
 * :func:`sinusoidal_shift_map` — the fixed linear map taking the table at ``p`` to ``p + k``;
-* :func:`sinusoidal_2d_table` — the 2D table of MAE (He et al., 2022) for an image patch grid.
+* :func:`sinusoidal_2d_table` — the 2D table of MAE (He et al., 2022) for an image patch grid;
+* :func:`sinusoidal_3d_table` — the 3D table of video patch grids (CogVideoX / diffusers' split).
 
 Everything is computed in the dtype asked for, float64 by default: float32 angles lose
 about ``1e-7 × position`` (2e-4 at position 4096), so callers build in float64 and cast once.
@@ -19,6 +20,8 @@ from torch import Tensor
 
 __all__ = [
     "sinusoidal_2d_table",
+    "sinusoidal_3d_table",
+    "sinusoidal_3d_widths",
     "sinusoidal_inv_freq",
     "sinusoidal_shift_map",
     "sinusoidal_table",
@@ -200,3 +203,67 @@ def sinusoidal_2d_table(
     angles = torch.stack((row_of.flatten(), col_of.flatten()), -1)[..., None] * inv_freq  # (n, 2, dim/4)
     # timm: sin/cos outside the axes ([sin h | sin w | cos h | cos w]) or inside ([sin h | cos h | sin w | cos w])
     return torch.stack((angles.sin(), angles.cos()), dim=1 if order == "timm" else 2).flatten(1)
+
+
+def sinusoidal_3d_widths(dim: int) -> tuple[int, int, int]:
+    """The channel widths ``(time, width, height)`` of :func:`sinusoidal_3d_table`'s blocks.
+
+    A quarter of the channels for time and three quarters for space, split equally between
+    columns and rows: ``(dim/4, 3·dim/8, 3·dim/8)``. Each block is a ``[sin | cos]`` pair, so
+    every width must be even: ``dim`` divisible by 16.
+
+    Raises:
+        ValueError: ``dim`` is not a positive multiple of 16.
+    """
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 16 or dim % 16:
+        raise ValueError(
+            f"dim must be a positive multiple of 16 for a 3D table (time d/4, columns and rows 3d/8 each, "
+            f"each an even [sin | cos] pair), got {dim!r}"
+        )
+    return dim // 4, 3 * dim // 8, 3 * dim // 8
+
+
+def sinusoidal_3d_table(
+    frames: int,
+    height: int,
+    width: int,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The 3D sin/cos table of a ``frames × height × width`` video patch grid.
+
+    The split of diffusers' ``get_3d_sincos_pos_embed`` (CogVideoX, and the video DiTs built
+    on it): the first ``dim/4`` channels encode the frame index with a 1D ``[sin | cos]``
+    table, the other ``3·dim/4`` the patch's place in the frame with MAE's 2D table
+    (:func:`sinusoidal_2d_table`, ``order="mae"``)::
+
+        [sin(t·ω_t) | cos(t·ω_t) | sin(w·ω_s) | cos(w·ω_s) | sin(h·ω_s) | cos(h·ω_s)]
+
+    with ``ω_t,i = base^(-i/(dim/8))`` and ``ω_s,i = base^(-i/(3·dim/16))`` (each block's own
+    width, as in MAE). Each block depends on its own axis only. (diffusers takes the spatial
+    size as ``(width, height)``; tokens here are numbered ``(frame, row, column)``
+    row-major, as diffusers flattens them.)
+
+    Args:
+        frames, height, width: the grid size in patches (``>= 0``).
+        dim: the table width, a multiple of 16 (see :func:`sinusoidal_3d_widths`).
+        base: the wavelength scale (10000 in diffusers and MAE).
+        dtype, device: of the result (computed in ``dtype``: build in float64, cast once).
+
+    Returns:
+        ``(frames * height * width, dim)`` tensor.
+    """
+    time_width, _, _ = sinusoidal_3d_widths(dim)
+    frame_of = torch.arange(frames, dtype=dtype, device=device)
+    time = sinusoidal_table(frame_of, time_width, base, "concat", "paper", dtype=dtype)  # (t, dim/4)
+    space = sinusoidal_2d_table(
+        height, width, dim - time_width, base, order="mae", dtype=dtype, device=device
+    )
+    n_space = space.shape[0]
+    # (t, 1, dim/4) and (1, h*w, 3dim/4) broadcast to (t, h*w, dim), then flatten frame-major
+    return torch.cat(
+        (time[:, None].expand(-1, n_space, -1), space[None].expand(frames, -1, -1)), dim=-1
+    ).reshape(frames * n_space, dim)

@@ -372,7 +372,11 @@ def test_2d_dtype_state_and_build():
         ({"d_model": 18}, ValueError, r"divisible by 4.*18"),
         ({"d_model": 0}, ValueError, r"d_model must be >= 4, got 0"),
         ({"d_model": 16, "grid_size": (2, 0)}, ValueError, r"grid_size must be positive, got \(2, 0\)"),
-        ({"d_model": 16, "grid_size": (2, 3, 4)}, TypeError, r"grid_size must be an int or a pair"),
+        (
+            {"d_model": 16, "grid_size": (2, 3, 4, 5)},
+            TypeError,
+            r"grid_size must be an int, a pair .* or a triple",
+        ),
         ({"d_model": 16, "grid_size": 2.5}, TypeError, r"grid_size .* got 2.5"),
         ({"d_model": 16, "num_prefix_tokens": -1}, ValueError, r"num_prefix_tokens must be >= 0, got -1"),
         ({"d_model": 16, "base": 0}, ValueError, r"base .* got 0"),
@@ -395,8 +399,10 @@ def test_2d_call_errors():
         pe(torch.zeros(1, 3, 16), torch.tensor([0, 12]))
     with pytest.raises(ValueError, match=r"only accepted with flat"):
         pe(torch.zeros(1, 3, 4, 16), torch.arange(12))
-    with pytest.raises(ValueError, match=r"rank 5"):
+    with pytest.raises(ValueError, match=r"3-axis grid .* grid_size=\(3, 4\) has 2 axes"):
         pe(torch.zeros(1, 1, 3, 4, 16))
+    with pytest.raises(ValueError, match=r"rank 6"):
+        pe(torch.zeros(1, 1, 1, 3, 4, 16))
     with pytest.raises(ValueError, match=r"needs grid_size"):
         Sinusoidal2D(16)(torch.zeros(1, 12, 16))
 
@@ -506,3 +512,110 @@ def test_1d_peak_memory_bounded_in_a_subprocess():
     grown, rows = map(int, done.stdout.split())
     # a 4M-row table of width 1024 would be 16 GiB; the bound is 64 MiB plus per-call work
     assert rows <= 16384 and grown < 512 * 2**20, f"peak grew by {grown / 2**20:.0f} MiB, table rows {rows}"
+
+
+# ----------------------------------------------------------------------------- 3D (video)
+
+
+def _diffusers_3d(t: int, h: int, w: int, dim: int) -> torch.Tensor:
+    """diffusers' ``get_3d_sincos_pos_embed`` (CogVideoX) as a ``(t*h*w, dim)`` float64 table."""
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    # diffusers takes the spatial size as (width, height) and returns (t, h*w, dim)
+    table = embeddings.get_3d_sincos_pos_embed(dim, (w, h), t, output_type="pt")
+    return table.reshape(t * h * w, dim).double()
+
+
+@pytest.mark.parametrize(("t", "h", "w", "dim"), [(3, 4, 5, 64), (1, 2, 7, 48), (5, 1, 1, 16), (2, 3, 3, 96)])
+def test_3d_table_equals_diffusers(t, h, w, dim):
+    from posenc.functional.sinusoidal import sinusoidal_3d_table
+
+    want = _diffusers_3d(t, h, w, dim)
+    torch.testing.assert_close(sinusoidal_3d_table(t, h, w, dim), want, **FLOAT64_ANGLES)
+    pe = Sinusoidal2D(dim, grid_size=(t, h, w), num_prefix_tokens=2)
+    table = pe.table()
+    assert table.dtype == torch.float32 and table.shape == (2 + t * h * w, dim)
+    torch.testing.assert_close(table[2:], want.float(), **FLOAT32_CAST)
+    assert not table[:2].any()  # prefix tokens get no position
+    x = torch.randn(2, 2 + t * h * w, dim)
+    torch.testing.assert_close(pe(x), x + table)
+    video = torch.randn(2, t, h, w, dim, dtype=torch.float64)  # the grid from the shape, float64 kept
+    out = Sinusoidal2D(dim)(video)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, video + want.view(t, h, w, dim), **FLOAT64_ANGLES)
+
+
+def test_3d_blocks_depend_on_their_axis_and_shift_linearly():
+    from posenc.functional.sinusoidal import sinusoidal_3d_table, sinusoidal_3d_widths
+
+    t, h, w, dim = 6, 5, 7, 32
+    table = sinusoidal_3d_table(t, h, w, dim).view(t, h, w, dim)
+    widths = sinusoidal_3d_widths(dim)
+    assert widths == (8, 12, 12) and sum(widths) == dim
+    time, col, row = table.split(widths, dim=-1)
+    # each block depends only on its axis: constant along the two others, not along its own
+    for block, axis in ((time, 0), (row, 1), (col, 2)):
+        first = block.narrow(axis, 0, 1)
+        others = [a for a in range(3) if a != axis]
+        one = block
+        for a in others:
+            one = one.narrow(a, 0, 1)
+        torch.testing.assert_close(block, one.expand_as(block), atol=0.0, rtol=0.0)
+        assert (block - first).abs().amax() > 0.5
+    # a shift by k along one axis is that block's fixed rotation (sinusoidal_shift_map); the
+    # other blocks stay as they are
+    for block, axis, width in ((time, 0, 8), (row, 1, 12), (col, 2, 12)):
+        for k in (1, 3):
+            n = block.shape[axis] - k
+            shifted, base_rows = block.narrow(axis, k, n), block.narrow(axis, 0, n)
+            m = sinusoidal_shift_map(k, width, layout="concat")
+            torch.testing.assert_close(shifted, base_rows @ m, **FLOAT64_ANGLES)
+            assert (shifted - base_rows).abs().amax() > 0.1  # the map is not the identity
+    moved = sinusoidal_3d_table(t, h, w, dim).view(t, h, w, dim)[1:]
+    torch.testing.assert_close(moved[..., 8:], table[:-1, ..., 8:], atol=0.0, rtol=0.0)
+
+
+def test_3d_flat_input_prefix_positions_and_registry():
+    t, h, w, dim = 2, 3, 4, 32
+    pe = posenc.build({"name": "sinusoidal2d", "grid_size": [t, h, w], "num_prefix_tokens": 1}, d_model=dim)
+    assert isinstance(pe, Sinusoidal2D) and pe.grid_size == (t, h, w)
+    assert pe.state_dict() == {} and "grid_size=(2, 3, 4)" in repr(pe)
+    table = pe.table()
+    keep = torch.tensor([[0, 5, 23], [7, 12, 13]])  # MAE-style visible patches of each row
+    x = torch.randn(2, 1 + 3, dim)
+    out = pe(x, keep)
+    torch.testing.assert_close(out[:, 0], x[:, 0])
+    torch.testing.assert_close(out[:, 1:], x[:, 1:] + table[1:][keep])
+    # bfloat16 modules keep a float32 table; to_empty + reset_caches rebuilds it
+    pe = pe.to(torch.bfloat16)
+    assert pe._table.dtype == torch.float32
+    pe.to_empty(device="cpu")
+    pe.reset_caches()
+    torch.testing.assert_close(pe.table(), table, atol=0.0, rtol=0.0)
+    # another grid through table(): computed, the cache keeps the constructor's grid
+    assert pe.table((3, 3, 4)).shape == (1 + 36, dim) and pe.table().shape == (1 + 24, dim)
+
+
+def test_3d_errors():
+    with pytest.raises(
+        ValueError, match=r"grid_size=\(2, 3, 4\) is a video grid .* multiple of 16.*d_model=24"
+    ):
+        Sinusoidal2D(24, grid_size=(2, 3, 4))
+    with pytest.raises(ValueError, match=r"only order='mae' has a 3D form, got order='timm'"):
+        Sinusoidal2D(32, grid_size=(2, 3, 4), order="timm")
+    with pytest.raises(ValueError, match=r"grid_size must be positive, got \(2, 0, 4\)"):
+        Sinusoidal2D(32, grid_size=(2, 0, 4))
+    with pytest.raises(TypeError, match=r"grid_size .* got \(2, 3.0, 4\)"):
+        Sinusoidal2D(32, grid_size=(2, 3.0, 4))
+    with pytest.raises(ValueError, match=r"x.shape\[1:4\]=\(1, 2, 2\) is a video grid .* d_model=8"):
+        Sinusoidal2D(8)(torch.zeros(1, 1, 2, 2, 8))
+    pe = Sinusoidal2D(32, grid_size=(2, 3, 4), num_prefix_tokens=1)
+    with pytest.raises(ValueError, match=r"2-axis grid .* grid_size=\(2, 3, 4\) has 3 axes"):
+        pe(torch.zeros(1, 3, 4, 32))
+    with pytest.raises(ValueError, match=r"expected num_prefix_tokens \+ t\*h\*w = 1 \+ 2\*3\*4 = 25"):
+        pe(torch.zeros(1, 24, 32))
+    with pytest.raises(ValueError, match=r"patch indices below t\*h\*w = 24, got maximum 24"):
+        pe(torch.zeros(1, 3, 32), torch.tensor([0, 24]))
+    from posenc.functional.sinusoidal import sinusoidal_3d_table
+
+    with pytest.raises(ValueError, match=r"dim must be a positive multiple of 16.*got 40"):
+        sinusoidal_3d_table(1, 2, 2, 40)
