@@ -24,13 +24,13 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from ._checks import check_int, check_positive_float, check_positive_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from .study import ConfigError
@@ -65,15 +65,19 @@ def _one_line(message: object) -> str:
 
 
 def _option_type(
-    parse: Callable[[str], Any], check: Callable[..., Any], accepted: str, **options: Any
+    parse: Callable[[str], Any], check_name: str, accepted: str, **options: Any
 ) -> Callable[[str], Any]:
-    """An argparse ``type=``: ``parse`` the text, then apply posenc's shared ``check`` to it.
+    """An argparse ``type=``: ``parse`` the text, then apply posenc's shared check ``check_name`` to it.
 
     The check's TypeError/ValueError becomes argparse's one-line error, which names the flag
-    (``argument --steps: expected a positive integer, got '0'``).
+    (``argument --steps: expected a positive integer, got '0'``). ``posenc._checks`` imports
+    torch, so it is imported when an option is converted, not when the parser is built (``--help``).
     """
 
     def convert(text: str) -> Any:
+        from . import _checks
+
+        check = getattr(_checks, check_name)
         try:
             return check("value", parse(text), **options)
         except (TypeError, ValueError):
@@ -88,9 +92,9 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-_positive_int = _option_type(_parse_int, check_positive_int, "a positive integer")
-_non_negative_int = _option_type(_parse_int, check_int, "a non-negative integer", minimum=0)
-_positive_float = _option_type(float, check_positive_float, "a positive finite number")
+_positive_int = _option_type(_parse_int, "check_positive_int", "a positive integer")
+_non_negative_int = _option_type(_parse_int, "check_int", "a non-negative integer", minimum=0)
+_positive_float = _option_type(float, "check_positive_float", "a positive finite number")
 
 
 def _bounded(limit: int) -> Callable[[str], int]:
@@ -175,9 +179,10 @@ _FLAGS = {
     "finetune_lr": "--finetune-lr",
     "baselines": "--baselines",
     "model": "--model",
+    "resume": "--resume",
 }
 #: Arguments whose messages quote the user's own text (left as typed, not turned into flags).
-_ECHOING = ("corpus", "encodings", "out_dir", "baselines", "model", "methods")
+_ECHOING = ("corpus", "encodings", "out_dir", "baselines", "model", "methods", "resume")
 #: The longest --encodings / --baselines text read (a spec is at most a few hundred characters).
 MAX_SPECS_TEXT = 10_000
 _NAME_EQUALS = re.compile(r"(?<![\w-])(" + "|".join(_FLAGS) + r")=")
@@ -236,7 +241,8 @@ def _build_parser() -> _Parser:
         description=(
             "Train one small causal character-level TransformerLM per position encoding at --train-len, then "
             "measure validation perplexity at each --eval-lens (Press et al., 'Train Short, Test Long'). Prints "
-            "a table and writes results.json, results.csv and extrapolation.png to --out."
+            "a table and writes results.json, results.csv, extrapolation.png and each model (model-NAME.pt) to "
+            "--out; results are saved as each model finishes, and --resume continues an interrupted run."
         ),
     )
     ex.add_argument(
@@ -255,9 +261,15 @@ def _build_parser() -> _Parser:
         "--out",
         default="posenc-extrapolation",
         metavar="DIR",
-        help="folder for results.json, results.csv, extrapolation.png (default %(default)s)",
+        help="folder for results.json, results.csv, extrapolation.png and each model's checkpoint "
+        "(model-NAME.pt), written as each model finishes (default %(default)s)",
     )
     _add_study_options(ex, defaults)
+    ex.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the encodings already in --out/results.json (same settings and corpus) instead of training them",
+    )
     ex.add_argument("--force", action="store_true", help="overwrite results already in --out")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -408,7 +420,7 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         else:
             plan = None
             specs = split_specs(_specs_text(args.encodings, "--encodings"))
-        out = _prepare_out(args, reusable=False)
+        out = _prepare_out(args, reusable=True)
         corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
         note = _figure_note("extrapolate")
         if note:
@@ -419,19 +431,22 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             for c in plan:
                 print(f"  {'run ' if c.included else 'skip'} {c.name.ljust(width)}  {c.reason}")
         start = time.perf_counter()
-        result = run_study(corpus, specs, config, progress=not args.quiet, log=print)
+        result = run_study(
+            corpus, specs, config, out_dir=out, resume=args.resume, progress=not args.quiet, log=print
+        )
     except ConfigError as err:
         raise _UsageError(_in_flags(err)) from err
     elapsed = time.perf_counter() - start
     print()
-    print(result.table())
+    print(result.table(width=_terminal_width()))
     paths = result.save(out)
     if note is None:
         from .plots import plot_extrapolation
 
         paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
     print(
-        f"\n{len(result.encodings)} models in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths.values())}"
+        f"\n{len(result.encodings)} models in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths.values())} "
+        f"and the checkpoints model-*.pt"
     )
     return 0
 
@@ -476,7 +491,7 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     from .study.checkpoint import atomic_write
 
     print()
-    print(result.table())
+    print(result.table(width=_terminal_width()))
     paths = result.save(out)
     figure = None
     if note is None:
@@ -487,6 +502,13 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     paths["md"] = atomic_write(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
     print(f"\n{result.seconds:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
     return 0
+
+
+def _terminal_width() -> int:
+    """The terminal's columns (80 when not a terminal), for tables that must not wrap."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
 
 
 def _safe_file_name(name: str) -> str:
@@ -537,14 +559,42 @@ def _groups() -> list[dict[str, Any]]:
     return groups
 
 
+#: reStructuredText markup in docstrings (``code``, :func:`name`), shown as plain text.
+_RST = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``")
+
+
+def _plain(text: str) -> str:
+    """A docstring line without reST markup: ``-m_h * distance`` -> -m_h * distance."""
+    return _RST.sub(lambda m: m[1] or m[2], _one_line(text))
+
+
+#: What build() fills each model size with (``describe`` marks these options ``is_dim``).
+_DIM_MEANING = {
+    "d_model": "the model width",
+    "num_heads": "the number of attention heads",
+    "head_dim": "the width of one head",
+    "max_len": "the longest sequence",
+    "causal": "whether the attention is causal (a decoder)",
+}
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     groups = _groups()
-    rows = [(g["name"], ", ".join(g["aliases"]) or "-", g["kind"], _one_line(g["doc"])) for g in groups]
+    rows = [(g["name"], ", ".join(g["aliases"]) or "-", g["kind"], _plain(g["doc"])) for g in groups]
     headers = ("name", "aliases", "kind", "what it is")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:3])]
-    print("  ".join(h.ljust(w) for h, w in zip(headers[:3], widths, strict=True)) + "  " + headers[3])
+    indent = sum(widths) + 2 * len(widths)
+    room = max(30, _terminal_width() - indent)  # the description wraps under itself, not under the name
+
+    def line(cells: Sequence[str], text: str) -> None:
+        wrapped = textwrap.wrap(text, room) or [""]
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + "  " + wrapped[0])
+        for more in wrapped[1:]:
+            print(" " * indent + more)
+
+    line(headers[:3], headers[3])
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+        line(row[:3], row[3])
     print("\nposenc describe NAME shows an encoding's options.")
     return 0
 
@@ -562,7 +612,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
     print(f"{info['name']}{aliases}: class {info['class']}, acts on: {info['kind']}")
     if info["doc"]:
-        print(f"  {_one_line(info['doc'])}")
+        print(f"  {_plain(info['doc'])}")
     print("options:")
     if not info["options"]:
         print("  (none)")
@@ -570,8 +620,14 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     for o in info["options"]:
         default = "required" if o["required"] else f"default {o['default']!r}"
         accepted = f"one of {', '.join(map(repr, o['choices']))}" if o["choices"] else o["type"]
-        dim = "; a model size, filled in by build()" if o.get("is_dim") else ""
-        print(f"  {o['name'].ljust(width)}  {default}; accepts {accepted}{dim}")
+        if o.get("is_dim"):
+            meaning = _DIM_MEANING.get(o["name"], "a model setting")
+            accepted += f"; {meaning}, filled in by build() from the model"
+        if o["name"] == "scaling" and info["kind"] == "rotary":
+            from .functional.rope_scaling import ROPE_TYPES
+
+            accepted += f"; 'rope_type' one of {', '.join(map(repr, ROPE_TYPES))} (Hugging Face keys)"
+        print(f"  {o['name'].ljust(width)}  {default}; accepts {accepted}")
     print(f'example: posenc.build("{info["name"]}", ...) or a spec such as "{_example_spec(info)}"')
     return 0
 

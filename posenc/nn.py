@@ -409,6 +409,13 @@ class TransformerLM(nn.Module):
         tie_embeddings: share the output head's weight with the token embedding.
         window: a sliding window for every layer, a list of one window (or ``None``) per layer,
             or ``None`` for global attention everywhere (see :func:`posenc.attention`).
+        embed_scale: ``None`` (default): token embeddings used as they are, drawn at GPT-2's
+            std 0.02. A positive float ``s``: the original Transformer's recipe (Vaswani et al.,
+            2017, §3.4, with tensor2tensor's initialisation): the embedding output is
+            multiplied by ``s`` and the embedding weights are drawn at std ``1 / s``, so tokens
+            enter at std 1 whatever ``s`` is. With ``s = sqrt(d_model)`` this is the paper's
+            setting, which puts tokens on the scale of a unit-amplitude table such as the
+            sinusoidal one; with a tied head the head's weights are those same embeddings.
 
     Shape:
         ``forward(input_ids)``: ``(b, t)`` long ``-> (b, t, v)`` logits.
@@ -429,9 +436,12 @@ class TransformerLM(nn.Module):
         bias: bool = False,
         tie_embeddings: bool = True,
         window: int | list[int | None] | None = None,
+        embed_scale: float | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
+        #: The factor on the token embeddings' output, or ``None`` (see the class docstring).
+        self.embed_scale = None if embed_scale is None else check_positive_float("embed_scale", embed_scale)
         check_positive_int("d_model", d_model)
         check_positive_int("num_layers", num_layers)
         check_positive_int("num_heads", num_heads)
@@ -487,6 +497,12 @@ class TransformerLM(nn.Module):
         if tie_embeddings:
             self.head.weight = self.embed.weight
         self.apply(self._init_weights)
+        self._init_embedding()
+
+    def _init_embedding(self) -> None:
+        # After every other weight, so a model without embed_scale draws exactly what it always did.
+        if self.embed_scale is not None:
+            nn.init.normal_(self.embed.weight, mean=0.0, std=1.0 / self.embed_scale)
 
     @staticmethod
     def _build_encodings(specs: list[Any], **dims: Any) -> tuple[list[PositionalEncoding], list[int]]:
@@ -534,6 +550,7 @@ class TransformerLM(nn.Module):
         non-persistent caches (cos/sin, bias tables) are recomputed on their current device.
         """
         self.apply(self._init_weights)
+        self._init_embedding()
         for module in self.modules():
             if isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
@@ -598,6 +615,8 @@ class TransformerLM(nn.Module):
             if positions is None:
                 positions = document_positions(document_ids)
         x = self.embed(input_ids)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         states = [_prepare(enc, x, positions, key_mask, cache, 0) for enc in self._distinct()]
         first = states[0]
         if self.encoding is not None:

@@ -72,8 +72,11 @@ def _save(fig: Figure, path: str | Path) -> Path:
 def extrapolation_figure(result: StudyResult) -> Figure:
     """Perplexity against evaluation length, one line per encoding, the training length marked.
 
-    Lengths where a model cannot run (the learned table past its size) are marked with an
-    ``x`` just above the axes and named in the legend.
+    Encodings are named as people say them (T5 bias, NoPE, RoPE, ...); an encoding scored at
+    one length only (the learned table, which cannot run past its size) is drawn as a large
+    labelled diamond so it stays visible among the others; the lengths where a model cannot
+    run are marked with an ``x`` in a strip along the bottom of the plot. The title says the
+    training, the corpus (its name, never a local path) and how much text each length scores.
 
     Args:
         result: a :class:`~posenc.study.StudyResult` (from :func:`~posenc.study.run_study`).
@@ -81,62 +84,137 @@ def extrapolation_figure(result: StudyResult) -> Figure:
     Returns:
         A matplotlib :class:`~matplotlib.figure.Figure`.
     """
-    fig = _new_figure(9.5, 4.8)
+    from .study.results import display_name
+
+    fig = _new_figure(9.5, 5.0)
     ax = fig.add_subplot()
-    lens = list(result.config.eval_lens)
+    config = result.config
+    lens = list(config.eval_lens)
     values = [r.perplexity for e in result.encodings for r in e.lengths if r.perplexity is not None]
     top = max(values) if values else 1.0
     bottom = min(values) if values else 1.0
     log_y = top / max(bottom, 1e-9) > 3.0  # a log scale only when the spread needs it
+    any_failed = False
     for enc in result.encodings:
         ok = [(r.eval_len, r.perplexity) for r in enc.lengths if r.perplexity is not None]
         failed = [r.eval_len for r in enc.lengths if r.perplexity is None]
-        label = enc.label + (f" (cannot run at {', '.join(map(str, failed))})" if failed else "")
-        if ok:
+        name = display_name(enc.label)
+        label = name + (f" (cannot run at {', '.join(map(str, failed))})" if failed else "")
+        color = None
+        if len(ok) == 1:
+            # one point among many at the same length: large, outlined and on top, with its name
+            (line,) = ax.plot(
+                *zip(*ok, strict=True),
+                marker="D",
+                markersize=9,
+                markeredgecolor="black",
+                linestyle="none",
+                label=label,
+                zorder=5,
+            )
+            color = line.get_color()
+            ax.annotate(
+                name,
+                xy=ok[0],
+                xytext=(10, -16),
+                textcoords="offset points",
+                fontsize=8,
+                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+                zorder=6,
+            )
+        elif ok:
             (line,) = ax.plot(*zip(*ok, strict=True), marker="o", label=label)
             color = line.get_color()
-        else:
-            color = None
         if failed:
-            # in a strip just above the axes, so the marks never sit on another encoding's line
+            any_failed = True
             ax.scatter(
                 failed,
-                [1.03] * len(failed),
+                [0.04] * len(failed),
                 transform=ax.get_xaxis_transform(),
                 marker="x",
                 s=60,
                 color=color,
                 label=None if ok else label,
-                zorder=3,
-                clip_on=False,
+                zorder=5,
             )
-    ax.axvline(result.config.train_len, color="0.4", linestyle="--", linewidth=1)
+    if any_failed:
+        # the bottom strip holds the "cannot run" marks: keep every line above it
+        ax.annotate(
+            "x: cannot run at this length",
+            xy=(0.01, 0.04),
+            xycoords="axes fraction",
+            va="center",
+            fontsize=8,
+            color="0.3",
+        )
+        low, high = (math.log(bottom), math.log(top)) if log_y else (bottom, top)
+        span = (high - low) or 1.0
+        lo_lim, hi_lim = low - 0.16 * span, high + 0.08 * span
+        ax.set_ylim(*((math.exp(lo_lim), math.exp(hi_lim)) if log_y else (lo_lim, hi_lim)))
+    _train_length_mark(ax, config.train_len)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lens, [str(n) for n in lens])
+    ax.minorticks_off()
+    if log_y:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax, bottom, top)
+    ax.set_xlabel("evaluation length (characters)")
+    ax.set_ylabel("validation perplexity per character" + (" (log scale)" if log_y else ""))
+    # a figure title (not the axes'), so constrained layout keeps every line inside the image
+    fig.suptitle(
+        f"Train short, test long: {config.steps} steps at length {config.train_len}\n"
+        f"corpus: {_corpus_label(result.corpus)}; about {config.eval_chars:,} validation characters "
+        "scored per length",
+        fontsize=10,
+    )
+    ax.grid(True, which="major", alpha=0.3)
+    # outside the axes, so it covers neither the lines nor the training-length label
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
+
+
+def _train_length_mark(ax: Any, train_len: int) -> None:
+    ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
     ax.annotate(
-        f"training length {result.config.train_len}",
-        xy=(result.config.train_len, 1.0),
+        f"training length {train_len}",
+        xy=(train_len, 1.0),
         xycoords=("data", "axes fraction"),
         xytext=(4, -14),
         textcoords="offset points",
         color="0.3",
         fontsize=9,
     )
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lens, [str(n) for n in lens])
-    ax.minorticks_off()
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (characters)")
-    ax.set_ylabel("validation perplexity per character" + (" (log scale)" if log_y else ""))
-    ax.set_title(
-        f"Train short, test long: {result.config.steps} steps at length {result.config.train_len}\n"
-        f"{result.corpus.get('source', '')[:70]}",
-        fontsize=10,
-        pad=16,  # room for the "cannot run" marks just above the axes
-    )
-    ax.grid(True, which="major", alpha=0.3)
-    # outside the axes, so it covers neither the lines nor the training-length label
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    return fig
+
+
+def _corpus_label(corpus: dict[str, Any]) -> str:
+    """The corpus as a title shows it: its name and size, without a local path."""
+    source = str(corpus.get("source", ""))
+    if source.startswith("Python ") and source.endswith(")") and " (" in source:
+        source = source[: source.rindex(" (")]  # "Python 3.11 standard library, top-level *.py"
+    elif "/" in source or "\\" in source:
+        source = Path(source).name or source
+    characters = corpus.get("characters")
+    return f"{source[:60]}, {characters:,} characters" if isinstance(characters, int) else source[:60]
+
+
+def _plain_log_ticks(ax: Any, low: float, high: float) -> None:
+    """Log-scale ticks at round numbers written plainly (6, 8, 10, 20), not as ``6×10⁰``."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ticks: list[float] = []
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 8)):
+        ticks = [
+            m * 10.0**e
+            for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+            for m in mantissas
+            if low * 0.98 <= m * 10.0**e <= high * 1.02
+        ]
+        if len(ticks) >= 4:
+            break
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_extrapolation(result: StudyResult, path: str | Path) -> Path:
@@ -188,16 +266,7 @@ def extend_figure(result: ExtendResult) -> Figure:
                 markerfacecolor=colors[method] if steps else "white",
                 label=f"{name}, {steps} fine-tuning steps" if steps else f"{name}, zero-shot",
             )
-    ax.axvline(config.train_len, color="0.4", linestyle=":", linewidth=1)
-    ax.annotate(
-        f"training length {config.train_len}",
-        xy=(config.train_len, 1.0),
-        xycoords=("data", "axes fraction"),
-        xytext=(4, -14),
-        textcoords="offset points",
-        color="0.3",
-        fontsize=9,
-    )
+    _train_length_mark(ax, config.train_len)
     ax.set_xscale("log", base=2)
     ax.set_xticks(lens, [str(n) for n in lens])
     ax.minorticks_off()
@@ -246,6 +315,7 @@ def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_hea
         raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
     head_dim = d_model // num_heads
     dims: dict[str, Any] = {"d_model": d_model, "num_heads": num_heads, "head_dim": head_dim, "causal": True}
+    label = spec if isinstance(spec, str) else None
     if isinstance(spec, str) and _takes_grid(spec):
         from .registry import parse_spec
 
@@ -254,17 +324,34 @@ def encoding_figure(spec: Any, *, length: int = 128, d_model: int = 128, num_hea
             # a 2D encoding: the largest square grid of at most `length` patches, read row by row
             side = max(1, math.isqrt(length))
             length = side * side
-            label = spec
             spec = {"name": name, **options, "grid_size": (side, side)}
-            pe = build(spec, **dims, max_len=length)
-            return _figure_of(pe, label, length, d_model, num_heads, head_dim)
-    pe = build(spec, **dims, max_len=length)
-    name = spec if isinstance(spec, str) else (pe.registry_name or type(pe).__name__)
-    return _figure_of(pe, name, length, d_model, num_heads, head_dim)
+    # Learned tables start random: a fixed seed (on a forked random state, so the caller's is
+    # untouched) draws the same picture on every run.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        pe = build(spec, **dims, max_len=length)
+    name = label or (pe.registry_name or type(pe).__name__)
+
+    def wide(width: int) -> PositionalEncoding:
+        """``spec`` with heads ``width`` wide (for RoPE's decay); ``pe`` itself if it cannot be rebuilt."""
+        if isinstance(spec, PositionalEncoding) or width == head_dim:
+            return pe
+        try:
+            return build(spec, **{**dims, "d_model": width * num_heads, "head_dim": width}, max_len=length)
+        except (TypeError, ValueError):
+            return pe
+
+    return _figure_of(pe, name, length, d_model, num_heads, head_dim, wide)
 
 
 def _figure_of(
-    pe: PositionalEncoding, name: str, length: int, d_model: int, num_heads: int, head_dim: int
+    pe: PositionalEncoding,
+    name: str,
+    length: int,
+    d_model: int,
+    num_heads: int,
+    head_dim: int,
+    wide: Any,
 ) -> Figure:
     pe.eval()
     with torch.no_grad():
@@ -273,10 +360,26 @@ def _figure_of(
         if pe.kind == "rotary" and hasattr(pe, "grid_positions"):
             return _axial_figure(pe, name, head_dim)
         if pe.kind == "rotary":
-            return _rotary_figure(pe, name, length, head_dim)
+            return _rotary_figure(pe, name, length, head_dim, wide(DECAY_HEAD_DIM))
         if pe.kind == "bias":
-            return _bias_figure(pe, name, num_heads, head_dim)
+            return _bias_figure(pe, name, num_heads, head_dim, length)
         return _none_figure(name)
+
+
+#: The head width of RoPE's decay curve: a real model's (Llama's 128). With a few pairs only
+#: (head_dim 16) the sum of cosines is noise, not the decay RoFormer §3.4.3 describes.
+DECAY_HEAD_DIM = 128
+#: The most positions a bias heatmap shows (more and a cell is under a pixel).
+MAX_HEATMAP = 32
+#: What a title says of an encoding whose parameters have not been trained.
+UNTRAINED = "untrained: initial values (random init, seed 0)"
+
+
+def _wrap(text: str, width: int = 60) -> str:
+    """``text`` broken into lines of at most ``width`` characters (long specs do not run off a title)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def _takes_grid(spec: Any) -> bool:
@@ -329,7 +432,7 @@ def _additive_table(
 def _additive_figure(pe: PositionalEncoding, name: str, length: int, d_model: int) -> Figure:
     table, grid = _additive_table(pe, length, d_model)
     learned = any(True for _ in pe.parameters())
-    note = " (initial values: learned in training)" if learned else ""
+    note = f" ({UNTRAINED})" if learned else ""
     rows = table.shape[0]
     fig = _new_figure(13, 4.4)
     axes = fig.subplots(1, 3)
@@ -337,7 +440,7 @@ def _additive_figure(pe: PositionalEncoding, name: str, length: int, d_model: in
     image = axes[0].imshow(table.numpy(), aspect="auto", cmap="RdBu_r", interpolation="nearest")
     axes[0].set_xlabel("channel")
     axes[0].set_ylabel("patch (row-major)" if grid else "position")
-    axes[0].set_title(f"{name}: the added table{note}", fontsize=10)
+    axes[0].set_title(_wrap(f"{name}: the added table{note}", 50), fontsize=10)
     fig.colorbar(image, ax=axes[0], shrink=0.8)
 
     similarity = table @ table.T
@@ -369,18 +472,24 @@ def _additive_figure(pe: PositionalEncoding, name: str, length: int, d_model: in
     return fig
 
 
-def _rotary_figure(pe: PositionalEncoding, name: str, length: int, head_dim: int) -> Figure:
+def _rotary_figure(
+    pe: PositionalEncoding, name: str, length: int, head_dim: int, wide: PositionalEncoding
+) -> Figure:
     # Rotating basis vector e_c gives column c of the rotation; its c-th entry is cos(position * theta_c),
     # whatever the channel layout (half or interleaved) or scaling.
     basis = torch.eye(head_dim).reshape(head_dim, 1, 1, head_dim).expand(head_dim, 1, length, head_dim)
     rotated, _ = pe.encode_qk(basis.contiguous(), basis.contiguous())
     cos_table = rotated[torch.arange(head_dim), 0, :, torch.arange(head_dim)].T.float()  # (t, dh)
 
-    # Long-distance decay: q = k = all-ones, q at position m, k at position 0 (RoFormer §3.4.3).
+    # Long-distance decay: q = k = all-ones, q at position m, k at position 0 (RoFormer §3.4.3),
+    # drawn for heads DECAY_HEAD_DIM wide (`wide`: the same spec), where it is a curve, not noise.
     distances = max(length, 1024)
-    ones = torch.ones(1, 1, distances, head_dim)
-    q, k = pe.encode_qk(ones, ones, q_positions=torch.arange(distances), k_positions=torch.arange(distances))
-    decay = (q[0, 0] @ k[0, 0, 0]).float() / head_dim
+    decay_dim = int(getattr(wide, "head_dim", head_dim))
+    ones = torch.ones(1, 1, distances, decay_dim)
+    q, k = wide.encode_qk(
+        ones, ones, q_positions=torch.arange(distances), k_positions=torch.arange(distances)
+    )
+    decay = (q[0, 0] @ k[0, 0, 0]).float() / decay_dim
 
     fig = _new_figure(12, 4.4)
     axes = fig.subplots(1, 2)
@@ -389,14 +498,14 @@ def _rotary_figure(pe: PositionalEncoding, name: str, length: int, head_dim: int
     )
     axes[0].set_xlabel("channel of the head")
     axes[0].set_ylabel("position")
-    axes[0].set_title(f"{name}: cos(position · θ) per channel (head_dim {head_dim})", fontsize=10)
+    axes[0].set_title(_wrap(f"{name}: cos(position · θ) per channel (head_dim {head_dim})", 55), fontsize=10)
     fig.colorbar(image, ax=axes[0], shrink=0.8)
 
     axes[1].plot(range(distances), decay.numpy(), linewidth=1)
     axes[1].set_xscale("symlog", linthresh=8)
     axes[1].set_xlabel("relative distance m − n (symlog)")
     axes[1].set_ylabel("q·k / head_dim  (q = k = all-ones)")
-    axes[1].set_title("long-distance decay of q·k", fontsize=10)
+    axes[1].set_title(f"long-distance decay of q·k (head_dim {decay_dim})", fontsize=10)
     axes[1].grid(True, alpha=0.3)
     return fig
 
@@ -427,7 +536,7 @@ def _axial_figure(pe: Any, name: str, head_dim: int) -> Figure:
     )
     axes[0].set_xlabel("channel of the head")
     axes[0].set_ylabel("patch (row-major)")
-    axes[0].set_title(f"{name}: cos(coordinate · θ) per channel, grid {grid}", fontsize=10)
+    axes[0].set_title(_wrap(f"{name}: cos(coordinate · θ) per channel, grid {grid}", 55), fontsize=10)
     fig.colorbar(image, ax=axes[0], shrink=0.8)
     image = axes[1].imshow(similarity.numpy(), cmap="viridis", interpolation="nearest")
     axes[1].plot([centre[-1]], [centre[-2] if len(grid) > 1 else 0], marker="x", color="red")
@@ -459,18 +568,24 @@ def _bias_rows(pe: PositionalEncoding, num_heads: int, head_dim: int, size: int)
     return torch.stack(rows, dim=1)
 
 
-def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: int) -> Figure:
+def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: int, length: int) -> Figure:
     causal = bool(getattr(pe, "causal", False))
-    size = 32
+    buckets = _bucket_view(pe)
+    if buckets is not None:
+        # T5: an untrained table is noise; its structure is which bucket each distance falls in
+        pe = buckets
+    size = min(length, MAX_HEATMAP)
     matrix = _bias_rows(pe, num_heads, head_dim, size)
     if causal:
         future = torch.ones(size, size, dtype=torch.bool).triu(1)
         matrix = matrix.masked_fill(future, float("nan"))  # masked: drawn blank
     learned = any(True for _ in pe.parameters())
-    note = " (initial values: learned in training)" if learned else ""
+    note = f" ({UNTRAINED})" if learned and buckets is None else ""
     content = _reads_queries(pe, num_heads, head_dim)
     if content:
         note += ", query = all-ones"
+    if length > size:
+        note += f"; the first {size} of {length} positions"
 
     # Bias against distance: one query at position `far`, keys 0..far, so distance = far - j.
     far = 256
@@ -482,40 +597,75 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     row = row.float().expand(1, num_heads, 1, far + 1)[0, :, 0].flip(-1)  # index = distance
     row = row - row[:, :1]  # per-row constants cancel under softmax: show bias(d) - bias(0)
 
-    cols = min(4, num_heads)
-    grid_rows = math.ceil(num_heads / cols)
-    fig = _new_figure(3.0 * cols + 4.5, 2.9 * grid_rows + 0.6)
-    subfigs = fig.subfigures(1, 2, squeeze=False, width_ratios=[3.0 * cols, 4.5])[0]
+    shown = 1 if buckets is not None else num_heads  # buckets are the same for every head
+    cols = min(4, shown)
+    grid_rows = math.ceil(shown / cols)
+    fig = _new_figure(3.0 * max(cols, 2) + 4.5, 2.9 * grid_rows + 0.6 + (0.6 if buckets is not None else 0))
+    subfigs = fig.subfigures(1, 2, squeeze=False, width_ratios=[3.0 * max(cols, 2), 4.5])[0]
     axes = subfigs[0].subplots(grid_rows, cols, squeeze=False)
     finite = matrix[torch.isfinite(matrix)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     image = None
     for h in range(grid_rows * cols):
         ax = axes[h // cols][h % cols]
-        if h >= num_heads:
+        if h >= shown:
             ax.set_visible(False)
             continue
         image = ax.imshow(matrix[h].numpy(), cmap="magma", vmin=vmin, vmax=vmax, interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_title("every head" if buckets is not None else f"head {h}", fontsize=9)
         ax.set_xlabel("key position", fontsize=8)
         ax.set_ylabel("query position", fontsize=8)
         ax.tick_params(labelsize=7)
+    what = "bucket of the distance" if buckets is not None else "bias added to the score"
     if image is not None:
-        subfigs[0].colorbar(image, ax=axes, shrink=0.7, label="bias added to the score")
-    subfigs[0].suptitle(
-        f"{name}: bias matrix per head{note}" + (" — future keys masked" if causal else ""), fontsize=10
-    )
+        subfigs[0].colorbar(image, ax=axes, shrink=0.7, label=what)
+    if buckets is not None:
+        title = (
+            f"{name}: the bucket of each query-key pair (the table row it reads; training learns one value "
+            f"per bucket and head){note}"
+        )
+    else:
+        title = f"{name}: bias matrix per head{note}"
+    title += " — future keys masked" if causal else ""
+    subfigs[0].suptitle(_wrap(title, int(12 * 3.0 * max(cols, 2))), fontsize=10)
 
     ax = subfigs[1].subplots()
     # a content term of random initial tables is noise against distance: a few heads stay readable
-    for h in range(min(num_heads, 3) if content else num_heads):
-        ax.plot(range(far + 1), row[h].numpy(), label=f"head {h}", linewidth=1)
+    for h in range(min(num_heads, 3) if content else shown):
+        ax.plot(
+            range(far + 1),
+            row[h].numpy(),
+            label="every head" if buckets is not None else f"head {h}",
+            linewidth=1,
+            drawstyle="steps-post" if buckets is not None else "default",
+        )
     ax.set_xlabel("query − key distance")
-    ax.set_ylabel("bias(distance) − bias(0)")
-    ax.set_title("bias against distance", fontsize=10)
+    ax.set_ylabel("bucket" if buckets is not None else "bias(distance) − bias(0)")
+    ax.set_title("bucket against distance" if buckets is not None else "bias against distance", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return fig
+
+
+def _bucket_view(pe: PositionalEncoding) -> PositionalEncoding | None:
+    """A copy of a T5-style bias whose table holds each bucket's index, or ``None`` for other encodings.
+
+    T5's bias is a learned value per (bucket, head); through the public ``attention_bias``
+    hook such a copy shows the bucket of every distance (exact for near ones, logarithmic
+    farther, one shared bucket past ``max_distance``), the same for every head.
+    """
+    table = getattr(pe, "relative_attention_bias", None)
+    if not isinstance(table, torch.nn.Embedding) or not hasattr(pe, "num_buckets"):
+        return None
+    import copy
+
+    view = copy.deepcopy(pe)
+    embedding = view.get_submodule("relative_attention_bias")
+    if not isinstance(embedding, torch.nn.Embedding):  # never: `pe`'s was one (for the type checker)
+        return None
+    weight = embedding.weight
+    weight.copy_(torch.arange(weight.shape[0], dtype=weight.dtype)[:, None].expand_as(weight))
+    return view
 
 
 def _reads_queries(pe: PositionalEncoding, num_heads: int, head_dim: int) -> bool:

@@ -57,16 +57,24 @@ def test_extrapolate_end_to_end_prints_the_table_and_writes_the_files(corpus_fil
         assert f"run  {name}" in stdout
 
     table = stdout[stdout.index("validation perplexity") :].splitlines()
-    header = table[1].split()
-    assert header[1:] == ["16", "(train)", "32"]
-    rows = {line.split()[0]: line.split()[1:] for line in table[3 : 3 + len(names)]}
+    at = next(i for i, line in enumerate(table) if line.startswith("encoding"))
+    assert table[at].split()[1:] == ["16", "(train)", "32"]
+    rows = {line.split()[0]: line.split()[1:] for line in table[at + 2 : at + 2 + len(names)]}
     assert set(rows) == set(names)
     assert rows["learned"][1:] == ["cannot", "run"]
     for name in set(names) - {"learned"}:
         assert all(float(cell) > 1.0 for cell in rows[name]), rows[name]
 
-    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "extrapolation.png"}
+    # the data, the figure, and each model's checkpoint
+    checkpoints = {f"model-{name}.pt" for name in names}
+    assert {p.name for p in out.iterdir()} == {
+        "results.json",
+        "results.csv",
+        "extrapolation.png",
+        *checkpoints,
+    }
     data = json.loads((out / "results.json").read_text())
+    assert data["pending"] == []
     # The printed table and the JSON agree to the printed precision.
     for enc in data["encodings"]:
         for r, cell in zip(enc["lengths"], rows[enc["label"]], strict=False):
@@ -206,7 +214,7 @@ def test_every_flag_named_for_library_errors_is_an_option(capsys):
 
     study, extend = set(StudyConfig.__dataclass_fields__), set(ExtendConfig.__dataclass_fields__)
     assert study <= set(_FLAGS)  # every setting has its flag
-    assert set(_FLAGS) - extend == {"corpus", "encodings", "out_dir", "model"}
+    assert set(_FLAGS) - extend == {"corpus", "encodings", "out_dir", "model", "resume"}
     for command, extra in (("extrapolate", {"methods", "factor", "finetune_steps", "finetune_lr", "baselines", "model"}),
                            ("extend", {"encodings"})):  # fmt: skip
         code, help_text, _ = run([command, "--help"], capsys)
@@ -324,9 +332,12 @@ def test_list_shows_each_encoding_once_with_aliases_and_kind(capsys):
     rows = {
         line.split()[0]: line
         for line in stdout.splitlines()[1:]
-        if line.strip() and not line.startswith("posenc")
+        if line.strip() and not line.startswith(("posenc", " "))  # " ": a wrapped description
     }
     assert sorted(rows) == canonical_names()
+    assert "``" not in stdout and ":func:" not in stdout  # docstring markup shown as plain text
+    assert "-m_h * distance" in stdout
+    assert max(map(len, stdout.splitlines())) <= 80  # not a terminal here: 80 columns
     for name in canonical_names():
         info = posenc.describe(name)
         assert info["kind"] in rows[name].split()
@@ -357,6 +368,18 @@ def test_describe_shows_accepted_values_of_literal_options(capsys):
     assert "aliases: rotary" in stdout.splitlines()[0]
 
 
+def test_describe_names_what_build_fills_in_and_the_rope_types(capsys):
+    from posenc.functional.rope_scaling import ROPE_TYPES
+
+    code, stdout, _ = run(["describe", "t5"], capsys)
+    assert code == 0 and "model size" not in stdout
+    causal = next(line for line in stdout.splitlines() if line.split() and line.split()[0] == "causal")
+    assert "whether the attention is causal" in causal and "filled in by build()" in causal
+    code, stdout, _ = run(["describe", "rope"], capsys)
+    scaling = next(line for line in stdout.splitlines() if line.split() and line.split()[0] == "scaling")
+    assert all(repr(t) in scaling for t in ROPE_TYPES), scaling
+
+
 def test_describe_json_is_the_registry_description(capsys):
     code, stdout, _ = run(["describe", "alibi", "--json"], capsys)
     assert code == 0
@@ -367,3 +390,19 @@ def test_describe_unknown_name_is_one_line_with_the_closest_match(capsys):
     code, _, stderr = run(["describe", "alibj"], capsys)
     assert code == 2 and stderr.count("\n") == 1
     assert "unknown position encoding 'alibj'. Did you mean 'alibi'?" in stderr
+
+
+def test_extrapolate_resume_reuses_finished_models_and_refuses_other_settings(corpus_file, tmp_path, capsys):
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(tmp_path / "o"), *TINY_ARGS]
+    code, stdout, _ = run([*argv, "--encodings", "rope"], capsys)
+    assert code == 0 and "[1/1] rope: trained" in stdout
+    # adding an encoding: the finished one is reused, not retrained; "k/n" says where the run is
+    code, stdout, _ = run([*argv, "--encodings", "rope,alibi", "--resume"], capsys)
+    assert code == 0 and "[1/2] rope: reused" in stdout and "[2/2] alibi: trained" in stdout
+    labels = [e["label"] for e in json.loads((tmp_path / "o" / "results.json").read_text())["encodings"]]
+    assert labels == ["rope", "alibi"]
+    code, _, stderr = run([*argv, "--encodings", "rope", "--resume", "--steps", "4"], capsys)
+    assert code == 2 and len(stderr.splitlines()) == 1
+    assert "--resume: " in stderr and "other settings (steps 3 there, 4 now)" in stderr
+    code, _, stderr = run([*argv, "--encodings", "rope"], capsys)  # neither --resume nor --force
+    assert code == 2 and "add --resume to reuse its models or --force to overwrite" in stderr

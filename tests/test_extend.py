@@ -204,3 +204,17 @@ def test_checkpoint_errors_are_config_errors(tmp_path, corpus):
     with pytest.raises(ConfigError, match="cannot be read"):
         run_extend(corpus, ExtendConfig(**TINY), model_path=bad, progress=False)
     assert isinstance(Path(bad), Path)
+
+
+def test_a_scaled_embedding_baseline_round_trips_through_its_checkpoint(corpus, tmp_path):
+    """A sinusoidal baseline has embed_scale sqrt(d_model); resumed from its checkpoint it scores the same."""
+    from posenc.study.checkpoint import load_checkpoint
+
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none",), baselines=("sinusoidal",))
+    first = run_extend(corpus, config, out_dir=tmp_path, progress=False)
+    model, _, _ = load_checkpoint(tmp_path / "baseline-sinusoidal.pt")
+    assert model.embed_scale == math.sqrt(TINY["d_model"])
+    lines: list[str] = []
+    again = run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False, log=lines.append)
+    assert any(line.startswith("sinusoidal: reusing") for line in lines)
+    assert [r.perplexity for r in again.rows] == [r.perplexity for r in first.rows]

@@ -110,9 +110,12 @@ def test_rope_figure_shows_cos_of_position_times_frequency():
     torch.testing.assert_close(table, expected, atol=PLOT_ATOL, rtol=0)
 
     decay = torch.as_tensor(content_axes(fig)[1].lines[0].get_ydata(), dtype=torch.float64)
-    # q = k = all-ones: q_m . k_0 / dh = mean over pairs of cos(m * theta_i).
+    # q = k = all-ones: q_m . k_0 / dh = mean over pairs of cos(m * theta_i), drawn for a real
+    # model's head width (128), where 64 frequencies make a decay curve rather than noise.
+    assert "head_dim 128" in content_axes(fig)[1].get_title()
+    wide_freq = 10000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
     distance = torch.arange(decay.numel(), dtype=torch.float64)
-    expected_decay = torch.cos(distance[:, None] * inv_freq[None, :]).mean(-1)
+    expected_decay = torch.cos(distance[:, None] * wide_freq[None, :]).mean(-1)
     torch.testing.assert_close(decay, expected_decay, atol=PLOT_ATOL, rtol=0)
 
 
@@ -144,7 +147,7 @@ def test_sinusoidal_figure_shows_the_paper_table_and_its_similarity():
 
 
 def _fake_result() -> StudyResult:
-    config = StudyConfig(train_len=64, eval_lens=(64, 128, 256))
+    config = StudyConfig(train_len=64, eval_lens=(64, 128, 256), eval_chars=2048)
 
     def enc(label, values):
         lengths = [
@@ -156,20 +159,88 @@ def _fake_result() -> StudyResult:
     encodings = [
         enc("alibi", [5.0, 4.8, 4.7]),
         enc("sinusoidal", [5.0, 30.0, 200.0]),
+        enc("t5", [5.1, 5.2, 5.3]),
+        enc("none", [5.0, 6.0, 7.0]),
         enc("learned", [4.9, None, None]),
     ]
-    return StudyResult(config, {"source": "test corpus"}, encodings, {})
+    corpus = {
+        "source": "Python 3.11.7 standard library, top-level *.py (/usr/lib/python3.11)",
+        "characters": 9000,
+    }
+    return StudyResult(config, corpus, encodings, {})
 
 
 def test_extrapolation_figure_has_one_line_per_encoding_and_marks_the_training_length():
     fig = extrapolation_figure(_fake_result())
     (ax,) = content_axes(fig)
-    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    assert ax.get_xlabel() and ax.get_ylabel()
     assert ax.get_yscale() == "log"  # a 40x spread between lines
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["alibi", "sinusoidal", "learned (cannot run at 128, 256)"]
+    # readable names, not registry names
+    assert legend == ["ALiBi", "sinusoidal", "T5 bias", "NoPE", "learned table (cannot run at 128, 256)"]
     data_lines = [line for line in ax.lines if len(line.get_xdata()) > 0 and line.get_label() in legend]
-    assert [list(line.get_ydata()) for line in data_lines] == [[5.0, 4.8, 4.7], [5.0, 30.0, 200.0], [4.9]]
+    assert [list(line.get_ydata()) for line in data_lines] == [
+        [5.0, 4.8, 4.7], [5.0, 30.0, 200.0], [5.1, 5.2, 5.3], [5.0, 6.0, 7.0], [4.9]
+    ]  # fmt: skip
     vertical = [line for line in ax.lines if list(line.get_xdata()) == [64, 64]]
     assert vertical, "the training length is not marked"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
+
+
+def test_extrapolation_figure_is_readable():
+    fig = extrapolation_figure(_fake_result())
+    (ax,) = content_axes(fig)
+    title = fig._suptitle.get_text()
+    # the evaluation text is said; the corpus is named without its local path
+    assert "about 2,048 validation characters scored per length" in title
+    assert "Python 3.11.7 standard library, top-level *.py, 9,000 characters" in title
+    assert "/usr/lib" not in title and "\n" in title and not ax.get_title()
+    # log ticks are plain round numbers (5, 10, 20, ...), not 10^k with mantissas
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ticks) >= 4 and all(t.replace(".", "").isdigit() for t in ticks), ticks
+    assert all(float(t) == float(f"{float(t):.2g}") for t in ticks)
+    # the one learned point is drawn large, outlined and above every line, and named beside it
+    (learned,) = [line for line in ax.lines if line.get_label().startswith("learned table")]
+    assert learned.get_markersize() >= 9 and learned.get_zorder() > max(
+        line.get_zorder() for line in ax.lines if line is not learned
+    )
+    assert any(t.get_text() == "learned table" for t in ax.texts)
+    # the "cannot run" marks sit inside the axes, in a strip below every line, not in the title area
+    (marks,) = ax.collections
+    assert marks.get_offset_transform() == ax.get_xaxis_transform()  # y in axes fractions
+    heights = [y for _, y in marks.get_offsets()]
+    assert all(0.0 < y < 0.1 for y in heights)
+    low = ax.get_ylim()[0]
+    lowest = min(min(line.get_ydata()) for line in ax.lines if not line.get_label().startswith("_"))
+    assert math.log(lowest / low) / math.log(ax.get_ylim()[1] / low) > 0.1
+
+
+def test_t5_figure_shows_its_buckets_and_learned_tables_are_seeded_and_said_untrained():
+    from posenc.functional import relative_position_bucket
+
+    fig = encoding_figure("t5", length=100, d_model=64, num_heads=4)
+    heat = next(ax for ax in content_axes(fig) if ax.images)
+    shown = torch.as_tensor(heat.images[0].get_array().filled(math.nan), dtype=torch.float64)
+    i = torch.arange(32)
+    expected = relative_position_bucket(i[None, :] - i[:, None], bidirectional=False).double()
+    expected = expected.masked_fill(i[None, :] > i[:, None], math.nan)  # a causal model: future keys blank
+    torch.testing.assert_close(shown, expected, equal_nan=True)  # the T5 paper's buckets, causal
+    title = fig.subfigs[0]._suptitle.get_text().replace("\n", " ")
+    assert "bucket" in title and "the first 32 of 100 positions" in title  # the cap is said
+    curve = next(ax for ax in content_axes(fig) if not ax.images).lines[0].get_ydata()
+    assert list(curve[:4]) == [0, 1, 2, 3] and curve[-1] == 31  # exact near, one shared bucket far
+
+    state = torch.random.get_rng_state()
+    first = encoding_figure("learned", length=16, d_model=16, num_heads=2)
+    second = encoding_figure("learned", length=16, d_model=16, num_heads=2)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state untouched
+    table = [content_axes(f)[0].images[0].get_array().data for f in (first, second)]
+    assert (table[0] == table[1]).all()  # seeded: the same picture on every run
+    assert "untrained" in content_axes(first)[0].get_title()
+
+
+def test_long_spec_titles_are_wrapped():
+    spec = "rope(scaling={'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64})"
+    title = content_axes(encoding_figure(spec, length=32))[0].get_title()
+    assert spec.replace(" ", "") in title.replace("\n", "").replace(" ", "")
+    assert max(len(line) for line in title.splitlines()) <= 60

@@ -20,6 +20,7 @@ from posenc.study import (
     ConfigError,
     Corpus,
     StudyConfig,
+    StudyResult,
     default_encodings,
     encoding_plan,
     run_study,
@@ -351,7 +352,7 @@ def test_tiny_study_runs_every_default_encoding_and_writes_the_files(text_file, 
             # Three steps from a random start: about as unsure as a uniform guess, never absurd.
             assert 1.0 < r.perplexity < 3 * vocab
 
-    table = result.table()
+    table = result.table(width=None)  # one block, one title line
     lines = table.splitlines()
     assert "16 (train)" in lines[1] and "32" in lines[1]
     for label in labels:
@@ -452,3 +453,190 @@ def test_a_per_layer_pattern_is_one_model_in_the_study(text_file):
     assert [e.label for e in result.encodings] == ["rope + none", "alibi"]
     for enc in result.encodings:
         assert all(r.error is None and math.isfinite(r.loss) for r in enc.lengths)
+
+
+# --- the embedding scale (TransformerLM(embed_scale=...)) ------------------------------------------
+
+
+class _Hook:
+    """The study's former recipe: a forward hook multiplying the embedding output by a constant."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def __call__(self, module, inputs, output):
+        return output * self.scale
+
+
+@pytest.mark.parametrize(("d_model", "num_heads"), [(64, 4), (48, 4), (8, 2)])
+def test_embed_scale_gives_the_numbers_of_the_former_hook(d_model, num_heads):
+    from posenc.nn import TransformerLM
+
+    torch.manual_seed(5)
+    hooked = TransformerLM(40, d_model, 2, num_heads, position="sinusoidal", max_len=32)
+    nn.init.normal_(hooked.embed.weight, mean=0.0, std=d_model**-0.5)
+    hooked.embed.register_forward_hook(_Hook(math.sqrt(d_model)))
+    torch.manual_seed(5)
+    scaled = TransformerLM(
+        40, d_model, 2, num_heads, position="sinusoidal", max_len=32, embed_scale=d_model**0.5
+    )
+    for (name, a), b in zip(hooked.state_dict().items(), scaled.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    ids = torch.randint(0, 40, (2, 24))
+    assert torch.equal(hooked(ids), scaled(ids))
+
+
+def test_embed_scale_multiplies_the_embeddings_drawn_at_its_inverse():
+    from posenc.nn import TransformerLM
+
+    torch.manual_seed(0)
+    plain = TransformerLM(4000, 32, 1, 2, position="none")
+    torch.manual_seed(0)
+    scaled = TransformerLM(4000, 32, 1, 2, position="none", embed_scale=8.0)
+    # Every weight but the embedding (tied to the head) is drawn as without the option.
+    for (name, a), b in zip(plain.state_dict().items(), scaled.state_dict().values(), strict=True):
+        assert torch.equal(a, b) != (name in ("embed.weight", "head.weight")), name
+    assert plain.embed.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert scaled.embed.weight.std().item() == pytest.approx(1 / 8, rel=0.05)
+    seen = []
+    scaled.blocks[0].register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(args[0]), with_kwargs=True
+    )
+    ids = torch.tensor([[3, 1, 3999]])
+    scaled(ids)
+    assert torch.equal(seen[0], scaled.embed(ids) * 8.0)  # NoPE adds nothing: the block sees s * embedding
+    scaled.reset_parameters()  # redrawn at 1 / s, not at GPT-2's 0.02
+    assert scaled.embed.weight.std().item() == pytest.approx(1 / 8, rel=0.05)
+
+
+@pytest.mark.parametrize(("value", "error"), [(0.0, ValueError), (-2.0, ValueError), (math.inf, ValueError),
+                                              ("8", TypeError), (True, TypeError)])  # fmt: skip
+def test_embed_scale_is_checked(value, error):
+    from posenc.nn import TransformerLM
+
+    with pytest.raises(error, match="embed_scale"):
+        TransformerLM(10, 16, 1, 2, embed_scale=value)
+
+
+def test_only_a_fixed_additive_table_gets_the_original_embedding_scale():
+    from posenc.study.training import fair_embed_scale
+
+    config = StudyConfig(**{**TINY, "num_layers": 2})
+    state = torch.random.get_rng_state()
+    assert fair_embed_scale("sinusoidal", config) == math.sqrt(16)
+    for spec in ("learned", "rope", "alibi", "none", "t5", "rope + none"):
+        assert fair_embed_scale(spec, config) is None, spec
+    assert torch.equal(torch.random.get_rng_state(), state)  # deciding draws nothing
+
+
+# --- results written as each model finishes, and resumed ------------------------------------------
+
+
+def test_each_model_is_saved_and_its_checkpoint_gives_the_same_numbers(text_file, tmp_path):
+    from posenc.study.checkpoint import load_checkpoint
+    from posenc.study.extrapolate import checkpoint_name
+    from posenc.study.training import _eval_chunks
+
+    out = tmp_path / "out"
+    result = run_study(text_file, "sinusoidal,rope(base=100.0)", out_dir=out, progress=False, **TINY)
+    names = {checkpoint_name("sinusoidal"), checkpoint_name("rope(base=100.0)")}
+    assert names == {
+        "model-sinusoidal.pt",
+        f"model-rope_base_100.0-{checkpoint_name('rope(base=100.0)')[-11:-3]}.pt",
+    }
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", *names}
+    config = StudyConfig(**TINY)
+    for enc in result.encodings:
+        model, chars, meta = load_checkpoint(out / checkpoint_name(enc.label))
+        assert meta["label"] == enc.label and meta["corpus_sha256"] == result.corpus["sha256"]
+        assert model.embed_scale == (4.0 if enc.label == "sinusoidal" else None)
+        _, val = Corpus.from_path(text_file).split()
+        chunks = _eval_chunks(torch.tensor([chars.index(c) for c in val]), config)
+        with torch.inference_mode():
+            again = [_evaluate(model, chunks, n, 16, torch.device("cpu")).loss for n in (16, 32)]
+        assert again == [enc.at(16).loss, enc.at(32).loss]
+
+
+def test_an_interrupted_study_resumes_without_training_the_finished_models(text_file, tmp_path, monkeypatch):
+    import posenc.study.extrapolate as extrapolate
+
+    trained: list[int] = []
+    real = extrapolate.train_steps
+
+    def counting(*args, **kwargs):
+        trained.append(1)
+        if len(trained) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the second model trains
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(extrapolate, "train_steps", counting)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_study(text_file, "rope,alibi", out_dir=out, progress=False, **TINY)
+    partial = json.loads((out / "results.json").read_text())
+    assert [e["label"] for e in partial["encodings"]] == ["rope"] and partial["pending"] == ["alibi"]
+    assert not list(out.glob(".*.tmp"))  # no half-written file left behind
+
+    trained.clear()
+    lines: list[str] = []
+    monkeypatch.setattr(extrapolate, "train_steps", real)
+    resumed = run_study(
+        text_file, "rope,alibi", out_dir=out, resume=True, progress=False, log=lines.append, **TINY
+    )
+    assert "[1/2] rope: reused from" in "\n".join(lines) and "[2/2] alibi: trained" in "\n".join(lines)
+    assert [e.label for e in resumed.encodings] == ["rope", "alibi"]
+    assert resumed.encodings[0] == StudyResult.from_dict(partial).encodings[0]
+    alone = run_study(text_file, "alibi", progress=False, **TINY)  # each model seeded alike: same numbers
+    assert _numbers(resumed)[1] == _numbers(alone)[0]
+    assert json.loads((out / "results.json").read_text())["pending"] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"steps": 4}, "steps 3 there, 4 now"), ({"eval_chars": 128}, "eval_chars 256 there, 128 now"),
+     ({"corpus": "other"}, "another corpus text")],
+)  # fmt: skip
+def test_resume_refuses_results_of_other_settings_or_text(text_file, tmp_path, change, message):
+    out = tmp_path / "out"
+    run_study(text_file, "none", out_dir=out, progress=False, **TINY)
+    corpus = Corpus.from_text(make_text(6000, seed=1)) if "corpus" in change else text_file
+    settings = {**TINY, **{k: v for k, v in change.items() if k != "corpus"}}
+    with pytest.raises(ConfigError, match=message) as info:
+        run_study(corpus, "none", out_dir=out, resume=True, progress=False, **settings)
+    assert info.value.argument == "resume"
+    with pytest.raises(ConfigError, match="needs out_dir"):
+        run_study(corpus, "none", resume=True, progress=False, **TINY)
+
+
+# --- the table on an 80-column terminal -------------------------------------------------------------
+
+
+def _made_up(labels: list[str], lens: tuple[int, ...]) -> StudyResult:
+    from posenc.study import EncodingResult, LengthResult
+
+    config = StudyConfig(train_len=lens[0], eval_lens=lens)
+    encodings = [
+        EncodingResult(label, "rotary", 1, 1.0, 0.0, 0.0,
+                       [LengthResult(n, 10, loss=1.0 + i, perplexity=100.0 + i + j / 1000) for j, n in enumerate(lens)])
+        for i, label in enumerate(labels)
+    ]  # fmt: skip
+    return StudyResult(config, {"source": "x"}, encodings, {})
+
+
+def test_the_table_fits_80_columns_in_blocks_of_lengths():
+    lens = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    long_spec = "rope(scaling={'rope_type': 'yarn', 'factor': 8.0, 'original_max_position_embeddings': 64})"
+    result = _made_up(["rope", "alibi", long_spec], lens)
+    text = result.table(width=80)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    headers = [line for line in lines if line.startswith("encoding")]
+    assert len(headers) >= 2  # the lengths come in blocks, each with the names
+    shown = " ".join(headers).split()
+    assert [int(w) for w in shown if w.isdigit()] == list(lens)
+    # every number is still there, in its row, and the long spec is given in full in a note
+    for i, label in enumerate(["rope", "alibi"]):
+        cells = [c for line in lines if line.startswith(f"{label} ") for c in line.split()[1:]]
+        assert cells == [f"{100.0 + i + j / 1000:.3f}" for j in range(len(lens))]
+    assert long_spec in " ".join(line.strip() for line in lines)  # wrapped at spaces only
+    assert max(map(len, result.table(width=None).splitlines())) > 80  # unwrapped when asked

@@ -23,7 +23,8 @@ Python API, the same study the ``posenc extrapolate`` command runs::
 
 The modules: :mod:`~posenc.study.config` (:class:`StudyConfig`, :class:`ConfigError`),
 :mod:`~posenc.study.corpus` (:class:`Corpus`), :mod:`~posenc.study.plan` (which encodings
-run, :func:`split_specs`), :mod:`~posenc.study.training` (:func:`run_study`) and
+run, :func:`split_specs`), :mod:`~posenc.study.extrapolate` (:func:`run_study`; the model and training loop are in
+:mod:`~posenc.study.training`), :mod:`~posenc.study.extend` (:func:`run_extend`) and
 :mod:`~posenc.study.results` (:class:`StudyResult` and its table and files). Every name below
 is importable from ``posenc.study``; each module is imported on first use, so reading
 :class:`StudyConfig` (as ``posenc --help`` does) does not import torch.
@@ -41,9 +42,9 @@ if TYPE_CHECKING:  # what __getattr__ below provides, for type checkers and IDEs
     from .corpus import Corpus
     from .extend import run_extend, scaling_for
     from .extend_results import ExtendResult, ExtendRow
+    from .extrapolate import run_study
     from .plan import EncodingChoice, default_encodings, encoding_plan, split_specs
     from .results import EncodingResult, LengthResult, StudyResult
-    from .training import run_study
 
 __all__ = [
     "METHODS",
@@ -79,7 +80,7 @@ _HOME = {
     "EncodingResult": "results",
     "LengthResult": "results",
     "StudyResult": "results",
-    "run_study": "training",
+    "run_study": "extrapolate",
     "METHODS": "config",
     "ExtendConfig": "config",
     "run_extend": "extend",

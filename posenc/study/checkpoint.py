@@ -2,8 +2,9 @@
 
 A checkpoint is one ``torch.save`` file holding plain data only (loaded with
 ``weights_only=True``): the :class:`~posenc.nn.TransformerLM` arguments, the character
-vocabulary, the embedding scale (see :func:`posenc.study.training.scale_embeddings`), what it
-was trained on (``meta``) and the ``state_dict``.
+vocabulary, the embedding scale (``TransformerLM(embed_scale=...)``, see
+:func:`posenc.study.training.fair_embed_scale`), what it was trained on (``meta``) and the
+``state_dict``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,6 @@ def save_checkpoint(
     *,
     vocab: list[str],
     position: Any,
-    embed_scale: float | None,
     meta: dict[str, Any],
 ) -> Path:
     """Save a study model (atomically) to ``path``.
@@ -81,7 +81,6 @@ def save_checkpoint(
         model: a :class:`~posenc.nn.TransformerLM`.
         vocab: the characters, in id order.
         position: the spec the model was built with (a str or a dict of plain data).
-        embed_scale: the embedding output scale, or ``None``.
         meta: plain data on how it was trained (settings, corpus fingerprint, final loss).
     """
     payload = {
@@ -94,7 +93,7 @@ def save_checkpoint(
             "position": position,
             "max_len": model.max_len,
         },
-        "embed_scale": embed_scale,
+        "embed_scale": model.embed_scale,
         "vocab": "".join(vocab),
         "meta": meta,
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -113,7 +112,6 @@ def load_checkpoint(path: str | Path, argument: str = "model") -> tuple[Any, lis
         ConfigError: the file is missing, unreadable, or not a posenc study checkpoint.
     """
     from ..nn import TransformerLM
-    from .training import _Scale
 
     p = Path(path).expanduser()
     shown = repr(str(path)) if len(str(path)) <= 200 else f"{str(path)[:180]!r}..."
@@ -133,14 +131,15 @@ def load_checkpoint(path: str | Path, argument: str = "model") -> tuple[Any, lis
             argument=argument,
         )
     try:
-        model = TransformerLM(**payload["model"], causal=True)
+        scale = payload.get("embed_scale")
+        model = TransformerLM(
+            **payload["model"], causal=True, embed_scale=None if scale is None else float(scale)
+        )
         model.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise ConfigError(
             f"{argument} checkpoint {shown} does not describe a TransformerLM: {' '.join(str(err).split())[:300]}",
             argument=argument,
         ) from None
-    if payload.get("embed_scale"):
-        model.embed.register_forward_hook(_Scale(float(payload["embed_scale"])))
     model.eval()
     return model, list(payload["vocab"]), dict(payload.get("meta") or {})

@@ -6,11 +6,8 @@ Imports no torch at module load (the device check imports it when a config is ma
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from .._checks import check_int, check_positive_float, check_positive_int
 
 __all__ = ["LIMITS", "METHODS", "ConfigError", "ExtendConfig", "StudyConfig", "check_limit"]
 
@@ -73,10 +70,17 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else f"{text[: width - 20]}... ({len(text):,} characters)"
 
 
-def _checked(check: Callable[..., T], name: str, value: Any, **options: Any) -> T:
-    """``check(name, value)`` with its ValueError re-raised as a :class:`ConfigError` (TypeError kept)."""
+def _checked(check: str, name: str, value: Any, **options: Any) -> Any:
+    """posenc's shared ``check`` (a name in :mod:`posenc._checks`) of ``value``, its ValueError
+    re-raised as a :class:`ConfigError` (TypeError kept).
+
+    ``posenc._checks`` imports torch: it is imported here, when a config is made, not when this
+    module is (``posenc --help`` reads the defaults only).
+    """
+    from .. import _checks
+
     try:
-        return check(name, value, **options)
+        return getattr(_checks, check)(name, value, **options)
     except ValueError as err:
         raise ConfigError(str(err), argument=name.split("[")[0]) from None
 
@@ -130,7 +134,7 @@ class StudyConfig:
             )
         object.__setattr__(self, "eval_lens", tuple(self.eval_lens))
         for key in ("train_len", "steps", "batch_size", "d_model", "num_layers", "num_heads", "eval_chars"):
-            _checked(check_positive_int, key, getattr(self, key))
+            _checked("check_positive_int", key, getattr(self, key))
             if key in LIMITS:
                 check_limit(key, getattr(self, key))
         if not self.eval_lens:
@@ -139,7 +143,7 @@ class StudyConfig:
                 argument="eval_lens",
             )
         for i, n in enumerate(self.eval_lens):
-            _checked(check_positive_int, f"eval_lens[{i}]", n)
+            _checked("check_positive_int", f"eval_lens[{i}]", n)
             check_limit(f"eval_lens[{i}]", n)
             if n < self.train_len:
                 raise ConfigError(
@@ -168,10 +172,10 @@ class StudyConfig:
                 f"bound is {LIMITS['block_weights']:,} (memory)",
                 argument="d_model",
             )
-        _checked(check_positive_float, "lr", self.lr)
-        _checked(check_int, "seed", self.seed, minimum=0)
+        _checked("check_positive_float", "lr", self.lr)
+        _checked("check_int", "seed", self.seed, minimum=0)
         if self.threads is not None:
-            _checked(check_positive_int, "threads", self.threads)
+            _checked("check_positive_int", "threads", self.threads)
             check_limit("threads", self.threads)
         _check_device(self.device)
 
@@ -221,10 +225,10 @@ class ExtendConfig(StudyConfig):
         if len(set(self.methods)) != len(self.methods):
             raise ConfigError(f"methods must be distinct, got {list(self.methods)}", argument="methods")
         if self.factor is not None:
-            _checked(check_positive_float, "factor", self.factor)
-        _checked(check_int, "finetune_steps", self.finetune_steps, minimum=0)
+            _checked("check_positive_float", "factor", self.factor)
+        _checked("check_int", "finetune_steps", self.finetune_steps, minimum=0)
         if self.finetune_lr is not None:
-            _checked(check_positive_float, "finetune_lr", self.finetune_lr)
+            _checked("check_positive_float", "finetune_lr", self.finetune_lr)
         if self.head_dim < 4:
             raise ConfigError(
                 f"d_model / num_heads = {self.head_dim}: the RoPE methods need a head width of at least 4",

@@ -42,7 +42,7 @@ from .training import (
     _progress_bar,
     _Vocabulary,
     environment,
-    scale_embeddings,
+    study_model,
     train_steps,
 )
 
@@ -273,7 +273,6 @@ def _base_model(
     say: Any,
 ) -> tuple[Any, dict[str, Any]]:
     """Train the model of ``spec`` at ``train_len`` or, with ``resume``, load it from ``out``."""
-    from ..nn import TransformerLM
 
     name = "base.pt" if spec == "rope" else f"baseline-{_file_name(str(spec))}.pt"
     path = None if out is None else out / name
@@ -283,17 +282,7 @@ def _base_model(
             say(f"{spec}: reusing {path}")
             return model, {"how": f"resumed from {path}", "checkpoint": str(path)}
         say(f"{spec}: {path} was trained with other settings or text; training again")
-    torch.manual_seed(config.seed)
-    model = TransformerLM(
-        len(vocab.chars),
-        config.d_model,
-        config.num_layers,
-        config.num_heads,
-        position=spec,
-        max_len=config.train_len,
-        causal=True,
-    )
-    embed_scale = scale_embeddings(model)
+    model = study_model(spec, len(vocab.chars), config)
     model.to(torch.device(config.device))
     bar = _progress_bar(config.steps, f"train {spec}", progress)
     start = time.perf_counter()
@@ -316,7 +305,7 @@ def _base_model(
         "train_seconds": round(time.perf_counter() - start, 2),
     }
     if path is not None:
-        save_checkpoint(path, model, vocab=vocab.chars, position=spec, embed_scale=embed_scale, meta=meta)
+        save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
         info["checkpoint"] = str(path)
     return model, info
 

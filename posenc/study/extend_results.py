@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import atomic_write
+from .results import format_table, wrap
 
 __all__ = ["DISPLAY_NAMES", "ExtendResult", "ExtendRow"]
 
@@ -75,8 +76,13 @@ class ExtendResult:
                 return r.perplexity
         raise KeyError((method, eval_len, finetune_steps))
 
-    def table(self) -> str:
-        """Perplexity per method (rows) and evaluation length (columns); fits 80 columns for 4 lengths."""
+    def table(self, width: int | None = 80) -> str:
+        """Perplexity per method (rows) and evaluation length (columns).
+
+        Args:
+            width: the widest line (a terminal's columns); lengths that do not fit are shown as
+                further blocks of columns, each with the method names. ``None``: one block.
+        """
         lens = list(self.config.eval_lens)
         keys = list(dict.fromkeys((r.method, r.finetune_steps) for r in self.rows))
         header = ["method", "tuned", *(f"{n}{'*' if n == self.config.train_len else ''}" for n in lens)]
@@ -85,22 +91,12 @@ class ExtendResult:
             cells = [DISPLAY_NAMES.get(method, method), str(steps) if steps else "-"]
             cells += [f"{self.perplexity(method, n, steps):.3f}" for n in lens]
             body.append(cells)
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-
-        def line(cells: list[str]) -> str:
-            return "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-            )
-
-        out = [
+        title = (
             f"validation perplexity per character (lower is better); * = training length {self.config.train_len}; "
-            f"tuned = fine-tuning steps at length {lens[-1]}",
-            line(header),
-            "  ".join("-" * w for w in widths),
-            *(line(row) for row in body),
-        ]
-        return "\n".join(out)
+            f"tuned = fine-tuning steps at length {lens[-1]}; about {self.config.eval_chars:,} characters scored "
+            "per length"
+        )
+        return "\n".join([*wrap(title, width), *format_table(header, body, keep=2, width=width)])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: ``config``, ``corpus``, ``environment``, ``methods``, ``base``, ``results``."""

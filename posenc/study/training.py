@@ -1,4 +1,8 @@
-"""Running the study: train one small character-level model per encoding, score it at every length."""
+"""The study's mechanics: the model, its training loop, the validation windows and their scores.
+
+:func:`posenc.study.run_study` (:mod:`~posenc.study.extrapolate`) and
+:func:`posenc.study.run_extend` (:mod:`~posenc.study.extend`) are built from these.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ import ast
 import contextlib
 import math
 import platform
-import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,11 +19,10 @@ import torch.nn.functional as F
 from ..base import PositionalEncoding
 from ..registry import describe, lookup, parse_spec
 from .config import LIMITS, ConfigError, StudyConfig
-from .corpus import Corpus
-from .plan import default_encodings, has_fixed_length, split_specs
-from .results import EncodingResult, LengthResult, StudyResult
+from .plan import has_fixed_length, split_specs
+from .results import LengthResult
 
-__all__ = ["run_study"]
+__all__ = ["fair_embed_scale", "study_model", "train_steps"]
 
 
 class _Vocabulary:
@@ -208,41 +209,62 @@ def train_steps(
     return loss_value
 
 
-def scale_embeddings(model: Any) -> float | None:
-    """Give a fixed additive table and the token embeddings the same scale, as the original Transformer.
+def fair_embed_scale(spec: Any, config: StudyConfig) -> float | None:
+    """The ``embed_scale`` of the study's model for ``spec``: ``sqrt(d_model)`` for a fixed additive table.
 
     Vaswani et al. (2017, §3.4) multiply the embeddings by ``sqrt(d_model)`` before adding the
     sinusoidal table; their embeddings start at std ``d_model ** -0.5`` (tensor2tensor), so
     tokens enter at std 1, the scale of the table (amplitude 1). ``TransformerLM`` starts its
-    embeddings at GPT-2's std 0.02, where a unit-amplitude table drowns the tokens. This
-    applies the original recipe — embedding weights re-drawn at std ``d_model ** -0.5`` and
-    the embedding output multiplied by ``sqrt(d_model)`` — to models whose encoding adds a
-    fixed table (additive and no learned parameters). A learned table starts at the
-    embeddings' own scale and every other kind adds nothing to the embeddings, so those
-    models are left as they are: the comparison changes only where it was unfair.
+    embeddings at GPT-2's std 0.02, where a unit-amplitude table drowns the tokens. So a model
+    whose encoding adds a fixed table (additive, no learned parameters) gets the original
+    recipe (:class:`~posenc.nn.TransformerLM`'s ``embed_scale``). A learned table starts at the
+    embeddings' own scale and every other kind adds nothing to the embeddings, so those models
+    keep the default: the comparison changes only where it was unfair.
+
+    The encoding is built once to read its kind, on a forked random state, so deciding does
+    not change the weights any model draws afterwards.
 
     Returns:
-        The scale applied, or ``None`` when the model is left alone.
+        ``sqrt(d_model)``, or ``None`` for no scaling.
     """
-    encoding = model.encoding  # None when the layers use different encodings (never additive then)
+    from ..nn import TransformerLM
+
+    with torch.random.fork_rng(devices=[]):
+        probe = TransformerLM(
+            2,
+            config.d_model,
+            config.num_layers,
+            config.num_heads,
+            position=spec,
+            max_len=config.train_len,
+            causal=True,
+        )
+    encoding = probe.encoding  # None when the layers use different encodings (never additive then)
     if encoding is None or encoding.kind != "additive" or any(True for _ in encoding.parameters()):
         return None
-    d_model = model.d_model
-    scale = math.sqrt(d_model)
-    with torch.no_grad():
-        torch.nn.init.normal_(model.embed.weight, mean=0.0, std=d_model**-0.5)
-    model.embed.register_forward_hook(_Scale(scale))
-    return scale
+    return math.sqrt(config.d_model)
 
 
-class _Scale:
-    """A forward hook multiplying a module's output by a constant (picklable, unlike a lambda)."""
+def study_model(spec: Any, vocab_size: int, config: StudyConfig) -> Any:
+    """The study's model for ``spec``: a causal ``TransformerLM`` of the config's sizes, seeded.
 
-    def __init__(self, scale: float) -> None:
-        self.scale = scale
+    Seeded with ``config.seed`` just before it is built, so every encoding starts from the
+    same weights where shapes agree.
+    """
+    from ..nn import TransformerLM
 
-    def __call__(self, module: Any, inputs: Any, output: torch.Tensor) -> torch.Tensor:
-        return output * self.scale
+    scale = fair_embed_scale(spec, config)
+    torch.manual_seed(config.seed)
+    return TransformerLM(
+        vocab_size,
+        config.d_model,
+        config.num_layers,
+        config.num_heads,
+        position=spec,
+        max_len=config.train_len,
+        causal=True,
+        embed_scale=scale,
+    )
 
 
 def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
@@ -339,84 +361,6 @@ def _length_limit(model: torch.nn.Module) -> int | None:
     return min(limits, default=None)
 
 
-def run_study(
-    corpus: Corpus | str | Path | None = None,
-    encodings: Sequence[Any] | str | None = None,
-    config: StudyConfig | None = None,
-    *,
-    progress: bool = True,
-    log: Any = None,
-    **settings: Any,
-) -> StudyResult:
-    """Train one small causal character-level language model per encoding and measure extrapolation.
-
-    Args:
-        corpus: a :class:`Corpus`, a path to a UTF-8 file or folder, or ``None`` for the
-            Python standard library (:meth:`Corpus.standard_library`).
-        encodings: registry specs (``["rope", "alibi(max_bias=4.0)"]``, or one string with
-            top-level commas), or ``None`` for :func:`default_encodings`.
-        config: a :class:`StudyConfig`; or give its fields as keyword ``settings``
-            (``train_len=64, eval_lens=[64, 256], steps=200``).
-        progress: show a tqdm progress bar per encoding (on stderr).
-        log: a callable taking one line of text (e.g. ``print``) for the corpus summary, or ``None``.
-
-    Returns:
-        A :class:`StudyResult`; ``.table()`` formats it, ``.save(dir)`` writes the data files and
-        :func:`posenc.plots.plot_extrapolation` draws it.
-
-    Raises:
-        ConfigError: a bad setting, corpus or encoding, before any training starts.
-        TypeError: both ``config`` and ``settings``, or a setting of the wrong type.
-    """
-    if config is None:
-        config = StudyConfig(**settings)
-    elif settings:
-        raise TypeError(f"run_study: pass either config or settings, not both (got {sorted(settings)})")
-    specs = _check_specs(default_encodings() if encodings is None else encodings, config)
-    if corpus is None:
-        corpus = Corpus.standard_library()
-    elif isinstance(corpus, (str, Path)):
-        corpus = Corpus.from_path(corpus)
-
-    from ..nn import TransformerLM  # imported here: the model module is only needed to run the study
-
-    device = torch.device(config.device)
-
-    train_text, val_text = corpus.split()
-    vocab = _Vocabulary(corpus.text)
-    train_ids, val_ids = vocab.encode(train_text), vocab.encode(val_text)
-    if train_ids.numel() < config.train_len + 2:
-        raise ConfigError(
-            f"corpus: the training text has {train_ids.numel()} characters; train_len={config.train_len} needs at "
-            f"least {config.train_len + 2}",
-            argument="corpus",
-        )
-    chunks = _eval_chunks(val_ids, config)
-    corpus_info = {
-        "source": corpus.source,
-        "files": corpus.num_files,
-        "characters": len(corpus.text),
-        "train_characters": len(train_text),
-        "validation_characters": len(val_text),
-        "vocabulary": len(vocab.chars),
-    }
-    if log is not None:
-        log(
-            f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
-            f"{len(val_text):,} validation), {len(vocab.chars)} distinct"
-        )
-
-    results = []
-    with _deterministic(config.threads):
-        for label, spec in specs:
-            results.append(
-                _train_and_evaluate(
-                    TransformerLM, label, spec, vocab, train_ids, chunks, config, device, progress
-                )
-            )
-    return StudyResult(config, corpus_info, results, environment(config))
-
-
 def environment(config: StudyConfig) -> dict[str, Any]:
     """Python, torch, platform and thread count, recorded beside every result."""
     return {
@@ -425,66 +369,6 @@ def environment(config: StudyConfig) -> dict[str, Any]:
         "platform": platform.platform(),
         "threads": torch.get_num_threads() if config.threads is None else config.threads,
     }
-
-
-def _train_and_evaluate(
-    model_cls: Any,
-    label: str,
-    spec: Any,
-    vocab: _Vocabulary,
-    train_ids: torch.Tensor,
-    chunks: torch.Tensor,
-    config: StudyConfig,
-    device: torch.device,
-    progress: bool,
-) -> EncodingResult:
-    # The same seed for every encoding: the same initial weights where shapes agree, the same batches.
-    torch.manual_seed(config.seed)
-    model = model_cls(
-        len(vocab.chars),
-        config.d_model,
-        config.num_layers,
-        config.num_heads,
-        position=spec,
-        max_len=config.train_len,
-        causal=True,
-    )
-    scale_embeddings(model)
-    model.to(device)
-    bar = _progress_bar(config.steps, label, progress)
-    start = time.perf_counter()
-    loss_value = train_steps(
-        model,
-        train_ids,
-        steps=config.steps,
-        seq_len=config.train_len,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        seed=config.seed,
-        device=device,
-        bar=bar,
-    )
-    train_seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    lengths = []
-    with torch.inference_mode():
-        for n in config.eval_lens:
-            if bar is not None:
-                bar.set_postfix(loss=f"{loss_value:.3f}", eval=n)
-            lengths.append(_evaluate(model, chunks, n, config.train_len, device))
-    eval_seconds = time.perf_counter() - start
-    if bar is not None:
-        bar.close()
-    return EncodingResult(
-        label=label,
-        kind=_kind_of(spec),
-        parameters=sum(p.numel() for p in model.parameters()),
-        final_train_loss=loss_value,
-        train_seconds=round(train_seconds, 2),
-        eval_seconds=round(eval_seconds, 2),
-        lengths=lengths,
-    )
 
 
 def _kind_of(spec: Any) -> str:
@@ -505,4 +389,4 @@ def _progress_bar(total: int, label: str, enabled: bool) -> Any:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is in the `cli` extra; without it the study simply runs quietly
         return None
-    return tqdm(total=total, desc=f"{label:>14}", unit="step", leave=True, dynamic_ncols=True)
+    return tqdm(total=total, desc=label, unit="step", leave=True, dynamic_ncols=True)

@@ -1,0 +1,259 @@
+"""Running the extrapolation study: one model per encoding, saved and scored as each one finishes.
+
+With ``out_dir``, each model is saved as a checkpoint (``model-<name>.pt``, the format of
+:mod:`~posenc.study.checkpoint`) and ``results.json`` / ``results.csv`` are rewritten,
+atomically, with every finished encoding: a crash or Ctrl-C loses at most the model in
+training, and ``resume=True`` picks up from the saved results instead of training again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import check_writable, save_checkpoint
+from .config import ConfigError, StudyConfig
+from .corpus import Corpus
+from .plan import default_encodings
+from .results import EncodingResult, StudyResult
+from .training import (
+    _check_specs,
+    _deterministic,
+    _eval_chunks,
+    _evaluate,
+    _kind_of,
+    _progress_bar,
+    _Vocabulary,
+    environment,
+    study_model,
+    train_steps,
+)
+
+__all__ = ["checkpoint_name", "run_study"]
+
+
+def run_study(
+    corpus: Corpus | str | Path | None = None,
+    encodings: Sequence[Any] | str | None = None,
+    config: StudyConfig | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    log: Any = None,
+    **settings: Any,
+) -> StudyResult:
+    """Train one small causal character-level language model per encoding and measure extrapolation.
+
+    Args:
+        corpus: a :class:`Corpus`, a path to a UTF-8 file or folder, or ``None`` for the
+            Python standard library (:meth:`Corpus.standard_library`).
+        encodings: registry specs (``["rope", "alibi(max_bias=4.0)"]``, or one string with
+            top-level commas), or ``None`` for :func:`default_encodings`.
+        config: a :class:`StudyConfig`; or give its fields as keyword ``settings``
+            (``train_len=64, eval_lens=[64, 256], steps=200``).
+        out_dir: a folder that receives, as each encoding finishes, its checkpoint
+            (:func:`checkpoint_name`) and the results so far (``results.json``, ``results.csv``,
+            both rewritten atomically; ``"pending"`` in the JSON lists the encodings not yet
+            done); ``None`` writes nothing.
+        resume: reuse the encodings already in ``out_dir``'s ``results.json`` (only those
+            asked for now) instead of training them again; the file must come from the same
+            settings and corpus, else a :class:`ConfigError`.
+        progress: show a tqdm progress bar per encoding (on stderr), with "k/n" overall.
+        log: a callable taking one line of text (e.g. ``print``) for the corpus summary and
+            each finished encoding, or ``None``.
+
+    Returns:
+        A :class:`StudyResult`; ``.table()`` formats it, ``.save(dir)`` writes the data files and
+        :func:`posenc.plots.plot_extrapolation` draws it.
+
+    Raises:
+        ConfigError: a bad setting, corpus, encoding or output folder, or results to resume that
+            were made with other settings, before any training starts.
+        TypeError: both ``config`` and ``settings``, or a setting of the wrong type.
+    """
+    if config is None:
+        config = StudyConfig(**settings)
+    elif settings:
+        raise TypeError(f"run_study: pass either config or settings, not both (got {sorted(settings)})")
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be a bool, got {resume!r} ({type(resume).__name__})")
+    if resume and out_dir is None:
+        raise ConfigError("resume=True needs out_dir, the folder holding the results", argument="resume")
+    specs = _check_specs(default_encodings() if encodings is None else encodings, config)
+    out = None if out_dir is None else check_writable(out_dir)
+    if corpus is None:
+        corpus = Corpus.standard_library()
+    elif isinstance(corpus, (str, Path)):
+        corpus = Corpus.from_path(corpus)
+    say = log if log is not None else (lambda line: None)
+    device = torch.device(config.device)
+
+    train_text, val_text = corpus.split()
+    vocab = _Vocabulary(corpus.text)
+    train_ids, val_ids = vocab.encode(train_text), vocab.encode(val_text)
+    if train_ids.numel() < config.train_len + 2:
+        raise ConfigError(
+            f"corpus: the training text has {train_ids.numel()} characters; train_len={config.train_len} needs at "
+            f"least {config.train_len + 2}",
+            argument="corpus",
+        )
+    chunks = _eval_chunks(val_ids, config)
+    corpus_info = {
+        "source": corpus.source,
+        "files": corpus.num_files,
+        "characters": len(corpus.text),
+        "sha256": hashlib.sha256(corpus.text.encode()).hexdigest(),
+        "train_characters": len(train_text),
+        "validation_characters": len(val_text),
+        "vocabulary": len(vocab.chars),
+    }
+    done = _resumable(out, config, corpus_info) if resume and out is not None else {}
+    say(
+        f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
+        f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
+        f"{config.eval_chars:,} characters per length"
+    )
+
+    env = environment(config)
+    finished: dict[str, EncodingResult] = {}
+    n = len(specs)
+    with _deterministic(config.threads):
+        for k, (label, spec) in enumerate(specs, 1):
+            if label in done:
+                finished[label] = done[label]
+                say(f"[{k}/{n}] {label}: reused from {out / 'results.json' if out else ''}")
+                continue
+            result, model = _train_and_evaluate(
+                label, spec, len(vocab.chars), train_ids, chunks, config, device, progress, f"[{k}/{n}]"
+            )
+            finished[label] = result
+            saved = ""
+            if out is not None:
+                if isinstance(spec, (str, dict)):  # a built module is not plain data: no checkpoint
+                    meta = {**_settings(config), "corpus_sha256": corpus_info["sha256"], "label": label}
+                    path = out / checkpoint_name(label)
+                    save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
+                    saved = f"; saved {path.name}"
+                _partial(config, corpus_info, specs, finished, env).save(out)
+            say(
+                f"[{k}/{n}] {label}: trained in {result.train_seconds:.0f} s, scored in "
+                f"{result.eval_seconds:.0f} s{saved}"
+            )
+    return StudyResult(config, corpus_info, [finished[label] for label, _ in specs], env)
+
+
+def checkpoint_name(label: str) -> str:
+    """The file name of the checkpoint of the encoding ``label`` in the study's folder.
+
+    ``model-rope.pt`` for a plain name; a spec with options keeps its letters and digits and
+    gains 8 hex digits of its SHA-256, so two specs never share a file
+    (``model-rope_base_500000.0_-1a2b3c4d.pt``).
+    """
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("._")[:60] or "encoding"
+    if safe != label:
+        safe += "-" + hashlib.sha256(label.encode()).hexdigest()[:8]
+    return f"model-{safe}.pt"
+
+
+def _settings(config: StudyConfig) -> dict[str, Any]:
+    """``config`` as plain JSON data (tuples as lists), as ``results.json`` holds it."""
+    plain: dict[str, Any] = json.loads(json.dumps(asdict(config)))
+    return plain
+
+
+def _partial(
+    config: StudyConfig,
+    corpus_info: dict[str, Any],
+    specs: list[tuple[str, Any]],
+    finished: dict[str, EncodingResult],
+    env: dict[str, Any],
+) -> StudyResult:
+    done = [finished[label] for label, _ in specs if label in finished]
+    pending = [label for label, _ in specs if label not in finished]
+    return StudyResult(config, corpus_info, done, env, pending=pending)
+
+
+def _resumable(out: Path, config: StudyConfig, corpus_info: dict[str, Any]) -> dict[str, EncodingResult]:
+    """The finished encodings of ``out/results.json``, by label; a ConfigError if made otherwise."""
+    path = out / "results.json"
+    if not path.is_file():
+        return {}
+    try:
+        saved = StudyResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as err:  # a file that is not a study's results
+        raise ConfigError(
+            f"resume: {str(path)[:200]!r} cannot be read as study results ({type(err).__name__}); use another "
+            "folder, or start over (posenc extrapolate --force)",
+            argument="resume",
+        ) from None
+    now, then = _settings(config), _settings(saved.config)
+    changed = [f"{key} {then[key]!r} there, {now[key]!r} now" for key in now if now[key] != then.get(key)]
+    if saved.corpus.get("sha256") != corpus_info["sha256"]:
+        changed.append("another corpus text")
+    if changed:
+        raise ConfigError(
+            f"resume: {str(path)[:200]!r} was made with other settings ({'; '.join(changed)[:300]}); resume with "
+            "the same settings and corpus, use another folder, or start over (posenc extrapolate --force)",
+            argument="resume",
+        )
+    return {e.label: e for e in saved.encodings}
+
+
+def _train_and_evaluate(
+    label: str,
+    spec: Any,
+    vocab_size: int,
+    train_ids: torch.Tensor,
+    chunks: torch.Tensor,
+    config: StudyConfig,
+    device: torch.device,
+    progress: bool,
+    counter: str,
+) -> tuple[EncodingResult, torch.nn.Module]:
+    model = study_model(spec, vocab_size, config).to(device)
+    short = label if len(label) <= 30 else f"{label[:27]}..."  # a bar's label leaves room for the bar
+    bar = _progress_bar(config.steps, f"{counter} {short}", progress)
+    start = time.perf_counter()
+    loss_value = train_steps(
+        model,
+        train_ids,
+        steps=config.steps,
+        seq_len=config.train_len,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        seed=config.seed,
+        device=device,
+        bar=bar,
+    )
+    train_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    lengths = []
+    with torch.inference_mode():
+        for n in config.eval_lens:
+            if bar is not None:
+                bar.set_postfix(loss=f"{loss_value:.3f}", eval=n)
+            lengths.append(_evaluate(model, chunks, n, config.train_len, device))
+    eval_seconds = time.perf_counter() - start
+    if bar is not None:
+        bar.close()
+    result = EncodingResult(
+        label=label,
+        kind=_kind_of(spec),
+        parameters=sum(p.numel() for p in model.parameters()),
+        final_train_loss=loss_value,
+        train_seconds=round(train_seconds, 2),
+        eval_seconds=round(eval_seconds, 2),
+        lengths=lengths,
+    )
+    return result, model
