@@ -1,15 +1,29 @@
 """The opt-in FlexAttention path of :func:`posenc.attention` (``backend="flex"``).
 
-The encoding's ``score_mod`` adds its bias inside the kernel; causality, the window and packed
-documents are applied in the same ``score_mod`` from positions and ids, so no ``(h, tq, tk)``
-tensor is stored.
+The encoding's ``score_mod`` adds its bias inside the kernel. Which keys each query sees
+(causality and windows by position, packed documents, the user's mask) goes into a
+``BlockMask``: FlexAttention then skips the blocks of keys a block of queries cannot see
+(a causal call reads about half the keys) and applies the ``mask_mod`` only inside the
+partly visible blocks. Nothing of size ``(h, tq, tk)`` is stored: the block mask is built by a
+compiled :func:`~torch.nn.attention.flex_attention.create_block_mask` (which fuses the
+``mask_mod`` into its block reduction: kilobytes, where the eager build allocates about
+``10 * tq * tk`` bytes).
+
+Compiles: one compiled ``flex_attention`` and one compiled ``create_block_mask`` per process;
+with dynamic shapes off the CPU, so new lengths reuse them, and static ones on the CPU (see
+:func:`_dynamic`). Inputs are brought to the row-major layout
+first: a view (``x.transpose(1, 2)`` of a ``(b, t, h, d)`` tensor) would otherwise add stride
+guards and a recompile per layout, and torch 2.13-2.15's CPU kernel fails to build for some of
+those layouts (a C++ error about ``cur_kvSplitSize``).
 
 Shape key: ``b`` batch, ``h`` query heads, ``tq`` queries, ``tk`` keys, ``dh`` head width.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,27 +31,188 @@ from torch import Tensor
 from ._attention_common import heads_differ, needs_grad
 from ._compat import is_compiling
 from .base import PositionState
-from .functional.relative import position_indexer
 from .masking import Visibility
 
-__all__ = ["flex_attention_path"]
+__all__ = ["flex_attention_path", "flex_block_mask"]
+
+_COMPILED: dict[str, Callable[..., Any]] = {}
+
+#: Compiled variants allowed per function (dynamo's default is 8, then it runs eager, which for
+#: FlexAttention means ``(b, h, tq, tk)`` scores): one per encoding's ``score_mod``, dtype,
+#: grouped or not, batch of 1 or more, mask broadcast pattern.
+RECOMPILE_LIMIT = 64
+#: Up to this many ``(b|1, h|1, tq, tk)`` entries the block mask is built eagerly (about 10 bytes
+#: each at its peak, 10 MiB here) instead of compiled (< 1 MB at any length, but a 5-25 s
+#: compile per shape on the CPU, and torch 2.13's CPU code for a user mask with fewer than 128
+#: keys does not build: "operands to '?:' have different types").
+EAGER_BLOCK_MASK_SCORES = 2**20
 
 
-_COMPILED_FLEX: dict[bool, Callable] = {}
+def _compiled(name: str, dynamic: bool) -> Callable[..., Any]:
+    """``flex_attention`` or ``create_block_mask`` compiled once per process (and per ``dynamic``).
 
-
-def _compiled_flex(dynamic: bool) -> Callable:
-    """``flex_attention`` compiled once per process (and per ``dynamic``).
-
-    ``dynamic=True`` reuses one kernel for every length. With a captured mask tensor the
-    CPU kernel fails to build with dynamic shapes (torch 2.13: a C++ compile error in the
-    generated code), so masked calls use static shapes: one compile per new shape.
+    Inside a user's ``torch.compile`` the plain functions are returned: the outer compile
+    traces them into its own graph.
     """
-    if dynamic not in _COMPILED_FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention import flex_attention as fa
 
-        _COMPILED_FLEX[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
-    return _COMPILED_FLEX[dynamic]
+    fn = getattr(fa, name)
+    if is_compiling():
+        return fn
+    key = f"{name}-{dynamic}"
+    if key not in _COMPILED:
+        _COMPILED[key] = torch.compile(fn, dynamic=dynamic)
+    return _COMPILED[key]
+
+
+def _dynamic(device: torch.device) -> bool:
+    """Whether the kernels take dynamic shapes (one compile for every length): not on the CPU.
+
+    With dynamic shapes, torch 2.13-2.15's CPU template generates C++ that does not build
+    (``'cur_kvSplitSize7' was not declared``) or reads out of bounds whenever a ``score_mod``
+    or ``mask_mod`` reads a captured tensor at a computed index (T5's table, positions, ids,
+    the user's mask). There each new ``(b, tq, tk)`` compiles once (about 5 s).
+    """
+    return device.type != "cpu"
+
+
+def _recompile_limit() -> Any:
+    """A context raising dynamo's recompile limit to :data:`RECOMPILE_LIMIT` (never lowering it)."""
+    import torch._dynamo.config as dynamo_config
+
+    if is_compiling():  # the user's compile: its own limits
+        return contextlib.nullcontext()
+    limit = max(RECOMPILE_LIMIT, dynamo_config.recompile_limit)
+    return dynamo_config.patch(recompile_limit=limit)
+
+
+def _row_major(x: Tensor) -> Tensor:
+    """``x`` with the canonical row-major strides (a copy only when it has others).
+
+    ``is_contiguous()`` ignores the strides of size-1 dims and dynamo does not, so the strides
+    themselves are compared: every call then meets the same stride guards.
+    """
+    expected, step = [], 1
+    for size in reversed(x.shape):
+        expected.append(step)
+        step *= size
+    if tuple(reversed(expected)) == x.stride():
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+def _lookup(t: Tensor) -> Callable[..., Tensor]:
+    """A lookup ``(*indices) -> t[indices]`` of scalar index tensors, for a ``mask_mod``.
+
+    One flat read of a view of ``t``, with its strides as 0-d tensors (0 on size-1 dims,
+    which broadcast): with dynamic shapes, torch's CPU FlexAttention fails to compile
+    multi-dimensional indexing of a captured tensor and rejects captured Python ints (they
+    become symbols). A *view* (not a new tensor) keeps the buffer's length an expression in
+    ``t``'s sizes; a fresh buffer of a new length breaks the C++ build of torch 2.13-2.15's
+    CPU kernel (``'cur_kvSplitSize7' was not declared``).
+    """
+    t = _row_major(t)
+    flat = t.reshape(-1)
+    strides = [
+        torch.tensor(0 if size == 1 else stride, device=t.device)
+        for size, stride in zip(t.shape, t.stride(), strict=True)
+    ]
+
+    def read(*idx: Tensor) -> Tensor:
+        at = idx[0] * strides[0]
+        for i, s in zip(idx[1:], strides[1:], strict=True):
+            at = at + i * s
+        return flat[at]
+
+    return read
+
+
+def _rows_of(x: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """``(b, i) -> x[b, i]`` for ``(t,)`` or ``(1|b, t)`` per-token values (positions, ids)."""
+    return _lookup(x.reshape(-1 if x.dim() == 2 else 1, x.shape[-1]))
+
+
+def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
+    """The ``BlockMask`` of ``vis`` (the keys each query may see), or ``None`` when all are seen.
+
+    Causality and windows compare positions (explicit ones, or the index rule: query row ``i``
+    at key index ``i + tk - tq``), documents compare ids, and the user's mask is read where
+    it is given. Every constant is a 0-d tensor, so that a new window or offset reuses the
+    compiled kernels (a captured Python int would be a guard).
+
+    Args:
+        vis: the rules of this call.
+        batch, heads: ``b`` and ``h`` of the queries.
+
+    Returns:
+        A :class:`torch.nn.attention.flex_attention.BlockMask` for ``(b|1, h|1, tq, tk)``.
+    """
+    rules: list[Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]] = []
+    per_batch = per_head = False
+    if vis.positional:
+        if vis.q_pos is not None and vis.k_pos is not None:
+            q_at, k_at = _rows_of(vis.q_pos), _rows_of(vis.k_pos)
+            per_batch = vis.q_pos.dim() == 2 or vis.k_pos.dim() == 2
+        else:
+            offset = torch.tensor(vis.offset, device=vis.device)
+
+            def q_at(b: Tensor, i: Tensor) -> Tensor:
+                return i + offset
+
+            def k_at(b: Tensor, j: Tensor) -> Tensor:
+                return j
+
+        # The distances q_pos - k_pos a query may see: [0, window - 1] causal, |d| <= window // 2
+        # in a bidirectional window.
+        causal, windowed = vis.causal, vis.window is not None
+        reach = torch.tensor(((vis.window or 0) - 1) if causal else (vis.window or 0) // 2, device=vis.device)
+
+        def positional(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            behind = q_at(b, i) - k_at(b, j)
+            if not causal:
+                return behind.abs() <= reach
+            seen = behind >= 0
+            return seen & (behind <= reach) if windowed else seen
+
+        rules.append(positional)
+    if vis.q_doc is not None and vis.k_doc is not None:
+        q_doc, k_doc = _rows_of(vis.q_doc), _rows_of(vis.k_doc)
+        per_batch = per_batch or vis.q_doc.dim() == 2 or vis.k_doc.dim() == 2
+        rules.append(lambda b, h, i, j: q_doc(b, i) == k_doc(b, j))
+    if vis.user is not None:
+        # Read as uint8 (a view, no copy): a bool buffer of fewer than 128 keys generates C++
+        # mixing vector-mask types that does not build (torch 2.13).
+        read_user = _lookup(vis.user.view(torch.uint8))
+
+        def keep(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            return read_user(b, h, i, j) != 0
+
+        per_batch = per_batch or vis.user.shape[0] != 1
+        per_head = vis.user.shape[1] != 1
+        rules.append(lambda b, h, i, j: keep(b, h, i, j))
+    if not rules:
+        return None
+
+    def mask_mod(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+        seen = rules[0](b, h, i, j)
+        for rule in rules[1:]:
+            seen = seen & rule(b, h, i, j)
+        return seen
+
+    bh = (batch if per_batch else 1) * (heads if per_head else 1)
+    if bh * vis.tq * vis.tk <= EAGER_BLOCK_MASK_SCORES:
+        from torch.nn.attention.flex_attention import create_block_mask as create
+    else:
+        create = _compiled("create_block_mask", _dynamic(vis.device))
+    with _recompile_limit():
+        return create(
+            mask_mod,
+            batch if per_batch else 1,
+            heads if per_head else 1,
+            vis.tq,
+            vis.tk,
+            device=vis.device,
+        )
 
 
 def flex_attention_path(
@@ -48,68 +223,33 @@ def flex_attention_path(
     vis: Visibility,
     scale: float | None,
 ) -> Tensor:
-    """FlexAttention with the encoding's ``score_mod``: no ``(h, tq, tk)`` tensor is stored.
+    """FlexAttention with the encoding's ``score_mod`` and a ``BlockMask`` of ``vis``.
 
-    Causality and the window follow positions (explicit ones through a lookup of the
-    positions tensor), documents compare ids, all inside the ``score_mod``.
+    Args:
+        q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)`` (any layout).
+        state: the encoding's state (its ``score_mod``), or ``None``.
+        vis: which keys each query may see.
+        scale: score scale, ``None`` for ``1 / sqrt(dh)``.
+
+    Returns:
+        ``(b, h, tq, dv)``; query rows that see no key are zero, as on the other paths.
     """
     if needs_grad(q, k, v, state) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
         )
+    q, k, v = _row_major(q), _row_major(k), _row_major(v)
     mod = None if state is None else state.score_mod(q, k)
     if mod is None and state is not None and state.bias_form != "none":
         raise ValueError(
             f"backend='flex' needs an encoding with a score_mod; {type(state.encoding).__name__} returns "
             f"None from score_mod(); use backend='auto'"
         )
-    offset = vis.offset
-    keep = None
-    if vis.user is not None:
-        # 4-D, indexed with 0 on its broadcast dims (an expanded capture is not needed).
-        keep = vis.user
-    broadcast = [keep is not None and keep.shape[i] == 1 for i in range(4)]
-    q_pos = k_pos = q_doc = k_doc = None
-    if vis.q_pos is not None and vis.k_pos is not None:
-        q_pos, k_pos = position_indexer(vis.q_pos), position_indexer(vis.k_pos)
-    if vis.q_doc is not None and vis.k_doc is not None:
-        q_doc, k_doc = position_indexer(vis.q_doc), position_indexer(vis.k_doc)
-    causal, window = vis.causal, vis.window
-
-    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        if mod is not None:
-            score = mod(score, b, h, q_idx, kv_idx)
-        if causal or window is not None:
-            # A where, not a block mask: a BlockMask's mask_mod (like a captured mask tensor)
-            # fails to build in the dynamic-shape CPU kernel of torch 2.13.
-            if q_pos is not None and k_pos is not None:
-                behind = q_pos(b, q_idx) - k_pos(b, kv_idx)
-            else:
-                behind = q_idx + offset - kv_idx
-            if causal:
-                seen = behind >= 0
-                if window is not None:
-                    seen = seen & (behind < window)
-            else:
-                seen = behind.abs() <= (window or 0) // 2
-            score = torch.where(seen, score, float("-inf"))
-        if q_doc is not None and k_doc is not None:
-            score = torch.where(q_doc(b, q_idx) == k_doc(b, kv_idx), score, float("-inf"))
-        if keep is not None:
-            idx = [
-                torch.zeros_like(i) if one else i
-                for i, one in zip((b, h, q_idx, kv_idx), broadcast, strict=True)
-            ]
-            score = torch.where(keep[idx[0], idx[1], idx[2], idx[3]], score, float("-inf"))
-        return score
-
-    flex = _compiled_flex(dynamic=keep is None)
-    if is_compiling():
-        from torch.nn.attention.flex_attention import flex_attention as flex
+    block_mask = flex_block_mask(vis, q.shape[0], q.shape[1])
+    flex = _compiled("flex_attention", _dynamic(q.device))
     gqa = heads_differ(q, k)
-    out = flex(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=gqa)
-    # A query row that sees no key comes out as NaN or garbage: set it to zero like the other
-    # paths (the CPU kernel cannot return the log-sum-exp that would say so).
-    dead = vis.unseen()
-    return out if dead is None else out.masked_fill(dead, 0.0)
+    # FlexAttention gives zeros for a query row whose keys are all masked by the block mask
+    # (its log-sum-exp is -inf), the value every other path gives.
+    with _recompile_limit():
+        return flex(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
