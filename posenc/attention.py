@@ -6,36 +6,39 @@
 encoding it holds: the shape of the bias the encoding returns chooses the cheapest
 correct path (see :func:`attention`'s docstring for the table).
 
+This module holds the entry point and its choice of path; the argument checks are in
+:mod:`posenc._attention_checks`, the SDPA paths in :mod:`posenc._attention_paths`.
+
 Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` queries,
 ``tk`` keys, ``dh`` head width, ``dv`` value width.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401  (tests patch F.scaled_dot_product_attention through here)
 import torch.utils.checkpoint
 from torch import Tensor
 
-from ._attention_common import heads_differ, needs_grad
+from ._attention_checks import _BACKENDS, Backend, Encoding, _check_devices, _check_inputs  # noqa: F401
+from ._attention_common import needs_grad
+from ._attention_paths import (  # noqa: F401  (re-exported: they were defined here)
+    _chunk_attention,
+    _sdpa,
+    _single,
+    _toeplitz,
+    _writable,
+    _zero_unseen_rows,
+)
 from ._checks import check_bool
 from ._compat import is_compiling
 from ._flex import flex_attention_path
 from ._weights import weighted_attention
-from .base import PositionalEncoding, PositionState, _resolve_qk, check_qk
+from .base import PositionState, _resolve_qk
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
 
-#: What :func:`attention` accepts as its position argument: an encoding (prepared per call),
-#: a :class:`~posenc.PositionState` prepared once per forward, or ``None``.
-Encoding = PositionalEncoding | PositionState | None
-
-Backend = Literal["auto", "sdpa", "chunked", "flex"]
-_BACKENDS = ("auto", "sdpa", "chunked", "flex")
 
 #: Above this many bytes for one dense float mask, eager ``backend="auto"`` works over
 #: query chunks instead, so that memory stays O(chunk * tk) (64 MiB is a (8, 1448, 1448)
@@ -51,6 +54,8 @@ HALF_CAST_CHUNK = 64
 TOEPLITZ_CHUNK = 512
 
 
+# The mask dtype rule, and the chunk loop that reads it, stay here: tests patch
+# `_float_mask_allowed` on this module.
 def _float_mask_allowed(device_type: str) -> bool:
     """Whether SDPA on this device adds a float32 mask to half-precision scores without casting it.
 
@@ -59,114 +64,6 @@ def _float_mask_allowed(device_type: str) -> bool:
     so there the bias is cast and queries are processed in chunks to keep its resolution.
     """
     return device_type == "cpu"
-
-
-def _check_inputs(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    encoding: Encoding,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    scale: float | None,
-    backend: str,
-    chunk_size: int | None,
-) -> None:
-    check_qk(q, k)
-    if not isinstance(v, Tensor):
-        raise TypeError(
-            f"v must be a torch.Tensor of shape (batch, heads, seq, head_dim), got {type(v).__name__}"
-        )
-    if v.dim() != 4:
-        raise ValueError(
-            f"v must have shape (batch, heads, seq, head_dim), got a tensor of rank {v.dim()}: {tuple(v.shape)}"
-        )
-    if not v.is_floating_point():
-        raise TypeError(f"v must be a floating-point tensor, got dtype {v.dtype}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k and v must have the same dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    hq = q.shape[1]
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(
-            f"v must have shape (batch, kv_heads, seq_k, head_dim_v) matching k's first three dims "
-            f"{tuple(k.shape[:3])}, got v {tuple(v.shape)}"
-        )
-    if encoding is not None and not isinstance(encoding, (PositionalEncoding, PositionState)):
-        raise TypeError(
-            f"encoding must be a posenc.PositionalEncoding, a PositionState from its prepare(), or None "
-            f"(use posenc.build(spec, ...) for a config string), got {type(encoding).__name__}"
-        )
-    if attn_mask is not None:
-        if not isinstance(attn_mask, Tensor):
-            raise TypeError(
-                f"attn_mask must be a boolean torch.Tensor (True = attend), got {type(attn_mask).__name__}"
-            )
-        if attn_mask.dtype != torch.bool:
-            raise TypeError(
-                f"attn_mask must be a boolean keep-mask (True = attend), got dtype {attn_mask.dtype}; "
-                f"for a (batch, seq_k) padding mask pass attention_mask.bool()[:, None, None, :]"
-            )
-        target = (max(q.shape[0], k.shape[0]), hq, q.shape[2], k.shape[2])
-        shape = tuple(attn_mask.shape)
-        # Exactly 4-D: a 2-D mask is ambiguous ((batch, seq_k) padding or (seq_q, seq_k)?) when
-        # batch == seq_q, and reading it the wrong way gives silently wrong outputs.
-        if len(shape) != 4 or any(m not in (1, t) for m, t in zip(shape, target, strict=True)):
-            raise ValueError(
-                f"attn_mask must be 4-D, (batch|1, heads|1, seq_q|1, seq_k) broadcastable to {target}, "
-                f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
-                f"(seq_q, seq_k) mask as mask[None, None]"
-            )
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {list(_BACKENDS)}, got {backend!r}")
-    if chunk_size is not None and (
-        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
-    ):
-        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-
-
-def _sdpa(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    bias: Tensor | None,
-    keep: Tensor | None,
-    fused_causal: bool,
-    dropout_p: float,
-    scale: float | None,
-    mask_dtype: torch.dtype,
-) -> Tensor:
-    """One SDPA call with an optional float ``bias`` and boolean ``keep`` mask.
-
-    ``fused_causal``: SDPA's own (top-left, here square) causal masking is applied on top.
-    Rows of ``keep`` with no key at all are opened for the kernel (so that no backend
-    produces NaN) and their outputs set to zero afterwards.
-    """
-    gqa = heads_differ(q, k)
-    dead = None
-    if keep is not None:
-        dead = ~keep.any(dim=-1, keepdim=True)
-        keep = keep | dead
-    if bias is None:
-        mask = keep
-    else:
-        bias = bias.to(mask_dtype)
-        mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=fused_causal, scale=scale, enable_gqa=gqa
-    )
-    if dead is not None:
-        out = out.masked_fill(dead, 0.0)
-    return out
 
 
 def _mask_dtype(q: Tensor) -> torch.dtype:
@@ -222,68 +119,6 @@ def _chunked(
     if not outs:  # no queries
         return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
     return torch.cat(outs, dim=2)
-
-
-def _chunk_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState | None,
-    keep: Tensor | None,
-    causal_only: bool,
-    dropout_p: float,
-    scale: float | None,
-    mask_dtype: torch.dtype,
-) -> Tensor:
-    """One chunk of :func:`_chunked`; ``keep`` is the chunk's whole keep-mask.
-
-    ``causal_only``: ``keep`` is nothing but the (bottom-right) causal mask.
-    """
-    bias = None if state is None else state.attention_bias(q, k)
-    rows, cols = q.shape[-2], k.shape[-2]
-    if causal_only and bias is not None and cols >= rows and keep is not None:
-        # Only the causal mask: its masked entries all lie in the last ``rows`` keys (the
-        # diagonal block), so a fresh bias is filled there in place instead of copied whole.
-        bias = bias.to(mask_dtype)
-        if _writable(bias, state, rows, cols):
-            bias[..., cols - rows :].masked_fill_(~keep[..., cols - rows :], float("-inf"))
-            gqa = heads_differ(q, k)
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-            )
-    return _sdpa(
-        q,
-        k,
-        v,
-        bias=bias,
-        keep=keep,
-        fused_causal=False,
-        dropout_p=dropout_p,
-        scale=scale,
-        mask_dtype=mask_dtype,
-    )
-
-
-def _writable(bias: Tensor, state: PositionState | None, rows: int, cols: int) -> bool:
-    """Whether ``bias`` is a fresh full ``(.., rows, cols)`` tensor that may be masked in place.
-
-    Filling its whole storage, not sharing it with the encoding's parameters or buffers (a cache),
-    and not part of a graph that needs gradients (in-place writes there could break the
-    backward of whatever op produced it).
-    """
-    if bias.shape[-2:] != (rows, cols) or not bias.is_contiguous():
-        return False
-    if bias.requires_grad and torch.is_grad_enabled():
-        return False
-    # It must fill its whole storage (a fresh allocation, not a slice of a larger cache).
-    if bias.untyped_storage().nbytes() != bias.numel() * bias.element_size():
-        return False
-    owned = bias.untyped_storage().data_ptr()
-    if state is not None:
-        for t in (*state.encoding.parameters(), *state.encoding.buffers()):
-            if t.untyped_storage().data_ptr() == owned:
-                return False
-    return True
 
 
 def attention(
@@ -439,8 +274,7 @@ def attention(
     if state is not None and state.causal_only and not causal:
         name = type(state.encoding).__name__
         raise ValueError(
-            f"causal=False, but this {name} is exact only in causal attention (e.g. ALiBi(causal=True)'s "
-            f"key-only bias); for bidirectional attention build it with causal=False"
+            f"causal=False, but this {name} is exact only in causal attention: {state.causal_only_reason}"
         )
     vis = _visibility(state, q, k, q_positions, k_positions, attn_mask, causal, window, q_doc, k_doc)
     if state is not None and not qk_encoded:
@@ -499,13 +333,6 @@ def attention(
         if half_cast:
             chunk_size = min(chunk_size, HALF_CAST_CHUNK)
     return _chunked(q, k, v, state, vis, dropout_p, scale, chunk_size)
-
-
-def _check_devices(q: Tensor, **tensors: Tensor | None) -> None:
-    """Positions and masks must be on ``q``'s device (torch's own error would not name them)."""
-    for name, t in tensors.items():
-        if isinstance(t, Tensor) and t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
 
 
 def _visibility(
@@ -569,106 +396,3 @@ def _state(
     return encoding.prepare(
         tq, tk, q_positions=q_positions, k_positions=k_positions, batch=q.shape[0], device=q.device
     )
-
-
-def _single(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState | None,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    mask_dtype: torch.dtype,
-) -> Tensor:
-    """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
-    tq, tk = q.shape[-2], k.shape[-2]
-    bias = None if state is None else state.attention_bias(q, k)
-    # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
-    # exporters): only a bias-free call with nothing but index causality takes it.
-    fused = (
-        vis.causal and vis.ranged and vis.window is None and tq == tk and vis.user is None and bias is None
-    )
-    keep = None if fused else vis.block(slice(None), slice(None))
-    return _sdpa(
-        q,
-        k,
-        v,
-        bias=bias,
-        keep=keep,
-        fused_causal=fused,
-        dropout_p=dropout_p,
-        scale=scale,
-        mask_dtype=mask_dtype,
-    )
-
-
-def _toeplitz(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    values: Tensor,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int,
-) -> Tensor:
-    """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
-
-    With the queries of a chunk in reverse order, entry ``(i', j)`` of the chunk's bias is
-    ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
-    (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
-    causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
-    Each chunk reads only the keys it can see.
-
-    Args:
-        values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
-            (zeros for a window alone).
-        vis: index rules only (default positions, no user mask, no documents).
-        chunk: query rows per SDPA call (``tq`` for one call).
-    """
-    tq, tk = q.shape[-2], k.shape[-2]
-    heads = values.shape[0]
-    if vis.causal or vis.window is not None:
-        # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
-        behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
-        if vis.causal:
-            hidden = behind < 0
-            if vis.window is not None:
-                hidden = hidden | (behind >= vis.window)
-        else:
-            hidden = behind.abs() > (vis.window or 0) // 2
-        values = values.masked_fill(hidden, float("-inf"))
-    values = values.contiguous()
-    gqa = heads_differ(q, k)
-
-    def call(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> Tensor:
-        out = F.scaled_dot_product_attention(
-            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-        )
-        return out.flip(2)
-
-    if chunk >= tq:
-        # One call (also the traced path: no loop over a symbolic length).
-        out = call(q, k, v, values.as_strided((1, heads, tq, tk), (0, values.stride(0), 1, 1)))
-        return _zero_unseen_rows(out, vis)
-    # No checkpointing here: each chunk's mask is a view of the small vector, so SDPA keeps
-    # nothing of size (h, tq, tk) for the backward pass.
-    outs = []
-    for start, end, lo, hi in vis.spans(chunk):
-        rows = end - start
-        if hi <= lo:  # these queries see no key
-            outs.append(q.new_zeros(q.shape[0], q.shape[1], rows, v.shape[-1]))
-            continue
-        first = tq - end + lo  # the entry of (last row, key lo)
-        strip = values[:, first : first + rows + hi - lo - 1]
-        mask = strip.as_strided((1, heads, rows, hi - lo), (0, strip.stride(0), 1, 1))
-        outs.append(call(q[:, :, start:end], k[:, :, lo:hi], v[:, :, lo:hi], mask))
-    return _zero_unseen_rows(torch.cat(outs, dim=2), vis)
-
-
-def _zero_unseen_rows(out: Tensor, vis: Visibility) -> Tensor:
-    """More queries than keys (index rule): the first rows may see no key; zeros, as on every path."""
-    if vis.tq <= vis.tk or not (vis.causal or vis.window is not None):
-        return out
-    return out.masked_fill(vis.dead_rows(out.device), 0.0)

@@ -3,6 +3,8 @@
 ``build("rope(base=500000.0, scaling={'rope_type': 'yarn', 'factor': 4.0})", head_dim=64)``
 parses the string with :mod:`ast` (never ``eval``), checks every option against the
 encoding's constructor, and fills the model's sizes (``dims``) that the constructor declares.
+The parser is :mod:`posenc._spec`, the option checks :mod:`posenc._option_types`; this module
+holds the registry itself and ``build`` / ``describe``.
 
 Registration is explicit and reversible: :func:`register` (a class decorator),
 :func:`unregister`, and :func:`registered`, a context manager that undoes its registration
@@ -12,20 +14,36 @@ different class under a taken name or alias raises, unless ``replace=True`` says
 
 from __future__ import annotations
 
-import ast
-import collections.abc
 import contextlib
 import difflib
 import inspect
-import math
-import sys
 import threading
-import types
-import typing
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar, Union
+from typing import Any, TypeAlias, TypeVar
 
+# Spec-string parsing and the option type checks live in their own modules; their names are
+# re-exported here, where they were first defined (`noqa: F401`).
+from ._option_types import (  # noqa: F401
+    _MAPPINGS,
+    _SEQUENCES,
+    _check_type,
+    _float_problem,
+    _literal_choices,
+    _Problem,
+    _problem,
+    _type_hints,
+    _type_name,
+)
+from ._spec import (  # noqa: F401
+    _MAX_SHOWN,
+    _MAX_SPEC_DEPTH,
+    _MAX_SPEC_LENGTH,
+    _bracket_depth,
+    _cut,
+    _show,
+    _unparse,
+    parse_spec,
+)
 from .base import PositionalEncoding
 
 __all__ = [
@@ -48,36 +66,11 @@ DIM_NAMES = ("d_model", "num_heads", "head_dim", "max_len", "causal")
 #: a mapping with a ``"name"`` key and options (as loaded from YAML/JSON), or a built encoding.
 Spec: TypeAlias = str | Mapping[str, Any] | PositionalEncoding
 
-# Spec strings are parsed with ast, whose parser and literal_eval recurse: bound the input first.
-# Real specs are a few hundred characters (LongRoPE's factor lists at head_dim=256: ~6k) and
-# nest brackets 3 deep (call, dict, list).
-_MAX_SPEC_LENGTH = 100_000
-_MAX_SPEC_DEPTH = 20
-# Values echoed in error messages are cut to about this many characters.
-_MAX_SHOWN = 100
-
 _LOCK = threading.RLock()  # guards _REGISTRY and _CANONICAL against concurrent (un)registration
 _REGISTRY: dict[str, type[PositionalEncoding]] = {}
 _CANONICAL: dict[type[PositionalEncoding], str] = {}
 
 E = TypeVar("E", bound=type[PositionalEncoding])
-
-
-def _cut(text: str) -> str:
-    """``text`` cut to about :data:`_MAX_SHOWN` characters, for error messages."""
-    if len(text) > _MAX_SHOWN:
-        return f"{text[:_MAX_SHOWN]}... ({len(text)} characters)"
-    return text
-
-
-def _show(value: Any) -> str:
-    """``repr(value)``, cut to about :data:`_MAX_SHOWN` characters, for error messages."""
-    try:
-        return _cut(repr(value))
-    except (ValueError, RecursionError):  # ints past sys.get_int_max_str_digits(); very deep values
-        if isinstance(value, int):
-            return f"<an int of {value.bit_length()} bits>"
-        return f"<a {type(value).__name__}>"
 
 
 def _qualified(cls: type) -> str:
@@ -309,104 +302,6 @@ def describe(name: str | type[PositionalEncoding]) -> dict[str, Any]:
     }
 
 
-# --- spec strings ------------------------------------------------------------------------------
-
-
-def _bracket_depth(text: str) -> int:
-    """The deepest nesting of ``([{`` in ``text``, outside string literals (a bound, not a parser)."""
-    depth = deepest = 0
-    quote = ""
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif c in "'\"":
-            quote = text[i : i + 3] if text[i : i + 3] in ("'''", '"""') else c
-            i += len(quote)
-            continue
-        elif c in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in ")]}":
-            depth -= 1
-        i += 1
-    return deepest
-
-
-def _unparse(node: ast.AST) -> str:
-    try:
-        return _cut(ast.unparse(node))
-    except (RecursionError, MemoryError):
-        return "<an expression too deep to show>"
-
-
-def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """Parse ``"name"`` or ``"name(key=literal, ...)"`` into ``(name, options)`` without ``eval``.
-
-    Raises:
-        ValueError: the string is not a name or a call with keyword literal arguments, gives
-            an option twice, or is longer than 100,000 characters or nested deeper than 20
-            brackets.
-        TypeError: ``spec`` is not a string.
-    """
-    if not isinstance(spec, str):
-        raise TypeError(f"a position encoding spec string must be a str, got {type(spec).__name__}")
-    text = spec.strip()
-    shown = _show(spec)
-    if len(text) > _MAX_SPEC_LENGTH:
-        raise ValueError(
-            f"position encoding spec {shown} is too long: {len(text)} characters, the limit is {_MAX_SPEC_LENGTH}"
-        )
-    depth = _bracket_depth(text)
-    if depth > _MAX_SPEC_DEPTH:
-        raise ValueError(
-            f"position encoding spec {shown} nests brackets {depth} deep; the limit is {_MAX_SPEC_DEPTH}"
-        )
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError as err:
-        raise ValueError(
-            f"cannot parse position encoding spec {shown}: expected a name like 'rope' or a call like "
-            f'"rope(base=500000.0)" ({_cut(err.msg)})'
-        ) from None
-    except (RecursionError, MemoryError):  # e.g. thousands of chained unary or binary operators
-        raise ValueError(f"cannot parse position encoding spec {shown}: it is nested too deeply") from None
-    if isinstance(node, ast.Name):
-        return node.id, {}
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        raise ValueError(
-            f"position encoding spec {shown} must be a name like 'alibi' or a call like \"rope(base=500000.0)\""
-        )
-    if node.args:
-        raise ValueError(
-            f'position encoding spec {shown}: options must be given by keyword, e.g. "{node.func.id}(base=10000.0)"'
-        )
-    options: dict[str, Any] = {}
-    for kw in node.keywords:
-        if kw.arg is None:
-            raise ValueError(
-                f"position encoding spec {shown}: '**' is not allowed; write each option as key=value"
-            )
-        if kw.arg in options:
-            raise ValueError(f"position encoding spec {shown}: option {kw.arg!r} is given more than once")
-        try:
-            options[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            # TypeError: an unhashable dict key or set item, e.g. {[1]: 2}
-            raise ValueError(
-                f"position encoding spec {shown}: option {kw.arg!r} must be a Python literal "
-                f"(number, string, bool, None, list, tuple or dict), got {_unparse(kw.value)}"
-            ) from None
-    return node.func.id, options
-
-
 # --- building ----------------------------------------------------------------------------------
 
 
@@ -480,196 +375,6 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     return cls(**kwargs)
 
 
-# --- type checking of options against constructor annotations --------------------------------
-
-
-def _type_hints(cls: type) -> dict[str, Any]:
-    """The constructor's annotations, resolved; one that cannot be resolved stays a string."""
-    init = inspect.getattr_static(cls, "__init__")  # the function, as inspect.signature reads it
-    try:
-        return typing.get_type_hints(init)
-    except Exception:  # one bad annotation makes get_type_hints fail: resolve the others one by one
-        pass
-    hints: dict[str, Any] = {}
-    namespace = getattr(init, "__globals__", {})
-    for n, ann in getattr(init, "__annotations__", {}).items():
-        try:
-            # what typing.get_type_hints does for each annotation, with the function's globals
-            hints[n] = eval(ann, namespace) if isinstance(ann, str) else ann
-        except Exception:
-            hints[n] = ann
-    return hints
-
-
-def _literal_choices(ann: Any) -> list[Any] | None:
-    if typing.get_origin(ann) is Literal:
-        return list(typing.get_args(ann))
-    if typing.get_origin(ann) in (Union, types.UnionType):
-        for arg in typing.get_args(ann):
-            choices = _literal_choices(arg)
-            if choices:
-                return choices
-    return None
-
-
-def _type_name(ann: Any) -> str:
-    if ann is inspect.Parameter.empty:
-        return "any"
-    if ann is type(None):
-        return "None"
-    if isinstance(ann, type) and not typing.get_args(ann):
-        return ann.__name__
-    return str(ann).replace("typing.", "").replace("collections.abc.", "")
-
-
-@dataclass
-class _Problem:
-    """Why a value does not fit an annotation: ``where`` in the option, and what was expected."""
-
-    where: str  # "scaling['factor']=..." or "grid_size[1]=..."
-    depth: int  # how far into the value the check got; a union reports its deepest arm
-    expected: str = ""
-    reason: str = ""  # set when the type fits but the value does not (a ValueError)
-
-
-def _float_problem(value: float | int, path: str, depth: int) -> _Problem | None:
-    try:
-        as_float = float(value)
-    except OverflowError:
-        return _Problem(
-            f"{path}={_show(value)}",
-            depth,
-            reason=f"is too large for a float (at most {sys.float_info.max:.4g})",
-        )
-    if not math.isfinite(as_float):
-        return _Problem(f"{path}={_show(value)}", depth, reason="must be finite")
-    return None
-
-
-_SEQUENCES = (
-    list,
-    set,
-    frozenset,
-    collections.abc.Sequence,
-    collections.abc.MutableSequence,
-    collections.abc.Set,
-)
-_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-
-
-def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None:
-    """``None`` if ``value`` fits ``ann``, else why not. Containers are checked element by element."""
-    if ann is inspect.Parameter.empty or ann is Any or ann is object:
-        return None
-    if isinstance(ann, (str, typing.ForwardRef, TypeVar)):
-        # An annotation that could not be resolved (or a type variable) cannot be checked here;
-        # it is accepted and the constructor checks its own argument.
-        return None
-    wrong = _Problem(f"{path}={_show(value)}", depth, _type_name(ann))
-    origin = typing.get_origin(ann)
-    args = typing.get_args(ann)
-    if origin is typing.Annotated:
-        return _problem(value, args[0], path, depth)
-    if origin is Literal:
-        if any(value == choice and type(value) is type(choice) for choice in args):
-            return None
-        return _Problem(wrong.where, depth, f"one of {list(args)}")
-    if origin in (Union, types.UnionType):
-        problems = []
-        for arm in args:
-            p = _problem(value, arm, path, depth)
-            if p is None:
-                return None
-            problems.append(p)
-        bad_value = [p for p in problems if p.reason]
-        if bad_value:  # the type fits one arm but the value does not: say why
-            return bad_value[0]
-        deepest = max(problems, key=lambda p: p.depth)
-        if deepest.depth > depth:  # one arm matched the container: report the element that did not
-            return deepest
-        choices = _literal_choices(ann)
-        return _Problem(
-            wrong.where, depth, f"{_type_name(ann)}" + (f" (one of {choices})" if choices else "")
-        )
-    if ann is None or ann is type(None):
-        return None if value is None else wrong
-    if ann is bool:
-        return None if isinstance(value, bool) else wrong
-    if ann is int:  # bool is an int in Python; never accepted as one here
-        return None if isinstance(value, int) and not isinstance(value, bool) else wrong
-    if ann is float:  # ints are accepted where a float is declared, bools are not
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return wrong
-        return _float_problem(value, path, depth)
-    base = origin if origin is not None else ann
-    if base is tuple:
-        if not isinstance(value, tuple):
-            return wrong
-        if not args:
-            return None
-        if len(args) == 2 and args[1] is Ellipsis:
-            element_types = [args[0]] * len(value)
-        elif args == ((),):  # tuple[()]: the empty tuple
-            element_types = []
-        else:
-            element_types = list(args)
-        if len(value) != len(element_types):
-            return _Problem(wrong.where, depth, f"{_type_name(ann)} (a tuple of {len(element_types)})")
-        for i, (item, item_ann) in enumerate(zip(value, element_types, strict=True)):
-            p = _problem(item, item_ann, f"{path}[{i}]", depth + 1)
-            if p is not None:
-                return p
-        return None
-    if base in _SEQUENCES:
-        if base in (list, set, frozenset):
-            ok = isinstance(value, base)
-        else:
-            # A str is a Sequence of str, but a string where a list is meant is nearly always a mistake.
-            ok = isinstance(value, base) and not isinstance(value, (str, bytes))
-        if not ok:
-            return wrong
-        for i, item in enumerate(value):
-            p = _problem(item, args[0] if args else Any, f"{path}[{i}]", depth + 1)
-            if p is not None:
-                return p
-        return None
-    if base in _MAPPINGS:
-        if not isinstance(value, base):
-            return wrong
-        key_ann, value_ann = args if len(args) == 2 else (Any, Any)
-        for k, v in value.items():
-            p = _problem(k, key_ann, f"{path} key", depth + 1) or _problem(
-                v, value_ann, f"{path}[{_show(k)}]", depth + 1
-            )
-            if p is not None:
-                return p
-        return None
-    if base is type:
-        if not isinstance(value, type):
-            return wrong
-        if args and isinstance(args[0], type) and not issubclass(value, args[0]):
-            return wrong
-        return None
-    if base is collections.abc.Callable:
-        return None if callable(value) else wrong
-    if hasattr(ann, "__supertype__"):  # typing.NewType
-        return _problem(value, ann.__supertype__, path, depth)
-    if isinstance(base, type):
-        try:
-            return None if isinstance(value, base) else wrong
-        except TypeError:  # a Protocol that is not runtime_checkable: cannot be checked here
-            return None
-    # Any other annotation (a ParamSpec, a typing special form we do not know) cannot be checked
-    # here; it is accepted and the constructor checks its own argument.
-    return None
-
-
-def _check_type(owner: str, key: str, value: Any, ann: Any) -> None:
-    """Raise ``TypeError`` if ``value`` does not fit ``ann``, ``ValueError`` if it fits but is unusable."""
-    problem = _problem(value, ann, key)
-    if problem is not None and problem.reason:
-        raise ValueError(f"{owner}: option {problem.where} {problem.reason}")
-    if problem is not None:
-        raise TypeError(f"{owner}: option {problem.where} has the wrong type; expected {problem.expected}")
-    if isinstance(value, float) and not math.isfinite(value):  # whatever the annotation says
-        raise ValueError(f"{owner}: option {key}={value!r} must be finite")
+# Last, once everything above exists: the built-in encodings register themselves on import (they
+# import this module), so every lookup, and every user registration's name check, sees them.
+from . import encodings as _builtin_encodings  # noqa: E402, F401

@@ -32,6 +32,10 @@ class XPosState(RotaryState):
 
     #: The decay grows without bound for keys after the query: exact only in causal attention.
     causal_only = True
+    causal_only_reason = (
+        "its decay grows without bound for keys after the query, and xPos has no bidirectional "
+        "form; use RoPE (or another encoding) for bidirectional attention"
+    )
 
     encoding: XPos
 

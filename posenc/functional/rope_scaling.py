@@ -1,11 +1,12 @@
-"""RoPE frequencies: plain RoPE and the Hugging Face scaling variants, one dataclass per type. No state.
+"""Reading a Hugging Face RoPE scaling dict into its rope type's dataclass. No state.
 
 * :func:`resolve_rope_scaling` reads a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict
   into one frozen dataclass per ``rope_type`` (:class:`DefaultRope`, :class:`LinearRope`,
   :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
   :class:`ProportionalRope`, :class:`NtkRope`, all :class:`RopeParameters`); every check is
   raised here, before any tensor exists;
-* each dataclass gives its frequencies, ``params.inv_freq()``, from the formulas below:
+* each dataclass (:mod:`posenc.functional.rope_params`) gives its frequencies,
+  ``params.inv_freq()``, from the formulas of :mod:`posenc.functional.rope_freqs`:
   :func:`rope_inv_freq` (plain), :func:`linear_inv_freq`, :func:`dynamic_ntk_inv_freq`,
   :func:`yarn_inv_freq`, :func:`llama3_inv_freq`, :func:`longrope_inv_freq`,
   :func:`proportional_inv_freq`, :func:`ntk_inv_freq`, and the attention
@@ -24,13 +25,41 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
-
-import torch
-from torch import Tensor
+from typing import Any
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
+
+# The formulas and the dataclasses live in their own modules; they are re-exported here, where
+# they were first defined (``from posenc.functional.rope_scaling import YarnRope`` keeps working).
+from .rope_freqs import (
+    Device,  # noqa: F401
+    dynamic_ntk_inv_freq,
+    linear_inv_freq,
+    llama3_inv_freq,
+    longrope_attention_factor,
+    longrope_inv_freq,
+    ntk_inv_freq,
+    proportional_inv_freq,
+    rope_inv_freq,
+    yarn_attention_factor,
+    yarn_inv_freq,
+)
+from .rope_params import (
+    _CLASSES,  # noqa: F401
+    _TYPE_KEYS,
+    ROPE_TYPES,
+    DefaultRope,
+    DynamicRope,
+    LinearRope,
+    Llama3Rope,
+    LongRope,
+    NtkRope,
+    ProportionalRope,
+    RopeParameters,
+    RopeType,  # noqa: F401
+    YarnRope,
+    scaled_inv_freq,
+)
 
 __all__ = [
     "ROPE_TYPES",
@@ -57,506 +86,10 @@ __all__ = [
     "yarn_inv_freq",
 ]
 
-RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk"]
 
-#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
-#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
-ROPE_TYPES: tuple[str, ...] = (
-    "default",
-    "linear",
-    "dynamic",
-    "yarn",
-    "llama3",
-    "longrope",
-    "proportional",
-    "ntk",
-)
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
 MIN_FACTOR = 1e-6
-
-Device = torch.device | str | None
-
-
-# --- the formulas ---------------------------------------------------------------------------------
-
-
-def _exponents(dim: int, dtype: torch.dtype, device: Device) -> Tensor:
-    # 2i / dim for i = 0 .. dim/2 - 1
-    return torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(dtype) / dim
-
-
-def rope_inv_freq(
-    dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float64, device: Device = None
-) -> Tensor:
-    """The ``dim / 2`` rotation frequencies of plain RoPE: ``base ** (-2i / dim)`` (Su et al., 2021).
-
-    Args:
-        dim: the rotated width ``r`` (even).
-        base: the wavelength base (``rope_theta``; 10000 in the paper).
-        dtype, device: of the result.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies, the first equal to 1.
-    """
-    return 1.0 / (base ** _exponents(dim, dtype, device))
-
-
-def linear_inv_freq(dim: int, base: float, factor: float, **kwargs: Any) -> Tensor:
-    """Position interpolation (Chen et al., 2023; kaiokendev): every frequency divided by ``factor``.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies. ``kwargs`` go to :func:`rope_inv_freq`.
-    """
-    return rope_inv_freq(dim, base, **kwargs) / factor
-
-
-def dynamic_ntk_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    max_len: int,
-    seq_len: Tensor | int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Dynamic NTK-aware scaling (bloc97 / emozilla; transformers' ``"dynamic"``).
-
-    The base grows with the sequence length ``L = max(seq_len, max_len)``:
-    ``base' = base * (factor * L / max_len - (factor - 1)) ** (r / (r - 2))``, so below
-    ``max_len`` the frequencies are plain RoPE's. ``L`` may be a tensor (e.g.
-    ``positions.max() + 1``): the formula has no Python branch on it.
-
-    Args:
-        dim: the rotated width ``r`` (even, >= 4).
-        base: the wavelength base.
-        factor: the scaling factor.
-        max_len: the trained context length (transformers' ``max_position_embeddings``).
-        seq_len: the current length, an int or a tensor of any shape ``(...)``.
-        dtype, device: of the result.
-
-    Returns:
-        ``(..., r/2)`` inverse frequencies.
-    """
-    length = torch.as_tensor(seq_len, device=device).to(dtype).clamp_min(float(max_len))
-    scaled_base = base * (factor * length / max_len - (factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (scaled_base[..., None] ** _exponents(dim, dtype, length.device))
-
-
-def yarn_attention_factor(
-    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
-) -> float:
-    """YaRN's attention factor (Peng et al., 2023): ``0.1 * ln(factor) + 1`` (1 for ``factor <= 1``).
-
-    With both ``mscale`` and ``mscale_all_dim`` (DeepSeek-V2/V3) it is the ratio
-    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``, as in transformers.
-    """
-
-    def get_mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if mscale and mscale_all_dim:
-        return float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
-    return get_mscale(factor)
-
-
-def yarn_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
-    truncate: bool = True,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """YaRN's "NTK-by-parts" frequencies (Peng et al., 2023; transformers' ``"yarn"``).
-
-    Pairs that turn more than ``beta_fast`` times over the trained context keep their
-    frequency (extrapolation), pairs that turn fewer than ``beta_slow`` times are divided by
-    ``factor`` (interpolation), with a linear ramp between the two pair indices.
-
-    Args:
-        dim: the rotated width ``r``.
-        base: the wavelength base.
-        factor: the context-extension factor.
-        original_max_len: the trained context length.
-        beta_fast, beta_slow: the rotation counts bounding the ramp (32 and 1 in the paper).
-        truncate: round the ramp's ends outward to whole pair indices (transformers' default).
-        dtype, device: of the result.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies. The attention factor is :func:`yarn_attention_factor`.
-    """
-
-    def correction_dim(rotations: float) -> float:
-        # the pair index whose wavelength fits `rotations` times into the trained context
-        return (dim * math.log(original_max_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # as transformers: avoid dividing by zero in the ramp
-    ramp = ((torch.arange(dim // 2, dtype=dtype, device=device) - low) / (high - low)).clamp(0, 1)
-    extrapolation = rope_inv_freq(dim, base, dtype=dtype, device=device)
-    interpolation = extrapolation / factor
-    keep = 1 - ramp  # 1 where the frequency is kept, 0 where it is interpolated
-    return interpolation * (1 - keep) + extrapolation * keep
-
-
-def llama3_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    low_freq_factor: float,
-    high_freq_factor: float,
-    original_max_len: int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Llama 3.1's frequency scaling (Meta, 2024; transformers' ``"llama3"``).
-
-    Wavelengths shorter than ``original_max_len / high_freq_factor`` are kept, those longer
-    than ``original_max_len / low_freq_factor`` are divided by ``factor``, and the band
-    between is interpolated smoothly.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies.
-    """
-    inv_freq = rope_inv_freq(dim, base, dtype=dtype, device=device)
-    low_freq_wavelen = original_max_len / low_freq_factor
-    high_freq_wavelen = original_max_len / high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    smooth = (original_max_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
-    return torch.where(is_medium, smoothed, scaled)
-
-
-def longrope_attention_factor(factor: float, original_max_len: int) -> float:
-    """LongRoPE's attention factor (Ding et al., 2024; Phi-3): ``sqrt(1 + ln(factor) / ln(L0))``, 1 if ``factor <= 1``."""
-    if factor <= 1.0:
-        return 1.0
-    return math.sqrt(1 + math.log(factor) / math.log(original_max_len))
-
-
-def longrope_inv_freq(
-    dim: int,
-    base: float,
-    ext_factors: Sequence[float] | Sequence[Sequence[float]] | Tensor,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """LongRoPE's frequencies (Ding et al., 2024; transformers' ``"longrope"``): ``1 / (ext_i * base ** (2i/r))``.
-
-    Args:
-        dim: the rotated width ``r``.
-        base: the wavelength base.
-        ext_factors: ``(..., r/2)`` per-pair factors (the short or the long list, or both stacked).
-        dtype, device: of the result.
-
-    Returns:
-        ``(..., r/2)`` inverse frequencies.
-    """
-    ext = torch.as_tensor(ext_factors, dtype=dtype, device=device)
-    return 1.0 / (ext * base ** _exponents(dim, dtype, device))
-
-
-def ntk_inv_freq(dim: int, base: float, factor: float, **kwargs: Any) -> Tensor:
-    """Static NTK-aware scaling (bloc97, 2023; vLLM's and x-transformers' "NTK"): a larger base.
-
-    ``base' = base * factor ** (r / (r - 2))``: the highest frequency is kept and the lowest is
-    divided by ``factor``, so a model trained on ``L`` positions sees ``factor * L`` without
-    fine-tuning. ``kwargs`` go to :func:`rope_inv_freq`.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies.
-    """
-    return rope_inv_freq(dim, base * factor ** (dim / (dim - 2)), **kwargs)
-
-
-def proportional_inv_freq(
-    dim: int,
-    base: float,
-    fraction: float,
-    factor: float = 1.0,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Proportional RoPE (p-RoPE; Gemma 4's global layers, transformers' ``"proportional"``).
-
-    The exponents run over the whole rotated width ``r`` (``base ** (-2i / r)``), but only the
-    first ``int(fraction * r // 2)`` pairs rotate: the others get frequency 0 and pass through
-    unchanged. Unlike a partial rotation (``rotary_dim``), the pairs stay ``r/2`` apart in the
-    half layout. Every frequency is divided by ``factor``.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies, the trailing ones 0.
-    """
-    rotated = int(fraction * dim // 2)
-    inv_freq = rope_inv_freq(dim, base, dtype=dtype, device=device) / factor
-    keep = torch.arange(dim // 2, device=inv_freq.device) < rotated
-    return torch.where(keep, inv_freq, torch.zeros_like(inv_freq))
-
-
-# --- one dataclass per rope type ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class RopeParameters:
-    """What every RoPE variant has: the base and the rotated width. Subclassed once per rope type.
-
-    Built by :func:`resolve_rope_scaling`; :meth:`inv_freq` gives the frequencies.
-
-    Attributes:
-        base: the wavelength base (``rope_theta``).
-        rotary_dim: the number of rotated channels ``r`` (even).
-        rope_type: the class's type name, one of :data:`ROPE_TYPES`.
-        attention_scaling: the factor multiplied into cos and sin (YaRN's and LongRoPE's
-            attention factor; 1 otherwise).
-        length_dependent: whether the frequencies depend on the sequence length (dynamic, longrope).
-    """
-
-    rope_type: ClassVar[RopeType] = "default"
-    length_dependent: ClassVar[bool] = False
-    #: The dict keys the type reads besides rope_type/type, rope_theta, partial_rotary_factor
-    #: (transformers' ``_validate_<type>_rope_parameters``); posenc.hf copies exactly these.
-    keys: ClassVar[frozenset[str]] = frozenset()
-
-    base: float = 10000.0
-    rotary_dim: int
-
-    @property
-    def attention_scaling(self) -> float:
-        return 1.0
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        """``(s, r/2)`` frequencies, one row per set: ``s = 2`` for longrope (short, long), else 1.
-
-        For ``"dynamic"`` this is the set used up to the trained length (plain RoPE's); see
-        :meth:`DynamicRope.inv_freq_at` for longer sequences.
-        """
-        return rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)[None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class DefaultRope(RopeParameters):
-    """Plain RoPE (Su et al., 2021): ``inv_freq[i] = base ** (-2i / r)``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LinearRope(RopeParameters):
-    """Position interpolation (``"linear"``): every frequency divided by ``factor``."""
-
-    rope_type: ClassVar[RopeType] = "linear"
-    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
-    factor: float
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return linear_inv_freq(self.rotary_dim, self.base, self.factor, dtype=dtype, device=device)[None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class DynamicRope(RopeParameters):
-    """Dynamic NTK scaling (``"dynamic"``): plain RoPE up to ``original_max_len``, a larger base past it.
-
-    Attributes:
-        factor: the scaling factor.
-        original_max_len: the trained context length (the model's ``max_len``, transformers'
-            ``max_position_embeddings``).
-    """
-
-    rope_type: ClassVar[RopeType] = "dynamic"
-    length_dependent: ClassVar[bool] = True
-    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
-    factor: float
-    original_max_len: int
-
-    def inv_freq_at(
-        self, seq_len: Tensor | int, *, dtype: torch.dtype = torch.float64, device: Device = None
-    ) -> Tensor:
-        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`)."""
-        return dynamic_ntk_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.original_max_len,
-            seq_len,
-            dtype=dtype,
-            device=device,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class YarnRope(RopeParameters):
-    """YaRN (``"yarn"``, Peng et al., 2023): NTK-by-parts frequencies and an attention factor.
-
-    Attributes:
-        factor, original_max_len: the extension factor and the trained context length.
-        beta_fast, beta_slow, truncate: the ramp between kept and interpolated pairs.
-        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`).
-    """
-
-    rope_type: ClassVar[RopeType] = "yarn"
-    keys: ClassVar[frozenset[str]] = frozenset(
-        {
-            "factor",
-            "original_max_position_embeddings",
-            "attention_factor",
-            "beta_fast",
-            "beta_slow",
-            "mscale",
-            "mscale_all_dim",
-            "truncate",
-        }
-    )
-    factor: float
-    original_max_len: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    truncate: bool = True
-    attention_factor: float
-
-    @property
-    def attention_scaling(self) -> float:
-        return self.attention_factor
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return yarn_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.original_max_len,
-            self.beta_fast,
-            self.beta_slow,
-            self.truncate,
-            dtype=dtype,
-            device=device,
-        )[None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Llama3Rope(RopeParameters):
-    """Llama 3.1's scaling (``"llama3"``): high frequencies kept, low ones divided by ``factor``."""
-
-    rope_type: ClassVar[RopeType] = "llama3"
-    keys: ClassVar[frozenset[str]] = frozenset(
-        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}
-    )
-    factor: float
-    original_max_len: int
-    low_freq_factor: float
-    high_freq_factor: float
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return llama3_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.low_freq_factor,
-            self.high_freq_factor,
-            self.original_max_len,
-            dtype=dtype,
-            device=device,
-        )[None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LongRope(RopeParameters):
-    """LongRoPE (``"longrope"``, Phi-3): short factors up to ``original_max_len``, long ones past it.
-
-    Attributes:
-        short_factor, long_factor: ``r/2`` per-pair rescale factors each.
-        factor: the extension factor (``None`` when only the attention factor was given).
-        original_max_len: the trained context length.
-        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`).
-    """
-
-    rope_type: ClassVar[RopeType] = "longrope"
-    length_dependent: ClassVar[bool] = True
-    keys: ClassVar[frozenset[str]] = frozenset(
-        {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"}
-    )
-    short_factor: tuple[float, ...]
-    long_factor: tuple[float, ...]
-    factor: float | None = None
-    original_max_len: int
-    attention_factor: float
-
-    @property
-    def attention_scaling(self) -> float:
-        return self.attention_factor
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return longrope_inv_freq(
-            self.rotary_dim, self.base, [self.short_factor, self.long_factor], dtype=dtype, device=device
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProportionalRope(RopeParameters):
-    """Proportional RoPE (``"proportional"``, Gemma 4): exponents over ``r``, only a fraction of pairs rotate.
-
-    Attributes:
-        fraction: the rotated fraction of the pairs (the dict's ``partial_rotary_factor``, in (0, 1]);
-            it does not shrink ``rotary_dim``.
-        factor: every frequency is divided by it (1 by default).
-    """
-
-    rope_type: ClassVar[RopeType] = "proportional"
-    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
-    fraction: float = 1.0
-    factor: float = 1.0
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return proportional_inv_freq(
-            self.rotary_dim, self.base, self.fraction, self.factor, dtype=dtype, device=device
-        )[None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class NtkRope(RopeParameters):
-    """Static NTK-aware scaling (``"ntk"``): the base times ``factor ** (r / (r - 2))``."""
-
-    rope_type: ClassVar[RopeType] = "ntk"
-    keys: ClassVar[frozenset[str]] = frozenset({"factor"})
-    factor: float
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return ntk_inv_freq(self.rotary_dim, self.base, self.factor, dtype=dtype, device=device)[None]
-
-
-_CLASSES: dict[str, type[RopeParameters]] = {
-    cls.rope_type: cls
-    for cls in (
-        DefaultRope,
-        LinearRope,
-        DynamicRope,
-        YarnRope,
-        Llama3Rope,
-        LongRope,
-        ProportionalRope,
-        NtkRope,
-    )
-}
-# Keys each rope type reads (hf copies exactly these from a model config).
-_TYPE_KEYS: dict[str, frozenset[str]] = {name: cls.keys for name, cls in _CLASSES.items()}
 _COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
-
-
-def scaled_inv_freq(
-    params: RopeParameters, *, dtype: torch.dtype = torch.float64, device: Device = None
-) -> Tensor:
-    """The ``(s, r/2)`` frequencies of ``params`` (``params.inv_freq``): ``s = 2`` for longrope, else 1."""
-    return params.inv_freq(dtype=dtype, device=device)
 
 
 # --- reading a Hugging Face dict -------------------------------------------------------------------

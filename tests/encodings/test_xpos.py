@@ -83,6 +83,12 @@ def test_bad_input() -> None:
         posenc.nn.TransformerLM(
             vocab_size=7, d_model=16, num_layers=1, num_heads=2, position="xpos", causal=False
         )
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(
+        ValueError, match=r"XPos is exact only in causal attention: .*no bidirectional form"
+    ) as err:
+        posenc.attention(q, q, q, XPos(8), causal=False)
+    assert "ALiBi" not in str(err.value)  # the key-only-bias advice does not apply to xPos
     with pytest.raises(ValueError, match="scale_base must be a finite number > 0"):
         XPos(8, scale_base=0)
     with pytest.raises(ValueError, match="gamma"):

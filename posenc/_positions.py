@@ -1,0 +1,211 @@
+"""Input checks of the hooks' tensors, and the resolution of query / key positions.
+
+:func:`check_input`, :func:`check_qk`, :func:`check_bias_qk` and :func:`check_scores` check the
+tensors an encoding's hooks receive; :func:`resolve_positions`, :func:`resolve_qk_positions` and
+:func:`mask_to_positions` turn optional positions into ``torch.long`` tensors. All are
+re-exported by :mod:`posenc.base`, where :class:`~posenc.base.PositionalEncoding` uses them.
+
+Shape key: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries, ``tk`` keys), ``d`` model
+width, ``dh`` head width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import check_float_tensor
+from ._compat import is_compiling
+
+
+def check_input(x: Tensor, *, name: str = "x", width: int | None = None) -> None:
+    """Check that ``x`` is a floating ``(b, t, d)`` tensor, with ``d == width`` when given."""
+    check_float_tensor(name, x, rank=3, shape="(batch, seq, dim)")
+    if width is not None and x.shape[-1] != width:
+        raise ValueError(f"{name} has last dimension {x.shape[-1]}, expected d_model={width}")
+
+
+def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
+    """Check that ``q`` is ``(b, h, tq, dh)`` and ``k`` is ``(b, h, tk, dh)`` with matching b, h, dh.
+
+    Keys may have fewer heads than queries when the query heads are a multiple of them
+    (grouped-query attention), and ``b`` may broadcast from 1.
+    """
+    check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
+    check_float_tensor("k", k, rank=4, shape="(batch, heads, seq, head_dim)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head_dim, got q {q.shape[-1]} and k {k.shape[-1]}")
+    if head_dim is not None and q.shape[-1] != head_dim:
+        raise ValueError(f"q and k have head_dim {q.shape[-1]}, expected head_dim={head_dim}")
+    if q.shape[0] != k.shape[0] and 1 not in (q.shape[0], k.shape[0]):
+        raise ValueError(f"q and k must have the same batch size, got q {q.shape[0]} and k {k.shape[0]}")
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk and (hk == 0 or hq % hk != 0):
+        raise ValueError(
+            f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads"
+        )
+
+
+def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
+    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
+    check_qk(q, k)
+    if q.shape[1] != num_heads:
+        raise ValueError(
+            f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but the encoding was built with num_heads={num_heads}"
+        )
+
+
+def check_scores(scores: Tensor, num_heads: int) -> None:
+    """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
+    check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
+    if scores.shape[1] != num_heads:
+        raise ValueError(
+            f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
+            f"but the encoding was built with num_heads={num_heads}"
+        )
+
+
+def resolve_positions(
+    positions: Tensor | None,
+    length: int,
+    *,
+    batch: int | None = None,
+    device: torch.device | str | None = None,
+    offset: int = 0,
+    name: str = "positions",
+) -> Tensor:
+    """Validate integer positions, or make the default ``offset .. offset+length-1``.
+
+    Args:
+        positions: ``None``, or an integer tensor of shape ``(t,)`` or ``(b, t)`` with
+            ``t == length`` and ``b`` equal to ``batch`` or 1.
+        length: the sequence length the positions belong to.
+        batch: the batch size of the tensor the positions belong to (checked when given).
+        device: where the default positions are made.
+        offset: the first default position.
+        name: the argument's name, for error messages.
+
+    Returns:
+        A ``torch.long`` tensor of shape ``(t,)`` or ``(b, t)`` (the shape given).
+    """
+    if positions is None:
+        return torch.arange(offset, offset + length, device=device, dtype=torch.long)
+    if not isinstance(positions, Tensor):
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}"
+        )
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
+    if positions.dtype in _UNSIGNED_WIDE:
+        # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
+        # wrap negative and is refused below).
+        positions = positions.to(torch.long)
+    if device is not None and not _same_device(positions.device, torch.device(device)):
+        raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
+    if positions.dim() not in (1, 2):
+        raise ValueError(
+            f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {positions.dim()}: {tuple(positions.shape)}"
+        )
+    if positions.shape[-1] != length:
+        raise ValueError(f"{name} has length {positions.shape[-1]}, expected {length} (the sequence length)")
+    if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
+        raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
+    if positions.numel() > 0 and positions.device.type != "meta":
+        if is_compiling():
+            # No host sync in a compiled graph: an assert the kernel checks, so that a negative
+            # position fails instead of wrapping around a table.
+            torch._assert_async((positions >= 0).all(), f"{name} must be non-negative")
+        elif bool((positions < 0).any()):
+            raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
+    return positions.long()
+
+
+_UNSIGNED_WIDE = frozenset(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device (``cuda`` and ``cuda:0`` are, when 0 is current)."""
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        return True
+    return a.index == b.index
+
+
+def resolve_qk_positions(
+    q: Tensor,
+    k: Tensor,
+    q_positions: Tensor | None = None,
+    k_positions: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Positions of queries and keys for ``q`` of shape ``(b, h, tq, dh)`` and ``k`` ``(b, h, tk, dh)``.
+
+    Defaults: keys sit at ``0 .. tk-1`` and queries are the last ``tq`` of them
+    (``tk-tq .. tk-1``), so a decoding step with a KV cache needs no extra argument.
+    When only ``k_positions`` is given, queries take its last ``tq`` entries; when only
+    ``q_positions`` is given and ``tq == tk`` (self-attention), keys take the same positions.
+
+    Returns:
+        ``(q_positions, k_positions)``, long tensors of shape ``(t,)`` or ``(b, t)``.
+    """
+    batch = max(q.shape[0], k.shape[0])
+    qp, kp, _, _ = _resolve_qk(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
+    return qp, kp
+
+
+def _resolve_qk(
+    tq: int,
+    tk: int,
+    batch: int | None,
+    device: torch.device | str | None,
+    q_positions: Tensor | None,
+    k_positions: Tensor | None,
+) -> tuple[Tensor, Tensor, int | None, int | None]:
+    """:func:`resolve_qk_positions` from lengths; also the first position of each default range.
+
+    Returns ``(q_positions, k_positions, q_start, k_start)`` where ``q_start``/``k_start`` is the
+    first position when that side got the default consecutive positions, else ``None`` (an
+    encoding may then slice a cached table instead of gathering rows).
+    """
+    if k_positions is not None:
+        k_positions = resolve_positions(k_positions, tk, batch=batch, device=device, name="k_positions")
+    if q_positions is not None:
+        q_positions = resolve_positions(q_positions, tq, batch=batch, device=device, name="q_positions")
+    q_start = k_start = None
+    if q_positions is None:
+        if k_positions is not None and tq <= tk:
+            q_positions = k_positions[..., tk - tq :]
+        else:
+            q_start = max(tk - tq, 0)
+            q_positions = resolve_positions(None, tq, device=device, offset=q_start)
+    if k_positions is None:
+        if tq == tk:
+            k_positions, k_start = q_positions, q_start
+        else:
+            k_start = 0
+            k_positions = resolve_positions(None, tk, device=device)
+    return q_positions, k_positions, q_start, k_start
+
+
+def mask_to_positions(attention_mask: Tensor) -> Tensor:
+    """Positions of the real tokens in a padded batch, from a ``(b, t)`` keep-mask.
+
+    Real tokens are numbered ``0, 1, 2, ...`` in order whatever padding precedes them (left
+    padding) or follows them (right padding); padding tokens get position 0. This is what
+    Bloom does for ALiBi and what generation code does for RoPE.
+
+    Args:
+        attention_mask: ``(b, t)`` bool or 0/1 integer tensor, true/1 for real tokens.
+
+    Returns:
+        ``(b, t)`` long tensor of positions.
+    """
+    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
+        shape = (
+            tuple(attention_mask.shape)
+            if isinstance(attention_mask, Tensor)
+            else type(attention_mask).__name__
+        )
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {shape}")
+    keep = attention_mask.long()
+    return (keep.cumsum(-1) - 1).clamp_min(0) * keep

@@ -1,0 +1,120 @@
+"""Converters for the models whose position encoding is an attention bias or an added table.
+
+Attention biases: T5 / mT5 (:class:`~posenc.RelativeBias`), BLOOM and MPT (:class:`~posenc.ALiBi`),
+Falcon (RoPE, or :class:`~posenc.encodings.alibi.FalconALiBi` with ``alibi=True``). Added to the
+embeddings: learned tables (GPT-2, OPT, BART...) and fairseq / Marian sinusoids. Each converter
+takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from .._checks import check_bool, check_int
+from ..base import PositionalEncoding
+from ..encodings import ALiBi, Learned, RelativeBias, Sinusoidal
+from ..encodings.alibi import FalconALiBi
+from ._read import Config, config_dict, get, heads_and_head_dim, positive_int
+from ._rope import RopeDefaults, rope
+
+# --- biases ------------------------------------------------------------------------------------
+
+
+def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    # The encoder's bias is bidirectional, the decoder's causal: a T5 config is the encoder's unless
+    # is_decoder is set (transformers flips it for the decoder stack), so pass causal=True for the decoder.
+    default_heads = 6 if model_type == "mt5" else 8
+    num_heads = positive_int(cfg, model_type, "num_heads", "num_attention_heads", default=default_heads)
+    is_decoder = check_bool(f"{model_type} config: is_decoder", cfg.get("is_decoder", False))
+    is_causal = is_decoder if causal is None else causal
+    return RelativeBias(
+        num_heads,
+        num_buckets=positive_int(cfg, model_type, "relative_attention_num_buckets", default=32),
+        max_distance=positive_int(cfg, model_type, "relative_attention_max_distance", default=128),
+        bidirectional=not is_causal,
+        causal=is_causal,
+    )
+
+
+def _bloom(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    num_heads = positive_int(cfg, model_type, "n_head", "num_attention_heads", default=8)
+    return ALiBi(num_heads, causal=True if causal is None else causal)
+
+
+def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    attn = cfg.get("attn_config") or {}
+    if not isinstance(attn, Mapping):
+        attn = config_dict(attn)
+    if not check_bool(f"{model_type} config: attn_config['alibi']", attn.get("alibi", True)):
+        raise ValueError(
+            f"{model_type} config: attn_config.alibi is False; transformers' MPT always uses ALiBi and has no other "
+            "position encoding, so this config has no supported encoding"
+        )
+    num_heads = positive_int(cfg, model_type, "n_heads", "num_attention_heads", default=16)
+    max_bias = get(attn, "alibi_bias_max", default=8)
+    return ALiBi(num_heads, causal=True if causal is None else causal, max_bias=float(max_bias))
+
+
+def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    if not check_bool(f"{model_type} config: alibi", cfg.get("alibi", False)):
+        return rope(RopeDefaults(4544, 71, 2048))(cfg, model_type, causal)
+    num_heads, head_dim = heads_and_head_dim(
+        cfg,
+        model_type,
+        heads=("num_attention_heads", "n_head"),
+        width=("hidden_size", "n_embed"),
+        default_heads=71,
+        default_width=4544,
+    )
+    return FalconALiBi(num_heads, head_dim, causal=True if causal is None else causal)
+
+
+# --- absolute (added to the embeddings) --------------------------------------------------------
+
+
+def _learned(
+    *,
+    width: tuple[str, ...],
+    length: tuple[str, ...],
+    default_width: int,
+    default_length: int,
+    offset: int = 0,
+) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        d_model = positive_int(cfg, model_type, *width, default=default_width)
+        max_len = positive_int(cfg, model_type, *length, default=default_length)
+        return Learned(d_model, max_len, offset=offset)
+
+    return convert
+
+
+def _sinusoidal(
+    *,
+    spacing: Literal["paper", "tensor2tensor"],
+    default_width: int,
+    default_length: int,
+    length: tuple[str, ...] = ("max_position_embeddings",),
+    default_pad: int | None = None,
+    fixed_offset: int | None = None,
+) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        d_model = positive_int(cfg, model_type, "d_model", "hidden_size", default=default_width)
+        if d_model % 2:
+            raise ValueError(f"{model_type} config: d_model must be even for a sin/cos table, got {d_model}")
+        max_len = get(cfg, *length, default=default_length)
+        if spacing == "paper":
+            # Marian / Pegasus: positions from 0, [sin | cos], inv_freq = base^(-2i/d).
+            return Sinusoidal(d_model, layout="concat", max_len=max_len)
+        # fairseq / tensor2tensor: [sin | cos], inv_freq = base^(-i/(d/2-1)); Speech2Text and M2M100
+        # number real tokens from padding_idx + 1, XGLM adds a fixed 2 to its position ids.
+        offset = fixed_offset
+        if offset is None:
+            pad = get(cfg, "pad_token_id", default=default_pad)
+            check_int(f"{model_type} config: pad_token_id", pad, minimum=0)  # positions start at pad + 1
+            offset = pad + 1
+        return Sinusoidal(
+            d_model, layout="concat", max_len=max_len, offset=offset, freq_spacing="tensor2tensor"
+        )
+
+    return convert

@@ -1,0 +1,356 @@
+"""The attention layer and the transformer block of :mod:`posenc.nn`, and the plumbing they share.
+
+:class:`MultiheadAttention` projects to queries, keys and values and applies a position state
+through :func:`posenc.attention`; ``_prepare`` builds that state for new tokens (continuing a
+:class:`~posenc.KVCache`, or from a padding mask); :class:`TransformerBlock` wraps the layer
+with norms and an MLP. :class:`~posenc.nn.TransformerLM` (:mod:`posenc.nn.model`) stacks them.
+
+Shape key: ``b`` batch, ``t`` new tokens, ``tk`` all keys (cached + new), ``d`` model
+width, ``h`` heads, ``dh`` head width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from .._checks import check_bool, check_positive_int
+from ..attention import attention
+from ..base import PositionalEncoding, PositionState, mask_to_positions
+from ..cache import KVCache, describe_encoding
+from ..masking import check_window, document_positions
+from ..registry import build
+
+
+def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
+    return build(position, **{k: v for k, v in dims.items() if v is not None})
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head (or grouped-query) self-attention whose position encoding is a config string.
+
+    Projects ``x`` to queries, keys and values, applies the encoding's ``encode_qk`` and
+    ``attention_bias`` through :func:`posenc.attention`, and projects back. Additive
+    encodings (sinusoidal, learned) act on the embeddings, not here:
+    :class:`TransformerLM` applies them once; in this layer alone they act nowhere.
+
+    Args:
+        d_model: model width ``d``.
+        num_heads: query heads ``h``; ``d_model`` must be a multiple of it unless ``head_dim`` is given.
+        position: a spec for :func:`posenc.build` or a built encoding (shared as is); ``None``
+            for a layer that holds no encoding and is always called with a prepared ``state``
+            (how :class:`TransformerLM` builds its blocks: the encoding lives once, at the model).
+        causal: each token attends to itself and earlier tokens only.
+        dropout: dropout on the attention weights and the output, in training mode.
+        bias: whether the projections have biases.
+        num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
+        head_dim: width per head (default ``d_model // num_heads``).
+        max_len: the longest sequence, handed to the encoding (required by ``"learned"``).
+        window: a sliding window (see :func:`posenc.attention`), or ``None`` for global attention.
+
+    Shape:
+        ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        position: Any = "rope",
+        causal: bool = False,
+        dropout: float = 0.0,
+        bias: bool = False,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        max_len: int | None = None,
+        window: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
+        if head_dim is None:
+            if d_model % num_heads != 0:
+                raise ValueError(
+                    f"d_model={d_model} must be a multiple of num_heads={num_heads} (or pass head_dim explicitly)"
+                )
+            head_dim = d_model // num_heads
+        check_positive_int("head_dim", head_dim)
+        num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+        check_bool("causal", causal)
+        self.window = check_window(window)
+        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = (
+            d_model,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        )
+        self.causal, self.dropout = causal, float(dropout)
+        self.encoding: PositionalEncoding | None = None
+        if position is not None:
+            self.encoding = _build_encoding(
+                position,
+                d_model=d_model,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                max_len=max_len,
+                causal=causal,
+            )
+        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
+        self.out_dropout = nn.Dropout(dropout)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}, causal={self.causal}"
+            + ("" if self.window is None else f", window={self.window}")
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        state: PositionState | None = None,
+        document_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Self-attention over ``x`` (and the cached tokens, with a ``cache``).
+
+        Args:
+            x: ``(b, t, d)``.
+            positions: ``(t,)`` or ``(b, t)`` positions of the new tokens; default: after the
+                cached ones, or :func:`posenc.mask_to_positions` of ``attention_mask``.
+            attention_mask: ``(b, tk)`` keep-mask (bool or 0/1) over all keys, cached and new
+                (``tk = cached + t``), e.g. a padding mask.
+            cache: a :class:`KVCache`, updated in place.
+            layer: which of the cache's layers this module uses.
+            state: the position state prepared once per forward by the model
+                (``encoding.prepare(t, cached + t, q_positions=..., k_positions=...)``); when
+                given, ``positions`` is not used. Default: prepared here from this layer's encoding.
+            document_ids: ``(b, t)`` or ``(t,)`` ids of packed documents: attention stays within
+                each document, and default positions restart in each one
+                (:func:`posenc.document_positions`). Not with a ``cache``.
+
+        Returns:
+            ``(b, t, d)``.
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
+        b, t, _ = x.shape
+        _check_devices(x, positions=positions, attention_mask=attention_mask, document_ids=document_ids)
+        past = 0 if cache is None else cache.length(layer)
+        key_mask = None
+        if attention_mask is not None:
+            key_mask = _check_mask(attention_mask, b, past + t)
+        if document_ids is not None:
+            document_ids = _check_documents(document_ids, b, t, cache)
+            if positions is None and state is None:
+                positions = document_positions(document_ids)
+        if state is None:
+            if self.encoding is None:
+                raise ValueError(
+                    "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
+                    "the model, e.g. state=encoding.prepare(...)"
+                )
+            state = _prepare(self.encoding, x, positions, key_mask, cache, layer)
+        q = rearrange(self.q_proj(x), "b t (h dh) -> b h t dh", h=self.num_heads)
+        k = rearrange(self.k_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
+        v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
+        # New keys sit at the queries' positions; they are encoded before caching.
+        q, k = state.encode_qk(q, k)
+        if cache is not None:
+            k, v, _ = cache.update(
+                layer,
+                k,
+                v,
+                state.q_positions,
+                encoding=describe_encoding(state.encoding),
+                axes=_has_axes(state),
+            )
+        attn_mask = None if key_mask is None else key_mask[:, None, None, :]
+        out = attention(
+            q,
+            k,
+            v,
+            state,
+            causal=self.causal,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            qk_encoded=True,
+            window=self.window,
+            document_ids=document_ids,
+        )
+        return self.out_dropout(self.out_proj(rearrange(out, "b h t dh -> b t (h dh)")))
+
+
+def _prepare(
+    encoding: PositionalEncoding,
+    x: Tensor,
+    positions: Tensor | None,
+    key_mask: Tensor | None,
+    cache: KVCache | None,
+    layer: int,
+) -> PositionState:
+    """The position state of one forward over new tokens ``x`` ``(b, t, d)``, cached keys included.
+
+    Default positions continue the cache (``past .. past+t-1``), or come from the padding mask;
+    with neither, they stay implicit so that encodings take their contiguous fast paths.
+    """
+    b, t, _ = x.shape
+    past = 0 if cache is None else cache.length(layer)
+    defaulted = positions is None
+    if positions is None and key_mask is not None:
+        positions = mask_to_positions(key_mask)[:, past:]
+    if positions is None and past == 0:
+        return encoding.prepare(t, t, batch=b, device=x.device)
+    if positions is None:
+        positions = torch.arange(past, past + t, device=x.device)
+    if defaulted and cache is not None and layer < len(cache.axes) and cache.axes[layer]:
+        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+        positions = positions.unsqueeze(-1).expand(*positions.shape, cache.positions[layer].shape[-1])
+    k_positions = positions if cache is None else cache.key_positions(layer, positions)
+    return encoding.prepare(
+        t, past + t, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
+    )
+
+
+def _has_axes(state: PositionState) -> bool:
+    """Whether the state's positions carry a trailing axis dimension (``(t, a)``/``(b, t, a)``, M-RoPE)."""
+    positions = state.q_positions
+    return positions.dim() == 3 or (positions.dim() == 2 and type(state).q_len is not PositionState.q_len)
+
+
+def _check_devices(x: Tensor, **tensors: Tensor | None) -> None:
+    """Positions, masks and ids must be on the input's device (torch's own error would not name them)."""
+    for name, t in tensors.items():
+        if isinstance(t, Tensor) and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but the input is on {x.device}; move it there")
+
+
+def _check_documents(document_ids: Tensor, batch: int, length: int, cache: KVCache | None) -> Tensor:
+    if cache is not None:
+        raise ValueError(
+            "document_ids cannot be combined with a cache: decode each document with its own KVCache"
+        )
+    if not isinstance(document_ids, Tensor):
+        raise TypeError(
+            f"document_ids must be a (batch, seq) integer tensor, got {type(document_ids).__name__}"
+        )
+    if document_ids.is_floating_point() or document_ids.is_complex() or document_ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must have an integer dtype, got {document_ids.dtype}")
+    if document_ids.dim() == 1:
+        document_ids = document_ids.expand(batch, -1)
+    if document_ids.dim() != 2 or document_ids.shape[-1] != length or document_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"document_ids must have shape (batch, seq) = {(batch, length)} (or (seq,)), got {tuple(document_ids.shape)}"
+        )
+    return document_ids
+
+
+def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dtype != torch.bool and attention_mask.is_floating_point():
+        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
+        raise ValueError(
+            f"attention_mask must have shape (batch, cached + new tokens) = {(batch, length)}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    return attention_mask.bool()
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+
+    Args:
+        d_model: model width ``d``.
+        num_heads: attention heads.
+        position: a spec for :func:`posenc.build` or a built encoding (shared as is); ``None``
+            when the model hands every call a prepared ``state``.
+        causal: causal self-attention.
+        dropout: dropout in attention and after the MLP.
+        mlp_ratio: the MLP's hidden width is ``mlp_ratio * d_model``.
+        bias: biases in the linear layers.
+        num_kv_heads: key/value heads (grouped-query attention).
+        max_len: handed to the encoding.
+        norm_eps: LayerNorm epsilon.
+        window: a sliding window for the attention, or ``None``.
+
+    Shape:
+        ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        position: Any = "rope",
+        causal: bool = False,
+        dropout: float = 0.0,
+        mlp_ratio: float = 4.0,
+        bias: bool = False,
+        num_kv_heads: int | None = None,
+        max_len: int | None = None,
+        norm_eps: float = 1e-5,
+        window: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
+            raise ValueError(f"mlp_ratio must be a positive number, got {mlp_ratio!r}")
+        hidden = max(1, round(mlp_ratio * d_model))
+        self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
+        self.attn = MultiheadAttention(
+            d_model,
+            num_heads,
+            position,
+            causal=causal,
+            dropout=dropout,
+            bias=bias,
+            num_kv_heads=num_kv_heads,
+            max_len=max_len,
+            window=window,
+        )
+        self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, hidden, bias=bias),
+            nn.GELU(),
+            nn.Linear(hidden, d_model, bias=bias),
+            nn.Dropout(dropout),
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        state: PositionState | None = None,
+        document_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Apply the block; the keyword arguments are :meth:`MultiheadAttention.forward`'s."""
+        x = x + self.attn(
+            self.attn_norm(x),
+            positions=positions,
+            attention_mask=attention_mask,
+            cache=cache,
+            layer=layer,
+            state=state,
+            document_ids=document_ids,
+        )
+        return x + self.mlp(self.mlp_norm(x))
