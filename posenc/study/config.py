@@ -25,6 +25,7 @@ LIMITS: dict[str, int] = {
     "num_heads": 256,
     "eval_chars": 1 << 26,
     "threads": 1024,
+    "nproc": 256,
     "tokens_per_step": 1 << 20,
     "block_weights": 1 << 28,
     # any integer option of an encoding spec (max_len, offset, max_distance, num_buckets, ...)
@@ -106,6 +107,11 @@ class StudyConfig:
             One by default: models this small gain little from more threads, a single thread
             does not stall when other processes share the cores, and a fixed count keeps
             reruns bit-identical.
+        nproc: processes that train and evaluate data-parallel (DistributedDataParallel: gloo
+            on the CPU, nccl with one CUDA device per process); each takes ``batch_size / nproc``
+            windows of every batch, so ``batch_size`` must divide by it. The numbers equal one
+            process's up to float rounding (see :mod:`posenc.study.parallel`). Under
+            ``torchrun`` the process count is torchrun's: leave ``nproc`` at 1 or give the same.
 
     Raises:
         ConfigError: a value out of range (a ``ValueError``); the message starts with the
@@ -125,6 +131,7 @@ class StudyConfig:
     seed: int = 0
     device: str = "cpu"
     threads: int | None = 1
+    nproc: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.eval_lens, (str, bytes)) or not hasattr(self.eval_lens, "__iter__"):
@@ -178,6 +185,7 @@ class StudyConfig:
             _checked("check_positive_int", "threads", self.threads)
             check_limit("threads", self.threads)
         _check_device(self.device)
+        _check_nproc(self.nproc, self.batch_size, self.device)
 
 
 #: The methods, in the order they are run and shown. ``ntk`` runs where the installed RoPE has
@@ -229,6 +237,15 @@ class ExtendConfig(StudyConfig):
         _checked("check_int", "finetune_steps", self.finetune_steps, minimum=0)
         if self.finetune_lr is not None:
             _checked("check_positive_float", "finetune_lr", self.finetune_lr)
+        if self.nproc > 1 and self.finetune_steps:
+            windows = max(1, self.batch_size * self.train_len // self.eval_lens[-1])
+            if windows % self.nproc:
+                raise ConfigError(
+                    f"nproc={self.nproc} must divide the fine-tuning batch, max(1, batch_size * train_len // "
+                    f"max(eval_lens)) = {windows} windows of length {self.eval_lens[-1]}; use a batch_size that "
+                    f"makes it a multiple of {self.nproc}",
+                    argument="nproc",
+                )
         if self.head_dim < 4:
             raise ConfigError(
                 f"d_model / num_heads = {self.head_dim}: the RoPE methods need a head width of at least 4",
@@ -243,6 +260,38 @@ class ExtendConfig(StudyConfig):
     def scale_factor(self) -> float:
         """The factor every method uses: ``factor``, or ``max(eval_lens) / train_len``."""
         return float(self.factor) if self.factor is not None else self.eval_lens[-1] / self.train_len
+
+
+def _check_nproc(nproc: int, batch_size: int, device: str) -> None:
+    """``nproc`` a positive int within its bound that divides ``batch_size``, on a device DDP runs on."""
+    _checked("check_positive_int", "nproc", nproc)
+    check_limit("nproc", nproc)
+    if nproc == 1:
+        return
+    if batch_size % nproc:
+        raise ConfigError(
+            f"nproc={nproc} must divide batch_size={batch_size}: each process takes batch_size / nproc windows of "
+            "every batch",
+            argument="nproc",
+        )
+    import torch
+
+    parsed = torch.device(device)
+    if parsed.type == "cuda":
+        if parsed.index is not None:
+            raise ConfigError(
+                f"device {_short(device)} with nproc={nproc}: process r runs on cuda:r; give device='cuda'",
+                argument="device",
+            )
+        if nproc > torch.cuda.device_count():
+            raise ConfigError(
+                f"nproc={nproc} processes need as many CUDA devices, found {torch.cuda.device_count()}",
+                argument="nproc",
+            )
+    elif parsed.type != "cpu":
+        raise ConfigError(
+            f"nproc={nproc} runs on 'cpu' (gloo) or 'cuda' (nccl), not on {_short(device)}", argument="nproc"
+        )
 
 
 #: Device types the study can train on, with the module whose ``is_available()`` says if it is here.

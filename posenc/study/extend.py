@@ -33,6 +33,7 @@ from .checkpoint import check_writable, load_checkpoint, save_checkpoint
 from .config import METHODS, ConfigError, ExtendConfig, StudyConfig
 from .corpus import Corpus
 from .extend_results import ExtendResult, ExtendRow
+from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .training import (
     _check_specs,
     _deterministic,
@@ -134,6 +135,9 @@ def run_extend(
         progress: tqdm bars on stderr.
         log: a callable taking one line of text, or ``None``.
 
+    Data-parallel with ``config.nproc > 1`` or under ``torchrun``, as :func:`run_study`: every
+    training and fine-tuning batch split across the processes, rank 0 writing and logging.
+
     Raises:
         ConfigError: a bad setting, corpus, baseline, checkpoint or output folder, before training.
     """
@@ -143,7 +147,9 @@ def run_extend(
     if not isinstance(config, ExtendConfig):
         raise TypeError(f"config must be an ExtendConfig, got {type(config).__name__}")
     check_bool("resume", resume)
-    say = log if log is not None else (lambda line: None)
+    # One process speaks: rank 0 under torchrun, and not this one when it is about to spawn the ranks.
+    quiet = log is None or not main_process() or wants_spawn(config)
+    say = (lambda line: None) if quiet else log
     out = None if out_dir is None else check_writable(out_dir)
     loaded = None
     if model_path is not None:
@@ -159,6 +165,7 @@ def run_extend(
                 f"baselines: {label[:60]!r} has a fixed-size position table and cannot run past train_len",
                 argument="baselines",
             )
+    given = scalings
     scalings = {
         m: (scalings or {}).get(m, scaling_for(m, config.scale_factor, config.train_len, config.head_dim))
         for m in methods
@@ -197,12 +204,79 @@ def run_extend(
         "validation_characters": len(val_text),
         "vocabulary": len(vocab.chars),
     }
-    say(
+    summary = (
         f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
         f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
         f"{config.eval_chars:,} characters per length"
     )
-    device = torch.device(config.device)
+    if wants_spawn(config):  # everything is checked: now the same call in nproc processes
+        return spawn(
+            run_extend,
+            config.nproc,
+            config.device,
+            corpus,
+            config,
+            out_dir=out_dir,
+            resume=resume,
+            model_path=model_path,
+            scalings=given,
+            progress=progress,
+            log=log,
+        )
+    with joined(config) as parallel:
+        main = parallel is None or parallel.is_main
+        device = torch.device(config.device)
+        if parallel is not None:  # the same plan on every rank, or their collectives would not match
+            parallel.batch_slice(
+                max(1, config.batch_size * config.train_len // longest), "the fine-tuning batch"
+            )
+            parallel.check_same("the plan", (asdict(config), corpus_info, scalings, baselines))
+            device = parallel.device
+        return _run(
+            config,
+            summary + ("" if parallel is None else f"; {parallel.world_size} processes, DDP"),
+            vocab,
+            train_ids,
+            chunks,
+            corpus_info,
+            methods,
+            baselines,
+            scalings,
+            loaded,
+            model_path,
+            out,
+            resume,
+            progress and main,
+            say,
+            device,
+            parallel,
+            start,
+        )
+
+
+def _run(
+    config: ExtendConfig,
+    summary: str,
+    vocab: Any,
+    train_ids: torch.Tensor,
+    chunks: torch.Tensor,
+    corpus_info: dict[str, Any],
+    methods: list[str],
+    baselines: list[tuple[str, Any]],
+    scalings: dict[str, Any],
+    loaded: Any,
+    model_path: str | Path | None,
+    out: Path | None,
+    resume: bool,
+    progress: bool,
+    say: Any,
+    device: torch.device,
+    parallel: Ranks | None,
+    start: float,
+) -> ExtendResult:
+    """:func:`run_extend` once everything is checked: train, fine-tune and score (each rank's part)."""
+    say(summary)
+    longest = config.eval_lens[-1]
     meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"]}
     rows: list[ExtendRow] = []
     total = len(methods) + len(baselines)
@@ -210,7 +284,9 @@ def run_extend(
         if loaded is not None:
             base, base_info = loaded[0], {"how": f"loaded from {model_path}"}
         else:
-            base, base_info = _base_model("rope", config, vocab, train_ids, out, resume, meta, progress, say)
+            base, base_info = _base_model(
+                "rope", config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
+            )
         base.to(device)
 
         def score(model: Any, label: str, k: int, baseline: bool) -> None:
@@ -228,12 +304,13 @@ def run_extend(
                         seed=config.seed + 1,
                         device=device,
                         bar=bar,
+                        parallel=parallel,
                     )
                     if bar is not None:
                         bar.close()
                 with torch.inference_mode():
                     for n in config.eval_lens:
-                        r = _evaluate(model, chunks, n, config.train_len, device)
+                        r = _evaluate(model, chunks, n, config.train_len, device, parallel)
                         # every model here runs at any length (fixed-size tables were refused above)
                         rows.append(
                             ExtendRow(label, steps, n, r.perplexity or 0.0, r.loss or 0.0, r.chars, baseline)
@@ -243,12 +320,14 @@ def run_extend(
         for k, m in enumerate(methods, 1):
             score(_with_scaling(base, scalings[m]), m, k, False)
         for k, (label, spec) in enumerate(baselines, len(methods) + 1):
-            model, _ = _base_model(spec, config, vocab, train_ids, out, resume, meta, progress, say)
+            model, _ = _base_model(
+                spec, config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
+            )
             score(model.to(device), "nope" if label == "none" else label, k, True)
     return ExtendResult(
         config=config,
         corpus=corpus_info,
-        environment=environment(config),
+        environment=environment(config, parallel),
         methods={**scalings, **{("nope" if label == "none" else label): spec for label, spec in baselines}},
         base=base_info,
         rows=rows,
@@ -271,6 +350,8 @@ def _base_model(
     meta: dict[str, Any],
     progress: bool,
     say: Any,
+    device: torch.device,
+    parallel: Ranks | None,
 ) -> tuple[Any, dict[str, Any]]:
     """Train the model of ``spec`` at ``train_len`` or, with ``resume``, load it from ``out``."""
 
@@ -283,7 +364,7 @@ def _base_model(
             return model, {"how": f"resumed from {path}", "checkpoint": str(path)}
         say(f"{spec}: {path} was trained with other settings or text; training again")
     model = study_model(spec, len(vocab.chars), config)
-    model.to(torch.device(config.device))
+    model.to(device)
     bar = _progress_bar(config.steps, f"train {spec}", progress)
     start = time.perf_counter()
     loss = train_steps(
@@ -294,8 +375,9 @@ def _base_model(
         batch_size=config.batch_size,
         lr=config.lr,
         seed=config.seed,
-        device=torch.device(config.device),
+        device=device,
         bar=bar,
+        parallel=parallel,
     )
     if bar is not None:
         bar.close()
@@ -305,7 +387,8 @@ def _base_model(
         "train_seconds": round(time.perf_counter() - start, 2),
     }
     if path is not None:
-        save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
+        if parallel is None or parallel.is_main:  # one writer; every rank names the file
+            save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
         info["checkpoint"] = str(path)
     return model, info
 

@@ -21,6 +21,7 @@ import torch
 from .checkpoint import check_writable, save_checkpoint
 from .config import ConfigError, StudyConfig
 from .corpus import Corpus
+from .parallel import Ranks, joined, spawn, wants_spawn
 from .plan import default_encodings
 from .results import EncodingResult, StudyResult
 from .training import (
@@ -70,6 +71,12 @@ def run_study(
         log: a callable taking one line of text (e.g. ``print``) for the corpus summary and
             each finished encoding, or ``None``.
 
+    Data-parallel (``nproc > 1``, or under ``torchrun``): see :mod:`posenc.study.parallel`.
+    With ``nproc > 1`` and no process group, this call checks everything, then runs itself in
+    ``nproc`` spawned processes (so a script calling it needs ``if __name__ == "__main__":``)
+    and returns rank 0's result: ``corpus`` and ``encodings`` reach every rank by pickle, and
+    rank 0's log lines come back to ``log`` here. Only rank 0 writes ``out_dir`` and logs.
+
     Returns:
         A :class:`StudyResult`; ``.table()`` formats it, ``.save(dir)`` writes the data files and
         :func:`posenc.plots.plot_extrapolation` draws it.
@@ -93,7 +100,6 @@ def run_study(
         corpus = Corpus.standard_library()
     elif isinstance(corpus, (str, Path)):
         corpus = Corpus.from_path(corpus)
-    say = log if log is not None else (lambda line: None)
     device = torch.device(config.device)
 
     train_text, val_text = corpus.split()
@@ -116,37 +122,67 @@ def run_study(
         "vocabulary": len(vocab.chars),
     }
     done = _resumable(out, config, corpus_info) if resume and out is not None else {}
-    say(
-        f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
-        f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
-        f"{config.eval_chars:,} characters per length"
-    )
-
-    env = environment(config)
-    finished: dict[str, EncodingResult] = {}
-    n = len(specs)
-    with _deterministic(config.threads):
-        for k, (label, spec) in enumerate(specs, 1):
-            if label in done:
-                finished[label] = done[label]
-                say(f"[{k}/{n}] {label}: reused from {out / 'results.json' if out else ''}")
-                continue
-            result, model = _train_and_evaluate(
-                label, spec, len(vocab.chars), train_ids, chunks, config, device, progress, f"[{k}/{n}]"
+    if wants_spawn(config):  # everything is checked: now the same call in nproc processes
+        return spawn(
+            run_study,
+            config.nproc,
+            config.device,
+            corpus,
+            [spec for _, spec in specs],
+            config,
+            out_dir=out_dir,
+            resume=resume,
+            progress=progress,
+            log=log,
+        )
+    with joined(config) as parallel:
+        main = parallel is None or parallel.is_main
+        if parallel is not None:  # the ranks must run the same plan, or their collectives would not match
+            parallel.check_same(
+                "the plan", (_settings(config), corpus_info, [label for label, _ in specs], done)
             )
-            finished[label] = result
-            saved = ""
-            if out is not None:
-                if isinstance(spec, (str, dict)):  # a built module is not plain data: no checkpoint
-                    meta = {**_settings(config), "corpus_sha256": corpus_info["sha256"], "label": label}
-                    path = out / checkpoint_name(label)
-                    save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
-                    saved = f"; saved {path.name}"
-                _partial(config, corpus_info, specs, finished, env).save(out)
-            say(
-                f"[{k}/{n}] {label}: trained in {result.train_seconds:.0f} s, scored in "
-                f"{result.eval_seconds:.0f} s{saved}"
-            )
+            device = parallel.device
+        say = log if log is not None and main else (lambda line: None)
+        say(
+            f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
+            f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
+            f"{config.eval_chars:,} characters per length"
+            + ("" if parallel is None else f"; {parallel.world_size} processes, DDP")
+        )
+        env = environment(config, parallel)
+        finished: dict[str, EncodingResult] = {}
+        n = len(specs)
+        with _deterministic(config.threads):
+            for k, (label, spec) in enumerate(specs, 1):
+                if label in done:
+                    finished[label] = done[label]
+                    say(f"[{k}/{n}] {label}: reused from {out / 'results.json' if out else ''}")
+                    continue
+                result, model = _train_and_evaluate(
+                    label,
+                    spec,
+                    len(vocab.chars),
+                    train_ids,
+                    chunks,
+                    config,
+                    device,
+                    progress and main,
+                    f"[{k}/{n}]",
+                    parallel,
+                )
+                finished[label] = result
+                saved = ""
+                if out is not None and main:
+                    if isinstance(spec, (str, dict)):  # a built module is not plain data: no checkpoint
+                        meta = {**_settings(config), "corpus_sha256": corpus_info["sha256"], "label": label}
+                        path = out / checkpoint_name(label)
+                        save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
+                        saved = f"; saved {path.name}"
+                    _partial(config, corpus_info, specs, finished, env).save(out)
+                say(
+                    f"[{k}/{n}] {label}: trained in {result.train_seconds:.0f} s, scored in "
+                    f"{result.eval_seconds:.0f} s{saved}"
+                )
     return StudyResult(config, corpus_info, [finished[label] for label, _ in specs], env)
 
 
@@ -197,7 +233,12 @@ def _resumable(out: Path, config: StudyConfig, corpus_info: dict[str, Any]) -> d
             argument="resume",
         ) from None
     now, then = _settings(config), _settings(saved.config)
-    changed = [f"{key} {then[key]!r} there, {now[key]!r} now" for key in now if now[key] != then.get(key)]
+    # The process count changes no result (beyond float rounding): a study may resume with another.
+    changed = [
+        f"{key} {then[key]!r} there, {now[key]!r} now"
+        for key in now
+        if key != "nproc" and now[key] != then.get(key)
+    ]
     if saved.corpus.get("sha256") != corpus_info["sha256"]:
         changed.append("another corpus text")
     if changed:
@@ -219,6 +260,7 @@ def _train_and_evaluate(
     device: torch.device,
     progress: bool,
     counter: str,
+    parallel: Ranks | None = None,
 ) -> tuple[EncodingResult, torch.nn.Module]:
     model = study_model(spec, vocab_size, config).to(device)
     short = label if len(label) <= 30 else f"{label[:27]}..."  # a bar's label leaves room for the bar
@@ -234,6 +276,7 @@ def _train_and_evaluate(
         seed=config.seed,
         device=device,
         bar=bar,
+        parallel=parallel,
     )
     train_seconds = time.perf_counter() - start
 
@@ -243,7 +286,7 @@ def _train_and_evaluate(
         for n in config.eval_lens:
             if bar is not None:
                 bar.set_postfix(loss=f"{loss_value:.3f}", eval=n)
-            lengths.append(_evaluate(model, chunks, n, config.train_len, device))
+            lengths.append(_evaluate(model, chunks, n, config.train_len, device, parallel))
     eval_seconds = time.perf_counter() - start
     if bar is not None:
         bar.close()

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from ..base import PositionalEncoding
 from ..registry import describe, lookup, parse_spec
 from .config import LIMITS, ConfigError, StudyConfig
+from .parallel import Ranks
 from .plan import has_fixed_length, split_specs
 from .results import LengthResult
 
@@ -169,11 +170,14 @@ def train_steps(
     seed: int,
     device: torch.device,
     bar: Any = None,
+    parallel: Ranks | None = None,
 ) -> float:
     """``steps`` AdamW steps on random windows of ``seq_len`` ids; returns the last training loss.
 
     The windows come from a generator seeded with ``seed``, so every model trained with the
-    same arguments sees the same batches in the same order.
+    same arguments sees the same batches in the same order. Data-parallel (``parallel``), every
+    rank draws the same global batch and trains on its slice of it in DistributedDataParallel:
+    the averaged gradients are the full batch's, and the loss returned is the full batch's.
 
     Args:
         model: ids ``(b, t)`` -> logits ``(b, t, v)``, already on ``device``.
@@ -183,29 +187,33 @@ def train_steps(
         seed: seeds the batch order.
         device: where the batches go.
         bar: a tqdm bar advanced once per step, or ``None``.
+        parallel: this process's rank when training data-parallel, else ``None``.
     """
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     span = seq_len + 1
     offsets = torch.arange(span)
-    model.train()
+    # Data-parallel: the same global batch on every rank (same generator), this rank's rows of it.
+    net = model if parallel is None else parallel.wrap(model)
+    mine = slice(None) if parallel is None else parallel.batch_slice(batch_size)
+    net.train()
     loss_value = float("nan")
     for step in range(steps):
-        starts = torch.randint(0, train_ids.numel() - span + 1, (batch_size,), generator=generator)
+        starts = torch.randint(0, train_ids.numel() - span + 1, (batch_size,), generator=generator)[mine]
         windows = train_ids[starts[:, None] + offsets].to(device)
         for group in optimizer.param_groups:
             group["lr"] = _lr_at(step, steps, lr)
-        logits = model(windows[:, :-1])
+        logits = net(windows[:, :-1])
         loss = F.cross_entropy(logits.float().flatten(0, 1), windows[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        loss_value = loss.item()
+        loss_value = loss.item() if parallel is None else parallel.sum([loss.item()])[0] / parallel.world_size
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
-    model.eval()
+    net.eval()
     return loss_value
 
 
@@ -300,7 +308,12 @@ def _deterministic(threads: int | None) -> Iterator[None]:
 
 
 def _evaluate(
-    model: torch.nn.Module, chunks: torch.Tensor, eval_len: int, train_len: int, device: torch.device
+    model: torch.nn.Module,
+    chunks: torch.Tensor,
+    eval_len: int,
+    train_len: int,
+    device: torch.device,
+    parallel: Ranks | None = None,
 ) -> LengthResult:
     """Mean cross-entropy over windows of ``eval_len`` cut from the validation chunks.
 
@@ -310,6 +323,8 @@ def _evaluate(
         eval_len: the window length ``t``; ``(longest + 1 - 1) // eval_len`` windows per chunk.
         train_len: positions from here on are also scored apart (``loss_beyond``).
         device: where the model runs.
+        parallel: this process's rank when evaluating data-parallel: it scores its part of every
+            batch, and the ranks' loss sums and counts are added up (the same result on every rank).
 
     Returns:
         The scores; or, when a position table in ``model`` is shorter than ``eval_len``, a
@@ -329,14 +344,22 @@ def _evaluate(
         )
     # About 8k characters per forward keeps the peak memory small at any length.
     batch = max(1, 8192 // eval_len)
-    losses = []
+    losses = [torch.zeros(0, eval_len, dtype=torch.float64)]
     for i in range(0, inputs.shape[0], batch):
-        logits = model(inputs[i : i + batch].to(device))
+        rows = slice(i, min(i + batch, inputs.shape[0]))
+        if parallel is not None:  # this rank's part of the batch (maybe none of a short one)
+            part = parallel.rows(rows.stop - rows.start)
+            rows = slice(i + part.start, i + part.stop)
+            if rows.start == rows.stop:
+                continue
+        logits = model(inputs[rows].to(device))
         loss = F.cross_entropy(
-            logits.float().flatten(0, 1), targets[i : i + batch].to(device).flatten(), reduction="none"
+            logits.float().flatten(0, 1), targets[rows].to(device).flatten(), reduction="none"
         )
         losses.append(loss.view(-1, eval_len).cpu().double())
     loss = torch.cat(losses)
+    if parallel is not None:
+        return parallel.scores(loss, eval_len, train_len, inputs.numel())
     mean = float(loss.mean())
     result = LengthResult(eval_len, inputs.numel(), loss=mean, perplexity=math.exp(mean))
     if eval_len > train_len:
@@ -361,13 +384,14 @@ def _length_limit(model: torch.nn.Module) -> int | None:
     return min(limits, default=None)
 
 
-def environment(config: StudyConfig) -> dict[str, Any]:
-    """Python, torch, platform and thread count, recorded beside every result."""
+def environment(config: StudyConfig, parallel: Ranks | None = None) -> dict[str, Any]:
+    """Python, torch, platform, thread count and process count, recorded beside every result."""
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
         "threads": torch.get_num_threads() if config.threads is None else config.threads,
+        "processes": 1 if parallel is None else parallel.world_size,
     }
 
 
