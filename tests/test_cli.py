@@ -181,6 +181,18 @@ def test_a_bad_option_in_a_real_process_exits_2_without_a_traceback(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def test_a_closed_pipe_ends_quietly():
+    """``posenc list | head -1``: the reader leaves early; no BrokenPipeError traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posenc", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes its first line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert stderr == ""
+
+
 @pytest.mark.parametrize(
     ("error", "reported"),
     [
