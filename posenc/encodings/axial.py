@@ -321,8 +321,10 @@ class AxialRoPE(_AxisRotary):
 
     * per-axis blocks, ``axis_layout="cat"``: Flux (``axes_dim=(16, 56, 56)``,
       ``layout="interleaved"``), EVA-02 / timm ``RotaryEmbeddingCat`` and
-      rotary-embedding-torch ``get_axial_freqs`` (``layout="interleaved"``), torchtune's vision
-      RoPE / Llama 4 (interleaved, but columns first: give ``(x, y)`` coordinates);
+      rotary-embedding-torch ``get_axial_freqs`` (``layout="interleaved"``; timm's
+      ``rotate_half=True`` is ``layout="half"``, its ``grid_indexing="xy"`` is coordinates
+      ``grid_positions(...).flip(-1)``), torchtune's vision RoPE / Llama 4 (interleaved, columns
+      first and 1-based: patch ``(row, col)`` at ``(col + 1, row + 1)``, the class token at 0);
     * alternating frequencies, ``axis_layout="alternate"``: Pixtral (``layout="half"``): one
       frequency set for the whole head, even frequencies to rows, odd ones to columns;
     * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
