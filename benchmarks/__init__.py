@@ -57,7 +57,7 @@ from .common import (
 from .model import ModelConfig, model_tables, run_model
 from .packed import PackedConfig, packed_tables, run_packed
 from .relative import RelativeConfig, relative_tables, run_relative
-from .rope import TARGET_SHAPES, RopeConfig, rope_tables, run_rope
+from .rope import EAGER_TARGET_IMPLEMENTATIONS, TARGET_SHAPES, RopeConfig, rope_tables, run_rope
 
 #: Set by ``--posenc DIR`` (and inherited by the memory subprocesses): import posenc from
 #: ``DIR`` instead of the installed package, e.g. to measure another commit.
@@ -197,10 +197,14 @@ ROPE_TARGETS = (
 
 
 def _posenc_rows(rope: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows the targets judge: eager, the prepared-state rows (the unprepared ones are shown,
+    not judged); compiled, every posenc row."""
     return [
         r
         for r in rope["results"]
-        if r["implementation"].startswith("posenc") and r.get("median_ms") is not None
+        if r["implementation"].startswith("posenc")
+        and (r["mode"] != "eager" or r["implementation"] in EAGER_TARGET_IMPLEMENTATIONS)
+        and r.get("median_ms") is not None
     ]
 
 

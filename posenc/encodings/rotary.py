@@ -25,7 +25,7 @@ from .._checks import check_choice, check_float_tensor
 from .._compat import is_tracing
 from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from ..functional.rotary import _apply, rope_cos_sin
+from ..functional.rotary import _apply, apply_tables, eager_ok, eager_tables, rope_cos_sin
 from ..registry import register
 
 __all__ = ["RoPE", "RotaryState"]
@@ -44,7 +44,10 @@ class RotaryState(PositionState):
 
     Built by :meth:`RoPE.prepare`. The query rows are computed at once, the key rows when
     keys of length ``tk`` are first rotated (with a KV cache only the new keys are rotated, at
-    the query positions, so the ``tk`` rows may never be needed).
+    the query positions, so the ``tk`` rows may never be needed). In eager mode the first
+    rotation of each side and dtype also builds the rows' apply-ready form
+    (:func:`~posenc.functional.rotary.eager_tables`: ``(t, r)`` or ``(b, 1, t, r)``, never per
+    head), which the keys at the same positions and every later layer reuse.
 
     Attributes:
         q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the table's
@@ -75,6 +78,8 @@ class RotaryState(PositionState):
         self.end = end
         self.q_cos, self.q_sin = self._rows(q_positions, q_start)
         self._k_rows: RowsPair | None = None
+        # (side "q"/"k", dtype) -> eager_tables(rows): built once, then used by every layer
+        self._tables: dict[tuple[str, torch.dtype], tuple[Tensor, ...]] = {}
 
     def _rows(self, positions: Tensor, start: int | None, dtype: torch.dtype | None = None) -> RowsPair:
         return self.encoding._rows(positions, start, self.seq_len, self.end, dtype)
@@ -87,14 +92,32 @@ class RotaryState(PositionState):
 
     def key_rows(self, k: Tensor) -> RowsPair:
         """cos and sin of keys ``k``: at the keys' positions for ``tk`` rows, at the queries' for ``tq``."""
-        positions, start = self.key_positions(k)
-        if positions is self.q_positions:
-            return self.query_rows(k.dtype)
-        if k.dtype == torch.float64 and self.q_cos.dtype != k.dtype:
-            return self._rows(positions, start, k.dtype)
+        return self._side_rows(self._key_side(k), k.dtype)
+
+    def _key_side(self, k: Tensor) -> str:
+        """``"q"`` when keys ``k`` sit at the queries' positions (``tq`` keys with a KV cache, or
+        self-attention with the same positions), else ``"k"``."""
+        return "q" if self.key_positions(k)[0] is self.q_positions else "k"
+
+    def _side_rows(self, side: str, dtype: torch.dtype) -> RowsPair:
+        if side == "q":
+            return self.query_rows(dtype)
+        if dtype == torch.float64 and self.q_cos.dtype != dtype:
+            return self._rows(self.k_positions, self.k_start, dtype)
         if self._k_rows is None:
-            self._k_rows = self._rows(positions, start)
+            self._k_rows = self._rows(self.k_positions, self.k_start)
         return self._k_rows
+
+    def _rotate(self, x: Tensor, side: str) -> Tensor:
+        """Rotate ``x`` at the positions of ``side``; eager calls reuse the side's tables for x's dtype."""
+        layout = self.encoding.layout
+        if not eager_ok(x):
+            return _apply(x, *self._side_rows(side, x.dtype), layout)
+        tables = self._tables.get((side, x.dtype))
+        if tables is None:
+            tables = eager_tables(*self._side_rows(side, x.dtype), x.dtype, layout)
+            self._tables[side, x.dtype] = tables
+        return apply_tables(x, tables, layout)
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
@@ -106,10 +129,10 @@ class RotaryState(PositionState):
             raise ValueError(
                 f"q has {q.shape[-2]} positions, but this RotaryState was prepared for {self.q_len}"
             )
-        layout = self.encoding.layout
-        return _apply(q, *self.query_rows(q.dtype), layout), _apply(k, *self.key_rows(k), layout)
+        return self._rotate(q, "q"), self._rotate(k, self._key_side(k))
 
     def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        self._tables = {}  # this is a shallow copy: never narrow the original's tables
         self.q_cos, self.q_sin = self.q_cos[..., rows, :], self.q_sin[..., rows, :]
         if self._k_rows is not None:
             self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
@@ -461,4 +484,4 @@ class RoPE(PositionalEncoding):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         state = self._state(x.shape[-2], None, positions, None, x.shape[0], x.device, None)
-        return _apply(x, *state.query_rows(x.dtype), self.layout)
+        return state._rotate(x, "q")

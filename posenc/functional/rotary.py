@@ -135,39 +135,66 @@ def _complex_view_ok(pairs: Tensor) -> bool:
     )
 
 
-def _rotate_eager(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
+def eager_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
+    """cos/sin in the form :func:`rotate_eager` multiplies by, for inputs of ``dtype``.
+
+    ``"half"``: ``(cos2, signed_sin)``, ``(cos, cos)`` and ``(−sin, sin)`` along the last axis in
+    ``dtype``; ``"interleaved"``: ``(cis,)``, ``cos + i·sin`` in complex64 (complex128 for float64
+    inputs). A :class:`~posenc.encodings.rotary.RotaryState` builds them once per dtype and reuses
+    them for queries, keys and every layer.
+
+    Args:
+        cos, sin: ``(..., t, r/2)`` float32 or float64.
+        dtype: the dtype of the tensors that will be rotated.
+        layout: ``"half"`` or ``"interleaved"``.
+
+    Returns:
+        ``half``: two ``(..., t, r)`` tensors of ``dtype``; ``interleaved``: one ``(..., t, r/2)``.
+    """
+    if layout == "interleaved":
+        real = torch.float64 if dtype == torch.float64 else torch.float32
+        return (torch.complex(cos.to(real), sin.to(real)),)
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
+
+
+def rotate_eager(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
     """:func:`rotary_reference` in fewer passes over memory, for eager CPU/CUDA tensors.
 
-    Plain autograd ops, so gradients of any order come for free. Each form is kept because it
-    measured faster than the reference and than transformers' ``apply_rotary_pos_emb``
-    (single-threaded CPU, torch 2.13); a custom autograd function measured at most 1.25x faster
-    forward+backward, for the float32 half layout only, so there is none.
+    ``x`` ``(..., t, r)`` holds only the rotated channels; ``tables`` come from
+    :func:`eager_tables` for ``x``'s dtype. Plain autograd ops, so gradients of any order come for
+    free. Each form is kept because it measured faster than the reference and than transformers'
+    ``apply_rotary_pos_emb`` (single-threaded CPU, torch 2.13, ``python -m benchmarks --only
+    rope``); a custom autograd function measured at most 1.25x faster forward+backward, for the
+    float32 half layout only, so there is none. Every form allocates its output once (plus one
+    temporary for half precision): on the CPU each large allocation also costs page faults.
     """
     # With autograd recording, in-place writes into views make a slow backward: out of place then.
-    recording = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
+    recording = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tables))
     if layout == "interleaved":
         # Pairs (2i, 2i+1) are complex numbers: one complex multiply. Half precision is rotated in
         # a float32 copy (there is no bfloat16 complex type) and rounded once.
-        real = torch.float64 if x.dtype == torch.float64 else torch.float32
-        cis = torch.complex(cos.to(real), sin.to(real))
-        if x.dtype in _HALF_PRECISION and not recording:
+        (cis,) = tables
+        real = torch.float64 if cis.dtype == torch.complex128 else torch.float32
+        if x.dtype != real and not recording:
             work = x.to(real, memory_format=torch.contiguous_format)  # a copy: rotate it in place
             torch.view_as_complex(work.unflatten(-1, (-1, 2))).mul_(cis)
             return work.to(x.dtype)
         pairs = x.to(real).unflatten(-1, (-1, 2))
-        if not _complex_view_ok(pairs):
+        if not (pairs.is_contiguous() or _complex_view_ok(pairs)):
             pairs = pairs.contiguous()
         return torch.view_as_real(torch.view_as_complex(pairs) * cis).flatten(-2).to(x.dtype)
-    half = cos.shape[-1]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if x.dtype in _HALF_PRECISION or recording:
+    cos2, signed_sin = tables
+    half = cos2.shape[-1] // 2
+    if recording or x.dtype in _HALF_PRECISION:
         # x·(cos, cos) + partner·(−sin, sin), the partner of every channel being x rolled by r/2:
         # full-width contiguous ops (half-width strided ones are 3-10x slower in bfloat16/float16
         # on the CPU).
-        return (x * torch.cat((cos, cos), -1)).addcmul_(x.roll(half, -1), torch.cat((-sin, sin), -1))
+        return (x * cos2).addcmul_(x.roll(half, -1), signed_sin)
     # float32/float64: x·(cos, cos), then ∓ the partner half times sin added in place into each
     # half: three passes, one allocation.
-    out = x * torch.cat((cos, cos), -1)
+    sin = signed_sin[..., half:]
+    out = x * cos2
     out[..., :half].addcmul_(x[..., half:], sin, value=-1)
     out[..., half:].addcmul_(x[..., :half], sin)
     return out
@@ -218,13 +245,37 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half
 
 def _apply(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
     """:func:`apply_rotary` without the argument checks (for callers that made them)."""
-    shape = (*torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1]), x.shape[-1])
-    if shape != x.shape:
-        x = x.expand(shape)  # e.g. per-row positions for a batch-1 tensor
-    rot = 2 * cos.shape[-1]
-    x_rot = x[..., :rot] if rot < x.shape[-1] else x
-    if is_tracing() or x.device.type not in ("cpu", "cuda") or x.numel() == 0:
-        rotated = rotary_reference(x_rot, cos, sin, layout)
-    else:
-        rotated = _rotate_eager(x_rot, cos, sin, layout)
+    if not eager_ok(x):
+        x = _broadcast(x, cos)
+        return _with_rest(x, rotary_reference(x[..., : 2 * cos.shape[-1]], cos, sin, layout))
+    return apply_tables(x, eager_tables(cos, sin, x.dtype, layout), layout)
+
+
+def eager_ok(x: Tensor) -> bool:
+    """Whether ``x`` takes the eager forms (:func:`rotate_eager`): not traced, on the CPU or a
+    CUDA device, not empty. Elsewhere :func:`rotary_reference` runs."""
+    return not is_tracing() and x.device.type in ("cpu", "cuda") and x.numel() > 0
+
+
+def apply_tables(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
+    """Rotate the first ``r`` channels of an eager CPU/CUDA ``x`` ``(..., t, dh)`` with the
+    :func:`eager_tables` of its dtype (unchecked: the caller made the checks)."""
+    x = _broadcast(x, tables[0])
+    rot = tables[0].shape[-1] * (2 if layout == "interleaved" else 1)
+    if rot == x.shape[-1]:
+        return rotate_eager(x, tables, layout)
+    return _with_rest(x, rotate_eager(x[..., :rot], tables, layout))
+
+
+def _broadcast(x: Tensor, table: Tensor) -> Tensor:
+    """``x`` expanded to the batch of per-row tables, e.g. per-row positions for a batch-1 tensor."""
+    if table.dim() <= 2:  # (t, r/2): broadcasts over every leading axis of x
+        return x
+    shape = (*torch.broadcast_shapes(x.shape[:-1], table.shape[:-1]), x.shape[-1])
+    return x if shape == x.shape else x.expand(shape)
+
+
+def _with_rest(x: Tensor, rotated: Tensor) -> Tensor:
+    """The rotated channels followed by the channels of ``x`` that pass through."""
+    rot = rotated.shape[-1]
     return rotated if rot == x.shape[-1] else torch.cat((rotated, x[..., rot:]), -1)

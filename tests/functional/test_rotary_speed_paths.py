@@ -1,0 +1,202 @@
+"""The eager RoPE forms and the apply-ready tables a prepared state reuses.
+
+``RotaryState`` builds :func:`eager_tables` once per side (query / key positions) and dtype and
+every layer reuses them; :func:`rotate_eager` rotates with them. Each path is checked against
+the float64 formula, and in half precision against transformers' error on the same inputs (the
+bound that lets the rotation round in the input dtype).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from posenc.encodings import rotary as rotary_module
+from posenc.functional import rope_inv_freq, rotary_reference
+from posenc.functional import rotary as functional_rotary
+
+HEAD_DIM = 64
+HALF = (torch.bfloat16, torch.float16)
+#: Small positions, powers of two and their neighbours, and positions past every table.
+POSITIONS = torch.tensor(
+    sorted({0, 1, 2, 3, 100, 1000, *(2**e + d for e in range(10, 18) for d in (-1, 0, 1)), 4_000_001})
+)
+
+
+def _reference(x: torch.Tensor, positions: torch.Tensor, layout: str, rot: int = HEAD_DIM, base=10000.0):
+    """The rotation of the first ``rot`` channels in float64 throughout; ``positions`` ``(t,)`` or ``(b, t)``."""
+    angles = positions.double()[..., None] * rope_inv_freq(rot, base, dtype=torch.float64)
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (b, 1, t, r/2)
+    x64 = x.double()
+    rotated = rotary_reference(x64[..., :rot], angles.cos(), angles.sin(), layout)
+    return torch.cat((rotated, x64[..., rot:]), -1)
+
+
+def _transformers(x: torch.Tensor, positions: torch.Tensor, layout: str) -> torch.Tensor:
+    """transformers' Llama rotation of ``x`` in its dtype (the interleaved layout on permuted channels)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = transformers.LlamaConfig(
+        hidden_size=HEAD_DIM * 4,
+        num_attention_heads=4,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=int(positions.max()) + 1,
+        rope_theta=10000.0,
+    )
+    cos, sin = LlamaRotaryEmbedding(config)(x, positions.expand(x.shape[0], -1))
+    if layout == "half":
+        return apply_rotary_pos_emb(x, x, cos, sin)[0]
+    pairs = HEAD_DIM // 2
+    to_half = torch.cat((torch.arange(0, HEAD_DIM, 2), torch.arange(1, HEAD_DIM, 2)))
+    to_interleaved = torch.stack((torch.arange(pairs), torch.arange(pairs) + pairs), -1).flatten()
+    return apply_rotary_pos_emb(x[..., to_half], x[..., to_half], cos, sin)[0][..., to_interleaved]
+
+
+def _max_and_rms(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    err = out.double() - ref
+    return err.abs().max().item(), err.pow(2).mean().sqrt().item()
+
+
+def _paths(rope: posenc.RoPE, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor):
+    """Every eager way a model or a user rotates q and k at ``positions``: the prepared state
+    (its first call builds the tables, the second reuses them), the unprepared call, ``rotate``."""
+    state = rope.prepare(q.shape[-2], q_positions=positions)
+    first = state.encode_qk(q, k)
+    again = state.encode_qk(q, k)  # a later layer: the cached tables
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    yield "prepared", first
+    yield "unprepared", rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+    yield "rotate", (rope.rotate(q, positions), rope.rotate(k, positions))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_half_precision_error_is_at_most_transformers_on_every_path(dtype, layout):
+    """Against float64, every path's error is at most transformers' on the same inputs: the
+    maximum over positions up to 4e6 (transformers' float32 angles dominate there), the RMS where
+    both angles are exact (positions < 4096: one element's maximum is a coin toss, the RMS is not;
+    see tests/hardening/test_precision.py)."""
+    rope = posenc.RoPE(HEAD_DIM, layout=layout)
+    small = POSITIONS[POSITIONS < 4096]
+    for seed in range(3):
+        gen = torch.Generator().manual_seed(seed)
+        for positions, which in ((POSITIONS, 0), (small, 1)):
+            q = torch.randn(2, 4, positions.numel(), HEAD_DIM, generator=gen).to(dtype)
+            k = torch.randn(2, 2, positions.numel(), HEAD_DIM, generator=gen).to(dtype)
+            bound = [
+                _max_and_rms(_transformers(x, positions, layout), _reference(x, positions, layout))
+                for x in (q, k)
+            ]
+            for name, outs in _paths(rope, q, k, positions):
+                for x, out, theirs in zip((q, k), outs, bound, strict=True):
+                    assert out.dtype == dtype
+                    ours = _max_and_rms(out, _reference(x, positions, layout))
+                    assert ours[which] <= theirs[which], (name, seed, which, ours, theirs)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, *HALF], ids=str)
+def test_every_path_matches_the_float64_formula(layout, dtype):
+    """Default, explicit and per-row positions, partial rotation, grouped-query keys, KV-cache
+    keys at the query positions, with and without autograd recording."""
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 2 * torch.finfo(dtype).eps)
+    gen = torch.Generator().manual_seed(3)
+    rot = 48
+    rope = posenc.RoPE(HEAD_DIM, layout=layout, rotary_dim=rot)
+    b, t = 3, 37
+    q = torch.randn(b, 4, t, HEAD_DIM, generator=gen).to(dtype)
+    k = torch.randn(b, 2, t, HEAD_DIM, generator=gen).to(dtype)
+    per_row = torch.randint(0, 20_000, (b, t), generator=gen)  # (b, t): (b, 1, t, r/2) tables
+    cases = [
+        ("default", {}, torch.arange(t)),
+        ("explicit", {"q_positions": per_row[0]}, per_row[0]),
+        ("per-row", {"q_positions": per_row}, per_row),
+    ]
+    for name, kwargs, positions in cases:
+        for grad in (False, True):
+            qq, kk = q.clone().requires_grad_(grad), k.clone().requires_grad_(grad)
+            state = rope.prepare(t, **kwargs)
+            for _ in range(2):  # the first call builds the tables, the second reuses them
+                out_q, out_k = state.encode_qk(qq, kk)
+                for x, out in ((q, out_q), (k, out_k)):
+                    ref = _reference(x, positions, layout, rot)
+                    scale = ref.abs().amax().item()
+                    assert (out.detach().double() - ref).abs().max().item() <= tol * scale, (name, grad)
+                    assert torch.equal(out[..., rot:].detach(), x[..., rot:])  # passthrough channels
+    # KV cache: 8 cached keys are rotated at their positions, the new keys at the queries'
+    state = rope.prepare(4, 12)
+    new_q, new_k = state.encode_qk(q[:, :, :4], k[:, :, :4])
+    _, all_k = state.encode_qk(q[:, :, :4], k[:, :, :12])
+    for x, out, positions in (
+        (q[:, :, :4], new_q, torch.arange(8, 12)),
+        (k[:, :, :4], new_k, torch.arange(8, 12)),
+    ):
+        ref = _reference(x, positions, layout, rot)
+        assert (out.double() - ref).abs().max().item() <= tol * ref.abs().amax().item()
+    ref = _reference(k[:, :, :12], torch.arange(12), layout, rot)
+    assert (all_k.double() - ref).abs().max().item() <= tol * ref.abs().amax().item()
+
+
+def test_tables_are_built_once_per_side_and_dtype_for_every_layer(monkeypatch):
+    builds: list[tuple[str, torch.dtype]] = []
+    real = functional_rotary.eager_tables
+
+    def counting(cos, sin, dtype, layout):
+        builds.append((layout, dtype))
+        return real(cos, sin, dtype, layout)
+
+    monkeypatch.setattr(rotary_module, "eager_tables", counting)
+    rope = posenc.RoPE(HEAD_DIM)
+    q, k = torch.randn(2, 8, 16, HEAD_DIM), torch.randn(2, 2, 16, HEAD_DIM)
+    state = rope.prepare(16)
+    for _ in range(4):  # four layers: queries and keys share the positions, hence the tables
+        state.encode_qk(q, k)
+    assert builds == [("half", torch.float32)]
+    state.encode_qk(q.bfloat16(), k.bfloat16())
+    assert builds[-1] == ("half", torch.bfloat16) and len(builds) == 2
+    # keys at other positions than the queries: one more build, then none
+    state = rope.prepare(4, 16)
+    for _ in range(3):
+        state.encode_qk(q[:, :, :4], k)
+    assert len(builds) == 4
+    # tables are per position row, never per head or per batch row of default positions
+    assert {tuple(t.shape) for tables in state._tables.values() for t in tables} == {
+        (4, HEAD_DIM),
+        (16, HEAD_DIM),
+    }
+
+
+def test_interleaved_tables_are_one_complex_row_per_pair():
+    state = posenc.RoPE(HEAD_DIM, layout="interleaved").prepare(5, q_positions=torch.arange(10).view(2, 5))
+    state.encode_qk(torch.randn(2, 4, 5, HEAD_DIM), torch.randn(2, 4, 5, HEAD_DIM))
+    ((cis,),) = state._tables.values()
+    assert cis.dtype == torch.complex64 and cis.shape == (2, 1, 5, HEAD_DIM // 2)
+
+
+def test_narrowed_state_does_not_share_the_tables_of_the_full_state():
+    rope = posenc.RoPE(HEAD_DIM)
+    q, k = torch.randn(1, 2, 12, HEAD_DIM), torch.randn(1, 2, 12, HEAD_DIM)
+    state = rope.prepare(12)
+    full_q, full_k = state.encode_qk(q, k)  # builds the 12-row tables
+    block = state.narrow(slice(4, 8), slice(0, 12))
+    block_q, block_k = block.encode_qk(q[:, :, 4:8], k)
+    assert torch.allclose(block_q, full_q[:, :, 4:8]) and torch.allclose(block_k, full_k)
+    assert state.encode_qk(q, k)[0].shape == q.shape  # the full state still has its own tables
+
+
+def test_traced_calls_take_the_reference_formula(monkeypatch):
+    """Under compile/export the state's cached tables are not used: the reference formula runs
+    (inductor fuses it), with the same result."""
+    rope = posenc.RoPE(HEAD_DIM, layout="half")
+    q, k = torch.randn(1, 2, 9, HEAD_DIM), torch.randn(1, 2, 9, HEAD_DIM)
+    state = rope.prepare(9)
+    eager = state.encode_qk(q, k)
+    monkeypatch.setattr(functional_rotary, "is_tracing", lambda: True)
+    monkeypatch.setattr(functional_rotary, "rotate_eager", None)  # would fail if called
+    fresh = rope.prepare(9)
+    traced = fresh.encode_qk(q, k)
+    assert fresh._tables == {}
+    torch.testing.assert_close(traced, eager, rtol=0, atol=2e-6)
