@@ -30,7 +30,7 @@ machine every multi-threaded parallel region may wait for a scheduler time slice
 thread keeps the ratios about the code. ``--threads N`` measures the other setting.
 
 Peak memory: each (path, length) runs in a fresh subprocess (see
-:func:`benchmarks.common.measure_peak_memory`) after an unmeasured warm-up call on a short
+:func:`benchmarks.memory.measure_peak_memory`) after an unmeasured warm-up call on a short
 sequence (at the full length for compiled FlexAttention, whose recompile is not the case's
 memory); the case includes building any mask. Paths whose dense tensors would not fit the
 memory limit are skipped, in the timing and in the memory cases, and the report says so.
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -49,41 +48,57 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from .bias_paths import (
+    ALIBI_DENSE,
+    BASELINE,
+    PATHS,
+    AttentionPath,
+    _alibi_dense_mask,
+    check_rows,
+    make_context,
+    reference_rows,
+)
+from .bias_paths import CHECK_ROWS as CHECK_ROWS
+from .bias_paths import HF_T5 as HF_T5
+from .bias_paths import POSENC_ALIBI as POSENC_ALIBI
+from .bias_paths import POSENC_T5 as POSENC_T5
+from .bias_paths import POSENC_T5_FLEX as POSENC_T5_FLEX
+from .bias_paths import XT_ALIBI as XT_ALIBI
+from .bias_paths import XT_T5 as XT_T5
+from .bias_paths import Context as Context
+from .bias_paths import _alibi_dense as _alibi_dense
+from .bias_paths import _causal_upper as _causal_upper
+from .bias_paths import _hf_t5 as _hf_t5
+from .bias_paths import _hf_t5_attention as _hf_t5_attention
+from .bias_paths import _paper_slopes as _paper_slopes
+from .bias_paths import _posenc as _posenc
+from .bias_paths import _sdpa_causal as _sdpa_causal
+from .bias_paths import _xt_alibi as _xt_alibi
+from .bias_paths import _xt_attend_mask as _xt_attend_mask
+from .bias_paths import _xt_t5 as _xt_t5
+from .bias_report import bias_tables as bias_tables
 from .common import (
     GIB,
     available_memory_bytes,
     fmt,
-    fmt_ms,
     format_bytes,
-    format_table,
     measure_peak_memory,
     ratio,
     run_isolated,
     set_threads,
-    threads_text,
     time_interleaved,
 )
 
+# The paths and the reference (bias_paths) and the tables (bias_report) moved out; every name once
+# defined here stays importable from here (the "as" imports re-export private names).
 __all__ = ["BiasConfig", "run_bias"]
-
-BASELINE = "sdpa causal (no bias)"
-POSENC_ALIBI = "posenc alibi"
-POSENC_T5 = "posenc t5"
-POSENC_T5_FLEX = "posenc t5 [flex]"
-ALIBI_DENSE = "alibi dense mask"
-XT_ALIBI = "x-transformers alibi"
-XT_T5 = "x-transformers t5"
-HF_T5 = "transformers t5"
 
 #: Allowed ``max|out - ref| / max|ref|`` against the float64 reference: float32 attention
 #: round-off over up to 16k keys plus the key-only ALiBi form's drift (~2e-4 in the bias at
 #: 8k, measured); a wrong slope, bucket or mask gives errors of order 0.1-1.
 CHECK_TOLERANCE = 2e-3
-#: Query rows compared with the reference at each end of the sequence (and as many spread between).
-CHECK_ROWS = 32
 #: Length of the unmeasured warm-up call of a memory case.
 WARMUP_LENGTH = 256
 
@@ -122,255 +137,6 @@ class BiasConfig:
     budget_s: float = 30.0
     memory_timeout_s: float = 300.0
     threads: int | None = 1
-
-
-# ---------------------------------------------------------------------------------------
-# Paths: each builder takes the context and returns the per-call function
-
-
-@dataclasses.dataclass
-class Context:
-    """The inputs and encodings shared by every path at one length."""
-
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    alibi: Any  # posenc.ALiBi
-    t5: Any  # posenc.RelativeBias
-
-    @property
-    def length(self) -> int:
-        """The sequence length ``t``."""
-        return self.q.shape[-2]
-
-    @property
-    def heads(self) -> int:
-        """The number of heads ``h``."""
-        return self.q.shape[1]
-
-
-def make_context(length: int, heads: int, head_dim: int, seed: int = 0) -> Context:
-    """Random ``q, k, v`` of shape ``(1, h, t, dh)`` and the posenc encodings (random T5 table)."""
-    import posenc
-
-    generator = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, heads, length, head_dim, generator=generator) for _ in range(3))
-    alibi = posenc.ALiBi(heads, causal=True)
-    t5 = posenc.RelativeBias(heads, causal=True)
-    with torch.no_grad():
-        t5.relative_attention_bias.weight.copy_(torch.randn(t5.num_buckets, heads, generator=generator))
-    return Context(q, k, v, alibi, t5)
-
-
-def _causal_upper(length: int) -> Tensor:
-    """``(t, t)`` bool, true above the diagonal (the positions a causal query must not see)."""
-    return torch.ones(length, length, dtype=torch.bool).triu_(1)
-
-
-def _sdpa_causal(ctx: Context) -> Callable[[], Tensor]:
-    return lambda: F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, is_causal=True)
-
-
-def _posenc(encoding_attr: str, backend: str) -> Callable[[Context], Callable[[], Tensor]]:
-    def build(ctx: Context) -> Callable[[], Tensor]:
-        from posenc.attention import attention
-
-        encoding = getattr(ctx, encoding_attr)
-        return lambda: attention(ctx.q, ctx.k, ctx.v, encoding, causal=True, backend=backend)
-
-    return build
-
-
-def _alibi_dense_mask(ctx: Context) -> Tensor:
-    """The materialised ``(1, h, t, t)`` float32 mask: ``-slope * (i - j)``, ``-inf`` above the diagonal."""
-    t = ctx.length
-    positions = torch.arange(t, dtype=torch.float32)
-    distance = positions[None, :] - positions[:, None]  # (t, t): j - i
-    mask = ctx.alibi.slopes.float().view(1, -1, 1, 1) * distance
-    return mask.masked_fill_(_causal_upper(t), float("-inf"))
-
-
-def _alibi_dense(ctx: Context, *, prebuilt: bool) -> Callable[[], Tensor]:
-    if not prebuilt:
-        return lambda: F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=_alibi_dense_mask(ctx))
-    mask = _alibi_dense_mask(ctx)
-    return lambda: F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask)
-
-
-def _xt_attend_mask(ctx: Context, bias: Tensor, upper: Tensor) -> Tensor:
-    """The mask x-transformers' ``Attend`` hands SDPA for a bias with ``causal=True``.
-
-    As its flash path does: the bias expanded to ``(b, h, t, t)`` and the causal positions
-    filled with ``-finfo.max // 2`` (a 4-d mask: SDPA reads a 3-d ``(h, t, t)`` one ~2.5x
-    slower on the CPU, measured).
-    """
-    b, h = ctx.q.shape[:2]
-    mask_value = -torch.finfo(ctx.q.dtype).max
-    return bias.expand(b, h, -1, -1).masked_fill(upper, mask_value // 2)
-
-
-def _xt_alibi(ctx: Context) -> Callable[[], Tensor]:
-    from x_transformers.x_transformers import AlibiPositionalBias
-
-    module = AlibiPositionalBias(heads=ctx.heads)
-    upper = _causal_upper(ctx.length)
-    t = ctx.length
-
-    def run() -> Tensor:
-        bias = module(t, t)  # (h, t, t), cached by the module after the first call
-        return F.scaled_dot_product_attention(
-            ctx.q, ctx.k, ctx.v, attn_mask=_xt_attend_mask(ctx, bias, upper)
-        )
-
-    return run
-
-
-def _xt_t5(ctx: Context) -> Callable[[], Tensor]:
-    from x_transformers.x_transformers import RelativePositionBias
-
-    module = RelativePositionBias(
-        scale=1.0,
-        causal=True,
-        num_buckets=ctx.t5.num_buckets,
-        max_distance=ctx.t5.max_distance,
-        heads=ctx.heads,
-    )
-    with torch.no_grad():
-        module.relative_attention_bias.weight.copy_(ctx.t5.relative_attention_bias.weight)
-    upper = _causal_upper(ctx.length)
-    t = ctx.length
-
-    def run() -> Tensor:
-        bias = module(t, t)  # (h, t, t)
-        return F.scaled_dot_product_attention(
-            ctx.q, ctx.k, ctx.v, attn_mask=_xt_attend_mask(ctx, bias, upper)
-        )
-
-    return run
-
-
-def _hf_t5_attention(ctx: Context):
-    from transformers import T5Config
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    config = T5Config(
-        d_model=ctx.heads * ctx.q.shape[-1],
-        d_kv=ctx.q.shape[-1],
-        num_heads=ctx.heads,
-        relative_attention_num_buckets=ctx.t5.num_buckets,
-        relative_attention_max_distance=ctx.t5.max_distance,
-        is_decoder=True,
-    )
-    module = T5Attention(config, has_relative_attention_bias=True, layer_idx=0, is_causal=True)
-    with torch.no_grad():
-        module.relative_attention_bias.weight.copy_(ctx.t5.relative_attention_bias.weight)
-    return module
-
-
-def _hf_t5(ctx: Context) -> Callable[[], Tensor]:
-    module = _hf_t5_attention(ctx)
-    upper = _causal_upper(ctx.length)
-    t = ctx.length
-
-    def run() -> Tensor:
-        mask = module.compute_bias(t, t).masked_fill(upper, float("-inf"))  # (1, h, t, t)
-        return F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, attn_mask=mask)
-
-    return run
-
-
-@dataclasses.dataclass
-class AttentionPath:
-    """One attention path: how to build its per-call function and what its dense tensors cost."""
-
-    name: str
-    encoding: str | None  # "alibi", "t5" or None (which reference to check against)
-    build: Callable[[Context], Callable[[], Tensor]]
-    # bytes of the dense tensors one call holds at once, for the memory limit (0: none); the
-    # formulas match the peaks measured at t=4096, h=8 (dense mask 592 MiB, x-transformers
-    # ALiBi 1.01 GiB and T5 1.25 GiB, transformers T5 1.0 GiB)
-    dense_bytes: Callable[[int, int], int] = lambda t, h: 0
-    # the per-call function of the memory case, when it differs (e.g. includes a mask build)
-    build_full: Callable[[Context], Callable[[], Tensor]] | None = None
-    # the memory case's warm-up runs at the full length (compiled kernels: a recompile for a
-    # new length would otherwise count as the case's memory; such paths hold no length cache)
-    warmup_full_length: bool = False
-
-
-PATHS: dict[str, AttentionPath] = {
-    p.name: p
-    for p in (
-        AttentionPath(BASELINE, None, _sdpa_causal),
-        AttentionPath(POSENC_ALIBI, "alibi", _posenc("alibi", "auto")),
-        AttentionPath(POSENC_T5, "t5", _posenc("t5", "auto")),
-        AttentionPath(POSENC_T5_FLEX, "t5", _posenc("t5", "flex"), warmup_full_length=True),
-        AttentionPath(
-            ALIBI_DENSE,
-            "alibi",
-            lambda ctx: _alibi_dense(ctx, prebuilt=True),
-            dense_bytes=lambda t, h: 4 * h * t * t + 5 * t * t,
-            build_full=lambda ctx: _alibi_dense(ctx, prebuilt=False),
-        ),
-        AttentionPath(XT_ALIBI, "alibi", _xt_alibi, dense_bytes=lambda t, h: 8 * h * t * t + 2 * t * t),
-        AttentionPath(XT_T5, "t5", _xt_t5, dense_bytes=lambda t, h: 10 * h * t * t + 8 * t * t),
-        AttentionPath(HF_T5, "t5", _hf_t5, dense_bytes=lambda t, h: 8 * h * t * t + 8 * t * t),
-    )
-}
-
-
-# ---------------------------------------------------------------------------------------
-# The float64 reference on a sample of query rows
-
-
-def _paper_slopes(heads: int) -> Tensor:
-    """ALiBi slopes from the paper's rule (Press et al.; non-powers of two as in its code)."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(heads).is_integer():
-        return torch.tensor(power_of_two(heads), dtype=torch.float64)
-    closest = 2 ** math.floor(math.log2(heads))
-    extra = power_of_two(2 * closest)[0::2][: heads - closest]
-    return torch.tensor(power_of_two(closest) + extra, dtype=torch.float64)
-
-
-def check_rows(length: int) -> Tensor:
-    """The query rows compared with the reference: the first and last ``CHECK_ROWS`` and some between."""
-    rows = torch.cat(
-        [
-            torch.arange(min(CHECK_ROWS, length)),
-            torch.linspace(0, length - 1, CHECK_ROWS).long(),
-            torch.arange(max(length - CHECK_ROWS, 0), length),
-        ]
-    )
-    return torch.unique(rows)
-
-
-def reference_rows(ctx: Context, encoding: str | None, rows: Tensor) -> Tensor:
-    """Causal attention for the given query rows in float64, bias from the formulas.
-
-    Returns:
-        ``(1, h, len(rows), dh)`` float64.
-    """
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    q = ctx.q[:, :, rows].double()
-    k, v = ctx.k.double(), ctx.v.double()
-    t = ctx.length
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (1, h, r, t)
-    relative = torch.arange(t)[None, :] - rows[:, None]  # (r, t): k_pos - q_pos
-    if encoding == "alibi":
-        scores = scores + _paper_slopes(ctx.heads).view(1, -1, 1, 1) * relative.double()
-    elif encoding == "t5":
-        buckets = T5Attention._relative_position_bucket(
-            relative, bidirectional=False, num_buckets=ctx.t5.num_buckets, max_distance=ctx.t5.max_distance
-        )
-        table = ctx.t5.relative_attention_bias.weight.detach().double()  # (buckets, h)
-        scores = scores + table[buckets].permute(2, 0, 1).unsqueeze(0)
-    scores = scores.masked_fill(relative > 0, float("-inf"))
-    return scores.softmax(-1) @ v
 
 
 # ---------------------------------------------------------------------------------------
@@ -523,77 +289,6 @@ def run_bias(config: BiasConfig, *, log: Callable[[str], None] = print) -> dict[
         "results": results,
         "memory": memory,
     }
-
-
-def bias_tables(bias: dict[str, Any], *, markdown: bool) -> str:
-    """The bias results as tables: time (and x bias-free SDPA) per length and path; peak memory."""
-    results = bias["results"]
-    paths: list[str] = []
-    for row in results:
-        if row["path"] not in paths:
-            paths.append(row["path"])
-    by_length: dict[int, dict[str, dict[str, Any]]] = {}
-    for row in results:
-        by_length.setdefault(row["length"], {})[row["path"]] = row
-
-    def cell(row: dict[str, Any] | None) -> str:
-        if row is None:
-            return "-"
-        if row.get("error"):
-            return "error"
-        if row.get("skipped"):
-            return "skipped"
-        text = f"{fmt_ms(row['median_ms'])} ms ({fmt(row.get('x_baseline'))}x)"
-        if row.get("check_ok") is False:
-            text += " wrong"
-        return text
-
-    body = [[t, *[cell(group.get(p)) for p in paths]] for t, group in by_length.items()]
-    config = bias["config"]
-    lines = [
-        f"Causal attention, B=1, H={config['heads']}, Dh={config['head_dim']}, float32, no_grad, "
-        f"torch {bias.get('torch', '?')}, {threads_text(bias.get('threads'))}: "
-        f"median time (x bias-free causal SDPA)",
-        format_table(["t", *paths], body, markdown=markdown),
-    ]
-    notes = sorted({f"{r['path']}: {r['skipped']}" for r in results if r.get("skipped")})
-    notes += sorted({f"{r['path']} t={r['length']}: {r['error']}" for r in results if r.get("error")})
-    dense = [r for r in results if r.get("mask_build_ms") is not None and not r.get("skipped")]
-    if dense:
-        notes.append(
-            "alibi dense mask: time excludes building the mask, once per forward: "
-            + ", ".join(f"t={r['length']} {r['mask_build_ms']:.0f} ms" for r in dense)
-        )
-    wrong = [r for r in results if r.get("check_ok") is False]
-    notes += [
-        f"{r['path']} t={r['length']}: output differs from the reference ({r['check_error']:.3g})"
-        for r in wrong
-    ]
-    if notes:
-        lines += ["", *[f"- {n}" for n in notes]]
-    if bias.get("memory"):
-        memory_body = []
-        for entry in bias["memory"]:
-            if "peak_above_inputs_bytes" in entry:
-                peak = format_bytes(entry["peak_above_inputs_bytes"])
-                frac = f"{entry['fraction_of_hhtt']:.3f}"
-            else:
-                peak = entry.get("skipped") or entry.get("error") or "-"
-                frac = "-"
-            memory_body.append(
-                [entry["path"], entry["length"], peak, format_bytes(entry["hhtt_float32_bytes"]), frac]
-            )
-        lines += [
-            "",
-            f"Peak memory above the inputs (torch {bias.get('torch', '?')}, {threads_text(bias.get('threads'))}, "
-            "fresh process per case, peak RSS; includes building any mask)",
-            format_table(
-                ["path", "t", "peak above inputs", "one (h, t, t) float32", "fraction"],
-                memory_body,
-                markdown=markdown,
-            ),
-        ]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------

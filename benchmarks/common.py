@@ -1,4 +1,5 @@
-"""Shared machinery of the benchmark suite: timing, peak memory, machine info, tables.
+"""Shared machinery of the benchmark suite: timing, threads, tables (and, re-exported, peak memory
+and machine info).
 
 Timing method (used by every benchmark in the suite):
 
@@ -14,36 +15,35 @@ Timing method (used by every benchmark in the suite):
 * the garbage collector is paused while timing; the report gives the median and the
   inter-quartile range of the per-call times.
 
-Peak memory on the CPU: each memory case runs in a fresh subprocess. After the inputs
-exist and one warm-up call has run, the kernel's peak-RSS counter (``VmHWM``) is reset by
-writing ``5`` to ``/proc/self/clear_refs``; the case runs once more and the peak RSS minus
-the RSS just before that run is the memory the case needed above its inputs. Where that
-file cannot be written, ``resource.getrusage().ru_maxrss`` (the peak of the whole process
-life) is used instead and the report says so.
+Peak memory (:mod:`benchmarks.memory`: each case in a fresh subprocess, peak RSS above the
+inputs) and the machine information of the report (:mod:`benchmarks.machine`) live in their
+own modules; their names are re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import gc
-import hashlib
-import importlib.metadata
 import json
 import math
 import os
-import platform
-import re
-import resource
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# Moved out of this module; re-exported here (private names included) so old imports keep working.
+from .machine import _cpu_model as _cpu_model
+from .machine import _git as _git
+from .machine import _meminfo_kib as _meminfo_kib
+from .machine import _version as _version
+from .machine import available_memory_bytes, load_average, machine_info, now_utc, posenc_info
+from .memory import _reset_peak_rss as _reset_peak_rss
+from .memory import _status_kib as _status_kib
+from .memory import measure_peak_memory, run_isolated
 
 __all__ = [
     "GIB",
@@ -204,223 +204,6 @@ def set_threads(threads: int | None) -> int:
     except RuntimeError:
         pass
     return torch.get_num_threads()
-
-
-def _cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    match = re.search(r"^model name\s*:\s*(.+)$", text, flags=re.MULTILINE)
-    return match.group(1).strip() if match else (platform.processor() or platform.machine())
-
-
-def _meminfo_kib(field: str) -> int | None:
-    try:
-        text = Path("/proc/meminfo").read_text()
-    except OSError:
-        return None
-    match = re.search(rf"^{field}:\s+(\d+) kB", text, flags=re.MULTILINE)
-    return int(match.group(1)) if match else None
-
-
-def available_memory_bytes() -> int | None:
-    """``MemAvailable`` from ``/proc/meminfo`` in bytes, or ``None`` where it cannot be read."""
-    kib = _meminfo_kib("MemAvailable")
-    return None if kib is None else kib * 1024
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def load_average() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages, or ``None`` where the platform has none."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def now_utc() -> str:
-    """The current UTC date and time, ISO 8601 to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _git(directory: Path, *args: str) -> str | None:
-    # Read-only queries; --no-optional-locks so that a concurrent commit never meets our lock.
-    try:
-        proc = subprocess.run(
-            ["git", "--no-optional-locks", "-C", str(directory), *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def posenc_info() -> dict[str, Any]:
-    """Which posenc was measured: version, where it was imported from, its git commit and a source hash.
-
-    ``source_sha256`` hashes every ``.py`` file of the imported package (names and contents):
-    two runs with the same hash measured the same code, whatever git says.
-    """
-    try:
-        import posenc
-    except Exception as exc:  # reported, not fatal: the report still says what was run
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    package = Path(posenc.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-    commit = _git(package, "rev-parse", "HEAD")
-    dirty = None
-    if commit is not None:
-        status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", ".")
-        dirty = None if status is None else bool(status)
-    return {
-        "version": getattr(posenc, "__version__", None),
-        "path": str(package),
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "source_sha256": digest.hexdigest()[:16],
-    }
-
-
-def machine_info() -> dict[str, Any]:
-    """The machine and software a run happened on, for the JSON and the report's header.
-
-    Torch threads are not here: each section of the suite sets and records its own.
-    """
-    total_kib = _meminfo_kib("MemTotal")
-    usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {
-        "date_utc": now_utc(),
-        "hostname": platform.node(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": usable_cpus,
-        "memory_total_gib": None if total_kib is None else round(total_kib / 2**20, 1),
-        "load_average": load_average(),
-        "load_average_1m": (load_average() or [None])[0],
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_debug": bool(getattr(torch.version, "debug", False)),
-        "torch_cuda": getattr(torch.version, "cuda", None),
-        "posenc": _version("posenc"),
-        "posenc_source": posenc_info(),
-        "transformers": _version("transformers"),
-        "rotary_embedding_torch": _version("rotary-embedding-torch"),
-        "x_transformers": _version("x-transformers"),
-        "argv": list(sys.argv),
-    }
-
-
-# ---------------------------------------------------------------------------------------
-# Peak memory
-
-
-def _status_kib(field: str) -> int:
-    text = Path("/proc/self/status").read_text()
-    match = re.search(rf"^{field}:\s+(\d+) kB", text, flags=re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"/proc/self/status has no {field} line")
-    return int(match.group(1))
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS counter of this process; ``False`` where not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def measure_peak_memory(
-    run: Callable[[], object], *, warmup: Callable[[], object] | None = None
-) -> dict[str, Any]:
-    """Peak resident memory that ``run()`` needs above what the process holds before it.
-
-    Meant to run in a fresh process (see :func:`run_isolated`) whose inputs already exist.
-
-    Args:
-        run: the case, a zero-argument callable; its result is dropped at once.
-        warmup: an optional callable run first, unmeasured (e.g. the same case on a short
-            sequence: compilation and thread pools are then not counted as the case's memory,
-            while caches that the case itself builds at its length still are).
-
-    Returns:
-        A dict with ``peak_above_inputs_bytes``, ``rss_before_bytes``, ``peak_rss_bytes``,
-        ``method`` (``"VmHWM reset"`` or ``"ru_maxrss"``), ``warmup_s`` and ``run_s``.
-    """
-    warmup_s = None
-    if warmup is not None:
-        start = time.perf_counter()
-        warmup()
-        warmup_s = time.perf_counter() - start
-    gc.collect()
-    rss_before = _status_kib("VmRSS") * 1024
-    if _reset_peak_rss():
-        method = "VmHWM reset"
-        start = time.perf_counter()
-        run()
-        run_s = time.perf_counter() - start
-        peak = _status_kib("VmHWM") * 1024
-    else:
-        method = "ru_maxrss"
-        start = time.perf_counter()
-        run()
-        run_s = time.perf_counter() - start
-        # ru_maxrss is the peak over the whole process life (KiB on Linux): an upper bound.
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {
-        "peak_above_inputs_bytes": max(peak - rss_before, 0),
-        "rss_before_bytes": rss_before,
-        "peak_rss_bytes": peak,
-        "method": method,
-        "warmup_s": warmup_s,
-        "run_s": run_s,
-    }
-
-
-def run_isolated(args: Sequence[str], *, timeout_s: float) -> dict[str, Any]:
-    """Run ``python -m benchmarks.<...>`` in a fresh subprocess and parse its last JSON line.
-
-    Args:
-        args: the arguments after ``python``, e.g. ``["-m", "benchmarks.bias", "--memory-case", ...]``.
-        timeout_s: the wall-time limit of the subprocess.
-
-    Returns:
-        The child's result dict, or ``{"error": ...}`` when it failed, timed out or printed no JSON.
-    """
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        proc = subprocess.run(
-            [sys.executable, *args], capture_output=True, text=True, timeout=timeout_s, env=env, cwd=root
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    # The exception line of a traceback says the most; else the last line printed.
-    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
-    message = errors[-1] if errors else (lines[-1] if lines else "no output")
-    return {"error": f"exit status {proc.returncode}: {message.strip()[:300]}"}
 
 
 # ---------------------------------------------------------------------------------------

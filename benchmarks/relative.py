@@ -19,7 +19,7 @@ tensors would not fit the memory limit is not run; the report says how much it w
 on a sample of query rows with a float64 computation from the papers' formulas.
 
 Peak memory: each (path, length) runs alone in a fresh process (``python -m benchmarks.relative
---memory-case ...``, :func:`benchmarks.common.measure_peak_memory`) after an unmeasured warm-up
+--memory-case ...``, :func:`benchmarks.memory.measure_peak_memory`) after an unmeasured warm-up
 on a short sequence. :mod:`benchmarks.packed` reuses this section's machinery.
 """
 

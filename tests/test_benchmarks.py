@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import subprocess
 import sys
 import types
@@ -357,6 +358,10 @@ def test_tiny_run_writes_both_files_with_threads_per_section(report):
     assert result["rope"]["threads"] == 1 and result["bias"]["threads"] == 2
     markdown = (out / "tiny.md").read_text()
     assert "| target | measured | status |" in markdown
+    # The timed sections ran with the allocator the report names (glibc: pinned thresholds).
+    assert on_disk["allocator"] and f"- Allocator: {on_disk['allocator']}" in markdown
+    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
+        assert on_disk["allocator"].startswith("glibc malloc: mmap threshold pinned at 32 MiB")
     assert f"torch {torch.__version__}" in markdown
     assert "per section: rope 1, bias 2, model 1" in markdown
 
