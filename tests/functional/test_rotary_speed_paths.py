@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.encodings import rotary as rotary_module
+from posenc.encodings import _rotary_state as rotary_module
 from posenc.functional import rope_inv_freq, rotary_reference
 from posenc.functional import rotary as functional_rotary
 

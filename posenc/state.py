@@ -1,0 +1,219 @@
+"""The position state of one forward pass: what :meth:`~posenc.base.PositionalEncoding.prepare` returns.
+
+:class:`PositionState` holds the resolved positions of queries and keys and calls the encoding's
+hooks at them; built-in encodings return subclasses that hold their precomputed tables. It is
+re-exported by :mod:`posenc.base`, where :class:`~posenc.base.PositionalEncoding` builds it.
+
+Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries,
+``tk`` keys), ``dh`` head width.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from .base import PositionalEncoding
+
+__all__ = ["BiasForm", "PositionState", "ScoreMod"]
+
+# A FlexAttention score modifier: (score, batch, head, q_idx, kv_idx) -> score.
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+#: Which form an encoding's attention bias takes, known before any bias is computed:
+#: ``"none"`` (no bias), ``"key"`` (query-independent ``(.., 1, tk)``, exact under causal
+#: softmax) or ``"full"`` (``(.., tq, tk)``).
+BiasForm = Literal["none", "key", "full"]
+
+
+class PositionState:
+    """Position state for one forward pass: computed once, reused by every attention layer.
+
+    :meth:`PositionalEncoding.prepare` builds it from the positions of queries and keys;
+    what it holds depends on the encoding (RoPE: its cos/sin rows; T5: its bias by distance;
+    ALiBi: its slopes), so a model whose layers all use one encoding does the table work once
+    per forward, as gpt-fast hands ``freqs_cis[input_pos]`` and timm's Eva hands ``rope=`` to
+    every block. :func:`posenc.attention` accepts a state wherever it accepts an encoding::
+
+        state = encoding.prepare(t, q_positions=positions)       # once per forward
+        for layer in layers:
+            q, k = state.encode_qk(q, k)                         # or let attention() do it
+            y = posenc.attention(q, k, v, state, causal=True, qk_encoded=True)
+
+    This base class serves any encoding through its hooks; built-in encodings return
+    subclasses that hold precomputed tables.
+
+    Keys: :meth:`encode_qk` encodes keys of length ``tk`` at :attr:`k_positions`, and keys of
+    length ``tq < tk`` at :attr:`q_positions` — the new tokens' keys in self-attention with a
+    KV cache, whose positions are the queries'.
+
+    Attributes:
+        encoding: the encoding that built the state.
+        q_positions: ``(tq,)`` or ``(b, tq)`` long positions of the queries.
+        k_positions: ``(tk,)`` or ``(b, tk)`` long positions of the keys.
+        q_start, k_start: the first position when that side has the default consecutive
+            positions, else ``None``.
+        bias_form: ``"none"``, ``"key"`` (query-independent ``(.., 1, tk)``, exact for causal
+            attention) or ``"full"``: which bias :meth:`attention_bias` returns.
+        causal_only: the state is exact only under causal attention (true for the key form).
+    """
+
+    bias_form: BiasForm
+    #: Whether this state is exact only in causal attention (ALiBi's key-only bias, xPos):
+    #: :func:`posenc.attention` refuses it with ``causal=False`` instead of a silently wrong result.
+    causal_only: bool = False
+    #: Why the state is causal-only and what to do instead: the end of the error message
+    #: :func:`posenc.attention` raises for ``causal=False``.
+    causal_only_reason: str = (
+        "its key-only bias (e.g. ALiBi(causal=True)) equals the full bias only under a causal mask; "
+        "for bidirectional attention build it with causal=False"
+    )
+    #: Float temporaries per (query, key) pair that computing the bias needs beyond the bias
+    #: itself (FIRE's MLP hidden layer): :func:`posenc.attention` counts them in its memory budget.
+    bias_scratch: int = 0
+
+    def __init__(
+        self,
+        encoding: PositionalEncoding,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None = None,
+        k_start: int | None = None,
+        bias_form: BiasForm | None = None,
+    ) -> None:
+        self.encoding = encoding
+        self.q_positions = q_positions
+        self.k_positions = k_positions
+        self.q_start = q_start
+        self.k_start = k_start
+        if bias_form is None:
+            overrides = type(encoding).attention_bias is not _base.PositionalEncoding.attention_bias
+            bias_form = "full" if overrides else "none"
+        self.bias_form = bias_form
+        if bias_form == "key":
+            self.causal_only = True
+
+    @property
+    def q_len(self) -> int:
+        return self.q_positions.shape[-1]
+
+    @property
+    def k_len(self) -> int:
+        return self.k_positions.shape[-1]
+
+    def key_positions(self, k: Tensor) -> tuple[Tensor, int | None]:
+        """The positions (and default start) of keys ``k``: ``tk`` rows at the keys' positions,
+        ``tq < tk`` rows (new tokens with a KV cache) at the queries'."""
+        n = k.shape[-2]
+        if n == self.k_len:
+            return self.k_positions, self.k_start
+        if n == self.q_len:
+            return self.q_positions, self.q_start
+        raise ValueError(
+            f"k has {n} positions, but this PositionState was prepared for {self.k_len} keys "
+            f"(or {self.q_len} new keys at the query positions)"
+        )
+
+    def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoding's :meth:`~PositionalEncoding.encode_qk` at this state's positions.
+
+        Args:
+            q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)`` or ``(b, h_kv, tq, dh)`` (see the class).
+
+        Returns:
+            ``(q, k)``, same shapes and dtypes.
+        """
+        if type(self.encoding).encode_qk is _base.PositionalEncoding.encode_qk:
+            return q, k
+        kp, _ = self.key_positions(k)
+        return self.encoding.encode_qk(q, k, q_positions=self.q_positions, k_positions=kp)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """The encoding's :meth:`~PositionalEncoding.attention_bias` at this state's positions.
+
+        Returns:
+            ``None`` (when :attr:`bias_form` is ``"none"``), or a float tensor broadcastable to
+            ``(b, h, tq, tk)``.
+        """
+        if self.bias_form == "none":
+            return None
+        return self.encoding.attention_bias(q, k, q_positions=self.q_positions, k_positions=self.k_positions)
+
+    def distances(self) -> Tensor | None:
+        """The ascending distances ``k_pos - q_pos`` of a Toeplitz bias, or ``None``.
+
+        When both sides have default consecutive positions, a bias that depends only on the
+        distance is a Toeplitz matrix: ``bias[i, j] = values[j - i + tq - 1]`` for values at these
+        ``tq + tk - 1`` distances, from ``k_start - (q_start + tq - 1)`` upwards.
+        """
+        if self.q_start is None or self.k_start is None or self.q_len == 0 or self.k_len == 0:
+            return None
+        first = self.k_start - (self.q_start + self.q_len - 1)
+        return torch.arange(first, first + self.q_len + self.k_len - 1, device=self.q_positions.device)
+
+    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
+        """The bias at each of :meth:`distances`, ``(h, tq + tk - 1)``, or ``None``.
+
+        ``None`` when the positions are not both default or the bias is not a function of the
+        distance alone (the base class). :func:`posenc.attention` reads a Toeplitz bias from
+        this vector without ever building ``(h, tq, tk)``.
+        """
+        return None
+
+    @property
+    def has_value_term(self) -> bool:
+        """Whether :meth:`value_term` adds to the attention output (then attention needs the weights)."""
+        return type(self.encoding).value_term is not _base.PositionalEncoding.value_term
+
+    def value_term(self, probs: Tensor) -> Tensor | None:
+        """The encoding's :meth:`~PositionalEncoding.value_term` at this state's positions.
+
+        Args:
+            probs: ``(b, h, tq, tk)`` attention weights.
+
+        Returns:
+            ``None``, or ``(b, h, tq, dv)`` to add to ``probs @ v``.
+        """
+        if not self.has_value_term:
+            return None
+        return self.encoding.value_term(probs, q_positions=self.q_positions, k_positions=self.k_positions)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod | None:
+        """The encoding's FlexAttention ``score_mod`` at this state's positions, or ``None``."""
+        return self.encoding.score_mod(q, k, q_positions=self.q_positions, k_positions=self.k_positions)
+
+    def narrow(self, rows: slice, cols: slice) -> PositionState:
+        """The state of a block of queries (``rows``) and keys (``cols``), e.g. one query chunk.
+
+        Subclasses that hold tables indexed by query or key slice them in :meth:`_narrow_tables`.
+        """
+        state = copy.copy(self)
+        state.q_positions = self.q_positions[..., rows]
+        state.k_positions = self.k_positions[..., cols]
+        state.q_start = None if self.q_start is None else self.q_start + (rows.start or 0)
+        state.k_start = None if self.k_start is None else self.k_start + (cols.start or 0)
+        state._narrow_tables(rows, cols)
+        return state
+
+    def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        """Slice tables held per query row or key column (none here)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({type(self.encoding).__name__}, tq={self.q_len}, tk={self.k_len}, "
+            f"bias_form={self.bias_form!r})"
+        )
+
+
+# PositionState compares an encoding's hooks with PositionalEncoding's own no-op ones, and
+# posenc.base imports this module for PositionState. Importing base here, below the class, works
+# whichever module is imported first (base then finds PositionState defined) and costs nothing per
+# call; an import inside the methods would cost ~0.8 us on every call.
+from . import base as _base  # noqa: E402
