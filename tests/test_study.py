@@ -561,7 +561,7 @@ def test_an_interrupted_study_resumes_without_training_the_finished_models(text_
     import posenc.study.extrapolate as extrapolate
 
     trained: list[int] = []
-    real = extrapolate.train_steps
+    real = extrapolate.train_study_model
 
     def counting(*args, **kwargs):
         trained.append(1)
@@ -569,7 +569,7 @@ def test_an_interrupted_study_resumes_without_training_the_finished_models(text_
             raise KeyboardInterrupt  # Ctrl-C while the second model trains
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extrapolate, "train_steps", counting)
+    monkeypatch.setattr(extrapolate, "train_study_model", counting)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         run_study(text_file, "rope,alibi", out_dir=out, progress=False, **TINY)
@@ -579,7 +579,7 @@ def test_an_interrupted_study_resumes_without_training_the_finished_models(text_
 
     trained.clear()
     lines: list[str] = []
-    monkeypatch.setattr(extrapolate, "train_steps", real)
+    monkeypatch.setattr(extrapolate, "train_study_model", real)
     resumed = run_study(
         text_file, "rope,alibi", out_dir=out, resume=True, progress=False, log=lines.append, **TINY
     )

@@ -34,7 +34,7 @@ from .training import (
     _Vocabulary,
     environment,
     study_model,
-    train_steps,
+    train_study_model,
 )
 
 __all__ = ["checkpoint_name", "run_study"]
@@ -266,18 +266,7 @@ def _train_and_evaluate(
     short = label if len(label) <= 30 else f"{label[:27]}..."  # a bar's label leaves room for the bar
     bar = _progress_bar(config.steps, f"{counter} {short}", progress)
     start = time.perf_counter()
-    loss_value = train_steps(
-        model,
-        train_ids,
-        steps=config.steps,
-        seq_len=config.train_len,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        seed=config.seed,
-        device=device,
-        bar=bar,
-        parallel=parallel,
-    )
+    loss_value = train_study_model(model, train_ids, config, device=device, bar=bar, parallel=parallel)
     train_seconds = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 import platform
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -18,10 +17,13 @@ import torch.nn.functional as F
 
 from ..base import PositionalEncoding
 from ..registry import describe, lookup, parse_spec
-from .config import LIMITS, ConfigError, StudyConfig
+from .config import ConfigError, StudyConfig
 from .parallel import Ranks
-from .plan import has_fixed_length, split_specs
+from .plan import has_fixed_length
 from .results import LengthResult
+
+# The check of the encodings given lives in ``specs``; re-exported here, where it was first defined.
+from .specs import _check_specs, _one_line, _short, build_study_model, check_spec_ints, probe_spec  # noqa: F401
 
 __all__ = ["fair_embed_scale", "study_model", "train_steps"]
 
@@ -35,109 +37,6 @@ class _Vocabulary:
 
     def encode(self, text: str) -> torch.Tensor:
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
-
-
-def _check_specs(specs: Sequence[Any] | str, config: StudyConfig) -> list[tuple[str, Any]]:
-    """Build and run every spec once on the model's sizes so that a bad one fails before any training.
-
-    Each spec gets a tiny forward pass through the study's model (``TransformerLM`` with the
-    config's sizes, two tokens): an encoding that builds but cannot run in a causal text model
-    (a 2D grid encoding) is refused here, not after the others have trained.
-    """
-    if isinstance(specs, str):
-        specs = split_specs(specs)
-    if not specs:
-        raise ConfigError(
-            f"encodings must name at least one encoding, e.g. ['rope', 'alibi']; got {specs!r}",
-            argument="encodings",
-        )
-    labelled = []
-    seen: set[str] = set()
-    for spec in specs:
-        label = (
-            spec.strip()
-            if isinstance(spec, str)
-            else str(spec.get("name", spec))
-            if isinstance(spec, dict)
-            else str(spec)
-        )
-        if label in seen:
-            raise ConfigError(f"encodings: {_short(label)} is given twice", argument="encodings")
-        seen.add(label)
-        check_spec_ints(spec)
-        probe_spec(spec, config)
-        labelled.append((label, spec))
-    return labelled
-
-
-def _short(value: Any, width: int = 80) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value.strip())
-    return text if len(text) <= width else f"{text[: width - 25]}...' ({len(text):,} characters)"
-
-
-def check_spec_ints(spec: Any) -> None:
-    """Refuse an integer option above ``LIMITS["spec_int"]`` anywhere in a spec (``max_len=10**12``).
-
-    Every integer of an encoding's options sizes something (a table's rows, an offset into
-    one, a distance bucket count); none needs to exceed a million in a study. A spec that
-    does not parse is left to :func:`probe_spec`, which reports it.
-    """
-    limit = LIMITS["spec_int"]
-    values: list[Any] = []
-    if isinstance(spec, str):
-        try:
-            tree = ast.parse(spec.strip(), mode="eval") if len(spec) <= 100_000 else None
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            tree = None
-        if tree is not None:
-            values = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
-    elif isinstance(spec, dict):
-        stack: list[Any] = [spec]
-        while stack and len(values) < 10_000:
-            item = stack.pop()
-            if isinstance(item, dict):
-                stack.extend(item.values())
-            elif isinstance(item, (list, tuple)):
-                stack.extend(item)
-            else:
-                values.append(item)
-    for value in values:
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
-            raise ConfigError(
-                f"encodings: {_short(spec)} has the integer {_short(value, 30)}; options that size tables and "
-                f"offsets must be at most {limit:,} in magnitude (a bound on memory)",
-                argument="encodings",
-            )
-
-
-def probe_spec(spec: Any, config: StudyConfig) -> None:
-    """Build ``spec`` into the study's model and run two tokens through it, or raise a ConfigError."""
-    from ..nn import TransformerLM
-
-    try:
-        model = TransformerLM(
-            2,
-            config.d_model,
-            config.num_layers,
-            config.num_heads,
-            position=spec,
-            max_len=config.train_len,
-            causal=True,
-        )
-        with torch.inference_mode():
-            model(torch.zeros(1, min(2, config.train_len), dtype=torch.long))
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"encodings: {_one_line(err)}", argument="encodings") from err
-    except Exception as err:  # any failure of the probe: this spec cannot run in the study
-        raise ConfigError(
-            f"encodings: {_short(spec)} cannot run in a causal text model: {type(err).__name__}: {_one_line(err)}",
-            argument="encodings",
-        ) from err
-
-
-def _one_line(message: object, width: int = 400) -> str:
-    text = " ".join(str(message).split())
-    return text if len(text) <= width else f"{text[: width - 40]}... ({len(text):,} characters)"
 
 
 def _dims(config: StudyConfig) -> dict[str, Any]:
@@ -217,6 +116,30 @@ def train_steps(
     return loss_value
 
 
+def train_study_model(
+    model: torch.nn.Module,
+    train_ids: torch.Tensor,
+    config: StudyConfig,
+    *,
+    device: torch.device,
+    bar: Any = None,
+    parallel: Ranks | None = None,
+) -> float:
+    """:func:`train_steps` with the config's steps, length, batch, learning rate and seed."""
+    return train_steps(
+        model,
+        train_ids,
+        steps=config.steps,
+        seq_len=config.train_len,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        seed=config.seed,
+        device=device,
+        bar=bar,
+        parallel=parallel,
+    )
+
+
 def fair_embed_scale(spec: Any, config: StudyConfig) -> float | None:
     """The ``embed_scale`` of the study's model for ``spec``: ``sqrt(d_model)`` for a fixed additive table.
 
@@ -235,18 +158,8 @@ def fair_embed_scale(spec: Any, config: StudyConfig) -> float | None:
     Returns:
         ``sqrt(d_model)``, or ``None`` for no scaling.
     """
-    from ..nn import TransformerLM
-
     with torch.random.fork_rng(devices=[]):
-        probe = TransformerLM(
-            2,
-            config.d_model,
-            config.num_layers,
-            config.num_heads,
-            position=spec,
-            max_len=config.train_len,
-            causal=True,
-        )
+        probe = build_study_model(spec, 2, config)
     encoding = probe.encoding  # None when the layers use different encodings (never additive then)
     if encoding is None or encoding.kind != "additive" or any(True for _ in encoding.parameters()):
         return None
@@ -259,20 +172,9 @@ def study_model(spec: Any, vocab_size: int, config: StudyConfig) -> Any:
     Seeded with ``config.seed`` just before it is built, so every encoding starts from the
     same weights where shapes agree.
     """
-    from ..nn import TransformerLM
-
     scale = fair_embed_scale(spec, config)
     torch.manual_seed(config.seed)
-    return TransformerLM(
-        vocab_size,
-        config.d_model,
-        config.num_layers,
-        config.num_heads,
-        position=spec,
-        max_len=config.train_len,
-        causal=True,
-        embed_scale=scale,
-    )
+    return build_study_model(spec, vocab_size, config, embed_scale=scale)
 
 
 def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
