@@ -343,7 +343,17 @@ def test_shard_batch_equals_torch_context_parallel_shard() -> None:
 
 
 MODEL = {"vocab_size": 32, "d_model": 16, "num_layers": 2, "num_heads": 2, "max_len": 32}
-MODEL_ENCODINGS = ["rope", "alibi", "t5", "learned", "sinusoidal", "none"]
+#: Every registered 1-D encoding (its parameters included: T5's, Shaw's, FIRE's, KERPLE's tables live
+#: once, on the model) and Shaw's value term.
+MODEL_ENCODINGS = [*registered_classes(), "shaw(values=True)"]
+
+
+def test_no_encoding_has_a_parameter_fsdp2_cannot_shard() -> None:
+    """FSDP2's fully_shard refuses 0-d parameters (FIRE's c and threshold were 0-d)."""
+    for name in MODEL_ENCODINGS:
+        model = posenc.nn.TransformerLM(position=name, **MODEL)
+        scalars = [key for key, p in model.named_parameters() if p.dim() == 0]
+        assert not scalars, f"{name}: 0-d parameters {scalars}"
 
 
 def _reference_model(name: str) -> posenc.nn.TransformerLM:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -293,9 +293,20 @@ class FIRE(_LearnedBias):
             nn.ReLU(),
             nn.Linear(mlp_width, num_heads, device=device, dtype=dtype),
         )
-        self.c = nn.Parameter(torch.empty((), device=device, dtype=dtype))
-        self.L_multiplier = nn.Parameter(torch.empty((), device=device, dtype=dtype))
+        # Shape (1,), not 0-d as in the authors' code: FSDP2's fully_shard refuses 0-d parameters.
+        # Their 0-d checkpoints still load (_load_from_state_dict).
+        self.c = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
+        self.L_multiplier = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
         self.reset_parameters()
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        for name in ("c", "L_multiplier"):  # a 0-d value (the authors' layout, older posenc) -> (1,)
+            value = state_dict.get(prefix + name)
+            if isinstance(value, Tensor) and value.dim() == 0:
+                state_dict[prefix + name] = value.reshape(1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def reset_parameters(self) -> None:
         """``c = init_c``, ``L_multiplier = 1``, the MLP as ``nn.Linear`` initialises it."""
@@ -308,11 +319,11 @@ class FIRE(_LearnedBias):
     @property
     def threshold(self) -> Tensor:
         """The learned threshold ``L = |L_multiplier| * init_threshold`` (0-d)."""
-        return (self.L_multiplier * self.init_threshold).abs()
+        return (self.L_multiplier.reshape(()) * self.init_threshold).abs()
 
     def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
         """``psi(|i - j|) / (psi(max(i, L)) + eps)`` for broadcastable integer positions."""
-        c = self.c.to(dtype)
+        c = self.c.to(dtype).reshape(())
         distance = (q_pos - k_pos).abs().to(dtype)
         normaliser = torch.maximum(q_pos.to(dtype), self.threshold.to(dtype))
         return torch.log1p((c * distance).abs()) / (torch.log1p((c * normaliser).abs()) + self.eps)

@@ -144,6 +144,15 @@ def test_checkpoint_and_bad_input() -> None:
     expected = {"mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "c", "L_multiplier"}
     assert set(fire.state_dict()) == expected
     assert set(posenc.build("kerple", num_heads=2).state_dict()) == {"r1", "r2"}
+    # c and L_multiplier are (1,) (FSDP2 refuses 0-d parameters); the authors' 0-d values still load.
+    old_layout = {k: v.reshape(()) if k in ("c", "L_multiplier") else v for k, v in fire.state_dict().items()}
+    old_layout["c"] = torch.tensor(0.25)
+    other = posenc.build("fire", num_heads=2)
+    other.load_state_dict(old_layout)
+    assert other.c.shape == (1,) and float(other.c.detach()) == 0.25
+    q_pos, k_pos = torch.arange(5)[:, None], torch.arange(5)[None]
+    assert other.normalized_distance(q_pos, k_pos, torch.float32).shape == (5, 5)
+    assert other.normalized_distance(torch.tensor(3), torch.tensor(1), torch.float32).dim() == 0  # score_mod
     with pytest.raises(ValueError, match="kind must be one of"):
         KERPLE(2, kind="exp")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="init_threshold must be a finite number > 0"):
