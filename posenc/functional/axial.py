@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
+from .rotary import computed_once
 
 __all__ = [
     "axes_last",
@@ -261,7 +262,7 @@ def axial_cos_sin(
     cos, sin = angles.cos(), angles.sin()
     if attention_scaling != 1.0:
         cos, sin = cos * attention_scaling, sin * attention_scaling
-    return cos.to(dtype), sin.to(dtype)
+    return computed_once(cos.to(dtype), sin.to(dtype))
 
 
 def resample_grid_table(
