@@ -20,10 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_float_tensor, check_positive_float, check_positive_int
-from .._compat import precise_dtype
+from .._compat import is_tracing, precise_dtype
 from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
 from ..functional.relative import position_indexer
-from ..functional.sinusoidal import sinusoidal_table
+from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 from ..registry import register
 
 __all__ = ["RelPosXL", "RelPosXLState"]
@@ -65,8 +65,8 @@ class RelPosXLState(PositionState):
         relative = self.k_positions.unsqueeze(-2) - self.q_positions.unsqueeze(-1)
         return relative - first
 
-    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(per_distance (b, h, tq, n), key_term (b, h, 1, tk), index)``, already scaled."""
+    def _key_term(self, q: Tensor, k: Tensor) -> Tensor:
+        """Checks q and k against the state; ``u · k_j / sqrt(dh)``, ``(b, h, 1, tk)``."""
         enc = self.encoding
         enc._check(q, k)
         if (q.shape[-2], k.shape[-2]) != (self.q_len, self.k_len):
@@ -74,14 +74,53 @@ class RelPosXLState(PositionState):
                 f"got {q.shape[-2]} queries and {k.shape[-2]} keys, but this RelPosXLState was prepared "
                 f"for {self.q_len} queries and {self.k_len} keys"
             )
-        first, n = self._distance_range()
         dtype = precise_dtype(q)
-        scale = 1.0 / math.sqrt(q.shape[-1])
         h, dh = q.shape[1], q.shape[-1]
         hkv, tk = k.shape[1], k.shape[-2]
         # u · k_j per query head; grouped-query heads read their group's key head (no copy of k).
         u = enc.pos_bias_u.to(dtype).view(hkv, h // hkv, dh)
-        key_term = (u @ k.to(dtype).transpose(-1, -2)).reshape(k.shape[0], h, 1, tk) * scale
+        return (u @ k.to(dtype).transpose(-1, -2)).reshape(k.shape[0], h, 1, tk) / math.sqrt(dh)
+
+    def bias_from_angles(self, q: Tensor, k: Tensor) -> Tensor:
+        """:meth:`attention_bias` without the distances' range: static shapes for traced programs.
+
+        With explicit positions the distances span a range read from the positions' values, a
+        data-dependent size that compilers cannot lower. Here the position term
+        ``(q_i + v) · W R_{i-j}`` is split by ``sin((a - c)ω) = sin aω cos cω - cos aω sin cω`` (and
+        the same for cos): with ``P_i = (q_i + v) W`` holding ``α`` (sin) and ``β`` (cos) channels,
+        it is ``[α sin aω + β cos aω, β sin aω - α cos aω] · [cos cω, sin cω]``, one
+        ``(tq, d_model) @ (d_model, tk)`` product per head. Angles in float64, rounded once.
+
+        Returns:
+            ``(b, h, tq, tk)``, as :meth:`attention_bias`.
+        """
+        key_term = self._key_term(q, k)
+        enc = self.encoding
+        dtype = precise_dtype(q)
+        h, dh = q.shape[1], q.shape[-1]
+        weight = enc.linear_pos.weight.to(dtype).view(h, dh, enc.d_model)
+        p = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ weight  # (b, h, tq, d_model)
+        alpha, beta = p[..., 0::2], p[..., 1::2]  # the sin and cos channels of R
+        inv_freq = sinusoidal_inv_freq(enc.d_model, enc.base, device=q.device)  # float64
+
+        def sin_cos(positions: Tensor) -> tuple[Tensor, Tensor]:
+            angles = positions.to(torch.float64)[..., None] * inv_freq  # (t, F) or (b, t, F)
+            sin, cos = angles.sin().to(dtype), angles.cos().to(dtype)
+            return (sin[:, None], cos[:, None]) if sin.dim() == 3 else (sin, cos)  # heads axis
+
+        sin_a, cos_a = sin_cos(self.q_positions)
+        sin_c, cos_c = sin_cos(self.k_positions)
+        queries = torch.cat((alpha * sin_a + beta * cos_a, beta * sin_a - alpha * cos_a), -1)
+        keys = torch.cat((cos_c, sin_c), -1)  # (tk, d_model) or (b, 1, tk, d_model)
+        return (queries @ keys.transpose(-1, -2)) / math.sqrt(dh) + key_term
+
+    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(per_distance (b, h, tq, n), key_term (b, h, 1, tk), index)``, already scaled."""
+        enc = self.encoding
+        key_term = self._key_term(q, k)
+        first, n = self._distance_range()
+        dtype = precise_dtype(q)
+        scale = 1.0 / math.sqrt(q.shape[-1])
         distances = torch.arange(first, first + n, device=q.device)
         proj = enc.projected(distances, dtype)  # (h, n, dh)
         per_distance = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ proj.transpose(-1, -2)
@@ -92,6 +131,8 @@ class RelPosXLState(PositionState):
         if q.shape[-2] == 0 or k.shape[-2] == 0:
             self.encoding._check(q, k)
             return q.new_zeros(max(q.shape[0], k.shape[0]), q.shape[1], q.shape[-2], k.shape[-2])
+        if is_tracing() and (self.q_start is None or self.k_start is None):
+            return self.bias_from_angles(q, k)  # no data-dependent size in a traced program
         per_distance, key_term, index = self._terms(q, k)
         index = index.unsqueeze(0) if index.dim() == 2 else index
         _, h, tq, n = per_distance.shape

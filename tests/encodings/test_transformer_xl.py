@@ -218,3 +218,24 @@ def test_compiles_without_graph_breaks() -> None:
 
     compiled = torch.compile(run, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(q, k, v), run(q, k, v), **FP32)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2)])
+def test_traced_form_equals_the_distance_table(heads: int, kv_heads: int) -> None:
+    """Traced programs use the angle-addition form (no data-dependent number of distances); it
+    gives the per-distance table's bias for explicit, batched, far and unordered positions."""
+    torch.manual_seed(0)
+    xl = posenc.RelPosXL(num_heads=heads, head_dim=8, d_model=48).double()
+    q, k = (
+        torch.randn(2, heads, 5, 8, dtype=torch.float64),
+        torch.randn(2, kv_heads, 7, 8, dtype=torch.float64),
+    )
+    cases = [
+        (torch.tensor([3, 9, 4, 100, 2]), torch.arange(7) * 3),
+        (torch.randint(0, 100_000, (2, 5)), torch.randint(0, 100_000, (2, 7))),
+    ]
+    for q_positions, k_positions in cases:
+        state = xl.prepare(5, 7, q_positions=q_positions, k_positions=k_positions)
+        torch.testing.assert_close(
+            state.bias_from_angles(q, k), state.attention_bias(q, k), rtol=0, atol=1e-9
+        )

@@ -123,8 +123,10 @@ INDUCTOR_DEFAULT = ("sinusoidal", "t5-causal")
 )
 def test_compile_inductor_matches_eager(row: Entry) -> None:
     """Inductor's generated code equals eager, in one dynamic graph for lengths within the caches."""
-    # (no length equal to a model size: dynamo's duck sizing would tie the two and recompile)
-    graphs = _compile_across_lengths(row, (10, 33, 100), backend="inductor", dynamic=True)
+    # (no length equal to a model size: dynamo's duck sizing would tie the two and recompile;
+    # every t*t above 4096: inductor's CPU code sums more than 4096 float32 values with a cascade
+    # helper, a size class it guards on — a learned bias's gradient sums over the (t, t) scores)
+    graphs = _compile_across_lengths(row, (65, 81, 100), backend="inductor", dynamic=True)
     assert graphs <= 1, f"{graphs} graphs compiled for 3 lengths with dynamic=True"
 
 
