@@ -363,7 +363,7 @@ def test_compiles_fullgraph_with_dynamic_lengths() -> None:
             torch.testing.assert_close(compiled_forward(scores), alibi(scores), **EXACT)
             q, k, positions = q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), torch.randint(0, 100, (2, t))
             torch.testing.assert_close(
-                compiled_bias(q, k, positions, positions),
+                compiled_bias(q, k, q_positions=positions, k_positions=positions),
                 alibi.attention_bias(q, k, q_positions=positions, k_positions=positions),
                 **EXACT,
             )
