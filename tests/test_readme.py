@@ -47,3 +47,18 @@ def test_readme_python_examples_run(code, tmp_path, monkeypatch):
         for name in sorted(set(posenc.available()) - before):
             if name in posenc.available():  # an alias goes with its class's first name
                 posenc.registry.unregister(name)
+
+
+def test_benchmark_figures_are_the_committed_results():
+    """Every table row and the run's header lines in README's Benchmarks section stand verbatim in
+    benchmarks/results/latest.md, the file `python -m benchmarks` writes: no figure is typed in."""
+    section = TEXT.split("\n## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    results = (README.parent / "benchmarks" / "results" / "latest.md").read_text(encoding="utf-8")
+    quoted = [
+        line
+        for line in section.splitlines()
+        if (line.startswith("| ") and not line.startswith("| ---")) or line.startswith("- Run: ")
+    ]
+    assert len(quoted) >= 10, "the Benchmarks section lost its tables"
+    missing = [line for line in quoted if line not in results.splitlines()]
+    assert not missing, f"README figures not in benchmarks/results/latest.md: {missing[:3]}"
