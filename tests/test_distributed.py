@@ -216,7 +216,11 @@ def _attention_rows(rank: int, world: int, names: list[str], seq_len: int) -> No
     """Every rank: context-parallel output == its rows of the whole attention, per encoding."""
     for name in names:
         for causal in (True, False):
-            enc = make(name, causal)
+            try:
+                enc = make(name, causal)
+            except ValueError as err:  # xPos has no bidirectional form: building one raises
+                assert not causal and "causal only" in str(err), err
+                continue
             gen = torch.Generator().manual_seed(0)
             q, k, v = (torch.randn(2, 4, seq_len, 8, generator=gen, dtype=torch.float64) for _ in range(3))
             whole = posenc.attention(q, k, v, enc, causal=causal)
