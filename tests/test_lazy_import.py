@@ -71,6 +71,8 @@ def test_every_public_name_resolves_and_star_import_gives_them_all():
         for name in ("nn", "functional", "distributed", "hf", "registry"):
             assert isinstance(getattr(posenc, name), types.ModuleType), name
         assert posenc.RoPE is posenc.encodings.rotary.RoPE
+        # the lazy table repeats the encodings' exports (it cannot import them): they must agree
+        assert set(posenc._ENCODINGS) == set(posenc.encodings.__all__)
         assert posenc.attention.__module__ == "posenc.attention"
         assert set(posenc.__all__) <= set(dir(posenc))
         assert not hasattr(posenc, "no_such_name")

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor, check_positive_float
 from .._compat import is_tracing
-from ..functional.rotary import _apply
+from ..functional.rotary import _apply, apply_tables, eager_ok, eager_tables
 from ..registry import register
 from .rotary import RoPE, RotaryState
 
@@ -52,16 +52,29 @@ class XPosState(RotaryState):
             raise ValueError(
                 f"q has {q.shape[-2]} positions, but this XPosState was prepared for {self.q_len}"
             )
-        layout = self.encoding.layout
-        q_cos, q_sin = self.query_rows(q.dtype)
-        k_cos, k_sin = self.key_rows(k)
-        k_positions, _ = self.key_positions(k)
-        q_scale = self._scale(self.q_positions, q_cos, 1.0)
-        k_scale = self._scale(k_positions, k_cos, -1.0)
+        side = self._key_side(k)
+        k_positions = self.q_positions if side == "q" else self.k_positions
         return (
-            _apply(q, q_cos * q_scale, q_sin * q_scale, layout),
-            _apply(k, k_cos * k_scale, k_sin * k_scale, layout),
+            self._rotate_scaled(q, "q", self.q_positions, 1.0),
+            self._rotate_scaled(k, side, k_positions, -1.0),
         )
+
+    def _rotate_scaled(self, x: Tensor, side: str, positions: Tensor, sign: float) -> Tensor:
+        """Rotate ``x`` with the rows of ``side`` scaled by ``zeta ** (sign * position / scale_base)``.
+
+        Eager calls build the scaled apply-ready tables once per (side, sign, dtype), as
+        :class:`RotaryState` does, so every layer after the first reuses them.
+        """
+        layout = self.encoding.layout
+        key = (f"xpos {side} {sign:+g}", x.dtype)
+        tables = self._tables.get(key) if eager_ok(x) else None
+        if tables is None:
+            cos, sin = self._side_rows(side, x.dtype)
+            scale = self._scale(positions, cos, sign)
+            if not eager_ok(x):
+                return _apply(x, cos * scale, sin * scale, layout)
+            tables = self._tables[key] = eager_tables(cos * scale, sin * scale, x.dtype, layout)
+        return apply_tables(x, tables, layout)
 
 
 @register("xpos")

@@ -95,3 +95,26 @@ def test_bad_input() -> None:
         XPos(8, gamma=-1.0)
     with pytest.raises(ValueError, match="rotate them together"):
         XPos(8).rotate(torch.randn(1, 1, 3, 8))
+
+
+def test_a_prepared_state_scales_its_tables_once_for_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scaled cos/sin tables are built once per side and dtype; later layers reuse them unchanged."""
+    import posenc.encodings.xpos as xpos_module
+
+    built = []
+    real = xpos_module.eager_tables
+
+    def counting(*args, **kwargs):
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(xpos_module, "eager_tables", counting)
+    xpos = XPos(8)
+    state = xpos.prepare(6)
+    q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    first = state.encode_qk(q, k)
+    for _ in range(3):  # three more layers
+        again = state.encode_qk(q, k)
+        torch.testing.assert_close(again, first, rtol=0, atol=0)
+    assert len(built) == 2  # queries (zeta ** +m) and keys (zeta ** -n), not 2 per layer
+    torch.testing.assert_close(first, xpos.encode_qk(q, k), rtol=0, atol=0)
