@@ -194,6 +194,7 @@ def _entry(rank: int, fn: Callable[..., None], port: int, world: int, args: tupl
     )
     try:
         fn(rank, world, *args)
+        dist.barrier()  # leave together: tearing gloo down under a peer's last collective can abort it
     finally:
         dist.destroy_process_group()
 

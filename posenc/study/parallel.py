@@ -212,6 +212,8 @@ def joined(config: StudyConfig) -> Iterator[Ranks | None]:
         started = True
     try:
         yield Ranks(world, rank, device) if world > 1 else None
+        if started:
+            dist.barrier()  # leave together (see _worker)
     finally:
         if started:
             dist.destroy_process_group()
@@ -266,6 +268,9 @@ def _worker(
         result = fn(*args, **kwargs, log=lines.put if rank == 0 else None)
         if rank == 0:
             Path(result_path).write_bytes(pickle.dumps(result))
+        # Every rank leaves the group together: a rank that tears gloo down while a peer is still
+        # in its last collective can abort that peer ("terminate called without an active exception").
+        dist.barrier()
     except Exception as err:
         # The parent re-raises the first failure as itself (a ConfigError stays one), not as text.
         with contextlib.suppress(Exception):
