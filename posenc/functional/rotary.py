@@ -16,7 +16,9 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` ro
 
 from __future__ import annotations
 
-from typing import Literal
+import itertools
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -170,46 +172,137 @@ def eager_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayou
     return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
 
 
+#: Bytes of ``x`` that one piece of a multi-pass eager form covers on the CPU. The passes of a
+#: piece re-read what the previous pass wrote from the cache instead of memory, and the temporaries
+#: are piece-sized (reused by the allocator, no page faults): ~1.3-1.7x faster on tensors past the
+#: L2 cache (single thread, torch 2.13; ``python -m benchmarks --only rope``). Tests lower it.
+PIECE_BYTES = 1 << 20
+
+
 def rotate_eager(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
     """:func:`rotary_reference` in fewer passes over memory, for eager CPU/CUDA tensors.
 
     ``x`` ``(..., t, r)`` holds only the rotated channels; ``tables`` come from
-    :func:`eager_tables` for ``x``'s dtype. Plain autograd ops, so gradients of any order come for
-    free. Each form is kept because it measured faster than the reference and than transformers'
-    ``apply_rotary_pos_emb`` (single-threaded CPU, torch 2.13, ``python -m benchmarks --only
-    rope``); a custom autograd function measured at most 1.25x faster forward+backward, for the
-    float32 half layout only, so there is none. Every form allocates its output once (plus one
-    temporary for half precision): on the CPU each large allocation also costs page faults.
+    :func:`eager_tables` for ``x``'s dtype. Returns a new ``(..., t, r)`` tensor (the broadcast
+    shape of ``x`` and the tables). Each form is kept because it measured faster than the reference
+    and than transformers' ``apply_rotary_pos_emb`` (single-threaded CPU, torch 2.13, ``python -m
+    benchmarks --only rope``).
+
+    Under autograd the rotation is one function whose backward is the inverse rotation (the same
+    forms with ``−sin``): recorded in-place writes into views made a slow backward, and the
+    out-of-place forms a slow forward. Gradients of any order follow (the backward is itself this
+    function). Tables that require grad, and ``torch.func`` transforms, take the reference formula.
     """
-    # With autograd recording, in-place writes into views make a slow backward: out of place then.
-    recording = torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tables))
+    wrapped = _functorch_wrapped(x)
+    if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tables)):
+        if wrapped or any(t.requires_grad for t in tables):
+            return rotary_reference(x, *_cos_sin(tables, layout), layout)
+        return _Rotate.apply(x, layout, *tables)
+    if wrapped:
+        return rotary_reference(x, *_cos_sin(tables, layout), layout)
+    return _rotate(x, tables, layout)
+
+
+_IS_FUNCTORCH_WRAPPED = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+
+
+def _functorch_wrapped(x: Tensor) -> bool:
+    """Whether ``x`` is a ``torch.func`` (vmap / grad) wrapper: the ``out=`` forms do not apply."""
+    return _IS_FUNCTORCH_WRAPPED is not None and bool(_IS_FUNCTORCH_WRAPPED(x))
+
+
+def _cos_sin(tables: tuple[Tensor, ...], layout: RopeLayout) -> tuple[Tensor, Tensor]:
+    """The ``(..., t, r/2)`` cos and sin that :func:`eager_tables` was built from."""
     if layout == "interleaved":
-        # Pairs (2i, 2i+1) are complex numbers: one complex multiply. Half precision is rotated in
-        # a float32 copy (there is no bfloat16 complex type) and rounded once.
+        return tables[0].real, tables[0].imag
+    half = tables[0].shape[-1] // 2
+    return tables[0][..., :half], tables[1][..., half:]
+
+
+class _Rotate(torch.autograd.Function):
+    """:func:`_rotate` with the inverse rotation as its backward (a rotation is orthogonal)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, layout: RopeLayout, *tables: Tensor) -> Tensor:
+        ctx.layout = layout
+        ctx.save_for_backward(*tables)
+        return _rotate(x, tables, layout)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        tables = ctx.saved_tensors
+        inverse = (tables[0].conj(),) if ctx.layout == "interleaved" else (tables[0], -tables[1])
+        return (rotate_eager(grad, inverse, ctx.layout), None, *(None for _ in tables))
+
+
+def _rotate(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
+    """The eager rotation without autograd: one op, or the multi-pass forms piece by piece."""
+    if layout == "interleaved" and x.dtype not in _HALF_PRECISION:
+        # Pairs (2i, 2i+1) are complex numbers: one complex multiply, one pass (nothing to cut).
         (cis,) = tables
-        real = torch.float64 if cis.dtype == torch.complex128 else torch.float32
-        if x.dtype != real and not recording:
-            work = x.to(real, memory_format=torch.contiguous_format)  # a copy: rotate it in place
-            torch.view_as_complex(work.unflatten(-1, (-1, 2))).mul_(cis)
-            return work.to(x.dtype)
-        pairs = x.to(real).unflatten(-1, (-1, 2))
+        pairs = x.to(torch.float64 if cis.dtype == torch.complex128 else torch.float32).unflatten(-1, (-1, 2))
         if not (pairs.is_contiguous() or _complex_view_ok(pairs)):
             pairs = pairs.contiguous()
         return torch.view_as_real(torch.view_as_complex(pairs) * cis).flatten(-2).to(x.dtype)
+    if x.device.type != "cpu" or x.dim() < 2 or x.numel() * x.element_size() <= 2 * PIECE_BYTES:
+        return _rotate_into(None, x, tables, layout)
+    shape = torch.broadcast_shapes(x.shape, tables[0].shape[:-1] + x.shape[-1:])
+    out = torch.empty(shape, dtype=x.dtype, device=x.device)
+    x = x.expand(shape)
+    for index in _pieces(shape, out.element_size(), PIECE_BYTES):
+        _rotate_into(out[index], x[index], tuple(_table_piece(t, index, len(shape)) for t in tables), layout)
+    return out
+
+
+def _rotate_into(out: Tensor | None, x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
+    """The multi-pass forms: the rotation of ``x`` written into ``out`` (same shape), or into a
+    new tensor when ``out`` is ``None``; returns it."""
+    if layout == "interleaved":
+        # Half precision (there is no bfloat16 complex type): a float32 copy rotated in place,
+        # rounded once.
+        (cis,) = tables
+        work = x.to(torch.float32, memory_format=torch.contiguous_format)
+        torch.view_as_complex(work.unflatten(-1, (-1, 2))).mul_(cis)
+        return work.to(x.dtype) if out is None else out.copy_(work)
     cos2, signed_sin = tables
     half = cos2.shape[-1] // 2
-    if recording or x.dtype in _HALF_PRECISION:
-        # x·(cos, cos) + partner·(−sin, sin), the partner of every channel being x rolled by r/2:
-        # full-width contiguous ops (half-width strided ones are 3-10x slower in bfloat16/float16
-        # on the CPU).
-        return (x * cos2).addcmul_(x.roll(half, -1), signed_sin)
-    # float32/float64: x·(cos, cos), then ∓ the partner half times sin added in place into each
-    # half: three passes, one allocation.
+    out = x * cos2 if out is None else torch.mul(x, cos2, out=out)
+    if x.dtype in _HALF_PRECISION:
+        # + partner·(−sin, sin), the partner of every channel being x rolled by r/2: full-width
+        # contiguous ops (half-width strided ones are 3-10x slower in bfloat16/float16 on the CPU).
+        return out.addcmul_(x.roll(half, -1), signed_sin)
+    # float32/float64: ∓ the partner half times sin, added in place into each half.
     sin = signed_sin[..., half:]
-    out = x * cos2
     out[..., :half].addcmul_(x[..., half:], sin, value=-1)
     out[..., half:].addcmul_(x[..., :half], sin)
     return out
+
+
+def _pieces(shape: torch.Size, itemsize: int, piece_bytes: int) -> Iterator[tuple[int | slice, ...]]:
+    """Indices that cut a tensor of ``shape`` ``(..., t, r)`` into blocks of about ``piece_bytes``.
+
+    The outer axes are taken one index at a time, the axis where a block reaches ``piece_bytes``
+    in ranges, the inner axes whole; rows (the last axis) are never cut.
+    """
+    block = itemsize * shape[-1]  # bytes of everything inside the axis being considered
+    axis = len(shape) - 2
+    while axis > 0 and block * shape[axis] <= piece_bytes:
+        block *= shape[axis]
+        axis -= 1
+    step = max(1, piece_bytes // block)
+    for outer in itertools.product(*(range(n) for n in shape[:axis])):
+        for start in range(0, shape[axis], step):
+            yield (*outer, slice(start, start + step))
+
+
+def _table_piece(table: Tensor, index: tuple[int | slice, ...], ndim: int) -> Tensor:
+    """The part of ``table`` (broadcastable against an ``ndim``-d tensor) that lines up with ``index``."""
+    table = table.reshape((1,) * (ndim - table.dim()) + tuple(table.shape))
+    lined_up = tuple(
+        (0 if isinstance(i, int) else slice(None)) if size == 1 else i
+        for i, size in zip(index, table.shape, strict=False)
+    )
+    return table[lined_up]
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:

@@ -97,11 +97,18 @@ def test_half_precision_error_is_at_most_transformers_on_every_path(dtype, layou
                     assert ours[which] <= theirs[which], (name, seed, which, ours, theirs)
 
 
+#: ``PIECE_BYTES`` for the tests: the default (these tensors are one piece) and 512 bytes (many
+#: pieces of a few rows, cut inside the head, batch and sequence axes).
+PIECES = {"whole": functional_rotary.PIECE_BYTES, "pieces": 512}
+
+
+@pytest.mark.parametrize("pieces", list(PIECES))
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, *HALF], ids=str)
-def test_every_path_matches_the_float64_formula(layout, dtype):
+def test_every_path_matches_the_float64_formula(layout, dtype, pieces, monkeypatch):
     """Default, explicit and per-row positions, partial rotation, grouped-query keys, KV-cache
-    keys at the query positions, with and without autograd recording."""
+    keys at the query positions, with and without autograd recording; in one piece and in many."""
+    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", PIECES[pieces])
     tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 2 * torch.finfo(dtype).eps)
     gen = torch.Generator().manual_seed(3)
     rot = 48
@@ -200,3 +207,78 @@ def test_traced_calls_take_the_reference_formula(monkeypatch):
     traced = fresh.encode_qk(q, k)
     assert fresh._tables == {}
     torch.testing.assert_close(traced, eager, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    ("shape", "itemsize", "piece_bytes"),
+    [
+        ((2, 8, 512, 64), 4, 1 << 20),  # whole heads, several per piece
+        ((1, 16, 2048, 128), 4, 1 << 20),  # one head per piece
+        ((4, 8, 8192, 64), 2, 1 << 20),  # row ranges of one head
+        ((512, 64, 1, 128), 4, 1 << 20),  # decoding: one row per head, many heads per piece
+        ((3, 5, 7, 6), 8, 100),  # a row (48 bytes) near the piece size
+        ((7, 9, 40), 4, 1000),
+        ((37, 256), 4, 4096),  # no leading axes
+        ((2, 3, 1, 5000), 4, 1000),  # one row larger than a piece: a row each
+    ],
+)
+def test_pieces_cover_every_element_once_in_blocks_near_the_piece_size(shape, itemsize, piece_bytes):
+    covered = torch.zeros(shape, dtype=torch.int32)
+    pieces = list(functional_rotary._pieces(torch.Size(shape), itemsize, piece_bytes))
+    row = itemsize * shape[-1]
+    for index in pieces:
+        covered[index] += 1
+        assert covered[index].numel() * itemsize <= max(piece_bytes, row), index
+    assert bool((covered == 1).all())
+    total = covered.numel() * itemsize
+    assert len(pieces) <= 2 * -(-total // piece_bytes), (len(pieces), total)
+
+
+@pytest.mark.parametrize("pieces", list(PIECES))
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_gradient_is_the_inverse_rotation_of_the_float64_formula(layout, dtype, pieces, monkeypatch):
+    """The eager backward (the rotation by −angle) against autograd through the float64 formula,
+    for shared and per-row positions, partial rotation and a non-contiguous upstream gradient."""
+    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", PIECES[pieces])
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 4 * torch.finfo(dtype).eps)
+    gen = torch.Generator().manual_seed(5)
+    b, h, t, rot = 2, 3, 19, 48
+    rope = posenc.RoPE(HEAD_DIM, layout=layout, rotary_dim=rot)
+    for positions in (torch.arange(t) * 3 + 100, torch.randint(0, 30_000, (b, t), generator=gen)):
+        x = torch.randn(b, h, t, HEAD_DIM, generator=gen).to(dtype).requires_grad_()
+        upstream = torch.randn(b, h, HEAD_DIM, t, generator=gen).to(dtype).transpose(-1, -2)  # strided
+        rope.rotate(x, positions).backward(upstream)
+        x64 = x.detach().double().requires_grad_()
+        _reference(x64, positions, layout, rot).backward(upstream.double())
+        scale = x64.grad.abs().amax().item()
+        assert (x.grad.double() - x64.grad).abs().max().item() <= tol * scale, positions.shape
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_gradients_of_every_order_through_the_pieces(layout, monkeypatch):
+    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", 256)
+    rope = posenc.RoPE(8, layout=layout)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 3, 11, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    positions = torch.randint(0, 1000, (2, 11), generator=gen)
+    assert torch.autograd.gradcheck(lambda x: rope.rotate(x, positions), (x,))
+    assert torch.autograd.gradgradcheck(lambda x: rope.rotate(x, positions), (x,))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_torch_func_transforms_rotate_as_the_eager_call(layout):
+    """vmap and grad wrap their tensors: the reference formula runs there, with the same result."""
+    from torch.func import grad, vmap
+
+    rope = posenc.RoPE(HEAD_DIM, layout=layout)
+    gen = torch.Generator().manual_seed(7)
+    xs = torch.randn(3, 2, 4, 9, HEAD_DIM, generator=gen)
+    positions = torch.arange(9) + 50
+    expected = torch.stack([rope.rotate(x, positions) for x in xs])
+    torch.testing.assert_close(vmap(lambda x: rope.rotate(x, positions))(xs), expected, rtol=0, atol=2e-6)
+    weights = torch.randn(2, 4, 9, HEAD_DIM, generator=gen)
+    x = xs[0].clone().requires_grad_()
+    (rope.rotate(x, positions) * weights).sum().backward()
+    by_func = grad(lambda x: (rope.rotate(x, positions) * weights).sum())(xs[0])
+    torch.testing.assert_close(by_func, x.grad, rtol=0, atol=2e-6)
