@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 from .base import PositionState
+from .masking import Visibility
 
-__all__ = ["heads_differ", "needs_grad"]
+__all__ = ["heads_differ", "needs_grad", "over_query_chunks"]
+
+#: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
+#: those rows of q and those keys of k and v.
+ChunkFn = Callable[[slice, slice], Callable[[Tensor, Tensor, Tensor], Tensor]]
 
 
 def heads_differ(q: Tensor, k: Tensor) -> bool:
@@ -24,3 +32,38 @@ def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState | None) -> 
     if q.requires_grad or k.requires_grad or v.requires_grad:
         return True
     return state is not None and any(p.requires_grad for p in state.encoding.parameters())
+
+
+def over_query_chunks(
+    q: Tensor, k: Tensor, v: Tensor, vis: Visibility, chunk: int, grad: bool, chunk_fn: ChunkFn
+) -> Tensor:
+    """Attention over query chunks of ``chunk`` rows, each reading only the keys it can see.
+
+    With ``grad`` each chunk is checkpointed (recomputed in the backward pass instead of keeping
+    its bias and weights). Queries that see no key get zeros.
+
+    Args:
+        q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)``.
+        chunk_fn: ``chunk_fn(qs, ks)(q[:, :, qs], k[:, :, ks], v[:, :, ks])`` is one chunk's ``(b, h, r, dv)``.
+
+    Returns:
+        ``(b, h, tq, dv)``.
+    """
+    outs = []
+    # Longest key range first: each later chunk's blocks then fit in memory the earlier ones freed.
+    # In rising order (causal ranges grow) glibc malloc kept every freed block and grew the heap:
+    # FIRE at t=16384 held 0.4-4.2 GiB of RSS for 130 MiB of live tensors.
+    for start, end, lo, hi in reversed(vis.spans(chunk)):
+        if hi <= lo:  # these queries see no key
+            outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
+            continue
+        qs, ks = slice(start, end), slice(lo, hi)
+        one_chunk = chunk_fn(qs, ks)
+        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
+        if grad:
+            outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
+        else:
+            outs.append(one_chunk(*args))
+    if not outs:  # no queries
+        return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
+    return torch.cat(outs[::-1], dim=2)

@@ -14,14 +14,13 @@ keys, ``dh`` head width, ``dv`` value width.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from einops import rearrange
 from torch import Tensor
 
-from ._attention_common import needs_grad
+from ._attention_common import needs_grad, over_query_chunks
 from ._compat import precise_dtype
 from .base import PositionState
 from .masking import Visibility
@@ -55,28 +54,12 @@ def weighted_attention(
         ``(b, h, tq, dv)`` in ``q``'s dtype.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    grad = needs_grad(q, k, v, state)
-    outs = []
-    for start, end, lo, hi in vis.spans(chunk):
-        if hi <= lo:  # these queries see no key
-            outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
-            continue
-        qs, ks = slice(start, end), slice(lo, hi)
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
+        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale)
 
-        def one_chunk(
-            q_c: Tensor, k_c: Tensor, v_c: Tensor, keep: Tensor | None = keep, block: PositionState = block
-        ) -> Tensor:
-            return _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale)
-
-        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
-        if grad:
-            outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
-        else:
-            outs.append(one_chunk(*args))
-    if not outs:  # no queries
-        return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
-    return torch.cat(outs, dim=2)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
 
 
 def _weights_chunk(

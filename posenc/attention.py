@@ -15,13 +15,15 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F  # noqa: F401  (tests patch F.scaled_dot_product_attention through here)
 import torch.utils.checkpoint
 from torch import Tensor
 
 from ._attention_checks import _BACKENDS, Backend, Encoding, _check_devices, _check_inputs  # noqa: F401
-from ._attention_common import needs_grad
+from ._attention_common import needs_grad, over_query_chunks
 from ._attention_paths import (  # noqa: F401  (re-exported: they were defined here)
     _chunk_attention,
     _sdpa,
@@ -94,31 +96,17 @@ def _chunked(
     being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
     """
     mask_dtype = _mask_dtype(q)
-    grad = needs_grad(q, k, v, state)
     # The only masked entries are above the diagonal of the chunk's last keys (index causality).
     causal_only = vis.causal and vis.ranged and vis.user is None and vis.window is None
-    outs = []
-    for start, end, lo, hi in vis.spans(chunk):
-        if hi <= lo:  # these queries see no key
-            outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
-            continue
-        qs, ks = slice(start, end), slice(lo, hi)
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep = vis.block(qs, ks)
         block = None if state is None else state.narrow(qs, ks)
+        return lambda q_c, k_c, v_c: _chunk_attention(
+            q_c, k_c, v_c, block, keep, causal_only, dropout_p, scale, mask_dtype
+        )
 
-        def one_chunk(
-            q_c: Tensor, k_c: Tensor, v_c: Tensor, keep: Tensor | None = keep, block=block
-        ) -> Tensor:
-            return _chunk_attention(q_c, k_c, v_c, block, keep, causal_only, dropout_p, scale, mask_dtype)
-
-        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
-        if grad:
-            outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
-        else:
-            outs.append(one_chunk(*args))
-    if not outs:  # no queries
-        return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
-    return torch.cat(outs, dim=2)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
 
 
 def attention(
