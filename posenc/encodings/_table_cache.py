@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import Tensor
 
 from ..base import PositionalEncoding
+
+#: Held while a sin/cos table is replaced in eager mode: threads that share a module grow or
+#: switch its table while others read it. One for the process, so that modules still pickle.
+TABLE_LOCK = threading.Lock()
 
 
 class _TableCache(PositionalEncoding):

@@ -20,7 +20,7 @@ from .._compat import is_compiling, is_exporting, wide_dtype
 from ..base import check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_table
 from ..registry import register
-from ._table_cache import _TableCache
+from ._table_cache import TABLE_LOCK, _TableCache
 
 # Sinusoidal2D (and its Grid type) live in ``sinusoidal2d``; re-exported here, where they were
 # first defined.
@@ -129,14 +129,22 @@ class Sinusoidal(_TableCache):
             dtype
         )
 
-    def _grow(self, rows: int) -> bool:
-        """Eager only: grow the table to at least ``rows`` rows (the next power of two, at most
-        :data:`MAX_TABLE_LEN`); ``False`` when ``rows`` is past that bound (compute instead)."""
+    def _grow(self, rows: int) -> Tensor | None:
+        """Eager only: the table grown to at least ``rows`` rows (the next power of two, at most
+        :data:`MAX_TABLE_LEN`); ``None`` when ``rows`` is past that bound (compute instead).
+
+        Under a lock and never smaller than it is: threads sharing the module grow it while
+        others read it, and a thread that grew it to 2048 rows must not replace another's 4096.
+        Callers slice the table this returns, not ``self._table`` again.
+        """
         if rows > MAX_TABLE_LEN:
-            return False
-        new_rows = min(1 << max(rows - 1, 1).bit_length(), MAX_TABLE_LEN)
-        self._table = self._build_table(self._table.dtype, self._table.device, new_rows)
-        return True
+            return None
+        with TABLE_LOCK:
+            table = self._table
+            if table.shape[0] < rows:
+                new_rows = min(1 << max(rows - 1, 1).bit_length(), MAX_TABLE_LEN)
+                table = self._table = self._build_table(table.dtype, table.device, new_rows)
+        return table
 
     def table(self, positions: Tensor | int, *, dtype: torch.dtype | None = None) -> Tensor:
         """The encodings of ``positions`` (what :meth:`encode_input` adds), in float32 or better.
@@ -174,28 +182,30 @@ class Sinusoidal(_TableCache):
             # on the meta device it has no value at all (shape propagation).
             return self._compute(rows, dtype)
         needed = int(rows.max()) + 1 if rows.numel() else 0
-        if needed > self._table.shape[0]:
-            if needed > 2 * max(self._table.shape[0], rows.numel()) or not self._grow(needed):
+        table = self._table  # read once: other threads may replace the attribute meanwhile
+        if needed > table.shape[0]:
+            grown = self._grow(needed) if needed <= 2 * max(table.shape[0], rows.numel()) else None
+            if grown is None:
                 # A few far positions (say one decoding step at 10**7), or any past the bound:
                 # computing them costs what the call needs, while a table up to there could
                 # take gigabytes and would be kept.
                 return self._compute(rows, dtype)
-        return self._table[rows]
+            table = grown
+        return table[rows]
 
     def _prefix(self, length: int, dtype: torch.dtype) -> Tensor:
         """Encodings of positions ``0..length-1``: a slice of the table, ``(length, d)``."""
         rows = length + self.offset
-        past = rows > self._table.shape[0]
-        if (
-            dtype != self._table.dtype
-            or is_exporting()
-            or (past and (is_compiling() or not self._grow(rows)))
-        ):
-            # Under compile ``length`` is a shape, so the test above is a guard, not a sync;
-            # an exported program computes instead, so that it serves every length.
-            positions = torch.arange(self.offset, rows, device=self._table.device)
-            return self._compute(positions, dtype)
-        return self._table[self.offset : rows]
+        table = self._table  # read once: other threads may replace the attribute meanwhile
+        usable = dtype == table.dtype and not is_exporting()
+        if usable and rows > table.shape[0]:
+            # Under compile ``length`` is a shape, so this test is a guard, not a sync.
+            grown = None if is_compiling() else self._grow(rows)
+            usable, table = grown is not None, table if grown is None else grown
+        if not usable:
+            # An exported program computes, so that it serves every length.
+            return self._compute(torch.arange(self.offset, rows, device=table.device), dtype)
+        return table[self.offset : rows]
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the sin/cos encodings of ``positions`` to ``x``.

@@ -24,7 +24,7 @@ from ..functional.sinusoidal import (
     sinusoidal_3d_table,
 )
 from ..registry import register
-from ._table_cache import _TableCache
+from ._table_cache import TABLE_LOCK, _TableCache
 
 __all__ = ["Sinusoidal2D"]
 
@@ -155,15 +155,22 @@ class Sinusoidal2D(_TableCache):
 
     def _grid_table(self, grid: Grid, dtype: torch.dtype) -> Tensor:
         """The ``(p + n, d)`` table of ``grid`` in ``dtype``, from the cache when it holds that grid."""
-        if grid == self._table_grid and dtype == self._table.dtype:
-            return self._table
-        if is_compiling() or dtype != self._table.dtype or self.grid_size not in (None, grid):
-            # the cache keeps the constructor's grid; other grids are computed per call
+        if is_compiling():  # the cache is read, never replaced, under tracing
+            if grid == self._table_grid and dtype == self._table.dtype:
+                return self._table
             return self._build_table(dtype, self._table.device, grid)
+        with TABLE_LOCK:  # the grid and its table are read and replaced together (threads)
+            cached_grid, table = self._table_grid, self._table
+        if grid == cached_grid and dtype == table.dtype:
+            return table
+        if dtype != table.dtype or self.grid_size not in (None, grid):
+            # the cache keeps the constructor's grid; other grids are computed per call
+            return self._build_table(dtype, table.device, grid)
         # Eager, no grid given at construction: keep the last grid seen.
-        self._table_grid = grid
-        self._table = self._build_table(self._table.dtype, self._table.device, grid)
-        return self._table
+        table = self._build_table(table.dtype, table.device, grid)
+        with TABLE_LOCK:
+            self._table_grid, self._table = grid, table
+        return table
 
     def table(self, grid_size: int | tuple[int, int] | tuple[int, int, int] | None = None) -> Tensor:
         """The encodings added to a flat input: ``(p + n, d)``, prefix rows zero, float32.

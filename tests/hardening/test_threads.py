@@ -73,3 +73,54 @@ def test_concurrent_calls_on_one_module_match_single_threaded(main_entry: Entry)
     for job, outs in results:
         for got, want in zip(outs, expected[job], strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _race(make_call, inputs: list, threads: int = THREADS, trials: int = 40) -> None:
+    """``trials`` times: a fresh ``call = make_call()`` run over ``inputs`` from ``threads`` threads
+    at once; any error fails."""
+    for _ in range(trials):
+        barrier = threading.Barrier(threads)
+        call = make_call()
+
+        def worker(index: int, barrier=barrier, call=call) -> None:
+            barrier.wait()
+            for x in (inputs * 2)[index : index + len(inputs)]:
+                call(x)
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(worker, range(threads)))
+
+
+def test_a_growing_sinusoidal_table_is_never_replaced_by_a_smaller_one() -> None:
+    """Threads grow one module's table to different sizes at once; a slice must come from a table
+    that holds it (a thread that grew it to 2048 rows once replaced another's 4096: 23% of trials)."""
+    inputs = [torch.randn(1, length, 16) for length in LENGTHS]
+    expected = {x.shape[1]: posenc.Sinusoidal(16)(x) for x in inputs}
+
+    def make_call():
+        module = posenc.Sinusoidal(16, max_len=4)  # every trial grows a new table
+        return lambda x: torch.testing.assert_close(module(x), expected[x.shape[1]], rtol=0, atol=0)
+
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _race(make_call, inputs)
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
+def test_a_2d_table_and_its_grid_are_switched_together() -> None:
+    """Threads encode patch grids of different sizes through one module without a fixed grid."""
+    inputs = [torch.randn(1, h, w, 16) for h, w in ((4, 4), (8, 6), (3, 9), (16, 16))]
+    expected = {x.shape: posenc.Sinusoidal2D(16)(x) for x in inputs}
+
+    def make_call():
+        module = posenc.Sinusoidal2D(16)
+        return lambda x: torch.testing.assert_close(module(x), expected[x.shape], rtol=0, atol=0)
+
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _race(make_call, inputs)
+    finally:
+        torch.set_num_threads(torch_threads)
