@@ -174,7 +174,7 @@ def eager_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayou
 
 #: Bytes of ``x`` that one piece of a multi-pass eager form covers on the CPU. The passes of a
 #: piece re-read what the previous pass wrote from the cache instead of memory, and the temporaries
-#: are piece-sized (reused by the allocator, no page faults): ~1.3-1.7x faster on tensors past the
+#: are piece-sized (reused by the allocator, no page faults): 1.1-2.6x faster forward on tensors past the
 #: L2 cache (single thread, torch 2.13; ``python -m benchmarks --only rope``). Tests lower it.
 PIECE_BYTES = 1 << 20
 
