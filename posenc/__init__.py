@@ -118,18 +118,32 @@ _HOME: dict[str, str] = {
 
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)  # posenc.registry imports the built-in encodings, which register themselves
-    if home is not None:
-        value = getattr(importlib.import_module(f".{home}", __name__), name)
-    elif (
-        name.isidentifier()
-        and not name.startswith("__")
-        and importlib.util.find_spec(f"{__name__}.{name}") is not None
-    ):
-        value = importlib.import_module(f".{name}", __name__)  # a submodule: posenc.nn, posenc.hf, ...
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        if home is not None:
+            value = getattr(importlib.import_module(f".{home}", __name__), name)
+        elif (
+            name.isidentifier()
+            and not name.startswith("__")
+            and importlib.util.find_spec(f"{__name__}.{name}") is not None
+        ):
+            value = importlib.import_module(f".{name}", __name__)  # a submodule: posenc.nn, posenc.hf, ...
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    except ModuleNotFoundError as err:
+        if err.name not in _REQUIRED:
+            raise
+        # `import posenc` itself needs nothing; the names do: say which package, not a line of base.py.
+        raise ModuleNotFoundError(
+            f"posenc.{name} needs {err.name}, which is not installed in this Python ({sys.executable}): "
+            f"pip install {err.name}",
+            name=err.name,
+        ) from err
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+#: What the public names import (``pyproject.toml``'s dependencies that are imported at runtime).
+_REQUIRED = ("torch", "einops")
 
 
 def __dir__() -> list[str]:

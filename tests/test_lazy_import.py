@@ -140,3 +140,24 @@ def test_a_user_registration_sees_the_built_in_names_first():
         """
     )
     assert out.strip() == "clash"
+
+
+def test_a_name_without_torch_installed_says_what_to_install():
+    """Without torch, ``import posenc`` works and a public name asks for torch by name."""
+    out = run_python(
+        """
+        import sys
+        sys.modules["torch"] = None  # as if torch were not installed
+        import posenc
+        try:
+            posenc.RoPE
+        except ModuleNotFoundError as err:
+            print(err.name, "|", err)
+        """
+    )
+    name, message = out.strip().split(" | ")
+    assert name == "torch"
+    assert (
+        message.startswith("posenc.RoPE needs torch, which is not installed")
+        and "pip install torch" in message
+    )

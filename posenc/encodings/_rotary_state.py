@@ -65,7 +65,7 @@ class RotaryState(PositionState):
         self.end = end
         self.q_cos, self.q_sin = self._rows(q_positions, q_start)
         self._k_rows: RowsPair | None = None
-        # (side "q"/"k", dtype) -> eager_tables(rows): built once, then used by every layer
+        # (_table_key(side, role), dtype) -> eager_tables(rows): built once, then used by every layer
         self._tables: dict[tuple[str, torch.dtype], tuple[Tensor, ...]] = {}
 
     def _rows(self, positions: Tensor, start: int | None, dtype: torch.dtype | None = None) -> RowsPair:
@@ -95,15 +95,26 @@ class RotaryState(PositionState):
             self._k_rows = self._rows(self.k_positions, self.k_start)
         return self._k_rows
 
-    def _rotate(self, x: Tensor, side: str) -> Tensor:
-        """Rotate ``x`` at the positions of ``side``; eager calls reuse the side's tables for x's dtype."""
+    def _rotation_rows(self, side: str, role: str, dtype: torch.dtype) -> RowsPair:
+        """The cos and sin a ``role`` (``"query"`` or ``"key"``) tensor at the positions of ``side``
+        is rotated with: the side's rows (xPos scales them by role)."""
+        return self._side_rows(side, dtype)
+
+    def _table_key(self, side: str, role: str) -> str:
+        """What the apply-ready tables of ``side`` and ``role`` are cached under (with the dtype):
+        RoPE's depend on the side only, so queries and keys at the same positions share them."""
+        return side
+
+    def _rotate(self, x: Tensor, side: str, role: str = "query") -> Tensor:
+        """Rotate ``x`` at the positions of ``side``; eager calls reuse the tables for x's dtype."""
         layout = self.encoding.layout
         if not eager_ok(x):
-            return _apply(x, *self._side_rows(side, x.dtype), layout)
-        tables = self._tables.get((side, x.dtype))
+            return _apply(x, *self._rotation_rows(side, role, x.dtype), layout)
+        key = (self._table_key(side, role), x.dtype)
+        tables = self._tables.get(key)
         if tables is None:
-            tables = eager_tables(*self._side_rows(side, x.dtype), x.dtype, layout)
-            self._tables[side, x.dtype] = tables
+            rows = self._rotation_rows(side, role, x.dtype)
+            tables = self._tables[key] = eager_tables(*rows, x.dtype, layout)
         return apply_tables(x, tables, layout)
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -114,9 +125,9 @@ class RotaryState(PositionState):
     def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         if q.shape[-2] != self.q_len:
             raise ValueError(
-                f"q has {q.shape[-2]} positions, but this RotaryState was prepared for {self.q_len}"
+                f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
             )
-        return self._rotate(q, "q"), self._rotate(k, self._key_side(k))
+        return self._rotate(q, "q", "query"), self._rotate(k, self._key_side(k), "key")
 
     def _narrow_tables(self, rows: slice, cols: slice) -> None:
         self._tables = {}  # this is a shallow copy: never narrow the original's tables

@@ -9,7 +9,6 @@ from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor, check_positive_float
 from .._compat import is_tracing
-from ..functional.rotary import _apply, apply_tables, eager_ok, eager_tables
 from ..registry import register
 from .rotary import RoPE, RotaryState
 
@@ -47,34 +46,15 @@ class XPosState(RotaryState):
         scale = (power * log_zeta).exp().to(like.dtype)  # (t, r/2) or (b, t, r/2)
         return scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)
 
-    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        if q.shape[-2] != self.q_len:
-            raise ValueError(
-                f"q has {q.shape[-2]} positions, but this XPosState was prepared for {self.q_len}"
-            )
-        side = self._key_side(k)
-        k_positions = self.q_positions if side == "q" else self.k_positions
-        return (
-            self._rotate_scaled(q, "q", self.q_positions, 1.0),
-            self._rotate_scaled(k, side, k_positions, -1.0),
-        )
+    def _rotation_rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The side's rows times ``zeta ** (±position / scale_base)``: + for queries, − for keys."""
+        cos, sin = self._side_rows(side, dtype)
+        positions = self.q_positions if side == "q" else self.k_positions
+        scale = self._scale(positions, cos, 1.0 if role == "query" else -1.0)
+        return cos * scale, sin * scale
 
-    def _rotate_scaled(self, x: Tensor, side: str, positions: Tensor, sign: float) -> Tensor:
-        """Rotate ``x`` with the rows of ``side`` scaled by ``zeta ** (sign * position / scale_base)``.
-
-        Eager calls build the scaled apply-ready tables once per (side, sign, dtype), as
-        :class:`RotaryState` does, so every layer after the first reuses them.
-        """
-        layout = self.encoding.layout
-        key = (f"xpos {side} {sign:+g}", x.dtype)
-        tables = self._tables.get(key) if eager_ok(x) else None
-        if tables is None:
-            cos, sin = self._side_rows(side, x.dtype)
-            scale = self._scale(positions, cos, sign)
-            if not eager_ok(x):
-                return _apply(x, cos * scale, sin * scale, layout)
-            tables = self._tables[key] = eager_tables(cos * scale, sin * scale, x.dtype, layout)
-        return apply_tables(x, tables, layout)
+    def _table_key(self, side: str, role: str) -> str:
+        return f"{side} {role}"  # keys at the queries' positions are scaled the other way
 
 
 @register("xpos")

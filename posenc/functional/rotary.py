@@ -193,13 +193,11 @@ def rotate_eager(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> T
     out-of-place forms a slow forward. Gradients of any order follow (the backward is itself this
     function). Tables that require grad, and ``torch.func`` transforms, take the reference formula.
     """
-    wrapped = _functorch_wrapped(x)
-    if torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tables)):
-        if wrapped or any(t.requires_grad for t in tables):
-            return rotary_reference(x, *_cos_sin(tables, layout), layout)
-        return _Rotate.apply(x, layout, *tables)
-    if wrapped:
+    grad = torch.is_grad_enabled()
+    if _functorch_wrapped(x) or (grad and any(t.requires_grad for t in tables)):
         return rotary_reference(x, *_cos_sin(tables, layout), layout)
+    if grad and x.requires_grad:
+        return _Rotate.apply(x, layout, *tables)
     return _rotate(x, tables, layout)
 
 

@@ -99,16 +99,16 @@ def test_bad_input() -> None:
 
 def test_a_prepared_state_scales_its_tables_once_for_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scaled cos/sin tables are built once per side and dtype; later layers reuse them unchanged."""
-    import posenc.encodings.xpos as xpos_module
+    import posenc.encodings._rotary_state as state_module  # RotaryState builds xPos's tables too
 
     built = []
-    real = xpos_module.eager_tables
+    real = state_module.eager_tables
 
     def counting(*args, **kwargs):
         built.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(xpos_module, "eager_tables", counting)
+    monkeypatch.setattr(state_module, "eager_tables", counting)
     xpos = XPos(8)
     state = xpos.prepare(6)
     q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)

@@ -77,18 +77,23 @@ def test_concurrent_calls_on_one_module_match_single_threaded(main_entry: Entry)
 
 def _race(make_call, inputs: list, threads: int = THREADS, trials: int = 40) -> None:
     """``trials`` times: a fresh ``call = make_call()`` run over ``inputs`` from ``threads`` threads
-    at once; any error fails."""
-    for _ in range(trials):
-        barrier = threading.Barrier(threads)
-        call = make_call()
+    at once (one torch thread each); any error fails."""
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the parallelism under test is Python threads, not intra-op
+        for _ in range(trials):
+            barrier = threading.Barrier(threads)
+            call = make_call()
 
-        def worker(index: int, barrier=barrier, call=call) -> None:
-            barrier.wait()
-            for x in (inputs * 2)[index : index + len(inputs)]:
-                call(x)
+            def worker(index: int, barrier=barrier, call=call) -> None:
+                barrier.wait()
+                for x in (inputs * 2)[index : index + len(inputs)]:
+                    call(x)
 
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(worker, range(threads)))
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(worker, range(threads)))
+    finally:
+        torch.set_num_threads(torch_threads)
 
 
 def test_a_growing_sinusoidal_table_is_never_replaced_by_a_smaller_one() -> None:
@@ -101,12 +106,7 @@ def test_a_growing_sinusoidal_table_is_never_replaced_by_a_smaller_one() -> None
         module = posenc.Sinusoidal(16, max_len=4)  # every trial grows a new table
         return lambda x: torch.testing.assert_close(module(x), expected[x.shape[1]], rtol=0, atol=0)
 
-    torch_threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        _race(make_call, inputs)
-    finally:
-        torch.set_num_threads(torch_threads)
+    _race(make_call, inputs)
 
 
 def test_a_2d_table_and_its_grid_are_switched_together() -> None:
@@ -118,9 +118,4 @@ def test_a_2d_table_and_its_grid_are_switched_together() -> None:
         module = posenc.Sinusoidal2D(16)
         return lambda x: torch.testing.assert_close(module(x), expected[x.shape], rtol=0, atol=0)
 
-    torch_threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        _race(make_call, inputs)
-    finally:
-        torch.set_num_threads(torch_threads)
+    _race(make_call, inputs)
