@@ -38,7 +38,7 @@ def test_parity_with_hf_opt_learned_positions():
     mask = torch.ones(2, 7, dtype=torch.long)
     with torch.no_grad():
         expected = hf(mask)  # positions 0..6, rows 2..8
-        expected_cached = hf(mask, past_key_values_length=4)  # the last 3 of them (KV cache)
+        expected_cached = hf(mask, cache_length=4)  # the last 3 of them (KV cache)
         explicit = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
         expected_explicit = hf(mask, position_ids=explicit)
     zeros = torch.zeros(2, 7, 8)

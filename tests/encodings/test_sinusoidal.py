@@ -126,7 +126,7 @@ def test_parity_with_hf_marian():
     hf = MarianSinusoidalPositionalEmbedding(300, 40)
     with torch.no_grad():
         hf.weight.copy_(hf.create_weight())
-        expected = hf((2, 9), past_key_values_length=17)  # positions 17..25
+        expected = hf((2, 9), cache_length=17)  # positions 17..25
     got = Sinusoidal(40, layout="concat").table(torch.arange(17, 26))
     torch.testing.assert_close(got, expected, **FLOAT32_CAST)
     torch.testing.assert_close(Sinusoidal(40, layout="concat").table(300), hf.weight.detach(), **FLOAT32_CAST)
