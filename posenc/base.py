@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from ._compat import is_compiling, is_exporting, precise_dtype
+from ._compat import precise_dtype
 
 # The hooks' input checks and the position resolution live in ``posenc._positions``; re-exported
 # here, where they were first defined.
@@ -42,9 +42,6 @@ from ._positions import (  # noqa: F401
     resolve_positions,
     resolve_qk_positions,
 )
-
-# PositionState (and the BiasForm / ScoreMod aliases) live in ``posenc.state``; re-exported here,
-# where they were first defined.
 from .state import BiasForm, PositionState, ScoreMod
 
 __all__ = [
@@ -62,11 +59,8 @@ __all__ = [
 
 Kind = Literal["additive", "rotary", "bias", "none"]
 
-# Kept for code that imported them from here; the one definition is in ``posenc._compat``.
-_is_compiling = is_compiling
-_is_exporting = is_exporting
-_precise_dtype = precise_dtype
-_CACHE_DTYPES = (torch.float32, torch.float64)
+#: The hooks a subclass may override; :attr:`PositionalEncoding.overridden_hooks` names those it does.
+HOOKS = ("encode_input", "encode_qk", "attention_bias", "value_term", "score_mod")
 
 
 def _overrides_hook_below_state(cls: type) -> bool:
@@ -81,8 +75,7 @@ def _overrides_hook_below_state(cls: type) -> bool:
         return next(i for i, c in enumerate(mro) if name in c.__dict__)
 
     state_at = definer("prepare_state")
-    hooks = ("encode_qk", "attention_bias", "value_term", "score_mod")
-    return any(definer(hook) < state_at for hook in hooks)
+    return any(definer(hook) < state_at for hook in HOOKS if hook != "encode_input")
 
 
 class PositionalEncoding(nn.Module):
@@ -119,10 +112,15 @@ class PositionalEncoding(nn.Module):
     #: Set per class (see :func:`_overrides_hook_below_state`); a class attribute, not a lookup
     #: at call time, so that compiled code guards on nothing mutable.
     _generic_state: ClassVar[bool] = False
+    #: The hooks this class overrides (where it acts): the prepared state skips the others.
+    overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._generic_state = _overrides_hook_below_state(cls)
+        cls.overridden_hooks = frozenset(
+            hook for hook in HOOKS if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+        )
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the position signal to token embeddings.

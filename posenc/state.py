@@ -2,7 +2,7 @@
 
 :class:`PositionState` holds the resolved positions of queries and keys and calls the encoding's
 hooks at them; built-in encodings return subclasses that hold their precomputed tables. It is
-re-exported by :mod:`posenc.base`, where :class:`~posenc.base.PositionalEncoding` builds it.
+built by :meth:`~posenc.base.PositionalEncoding.prepare`. It imports nothing of posenc at run time.
 
 Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries,
 ``tk`` keys), ``dh`` head width.
@@ -94,8 +94,7 @@ class PositionState:
         self.q_start = q_start
         self.k_start = k_start
         if bias_form is None:
-            overrides = type(encoding).attention_bias is not _base.PositionalEncoding.attention_bias
-            bias_form = "full" if overrides else "none"
+            bias_form = "full" if "attention_bias" in encoding.overridden_hooks else "none"
         self.bias_form = bias_form
         if bias_form == "key":
             self.causal_only = True
@@ -130,7 +129,7 @@ class PositionState:
         Returns:
             ``(q, k)``, same shapes and dtypes.
         """
-        if type(self.encoding).encode_qk is _base.PositionalEncoding.encode_qk:
+        if "encode_qk" not in self.encoding.overridden_hooks:
             return q, k
         kp, _ = self.key_positions(k)
         return self.encoding.encode_qk(q, k, q_positions=self.q_positions, k_positions=kp)
@@ -170,7 +169,7 @@ class PositionState:
     @property
     def has_value_term(self) -> bool:
         """Whether :meth:`value_term` adds to the attention output (then attention needs the weights)."""
-        return type(self.encoding).value_term is not _base.PositionalEncoding.value_term
+        return "value_term" in self.encoding.overridden_hooks
 
     def value_term(self, probs: Tensor) -> Tensor | None:
         """The encoding's :meth:`~PositionalEncoding.value_term` at this state's positions.
@@ -210,10 +209,3 @@ class PositionState:
             f"{type(self).__name__}({type(self.encoding).__name__}, tq={self.q_len}, tk={self.k_len}, "
             f"bias_form={self.bias_form!r})"
         )
-
-
-# PositionState compares an encoding's hooks with PositionalEncoding's own no-op ones, and
-# posenc.base imports this module for PositionState. Importing base here, below the class, works
-# whichever module is imported first (base then finds PositionState defined) and costs nothing per
-# call; an import inside the methods would cost ~0.8 us on every call.
-from . import base as _base  # noqa: E402
