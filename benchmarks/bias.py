@@ -5,7 +5,7 @@ under ``torch.no_grad()``, default scale ``1/sqrt(dh)``):
 
 * ``sdpa causal (no bias)`` — ``F.scaled_dot_product_attention(..., is_causal=True)``: the
   limit (the same attention without any position bias);
-* ``posenc alibi`` / ``posenc t5`` — :func:`posenc.attention.attention` with
+* ``posenc alibi`` / ``posenc t5`` — :func:`posenc.attend.attention` with
   :class:`posenc.ALiBi` / :class:`posenc.RelativeBias` (``causal=True``, ``backend="auto"``);
   ``posenc t5 [flex]`` — the same with ``backend="flex"`` (FlexAttention, compiled once);
 * ``alibi dense mask`` — SDPA with a materialised ``(1, h, t, t)`` float mask (ALiBi plus

@@ -78,7 +78,7 @@ def _sdpa_causal(ctx: Context) -> Callable[[], Tensor]:
 
 def _posenc(encoding_attr: str, backend: str) -> Callable[[Context], Callable[[], Tensor]]:
     def build(ctx: Context) -> Callable[[], Tensor]:
-        from posenc.attention import attention
+        from posenc.attend import attention
 
         encoding = getattr(ctx, encoding_attr)
         return lambda: attention(ctx.q, ctx.k, ctx.v, encoding, causal=True, backend=backend)

@@ -116,7 +116,7 @@ def make_context(config: PackedConfig, length: int, seed: int = 0) -> Context:
 
 def _packed(name: str) -> Callable[[Context], Callable[[], Tensor]]:
     def build(ctx: Context) -> Callable[[], Tensor]:
-        from posenc.attention import attention
+        from posenc.attend import attention
 
         encoding = ctx.encodings[name]
         return lambda: attention(ctx.q, ctx.k, ctx.v, encoding, causal=True, document_ids=ctx.document_ids)
@@ -139,7 +139,7 @@ PATHS: dict[str, SectionPath] = {
 
 def check_error(ctx: Context, path: SectionPath, out: Tensor) -> float:
     """Packed output against each document run alone (the baseline: against one causal call)."""
-    from posenc.attention import attention
+    from posenc.attend import attention
 
     if path.encoding is None:
         alone = [F.scaled_dot_product_attention(ctx.q, ctx.k, ctx.v, is_causal=True)]

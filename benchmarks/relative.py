@@ -199,7 +199,7 @@ def _sdpa_causal(ctx: Context) -> Callable[[], Tensor]:
 
 def _posenc(attr: str) -> Callable[[Context], Callable[[], Tensor]]:
     def build(ctx: Context) -> Callable[[], Tensor]:
-        from posenc.attention import attention
+        from posenc.attend import attention
 
         encoding = getattr(ctx, attr)
         return lambda: attention(ctx.q, ctx.k, ctx.v, encoding, causal=True)

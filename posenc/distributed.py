@@ -49,7 +49,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
-from .attention import attention
+from .attend import attention
 from .base import PositionalEncoding, resolve_positions
 from .encodings.none import NoPE
 

@@ -375,6 +375,9 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     return cls(**kwargs)
 
 
-# Last, once everything above exists: the built-in encodings register themselves on import (they
-# import this module), so every lookup, and every user registration's name check, sees them.
-from . import encodings as _builtin_encodings  # noqa: E402, F401
+# The built-in encodings, registered here in one visible place (posenc.encodings.BUILTIN names them),
+# so every lookup, and every user registration's name check, sees them.
+from .encodings import BUILTIN  # noqa: E402  (the encodings import nothing of the registry)
+
+for _cls, (_name, *_aliases) in BUILTIN:
+    register(_name, *_aliases)(_cls)

@@ -12,12 +12,12 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import posenc
-from posenc.attention import attention
+from posenc.attend import attention
 from posenc.base import PositionalEncoding, resolve_qk_positions
 from posenc.registry import lookup
 
-# The module (``posenc.attention`` the attribute is the function of the same name).
-attention_module = importlib.import_module("posenc.attention")
+# The module that holds posenc.attention (the tests read its path constants).
+attention_module = importlib.import_module("posenc.attend")
 
 # float32 outputs against a float64 reference: dot products of width <= 16 and a softmax
 # over <= 64 keys round to a few ulps of 1.

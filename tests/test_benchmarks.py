@@ -684,7 +684,7 @@ def test_packed_check_catches_attention_across_documents():
     ctx = packed_bench.make_context(config, 40)
     assert ctx.document_ids.unique().numel() == 4
     path = packed_bench.PATHS[packed_bench.T5]
-    from posenc.attention import attention
+    from posenc.attend import attention
 
     with torch.no_grad():
         across = attention(

@@ -8,7 +8,7 @@ from test_attention import ENCODINGS, TOL, make, qkv, reference
 from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 
 import posenc
-from posenc.attention import attention
+from posenc.attend import attention
 
 # Two rows packed differently: documents of 5, 3 and 6 tokens, and of 2, 9 and 3.
 LENGTHS = [[5, 3, 6], [2, 9, 3]]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from test_attention import qkv
 from torch import Tensor, nn
 
-from posenc.attention import attention
+from posenc.attend import attention
 from posenc.base import PositionalEncoding, resolve_qk_positions
 
 K = 3  # clipping distance

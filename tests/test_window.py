@@ -11,10 +11,10 @@ from test_attention import ENCODINGS, TOL, make, qkv, reference
 from transformers import masking_utils
 
 import posenc
-from posenc.attention import attention
+from posenc.attend import attention
 from posenc.masking import Visibility
 
-attention_module = importlib.import_module("posenc.attention")
+attention_module = importlib.import_module("posenc.attend")
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,9 @@
-"""One module per family of encodings; importing this package registers them all."""
+"""The built-in encodings, one module per family, and the one place that names them.
+
+:data:`BUILTIN` gives each built-in class its registry names (the first is the canonical name, the
+rest aliases); :mod:`posenc.registry` registers them when it is imported. The encodings themselves
+import nothing of the registry.
+"""
 
 from .alibi import ALiBi
 from .axial import AxialRoPE
@@ -10,26 +15,30 @@ from .none import NoPE
 from .relative import RelativeBias
 from .rotary import RoPE
 from .shaw import ShawRelative
-from .sinusoidal import Sinusoidal, Sinusoidal2D
+from .sinusoidal import Sinusoidal
+from .sinusoidal2d import Sinusoidal2D
 from .temperature import QueryTemperature
 from .transformer_xl import RelPosXL
 from .xpos import XPos
 
-__all__ = [
-    "FIRE",
-    "KERPLE",
-    "ALiBi",
-    "AxialRoPE",
-    "Learned",
-    "Learned2D",
-    "MRoPE",
-    "NoPE",
-    "QueryTemperature",
-    "RelPosXL",
-    "RelativeBias",
-    "RoPE",
-    "ShawRelative",
-    "Sinusoidal",
-    "Sinusoidal2D",
-    "XPos",
-]
+#: Each built-in encoding and its registry names: ``build("t5")`` is ``RelativeBias``.
+BUILTIN = (
+    (Sinusoidal, ("sinusoidal", "sincos")),
+    (Sinusoidal2D, ("sinusoidal2d",)),
+    (Learned, ("learned",)),
+    (Learned2D, ("learned2d",)),
+    (RoPE, ("rope", "rotary")),
+    (AxialRoPE, ("rope_axial", "rope2d")),
+    (MRoPE, ("mrope",)),
+    (XPos, ("xpos",)),
+    (QueryTemperature, ("query_temperature", "llama4_nope")),
+    (RelativeBias, ("relative_bias", "t5")),
+    (ALiBi, ("alibi",)),
+    (KERPLE, ("kerple",)),
+    (FIRE, ("fire",)),
+    (ShawRelative, ("shaw", "shaw_relative")),
+    (RelPosXL, ("transformer_xl", "relpos_xl")),
+    (NoPE, ("none", "nope")),
+)
+
+__all__ = [cls.__name__ for cls, _ in BUILTIN]

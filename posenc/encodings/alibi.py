@@ -19,7 +19,6 @@ from ..base import (
 )
 from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options
 from ..functional.relative import position_indexer, toeplitz_by_distance
-from ..registry import register
 
 __all__ = ["ALiBi", "ALiBiState"]
 
@@ -87,7 +86,6 @@ class ALiBiState(PositionState):
         return alibi_score_mod
 
 
-@register("alibi")
 class ALiBi(PositionalEncoding):
     """ALiBi: attention with linear biases, ``-m_h * distance`` added to the scores of head ``h``.
 

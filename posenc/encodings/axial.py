@@ -23,7 +23,6 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
 from ..functional.axial import check_axis_widths, checked_axial_frequencies, grid_positions
-from ..registry import register
 
 # The base class and state shared with M-RoPE live in ``_axis_rotary``; re-exported here, where
 # they were first defined.
@@ -32,7 +31,6 @@ from ._axis_rotary import AxisRotaryState, RowsPair, _AxisRotary, precise  # noq
 __all__ = ["AxialRoPE", "AxisRotaryState"]
 
 
-@register("rope_axial", "rope2d")
 class AxialRoPE(_AxisRotary):
     """RoPE over several axes (2D images, 3D video) with a channel budget per axis.
 

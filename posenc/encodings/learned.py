@@ -11,12 +11,10 @@ from torch import Tensor, nn
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
 from .._compat import is_compiling, precise_dtype
 from ..base import PositionalEncoding, check_input, resolve_positions
-from ..registry import register
 
 __all__ = ["Learned"]
 
 
-@register("learned")
 class Learned(PositionalEncoding):
     """A trained embedding per absolute position, added to the token embeddings.
 

@@ -12,7 +12,6 @@ from .._checks import check_bool, check_choice, check_int, check_positive_float
 from .._compat import is_tracing
 from ..base import PositionalEncoding, check_input, resolve_positions
 from ..functional.axial import resample_grid_table
-from ..registry import register
 
 __all__ = ["Learned2D"]
 
@@ -27,7 +26,6 @@ def _grid(name: str, grid: object) -> tuple[int, int]:
     return check_int(f"{name}[0]", grid[0], minimum=1), check_int(f"{name}[1]", grid[1], minimum=1)
 
 
-@register("learned2d")
 class Learned2D(PositionalEncoding):
     """A trained embedding per patch of an ``h × w`` grid, plus one per prefix token.
 

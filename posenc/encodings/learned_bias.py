@@ -13,7 +13,6 @@ from .._compat import precise_dtype
 from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
 from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import matmul_outside_autocast
-from ..registry import register
 
 __all__ = ["FIRE", "KERPLE", "LearnedBiasState"]
 
@@ -156,7 +155,6 @@ class _LearnedBias(PositionalEncoding):
         return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
 
 
-@register("kerple")
 class KERPLE(_LearnedBias):
     """KERPLE: a kernelised relative bias with two learned parameters per head.
 
@@ -240,7 +238,6 @@ class KERPLE(_LearnedBias):
         return f"num_heads={self.num_heads}, kind={self.kind_name!r}, causal={self.causal}"
 
 
-@register("fire")
 class FIRE(_LearnedBias):
     """FIRE: functional interpolation for relative positions, a learned function of normalised distance.
 

@@ -17,7 +17,6 @@ from .._checks import check_bool, check_int
 from .._compat import is_tracing
 from ..functional.axial import mrope_axes
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from ..registry import register
 from .axial import AxisRotaryState, _AxisRotary
 
 __all__ = ["MRoPE"]
@@ -26,7 +25,6 @@ __all__ = ["MRoPE"]
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
-@register("mrope")
 class MRoPE(_AxisRotary):
     """M-RoPE: RoPE whose rotated pairs follow the temporal, height or width position.
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..base import PositionalEncoding, check_input, resolve_positions
-from ..registry import register
 
 __all__ = ["NoPE"]
 
 
-@register("none", "nope")
 class NoPE(PositionalEncoding):
     """No position information anywhere ("NoPE", Kazemnejad et al., 2023).
 

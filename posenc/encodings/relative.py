@@ -17,7 +17,6 @@ from ..functional.relative import (
     relative_bucket_of_distances,
     toeplitz_by_distance,
 )
-from ..registry import register
 
 __all__ = ["RelativeBias", "RelativeBiasState"]
 
@@ -88,7 +87,6 @@ class RelativeBiasState(PositionState):
         return relative_bias_score_mod
 
 
-@register("relative_bias", "t5")
 class RelativeBias(PositionalEncoding):
     """T5's relative position bias: a learned scalar per head and bucket of ``k_pos - q_pos``.
 

@@ -27,7 +27,6 @@ from .._compat import is_tracing
 from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
 from ..functional.rotary import rope_cos_sin
-from ..registry import register
 from ._rotary_state import RotaryState, RowsPair  # the state lives apart; imported from here too
 
 __all__ = ["RoPE", "RotaryState"]
@@ -39,7 +38,6 @@ DEFAULT_TABLE_LEN = 4096
 MAX_TABLE_LEN = 16384
 
 
-@register("rope", "rotary")
 class RoPE(PositionalEncoding):
     """Rotary position embedding: queries and keys rotated by position-dependent angles.
 

@@ -18,7 +18,6 @@ from ..functional.shaw import (
     shaw_key_term,
     shaw_value_term,
 )
-from ..registry import register
 
 __all__ = ["ShawRelative", "ShawState"]
 
@@ -116,7 +115,6 @@ def _check_lengths(state: PositionState, tq: int, tk: int) -> None:
         )
 
 
-@register("shaw", "shaw_relative")
 class ShawRelative(PositionalEncoding):
     """Clipped relative position representations (Shaw, Uszkoreit & Vaswani, 2018).
 

@@ -19,7 +19,6 @@ from .._checks import check_choice, check_int, check_positive_float
 from .._compat import is_compiling, is_exporting, wide_dtype
 from ..base import check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_table
-from ..registry import register
 from ._table_cache import TABLE_LOCK, _TableCache
 
 # Sinusoidal2D (and its Grid type) live in ``sinusoidal2d``; re-exported here, where they were
@@ -36,7 +35,6 @@ DEFAULT_INITIAL_LEN = 512
 MAX_TABLE_LEN = 16384
 
 
-@register("sinusoidal", "sincos")
 class Sinusoidal(_TableCache):
     """The fixed sin/cos position encoding of "Attention Is All You Need" (Vaswani et al., 2017).
 

@@ -23,7 +23,6 @@ from ..functional.sinusoidal import (
     sinusoidal_2d_table,
     sinusoidal_3d_table,
 )
-from ..registry import register
 from ._table_cache import TABLE_LOCK, _TableCache
 
 __all__ = ["Sinusoidal2D"]
@@ -31,7 +30,6 @@ __all__ = ["Sinusoidal2D"]
 Grid = tuple[int, int] | tuple[int, int, int]
 
 
-@register("sinusoidal2d")
 class Sinusoidal2D(_TableCache):
     """The fixed 2D sin/cos encoding of image patch grids from MAE (He et al., 2022), and its
     3D form for video.

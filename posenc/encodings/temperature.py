@@ -17,7 +17,6 @@ from torch import Tensor
 from .._checks import check_positive_float
 from .._compat import precise_dtype
 from ..base import PositionalEncoding, check_qk, resolve_qk_positions
-from ..registry import register
 
 __all__ = ["QueryTemperature", "query_temperature"]
 
@@ -41,7 +40,6 @@ def query_temperature(
     return (torch.log1p(steps) * attn_scale + 1.0).to(dtype)
 
 
-@register("query_temperature", "llama4_nope")
 class QueryTemperature(PositionalEncoding):
     """Llama 4's NoPE-layer encoding: no rotation, queries scaled by a slowly growing temperature.
 

@@ -24,7 +24,6 @@ from .._compat import is_tracing, precise_dtype
 from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
 from ..functional.relative import position_indexer
 from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
-from ..registry import register
 
 __all__ = ["RelPosXL", "RelPosXLState"]
 
@@ -162,7 +161,6 @@ class RelPosXLState(PositionState):
         return transformer_xl_score_mod
 
 
-@register("transformer_xl", "relpos_xl")
 class RelPosXL(PositionalEncoding):
     """Transformer-XL / Conformer relative positions: ``pos_bias_u``, ``pos_bias_v`` and projected sinusoids.
 

@@ -9,7 +9,6 @@ from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor, check_positive_float
 from .._compat import is_tracing
-from ..registry import register
 from .rotary import RoPE, RotaryState
 
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
@@ -57,7 +56,6 @@ class XPosState(RotaryState):
         return f"{side} {role}"  # keys at the queries' positions are scaled the other way
 
 
-@register("xpos")
 class XPos(RoPE):
     """xPos: the RoFormer rotation times a per-frequency decay with relative distance.
 

@@ -18,7 +18,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
-from ..attention import attention
+from ..attend import attention
 from ..base import PositionalEncoding, PositionState, mask_to_positions
 from ..cache import KVCache, describe_encoding
 from ..masking import check_window, document_positions

@@ -50,7 +50,28 @@ def test_import_posenc_and_its_version_import_no_torch():
         print(__version__, "torch" in sys.modules)
         """
     )
-    assert out.split() == ["0.1.0", "False"]
+    assert out.split() == [_pyproject_version(), "False"]
+
+
+def _pyproject_version() -> str:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
+def test_type_checkers_see_every_lazy_name():
+    """The TYPE_CHECKING block (what mypy and IDEs read) imports exactly the names of ``_HOME``."""
+    import ast
+    from pathlib import Path
+
+    import posenc
+
+    tree = ast.parse(Path(posenc.__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    imported = {alias.asname or alias.name for node in block.body for alias in node.names}
+    assert imported == set(posenc._HOME)
 
 
 def test_every_public_name_resolves_and_star_import_gives_them_all():
@@ -66,14 +87,14 @@ def test_every_public_name_resolves_and_star_import_gives_them_all():
             value = getattr(posenc, name)
             assert value is not None and namespace[name] is value, name
             home = posenc._HOME.get(name)
-            if home is not None:  # the very object of its module, not a copy
+            if home not in (None, name):  # the very object of its module, not a copy
                 assert value is getattr(importlib.import_module("posenc." + home), name), name
         for name in ("nn", "functional", "distributed", "hf", "registry"):
             assert isinstance(getattr(posenc, name), types.ModuleType), name
         assert posenc.RoPE is posenc.encodings.rotary.RoPE
         # the lazy table repeats the encodings' exports (it cannot import them): they must agree
-        assert set(posenc._ENCODINGS) == set(posenc.encodings.__all__)
-        assert posenc.attention.__module__ == "posenc.attention"
+        assert {n for n, home in posenc._HOME.items() if home == "encodings"} == set(posenc.encodings.__all__)
+        assert posenc.attention.__module__ == "posenc.attend"
         assert set(posenc.__all__) <= set(dir(posenc))
         assert not hasattr(posenc, "no_such_name")
         try:
@@ -86,22 +107,12 @@ def test_every_public_name_resolves_and_star_import_gives_them_all():
     assert out.strip() == "ok"
 
 
-def test_attention_stays_the_function_whatever_is_imported_first():
-    # posenc.nn imports the submodule posenc.attention; the import system then sets the package's
-    # attribute `attention` to that module: the public name must stay the function.
+def test_attention_is_the_function_whatever_is_imported_first():
     out = run_python(
         """
-        import posenc.nn, posenc.attention
+        import posenc.nn, posenc.attend
         import posenc
-        from posenc import attention
-        assert posenc.attention is attention, posenc.attention
-        assert attention is posenc.attention.__globals__["attention"]
-        def fake(*args, **kwargs):
-            return None
-        posenc.attention = fake  # a user's assignment (a test's monkeypatch) is kept, and undone
-        assert posenc.attention is fake
-        posenc.attention = attention
-        assert posenc.attention is attention
+        assert posenc.attention is posenc.attend.attention, posenc.attention
         print(type(posenc.attention).__name__)
         """
     )
