@@ -274,7 +274,7 @@ def attention(
                 f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
                 f"the attention weights); use backend='auto'"
             )
-        chunk = tq if tracing else chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
+        chunk = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
         return weighted_attention(q, k, v, state, vis, dropout_p, scale, chunk)
     if backend == "flex":
         return flex_attention_path(q, k, v, state, vis, scale)
