@@ -46,6 +46,10 @@ class ALiBiState(PositionState):
         form: BiasForm = "key" if encoding.causal else "full"
         super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
 
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
     def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
         distances = self.distances()
         if distances is None:
