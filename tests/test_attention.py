@@ -654,7 +654,7 @@ def per_head_bias_specs() -> list[str]:
 
 
 @pytest.mark.parametrize("positions", [False, True])
-@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked", "flex"])
 @pytest.mark.parametrize("kv_heads", [2, 1])
 @pytest.mark.parametrize("built_heads", [1, 4])
 @pytest.mark.parametrize("spec", per_head_bias_specs())
