@@ -8,6 +8,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
+from ._compat import is_tracing
 from .base import PositionState
 from .masking import Visibility
 
@@ -42,6 +43,12 @@ def over_query_chunks(
     With ``grad`` each chunk is checkpointed (recomputed in the backward pass instead of keeping
     its bias and weights). Queries that see no key get zeros.
 
+    Traced (``torch.compile``, ``torch.export``) or under a ``torch.func`` transform, one call
+    covers every query and key, without checkpointing: the chunk ranges are Python ints that
+    would fix the sequence length in a traced program, and ``torch.func.grad`` refuses the saved
+    tensor hooks of non-reentrant checkpointing. Memory is then O(tq * tk), as on the single
+    SDPA path those callers take for every other encoding.
+
     Args:
         q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)``.
         chunk_fn: ``chunk_fn(qs, ks)(q[:, :, qs], k[:, :, ks], v[:, :, ks])`` is one chunk's ``(b, h, r, dv)``.
@@ -49,6 +56,8 @@ def over_query_chunks(
     Returns:
         ``(b, h, tq, dv)``.
     """
+    if is_tracing() or torch._C._are_functorch_transforms_active():
+        return chunk_fn(slice(None), slice(None))(q, k, v)
     outs = []
     # Longest key range first: each later chunk's blocks then fit in memory the earlier ones freed.
     # In rising order (causal ranges grow) glibc malloc kept every freed block and grew the heap:

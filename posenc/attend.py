@@ -36,7 +36,7 @@ from ._checks import check_bool
 from ._compat import is_compiling
 from ._flex import flex_attention_path
 from ._weights import weighted_attention
-from .base import PositionState, _resolve_qk
+from .base import PositionState, _resolve_qk, check_bias_qk
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
@@ -259,6 +259,10 @@ def attention(
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
+    if state is not None and state.bias_heads is not None:
+        # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
+        # bias built for another number of heads.
+        check_bias_qk(q, k, state.bias_heads)
     if state is not None and state.causal_only and not causal:
         name = type(state.encoding).__name__
         raise ValueError(
@@ -274,7 +278,7 @@ def attention(
                 f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
                 f"the attention weights); use backend='auto'"
             )
-        chunk = tq if tracing else chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
+        chunk = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
         return weighted_attention(q, k, v, state, vis, dropout_p, scale, chunk)
     if backend == "flex":
         return flex_attention_path(q, k, v, state, vis, scale)

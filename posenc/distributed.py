@@ -52,6 +52,7 @@ from ._checks import check_bool, check_choice, check_float_tensor, check_int, ch
 from .attend import attention
 from .base import PositionalEncoding, resolve_positions
 from .encodings.none import NoPE
+from .masking import document_numbers
 
 __all__ = [
     "Balance",
@@ -273,6 +274,7 @@ def context_parallel_attention(
     group: dist.ProcessGroup | None = None,
     scale: float | None = None,
     document_ids: Tensor | None = None,
+    balance: Balance = "headtail",
 ) -> Tensor:
     """Attention of this rank's queries over the whole sharded sequence, with global positions.
 
@@ -298,9 +300,14 @@ def context_parallel_attention(
         scale: score scale; ``None`` means ``1 / sqrt(dh)``.
         document_ids: ``(tl,)`` or ``(b, tl)`` integer ids of the packed documents of this rank's
             tokens (the shard of the whole batch's ids); queries then attend only within their
-            document. ``positions`` are then the shard of the per-document positions
+            document. A document is a run of equal ids in the whole sequence, as in
+            :func:`posenc.attention` (an id may recur for another document): the ids of every rank
+            are gathered and numbered in sequence order (:func:`posenc.masking.document_numbers`).
+            ``positions`` are then the shard of the per-document positions
             (:func:`posenc.document_positions` of the whole ids), so that each document is
             encoded as if it were alone.
+        balance: how the sequence was sharded (:func:`shard_batch`'s ``balance``); it puts the
+            gathered document ids back in sequence order to find the runs.
 
     Returns:
         ``(b, h, tl, dv)``, this rank's rows of the attention output.
@@ -324,6 +331,7 @@ def context_parallel_attention(
             f"encoding), got {type(encoding).__name__}"
         )
     check_bool("causal", causal)
+    check_choice("balance", balance, _BALANCES)
     if positions is None:
         raise ValueError(
             "positions must be given: the global positions of this rank's tokens (shard_positions)"
@@ -345,10 +353,24 @@ def context_parallel_attention(
 
     shapes = {"q": q, "k": k, "v": v, "positions": positions, "document_ids": document_ids}
     _check_same_shapes(shapes, group, q.device)
+    if document_ids is not None:
+        # Where each gathered token sits in the sequence (after the shape check, so that every
+        # rank raises the same error for a length the balance cannot split, before any gather).
+        world, me = dist.get_world_size(group), dist.get_rank(group)
+        order = torch.cat(
+            [shard_positions(world * tl, world, r, balance, device=q.device) for r in range(world)]
+        )
     keys = _gather(k, 2, group)
     values = _gather(v, 2, group)
     key_positions = _gather(positions, positions.dim() - 1, group)
-    key_documents = None if document_ids is None else _gather(document_ids, document_ids.dim() - 1, group)
+    q_documents = key_documents = None
+    if document_ids is not None:
+        # Number the documents over the whole sequence (runs of equal ids, in sequence order):
+        # equal numbers then mean one document in the gathered (rank) order too.
+        gathered = _gather(document_ids, document_ids.dim() - 1, group)
+        # gathered[..., i] is token order[i] of the sequence.
+        key_documents = document_numbers(gathered[..., torch.argsort(order)])[..., order]
+        q_documents = key_documents[..., me * tl : (me + 1) * tl]
     # NoPE carries the positions when there is no encoding, so that causality still follows them.
     enc = NoPE().to(q.device) if encoding is None else encoding
     state = enc.prepare(
@@ -362,7 +384,7 @@ def context_parallel_attention(
         causal=causal,
         scale=scale,
         document_ids=key_documents,
-        q_document_ids=None if key_documents is None else document_ids,
+        q_document_ids=q_documents,
     )
 
 

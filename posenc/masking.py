@@ -9,7 +9,9 @@ where a chunk's ``(chunk, keys it sees)`` block does:
 * a sliding window of ``w``: causal ``q_pos - k_pos < w`` (Mistral, Gemma 2/3: the query and
   the ``w - 1`` keys before it), bidirectional ``|q_pos - k_pos| <= w // 2`` (ModernBERT's local
   attention of ``w`` tokens);
-* packed documents: only keys with the query's document id.
+* packed documents: only keys of the query's document, where a document is a run of equal ids
+  (:func:`document_numbers`: the one rule, used by :func:`posenc.attention` and by
+  :func:`posenc.distributed.context_parallel_attention` over the whole sequence).
 
 With default positions (keys ``0..tk-1``, queries the last ``tq`` of them) the rules are about
 indices: query row ``i`` sits at key index ``i + tk - tq`` (bottom-right aligned), and the keys
@@ -28,7 +30,7 @@ from torch import Tensor
 from ._checks import check_positive_int
 from ._compat import is_tracing
 
-__all__ = ["Visibility", "document_positions", "resolve_document_ids"]
+__all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids"]
 
 
 def _check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
@@ -60,22 +62,37 @@ def document_positions(document_ids: Tensor) -> Tensor:
         Long positions of the same shape: ``(t,)`` or ``(b, t)``.
     """
     ids = _check_ids("document_ids", document_ids)
-    t = ids.shape[-1]
-    index = torch.arange(t, device=ids.device).expand_as(ids)
-    if t == 0:
+    index = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
+    if ids.shape[-1] == 0:
         return index.clone()
-    starts = torch.ones_like(ids, dtype=torch.bool)
-    starts[..., 1:] = ids[..., 1:] != ids[..., :-1]
     # The index of each token's document start: the running maximum of the start indices.
-    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=-1).values
+    first = torch.where(_starts(ids), index, torch.zeros_like(index)).cummax(dim=-1).values
     return index - first
 
 
-def _segments(ids: Tensor) -> Tensor:
-    """The running document number ``(t,)``/``(b, t)``: 0 for the first document, +1 where the id changes."""
-    changes = torch.zeros_like(ids, dtype=torch.long)
-    changes[..., 1:] = (ids[..., 1:] != ids[..., :-1]).long()
-    return changes.cumsum(dim=-1)
+def _starts(ids: Tensor) -> Tensor:
+    """``(t,)``/``(b, t)`` bool: True where a document starts (the first token, and where the id changes)."""
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[..., 1:] = ids[..., 1:] != ids[..., :-1]
+    return starts
+
+
+def document_numbers(document_ids: Tensor) -> Tensor:
+    """Number the packed documents of each row: 0, 1, 2, ... (a new document where the id changes).
+
+    The rule of packed documents everywhere in posenc: a document is a run of equal ids, so two
+    documents with the same id that are not adjacent stay apart (``[7, 7, 2, 7]`` gives
+    ``[0, 0, 1, 2]``). Equal numbers mean one document, whatever order the tokens are later
+    taken in (a shard of a sequence, gathered keys).
+
+    Args:
+        document_ids: ``(t,)`` or ``(b, t)`` integer document ids, in sequence order.
+
+    Returns:
+        Long document numbers of the same shape.
+    """
+    ids = _check_ids("document_ids", document_ids)
+    return _starts(ids).long().cumsum(dim=-1) - 1
 
 
 def resolve_document_ids(
@@ -83,10 +100,11 @@ def resolve_document_ids(
 ) -> tuple[Tensor, Tensor]:
     """Check the keys' (and queries') document ids; queries default to the last ``tq`` of the keys'.
 
-    Without ``q_document_ids`` the ids become document numbers (a new number where the id
+    Without ``q_document_ids`` the ids become :func:`document_numbers` (a new number where the id
     changes), so equal ids of non-adjacent documents never match. Given ``q_document_ids``
-    (a shard of queries), both sides are compared as given: ids must then differ between
-    the documents of a row.
+    (queries that are not the last ``tq`` keys, e.g. a shard), both sides are compared as given:
+    they must already be numbers that differ between the documents of a row, e.g. the
+    :func:`document_numbers` of the whole sequence (as context parallelism passes them).
 
     Returns:
         ``(q_ids, k_ids)`` of shapes ``(tq,)``/``(b, tq)`` and ``(tk,)``/``(b, tk)``.
@@ -102,7 +120,7 @@ def resolve_document_ids(
         if k_ids.device == device:
             # Number the documents (0, 1, 2, ... where the id changes), so that two documents
             # with the same id that are not adjacent stay apart.
-            k_ids = _segments(k_ids)
+            k_ids = document_numbers(k_ids)
         q_ids = k_ids[..., tk - tq :]
     else:
         q_ids = _check_ids("q_document_ids", q_document_ids, tq)

@@ -167,6 +167,15 @@ class PositionState:
         return None
 
     @property
+    def bias_heads(self) -> int | None:
+        """The query head count the bias (and value term) was built for; ``None`` when any count works.
+
+        :func:`posenc.attention` checks it on every path, so that a bias built for another number
+        of heads is never broadcast over the queries' heads.
+        """
+        return None
+
+    @property
     def has_value_term(self) -> bool:
         """Whether :meth:`value_term` adds to the attention output (then attention needs the weights)."""
         return "value_term" in self.encoding.overridden_hooks

@@ -632,3 +632,53 @@ def test_encoding_must_be_a_module():
     q, k, v = qkv()
     with pytest.raises(TypeError, match=r"encoding must be a posenc.PositionalEncoding.*str"):
         attention(q, k, v, "alibi")
+
+
+def per_head_bias_specs() -> list[str]:
+    """Every registered encoding whose bias or value term is built for a number of heads.
+
+    Found by behaviour, not by name: a bias that differs across heads (e.g. ALiBi's slopes, T5's
+    table) or an encoding whose hooks refuse other head counts; Shaw only with per-head tables.
+    """
+    specs = []
+    for name in ENCODINGS:
+        enc = make(name, causal=True, num_heads=2)
+        if enc.prepare(4).bias_form == "none" and not enc.prepare(4).has_value_term:
+            continue
+        q = torch.randn(1, 3, 4, DIMS["head_dim"])
+        try:
+            attention(q, q, q, enc, causal=True, backend="sdpa")
+        except (ValueError, RuntimeError):
+            specs.append(name)
+    return [*specs, "shaw(per_head=True, values=True)"]
+
+
+@pytest.mark.parametrize("positions", [False, True])
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked", "flex"])
+@pytest.mark.parametrize("kv_heads", [2, 1])
+@pytest.mark.parametrize("built_heads", [1, 4])
+@pytest.mark.parametrize("spec", per_head_bias_specs())
+def test_a_bias_built_for_other_heads_is_refused_on_every_path(
+    spec, built_heads, kv_heads, backend, positions
+):
+    """ALiBi(1) or T5 with 4 heads on 2-head queries: the hooks' ValueError, never a broadcast or torch's error.
+
+    Easy to hit by building the bias with ``num_kv_heads`` in an MQA/GQA model. Modules and
+    prepared states, default positions (the Toeplitz path) and explicit ones.
+    """
+    enc = posenc.build(spec, causal=True, **{**DIMS, "num_heads": built_heads})
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 6, DIMS["head_dim"], generator=gen)
+    k, v = (torch.randn(1, kv_heads, 6, DIMS["head_dim"], generator=gen) for _ in range(2))
+    kwargs = {"q_positions": torch.arange(6) + 3, "k_positions": torch.arange(6) + 3} if positions else {}
+    match = rf"q has 2 heads \(shape \(1, 2, 6, 8\)\), but .*built with num_heads={built_heads}"
+    for encoding in (enc, enc.prepare(6, 6, **kwargs)):
+        extra = kwargs if encoding is enc else {}
+        with pytest.raises(ValueError, match=match):
+            attention(q, k, v, encoding, causal=True, backend=backend, chunk_size=2, **extra)
+
+
+def test_per_head_bias_specs_cover_the_known_encodings():
+    found = {spec.split("(")[0] for spec in per_head_bias_specs()}
+    assert {"alibi", "kerple", "fire", "shaw"} <= found
+    assert found & {"t5", "relative_bias"} and found & {"transformer_xl", "relpos_xl"}

@@ -10,6 +10,7 @@ single-process reference itself and compare its own rows.
 from __future__ import annotations
 
 import copy
+import itertools
 import socket
 import time
 from collections.abc import Callable
@@ -159,6 +160,10 @@ def test_context_parallel_attention_checks_local_input_before_communicating() ->
         context_parallel_attention(q, q, q, positions=pos, causal=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"encoding must be a posenc\.PositionalEncoding"):
         context_parallel_attention(q, q, q, "rope", positions=pos)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"balance must be one of \['headtail', 'contiguous'\], got 'zigzag'"
+    ):
+        context_parallel_attention(q, q, q, positions=pos, balance="zigzag")  # type: ignore[arg-type]
     if not dist.is_initialized():
         with pytest.raises(RuntimeError, match="not initialised"):
             context_parallel_attention(q, q, q, positions=pos)
@@ -324,6 +329,49 @@ def _packed_documents(rank: int, world: int) -> None:
 @pytest.mark.slow
 def test_context_parallel_packed_documents() -> None:
     run_ranks(_packed_documents)
+
+
+def packed_layouts() -> dict[str, torch.Tensor]:
+    """Every packed layout of the unsharded tests, ids recurring for non-adjacent documents included."""
+    from test_packed import packed_ids  # tests/test_packed.py's rows: ids 40/41 alternate
+
+    gen = torch.Generator().manual_seed(3)
+    return {
+        "issue": torch.tensor([[0] * 8 + [1] * 8 + [0] * 8]),  # document 0 recurs after document 1
+        "test_packed": packed_ids(),  # (2, 14): documents 5, 3, 6 and 2, 9, 3 tokens
+        "test_packed_unique": packed_ids(unique=True),
+        "test_distributed": torch.tensor([[0] * 5 + [1] * 9 + [2] * 2, [4] * 16]),
+        "1d_recurring": torch.tensor([7, 7, 2, 2, 2, 7, 7, 7, 2, 2, 7, 2]),
+        "random_two_ids": torch.randint(0, 2, (2, 16), generator=gen),  # many short runs, ids recur
+        "one_token_documents": torch.arange(8) % 3,
+    }
+
+
+def _packed_layouts(rank: int, world: int) -> None:
+    """shard_batch -> context_parallel_attention -> unshard equals posenc.attention on every layout."""
+    for label, ids in packed_layouts().items():
+        t = ids.shape[-1]
+        gen = torch.Generator().manual_seed(t)
+        batch = ids.shape[0] if ids.dim() == 2 else 2
+        q, k, v = (torch.randn(batch, 4, t, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+        positions = posenc.document_positions(ids)
+        balances = [b for b, n in (("headtail", 2 * world), ("contiguous", world)) if t % n == 0]
+        for name, causal, balance in itertools.product(("alibi", "rope", "t5"), (True, False), balances):
+            enc = make(name, causal)
+            whole = posenc.attention(q, k, v, enc, causal=causal, document_ids=ids)
+            (q_r, k_r, v_r, ids_r, pos_r), _ = shard_batch(
+                [q, k, v, ids, positions], seq_dims=[2, 2, 2, -1, -1], balance=balance
+            )
+            out = context_parallel_attention(
+                q_r, k_r, v_r, enc, positions=pos_r, document_ids=ids_r, causal=causal, balance=balance
+            )
+            msg = f"{label} {name} causal={causal} balance={balance}"
+            torch.testing.assert_close(unshard(out, seq_dim=2, balance=balance), whole, **F64_TOL, msg=msg)
+
+
+def test_context_parallel_packed_layouts_equal_unsharded() -> None:
+    """A document is a run of equal ids on both paths, also when an id recurs (e.g. [0]*8 + [1]*8 + [0]*8)."""
+    run_ranks(_packed_layouts)
 
 
 def _torch_sharding(rank: int, world: int) -> None:

@@ -9,6 +9,7 @@ from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 
 import posenc
 from posenc.attend import attention
+from posenc.masking import document_numbers
 
 # Two rows packed differently: documents of 5, 3 and 6 tokens, and of 2, 9 and 3.
 LENGTHS = [[5, 3, 6], [2, 9, 3]]
@@ -91,6 +92,36 @@ def test_packed_attention_matches_float64_reference(name):
         q, k, v, enc, causal=True, q_positions=positions, k_positions=positions, k_docs=numbers
     )
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def test_document_numbers_are_runs_of_equal_ids():
+    """The one rule of packed documents: a run of equal ids; an id that recurs later is another document."""
+    assert document_numbers(torch.tensor([7, 7, 2, 7])).tolist() == [0, 0, 1, 2]
+    numbers = torch.stack([torch.cat([torch.full((n,), i) for i, n in enumerate(row)]) for row in LENGTHS])
+    assert torch.equal(document_numbers(packed_ids()), numbers)
+    assert document_numbers(torch.zeros(0, dtype=torch.long)).shape == (0,)
+
+
+@pytest.mark.parametrize("rows", [slice(4, 10), slice(0, 3), slice(7, 14)])
+def test_query_shard_with_numbered_documents_equals_the_full_call(rows):
+    """Recurring ids: a shard of queries with the whole sequence's document numbers equals those rows."""
+    enc = make("alibi", True)
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids()  # ids 40/41 recur for non-adjacent documents
+    positions, numbers = posenc.document_positions(docs), document_numbers(docs)
+    full = attention(q, k, v, enc, causal=True, document_ids=docs)
+    shard = attention(
+        q[:, :, rows],
+        k,
+        v,
+        enc,
+        causal=True,
+        q_positions=positions[:, rows],
+        k_positions=positions,
+        document_ids=numbers,
+        q_document_ids=numbers[:, rows],
+    )
+    torch.testing.assert_close(shard, full[:, :, rows], **TOL[torch.float32])
 
 
 def test_query_shard_with_its_own_document_ids():

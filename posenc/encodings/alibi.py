@@ -17,7 +17,7 @@ from ..base import (
     check_bias_qk,
     check_scores,
 )
-from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options
+from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options, linear_bias
 from ..functional.relative import position_indexer, toeplitz_by_distance
 
 __all__ = ["ALiBi", "ALiBiState"]
@@ -45,31 +45,34 @@ class ALiBiState(PositionState):
         form: BiasForm = "key" if encoding.causal else "full"
         super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
 
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
     def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
         distances = self.distances()
         if distances is None:
             return None
-        # Causal: -m * (q - k) = m * (k - q), the paper's form (positive past the diagonal, where
-        # the causal mask applies); bidirectional: -m * |q - k|.
-        distances = distances if self.encoding.causal else -distances.abs()
-        return self.encoding._slopes(dtype).unsqueeze(-1) * distances.to(dtype)
+        # Causal: m * (k - q), the paper's form (positive past the diagonal, where the causal
+        # mask applies); bidirectional: -m * |k - q|.
+        return linear_bias(
+            self.encoding._slopes(dtype).unsqueeze(-1), distances, symmetric=not self.encoding.causal
+        )
 
-    def full_bias(self, dtype: torch.dtype, *, symmetric: bool) -> Tensor:
-        """The ``(1|b, h, tq, tk)`` bias ``-m * |q - k|`` (``symmetric``) or ``-m * (q - k)``."""
-        slopes = self.encoding._slopes(dtype)
-        distances = self.distances()
-        if distances is not None:
-            distances = -distances.abs() if symmetric else distances
-            values = slopes.unsqueeze(-1) * distances.to(dtype)
+    def full_bias(self, dtype: torch.dtype) -> Tensor:
+        """The ``(1|b, h, tq, tk)`` bias: ``-m * (q - k)`` when causal, else ``-m * |q - k|``."""
+        values = self.bias_by_distance(dtype)
+        if values is not None:
             return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
-        return alibi_bias(slopes, self.q_positions, self.k_positions, symmetric=symmetric)
+        slopes = self.encoding._slopes(dtype)
+        return alibi_bias(slopes, self.q_positions, self.k_positions, symmetric=not self.encoding.causal)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
         check_bias_qk(q, k, self.encoding.num_heads)
         dtype = precise_dtype(q)
         if self.encoding.causal:
             return alibi_key_only_bias(self.encoding._slopes(dtype), self.q_positions, self.k_positions)
-        return self.full_bias(dtype, symmetric=True)
+        return self.full_bias(dtype)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         check_bias_qk(q, k, self.encoding.num_heads)
@@ -78,10 +81,8 @@ class ALiBiState(PositionState):
         symmetric = not self.encoding.causal
 
         def alibi_score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = q_pos(b, q_idx) - k_pos(b, kv_idx)
-            if symmetric:
-                distance = distance.abs()
-            return score - (slopes[h] * distance.to(slopes.dtype)).to(score.dtype)
+            distance = k_pos(b, kv_idx) - q_pos(b, q_idx)
+            return score + linear_bias(slopes[h], distance, symmetric=symmetric).to(score.dtype)
 
         return alibi_score_mod
 
@@ -228,7 +229,7 @@ class ALiBi(PositionalEncoding):
                 tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
             ),
         )
-        bias = state.full_bias(compute, symmetric=not self.causal)
+        bias = state.full_bias(compute)
         return (scores.to(compute) + bias).to(scores.dtype)
 
     def score_mod(

@@ -47,6 +47,10 @@ class LearnedBiasState(PositionState):
         )
 
     @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
+    @property
     def bias_scratch(self) -> int:  # type: ignore[override]
         # FIRE's MLP runs on every (query, key) pair: its input and hidden layer.
         encoding = self.encoding

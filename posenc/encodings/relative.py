@@ -48,6 +48,10 @@ class RelativeBiasState(PositionState):
         weight = encoding.relative_attention_bias.weight
         self.table = encoding.distance_table(precise_dtype(weight))
 
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
     def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
         distances = self.distances()
         if distances is None:

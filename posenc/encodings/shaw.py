@@ -47,6 +47,11 @@ class ShawState(PositionState):
         self._index: Tensor | None = None
 
     @property
+    def bias_heads(self) -> int | None:
+        # The paper's table is shared by the heads: any count; per-head tables fix it.
+        return self.encoding.num_heads if self.encoding.per_head else None
+
+    @property
     def index(self) -> Tensor:
         """``(tq, tk)`` or ``(b, tq, tk)`` long rows of the clipped distances (see the encoding)."""
         if self._index is None:

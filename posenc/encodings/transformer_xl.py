@@ -51,6 +51,10 @@ class RelPosXLState(PositionState):
             encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
         )
 
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
     def _distance_range(self) -> tuple[int, int]:
         """``(first, n)``: the smallest distance ``k_pos - q_pos`` and the number of distances."""
         if self.q_start is not None and self.k_start is not None:

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .._checks import check_num_heads, check_positive_float
 
-__all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options"]
+__all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options", "linear_bias"]
 
 
 def check_alibi_options(num_heads: int, max_bias: float) -> None:
@@ -76,6 +76,26 @@ def alibi_slopes(
     return torch.tensor(slopes, dtype=torch.float64, device=device).to(dtype)
 
 
+def linear_bias(slopes: Tensor, distance: Tensor, *, symmetric: bool) -> Tensor:
+    """ALiBi's formula, the one place it is written: ``m * d`` (causal), ``-m * |d|`` (symmetric).
+
+    ``d = k_pos - q_pos``, so the causal form is the paper's ``-m * (q_pos - k_pos)``. Every
+    form of the bias (full, key-only, by distance, FlexAttention's ``score_mod``) calls this with
+    its own broadcastable ``slopes`` and ``distance``.
+
+    Args:
+        slopes: float slopes ``m``; the result has their dtype.
+        distance: integer (or float) ``k_pos - q_pos``, broadcastable with ``slopes``; converted
+            once, so exact up to 2^24 in float32.
+        symmetric: ``True`` for bidirectional attention.
+
+    Returns:
+        The broadcast of ``slopes`` and ``distance``.
+    """
+    distance = distance.to(slopes.dtype)
+    return -slopes * distance.abs() if symmetric else slopes * distance
+
+
 def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, *, symmetric: bool) -> Tensor:
     """The full ALiBi bias: ``-m * (q_pos - k_pos)``, or ``-m * |q_pos - k_pos|`` when symmetric.
 
@@ -91,12 +111,10 @@ def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, *, symm
     Returns:
         ``(1, h, tq, tk)`` for 1-D positions, else ``(b, h, tq, tk)``.
     """
-    distance = q_positions.unsqueeze(-1) - k_positions.unsqueeze(-2)  # (tq, tk) or (b, tq, tk)
-    if symmetric:
-        distance = distance.abs()
+    distance = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)  # (tq, tk) or (b, tq, tk)
     if distance.dim() == 2:
         distance = distance.unsqueeze(0)
-    return -slopes.view(1, -1, 1, 1) * distance.unsqueeze(1).to(slopes.dtype)
+    return linear_bias(slopes.view(1, -1, 1, 1), distance.unsqueeze(1), symmetric=symmetric)
 
 
 def alibi_key_only_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
@@ -121,4 +139,4 @@ def alibi_key_only_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor
     relative = k_positions - q_ref  # (tk,) or (b, tk)
     if relative.dim() == 1:
         relative = relative.unsqueeze(0)
-    return slopes.view(1, -1, 1, 1) * relative[:, None, None, :].to(slopes.dtype)
+    return linear_bias(slopes.view(1, -1, 1, 1), relative[:, None, None, :], symmetric=False)

@@ -279,3 +279,54 @@ def test_checkpoint_dtype_and_copies() -> None:
     half = copy.deepcopy(shaw).to(torch.bfloat16)
     bias = half.attention_bias(q.bfloat16(), k.bfloat16())
     assert bias.dtype == torch.float32
+
+
+class _Attention(nn.Module):
+    """``posenc.attention`` with one encoding, as a module (for ``torch.export`` and ``functional_call``)."""
+
+    def __init__(self, encoding: posenc.PositionalEncoding, causal: bool, backend: str) -> None:
+        super().__init__()
+        self.encoding, self.causal, self.backend = encoding, causal, backend
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return posenc.attention(
+            q, k, v, self.encoding, causal=self.causal, backend=self.backend, chunk_size=3
+        )
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("causal", [True, False])
+def test_value_term_exports_with_a_dynamic_length(causal: bool, per_head: bool) -> None:
+    """One exported program serves every length: no Python chunk range fixes it."""
+    torch.manual_seed(7)
+    shaw = ShawRelative(8, max_distance=3, values=True, num_heads=2, per_head=per_head)
+    module = _Attention(shaw, causal, "auto")
+    t = torch.export.Dim("t", min=2, max=512)
+    example = shaw_inputs(tq=10, tk=10, h=2, dtype=torch.float32)
+    program = torch.export.export(module, example, dynamic_shapes=({2: t},) * 3)
+    for length in (5, 23):
+        q, k, v = shaw_inputs(tq=length, tk=length, h=2, dtype=torch.float32, seed=length)
+        torch.testing.assert_close(program.module()(q, k, v), module(q, k, v), **FP32)
+
+
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+@pytest.mark.parametrize("name", ["shaw", "alibi", "t5", "fire"])
+def test_torch_func_grad_equals_autograd(name: str, backend: str) -> None:
+    """``torch.func.grad`` through the chunked paths (no checkpoint's saved tensor hooks): to q and to the tables."""
+    torch.manual_seed(8)
+    spec = "shaw(values=True)" if name == "shaw" else name
+    enc = posenc.build(spec, num_heads=3, head_dim=8, max_len=64, causal=True).double()
+    module = _Attention(enc, causal=True, backend=backend)
+    q, k, v = shaw_inputs(tq=9, tk=9)
+    params = {n: p.detach() for n, p in module.named_parameters()}
+
+    def loss(params: dict[str, torch.Tensor], q: torch.Tensor) -> torch.Tensor:
+        out = torch.func.functional_call(module, params, (q, k, v))
+        return (out * out).sum()
+
+    d_params, d_q = torch.func.grad(loss, argnums=(0, 1))(params, q)
+    q_ref = q.clone().requires_grad_(True)
+    loss(dict(module.named_parameters()), q_ref).backward()
+    torch.testing.assert_close(d_q, q_ref.grad, **FP64)
+    for n, p in module.named_parameters():
+        torch.testing.assert_close(d_params[n], p.grad, **FP64, msg=n)
