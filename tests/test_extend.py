@@ -16,6 +16,13 @@ from posenc.functional.rope_scaling import ROPE_TYPES
 from posenc.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend, scaling_for
 from posenc.study.extend import _with_scaling
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 #: Tiny settings: the whole run (7 methods, zero-shot and fine-tuned) takes about a second.
 TINY = {
     "train_len": 16,

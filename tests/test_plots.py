@@ -14,6 +14,13 @@ from posenc.cli import main
 from posenc.plots import encoding_figure, extrapolation_figure
 from posenc.study import EncodingResult, LengthResult, StudyConfig, StudyResult
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 #: The README images must stay small.
 MAX_PNG_BYTES = 300_000
 #: float32 cos/sin and bias values against float64 formulas: a few float32 ulps at these positions.

@@ -28,6 +28,13 @@ from posenc.study import (
 )
 from posenc.study.training import _evaluate
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: The tiniest study that still trains and evaluates every code path: it runs in about a second.

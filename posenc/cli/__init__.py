@@ -95,7 +95,7 @@ def _how_to_resume(args: argparse.Namespace) -> str:
     """What an interrupted study keeps and how to go on (nothing to say for the other commands)."""
     if args.command not in ("extrapolate", "extend"):
         return ""
-    from .study.outdir import outputs
+    from ..study.outdir import outputs
 
     out = str(args.out)[:200]
     if not outputs(args.out):
