@@ -708,3 +708,48 @@ def test_a_refused_run_leaves_no_out_folder_behind(argv, corpus_file, tmp_path, 
     code, _, stderr = run([argv[0], *corpus, "--out", str(out), *tiny, *argv[1:]], capsys)
     assert code == 2 and stderr.count("\n") == 1, stderr
     assert not (tmp_path / "new").exists()
+
+
+# --- the newcomer's path ----------------------------------------------------------------------------
+
+
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(corpus_file, tmp_path, monkeypatch, capsys):
+    import posenc.study
+
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(tmp_path / "o"), "--encodings", "rope"]
+    assert run([*argv, *TINY_ARGS], capsys)[0] == 0
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posenc.study, "run_study", interrupted)
+    code, _, stderr = run([*argv, "--encodings", "rope,alibi", "--resume", *TINY_ARGS], capsys)
+    assert code == 130
+    assert stderr.strip() == (
+        f"posenc extrapolate: interrupted; what finished is saved in {str(tmp_path / 'o')!r}: run the same "
+        "command with --resume to continue without redoing it"
+    )
+    monkeypatch.setattr(posenc.study, "run_extend", interrupted)
+    code, _, stderr = run(
+        ["extend", "--corpus", str(corpus_file), "--out", str(tmp_path / "e"), *EXTEND_TINY], capsys
+    )
+    assert (
+        code == 130
+        and stderr.strip() == f"posenc extend: interrupted; nothing was saved in {str(tmp_path / 'e')!r} yet"
+    )
+    assert not (tmp_path / "e").exists()
+
+
+def test_describe_says_what_a_none_default_stands_for(capsys):
+    code, stdout, _ = run(["describe", "rope"], capsys)
+    assert code == 0
+    assert "  base        default None, meaning 10000.0; accepts float | None" in stdout
+    assert "  rotary_dim  default None; accepts int | None" in stdout  # follows the head width: not one value
+
+
+def test_list_is_sorted_by_name(capsys):
+    code, stdout, _ = run(["list"], capsys)
+    assert code == 0
+    names = [line.split()[0] for line in stdout.splitlines()[1:] if line and not line.startswith(" ")]
+    names = [n for n in names if n != "posenc"]
+    assert names == sorted(names) == sorted(canonical_names())
