@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,13 @@ import pytest
 import posenc
 from posenc.cli import _FLAGS, _in_flags, main
 from posenc.study import ConfigError, StudyConfig, default_encodings
+
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
 
 #: A study small enough for a unit test: about a second per encoding on a loaded 2-core CPU.
 TINY_ARGS = [
@@ -418,3 +429,327 @@ def test_extrapolate_resume_reuses_finished_models_and_refuses_other_settings(co
     assert "--resume: " in stderr and "other settings (steps 3 there, 4 now)" in stderr
     code, _, stderr = run([*argv, "--encodings", "rope"], capsys)  # neither --resume nor --force
     assert code == 2 and "add --resume to reuse its models or --force to overwrite" in stderr
+
+
+# --- no lost results: --out is checked, held and merged, never silently replaced ----------------------
+
+#: A tiny extend run (three methods, no fine-tuning): a few seconds on a loaded 2-core CPU.
+EXTEND_TINY = [*TINY_ARGS, "--eval-lens", "16,32", "--methods", "none,linear", "--finetune-steps", "0",
+               "--eval-chars", "512"]  # fmt: skip
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes: what a refused run must leave as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_with_other_encodings_keeps_the_finished_rows(corpus_file, tmp_path, capsys):
+    """``--resume --encodings`` naming other encodings adds them; the finished rows are kept (merged)."""
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(tmp_path / "o"), *TINY_ARGS]
+    assert run([*argv, "--encodings", "rope,alibi"], capsys)[0] == 0
+    first = json.loads((tmp_path / "o" / "results.json").read_text())["encodings"]
+    code, stdout, stderr = run([*argv, "--encodings", "t5", "--resume"], capsys)
+    assert code == 0, stderr
+    assert "not asked for this time): rope, alibi" in stdout
+    data = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [e["label"] for e in data["encodings"]] == ["t5", "rope", "alibi"]
+    assert data["encodings"][1:] == first  # kept as they were, not retrained
+    with (tmp_path / "o" / "results.csv").open() as fh:
+        assert {row["encoding"] for row in csv.DictReader(fh)} == {"t5", "rope", "alibi"}
+    table = stdout[stdout.index("validation perplexity") :]
+    assert all(f"\n{label} " in table for label in ("t5", "rope", "alibi"))
+
+
+def test_resume_through_the_library_keeps_what_is_not_asked_for(corpus_file, tmp_path):
+    from posenc.study import run_study
+
+    settings = dict(
+        train_len=16, eval_lens=(16, 32), steps=2, batch_size=4, d_model=16, num_layers=1, num_heads=2
+    )
+    run_study(corpus_file, ["rope", "alibi"], out_dir=tmp_path / "o", progress=False, **settings)
+    result = run_study(
+        corpus_file, ["alibi"], out_dir=tmp_path / "o", resume=True, progress=False, **settings
+    )
+    assert [e.label for e in result.encodings] == ["alibi", "rope"]
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert {e["label"] for e in saved["encodings"]} == {"alibi", "rope"} and saved["pending"] == []
+
+
+_HOLD_SCRIPT = """
+import fcntl, os, sys, time
+fh = open(sys.argv[1], "a+")
+fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+fh.seek(0); fh.truncate()
+fh.write('{"pid": %d, "host": "here", "command": "posenc extrapolate", "since": "now"}' % os.getpid())
+fh.flush()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_run_into_a_held_folder_is_refused_and_a_killed_holder_blocks_nothing(
+    corpus_file, tmp_path, capsys
+):
+    """Another process holds --out (as a running study does): refused, exit 2, naming the folder and
+    the holder; nothing written. Killed, it blocks nothing: the OS releases its lock."""
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SCRIPT, str(out / ".posenc.lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        argv = [
+            "extrapolate",
+            "--corpus",
+            str(corpus_file),
+            "--out",
+            str(out),
+            "--encodings",
+            "rope",
+            *TINY_ARGS,
+        ]
+        for extra in ([], ["--resume"], ["--force"]):
+            code, stdout, stderr = run([*argv, *extra], capsys)
+            assert code == 2 and stderr.count("\n") == 1, stderr
+            assert f"--out {str(out)!r} is in use by another run (process {holder.pid} on here" in stderr
+            assert "validation perplexity" not in stdout
+        code, _, stderr = run(
+            ["extend", "--corpus", str(corpus_file), "--out", str(out), *EXTEND_TINY], capsys
+        )
+        assert code == 2 and "is in use by another run" in stderr
+        assert {p.name for p in out.iterdir()} == {".posenc.lock"}  # nothing written by the refused runs
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    code, _, stderr = run([*argv], capsys)
+    assert code == 0, stderr
+    assert (out / "results.json").is_file() and not (out / ".posenc.lock").exists()
+
+
+def test_two_real_runs_into_one_folder_one_is_refused_and_ctrl_c_says_how_to_resume(corpus_file, tmp_path):
+    """Two ``posenc extrapolate`` processes, one --out: the second exits 2 naming the folder and the
+    first; the first, interrupted, says how to resume; then the folder is free again."""
+    out = tmp_path / "o"
+    argv = [sys.executable, "-m", "posenc", "extrapolate", "--corpus", str(corpus_file), "--out", str(out),
+            *TINY_ARGS]  # fmt: skip
+    first = subprocess.Popen(
+        [*argv, "--encodings", "rope", "--steps", "100000"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / ".posenc.lock").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never held its folder"
+            time.sleep(0.2)
+        second = subprocess.run([*argv, "--encodings", "alibi"], capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip().startswith(
+            f"posenc extrapolate: error: --out {str(out)!r} is in use by another run (process {first.pid} "
+        )
+        assert first.poll() is None  # the first goes on
+    finally:
+        first.send_signal(signal.SIGINT)
+        _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 130
+    assert stderr.strip().splitlines()[-1] == (
+        f"posenc extrapolate: interrupted; nothing was saved in {str(out)!r} yet"
+    )
+    assert not (out / ".posenc.lock").exists() and not (out / "results.json").exists()
+
+
+def test_a_folder_of_one_command_is_never_overwritten_by_the_other(corpus_file, tmp_path, capsys):
+    """One rule for both commands: what --out holds is checked before anything is written; a folder
+    of the other command's study is refused even with --resume; only --force replaces it."""
+    study, ext = tmp_path / "study", tmp_path / "ext"
+    corpus = ["--corpus", str(corpus_file)]
+    assert (
+        run(["extrapolate", *corpus, "--out", str(study), "--encodings", "rope", *TINY_ARGS], capsys)[0] == 0
+    )
+    assert run(["extend", *corpus, "--out", str(ext), *EXTEND_TINY], capsys)[0] == 0
+    before = {folder: _snapshot(folder) for folder in (study, ext)}
+    refusals = [
+        (["extend", *corpus, "--out", str(study), *EXTEND_TINY], "holds a posenc extrapolate study"),
+        (["extend", *corpus, "--out", str(study), *EXTEND_TINY, "--resume"], "holds a posenc extrapolate study"),
+        (["extrapolate", *corpus, "--out", str(ext), *TINY_ARGS, "--resume"], "holds a posenc extend study"),
+        (["extrapolate", *corpus, "--out", str(ext), *TINY_ARGS], "holds a posenc extend study"),
+        # the same command with other settings: refused with --resume, before anything is written
+        (["extend", *corpus, "--out", str(ext), *EXTEND_TINY, "--steps", "4", "--resume"],
+         "other settings (steps 3 there, 4 now)"),
+        (["extend", *corpus, "--out", str(ext), *EXTEND_TINY, "--finetune-steps", "1", "--resume"],
+         "other settings (finetune_steps 0 there, 1 now)"),
+        (["extend", *corpus, "--out", str(ext), *EXTEND_TINY], "already holds results.json"),
+    ]  # fmt: skip
+    for argv, fragment in refusals:
+        code, stdout, stderr = run(argv, capsys)
+        assert code == 2 and stderr.count("\n") == 1, (argv, stderr)
+        assert fragment in stderr, (argv, stderr)
+        assert "validation perplexity" not in stdout
+        assert {folder: _snapshot(folder) for folder in (study, ext)} == before, argv
+    # the same settings resume, and --force replaces what the user asked to replace
+    assert run(["extend", *corpus, "--out", str(ext), *EXTEND_TINY, "--resume"], capsys)[0] == 0
+    assert run(["extend", *corpus, "--out", str(study), *EXTEND_TINY, "--force"], capsys)[0] == 0
+    assert json.loads((study / "results.json").read_text())["results"]
+
+
+def test_an_extend_folder_with_only_its_base_model_is_not_retrained_over(corpus_file, tmp_path, capsys):
+    """An extend run stopped after its base model: the next run into the folder needs --resume or
+    --force; with --resume a base model of other settings is refused, not trained again over."""
+    out = tmp_path / "ext"
+    argv = ["extend", "--corpus", str(corpus_file), "--out", str(out), *EXTEND_TINY]
+    assert run(argv, capsys)[0] == 0
+    for name in ("results.json", "results.csv", "report.md", "extend.png"):
+        (out / name).unlink(missing_ok=True)
+    before = _snapshot(out)
+    code, _, stderr = run(argv, capsys)
+    assert code == 2 and "already holds base.pt; add --resume" in stderr
+    code, _, stderr = run([*argv, "--resume", "--seed", "5"], capsys)
+    assert code == 2 and "base.pt' was trained with other settings (seed 0 there, 5 now)" in stderr
+    assert _snapshot(out) == before
+    code, stdout, stderr = run([*argv, "--resume"], capsys)
+    assert code == 0 and "rope: reusing" in stdout, stderr
+
+
+def test_corpus_dot_with_the_default_out_reads_the_same_text_every_run(tmp_path, capsys):
+    """``--corpus .`` and the default --out inside it: the second run reads the same text (its
+    --resume finds the same corpus), never the first run's results."""
+    lines = [f"def f{i}(x):\n    return x * {i % 7} + {i % 3}\n" for i in range(400)]
+    (tmp_path / "notes.txt").write_text("".join(lines)[:6000], encoding="utf-8")
+    code, first, stderr = run(["extrapolate", "--corpus", ".", "--encodings", "rope", *TINY_ARGS], capsys)
+    assert code == 0, stderr
+    assert (tmp_path / "posenc-extrapolation" / "results.json").is_file()
+    code, second, stderr = run(
+        ["extrapolate", "--corpus", ".", "--encodings", "rope,alibi", "--resume", *TINY_ARGS], capsys
+    )
+    assert code == 0, stderr
+    assert "[1/2] rope: reused" in second
+    assert first.splitlines()[0] == second.splitlines()[0]  # corpus: .: 6,000 characters (1 UTF-8 files)
+    # the same for extend, whose default folder is another, and for a folder named --out
+    code, _, stderr = run(["extend", "--corpus", ".", *EXTEND_TINY], capsys)
+    assert code == 0, stderr
+    code, stdout, stderr = run(["extend", "--corpus", ".", *EXTEND_TINY, "--resume"], capsys)
+    assert code == 0 and "rope: reusing" in stdout, stderr
+    # posenc output named as the corpus is refused
+    code, _, stderr = run(["extrapolate", "--corpus", "posenc-extend", "--out", "o", *TINY_ARGS], capsys)
+    assert code == 2 and "is in a posenc output folder" in stderr
+    code, _, stderr = run(
+        ["extrapolate", "--corpus", "posenc-extrapolation/results.csv", "--out", "o", *TINY_ARGS], capsys
+    )
+    assert code == 2 and "is in a posenc output folder" in stderr
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_every_written_file_follows_the_umask(corpus_file, tmp_path, capsys, umask):
+    """Results, report and checkpoints get the mode of the figure beside them (0o666 less the umask)."""
+    old = os.umask(umask)
+    try:
+        for command, extra in (("extrapolate", ["--encodings", "rope", *TINY_ARGS]), ("extend", EXTEND_TINY)):
+            out = tmp_path / command
+            assert run([command, "--corpus", str(corpus_file), "--out", str(out), *extra], capsys)[0] == 0
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+            assert len(modes) >= 4 and set(modes.values()) == {0o666 & ~umask}, modes
+    finally:
+        os.umask(old)
+
+
+# --- option errors come first, whatever --out holds ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["extrapolate", "--encodings", "ropee"], "--encodings: unknown position encoding 'ropee'"),
+        (["extrapolate", "--steps", "-5"], "argument --steps: expected a positive integer, got '-5'"),
+        (["extrapolate", "--eval-lens", "8"], "--eval-lens: length 8 is below --train-len=16"),
+        (["extrapolate", "--corpus", "/no/such/corpus.txt"], "--corpus path '/no/such/corpus.txt' does not exist"),
+        (["extrapolate", "--d-model", "15"], "--d-model=15 must be divisible by --num-heads=2"),
+        (["extend", "--baselines", "ropee"], "--baselines: unknown position encoding 'ropee'"),
+        (["extend", "--baselines", "alibi,,none"], "--baselines 'alibi,,none' has a comma with nothing"),
+        (["extend", "--baselines", "learned"], "--baselines: 'learned' has a fixed-size position table"),
+        (["extend", "--methods", "linear,bogus"], "--methods: unknown method 'bogus'"),
+        (["extend", "--model", "/no/such/model.pt"], "--model '/no/such/model.pt' is not a file"),
+    ],
+)  # fmt: skip
+def test_bad_options_say_what_is_wrong_even_when_the_default_out_holds_results(
+    argv, fragment, corpus_file, tmp_path, capsys
+):
+    """A default --out in the working folder that holds an earlier run's results changes no option
+    error: the option is reported, not the folder; and nothing in the folder changes."""
+    for folder in ("posenc-extrapolation", "posenc-extend"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "results.json").write_text('{"config": {}, "corpus": {}, "encodings": []}')
+    before = _snapshot(tmp_path)
+    corpus = [] if "--corpus" in argv else ["--corpus", str(corpus_file)]
+    code, _, stderr = run([argv[0], *corpus, *TINY_ARGS, *argv[1:]], capsys)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert fragment in stderr, stderr
+    assert "--encodings" not in stderr or argv[0] == "extrapolate"
+    assert "already holds" not in stderr and "--out" not in stderr
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["extrapolate", "--encodings", "ropee"],
+        ["extrapolate", "--corpus", "EMPTY"],
+        ["extrapolate", "--train-len", "6000", "--eval-lens", "6000"],  # longer than the corpus
+        ["extend", "--baselines", "ropee"],
+        ["extend", "--eval-lens", "16,6000"],  # fine-tuning longer than the corpus
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_a_refused_run_leaves_no_out_folder_behind(argv, corpus_file, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    argv = [str(tmp_path / "empty.txt") if a == "EMPTY" else a for a in argv]
+    corpus = [] if "--corpus" in argv else ["--corpus", str(corpus_file)]
+    tiny = EXTEND_TINY if argv[0] == "extend" else TINY_ARGS
+    out = tmp_path / "new" / "deeper" / "out"
+    code, _, stderr = run([argv[0], *corpus, "--out", str(out), *tiny, *argv[1:]], capsys)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert not (tmp_path / "new").exists()
+
+
+# --- the newcomer's path ----------------------------------------------------------------------------
+
+
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(corpus_file, tmp_path, monkeypatch, capsys):
+    import posenc.study
+
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(tmp_path / "o"), "--encodings", "rope"]
+    assert run([*argv, *TINY_ARGS], capsys)[0] == 0
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posenc.study, "run_study", interrupted)
+    code, _, stderr = run([*argv, "--encodings", "rope,alibi", "--resume", *TINY_ARGS], capsys)
+    assert code == 130
+    assert stderr.strip() == (
+        f"posenc extrapolate: interrupted; what finished is saved in {str(tmp_path / 'o')!r}: run the same "
+        "command with --resume to continue without redoing it"
+    )
+    monkeypatch.setattr(posenc.study, "run_extend", interrupted)
+    code, _, stderr = run(
+        ["extend", "--corpus", str(corpus_file), "--out", str(tmp_path / "e"), *EXTEND_TINY], capsys
+    )
+    assert (
+        code == 130
+        and stderr.strip() == f"posenc extend: interrupted; nothing was saved in {str(tmp_path / 'e')!r} yet"
+    )
+    assert not (tmp_path / "e").exists()
+
+
+def test_describe_says_what_a_none_default_stands_for(capsys):
+    code, stdout, _ = run(["describe", "rope"], capsys)
+    assert code == 0
+    assert "  base        default None, meaning 10000.0; accepts float | None" in stdout
+    assert "  rotary_dim  default None; accepts int | None" in stdout  # follows the head width: not one value
+
+
+def test_list_is_sorted_by_name(capsys):
+    code, stdout, _ = run(["list"], capsys)
+    assert code == 0
+    names = [line.split()[0] for line in stdout.splitlines()[1:] if line and not line.startswith(" ")]
+    names = [n for n in names if n != "posenc"]
+    assert names == sorted(names) == sorted(canonical_names())

@@ -8,6 +8,13 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 #: A model small enough that training, 3 methods and their fine-tuning take about a second.

@@ -16,6 +16,13 @@ from posenc.functional.rope_scaling import ROPE_TYPES
 from posenc.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend, scaling_for
 from posenc.study.extend import _with_scaling
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 #: Tiny settings: the whole run (7 methods, zero-shot and fine-tuned) takes about a second.
 TINY = {
     "train_len": 16,
@@ -96,7 +103,11 @@ def test_same_seed_same_numbers_and_resume_reuses_the_base_model(corpus, result)
     for r in again.rows:
         assert r.perplexity == res.perplexity(r.method, r.eval_len, r.finetune_steps)
     fresh = run_extend(corpus, config, progress=False)  # retrained in memory: the same numbers
-    assert [r.perplexity for r in fresh.rows] == [r.perplexity for r in again.rows]
+    asked = [r for r in again.rows if r.method in config.methods]
+    assert [r.perplexity for r in fresh.rows] == [r.perplexity for r in asked]
+    # the methods of the first run not asked for now are kept as they were (merged, not dropped)
+    others = [r for r in res.rows if r.method not in config.methods]
+    assert others and [r for r in again.rows if r.method not in config.methods] == others
 
 
 def test_a_loaded_model_gives_the_numbers_of_the_trained_one(corpus, result):
@@ -138,7 +149,9 @@ def test_baselines_are_trained_and_scored_like_the_methods(corpus):
         ({"factor": 0.0}, "factor"),
         ({"finetune_steps": -1}, "finetune_steps"),
         ({"baselines": ("learned",)}, "baselines"),
-        ({"baselines": ("sinusoidal2d",)}, "encodings"),
+        # the bad spec is a baseline: the error blames baselines, not encodings
+        ({"baselines": ("sinusoidal2d",)}, "baselines"),
+        ({"baselines": ("ropee",)}, "baselines"),
     ],
 )
 def test_bad_settings_fail_before_training(corpus, settings, argument):
@@ -215,6 +228,98 @@ def test_a_scaled_embedding_baseline_round_trips_through_its_checkpoint(corpus, 
     model, _, _ = load_checkpoint(tmp_path / "baseline-sinusoidal.pt")
     assert model.embed_scale == math.sqrt(TINY["d_model"])
     lines: list[str] = []
+    (tmp_path / "results.json").unlink()  # else its rows are reused: score the checkpoints again
     again = run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False, log=lines.append)
     assert any(line.startswith("sinusoidal: reusing") for line in lines)
     assert [r.perplexity for r in again.rows] == [r.perplexity for r in first.rows]
+
+
+#: Two baselines whose specs agree in their first 60 characters (a file name keeps at most 60).
+LONG_SPECS = (
+    "rope(base=10000.0, rotary_dim=8, layout='interleaved', scaling={'rope_type': 'linear', 'factor': 1.0})",
+    "rope(base=10000.0, rotary_dim=8, layout='interleaved', scaling={'rope_type': 'linear', 'factor': 4.0})",
+)
+
+
+def test_baselines_that_differ_past_60_characters_get_their_own_checkpoints(corpus, tmp_path):
+    """Each baseline is saved under a name from its whole spec, and a resumed run scores each with its own."""
+    from posenc.study.extend import _checkpoint_name
+
+    assert LONG_SPECS[0][:60] == LONG_SPECS[1][:60]
+    assert _checkpoint_name(LONG_SPECS[0]) != _checkpoint_name(LONG_SPECS[1])
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none",), baselines=LONG_SPECS)
+    first = run_extend(corpus, config, out_dir=tmp_path, progress=False)
+    assert len(list(tmp_path.glob("baseline-*.pt"))) == 2
+    (tmp_path / "results.json").unlink()  # else the rows are reused: score the checkpoints again
+    lines: list[str] = []
+    again = run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False, log=lines.append)
+    assert sum("reusing" in line for line in lines) == 3  # base.pt and each baseline's own file
+    assert [(r.method, r.perplexity) for r in again.rows] == [(r.method, r.perplexity) for r in first.rows]
+    ppl = {r.method: r.perplexity for r in first.rows if r.eval_len == 64}
+    assert ppl[LONG_SPECS[0]] != ppl[LONG_SPECS[1]]
+
+
+def test_a_checkpoint_of_another_spec_under_its_name_is_refused_on_resume(corpus, tmp_path):
+    """The spec is checked on load: a file holding another spec's model is refused, not scored."""
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none",), baselines=("alibi", "t5"))
+    run_extend(corpus, config, out_dir=tmp_path, progress=False)
+    (tmp_path / "results.json").unlink()
+    (tmp_path / "baseline-t5.pt").write_bytes((tmp_path / "baseline-alibi.pt").read_bytes())
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(
+        ConfigError, match=r"baseline-t5.pt' was trained with other settings \(spec 'alibi' there"
+    ):
+        run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # refused before any write
+
+
+def test_an_interrupted_extend_keeps_its_finished_methods_and_resume_reuses_them(
+    corpus, tmp_path, monkeypatch
+):
+    import posenc.study.extend as extend
+
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none", "linear", "yarn"), baselines=("alibi",))
+    whole = run_extend(corpus, config, progress=False)
+    real = extend._with_scaling
+    calls: list[object] = []
+
+    def interrupted(model, scaling):
+        calls.append(scaling)
+        if len(calls) == 3:  # Ctrl-C while the third method runs
+            raise KeyboardInterrupt
+        return real(model, scaling)
+
+    monkeypatch.setattr(extend, "_with_scaling", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_extend(corpus, config, out_dir=tmp_path, progress=False)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert {r["method"] for r in saved["results"]} == {"none", "linear"}
+    assert saved["pending"] == ["yarn", "alibi"]
+    monkeypatch.setattr(extend, "_with_scaling", real)
+    lines: list[str] = []
+    resumed = run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False, log=lines.append)
+    assert "[1/4] none: reused" in " ".join(lines) and "[2/4] linear: reused" in " ".join(lines)
+    assert [(r.method, r.eval_len, r.perplexity) for r in resumed.rows] == [
+        (r.method, r.eval_len, r.perplexity) for r in whole.rows
+    ]
+    assert json.loads((tmp_path / "results.json").read_text())["pending"] == []
+
+
+def test_extend_resume_with_other_methods_keeps_the_finished_ones(corpus, tmp_path):
+    first = ExtendConfig(**TINY, finetune_steps=0, methods=("none", "linear"), baselines=("alibi",))
+    run_extend(corpus, first, out_dir=tmp_path, progress=False)
+    then = json.loads((tmp_path / "results.json").read_text())["results"]
+    second = ExtendConfig(**TINY, finetune_steps=0, methods=("yarn",))
+    result = run_extend(corpus, second, out_dir=tmp_path, resume=True, progress=False)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert [m for m in dict.fromkeys(r["method"] for r in saved["results"])] == [
+        "yarn",
+        "none",
+        "linear",
+        "alibi",
+    ]
+    assert [r for r in saved["results"] if r["method"] != "yarn"] == then
+    assert saved["config"]["methods"] == ["yarn", "none", "linear"] and saved["config"]["baselines"] == [
+        "alibi"
+    ]
+    assert len(result.rows) == len(then) + len(TINY["eval_lens"])

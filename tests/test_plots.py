@@ -14,6 +14,13 @@ from posenc.cli import main
 from posenc.plots import encoding_figure, extrapolation_figure
 from posenc.study import EncodingResult, LengthResult, StudyConfig, StudyResult
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 #: The README images must stay small.
 MAX_PNG_BYTES = 300_000
 #: float32 cos/sin and bias values against float64 formulas: a few float32 ulps at these positions.
@@ -52,6 +59,16 @@ def test_plot_default_file_name_and_spec_names(tmp_path, monkeypatch, capsys):
     [
         (["plot", "alibj"], "Did you mean 'alibi'?"),
         (["plot", "rope(base='x')"], "base='x' has the wrong type"),
+        # a value outside the accepted ones is a wrong value, not a wrong type
+        (
+            ["plot", "rope(layout='split')"],
+            "layout='split' is not an accepted value; expected one of ['half', ",
+        ),
+        (["plot", "rope", "--out", "no/such/dir/rope.png"], "--out: the folder 'no/such/dir' does not exist"),
+        (
+            ["plot", "rope", "--out", "/no/such/dir/rope.png"],
+            "--out: the folder '/no/such/dir' does not exist",
+        ),
         (["plot", "rope", "--length", "0"], "argument --length: expected a positive integer, got '0'"),
         (
             ["plot", "rope", "--d-model", "100", "--num-heads", "8"],
@@ -244,3 +261,19 @@ def test_long_spec_titles_are_wrapped():
     title = content_axes(encoding_figure(spec, length=32))[0].get_title()
     assert spec.replace(" ", "") in title.replace("\n", "").replace(" ", "")
     assert max(len(line) for line in title.splitlines()) <= 60
+
+
+def test_plot_without_matplotlib_says_that_nothing_is_written(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    assert main(["plot", "rope", "--out", str(tmp_path / "rope.png")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
+    )
+    assert not list(tmp_path.iterdir())

@@ -28,6 +28,13 @@ from posenc.study import (
 )
 from posenc.study.training import _evaluate
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: The tiniest study that still trains and evaluates every code path: it runs in about a second.
@@ -640,3 +647,28 @@ def test_the_table_fits_80_columns_in_blocks_of_lengths():
         assert cells == [f"{100.0 + i + j / 1000:.3f}" for j in range(len(lens))]
     assert long_spec in " ".join(line.strip() for line in lines)  # wrapped at spaces only
     assert max(map(len, result.table(width=None).splitlines())) > 80  # unwrapped when asked
+
+
+def test_a_corpus_folder_never_reads_posenc_output(tmp_path):
+    """A study's folder inside the corpus folder (results, report, a running study's lock, the folder
+    given as ``exclude``) is skipped: the corpus is the same text before and after a run."""
+    (tmp_path / "notes.txt").write_text(make_text(3000), encoding="utf-8")
+    before = Corpus.from_path(tmp_path)
+    study = tmp_path / "posenc-extrapolation"
+    _made_up(["rope", "alibi"], (16, 32)).save(study)  # results.json, results.csv
+    (study / "notes-of-the-run.txt").write_text("not the user's text", encoding="utf-8")
+    running = tmp_path / "runs" / "busy"
+    running.mkdir(parents=True)
+    (running / ".posenc.lock").write_text("{}")
+    (running / "partial.txt").write_text("a run's output", encoding="utf-8")
+    out = tmp_path / "out"  # a study's folder before it holds anything
+    out.mkdir()
+    (out / "draft.txt").write_text("written by the run", encoding="utf-8")
+    after = Corpus.from_path(tmp_path, exclude=[out])
+    assert (after.text, after.num_files) == (before.text, before.num_files)
+    with pytest.raises(ConfigError, match="is in a posenc output folder"):
+        Corpus.from_path(study)
+    with pytest.raises(ConfigError, match="is in a posenc output folder"):
+        Corpus.from_path(study / "results.csv")
+    with pytest.raises(ConfigError, match="is in a posenc output folder"):
+        Corpus.from_path(out / "draft.txt", exclude=[out])

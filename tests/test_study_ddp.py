@@ -22,6 +22,13 @@ from posenc.study import ConfigError, Corpus, ExtendConfig, StudyConfig, run_ext
 from posenc.study import parallel as parallel_module
 from posenc.study.parallel import Ranks, joined
 
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 # DDP averages the ranks' float32 gradients, (g0 + g1) / 2, where one process takes the mean
 # over all tokens at once: the weights differ by float32 rounding (~1e-7 relative) after each
 # step, and a few AdamW steps on a tiny model do not grow that past 1e-6; the evaluation adds

@@ -23,6 +23,7 @@ options and help), ``_study`` (``extrapolate``, ``extend``) and ``_inspect`` (``
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
     except KeyboardInterrupt:
         # on a line of its own, not inside a progress bar's line
-        print(f"\nposenc {args.command}: interrupted", file=sys.stderr)
+        print(f"\nposenc {args.command}: interrupted{_how_to_resume(args)}", file=sys.stderr)
         return 130
     except (MemoryError, RuntimeError) as err:
         if not _is_allocation_error(err):
@@ -88,6 +89,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+
+
+def _how_to_resume(args: argparse.Namespace) -> str:
+    """What an interrupted study keeps and how to go on (nothing to say for the other commands)."""
+    if args.command not in ("extrapolate", "extend"):
+        return ""
+    from ..study.outdir import outputs
+
+    out = str(args.out)[:200]
+    if not outputs(args.out):
+        return f"; nothing was saved in {out!r} yet"
+    return (
+        f"; what finished is saved in {out!r}: run the same command with --resume to continue "
+        "without redoing it"
+    )
 
 
 def _silence_stdout() -> None:

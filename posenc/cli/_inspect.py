@@ -26,13 +26,21 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         raise _UsageError(f"--out: {str(out)!r} is a folder; give a file name such as rope.png")
     if args.d_model % args.num_heads:
         raise _UsageError(f"--d-model: {args.d_model} must be divisible by --num-heads {args.num_heads}")
-    note = _figure_note("plot")
-    if note:
-        raise _UsageError(note.split("note: ", 1)[1])
+    if _figure_note(
+        "plot"
+    ):  # nothing is written without matplotlib: say so, not "the data files are written"
+        raise _UsageError(
+            "matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it"
+        )
     from ..study.checkpoint import check_writable
     from ..study.config import ConfigError
     from ..study.training import check_spec_ints
 
+    if not out.parent.is_dir():
+        what = "is not a folder" if out.parent.exists() else "does not exist"
+        raise _UsageError(
+            f"--out: the folder {str(out.parent)[:200]!r} {what}; make it first, or give another path"
+        )
     try:
         check_writable(out.parent, argument="--out")
         check_spec_ints(_specs_text(args.name, "NAME"))
@@ -58,7 +66,7 @@ def _groups() -> list[dict[str, Any]]:
         if info["name"] not in seen:
             seen.add(info["name"])
             groups.append(info)
-    return groups
+    return sorted(groups, key=lambda g: g["name"])  # by name, not by the first alias seen
 
 
 #: reStructuredText markup in docstrings (``code``, :func:`name`), shown as plain text.
@@ -119,8 +127,11 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if not info["options"]:
         print("  (none)")
     width = max((len(o["name"]) for o in info["options"]), default=0)
+    resolved = _resolved_defaults(info)
     for o in info["options"]:
         default = "required" if o["required"] else f"default {o['default']!r}"
+        if o["name"] in resolved:  # None in the signature, a fixed value in the built encoding
+            default = f"default None, meaning {resolved[o['name']]!r}"
         accepted = f"one of {', '.join(map(repr, o['choices']))}" if o["choices"] else o["type"]
         if o.get("is_dim"):
             meaning = _DIM_MEANING.get(o["name"], "a model setting")
@@ -132,6 +143,42 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         print(f"  {o['name'].ljust(width)}  {default}; accepts {accepted}")
     print(f'example: posenc.build("{info["name"]}", ...) or a spec such as "{_example_spec(info)}"')
     return 0
+
+
+#: Two sets of model sizes: an option whose None becomes the same value in both is a fixed default.
+_SIZES = (
+    {"d_model": 64, "num_heads": 4, "head_dim": 16, "max_len": 128, "causal": True},
+    {"d_model": 96, "num_heads": 2, "head_dim": 48, "max_len": 256, "causal": True},
+)
+
+
+def _resolved_defaults(info: dict[str, Any]) -> dict[str, Any]:
+    """The options whose default ``None`` stands for one fixed value (RoPE's ``base``: 10000.0).
+
+    Read from the built encoding (an attribute of the option's name), with two sets of model
+    sizes: a value that follows the sizes (``rotary_dim``: the head width) is not a fixed default.
+    """
+    from ..registry import build
+
+    names = [
+        o["name"] for o in info["options"] if o["default"] is None and not o["required"] and not o["is_dim"]
+    ]
+    if not names:
+        return {}
+    try:
+        built = [build(info["name"], **sizes) for sizes in _SIZES]
+    except Exception:  # an encoding that needs other sizes (a 2D grid): its defaults shown as declared
+        return {}
+    resolved = {}
+    for name in names:
+        values = [getattr(b, name, None) for b in built]
+        if (
+            isinstance(values[0], (int, float, str))
+            and not isinstance(values[0], bool)
+            and values[0] == values[1]
+        ):
+            resolved[name] = values[0]
+    return resolved
 
 
 def _example_spec(info: dict[str, Any]) -> str:

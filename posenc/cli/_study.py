@@ -8,9 +8,14 @@ the command's words, and imports the study (and torch) only when it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..study import Corpus
 
 from ._common import (
     _STUDY_OPTIONS,
@@ -22,24 +27,53 @@ from ._common import (
 )
 
 
-def _prepare_out(args: argparse.Namespace, reusable: bool) -> Path:
-    """Check ``--out`` before any work: not a file, writable, and not silently overwritten."""
-    from ..study.checkpoint import check_writable
+def _hold_out(args: argparse.Namespace) -> contextlib.AbstractContextManager[Path]:
+    """Make ``--out`` and hold it for this run (one run per folder); the caller checks what it holds.
 
-    out = Path(args.out).expanduser()
-    if (out / "results.json").is_file() and not args.force and not (reusable and args.resume):
-        also = " --resume to reuse its models or" if reusable else ""
+    Under torchrun rank 0 holds it; the others only check it. Called after every other option
+    is checked, so a bad option is reported as itself and leaves no folder behind.
+    """
+    import torch.distributed as dist
+
+    from ..study.outdir import hold
+    from ..study.parallel import main_process
+
+    lock = main_process() and not (dist.is_available() and dist.is_initialized())
+    return hold(Path(args.out).expanduser(), lock=lock)
+
+
+def _check_out(out: Path, args: argparse.Namespace) -> None:
+    """Refuse to write over what ``--out`` holds, unless ``--force`` (or ``--resume`` of the same study).
+
+    One rule for both commands, checked before anything is written: a folder holding the other
+    command's study (or files that are not a study's) is refused even with ``--resume``; a
+    folder holding this command's results or checkpoints needs ``--resume`` or ``--force``
+    (the study then checks, with ``--resume``, that its settings match).
+    """
+    from ..study.outdir import outputs, study_kind
+
+    if args.force:
+        return
+    shown = repr(str(args.out)[:200])
+    kind = study_kind(out)
+    if kind is not None and kind != args.command:
+        what = "a results.json that is not a posenc study's" if kind == "other" else f"a posenc {kind} study"
+        raise _UsageError(f"--out {shown} holds {what}; use another folder, or add --force to overwrite it")
+    files = sorted(outputs(out), key=lambda name: name != "results.json")  # results.json first
+    if files and not args.resume:
+        named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         raise _UsageError(
-            f"--out {str(args.out)[:200]!r} already holds results.json; add{also} --force to overwrite"
+            f"--out {shown} already holds {named}; add --resume to reuse its models or --force to overwrite"
         )
-    return check_writable(out)
 
 
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
-    from ..study import ConfigError, Corpus, StudyConfig, encoding_plan, run_study, split_specs
+    from ..study import ConfigError, StudyConfig, encoding_plan, run_study, split_specs
     from ..study.parallel import main_process
+    from ..study.specs import _check_specs
 
     try:
+        # Every option first (a bad one is reported as itself, whatever --out holds) ...
         config = StudyConfig(**{field: getattr(args, field) for field, *_ in _STUDY_OPTIONS})
         if args.encodings is None:
             plan = encoding_plan()
@@ -47,32 +81,35 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         else:
             plan = None
             specs = split_specs(_specs_text(args.encodings, "--encodings"))
-        out = _prepare_out(args, reusable=True)
-        corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
-        note = _figure_note("extrapolate")
-        if note:
-            print(note, file=sys.stderr)
-        if plan is not None and main_process():
-            print("encodings (derived from the registry):")
-            width = max(len(c.name) for c in plan)
-            for c in plan:
-                print(f"  {'run ' if c.included else 'skip'} {c.name.ljust(width)}  {c.reason}")
-        start = time.perf_counter()
-        result = run_study(
-            corpus, specs, config, out_dir=out, resume=args.resume, progress=not args.quiet, log=print
-        )
+        _check_specs(specs, config)
+        corpus = _corpus(args)
+        # ... then the folder: held by this run alone, its contents checked before anything is written.
+        with _hold_out(args) as out:
+            _check_out(out, args)
+            note = _figure_note("extrapolate")
+            if note:
+                print(note, file=sys.stderr)
+            if plan is not None and main_process():
+                print("encodings (derived from the registry):")
+                width = max(len(c.name) for c in plan)
+                for c in plan:
+                    print(f"  {'run ' if c.included else 'skip'} {c.name.ljust(width)}  {c.reason}")
+            start = time.perf_counter()
+            result = run_study(
+                corpus, specs, config, out_dir=out, resume=args.resume, progress=not args.quiet, log=print
+            )
+            if not main_process():  # under torchrun, rank 0 alone reports and writes
+                return 0
+            elapsed = time.perf_counter() - start
+            print()
+            print(result.table(width=_terminal_width()))
+            paths = result.save(out)
+            if note is None:
+                from ..plots import plot_extrapolation
+
+                paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
     except ConfigError as err:
         raise _UsageError(_in_flags(err)) from err
-    if not main_process():  # under torchrun, rank 0 alone reports and writes
-        return 0
-    elapsed = time.perf_counter() - start
-    print()
-    print(result.table(width=_terminal_width()))
-    paths = result.save(out)
-    if note is None:
-        from ..plots import plot_extrapolation
-
-        paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
     print(
         f"\n{len(result.encodings)} models in {elapsed:.0f} s; wrote {', '.join(str(p) for p in paths.values())} "
         f"and the checkpoints model-*.pt"
@@ -80,16 +117,30 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _corpus(args: argparse.Namespace) -> Corpus:
+    """``--corpus`` (default: the standard library), never reading ``--out`` or other posenc output."""
+    from ..study import Corpus
+
+    if args.corpus is None:
+        return Corpus.standard_library()
+    return Corpus.from_path(args.corpus, exclude=(Path(args.out).expanduser(),))
+
+
 def _cmd_extend(args: argparse.Namespace) -> int:
     from ..study.config import ConfigError, ExtendConfig
+    from ..study.extend import _check_baselines
     from ..study.parallel import main_process
 
     try:
+        # Every option first (a bad one is reported as itself, whatever --out holds) ...
         baselines: list[str] = []
         if args.baselines is not None:
             from ..study.plan import split_specs
 
-            baselines = split_specs(_specs_text(args.baselines, "--baselines"))
+            try:
+                baselines = split_specs(_specs_text(args.baselines, "--baselines"))
+            except ConfigError as err:  # the shared spec-list check speaks of encodings
+                raise _UsageError(_in_flags(err).replace("--encodings", "--baselines", 1)) from err
         config = ExtendConfig(
             **{field: getattr(args, field) for field, *_ in _STUDY_OPTIONS},
             methods=tuple(args.methods),
@@ -98,39 +149,44 @@ def _cmd_extend(args: argparse.Namespace) -> int:
             finetune_lr=args.finetune_lr,
             baselines=tuple(baselines),
         )
-        out = _prepare_out(args, reusable=True)
+        _check_baselines(config)
         if args.model is not None and not Path(args.model).expanduser().is_file():
             raise _UsageError(f"--model {str(args.model)[:200]!r} is not a file")
-        from ..study import Corpus, run_extend
+        from ..study import run_extend
 
-        corpus = Corpus.standard_library() if args.corpus is None else Corpus.from_path(args.corpus)
-        note = _figure_note("extend")
-        if note:
-            print(note, file=sys.stderr)
-        result = run_extend(
-            corpus,
-            config,
-            out_dir=out,
-            resume=args.resume,
-            model_path=args.model,
-            progress=not args.quiet,
-            log=print,
-        )
+        corpus = _corpus(args)
+        # ... then the folder: held by this run alone, its contents checked before anything is written.
+        with _hold_out(args) as out:
+            _check_out(out, args)
+            note = _figure_note("extend")
+            if note:
+                print(note, file=sys.stderr)
+            result = run_extend(
+                corpus,
+                config,
+                out_dir=out,
+                resume=args.resume,
+                model_path=args.model,
+                progress=not args.quiet,
+                log=print,
+            )
+            if not main_process():  # under torchrun, rank 0 alone reports and writes
+                return 0
+            from ..study.checkpoint import atomic_write
+
+            print()
+            print(result.table(width=_terminal_width()))
+            paths = result.save(out)
+            figure = None
+            if note is None:
+                from ..plots import plot_extend
+
+                paths["png"] = figure = plot_extend(result, out / "extend.png")
+            report = result.report(figure.name if figure else None)
+            paths["md"] = atomic_write(
+                out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8")
+            )
     except ConfigError as err:
         raise _UsageError(_in_flags(err)) from err
-    if not main_process():  # under torchrun, rank 0 alone reports and writes
-        return 0
-    from ..study.checkpoint import atomic_write
-
-    print()
-    print(result.table(width=_terminal_width()))
-    paths = result.save(out)
-    figure = None
-    if note is None:
-        from ..plots import plot_extend
-
-        paths["png"] = figure = plot_extend(result, out / "extend.png")
-    report = result.report(figure.name if figure else None)
-    paths["md"] = atomic_write(out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8"))
     print(f"\n{result.seconds:.0f} s; wrote {', '.join(str(p) for p in paths.values())}")
     return 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import sysconfig
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,25 +58,47 @@ class Corpus:
         return cls(text, f"Python {version} standard library, top-level *.py ({root})", len(files))
 
     @classmethod
-    def from_path(cls, path: str | Path) -> Corpus:
+    def from_path(cls, path: str | Path, *, exclude: Sequence[str | Path] = ()) -> Corpus:
         """Read a UTF-8 text file, or every UTF-8 file under a folder (recursively, sorted).
 
-        In a folder, files that are not valid UTF-8 (binaries, images) and hidden files and
-        folders are skipped.
+        In a folder, files that are not valid UTF-8 (binaries, images), hidden files and
+        folders, and posenc's own output (a study's folder: its results, report and
+        checkpoints, see :func:`posenc.study.outdir.is_output`) are skipped, so a study whose
+        output folder lies inside its corpus folder reads the same text on every run.
 
         Args:
             path: a file or a folder; ``~`` is expanded.
+            exclude: folders whose files are never read (a study's output folder, even before
+                it holds anything).
 
         Returns:
             The corpus; ``num_files`` counts the files read.
 
         Raises:
-            ConfigError: the path does not exist, a file is not UTF-8 text, or no text was found.
+            ConfigError: the path does not exist, is posenc output, a file is not UTF-8 text,
+                or no text was found.
         """
+        from .outdir import is_output
+
         p = Path(path).expanduser()
         if not p.exists():
             raise ConfigError(
                 f"corpus path {str(path)!r} does not exist; accepted: a UTF-8 text file or a folder of them",
+                argument="corpus",
+            )
+        skipped = {os.path.realpath(Path(e).expanduser()) for e in exclude}
+        output: dict[Path, bool] = {}
+
+        def left_out(folder: Path) -> bool:
+            if folder not in output:
+                output[folder] = os.path.realpath(folder) in skipped or is_output(folder)
+            return output[folder]
+
+        where = p if p.is_dir() else p.parent
+        if any(left_out(q) for q in (where, *where.parents)):
+            raise ConfigError(
+                f"corpus path {str(path)!r} is in a posenc output folder (results, checkpoints); pass the text's "
+                "own file or folder",
                 argument="corpus",
             )
         if p.is_file():
@@ -83,8 +107,11 @@ class Corpus:
         else:
             parts = []
             for f in sorted(q for q in p.rglob("*") if q.is_file()):
-                if any(part.startswith(".") for part in f.relative_to(p).parts):
+                inner = f.relative_to(p).parts
+                if any(part.startswith(".") for part in inner):
                     continue
+                if any(left_out(p.joinpath(*inner[:i])) for i in range(1, len(inner))):
+                    continue  # a study's output folder inside the corpus folder
                 with contextlib.suppress(ConfigError):  # not UTF-8: a binary file, skipped
                     parts.append(_read_utf8(f, strict=True))
             corpus = cls("".join(parts), f"{p} ({len(parts)} UTF-8 files)", len(parts))

@@ -42,14 +42,18 @@ def _base_model(
 ) -> tuple[Any, dict[str, Any]]:
     """Train the model of ``spec`` at ``train_len`` or, with ``resume``, load it from ``out``."""
 
-    name = "base.pt" if spec == "rope" else f"baseline-{_file_name(str(spec))}.pt"
-    path = None if out is None else out / name
+    label = _spec_key(spec)
+    meta = {**meta, "spec": label}  # the full spec: a file is never taken for another spec's
+    path = None if out is None else out / _checkpoint_name(label)
     if resume and path is not None and path.is_file():
         model, chars, saved = load_checkpoint(path, argument="out_dir")
-        if saved == meta and chars == vocab.chars:
-            say(f"{spec}: reusing {path}")
-            return model, {"how": f"resumed from {path}", "checkpoint": str(path)}
-        say(f"{spec}: {path} was trained with other settings or text; training again")
+        if saved != meta or chars != vocab.chars:  # run_extend checked it first: another run wrote it since
+            raise ConfigError(
+                f"resume: {str(path)[:200]!r} was trained with other settings, text or spec; use another folder",
+                argument="resume",
+            )
+        say(f"{spec}: reusing {path}")
+        return model, {"how": f"resumed from {path}", "checkpoint": str(path)}
     model = study_model(spec, len(vocab.chars), config)
     model.to(device)
     bar = _progress_bar(config.steps, f"train {spec}", progress)
@@ -70,9 +74,27 @@ def _base_model(
 
 
 def _file_name(text: str) -> str:
+    """``text`` as a file name: its letters and digits (at most 60), plus 8 hex digits of the
+    SHA-256 of the whole text when anything was changed or cut, so two texts never share a name."""
+    import hashlib
     import re
 
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:60] or "model"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:60] or "model"
+    if safe != text:
+        safe += "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return safe
+
+
+def _spec_key(spec: Any) -> str:
+    """The whole spec as text (a dict as sorted JSON): what names and identifies its checkpoint."""
+    import json
+
+    return spec.strip() if isinstance(spec, str) else json.dumps(spec, sort_keys=True, default=repr)
+
+
+def _checkpoint_name(label: str) -> str:
+    """The checkpoint file of the base model (``rope``: ``base.pt``) or of a baseline's spec."""
+    return "base.pt" if label == "rope" else f"baseline-{_file_name(label)}.pt"
 
 
 class _LoadedVocabulary(_Vocabulary):

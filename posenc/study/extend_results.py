@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class ExtendResult:
         base: how the base model was obtained (trained, resumed or loaded; loss, seconds).
         rows: one :class:`ExtendRow` per (method, fine-tuning steps, evaluation length).
         seconds: the run's wall time.
+        pending: the methods and baselines asked for but not yet scored (results saved while
+            the run goes on, or interrupted).
     """
 
     config: Any
@@ -68,6 +70,7 @@ class ExtendResult:
     base: dict[str, Any]
     rows: list[ExtendRow]
     seconds: float = 0.0
+    pending: list[str] = field(default_factory=list)
 
     def perplexity(self, method: str, eval_len: int, finetune_steps: int = 0) -> float:
         """The perplexity of ``method`` at ``eval_len`` (zero-shot unless ``finetune_steps``)."""
@@ -96,7 +99,10 @@ class ExtendResult:
             f"tuned = fine-tuning steps at length {lens[-1]}; about {self.config.eval_chars:,} characters scored "
             "per length"
         )
-        return "\n".join([*wrap(title, width), *format_table(header, body, keep=2, width=width)])
+        lines = [*wrap(title, width), *format_table(header, body, keep=2, width=width)]
+        if self.pending:
+            lines += wrap(f"not yet run: {', '.join(self.pending)}", width, indent="  ")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: ``config``, ``corpus``, ``environment``, ``methods``, ``base``, ``results``."""
@@ -108,7 +114,28 @@ class ExtendResult:
             "base": self.base,
             "seconds": round(self.seconds, 1),
             "results": [asdict(r) for r in self.rows],
+            "pending": list(self.pending),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExtendResult:
+        """The result :meth:`to_dict` (``results.json``) describes.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``data`` is not such a description.
+        """
+        from .config import ExtendConfig
+
+        return cls(
+            config=ExtendConfig(**data["config"]),
+            corpus=dict(data["corpus"]),
+            environment=dict(data.get("environment") or {}),
+            methods=dict(data["methods"]),
+            base=dict(data.get("base") or {}),
+            rows=[ExtendRow(**r) for r in data["results"]],
+            seconds=float(data.get("seconds") or 0.0),
+            pending=list(data.get("pending") or []),
+        )
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``results.json`` and ``results.csv`` to ``out_dir`` (each atomically; the folder must exist)."""

@@ -8,6 +8,7 @@ training, and ``resume=True`` picks up from the saved results instead of trainin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from .checkpoint import check_writable, save_checkpoint
+from .checkpoint import save_checkpoint
 from .config import ConfigError, StudyConfig
 from .corpus import Corpus
-from .parallel import Ranks, joined, spawn, wants_spawn
+from .outdir import hold, study_kind
+from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .plan import default_encodings
 from .results import EncodingResult, StudyResult
 from .training import (
@@ -63,10 +66,12 @@ def run_study(
         out_dir: a folder that receives, as each encoding finishes, its checkpoint
             (:func:`checkpoint_name`) and the results so far (``results.json``, ``results.csv``,
             both rewritten atomically; ``"pending"`` in the JSON lists the encodings not yet
-            done); ``None`` writes nothing.
-        resume: reuse the encodings already in ``out_dir``'s ``results.json`` (only those
-            asked for now) instead of training them again; the file must come from the same
-            settings and corpus, else a :class:`ConfigError`.
+            done); ``None`` writes nothing. The folder is held by this call alone
+            (:func:`posenc.study.outdir.hold`): a second run into it is refused.
+        resume: reuse the encodings already in ``out_dir``'s ``results.json`` instead of training
+            them again; those not asked for now are kept in the results after the asked ones
+            (merged, never dropped). The file must come from the same settings and corpus, else
+            a :class:`ConfigError`. Without ``resume`` the folder's results are replaced.
         progress: show a tqdm progress bar per encoding (on stderr), with "k/n" overall.
         log: a callable taking one line of text (e.g. ``print``) for the corpus summary and
             each finished encoding, or ``None``.
@@ -95,11 +100,31 @@ def run_study(
     if resume and out_dir is None:
         raise ConfigError("resume=True needs out_dir, the folder holding the results", argument="resume")
     specs = _check_specs(default_encodings() if encodings is None else encodings, config)
-    out = None if out_dir is None else check_writable(out_dir)
     if corpus is None:
         corpus = Corpus.standard_library()
-    elif isinstance(corpus, (str, Path)):
-        corpus = Corpus.from_path(corpus)
+    elif isinstance(corpus, (str, Path)):  # never the output folder, even when it lies inside
+        corpus = Corpus.from_path(corpus, exclude=() if out_dir is None else (out_dir,))
+    # Every option is checked: now the folder, held by this run alone (the process that spawns
+    # the ranks, or rank 0 under torchrun; a spawned rank runs inside its parent's hold).
+    with contextlib.ExitStack() as stack:
+        out = None
+        if out_dir is not None:
+            lock = main_process() and not (dist.is_available() and dist.is_initialized())
+            out = stack.enter_context(hold(out_dir, lock=lock))
+        return _study(corpus, specs, config, out, out_dir, resume, progress, log)
+
+
+def _study(
+    corpus: Corpus,
+    specs: list[tuple[str, Any]],
+    config: StudyConfig,
+    out: Path | None,
+    out_dir: str | Path | None,
+    resume: bool,
+    progress: bool,
+    log: Any,
+) -> StudyResult:
+    """:func:`run_study` once its options are checked and its folder is held."""
     device = torch.device(config.device)
 
     train_text, val_text = corpus.split()
@@ -122,6 +147,9 @@ def run_study(
         "vocabulary": len(vocab.chars),
     }
     done = _resumable(out, config, corpus_info) if resume and out is not None else {}
+    # Finished encodings of the earlier run that are not asked for now: kept in the results, never dropped.
+    asked = {label for label, _ in specs}
+    kept = [result for label, result in done.items() if label not in asked]
     if wants_spawn(config):  # everything is checked: now the same call in nproc processes
         return spawn(
             run_study,
@@ -149,6 +177,11 @@ def run_study(
             f"{config.eval_chars:,} characters per length"
             + ("" if parallel is None else f"; {parallel.world_size} processes, DDP")
         )
+        if kept:
+            say(
+                f"kept from {out / 'results.json' if out else ''} (not asked for this time): "
+                + ", ".join(e.label for e in kept)
+            )
         env = environment(config, parallel)
         finished: dict[str, EncodingResult] = {}
         n = len(specs)
@@ -178,12 +211,12 @@ def run_study(
                         path = out / checkpoint_name(label)
                         save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
                         saved = f"; saved {path.name}"
-                    _partial(config, corpus_info, specs, finished, env).save(out)
+                    _partial(config, corpus_info, specs, finished, env, kept).save(out)
                 say(
                     f"[{k}/{n}] {label}: trained in {result.train_seconds:.0f} s, scored in "
                     f"{result.eval_seconds:.0f} s{saved}"
                 )
-    return StudyResult(config, corpus_info, [finished[label] for label, _ in specs], env)
+    return StudyResult(config, corpus_info, [*(finished[label] for label, _ in specs), *kept], env)
 
 
 def checkpoint_name(label: str) -> str:
@@ -213,10 +246,11 @@ def _partial(
     specs: list[tuple[str, Any]],
     finished: dict[str, EncodingResult],
     env: dict[str, Any],
+    kept: Sequence[EncodingResult] = (),
 ) -> StudyResult:
     done = [finished[label] for label, _ in specs if label in finished]
     pending = [label for label, _ in specs if label not in finished]
-    return StudyResult(config, corpus_info, done, env, pending=pending)
+    return StudyResult(config, corpus_info, [*done, *kept], env, pending=pending)
 
 
 def _resumable(out: Path, config: StudyConfig, corpus_info: dict[str, Any]) -> dict[str, EncodingResult]:
@@ -224,6 +258,13 @@ def _resumable(out: Path, config: StudyConfig, corpus_info: dict[str, Any]) -> d
     path = out / "results.json"
     if not path.is_file():
         return {}
+    kind = study_kind(out)
+    if kind == "extend":
+        raise ConfigError(
+            f"resume: {str(path)[:200]!r} holds the results of posenc extend, not of an extrapolation study; use "
+            "another folder",
+            argument="resume",
+        )
     try:
         saved = StudyResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, KeyError, TypeError) as err:  # a file that is not a study's results
