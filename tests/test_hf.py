@@ -1226,7 +1226,8 @@ def test_llama3_scaling_with_an_empty_smooth_band_matches_transformers(low_high)
         "rope_scaling": {**SCOUT_TEXT["rope_scaling"], "low_freq_factor": low, "high_freq_factor": high},
     }
     config = transformers.Llama4TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
-    want, scaling = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    want, attention_scaling = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    assert attention_scaling == 1.0
     for form in (text, config, config.to_dict(), {"model_type": "llama4", "text_config": text}):
         rope = from_hf_config(form, layer=0)
         assert isinstance(rope, posenc.RoPE) and rope.layout == "interleaved"
