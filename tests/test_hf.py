@@ -1189,3 +1189,60 @@ def test_qwen_vl_flat_config_json_and_legacy_mrope_type():
         from_hf_config({**flat, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 23]}})
     with pytest.raises(TypeError, match="mrope_section'\\] must be a list of ints"):
         from_hf_config({**flat, "rope_scaling": {"mrope_section": "16,24,24"}})
+
+
+# --- Llama 4 Scout: llama3 scaling with low_freq_factor == high_freq_factor ------------------
+
+# text_config of meta-llama/Llama-4-Scout-17B-16E (the keys that shape its RoPE)
+SCOUT_TEXT = {
+    "model_type": "llama4_text",
+    "hidden_size": 5120,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 48,
+    "max_position_embeddings": 10485760,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 16.0,
+        "high_freq_factor": 1.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
+
+
+@requires_transformers
+@pytest.mark.parametrize("low_high", [(1.0, 1.0), (2.0, 2.0), (1.0, 4.0)])
+def test_llama3_scaling_with_an_empty_smooth_band_matches_transformers(low_high):
+    """Scout's config (low == high: no smooth band) is accepted; inv_freq and rotations equal transformers'."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.llama4 import modeling_llama4
+
+    low, high = low_high
+    text = {
+        **SCOUT_TEXT,
+        "rope_scaling": {**SCOUT_TEXT["rope_scaling"], "low_freq_factor": low, "high_freq_factor": high},
+    }
+    config = transformers.Llama4TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
+    want, attention_scaling = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    assert attention_scaling == 1.0
+    for form in (text, config, config.to_dict(), {"model_type": "llama4", "text_config": text}):
+        rope = from_hf_config(form, layer=0)
+        assert isinstance(rope, posenc.RoPE) and rope.layout == "interleaved"
+        got = rope.params.inv_freq()[0]
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.float(), want, rtol=1e-6, atol=0)
+    # the model's own rotary module and apply function, at positions past the trained 8192
+    positions = torch.tensor([[0, 1, 5, 8191, 8192, 12000, 20000], [3, 4, 9000, 9001, 9002, 9003, 16000]])
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 7, 2, 128, generator=gen) for _ in range(2))  # (b, t, h, d): the model's layout
+    freqs_cis = modeling_llama4.Llama4TextRotaryEmbedding(config)(q, positions)
+    q_ref, k_ref = modeling_llama4.apply_rotary_emb(q, k, freqs_cis)
+    q_ours, k_ours = rope.encode_qk(
+        q.transpose(1, 2), k.transpose(1, 2), q_positions=positions, k_positions=positions
+    )
+    # angles up to 2e4 rad: float32 rounding in transformers' own product
+    torch.testing.assert_close(q_ours.transpose(1, 2), q_ref, atol=5e-3, rtol=0)
+    torch.testing.assert_close(k_ours.transpose(1, 2), k_ref, atol=5e-3, rtol=0)

@@ -182,7 +182,7 @@ def llama3_inv_freq(
 
     Wavelengths shorter than ``original_max_len / high_freq_factor`` are kept, those longer
     than ``original_max_len / low_freq_factor`` are divided by ``factor``, and the band
-    between is interpolated smoothly.
+    between is interpolated smoothly (an empty band when ``high_freq_factor == low_freq_factor``).
 
     Returns:
         ``(r/2,)`` inverse frequencies.
@@ -192,6 +192,8 @@ def llama3_inv_freq(
     high_freq_wavelen = original_max_len / high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    if high_freq_factor == low_freq_factor:
+        return scaled  # an empty band (Llama 4 Scout: both 1): every frequency is kept or divided
     smooth = (original_max_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)

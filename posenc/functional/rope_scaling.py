@@ -242,9 +242,9 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
     if kind == "llama3":
         factor, original = reader.factor(), reader.original_len()
         low, high = (reader.required(key) for key in ("low_freq_factor", "high_freq_factor"))
-        if high <= low:
+        if high < low:  # equal: no smooth band (Llama 4 Scout), as transformers and vLLM compute it
             raise ValueError(
-                "scaling['high_freq_factor'] must be greater than scaling['low_freq_factor'], got "
+                "scaling['high_freq_factor'] must be greater than or equal to scaling['low_freq_factor'], got "
                 f"{high} and {low}"
             )
         return Llama3Rope(

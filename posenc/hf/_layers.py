@@ -97,36 +97,66 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     return [bool(flag) for flag in flags]
 
 
-def layer_windows(cfg: Config, model_type: str) -> list[int | None]:
+def layer_windows(cfg: Config, model_type: str, *, known: bool = True) -> list[int | None]:
     """The sliding window of each layer (``None``: attends to every key), transformers' rule.
 
-    A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal) or ``|i - j| <= W // 2``
-    (ModernBERT, bidirectional): the meaning of ``posenc.attention(..., window=W)``.
+    A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal, transformers'
+    ``sliding_window_overlay``: ``W`` keys) or ``|i - j| <= W // 2`` (ModernBERT, bidirectional):
+    the meaning of ``posenc.attention(..., window=W)``.
+
+    The layer types are the config's ``layer_types``, else derived as the config class does:
+    a fixed pattern (Gemma, Cohere 2, GPT-OSS), the layers from ``max_window_layers`` on when
+    ``use_sliding_window`` (Qwen2 and kin), SmolLM3's NoPE layers, or, for models whose attention
+    reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2, and any model
+    outside the table without ``layer_types``), every layer. ``known``: ``model_type`` is in the
+    conversion table, whose models other than these never slide (Qwen3-VL-MoE drops its
+    ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
     """
     n = _required_count(cfg, model_type)
     if model_type == "modernbert":
         local = check_positive_int(
             f"{model_type} config: local_attention", get(cfg, "local_attention", default=128)
         )
-        window: int | None = local  # transformers: |i - j| <= local_attention // 2
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
-    else:
-        default = _DEFAULT_TYPES.get(model_type)
-        if model_type in ("gemma3_text", "cohere2") and default is not None:
-            default = _gemma_pattern(cfg, model_type, default)
-        types = layer_types(cfg, model_type, default)
-        if model_type == "gemma4_text" and types:
-            types[-1] = "full_attention"  # transformers forces the last layer global
-        window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
-        if window is not None:
-            window = check_positive_int(f"{model_type} config: sliding_window", window)
-        if cfg.get("use_sliding_window") is not None and not check_bool(
-            f"{model_type} config: use_sliding_window", cfg["use_sliding_window"]
-        ):
-            window = None
-    if types is None or window is None:
+        return [local if t == "sliding_attention" else None for t in types or []]
+    rule = _WINDOW_RULES.get(model_type, "none" if known else "any")
+    if rule == "none":
         return [None] * n
+    window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
+    if window is not None:
+        window = check_positive_int(f"{model_type} config: sliding_window", window)
+    use = cfg.get("use_sliding_window", _USE_SLIDING.get(model_type))
+    if use is None and "max_window_layers" in cfg:
+        use = False  # the Qwen-family config classes' default
+    if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
+        window = None  # the Qwen2-style configs drop sliding_window without use_sliding_window
+    if window is None:
+        return [None] * n
+    types = layer_types(cfg, model_type)
+    if types is None:
+        types = _derived_types(cfg, model_type, rule, n)
+    elif model_type == "gemma4_text":
+        types[-1] = "full_attention"  # transformers forces the last layer global
     return [window if t == "sliding_attention" else None for t in types]
+
+
+def _derived_types(cfg: Config, model_type: str, rule: str, n: int) -> list[str]:
+    """``layer_types`` as the config class derives them when a ``config.json`` leaves them out."""
+    if rule == "pattern":
+        default = _DEFAULT_TYPES[model_type]
+        if model_type in ("gemma3_text", "cohere2"):
+            default = _gemma_pattern(cfg, model_type, default)
+        types = [default(i) for i in range(n)]
+        if model_type == "gemma4_text":
+            types[-1] = "full_attention"
+        return types
+    if rule == "smollm3":  # the NoPE layers slide
+        return ["full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)]
+    first = get(cfg, "max_window_layers", default=_MAX_WINDOW_LAYERS.get(model_type))
+    if rule == "qwen" or first is not None:
+        first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
+        return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    return ["sliding_attention"] * n  # every layer reads sliding_window (Mistral; transformers' generic rule)
 
 
 def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
@@ -161,7 +191,21 @@ _DEFAULT_WINDOWS = {
     "gemma4_text": 512,
     "cohere2": 4096,
     "gpt_oss": 128,
+    "mistral": 4096,
+    "qwen2": 4096,
+    "qwen3": 4096,
+    "qwen2_vl_text": 4096,
+    "qwen2_5_vl_text": 4096,
 }
+# How each table model's layers get their window (types outside the table: "any").
+_WINDOW_RULES = {
+    **dict.fromkeys(_DEFAULT_TYPES, "pattern"),
+    **dict.fromkeys(("qwen2", "qwen3", "qwen2_vl_text", "qwen2_5_vl_text"), "qwen"),
+    "smollm3": "smollm3",
+    **dict.fromkeys(("mistral", "mixtral", "phi3", "starcoder2"), "all"),
+}
+_USE_SLIDING = {"qwen2": False, "qwen3": False, "qwen2_vl_text": False, "qwen2_5_vl_text": False, "smollm3": False}
+_MAX_WINDOW_LAYERS = {"qwen2": 28, "qwen3": 28, "qwen2_vl_text": 80, "qwen2_5_vl_text": 80}
 
 
 def _nested(

@@ -18,7 +18,8 @@ def config_dict(config: Any) -> dict[str, Any]:
     if callable(to_dict):
         as_dict = to_dict()
         if isinstance(as_dict, Mapping):
-            return dict(as_dict)
+            layers = getattr(config, "num_hidden_layers", None)  # an attribute_map alias to_dict() leaves out
+            return dict(as_dict) if layers is None else {"num_hidden_layers": layers, **as_dict}
     raise TypeError(
         "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "
         f"got {type(config).__name__}"

@@ -157,7 +157,7 @@ def layer_windows(config: Any) -> list[int | None]:
     cfg, model_type, _ = _resolve(config)
     if model_type in SPEECH_MODEL_TYPES:  # full (bidirectional) attention in every layer
         return [None] * speech_layer_count(cfg, model_type)
-    return _layer_windows(cfg, model_type)
+    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS)
 
 
 def from_hf_config(

@@ -1,0 +1,119 @@
+"""Sliding windows per layer (``posenc.hf.layer_windows``), checked against the masks transformers builds.
+
+Each case builds a tiny model of one architecture from the table (nothing downloaded), registers
+an attention function that records the mask each layer receives (and returns zeros), runs one
+forward pass, and checks that posenc's window of that layer allows exactly the same keys:
+``i - W < j <= i`` in causal models, ``|i - j| <= W // 2`` in ModernBERT. The config object, its
+``to_dict()`` and a minimal hand-written ``config.json`` dict must all agree with the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from posenc.hf import SUPPORTED_MODEL_TYPES, layer_windows
+
+transformers = pytest.importorskip("transformers")
+from transformers import AttentionInterface  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noqa: E402
+
+T = 12  # longer than every window below
+LAYERS = 6
+TINY: dict[str, Any] = {
+    "hidden_size": 16,
+    "intermediate_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_hidden_layers": LAYERS,
+    "vocab_size": 300_000,  # above every default pad / bos / eos id
+}
+_SEEN: dict[int, torch.Tensor] = {}
+
+
+def _capture(module: Any, query: torch.Tensor, key: Any, value: torch.Tensor, mask: Any, **_: Any) -> tuple:
+    _SEEN[module.layer_idx] = mask
+    b, h, t, _d = query.shape
+    return query.new_zeros(b, t, h, value.shape[-1]), None
+
+
+AttentionInterface.register("posenc_mask_capture", _capture)
+AttentionMaskInterface.register("posenc_mask_capture", eager_mask)
+
+_MROPE = {"rope_parameters": {"rope_type": "default", "mrope_section": [1, 1, 2]}}
+# (model_type, config kwargs): every table model whose attention can slide, with and without
+# the fields that switch windows on, and a few that never slide although their config says so.
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("mistral", {"sliding_window": 3}),
+    ("mixtral", {"sliding_window": 3, "num_local_experts": 2, "num_experts_per_tok": 1}),
+    ("phi3", {"sliding_window": 5}),
+    ("starcoder2", {"sliding_window": 3}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2}),
+    ("qwen2", {"use_sliding_window": False, "sliding_window": 3, "max_window_layers": 2}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0}),
+    ("qwen3", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 4}),
+    ("qwen2_vl_text", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1, **_MROPE}),
+    ("qwen2_5_vl_text", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 5, **_MROPE}),
+    ("smollm3", {"use_sliding_window": True, "sliding_window": 3, "no_rope_layer_interval": 2}),
+    ("smollm3", {"sliding_window": 3}),
+    ("gemma2", {"sliding_window": 3}),
+    ("gemma3_text", {"sliding_window": 3, "sliding_window_pattern": 3}),
+    ("gemma3_text", {"sliding_window": 3}),
+    ("cohere2", {"sliding_window": 4}),
+    ("gpt_oss", {"sliding_window": 3, "num_local_experts": 2, "num_experts_per_tok": 1}),
+    ("gemma2", {"sliding_window": 3, "layer_types": ["full_attention", "sliding_attention"] * 3}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "layer_types": ["sliding_attention"] * 6}),
+    ("llama", {"sliding_window": 3}),
+    ("qwen3_vl_moe_text", {"sliding_window": 3, "num_experts": 2, "num_experts_per_tok": 1}),
+    ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2}),
+]
+
+
+def _allowed(window: int | None, bidirectional: bool) -> torch.Tensor:
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    if bidirectional:
+        return (i - j).abs() <= (T if window is None else window // 2)
+    return (j <= i) & (j > i - (T if window is None else window))
+
+
+def _model_masks(config: Any, bidirectional: bool) -> list[torch.Tensor]:
+    _SEEN.clear()
+    config._attn_implementation = "posenc_mask_capture"
+    model = transformers.AutoModel.from_config(config).eval()
+    with torch.no_grad():
+        model(input_ids=torch.arange(1, T + 1)[None], attention_mask=torch.ones(1, T, dtype=torch.long))
+    masks = []
+    for layer in range(LAYERS):
+        mask = _SEEN[layer]
+        if mask is None:  # no mask needed: every key (bidirectional) or plain causal attention
+            masks.append(_allowed(None, bidirectional))
+        else:
+            masks.append(mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0)
+    return masks
+
+
+@pytest.mark.parametrize(("model_type", "kwargs"), CASES, ids=[f"{t}-{i}" for i, (t, _) in enumerate(CASES)])
+def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: dict[str, Any]) -> None:
+    tiny = {k: v for k, v in TINY.items() if model_type != "modernbert" or k != "num_key_value_heads"}
+    config = transformers.AutoConfig.for_model(model_type, **tiny, **kwargs)
+    bidirectional = model_type == "modernbert"
+    masks = _model_masks(config, bidirectional)
+    minimal = {"model_type": model_type, "num_hidden_layers": LAYERS, **kwargs}
+    for form in (config, config.to_dict(), minimal):
+        windows = layer_windows(form)
+        got = [_allowed(w, bidirectional) for w in windows]
+        for layer, (mask, want) in enumerate(zip(masks, got, strict=True)):
+            assert torch.equal(mask, want), (model_type, kwargs, type(form).__name__, layer, windows)
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> None:
+    """A bare ``config.json`` dict, the config object and its ``to_dict()`` give the same windows."""
+    config = transformers.AutoConfig.for_model(model_type)
+    n = {"num_hidden_layers": config.num_hidden_layers}  # (the encoder-decoders' to_dict() leaves it out)
+    bare = {"model_type": model_type, **n}
+    assert layer_windows(config) == layer_windows({**config.to_dict(), **n}) == layer_windows(bare)
