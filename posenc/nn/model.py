@@ -266,8 +266,8 @@ class TransformerLM(nn.Module):
         b, t = input_ids.shape
         if cache is not None:
             cache.bind(self.num_layers)
-        past = 0 if cache is None else cache.length(0)
-        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, past + t)
+        mask_len = t if cache is None else cache.mask_length(0, t)
+        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, mask_len)
         if document_ids is not None:
             document_ids = _check_documents(document_ids, b, t, cache)
             if positions is None:
