@@ -189,8 +189,19 @@ class KVCache:
 
     def _slots(self, layer: int, positions: Tensor, axes: bool) -> Tensor:
         """Static cache: the slots the new ``positions`` go to (a device tensor: no host sync)."""
+        assert self.capacity is not None
         fill = self.fill_index(layer, positions.device)
-        return fill + torch.arange(positions.shape[-2 if axes else -1], device=positions.device)
+        t = positions.shape[-2 if axes else -1]
+        if t > self.capacity:
+            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={self.capacity})")
+        if can_sync(fill):
+            if int(fill) + t > self.capacity:
+                raise ValueError(
+                    f"this KVCache(capacity={self.capacity}) holds {int(fill)} tokens: {t} more do not fit"
+                )
+        else:  # no host sync on an accelerator: the kernel checks
+            torch._assert_async(fill + t <= self.capacity, f"KVCache(capacity={self.capacity}) overflows")
+        return fill + torch.arange(t, device=positions.device)
 
     @staticmethod
     def _rows(positions: Tensor, past: Tensor) -> Tensor:
@@ -264,9 +275,7 @@ class KVCache:
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Static cache: write ``k``, ``v`` and positions at the fill index (``index_copy_``)."""
         assert self.capacity is not None
-        b, t = k.shape[0], k.shape[-2]
-        if t > self.capacity:
-            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={self.capacity})")
+        b = k.shape[0]
         if layer == len(self.keys):
             self.keys.append(k.new_zeros(b, k.shape[1], self.capacity, k.shape[-1]))
             self.values.append(v.new_zeros(b, v.shape[1], self.capacity, v.shape[-1]))
@@ -276,13 +285,6 @@ class KVCache:
             self.axes.append(axes)
             self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
         fill = self.fill[layer]
-        if can_sync(fill):
-            if int(fill) + t > self.capacity:
-                raise ValueError(
-                    f"this KVCache(capacity={self.capacity}) holds {int(fill)} tokens: {t} more do not fit"
-                )
-        else:  # no host sync on an accelerator: the kernel checks
-            torch._assert_async(fill + t <= self.capacity, f"KVCache(capacity={self.capacity}) overflows")
         slots = self._slots(layer, positions, axes)
         self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
         self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
@@ -290,7 +292,7 @@ class KVCache:
         if axes and positions.dim() == 1:
             positions = positions[:, None].expand(-1, past.shape[-1])
         past.index_copy_(1, slots, self._rows(positions, past))
-        fill.add_(t)
+        fill.add_(slots.shape[0])
         return self.keys[layer], self.values[layer], past
 
 
