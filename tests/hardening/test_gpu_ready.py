@@ -72,9 +72,15 @@ def _check_device(outputs: Any, device: torch.device) -> None:
 # --- every encoding's hooks -----------------------------------------------------------------------------
 
 
+def _build(make: Callable[[], Any], device: torch.device) -> Any:
+    """A module made on ``device`` (fake parameters cannot be moved there by ``.to()``)."""
+    with device:
+        return make()
+
+
 def _hooks(entry: Entry, device: torch.device) -> None:
     """Each hook at default and explicit (per-row) positions, a decode-shaped call, the drop-in call."""
-    module = entry.build().to(device)
+    module = _build(entry.build, device)
     length = entry.fixed_len or T
     g = torch.Generator().manual_seed(0)
     if "input" in entry.hooks:
@@ -112,7 +118,7 @@ def test_hooks_without_sync(entry: Entry, mode: str) -> None:
 
 
 def _attention(entry: Entry, device: torch.device) -> None:
-    module = entry.build().to(device)
+    module = _build(entry.build, device)
     causal = entry.sizes["causal"]
     length = entry.fixed_len or entry.grid_len or T
     g = torch.Generator().manual_seed(1)
@@ -157,12 +163,14 @@ def _model(entry: Entry | str | list[str], device: torch.device, **kwargs: Any) 
         heads, dh = entry.num_heads, entry.head_dim
         d = heads * dh
         causal = entry.sizes["causal"]
-        position: Any = entry.build(d_model=d)
+        position: Any = _build(lambda: entry.build(d_model=d), device)
     else:
         heads, d, causal, position = 4, 32, True, entry
     torch.manual_seed(0)
-    model = TransformerLM(VOCAB, d, 2, heads, position=position, max_len=64, causal=causal, **kwargs)
-    return model.to(device).eval()
+    return _build(
+        lambda: TransformerLM(VOCAB, d, 2, heads, position=position, max_len=64, causal=causal, **kwargs),
+        device,
+    ).eval()
 
 
 def _ids(device: torch.device, t: int = T) -> torch.Tensor:
