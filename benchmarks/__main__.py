@@ -13,7 +13,8 @@ Other runs write beside them under another name (git ignores them)::
     .venv/bin/python -m benchmarks --only relative        # full-relative: Shaw and FIRE at 4096 and 16384
     .venv/bin/python -m benchmarks --quick --only relative,packed   # under a minute
 
-Options: ``--only rope,bias,model,relative,packed`` (sections, comma-separated), ``--threads N`` (every
+``--device cuda`` times RoPE on a GPU instead (:mod:`benchmarks.cuda`); without a GPU it says so
+and exits 2. Options: ``--only rope,bias,model,relative,packed`` (sections, comma-separated), ``--threads N`` (every
 section; default one thread each), ``--no-compile``, ``--no-memory``, ``--out DIR``, ``--name
 STEM``, and ``--posenc DIR`` to measure the posenc package in ``DIR`` instead of the installed
 one. Comparing the model forward of two commits::
@@ -92,7 +93,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="import posenc from DIR/posenc (e.g. another commit: git archive COMMIT posenc | tar -x -C DIR)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu (default): the suite above; cuda: RoPE on a GPU timed with CUDA events, written to "
+        "cuda-<gpu>.md (exits 2 when no GPU is present)",
+    )
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        from .cuda import gpu_missing, run
+
+        missing = gpu_missing()
+        if missing is not None:
+            print(f"python -m benchmarks --device cuda: {missing}; nothing was measured.", file=sys.stderr)
+            return 2
+        print(f"\nwrote {run(args.out)}")
+        return 0
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
     if args.posenc is not None:

@@ -6,10 +6,24 @@ import cycles. Each probe runs once (at import or on first use) and is cached.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
-__all__ = ["TORCH_VERSION", "is_compiling", "is_exporting", "is_tracing", "precise_dtype", "wide_dtype"]
+__all__ = [
+    "TORCH_VERSION",
+    "accelerator_paths",
+    "assert_async",
+    "can_sync",
+    "is_compiling",
+    "is_exporting",
+    "is_tracing",
+    "precise_dtype",
+    "wide_dtype",
+]
 
 #: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``.
 TORCH_VERSION: tuple[int, int] = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore[assignment]
@@ -29,6 +43,44 @@ def is_exporting() -> bool:
 def is_tracing() -> bool:
     """Compile or export: data-dependent Python branches and host syncs are not allowed."""
     return is_compiling() or is_exporting()
+
+
+_ACCELERATOR_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "posenc_accelerator_paths", default=False
+)
+
+
+def can_sync(t: Tensor | torch.device) -> bool:
+    """Whether a forward may read the values of ``t`` (a tensor, or its device) on the host.
+
+    ``.item()``, ``int(t)``, ``bool(t)``, ``.tolist()``, ``nonzero()`` and boolean indexing all
+    wait for the device.
+
+    Only for a CPU tensor in eager mode, where reading a value costs no device stall: there the
+    checks raise the usual ``ValueError`` with the offending value, and tables are sized from
+    the largest position. On an accelerator (or the meta device, or under compile/export, or
+    inside :func:`accelerator_paths`) a forward never syncs: checks become
+    ``torch._assert_async`` and sizes come from shapes, so a GPU never stalls and a decode step
+    can be captured in a CUDA graph.
+    """
+    device = t if isinstance(t, torch.device) else t.device
+    return device.type == "cpu" and not is_tracing() and not _ACCELERATOR_PATHS.get()
+
+
+@contextlib.contextmanager
+def accelerator_paths() -> Iterator[None]:
+    """Run CPU tensors through the code an accelerator runs (no host sync), e.g. to count syncs in tests."""
+    token = _ACCELERATOR_PATHS.set(True)
+    try:
+        yield
+    finally:
+        _ACCELERATOR_PATHS.reset(token)
+
+
+def assert_async(condition: Tensor, message: str) -> None:
+    """``torch._assert_async(condition, message)`` except on the meta device (no values there)."""
+    if condition.device.type != "meta":
+        torch._assert_async(condition, message)
 
 
 def precise_dtype(t: Tensor | torch.dtype) -> torch.dtype:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_int
+from ._compat import can_sync
 from .base import PositionalEncoding
 
 __all__ = ["KVCache", "describe_encoding"]
@@ -37,20 +38,43 @@ class KVCache:
     model, or another encoding, is refused with a ``ValueError`` instead of reading keys it did
     not encode.
 
+    New tokens without explicit positions continue each row from its largest cached position
+    (``max + 1``; on every axis for M-RoPE, as Qwen-VL continues text after an image), so a
+    prompt prefilled at explicit positions is followed where it ended, not at the cache length.
+
+    **Static cache** (``KVCache(capacity=n)``): each layer's keys, values and positions live in
+    buffers of ``n`` slots allocated at the first call, and each call writes its tokens with
+    ``index_copy_`` at the fill index, a device tensor. A decode step then has the same tensor
+    shapes at every step and never reads a value on the host, so it can be captured in a CUDA
+    graph (``torch.compile(mode="reduce-overhead")``). Attention reads all ``n`` slots; the
+    slots past the filled length are masked out (:meth:`filled_mask`). An attention mask then
+    covers the ``n`` slots: ``(b, n)``. Writing past ``n`` tokens is an error (a
+    ``ValueError`` on the CPU, a device-side assert elsewhere).
+
     Attributes:
-        keys, values: per layer, ``(b, h_kv, tk, dh)`` tensors (empty list before the first call).
+        keys, values: per layer, ``(b, h_kv, tk, dh)`` tensors (empty list before the first call);
+            ``tk = capacity`` for a static cache.
         positions: per layer, ``(b, tk)`` long key positions.
         encodings: per layer, the description of the encoding that encoded the keys.
         num_layers: the number of layers of the model that fills it (``None`` until known).
+        capacity: the slots of a static cache, ``None`` for a growing one.
+        fill: static cache only: per layer, a 0-d long device tensor, the number of filled slots.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
         self.keys: list[Tensor] = []
         self.values: list[Tensor] = []
         self.positions: list[Tensor] = []
         self.encodings: list[str | None] = []
         self.axes: list[bool] = []
         self.num_layers: int | None = None
+        self.capacity = None if capacity is None else check_int("capacity", capacity, minimum=1)
+        self.fill: list[Tensor] = []
+
+    @property
+    def static(self) -> bool:
+        """Whether the cache has a fixed capacity (see the class docstring)."""
+        return self.capacity is not None
 
     def bind(self, num_layers: int) -> None:
         """Record the number of layers of the model filling the cache; refuse another model's cache."""
@@ -73,29 +97,126 @@ class KVCache:
         return layer
 
     def length(self, layer: int = 0) -> int:
-        """The number of cached tokens of ``layer`` (0 before the first call)."""
+        """The number of cached tokens of ``layer`` (0 before the first call).
+
+        For a static cache this reads the fill index (a host sync): a forward never calls it.
+        """
         layer = self._check_layer(layer)
-        return self.keys[layer].shape[-2] if layer < len(self.keys) else 0
+        if layer >= len(self.keys):
+            return 0
+        if self.static:
+            return int(self.fill[layer])
+        return self.keys[layer].shape[-2]
 
     def __len__(self) -> int:
         return self.length(0)
 
-    def key_positions(self, layer: int, positions: Tensor) -> Tensor:
+    def mask_length(self, layer: int, new: int) -> int:
+        """The keys an attention mask covers once ``new`` tokens are added: cached + new, or the capacity."""
+        return self.capacity if self.capacity is not None else self.length(layer) + new
+
+    def check_batch(self, layer: int, batch: int) -> None:
+        """Refuse new tokens whose batch size differs from the cached one (``ValueError``)."""
+        layer = self._check_layer(layer)
+        if layer < len(self.keys) and self.keys[layer].shape[0] != batch:
+            raise ValueError(
+                f"this KVCache holds a batch of {self.keys[layer].shape[0]} sequences, but the new tokens have "
+                f"batch size {batch}; use a new KVCache() for another batch"
+            )
+
+    def next_positions(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor | None:
+        """Default positions of ``new`` tokens after the cached ones: each row's largest cached
+        position + 1 onwards, ``(t,)`` or ``(b, t)`` (the same on every axis for M-RoPE, from the
+        largest position on any axis); ``None`` before the first call. No host sync."""
+        layer = self._check_layer(layer)
+        if layer >= len(self.positions):
+            return None
+        past = self.positions[layer]
+        if self.axes[layer]:
+            past = past.amax(dim=-1)  # the largest position on any axis
+        if self.static:
+            slots = torch.arange(past.shape[-1], device=past.device)
+            past = torch.where(slots < self.fill[layer], past, -1)
+        start = past.amax(dim=-1, keepdim=True) + 1 if past.shape[-1] else past.new_zeros(*past.shape[:-1], 1)
+        steps = torch.arange(new, device=past.device)
+        return (start + steps) if start.dim() == 2 else start.reshape(()) + steps
+
+    def filled_mask(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor | None:
+        """Static cache: ``(1, capacity)`` bool, True for the slots filled once ``new`` more tokens
+        are written (the keys attention may read); ``None`` for a growing cache. No host sync."""
+        layer = self._check_layer(layer)
+        if self.capacity is None:
+            return None
+        fill = (
+            self.fill[layer] if layer < len(self.fill) else torch.zeros((), dtype=torch.long, device=device)
+        )
+        slots = torch.arange(self.capacity, device=fill.device)
+        return (slots < fill + new)[None]
+
+    def fill_index(self, layer: int, device: torch.device | str | None = None) -> Tensor:
+        """Static cache: the 0-d long tensor of filled slots of ``layer`` (zero before the first call)."""
+        layer = self._check_layer(layer)
+        if layer < len(self.fill):
+            return self.fill[layer]
+        return torch.zeros((), dtype=torch.long, device=device)
+
+    def key_positions(self, layer: int, positions: Tensor, *, axes: bool | None = None) -> Tensor:
         """The positions of every key after appending ``positions`` to ``layer``.
 
         ``positions``: ``(t,)``/``(b, t)``, or for an encoding whose positions have axes
         (M-RoPE) ``(t, a)``/``(b, t, a)`` (``(t,)`` then means the same position on every axis).
+        ``axes``: whether they have axes (default: as the layer's cached ones, else ``(b, t, a)`` only).
 
         Returns:
-            ``(b, tk)`` or ``(b, tk, a)`` (unbatched when both sides are).
+            ``(b, tk)`` or ``(b, tk, a)`` (unbatched when both sides are); ``tk`` is the capacity
+            for a static cache, whose empty slots hold their slot index (see :meth:`filled_mask`).
         """
         layer = self._check_layer(layer)
-        if layer >= len(self.positions):
+        cached = layer < len(self.positions)
+        if axes is None:
+            axes = self.axes[layer] if cached else positions.dim() == 3
+        if not cached and self.capacity is None:
             return positions
-        past = self.positions[layer]
-        if self.axes[layer] and positions.dim() == 1:
+        past = self.positions[layer] if cached else None
+        if axes and past is not None and positions.dim() == 1:
             positions = positions[:, None].expand(-1, past.shape[-1])
-        return _join(past, positions, self.axes[layer])
+        if self.capacity is not None:
+            if past is None:
+                past = self._empty_positions(positions, axes)
+            return past.index_copy(1, self._slots(layer, positions, axes), self._rows(positions, past))
+        assert past is not None
+        return _join(past, positions, axes)
+
+    def _slots(self, layer: int, positions: Tensor, axes: bool) -> Tensor:
+        """Static cache: the slots the new ``positions`` go to (a device tensor: no host sync)."""
+        assert self.capacity is not None
+        fill = self.fill_index(layer, positions.device)
+        t = positions.shape[-2 if axes else -1]
+        if t > self.capacity:
+            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={self.capacity})")
+        if can_sync(fill):
+            if int(fill) + t > self.capacity:
+                raise ValueError(
+                    f"this KVCache(capacity={self.capacity}) holds {int(fill)} tokens: {t} more do not fit"
+                )
+        else:  # no host sync on an accelerator: the kernel checks
+            torch._assert_async(fill + t <= self.capacity, f"KVCache(capacity={self.capacity}) overflows")
+        return fill + torch.arange(t, device=positions.device)
+
+    @staticmethod
+    def _rows(positions: Tensor, past: Tensor) -> Tensor:
+        """``positions`` with the batch dimension of ``past`` (broadcast from none or 1)."""
+        new = positions if positions.dim() == past.dim() else positions.unsqueeze(0)
+        return new.expand(past.shape[0], *new.shape[1:])
+
+    def _empty_positions(self, positions: Tensor, axes: bool) -> Tensor:
+        """Static cache: ``(b, capacity[, a])`` positions of empty slots, each its slot index."""
+        assert self.capacity is not None
+        b = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
+        slots = torch.arange(self.capacity, device=positions.device)
+        if axes:
+            return slots[None, :, None].expand(b, -1, positions.shape[-1]).clone()
+        return slots[None].expand(b, -1).clone()
 
     def update(
         self,
@@ -134,6 +255,9 @@ class KVCache:
             raise ValueError(
                 f"layer {layer} updated before layer {len(self.keys)}: layers must be filled in order"
             )
+        self.check_batch(layer, k.shape[0])
+        if self.capacity is not None:
+            return self._write(layer, k, v, positions, encoding, axes)
         if layer == len(self.keys):
             self.keys.append(k)
             self.values.append(v)
@@ -145,6 +269,31 @@ class KVCache:
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
             self.positions[layer] = _join(self.positions[layer], positions, self.axes[layer])
         return self.keys[layer], self.values[layer], self.positions[layer]
+
+    def _write(
+        self, layer: int, k: Tensor, v: Tensor, positions: Tensor, encoding: str | None, axes: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Static cache: write ``k``, ``v`` and positions at the fill index (``index_copy_``)."""
+        assert self.capacity is not None
+        b = k.shape[0]
+        if layer == len(self.keys):
+            self.keys.append(k.new_zeros(b, k.shape[1], self.capacity, k.shape[-1]))
+            self.values.append(v.new_zeros(b, v.shape[1], self.capacity, v.shape[-1]))
+            empty = self._empty_positions(positions, axes)
+            self.positions.append(empty.expand(b, *empty.shape[1:]).clone())
+            self.encodings.append(encoding)
+            self.axes.append(axes)
+            self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
+        fill = self.fill[layer]
+        slots = self._slots(layer, positions, axes)
+        self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
+        self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
+        past = self.positions[layer]
+        if axes and positions.dim() == 1:
+            positions = positions[:, None].expand(-1, past.shape[-1])
+        past.index_copy_(1, slots, self._rows(positions, past))
+        fill.add_(slots.shape[0])
+        return self.keys[layer], self.values[layer], past
 
 
 def _join(past: Tensor, new: Tensor, axes: bool) -> Tensor:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_positive_int
-from ._compat import is_tracing
+from ._compat import can_sync, is_tracing
 
 __all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids"]
 
@@ -286,7 +286,7 @@ class Visibility:
         and a key-only bias (causal ALiBi's, relative to the chunk's last query) stays small.
         """
         breaks: list[int] = []
-        if self.q_doc is not None and not is_tracing() and self.tq > 1:
+        if self.q_doc is not None and can_sync(self.q_doc) and self.tq > 1:
             changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
             breaks = (changed.nonzero().flatten() + 1).tolist()
         out = []
@@ -307,7 +307,7 @@ class Visibility:
         reads only those keys.
         """
         lo, hi = self.chunk_range(start, end) if self.by_index else (0, self.tk)
-        if self.ranged or is_tracing() or hi <= lo:
+        if self.ranged or not can_sync(self.device) or hi <= lo:
             return lo, hi
         # Keys the chunk may see, bounded per key in O(b * tk) (not the O(chunk * tk) block): of
         # its documents, and within reach of its smallest and largest query position.

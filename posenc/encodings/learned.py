@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
-from .._compat import is_compiling, precise_dtype
+from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding, check_input, resolve_positions
 
 __all__ = ["Learned"]
@@ -83,9 +83,10 @@ class Learned(PositionalEncoding):
     def _check_positions(self, positions: Tensor) -> None:
         if positions.numel() == 0 or positions.device.type == "meta":
             return
-        if is_compiling():
-            # The largest position is data: no host sync in a compiled graph, but an assert the
-            # kernel checks, so a position past the table fails instead of reading out of bounds.
+        if not can_sync(positions):
+            # The largest position is data: no host sync on an accelerator or in a compiled graph,
+            # but an assert the kernel checks, so a position past the table fails instead of
+            # reading out of bounds.
             torch._assert_async(
                 (positions < self.max_len).all(),
                 f"a position is beyond the learned table (max_len={self.max_len})",

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_int
-from .._compat import is_tracing
+from .._compat import can_sync
 from ..functional.axial import mrope_axes
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
 from .axial import AxisRotaryState, _AxisRotary
@@ -168,7 +168,7 @@ class MRoPE(_AxisRotary):
         if self.params.length_dependent and q_positions.device.type != "meta":
             flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
             if flat.numel():
-                seq_len = flat.max() + 1 if is_tracing() else int(flat.max()) + 1
+                seq_len = int(flat.max()) + 1 if can_sync(flat) else flat.max() + 1
         return AxisRotaryState(self, q_positions, k_positions, seq_len=seq_len)
 
     def extra_repr(self) -> str:

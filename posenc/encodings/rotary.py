@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_float_tensor
-from .._compat import is_tracing
+from .._compat import can_sync, is_tracing
 from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
 from ..functional.rotary import rope_cos_sin
@@ -316,7 +316,7 @@ class RoPE(PositionalEncoding):
             pass  # no host sync in a traced program; no values on the meta device
         elif q_start is not None and k_start is not None:
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        else:  # explicit positions, eager: one host sync per forward (not per layer)
+        elif can_sync(q_positions):  # explicit positions, eager on the CPU: one sync per forward
             flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
             end = int(flat.max()) + 1 if flat.numel() else 0
         if seq_len is None and self.params.length_dependent:

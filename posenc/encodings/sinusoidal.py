@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from .._compat import is_compiling, is_exporting, wide_dtype
+from .._compat import can_sync, is_compiling, is_exporting, wide_dtype
 from ..base import check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_table
 from ._table_cache import TABLE_LOCK, _TableCache
@@ -164,8 +164,12 @@ class Sinusoidal(_TableCache):
             or positions.dtype == torch.bool
         ):
             raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
-        if not is_compiling() and positions.numel() and bool((positions < 0).any()):
-            raise ValueError(f"positions must be non-negative, got minimum {int(positions.min())}")
+        if positions.numel() and positions.device.type != "meta":
+            if can_sync(positions):
+                if bool((positions < 0).any()):
+                    raise ValueError(f"positions must be non-negative, got minimum {int(positions.min())}")
+            else:  # no host sync on an accelerator or under compile: the kernel checks
+                torch._assert_async((positions >= 0).all(), "positions must be non-negative")
         dtype = dtype or self._table.dtype
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -174,10 +178,10 @@ class Sinusoidal(_TableCache):
     def _lookup(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
         """Encodings of explicit ``positions`` (any shape) in ``dtype`` (float32/float64)."""
         rows = positions + self.offset
-        if dtype != self._table.dtype or is_compiling() or rows.device.type == "meta":
+        if dtype != self._table.dtype or not can_sync(rows):
             # float64 encodings for float64 inputs come from the formula (the cache is float32);
-            # under compile the largest position is data, and checking it would need a sync;
-            # on the meta device it has no value at all (shape propagation).
+            # on an accelerator or under compile the largest position is data, and reading it
+            # would need a host sync; on the meta device it has no value at all (shape propagation).
             return self._compute(rows, dtype)
         needed = int(rows.max()) + 1 if rows.numel() else 0
         table = self._table  # read once: other threads may replace the attribute meanwhile

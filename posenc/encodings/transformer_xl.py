@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_float_tensor, check_positive_float, check_positive_int
-from .._compat import is_tracing, precise_dtype
+from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
 from ..functional.relative import position_indexer
 from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
@@ -134,8 +134,9 @@ class RelPosXLState(PositionState):
         if q.shape[-2] == 0 or k.shape[-2] == 0:
             self.encoding._check(q, k)
             return q.new_zeros(max(q.shape[0], k.shape[0]), q.shape[1], q.shape[-2], k.shape[-2])
-        if is_tracing() and (self.q_start is None or self.k_start is None):
-            return self.bias_from_angles(q, k)  # no data-dependent size in a traced program
+        if not can_sync(self.q_positions) and (self.q_start is None or self.k_start is None):
+            # no data-dependent size in a traced program, and no host sync on an accelerator
+            return self.bias_from_angles(q, k)
         per_distance, key_term, index = self._terms(q, k)
         index = index.unsqueeze(0) if index.dim() == 2 else index
         _, h, tq, n = per_distance.shape

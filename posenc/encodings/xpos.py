@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor, check_positive_float
-from .._compat import is_tracing
+from .._compat import can_sync, is_tracing
 from .rotary import RoPE, RotaryState
 
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
@@ -138,7 +138,7 @@ class XPos(RoPE):
             pass  # no host sync in a traced program; no values on the meta device
         elif q_start is not None and k_start is not None:
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        else:  # explicit positions, eager: one host sync per forward, to read rows from the table
+        elif can_sync(q_positions):  # explicit positions, eager on the CPU: one sync per forward
             flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
             end = int(flat.max()) + 1 if flat.numel() else 0
         return XPosState(

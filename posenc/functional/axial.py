@@ -232,7 +232,7 @@ def mrope_axes(mrope_section: Sequence[int], *, interleaved: bool = False) -> Te
     index = torch.arange(pairs, device=_CPU)
     axis = torch.zeros(pairs, dtype=torch.long, device=_CPU)
     for j in range(1, len(sections)):
-        axis[(index % len(sections) == j) & (index < len(sections) * sections[j])] = j
+        axis = torch.where((index % len(sections) == j) & (index < len(sections) * sections[j]), j, axis)
     return axis
 
 

@@ -151,10 +151,9 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
         b, t, _ = x.shape
         _check_devices(x, positions=positions, attention_mask=attention_mask, document_ids=document_ids)
-        past = 0 if cache is None else cache.length(layer)
         key_mask = None
         if attention_mask is not None:
-            key_mask = _check_mask(attention_mask, b, past + t)
+            key_mask = _check_mask(attention_mask, b, t if cache is None else cache.mask_length(layer, t))
         if document_ids is not None:
             document_ids = _check_documents(document_ids, b, t, cache)
             if positions is None and state is None:
@@ -171,6 +170,23 @@ class MultiheadAttention(nn.Module):
         v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
         # New keys sit at the queries' positions; they are encoded before caching.
         q, k = state.encode_qk(q, k)
+        causal = self.causal
+        attn_mask = None if key_mask is None else key_mask[:, None, None, :]
+        if cache is not None and cache.static:
+            # A static cache's slots past the filled length (after the update below) hold no keys. Its
+            # keys are not the last of the slots, so causality by index would be wrong: where the
+            # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
+            filled = cache.filled_mask(layer, t, x.device)
+            assert filled is not None
+            keep = filled[:, None, :]  # (1, 1, capacity)
+            if causal and self.window is None and not state.causal_only:
+                slots = torch.arange(filled.shape[-1], device=x.device)
+                rows = cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
+                keep = keep & (slots <= rows[:, None])  # (1, t, capacity)
+                causal = False
+            if key_mask is not None:
+                keep = keep & key_mask[:, None, :]
+            attn_mask = keep[:, None]  # (b|1, 1, t|1, capacity)
         if cache is not None:
             k, v, _ = cache.update(
                 layer,
@@ -180,13 +196,12 @@ class MultiheadAttention(nn.Module):
                 encoding=describe_encoding(state.encoding),
                 axes=_has_axes(state),
             )
-        attn_mask = None if key_mask is None else key_mask[:, None, None, :]
         out = attention(
             q,
             k,
             v,
             state,
-            causal=self.causal,
+            causal=causal,
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
@@ -206,25 +221,59 @@ def _prepare(
 ) -> PositionState:
     """The position state of one forward over new tokens ``x`` ``(b, t, d)``, cached keys included.
 
-    Default positions continue the cache (``past .. past+t-1``), or come from the padding mask;
-    with neither, they stay implicit so that encodings take their contiguous fast paths.
+    Default positions continue the cache (each row from its largest cached position + 1), or come
+    from the padding mask; with neither, they stay implicit so that encodings take their contiguous
+    fast paths. No host sync: the cache's fill is read from shapes, or (static cache) as a tensor.
     """
     b, t, _ = x.shape
-    past = 0 if cache is None else cache.length(layer)
+    if cache is not None:
+        cache.check_batch(layer, b)
+    static = cache is not None and cache.static
     defaulted = positions is None
     if positions is None and key_mask is not None:
-        positions = mask_to_positions(key_mask)[:, past:]
-    if positions is None and past == 0:
+        every = mask_to_positions(key_mask)
+        if cache is not None and cache.static:
+            positions = every.index_select(
+                1, cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
+            )
+        else:
+            positions = every[:, every.shape[1] - t :]
+    if positions is None and cache is not None:
+        positions = cache.next_positions(layer, t)
+    if positions is None and not static:
         return encoding.prepare(t, t, batch=b, device=x.device)
-    if positions is None:
-        positions = torch.arange(past, past + t, device=x.device)
-    if defaulted and cache is not None and layer < len(cache.axes) and cache.axes[layer]:
+    if positions is None:  # the first call of a static cache
+        positions = torch.arange(t, device=x.device)
+    num_axes = getattr(encoding, "num_axes", 0)
+    if (
+        defaulted
+        and num_axes
+        and cache is not None
+        and (static or (layer < len(cache.axes) and cache.axes[layer]))
+    ):
         # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
-        positions = positions.unsqueeze(-1).expand(*positions.shape, cache.positions[layer].shape[-1])
-    k_positions = positions if cache is None else cache.key_positions(layer, positions)
+        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
+    if cache is None:
+        return encoding.prepare(t, t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
+    axes = _axes_shape(positions, t, num_axes) if static else None
+    k_positions = cache.key_positions(layer, positions, axes=axes)
     return encoding.prepare(
-        t, past + t, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
+        t,
+        cache.mask_length(layer, t),
+        q_positions=positions,
+        k_positions=k_positions,
+        batch=b,
+        device=x.device,
     )
+
+
+def _axes_shape(positions: Tensor, length: int, num_axes: int) -> bool:
+    """Whether ``positions`` of ``length`` tokens are ``(t, a)``/``(b, t, a)`` (an encoding with ``num_axes``)."""
+    if not num_axes or positions.dim() == 1:
+        return False
+    if positions.dim() == 3:
+        return True
+    return tuple(positions.shape) == (length, num_axes) and num_axes != length
 
 
 def _has_axes(state: PositionState) -> bool:

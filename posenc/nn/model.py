@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_float, check_positive_int
-from .._compat import is_tracing
+from .._compat import can_sync
 from ..base import PositionalEncoding
 from ..cache import KVCache
 from ..masking import document_positions
@@ -251,17 +251,23 @@ class TransformerLM(nn.Module):
         _check_devices(
             input_ids, attention_mask=attention_mask, positions=positions, document_ids=document_ids
         )
-        if not is_tracing() and input_ids.numel() > 0 and input_ids.device.type != "meta":
-            low, high = int(input_ids.min()), int(input_ids.max())
-            if low < 0 or high >= self.vocab_size:
-                raise ValueError(
-                    f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from {low} to {high}"
+        if input_ids.numel() > 0 and input_ids.device.type != "meta":
+            if can_sync(input_ids):
+                low, high = int(input_ids.min()), int(input_ids.max())
+                if low < 0 or high >= self.vocab_size:
+                    raise ValueError(
+                        f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from {low} to {high}"
+                    )
+            else:  # no host sync on an accelerator or when traced: the kernel checks
+                torch._assert_async(
+                    ((input_ids >= 0) & (input_ids < self.vocab_size)).all(),
+                    f"input_ids must lie in [0, vocab_size={self.vocab_size})",
                 )
         b, t = input_ids.shape
         if cache is not None:
             cache.bind(self.num_layers)
-        past = 0 if cache is None else cache.length(0)
-        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, past + t)
+        mask_len = t if cache is None else cache.mask_length(0, t)
+        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, mask_len)
         if document_ids is not None:
             document_ids = _check_documents(document_ids, b, t, cache)
             if positions is None:
