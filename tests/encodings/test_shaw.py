@@ -284,24 +284,28 @@ def test_checkpoint_dtype_and_copies() -> None:
 class _Attention(nn.Module):
     """``posenc.attention`` with one encoding, as a module (for ``torch.export`` and ``functional_call``)."""
 
-    def __init__(self, encoding: posenc.PositionalEncoding, causal: bool, backend: str) -> None:
+    def __init__(
+        self, encoding: posenc.PositionalEncoding, causal: bool, backend: str, packed: bool = False
+    ) -> None:
         super().__init__()
-        self.encoding, self.causal, self.backend = encoding, causal, backend
+        self.encoding, self.causal, self.backend, self.packed = encoding, causal, backend, packed
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # Packed: documents of 3 tokens, ids 0 and 1 alternating (an id recurs).
+        ids = (torch.arange(q.shape[2]) // 3) % 2 if self.packed else None
         return posenc.attention(
-            q, k, v, self.encoding, causal=self.causal, backend=self.backend, chunk_size=3
+            q, k, v, self.encoding, causal=self.causal, backend=self.backend, chunk_size=3, document_ids=ids
         )
 
 
-@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize(("per_head", "packed"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("causal", [True, False])
-def test_value_term_exports_with_a_dynamic_length(causal: bool, per_head: bool) -> None:
+def test_value_term_exports_with_a_dynamic_length(causal: bool, per_head: bool, packed: bool) -> None:
     """One exported program serves every length: no Python chunk range fixes it."""
     torch.manual_seed(7)
     shaw = ShawRelative(8, max_distance=3, values=True, num_heads=2, per_head=per_head)
-    module = _Attention(shaw, causal, "auto")
-    t = torch.export.Dim("t", min=2, max=512)
+    module = _Attention(shaw, causal, "auto", packed=packed)
+    t = torch.export.Dim("t", min=3, max=512)
     example = shaw_inputs(tq=10, tk=10, h=2, dtype=torch.float32)
     program = torch.export.export(module, example, dynamic_shapes=({2: t},) * 3)
     for length in (5, 23):
@@ -309,14 +313,15 @@ def test_value_term_exports_with_a_dynamic_length(causal: bool, per_head: bool) 
         torch.testing.assert_close(program.module()(q, k, v), module(q, k, v), **FP32)
 
 
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("backend", ["auto", "chunked"])
 @pytest.mark.parametrize("name", ["shaw", "alibi", "t5", "fire"])
-def test_torch_func_grad_equals_autograd(name: str, backend: str) -> None:
+def test_torch_func_grad_equals_autograd(name: str, backend: str, packed: bool) -> None:
     """``torch.func.grad`` through the chunked paths (no checkpoint's saved tensor hooks): to q and to the tables."""
     torch.manual_seed(8)
     spec = "shaw(values=True)" if name == "shaw" else name
     enc = posenc.build(spec, num_heads=3, head_dim=8, max_len=64, causal=True).double()
-    module = _Attention(enc, causal=True, backend=backend)
+    module = _Attention(enc, causal=True, backend=backend, packed=packed)
     q, k, v = shaw_inputs(tq=9, tk=9)
     params = {n: p.detach() for n, p in module.named_parameters()}
 
