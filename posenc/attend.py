@@ -18,20 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F  # noqa: F401  (tests patch F.scaled_dot_product_attention through here)
 import torch.utils.checkpoint
 from torch import Tensor
 
-from ._attention_checks import _BACKENDS, Backend, Encoding, _check_devices, _check_inputs  # noqa: F401
+from ._attention_checks import Backend, Encoding, _check_devices, _check_inputs
 from ._attention_common import needs_grad, over_query_chunks
-from ._attention_paths import (  # noqa: F401  (re-exported: they were defined here)
-    _chunk_attention,
-    _sdpa,
-    _single,
-    _toeplitz,
-    _writable,
-    _zero_unseen_rows,
-)
+from ._attention_paths import _chunk_attention, _single, _toeplitz
 from ._checks import check_bool
 from ._compat import is_compiling
 from ._flex import flex_attention_path

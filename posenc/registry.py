@@ -21,29 +21,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias, TypeVar
 
-# Spec-string parsing and the option type checks live in their own modules; their names are
-# re-exported here, where they were first defined (`noqa: F401`).
-from ._option_types import (  # noqa: F401
-    _MAPPINGS,
-    _SEQUENCES,
-    _check_type,
-    _float_problem,
-    _literal_choices,
-    _Problem,
-    _problem,
-    _type_hints,
-    _type_name,
-)
-from ._spec import (  # noqa: F401
-    _MAX_SHOWN,
-    _MAX_SPEC_DEPTH,
-    _MAX_SPEC_LENGTH,
-    _bracket_depth,
-    _cut,
-    _show,
-    _unparse,
-    parse_spec,
-)
+from ._option_types import _check_type, _literal_choices, _type_hints, _type_name
+from ._spec import _MAX_SHOWN, _show, parse_spec
 from .base import PositionalEncoding
 
 __all__ = [

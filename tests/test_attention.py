@@ -367,7 +367,7 @@ def test_distance_bias_is_a_view_of_one_vector(monkeypatch, name, causal):
         calls.append((attn_mask.untyped_storage().nbytes(), kwargs.get("is_causal", False)))
         return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
     monkeypatch.setattr(attention_module, "TOEPLITZ_CHUNK", 16)
     enc = make(name, causal=causal)
     q, k, v = qkv(tq=48, tk=48)
@@ -385,7 +385,7 @@ def test_bias_free_causal_uses_sdpa_causal(monkeypatch):
         calls.append((attn_mask, kwargs.get("is_causal")))
         return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
     q, k, v = qkv()
     attention(q, k, v, make("rope", causal=True), causal=True)
     assert calls == [(None, True)]
