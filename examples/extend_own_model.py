@@ -9,8 +9,9 @@ checkpoint: a `base.pt` of `posenc extend`, or the `model-rope.pt` of `posenc ex
 then runs it at every --eval-lens with each RoPE scaling method (position interpolation, NTK,
 dynamic NTK, YaRN, Llama 3, LongRoPE), zero-shot and after --finetune-steps steps at the
 longest length. Prints the table and writes results.json, results.csv, extend.png, report.md
-and base.pt to --out; run it again with --resume to add methods or lengths without training
-the base model again.
+and base.pt to --out; run it again with --resume to add methods without training the base
+model again (the finished ones are kept). To score the same base model at other lengths, load
+it into another folder: --model runs/extend_own/base.pt --out runs/extend_longer.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--eval-chars", type=int, default=16384, help="text scored at every length")
     parser.add_argument("--out", default="runs/extend_own")
-    parser.add_argument("--resume", action="store_true", help="reuse --out/base.pt if it matches")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue in --out: reuse its base.pt and finished methods (same settings)",
+    )
     args = parser.parse_args(argv)
 
     try:

@@ -323,3 +323,20 @@ def test_extend_resume_with_other_methods_keeps_the_finished_ones(corpus, tmp_pa
         "alibi"
     ]
     assert len(result.rows) == len(then) + len(TINY["eval_lens"])
+
+
+def test_resume_with_other_lengths_is_refused_and_points_to_loading_the_base_model(corpus, tmp_path):
+    """Rows at other lengths cannot be merged: refused before any write, with the way that keeps both."""
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none",))
+    run_extend(corpus, config, out_dir=tmp_path / "a", progress=False)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    longer = ExtendConfig(**{**TINY, "eval_lens": (16, 32, 64, 128)}, finetune_steps=0, methods=("none",))
+    with pytest.raises(
+        ConfigError, match=r"other settings \(eval_lens \[16, 32, 64\] there.*--model '.*base.pt'"
+    ):
+        run_extend(corpus, longer, out_dir=tmp_path / "a", resume=True, progress=False)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()} == before
+    again = run_extend(
+        corpus, longer, out_dir=tmp_path / "b", model_path=tmp_path / "a" / "base.pt", progress=False
+    )
+    assert again.base["how"].startswith("loaded from") and again.perplexity("none", 128) > 1.0

@@ -672,3 +672,8 @@ def test_a_corpus_folder_never_reads_posenc_output(tmp_path):
         Corpus.from_path(study / "results.csv")
     with pytest.raises(ConfigError, match="is in a posenc output folder"):
         Corpus.from_path(out / "draft.txt", exclude=[out])
+    # a text folder inside a folder that also holds a study's results is read as usual
+    texts = study / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("the user's own text", encoding="utf-8")
+    assert Corpus.from_path(texts).text == "the user's own text"

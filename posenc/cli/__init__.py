@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 # `name as name`: re-exported, as when posenc.cli was one module (tests read them here).
 from ._common import _FLAGS as _FLAGS
@@ -98,7 +99,7 @@ def _how_to_resume(args: argparse.Namespace) -> str:
     from ..study.outdir import outputs
 
     out = str(args.out)[:200]
-    if not outputs(args.out):
+    if not outputs(Path(args.out).expanduser()):
         return f"; nothing was saved in {out!r} yet"
     return (
         f"; what finished is saved in {out!r}: run the same command with --resume to continue "

@@ -61,9 +61,14 @@ def _build_parser() -> _Parser:
     ex.add_argument(
         "--resume",
         action="store_true",
-        help="reuse the encodings already in --out/results.json (same settings and corpus) instead of training them",
+        help="reuse the encodings already in --out/results.json (same settings and corpus) instead of training "
+        "them; those not named in --encodings now are kept in the results",
     )
-    ex.add_argument("--force", action="store_true", help="overwrite results already in --out")
+    ex.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the results already in --out (else a run there is refused)",
+    )
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
 
     from ..study.config import METHODS, ExtendConfig
@@ -126,9 +131,16 @@ def _build_parser() -> _Parser:
         "--model", metavar="PATH", help="load this posenc checkpoint (a base.pt) instead of training"
     )
     en.add_argument(
-        "--resume", action="store_true", help="reuse the models saved in --out when their settings match"
+        "--resume",
+        action="store_true",
+        help="continue the run in --out: reuse its base model, baselines and finished methods (same settings "
+        "and corpus, else refused); methods and baselines not named now are kept in the results",
     )
-    en.add_argument("--force", action="store_true", help="overwrite results already in --out")
+    en.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the results already in --out (else a run there is refused)",
+    )
     _add_study_options(en, ext_defaults)
     en.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -25,7 +25,8 @@ The modules: :mod:`~posenc.study.config` (:class:`StudyConfig`, :class:`ConfigEr
 :mod:`~posenc.study.corpus` (:class:`Corpus`), :mod:`~posenc.study.plan` (which encodings
 run, :func:`split_specs`), :mod:`~posenc.study.extrapolate` (:func:`run_study`; the model and training loop are in
 :mod:`~posenc.study.training`), :mod:`~posenc.study.extend` (:func:`run_extend`) and
-:mod:`~posenc.study.results` (:class:`StudyResult` and its table and files). Every name below
+:mod:`~posenc.study.results` (:class:`StudyResult` and its table and files); the output folder
+(one run at a time, what it holds, never read as corpus) is :mod:`~posenc.study.outdir`. Every name below
 is importable from ``posenc.study``; each module is imported on first use, so reading
 :class:`StudyConfig` (as ``posenc --help`` does) does not import torch.
 """

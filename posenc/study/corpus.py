@@ -94,8 +94,10 @@ class Corpus:
                 output[folder] = os.path.realpath(folder) in skipped or is_output(folder)
             return output[folder]
 
+        # The folder itself (or the file's) may not be posenc output, nor lie in the excluded folders;
+        # a folder above it that holds results (a study run with --out .) does not matter.
         where = p if p.is_dir() else p.parent
-        if any(left_out(q) for q in (where, *where.parents)):
+        if left_out(where) or any(os.path.realpath(q) in skipped for q in where.parents):
             raise ConfigError(
                 f"corpus path {str(path)!r} is in a posenc output folder (results, checkpoints); pass the text's "
                 "own file or folder",

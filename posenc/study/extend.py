@@ -345,9 +345,19 @@ def _resumable(out: Path, config: ExtendConfig, corpus_info: dict[str, Any]) -> 
     if "fingerprint" not in saved.base:
         changed.append("no record of its base model (made by an older posenc)")
     if changed:
+        base = out / "base.pt"
+        scoring_only = saved.corpus.get("sha256") == corpus_info["sha256"] and all(
+            now[key] == then.get(key) for key in _train_settings(config)
+        )
+        hint = (
+            f"; to score its base model with the new settings, load it into another folder (posenc extend "
+            f"--model {str(base)[:200]!r} --out NEW)"
+            if scoring_only and base.is_file()
+            else ""
+        )
         raise ConfigError(
             f"resume: {str(path)[:200]!r} was made with other settings ({'; '.join(changed)[:300]}); resume with "
-            f"the same settings and corpus, {start_over}",
+            f"the same settings and corpus, {start_over}{hint}",
             argument="resume",
         )
     return saved

@@ -4,8 +4,9 @@
   it (``fcntl.flock`` on ``.posenc.lock``) for the run: a second run into the same folder is
   refused with a :class:`ConfigError` naming the folder and the process that holds it, instead
   of both writing and the last one winning. The operating system releases the lock when its
-  process dies, so a killed run never blocks the next one. A folder the call made is removed
-  again when the run is refused (nothing left behind).
+  process dies, so a killed run never blocks the next one (its file may stay; it holds nothing).
+  A folder the call made is removed again when the run is refused (nothing left behind). On a
+  system without ``fcntl`` (Windows) the folder is checked but not locked.
 * :func:`study_kind` and :func:`outputs` say what a folder holds (an ``extrapolate`` or an
   ``extend`` study, checkpoints), so the commands check a folder before they write to it.
 * :func:`is_output` tells :class:`~posenc.study.Corpus` which folders to leave out of a corpus.
@@ -151,8 +152,10 @@ def hold(out_dir: str | Path, argument: str = "out_dir", *, lock: bool = True) -
 
 
 def _acquire(path: Path, out: Path, argument: str, made: list[Path]) -> Any:
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system: the folder is checked, not locked
+        return None
     while True:
         fh = open(path, "a+", encoding="utf-8")
         try:
@@ -192,6 +195,8 @@ def _acquire(path: Path, out: Path, argument: str, made: list[Path]) -> Any:
 
 
 def _release(fh: Any, path: Path) -> None:
+    if fh is None:  # pragma: no cover - not locked (no fcntl)
+        return
     # Removed while still locked: a run waiting on this file sees it gone and takes the new one.
     with contextlib.suppress(OSError):
         path.unlink()
