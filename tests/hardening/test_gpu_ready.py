@@ -299,3 +299,25 @@ def test_checks_stay_without_a_sync() -> None:
     cache = KVCache(capacity=3)
     model(torch.tensor([[1, 2]]), cache=cache)
     _assert_raises_on_device(lambda: model(torch.tensor([[1, 2]]), cache=cache), "overflows")
+
+
+@pytest.mark.slow
+def test_static_decode_step_compiles_to_one_graph() -> None:
+    """``torch.compile(fullgraph=True)`` of a static-cache decode step: one graph for every step
+    (no recompile, no graph break) and the full forward's logits. ~40 s on a 2-core CPU; what
+    ``mode="reduce-overhead"`` then captures in a CUDA graph on a GPU."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = _model("rope", torch.device("cpu"))
+    ids = _ids(torch.device("cpu"), T + 4)
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache(capacity=16)
+        model(ids[:, :T], cache=cache)
+        step = torch.compile(lambda x: model(x, cache=cache), fullgraph=True, dynamic=False)
+        outs = [step(ids[:, i : i + 1]) for i in range(T, T + 4)]
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["recompiles"]
+    torch.testing.assert_close(torch.cat(outs, dim=1), full[:, T:], rtol=1e-5, atol=1e-5)
