@@ -131,9 +131,10 @@ class MultiheadAttention(nn.Module):
         Args:
             x: ``(b, t, d)``.
             positions: ``(t,)`` or ``(b, t)`` positions of the new tokens; default: after the
-                cached ones, or :func:`posenc.mask_to_positions` of ``attention_mask``.
+                cached ones (each row's largest cached position + 1 onwards), or
+                :func:`posenc.mask_to_positions` of ``attention_mask``.
             attention_mask: ``(b, tk)`` keep-mask (bool or 0/1) over all keys, cached and new
-                (``tk = cached + t``), e.g. a padding mask.
+                (``tk = cached + t``; the capacity for a static cache), e.g. a padding mask.
             cache: a :class:`KVCache`, updated in place.
             layer: which of the cache's layers this module uses.
             state: the position state prepared once per forward by the model
