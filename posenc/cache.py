@@ -175,32 +175,32 @@ class KVCache:
         cached = layer < len(self.positions)
         if axes is None:
             axes = self.axes[layer] if cached else positions.dim() == 3
-        if not cached and self.capacity is None:
-            return positions
-        past = self.positions[layer] if cached else None
-        if axes and past is not None and positions.dim() == 1:
-            positions = positions[:, None].expand(-1, past.shape[-1])
-        if self.capacity is not None:
-            if past is None:
-                past = self._empty_positions(positions, axes)
-            return past.index_copy(1, self._slots(layer, positions, axes), self._rows(positions, past))
-        assert past is not None
-        return _join(past, positions, axes)
+        if cached and axes and positions.dim() == 1:
+            positions = positions[:, None].expand(-1, self.positions[layer].shape[-1])
+        if self.capacity is None:
+            return _join(self.positions[layer], positions, axes) if cached else positions
+        past = self.positions[layer] if cached else self._empty_positions(positions, axes)
+        return past.index_copy(1, self._slots(layer, positions, axes), self._rows(positions, past))
+
+    def _capacity(self) -> int:
+        if self.capacity is None:
+            raise RuntimeError("a growing KVCache has no slots")  # internal: static-cache helpers only
+        return self.capacity
 
     def _slots(self, layer: int, positions: Tensor, axes: bool) -> Tensor:
         """Static cache: the slots the new ``positions`` go to (a device tensor: no host sync)."""
-        assert self.capacity is not None
+        capacity = self._capacity()
         fill = self.fill_index(layer, positions.device)
         t = positions.shape[-2 if axes else -1]
-        if t > self.capacity:
-            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={self.capacity})")
+        if t > capacity:
+            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={capacity})")
         if can_sync(fill):
-            if int(fill) + t > self.capacity:
+            if int(fill) + t > capacity:
                 raise ValueError(
-                    f"this KVCache(capacity={self.capacity}) holds {int(fill)} tokens: {t} more do not fit"
+                    f"this KVCache(capacity={capacity}) holds {int(fill)} tokens: {t} more do not fit"
                 )
         else:  # no host sync on an accelerator: the kernel checks
-            torch._assert_async(fill + t <= self.capacity, f"KVCache(capacity={self.capacity}) overflows")
+            torch._assert_async(fill + t <= capacity, f"KVCache(capacity={capacity}) overflows")
         return fill + torch.arange(t, device=positions.device)
 
     @staticmethod
@@ -211,9 +211,9 @@ class KVCache:
 
     def _empty_positions(self, positions: Tensor, axes: bool) -> Tensor:
         """Static cache: ``(b, capacity[, a])`` positions of empty slots, each its slot index."""
-        assert self.capacity is not None
+        capacity = self._capacity()
         b = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
-        slots = torch.arange(self.capacity, device=positions.device)
+        slots = torch.arange(capacity, device=positions.device)
         if axes:
             return slots[None, :, None].expand(b, -1, positions.shape[-1]).clone()
         return slots[None].expand(b, -1).clone()
@@ -274,11 +274,11 @@ class KVCache:
         self, layer: int, k: Tensor, v: Tensor, positions: Tensor, encoding: str | None, axes: bool
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Static cache: write ``k``, ``v`` and positions at the fill index (``index_copy_``)."""
-        assert self.capacity is not None
+        capacity = self._capacity()
         b = k.shape[0]
         if layer == len(self.keys):
-            self.keys.append(k.new_zeros(b, k.shape[1], self.capacity, k.shape[-1]))
-            self.values.append(v.new_zeros(b, v.shape[1], self.capacity, v.shape[-1]))
+            self.keys.append(k.new_zeros(b, k.shape[1], capacity, k.shape[-1]))
+            self.values.append(v.new_zeros(b, v.shape[1], capacity, v.shape[-1]))
             empty = self._empty_positions(positions, axes)
             self.positions.append(empty.expand(b, *empty.shape[1:]).clone())
             self.encodings.append(encoding)

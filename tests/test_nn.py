@@ -656,3 +656,94 @@ def test_per_layer_model_with_windows_compiles_and_exports():
             model, (short,), dynamic_shapes=({1: torch.export.Dim("t", min=2, max=512)},)
         )
         torch.testing.assert_close(program.module()(long), model(long), **LOGITS_TOL)
+
+
+# --- the KV cache: no silent wrong results; a static cache ------------------------------------------------
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5", "learned", "mrope"])
+def test_default_positions_continue_an_explicit_position_prefill(position):
+    """A prompt prefilled at positions 40..49, then a step with default positions: the new token
+    is at 50 (the largest cached position + 1), not at 10 (the cache length), where causality by
+    position would hide the whole prompt from it (positions below the learned table's 64)."""
+    model = make_model(position).eval()
+    x = ids(t=11)
+    start = torch.arange(40, 50)
+    full = model(x, positions=torch.arange(40, 51))
+    cache = KVCache()
+    model(x[:, :10], positions=start, cache=cache)
+    step = model(x[:, 10:], cache=cache)
+    torch.testing.assert_close(step, full[:, 10:], **LOGITS_TOL)
+    # per row: each continues from its own largest position
+    rows = torch.stack([torch.arange(40, 50), torch.arange(3, 13)])
+    cache = KVCache()
+    model(x[:, :10], positions=rows, cache=cache)
+    step = model(x[:, 10:], cache=cache)
+    expected = model(x, positions=torch.cat([rows, torch.tensor([[50], [13]])], dim=1))[:, 10:]
+    torch.testing.assert_close(step, expected, **LOGITS_TOL)
+
+
+def test_mrope_continues_from_the_largest_position_on_any_axis():
+    """Qwen-VL's rule: text after an image continues from the largest position on any axis + 1."""
+    model = make_model("mrope").eval()
+    x = ids(b=1, t=5)
+    grid = torch.tensor([[0, 0, 0], [1, 1, 1], [1, 1, 2], [1, 2, 1], [1, 2, 2]])  # text, then a 2x2 image
+    cache = KVCache()
+    model(x[:, :4], positions=grid[:4], cache=cache)
+    assert cache.next_positions(0, 2).tolist() == [3, 4]
+    step = model(x[:, 4:], cache=cache)
+    text = torch.tensor([[3, 3, 3]])
+    expected = model(x, positions=torch.cat([grid[:4], text]))[:, 4:]
+    torch.testing.assert_close(step, expected, **LOGITS_TOL)
+
+
+def test_cache_of_another_batch_size_is_refused():
+    model = make_model("rope")
+    cache = KVCache()
+    model(ids(b=2, t=4), cache=cache)
+    with pytest.raises(
+        ValueError, match=r"holds a batch of 2 sequences, but the new tokens have batch size 3"
+    ):
+        model(ids(b=3, t=1), cache=cache)
+    layer = MultiheadAttention(D, HEADS, "alibi", causal=True)
+    cache = KVCache()
+    layer(torch.randn(2, 3, D), cache=cache)
+    with pytest.raises(ValueError, match=r"batch of 2 sequences, but the new tokens have batch size 1"):
+        layer(torch.randn(1, 1, D), cache=cache)
+
+
+@pytest.mark.parametrize("position", [*LM_ENCODINGS, "rope*1 + none"])
+def test_static_cache_decodes_to_the_full_forward(position):
+    """KVCache(capacity=n): the same logits as the full forward, plain and left-padded, with shapes
+    fixed by the capacity."""
+    model = make_model(position).eval()
+    x = ids(t=9)
+    full = model(x)
+    cache = KVCache(capacity=12)
+    steps = [model(x[:, :5], cache=cache)] + [model(x[:, i : i + 1], cache=cache) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
+    assert len(cache) == 9 and cache.static and cache.keys[0].shape[-2] == 12
+    assert cache.positions[0].shape[:2] == (2, 12)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, :3] = False
+    padded = model(x, attention_mask=mask)
+    slots = torch.zeros(2, 12, dtype=torch.bool)
+    slots[:, :9] = mask
+    cache = KVCache(capacity=12)
+    steps = [model(x[:, :5], attention_mask=slots, cache=cache)]
+    steps += [model(x[:, i : i + 1], attention_mask=slots, cache=cache) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1)[mask], padded[mask], **LOGITS_TOL)
+
+
+def test_static_cache_overflow_and_sizes_are_errors():
+    model = make_model("rope")
+    cache = KVCache(capacity=4)
+    model(ids(t=3), cache=cache)
+    with pytest.raises(ValueError, match=r"KVCache\(capacity=4\) holds 3 tokens: 2 more do not fit"):
+        model(ids(t=2), cache=cache)
+    with pytest.raises(ValueError, match=r"5 new tokens do not fit this KVCache\(capacity=4\)"):
+        model(ids(t=5), cache=KVCache(capacity=4))
+    with pytest.raises(ValueError, match=r"attention_mask must have shape .* = \(2, 4\)"):
+        model(ids(t=1), attention_mask=torch.ones(2, 4 + 1, dtype=torch.bool), cache=KVCache(capacity=4))
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        KVCache(capacity=0)

@@ -131,9 +131,10 @@ class MultiheadAttention(nn.Module):
         Args:
             x: ``(b, t, d)``.
             positions: ``(t,)`` or ``(b, t)`` positions of the new tokens; default: after the
-                cached ones, or :func:`posenc.mask_to_positions` of ``attention_mask``.
+                cached ones (each row's largest cached position + 1 onwards), or
+                :func:`posenc.mask_to_positions` of ``attention_mask``.
             attention_mask: ``(b, tk)`` keep-mask (bool or 0/1) over all keys, cached and new
-                (``tk = cached + t``), e.g. a padding mask.
+                (``tk = cached + t``; the capacity for a static cache), e.g. a padding mask.
             cache: a :class:`KVCache`, updated in place.
             layer: which of the cache's layers this module uses.
             state: the position state prepared once per forward by the model
@@ -172,12 +173,11 @@ class MultiheadAttention(nn.Module):
         q, k = state.encode_qk(q, k)
         causal = self.causal
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
-        if cache is not None and cache.static:
+        filled = None if cache is None else cache.filled_mask(layer, t, x.device)
+        if cache is not None and filled is not None:
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
             # keys are not the last of the slots, so causality by index would be wrong: where the
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
-            filled = cache.filled_mask(layer, t, x.device)
-            assert filled is not None
             keep = filled[:, None, :]  # (1, 1, capacity)
             if causal and self.window is None and not state.causal_only:
                 slots = torch.arange(filled.shape[-1], device=x.device)

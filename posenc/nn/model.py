@@ -231,10 +231,14 @@ class TransformerLM(nn.Module):
         Args:
             input_ids: ``(b, t)`` token ids (long), each in ``[0, vocab_size)``.
             attention_mask: ``(b, cached + t)`` keep-mask (bool or 0/1), e.g. for a left- or
-                right-padded batch; positions then come from :func:`posenc.mask_to_positions`,
-                so every real token gets the same output as in its unpadded sequence.
-            positions: ``(t,)`` or ``(b, t)`` explicit positions of the new tokens.
-            cache: a :class:`KVCache` for incremental decoding, updated in place.
+                right-padded batch (``(b, capacity)`` with a static ``KVCache(capacity=...)``);
+                positions then come from :func:`posenc.mask_to_positions`, so every real token
+                gets the same output as in its unpadded sequence.
+            positions: ``(t,)`` or ``(b, t)`` explicit positions of the new tokens. Default: ``0..t-1``,
+                or with a cache each row's largest cached position + 1 onwards.
+            cache: a :class:`KVCache` for incremental decoding, updated in place. On an accelerator
+                no step reads a value on the host; a static cache also keeps every shape fixed, so a
+                decode step can be captured in a CUDA graph.
             document_ids: ``(b, t)`` (or ``(t,)``) integer ids of packed documents (a new
                 document starts where the id changes): each token attends only within its
                 document, and positions restart at 0 in each one (unless ``positions`` is
