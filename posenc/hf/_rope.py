@@ -20,10 +20,10 @@ __all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope"
 class RopeDefaults:
     """What a RoPE model's config class assumes for keys a ``config.json`` may leave out."""
 
-    hidden_size: int
-    num_heads: int
-    max_len: int  # max_position_embeddings
-    theta: float = 10000.0
+    hidden_size: int | None  # None (models outside the table): the config must give it
+    num_heads: int | None
+    max_len: int | None  # max_position_embeddings
+    theta: float | None = 10000.0
     head_dim: int | None = None  # None: hidden_size // num_attention_heads
     partial: float | None = None  # None: the model rotates whole heads and has no partial_rotary_factor
     layout: Literal["half", "interleaved"] = "half"

@@ -25,6 +25,7 @@ from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5  # noqa: F4
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import config_dict
+from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 from ._table import (  # noqa: F401
     _BART,
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 
+_BY_RULE = _Converter(by_rule, "RoPE from the standardized fields")
+
+
 def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
     """The config as a dict (the text model's for a multimodal config), its model_type and converter."""
     cfg = config_dict(config)
@@ -66,16 +70,16 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
             cfg = {**cfg, "text_config": {}}
     if model_type not in _CONVERTERS and cfg.get("text_config") is not None:
         text = config_dict(cfg["text_config"])
-        text.setdefault("model_type", _TEXT_MODEL_TYPES.get(model_type))
-        if text["model_type"] in _CONVERTERS:
-            cfg, model_type = text, text["model_type"]
-    converter = _CONVERTERS.get(model_type)
-    if converter is None:
+        if text.get("model_type") is None:
+            text["model_type"] = _TEXT_MODEL_TYPES.get(model_type, f"{model_type} text_config")
+        cfg, model_type = text, text["model_type"]
+    if model_type in _TEXT_MODEL_TYPES:
         raise ValueError(
-            f"model_type {model_type!r} is not supported by from_hf_config. Supported model types: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} (and, through text_config, {', '.join(sorted(_TEXT_MODEL_TYPES))})"
+            f"model_type {model_type!r} is not supported without its 'text_config' (the {_TEXT_MODEL_TYPES[model_type]} "
+            "model it wraps)"
         )
-    return cfg, model_type, converter
+    # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
+    return cfg, model_type, _CONVERTERS.get(model_type, _BY_RULE)
 
 
 def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
@@ -134,7 +138,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     n = _layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    if _CONVERTERS[model_type].per_layer_weights:
+    if model_type in _CONVERTERS and _CONVERTERS[model_type].per_layer_weights:
         # each layer has its own tables: independent modules, each freshly initialised
         return [built, *(_fresh_copy(built) for _ in range(n - 1))]
     return [built] * n

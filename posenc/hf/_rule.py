@@ -1,0 +1,151 @@
+"""Models outside the table: the encoding from transformers 5's standardized RoPE fields alone.
+
+``rope_parameters`` (``rope_type`` and its keys, ``rope_theta``, ``partial_rotary_factor``; one
+dict, or one per layer type with ``layer_types``), or the legacy ``rope_scaling`` + top-level
+``rope_theta``; ``head_dim`` (else ``hidden_size // num_attention_heads``);
+``max_position_embeddings``. Half-split layout, as transformers' shared ``rotate_half``. A key
+posenc does not read (a ``rope_parameters`` key its ``rope_type`` does not take, any other
+top-level key naming RoPE or rotary) is refused by name: the model's code may read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..base import PositionalEncoding
+from ..functional.rotary import _TYPE_KEYS
+from ._layers import _per_type_rope, layer_types
+from ._read import Config, heads_and_head_dim
+from ._rope import RopeDefaults, build_rope
+from ._table import SUPPORTED_MODEL_TYPES
+
+__all__ = ["by_rule"]
+
+# Models whose code departs from the fields, by model_type: the reason, one line each.
+#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
+_INTERLEAVED = {
+    **dict.fromkeys(
+        ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher"),
+        "BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles",
+    ),
+    "cohere2_moe": "Cohere 2 MoE: Cohere's interleaved rotate_half, in every layer",
+    **dict.fromkeys(("ernie4_5", "ernie4_5_moe"), "ERNIE 4.5: apply_rotary_pos_emb interleaves cos/sin"),
+    "helium": "Helium: apply_rotary_pos_emb interleaves cos/sin",
+    **dict.fromkeys(("glm", "glm4"), "GLM: interleaved pairs over the partial_rotary_factor channels"),
+    "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
+    **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
+}
+#: no posenc encoding computes what the model does
+_REFUSED = {
+    "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
+    **dict.fromkeys(
+        (
+            *(
+                "cohere_compass",
+                "cosmos3_edge",
+                "ernie4_5_vl_moe",
+                "glm4v",
+                "glm4v_moe",
+                "glm_image",
+                "glm_ocr",
+            ),
+            *(
+                "hunyuan_vl",
+                "hy_v4_vl",
+                "paddleocr_vl",
+                "qwen2_5_omni",
+                "qwen2_5_omni_talker",
+                "qwen2_5_omni_thinker",
+            ),
+            *("qwen3_5", "qwen3_5_moe", "qwen3_omni_moe", "qwen3_omni_moe_talker", "qwen3_omni_moe_thinker"),
+            *("qwen4_exp", "neomme"),
+        ),
+        "its text model applies M-RoPE with sections its code sets (posenc reads M-RoPE for the Qwen-VL types "
+        "in its table only)",
+    ),
+}
+
+_RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
+_RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
+_READ = frozenset({"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"})
+_PARAMS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+
+
+def _check_params(model_type: str, params: Mapping[str, Any], where: str) -> None:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    unread = sorted(set(params) - _PARAMS - _TYPE_KEYS.get(rope_type, frozenset()))
+    if unread:
+        raise ValueError(
+            f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which posenc does not read "
+            f"for rope_type {rope_type!r} of a model outside its table; the model's code may use it"
+        )
+
+
+def by_rule(
+    cfg: Config, model_type: str, causal: bool | None
+) -> PositionalEncoding | list[PositionalEncoding]:
+    """The RoPE a model outside the table describes with the standardized fields (one per layer if nested).
+
+    Raises:
+        ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
+    """
+    family = model_type.removesuffix(" text_config").removesuffix("_text")
+    if family in _REFUSED:
+        raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
+    layout = "interleaved" if model_type in _INTERLEAVED else "half"
+    unread = sorted(
+        key
+        for key, value in cfg.items()
+        if ("rope" in key or "rotary" in key) and key not in _READ and value is not None
+    )
+    if unread:
+        raise ValueError(
+            f"{model_type} config: {', '.join(map(repr, unread))} shape(s) this model's RoPE in its own code, "
+            f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
+        )
+    raw: Any = cfg.get("rope_parameters")
+    if raw is None:
+        raw = cfg.get("rope_scaling")
+    if raw is None and cfg.get("rope_theta") is None:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
+            f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if raw is not None and not isinstance(raw, Mapping):
+        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    raw = dict(raw or {})
+    nested = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
+    if not nested:
+        _check_params(model_type, raw, "rope_parameters")
+        _theta(cfg, model_type, raw, "rope_parameters")
+        return build_rope(cfg, model_type, _RULE, _head_dim(cfg, model_type), layout=layout)
+    if len(nested) != len(raw):
+        raise ValueError(
+            f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)})"
+        )
+    types = layer_types(cfg, model_type)
+    if types is None:
+        raise ValueError(
+            f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
+        )
+    for name, params in nested.items():
+        _check_params(model_type, params, f"rope_parameters[{name!r}]")
+        _theta(cfg, model_type, params, f"rope_parameters[{name!r}]")
+    head_dim = _head_dim(cfg, model_type)
+    return _per_type_rope(
+        cfg, model_type, _RULE, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
+    )
+
+
+def _theta(cfg: Config, model_type: str, params: Mapping[str, Any], where: str) -> None:
+    if params.get("rope_theta") is None and cfg.get("rope_theta") is None:
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
+            f"for model_type {model_type!r}, which is not in its table"
+        )
+
+
+def _head_dim(cfg: Config, model_type: str) -> int:
+    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
+    return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]
