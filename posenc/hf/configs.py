@@ -161,7 +161,12 @@ def layer_windows(config: Any) -> list[int | None]:
     cfg, model_type, _ = _resolve(config)
     if model_type in SPEECH_MODEL_TYPES:  # full (bidirectional) attention in every layer
         return [None] * speech_layer_count(cfg, model_type)
-    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS)
+    # a config object outside the table: what its class declares decides, as transformers' mask helpers
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else None
+    declared = None
+    if text is not None:
+        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(text), name)}
+    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS, declared=declared)
 
 
 def from_hf_config(
