@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..base import PositionalEncoding
-from ..functional.rotary import _TYPE_KEYS
 from ._layers import _per_type_rope, layer_types
 from ._read import Config, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope
@@ -69,17 +68,6 @@ _REFUSED = {
 _RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
 _RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
 _READ = frozenset({"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"})
-_PARAMS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
-
-
-def _check_params(model_type: str, params: Mapping[str, Any], where: str) -> None:
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    unread = sorted(set(params) - _PARAMS - _TYPE_KEYS.get(rope_type, frozenset()))
-    if unread:
-        raise ValueError(
-            f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which posenc does not read "
-            f"for rope_type {rope_type!r} of a model outside its table; the model's code may use it"
-        )
 
 
 def by_rule(
@@ -93,7 +81,7 @@ def by_rule(
     family = model_type.removesuffix(" text_config").removesuffix("_text")
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
-    layout = "interleaved" if model_type in _INTERLEAVED else "half"
+    d = _RULE_INTERLEAVED if model_type in _INTERLEAVED else _RULE
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -101,7 +89,7 @@ def by_rule(
     )
     if unread:
         raise ValueError(
-            f"{model_type} config: {', '.join(map(repr, unread))} shape(s) this model's RoPE in its own code, "
+            f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
     raw: Any = cfg.get("rope_parameters")
@@ -117,9 +105,8 @@ def by_rule(
     raw = dict(raw or {})
     nested = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
     if not nested:
-        _check_params(model_type, raw, "rope_parameters")
         _theta(cfg, model_type, raw, "rope_parameters")
-        return build_rope(cfg, model_type, _RULE, _head_dim(cfg, model_type), layout=layout)
+        return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
     if len(nested) != len(raw):
         raise ValueError(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)})"
@@ -130,11 +117,10 @@ def by_rule(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
     for name, params in nested.items():
-        _check_params(model_type, params, f"rope_parameters[{name!r}]")
         _theta(cfg, model_type, params, f"rope_parameters[{name!r}]")
     head_dim = _head_dim(cfg, model_type)
     return _per_type_rope(
-        cfg, model_type, _RULE, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
+        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
     )
 
 
