@@ -150,7 +150,11 @@ def layer_windows(config: Any) -> list[int | None]:
     ``W`` as transformers applies it and as ``posenc.attention(..., window=W)`` reads it: in a
     causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in
     ModernBERT (bidirectional) ``|i - j| <= W // 2`` (``W = local_attention``). Layers without a window, models without sliding
-    windows, and Llama 4's chunked layers (chunks, not windows) give ``None``.
+    windows, and Llama 4's chunked layers (chunks, not windows) give ``None``. Without
+    ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
+    from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern); for a model
+    outside the table a config object's class decides, and a dict with ``sliding_window`` but no
+    ``layer_types`` is refused (its class may derive them in code).
 
     Args:
         config: as in :func:`layer_encodings`.
@@ -181,7 +185,11 @@ def from_hf_config(
     and max distance; ALiBi (MPT's ``alibi_bias_max``); learned tables (OPT/BART offset 2);
     fairseq-style sinusoids (offset ``pad_token_id + 1``). Keys a ``config.json`` omits take the
     defaults of the ``transformers`` config class. :data:`SUPPORTED_MODEL_TYPES` lists the
-    accepted ``model_type`` values.
+    model types of posenc's table; any other text model is built from transformers 5's
+    standardized fields (``rope_parameters``, flat or per layer type, ``rope_theta``,
+    ``partial_rotary_factor``, ``head_dim``, ``max_position_embeddings``), and refused, naming the
+    field, where its config holds one posenc does not read (``qk_rope_head_dim``,
+    ``rope_interleave``, ``mrope_section``...) or lacks one it needs (``rope_theta``).
 
     Learned weights (T5's bias table, GPT-2's ``wpe``) are not part of a config: the returned
     module is freshly initialised; load them with ``load_state_dict`` (the parameter names
@@ -205,8 +213,9 @@ def from_hf_config(
         :class:`~posenc.Sinusoidal`.
 
     Raises:
-        ValueError: unsupported ``model_type`` (the message lists the supported ones), an
-            unsupported ``rope_type``, layers that differ without ``layer=``, ``layer`` outside
+        ValueError: a ``model_type`` outside the table whose config falls short of the
+            standardized fields (the message names the field), an unsupported ``rope_type`` or a
+            ``rope_parameters`` key it does not read, layers that differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
             or sizes that do not fit.
         TypeError: ``config`` is neither a config object nor a mapping; ``causal`` not a bool;
