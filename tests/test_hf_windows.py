@@ -64,6 +64,11 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("gemma3_text", {"sliding_window": 3, "sliding_window_pattern": 3}),
     ("gemma3_text", {"sliding_window": 3}),
     ("cohere2", {"sliding_window": 4}),
+    (
+        "gemma3n_text",
+        {"sliding_window": 3, "num_kv_shared_layers": 0, "altup_num_inputs": 2, "laurel_rank": 4},
+    ),
+    ("gemma4_text", {"sliding_window": 3, "global_head_dim": 8, "num_kv_shared_layers": 0}),
     ("gpt_oss", {"sliding_window": 3, "num_local_experts": 2, "num_experts_per_tok": 1}),
     ("gemma2", {"sliding_window": 3, "layer_types": ["full_attention", "sliding_attention"] * 3}),
     ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "layer_types": ["sliding_attention"] * 6}),
