@@ -1286,13 +1286,20 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
     assert layers[0] is layers[2] and layers[0].base == 1e4 and layers[1].base == 5e5
     assert layers[1].rope_type == "linear"
     assert from_hf_config({**RULE_BASE, "model_type": "ernie4_5"}).layout == "interleaved"  # listed departure
+    mla = from_hf_config(
+        {**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True}
+    )  # DeepSeek's MLA fields
+    assert (mla.head_dim, mla.layout) == (16, "interleaved")
 
 
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        ({"rope_interleave": True}, "'rope_interleave' may shape"),
-        ({"qk_rope_head_dim": 64}, "'qk_rope_head_dim'"),
+        ({"rotary_dim": 16}, "'rotary_dim' may shape"),
+        (
+            {"qk_rope_head_dim": 16, "partial_rotary_factor": 0.5},
+            "'qk_rope_head_dim' and 'partial_rotary_factor'",
+        ),
         ({"rope_parameters": {"rope_type": "default", "mrope_section": [8, 4, 4]}}, "'mrope_section'"),
         ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "beta": 1}}, "'beta'"),
         ({"rope_parameters": {"rope_type": "made_up"}}, "rope_type 'made_up' is not supported"),

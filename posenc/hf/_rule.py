@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ._layers import _per_type_rope, layer_types
 from ._read import Config, heads_and_head_dim
@@ -67,7 +68,16 @@ _REFUSED = {
 
 _RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
 _RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
-_READ = frozenset({"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"})
+_READ = frozenset(
+    {
+        "rope_parameters",
+        "rope_scaling",
+        "rope_theta",
+        "partial_rotary_factor",
+        "qk_rope_head_dim",
+        "rope_interleave",
+    }
+)
 
 
 def by_rule(
@@ -81,7 +91,11 @@ def by_rule(
     family = model_type.removesuffix(" text_config").removesuffix("_text")
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
-    d = _RULE_INTERLEAVED if model_type in _INTERLEAVED else _RULE
+    # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
+    interleave = model_type in _INTERLEAVED or check_bool(
+        f"{model_type} config: rope_interleave", cfg.get("rope_interleave") or False
+    )
+    d = _RULE_INTERLEAVED if interleave else _RULE
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -133,5 +147,16 @@ def _theta(cfg: Config, model_type: str, params: Mapping[str, Any], where: str) 
 
 
 def _head_dim(cfg: Config, model_type: str) -> int:
+    if cfg.get("qk_rope_head_dim") is not None:  # MLA: the rotated part of each head
+        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        partial = [
+            p.get("partial_rotary_factor") for p in (cfg, params, *params.values()) if isinstance(p, Mapping)
+        ]
+        if any(value not in (None, 1, 1.0) for value in partial):
+            raise ValueError(
+                f"{model_type} config: both 'qk_rope_head_dim' and 'partial_rotary_factor' (!= 1): which channels "
+                "its code rotates is not read from these fields alone"
+            )
+        return check_positive_int(f"{model_type} config: qk_rope_head_dim", cfg["qk_rope_head_dim"])
     # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
     return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]

@@ -150,9 +150,13 @@ def _case(model_type: str) -> tuple[str, str]:
                 return "mismatched", f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates"
             for name, pos in POSITIONS.items():
                 q_ref, k_ref = references[layer_type, name]
-                if enc.head_dim != q_ref.shape[-1]:
-                    return "mismatched", f"head_dim {enc.head_dim} vs the model's {q_ref.shape[-1]}"
-                q_in, k_in = q[..., : enc.head_dim], k[..., : enc.head_dim]
+                r = enc.head_dim
+                if r > q_ref.shape[-1] or not (
+                    torch.equal(q_ref[..., r:], q[..., r:]) and torch.equal(k_ref[..., r:], k[..., r:])
+                ):
+                    return "mismatched", f"head_dim {r} vs the model's {q_ref.shape[-1]} rotated channels"
+                q_ref, k_ref = q_ref[..., :r], k_ref[..., :r]  # (MLA: the model rotates only q_pe / k_pe)
+                q_in, k_in = q[..., :r], k[..., :r]
                 q_ours, k_ours = enc.encode_qk(q_in, k_in, q_positions=pos, k_positions=pos)
                 same = torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)
                 scores = torch.allclose(q_ours @ k_ours.mT, q_ref @ k_ref.mT, atol=1e-4, rtol=1e-4)
