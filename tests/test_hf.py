@@ -24,6 +24,7 @@ from posenc.hf import (
     from_hf_model,
     half_to_interleaved,
     interleaved_to_half,
+    layer_encodings,
     rope_layout_permutation,
     supported_models_markdown,
 )
@@ -1246,3 +1247,79 @@ def test_llama3_scaling_with_an_empty_smooth_band_matches_transformers(low_high)
     # angles up to 2e4 rad: float32 rounding in transformers' own product
     torch.testing.assert_close(q_ours.transpose(1, 2), q_ref, atol=5e-3, rtol=0)
     torch.testing.assert_close(k_ours.transpose(1, 2), k_ref, atol=5e-3, rtol=0)
+
+
+# --- models outside the table: the standardized fields ----------------------------------------
+
+RULE_BASE = {"model_type": "some_new_llm", "hidden_size": 64, "num_attention_heads": 2, "rope_theta": 5e5}
+
+
+def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
+    rope = from_hf_config(RULE_BASE)
+    assert (rope.head_dim, rope.base, rope.layout, rope.rotary_dim) == (32, 5e5, "half", 32)
+    scaled = from_hf_config(
+        {
+            **RULE_BASE,
+            "head_dim": 16,
+            "max_position_embeddings": 256,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "rope_theta": 1e4,
+                "partial_rotary_factor": 0.5,
+            },
+        }
+    )
+    assert (scaled.head_dim, scaled.base, scaled.rotary_dim, scaled.rope_type) == (16, 1e4, 8, "yarn")
+    assert scaled.params.original_max_len == 256  # yarn without original_max: max_position_embeddings
+    layers = layer_encodings(
+        {
+            **RULE_BASE,
+            "num_hidden_layers": 3,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "full_attention": {"rope_type": "linear", "factor": 8.0},  # rope_theta from the top level
+            },
+        }
+    )
+    assert layers[0] is layers[2] and layers[0].base == 1e4 and layers[1].base == 5e5
+    assert layers[1].rope_type == "linear"
+    assert from_hf_config({**RULE_BASE, "model_type": "ernie4_5"}).layout == "interleaved"  # listed departure
+    mla = from_hf_config(
+        {**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True}
+    )  # DeepSeek's MLA fields
+    assert (mla.head_dim, mla.layout) == (16, "interleaved")
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"rotary_dim": 16}, "'rotary_dim' may shape"),
+        (
+            {"qk_rope_head_dim": 16, "partial_rotary_factor": 0.5},
+            "'qk_rope_head_dim' and 'partial_rotary_factor'",
+        ),
+        ({"rope_parameters": {"rope_type": "default", "mrope_section": [8, 4, 4]}}, "'mrope_section'"),
+        ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "beta": 1}}, "'beta'"),
+        ({"rope_parameters": {"rope_type": "made_up"}}, "rope_type 'made_up' is not supported"),
+        ({"rope_theta": None}, "no 'rope_parameters' or 'rope_theta'"),
+        ({"rope_theta": None, "rope_parameters": {"rope_type": "default"}}, "missing 'rope_theta'"),
+        ({"rope_parameters": {"full_attention": {"rope_theta": 1.0}}}, "'layer_types' is missing"),
+        ({"num_attention_heads": None}, "missing 'num_attention_heads'"),
+        ({"model_type": "nanochat"}, "minus the angle"),
+        ({"model_type": "glm4v", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
+    ],
+)
+def test_a_model_outside_the_table_refuses_what_it_cannot_read(extra, match):
+    with pytest.raises(ValueError, match=match):
+        from_hf_config({**RULE_BASE, **extra})
+
+
+def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
+    llama = {
+        "model_type": "llama",
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0},
+    }
+    with pytest.raises(ValueError, match="'low_freq_factor', which rope_type 'linear' does not read"):
+        from_hf_config(llama)

@@ -43,6 +43,7 @@ def _capture(module: Any, query: torch.Tensor, key: Any, value: torch.Tensor, ma
 AttentionInterface.register("posenc_mask_capture", _capture)
 AttentionMaskInterface.register("posenc_mask_capture", eager_mask)
 
+_MOE = {"num_experts": 2, "num_local_experts": 2, "num_experts_per_tok": 1}
 _MROPE = {"rope_parameters": {"rope_type": "default", "mrope_section": [1, 1, 2]}}
 # (model_type, config kwargs): every table model whose attention can slide, with and without
 # the fields that switch windows on, and a few that never slide although their config says so.
@@ -63,12 +64,27 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("gemma3_text", {"sliding_window": 3, "sliding_window_pattern": 3}),
     ("gemma3_text", {"sliding_window": 3}),
     ("cohere2", {"sliding_window": 4}),
+    (
+        "gemma3n_text",
+        {"sliding_window": 3, "num_kv_shared_layers": 0, "altup_num_inputs": 2, "laurel_rank": 4},
+    ),
+    ("gemma4_text", {"sliding_window": 3, "global_head_dim": 8, "num_kv_shared_layers": 0}),
     ("gpt_oss", {"sliding_window": 3, "num_local_experts": 2, "num_experts_per_tok": 1}),
     ("gemma2", {"sliding_window": 3, "layer_types": ["full_attention", "sliding_attention"] * 3}),
     ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "layer_types": ["sliding_attention"] * 6}),
     ("llama", {"sliding_window": 3}),
     ("qwen3_vl_moe_text", {"sliding_window": 3, "num_experts": 2, "num_experts_per_tok": 1}),
     ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2}),
+    # outside the table (the rule: layer_types, else Qwen2's fields, else every layer)
+    ("qwen2_moe", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2, **_MOE}),
+    ("qwen2_moe", {"sliding_window": 3, "max_window_layers": 2, **_MOE}),
+    ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 3, **_MOE}),
+    ("ministral", {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"] * 3}),
+    ("ministral", {"sliding_window": 3}),
+    ("olmo3", {"sliding_window": 3}),
+    ("exaone4", {"sliding_window": 3, "sliding_window_pattern": 3}),
+    ("seed_oss", {"sliding_window": 3}),  # a stray key: Seed-OSS never slides
+    ("phimoe", {"sliding_window": 3, **_MOE}),
 ]
 
 
@@ -103,7 +119,14 @@ def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: di
     bidirectional = model_type == "modernbert"
     masks = _model_masks(config, bidirectional)
     minimal = {"model_type": model_type, "num_hidden_layers": LAYERS, **kwargs}
-    for form in (config, config.to_dict(), minimal):
+    forms = [config, config.to_dict(), minimal]
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        # outside the table a config class may derive layer_types in code: dicts without them are refused
+        for form in [f for f in forms[1:] if f.get("layer_types") is None]:
+            with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
+                layer_windows(form)
+            forms.remove(form)
+    for form in forms:
         windows = layer_windows(form)
         got = [_allowed(w, bidirectional) for w in windows]
         for layer, (mask, want) in enumerate(zip(masks, got, strict=True)):

@@ -5,7 +5,8 @@
   every setting carried over (RoPE base, scaling dict, partial rotation and layout; T5 buckets;
   ALiBi slopes; learned table size and offset; sinusoidal layout, spacing and offset).
   :data:`SUPPORTED_MODEL_TYPES` and :func:`supported_models_markdown` are generated from its
-  one conversion table.
+  one conversion table; other text models are built from transformers 5's standardized RoPE
+  fields (:mod:`posenc.hf._rule`), or refused naming the field posenc cannot read.
 * :func:`layer_encodings` gives one encoding per layer (shared where layers agree) for models
   whose layers differ (Gemma 3/3n/4, ModernBERT, Llama 4, SmolLM3, Cohere 2), and
   :func:`layer_windows` the sliding window of each layer.

@@ -97,20 +97,26 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     return [bool(flag) for flag in flags]
 
 
-def layer_windows(cfg: Config, model_type: str, *, known: bool = True) -> list[int | None]:
+def layer_windows(
+    cfg: Config, model_type: str, *, known: bool = True, declared: set[str] | None = None
+) -> list[int | None]:
     """The sliding window of each layer (``None``: attends to every key), transformers' rule.
 
     A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal, transformers'
     ``sliding_window_overlay``: ``W`` keys) or ``|i - j| <= W // 2`` (ModernBERT, bidirectional):
     the meaning of ``posenc.attention(..., window=W)``.
 
-    The layer types are the config's ``layer_types``, else derived as the config class does:
-    a fixed pattern (Gemma, Cohere 2, GPT-OSS), the layers from ``max_window_layers`` on when
-    ``use_sliding_window`` (Qwen2 and kin), SmolLM3's NoPE layers, or, for models whose attention
-    reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2, and any model
-    outside the table without ``layer_types``), every layer. ``known``: ``model_type`` is in the
-    conversion table, whose models other than these never slide (Qwen3-VL-MoE drops its
-    ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
+    The layer types are the config's ``layer_types``, else derived as the config class does: a
+    fixed pattern (Gemma, Cohere 2, GPT-OSS), the layers from ``max_window_layers`` on when
+    ``use_sliding_window`` (Qwen2 and kin), SmolLM3's NoPE layers, or every layer for models whose
+    attention reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2).
+    ``known``: ``model_type`` is in the conversion table, whose other models never slide
+    (Qwen3-VL-MoE drops its ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
+    A model outside the table slides as its ``layer_types`` say. Without them, ``declared`` (the
+    fields a config object's class declares, ``None`` for a dict) decides: every layer when the
+    class declares ``sliding_window`` but no ``layer_types`` (transformers' generic rule), none when
+    it declares neither (the model does not read a stray ``sliding_window``); a dict's
+    ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
     n = _required_count(cfg, model_type)
     if model_type == "modernbert":
@@ -120,23 +126,29 @@ def layer_windows(cfg: Config, model_type: str, *, known: bool = True) -> list[i
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
         return [local if t == "sliding_attention" else None for t in types or []]
     rule = _WINDOW_RULES.get(model_type, "none" if known else "any")
-    if rule == "none":
-        return [None] * n
     window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
-    if window is not None:
-        window = check_positive_int(f"{model_type} config: sliding_window", window)
     use = cfg.get("use_sliding_window", _USE_SLIDING.get(model_type))
-    if use is None and "max_window_layers" in cfg:
-        use = False  # the Qwen-family config classes' default
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
-        window = None  # the Qwen2-style configs drop sliding_window without use_sliding_window
-    if window is None:
+        window = None  # the Qwen-style configs drop sliding_window without use_sliding_window
+    if rule == "none" or window is None:
         return [None] * n
     types = layer_types(cfg, model_type)
+    if types is None and rule == "any" and declared is not None and "layer_types" not in declared:
+        if "sliding_window" not in declared:
+            return [None] * n
+    elif types is None and rule == "any":
+        raise ValueError(
+            f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not in "
+            "posenc's table and its config class may derive its layer types in its own code; pass the config "
+            "object (its to_dict() carries them) or give 'layer_types'"
+        )
     if types is None:
         types = _derived_types(cfg, model_type, rule, n)
     elif model_type == "gemma4_text":
         types[-1] = "full_attention"  # transformers forces the last layer global
+    if "sliding_attention" not in types:
+        return [None] * n
+    window = check_positive_int(f"{model_type} config: sliding_window", window)
     return [window if t == "sliding_attention" else None for t in types]
 
 
@@ -152,8 +164,8 @@ def _derived_types(cfg: Config, model_type: str, rule: str, n: int) -> list[str]
         return types
     if rule == "smollm3":  # the NoPE layers slide
         return ["full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)]
-    first = get(cfg, "max_window_layers", default=_MAX_WINDOW_LAYERS.get(model_type))
-    if rule == "qwen" or first is not None:
+    if rule == "qwen":
+        first = get(cfg, "max_window_layers", default=_MAX_WINDOW_LAYERS.get(model_type))
         first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
         return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
     return ["sliding_attention"] * n  # every layer reads sliding_window (Mistral; transformers' generic rule)

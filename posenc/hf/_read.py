@@ -18,8 +18,10 @@ def config_dict(config: Any) -> dict[str, Any]:
     if callable(to_dict):
         as_dict = to_dict()
         if isinstance(as_dict, Mapping):
-            layers = getattr(config, "num_hidden_layers", None)  # an attribute_map alias to_dict() leaves out
-            return dict(as_dict) if layers is None else {"num_hidden_layers": layers, **as_dict}
+            # transformers' standard names that the class maps onto its own (attribute_map: BART's
+            # num_hidden_layers -> encoder_layers, JetMoE's head_dim -> kv_channels): to_dict() leaves them out
+            aliases = getattr(config, "attribute_map", None) or {}
+            return {**{k: as_dict[v] for k, v in aliases.items() if v in as_dict}, **as_dict}
     raise TypeError(
         "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "
         f"got {type(config).__name__}"

@@ -13,6 +13,9 @@ from ..encodings import MRoPE, RoPE
 from ..functional.rotary import _TYPE_KEYS, ROPE_TYPES
 from ._read import Config, get, heads_and_head_dim
 
+# keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)
+_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+
 __all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope", "rope_parameters"]
 
 
@@ -20,10 +23,10 @@ __all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope"
 class RopeDefaults:
     """What a RoPE model's config class assumes for keys a ``config.json`` may leave out."""
 
-    hidden_size: int
-    num_heads: int
-    max_len: int  # max_position_embeddings
-    theta: float = 10000.0
+    hidden_size: int | None  # None (models outside the table): the config must give it
+    num_heads: int | None
+    max_len: int | None  # max_position_embeddings
+    theta: float | None = 10000.0
     head_dim: int | None = None  # None: hidden_size // num_attention_heads
     partial: float | None = None  # None: the model rotates whole heads and has no partial_rotary_factor
     layout: Literal["half", "interleaved"] = "half"
@@ -91,6 +94,12 @@ def rope_parameters(
     if rope_type not in ROPE_TYPES:
         raise ValueError(
             f"{model_type} config: rope_type {rope_type!r} is not supported (in {where}); supported: {', '.join(ROPE_TYPES)}"
+        )
+    unread = sorted(set(params) - _COMMON - _TYPE_KEYS[rope_type])
+    if unread:
+        raise ValueError(
+            f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
+            "does not read in posenc; the model's code may use it"
         )
     partial_key = (
         f"{where}['partial_rotary_factor']" if params.get("partial_rotary_factor") is not None else None

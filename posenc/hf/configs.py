@@ -25,6 +25,7 @@ from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5  # noqa: F4
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import config_dict
+from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 from ._table import (  # noqa: F401
     _BART,
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 
+_BY_RULE = _Converter(by_rule, "RoPE from the standardized fields")
+
+
 def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
     """The config as a dict (the text model's for a multimodal config), its model_type and converter."""
     cfg = config_dict(config)
@@ -66,16 +70,16 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
             cfg = {**cfg, "text_config": {}}
     if model_type not in _CONVERTERS and cfg.get("text_config") is not None:
         text = config_dict(cfg["text_config"])
-        text.setdefault("model_type", _TEXT_MODEL_TYPES.get(model_type))
-        if text["model_type"] in _CONVERTERS:
-            cfg, model_type = text, text["model_type"]
-    converter = _CONVERTERS.get(model_type)
-    if converter is None:
+        if text.get("model_type") is None:
+            text["model_type"] = _TEXT_MODEL_TYPES.get(model_type, f"{model_type} text_config")
+        cfg, model_type = text, text["model_type"]
+    if model_type in _TEXT_MODEL_TYPES:
         raise ValueError(
-            f"model_type {model_type!r} is not supported by from_hf_config. Supported model types: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} (and, through text_config, {', '.join(sorted(_TEXT_MODEL_TYPES))})"
+            f"model_type {model_type!r} is not supported without its 'text_config' (the {_TEXT_MODEL_TYPES[model_type]} "
+            "model it wraps)"
         )
-    return cfg, model_type, converter
+    # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
+    return cfg, model_type, _CONVERTERS.get(model_type, _BY_RULE)
 
 
 def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
@@ -134,7 +138,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     n = _layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    if _CONVERTERS[model_type].per_layer_weights:
+    if model_type in _CONVERTERS and _CONVERTERS[model_type].per_layer_weights:
         # each layer has its own tables: independent modules, each freshly initialised
         return [built, *(_fresh_copy(built) for _ in range(n - 1))]
     return [built] * n
@@ -146,7 +150,11 @@ def layer_windows(config: Any) -> list[int | None]:
     ``W`` as transformers applies it and as ``posenc.attention(..., window=W)`` reads it: in a
     causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in
     ModernBERT (bidirectional) ``|i - j| <= W // 2`` (``W = local_attention``). Layers without a window, models without sliding
-    windows, and Llama 4's chunked layers (chunks, not windows) give ``None``.
+    windows, and Llama 4's chunked layers (chunks, not windows) give ``None``. Without
+    ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
+    from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern); for a model
+    outside the table a config object's class decides, and a dict with ``sliding_window`` but no
+    ``layer_types`` is refused (its class may derive them in code).
 
     Args:
         config: as in :func:`layer_encodings`.
@@ -157,7 +165,12 @@ def layer_windows(config: Any) -> list[int | None]:
     cfg, model_type, _ = _resolve(config)
     if model_type in SPEECH_MODEL_TYPES:  # full (bidirectional) attention in every layer
         return [None] * speech_layer_count(cfg, model_type)
-    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS)
+    # a config object outside the table: what its class declares decides, as transformers' mask helpers
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else None
+    declared = None
+    if text is not None:
+        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(text), name)}
+    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS, declared=declared)
 
 
 def from_hf_config(
@@ -172,7 +185,11 @@ def from_hf_config(
     and max distance; ALiBi (MPT's ``alibi_bias_max``); learned tables (OPT/BART offset 2);
     fairseq-style sinusoids (offset ``pad_token_id + 1``). Keys a ``config.json`` omits take the
     defaults of the ``transformers`` config class. :data:`SUPPORTED_MODEL_TYPES` lists the
-    accepted ``model_type`` values.
+    model types of posenc's table; any other text model is built from transformers 5's
+    standardized fields (``rope_parameters``, flat or per layer type, ``rope_theta``,
+    ``partial_rotary_factor``, ``head_dim``, ``max_position_embeddings``), and refused, naming the
+    field, where its config holds one posenc does not read (``qk_rope_head_dim``,
+    ``rope_interleave``, ``mrope_section``...) or lacks one it needs (``rope_theta``).
 
     Learned weights (T5's bias table, GPT-2's ``wpe``) are not part of a config: the returned
     module is freshly initialised; load them with ``load_state_dict`` (the parameter names
@@ -196,8 +213,9 @@ def from_hf_config(
         :class:`~posenc.Sinusoidal`.
 
     Raises:
-        ValueError: unsupported ``model_type`` (the message lists the supported ones), an
-            unsupported ``rope_type``, layers that differ without ``layer=``, ``layer`` outside
+        ValueError: a ``model_type`` outside the table whose config falls short of the
+            standardized fields (the message names the field), an unsupported ``rope_type`` or a
+            ``rope_parameters`` key it does not read, layers that differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
             or sizes that do not fit.
         TypeError: ``config`` is neither a config object nor a mapping; ``causal`` not a bool;

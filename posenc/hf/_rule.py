@@ -1,0 +1,162 @@
+"""Models outside the table: the encoding from transformers 5's standardized RoPE fields alone.
+
+``rope_parameters`` (``rope_type`` and its keys, ``rope_theta``, ``partial_rotary_factor``; one
+dict, or one per layer type with ``layer_types``), or the legacy ``rope_scaling`` + top-level
+``rope_theta``; ``head_dim`` (else ``hidden_size // num_attention_heads``);
+``max_position_embeddings``. Half-split layout, as transformers' shared ``rotate_half``. A key
+posenc does not read (a ``rope_parameters`` key its ``rope_type`` does not take, any other
+top-level key naming RoPE or rotary) is refused by name: the model's code may read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._checks import check_bool, check_positive_int
+from ..base import PositionalEncoding
+from ._layers import _per_type_rope, layer_types
+from ._read import Config, heads_and_head_dim
+from ._rope import RopeDefaults, build_rope
+from ._table import SUPPORTED_MODEL_TYPES
+
+__all__ = ["by_rule"]
+
+# Models whose code departs from the fields, by model_type: the reason, one line each.
+#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
+_INTERLEAVED = {
+    **dict.fromkeys(
+        ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher"),
+        "BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles",
+    ),
+    "cohere2_moe": "Cohere 2 MoE: Cohere's interleaved rotate_half, in every layer",
+    **dict.fromkeys(("ernie4_5", "ernie4_5_moe"), "ERNIE 4.5: apply_rotary_pos_emb interleaves cos/sin"),
+    "helium": "Helium: apply_rotary_pos_emb interleaves cos/sin",
+    **dict.fromkeys(("glm", "glm4"), "GLM: interleaved pairs over the partial_rotary_factor channels"),
+    "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
+    **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
+}
+#: no posenc encoding computes what the model does
+_REFUSED = {
+    "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
+    **dict.fromkeys(
+        (
+            *(
+                "cohere_compass",
+                "cosmos3_edge",
+                "ernie4_5_vl_moe",
+                "glm4v",
+                "glm4v_moe",
+                "glm_image",
+                "glm_ocr",
+            ),
+            *(
+                "hunyuan_vl",
+                "hy_v4_vl",
+                "paddleocr_vl",
+                "qwen2_5_omni",
+                "qwen2_5_omni_talker",
+                "qwen2_5_omni_thinker",
+            ),
+            *("qwen3_5", "qwen3_5_moe", "qwen3_omni_moe", "qwen3_omni_moe_talker", "qwen3_omni_moe_thinker"),
+            *("qwen4_exp", "neomme"),
+        ),
+        "its text model applies M-RoPE with sections its code sets (posenc reads M-RoPE for the Qwen-VL types "
+        "in its table only)",
+    ),
+}
+
+_RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
+_RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
+_READ = frozenset(
+    {
+        "rope_parameters",
+        "rope_scaling",
+        "rope_theta",
+        "partial_rotary_factor",
+        "qk_rope_head_dim",
+        "rope_interleave",
+    }
+)
+
+
+def by_rule(
+    cfg: Config, model_type: str, causal: bool | None
+) -> PositionalEncoding | list[PositionalEncoding]:
+    """The RoPE a model outside the table describes with the standardized fields (one per layer if nested).
+
+    Raises:
+        ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
+    """
+    family = model_type.removesuffix(" text_config").removesuffix("_text")
+    if family in _REFUSED:
+        raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
+    # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
+    interleave = model_type in _INTERLEAVED or check_bool(
+        f"{model_type} config: rope_interleave", cfg.get("rope_interleave") or False
+    )
+    d = _RULE_INTERLEAVED if interleave else _RULE
+    unread = sorted(
+        key
+        for key, value in cfg.items()
+        if ("rope" in key or "rotary" in key) and key not in _READ and value is not None
+    )
+    if unread:
+        raise ValueError(
+            f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
+            f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
+        )
+    raw: Any = cfg.get("rope_parameters")
+    if raw is None:
+        raw = cfg.get("rope_scaling")
+    if raw is None and cfg.get("rope_theta") is None:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
+            f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if raw is not None and not isinstance(raw, Mapping):
+        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    raw = dict(raw or {})
+    nested = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
+    if not nested:
+        _theta(cfg, model_type, raw, "rope_parameters")
+        return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
+    if len(nested) != len(raw):
+        raise ValueError(
+            f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)})"
+        )
+    types = layer_types(cfg, model_type)
+    if types is None:
+        raise ValueError(
+            f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
+        )
+    for name, params in nested.items():
+        _theta(cfg, model_type, params, f"rope_parameters[{name!r}]")
+    head_dim = _head_dim(cfg, model_type)
+    return _per_type_rope(
+        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
+    )
+
+
+def _theta(cfg: Config, model_type: str, params: Mapping[str, Any], where: str) -> None:
+    if params.get("rope_theta") is None and cfg.get("rope_theta") is None:
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
+            f"for model_type {model_type!r}, which is not in its table"
+        )
+
+
+def _head_dim(cfg: Config, model_type: str) -> int:
+    if cfg.get("qk_rope_head_dim") is not None:  # MLA: the rotated part of each head
+        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        partial = [
+            p.get("partial_rotary_factor") for p in (cfg, params, *params.values()) if isinstance(p, Mapping)
+        ]
+        if any(value not in (None, 1, 1.0) for value in partial):
+            raise ValueError(
+                f"{model_type} config: both 'qk_rope_head_dim' and 'partial_rotary_factor' (!= 1): which channels "
+                "its code rotates is not read from these fields alone"
+            )
+        return check_positive_int(f"{model_type} config: qk_rope_head_dim", cfg["qk_rope_head_dim"])
+    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
+    return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]
