@@ -1089,14 +1089,14 @@ def test_from_hf_model_without_trained_position_weights_is_from_hf_config():
         from_hf_model(model, stack="middle")
 
 
-def test_readme_table_of_supported_models_is_the_generated_one():
-    """The README's "Coming from Hugging Face" table is the output of supported_models_markdown()."""
+def test_docs_table_of_supported_models_is_the_generated_one():
+    """docs/huggingface.md's table is the output of supported_models_markdown()."""
     from pathlib import Path
 
-    readme = Path(__file__).resolve().parents[1] / "README.md"
+    readme = Path(__file__).resolve().parents[1] / "docs" / "huggingface.md"
     marker = 'print(supported_models_markdown())" -->'  # the comment line above the pasted table
     text = readme.read_text(encoding="utf-8")
-    assert marker in text, "README.md lost the generated table of supported model types"
+    assert marker in text, "docs/huggingface.md lost the generated table of supported model types"
     after = text[text.index(marker) :].split("\n", 1)[1]
     generated = supported_models_markdown()
     table = "\n".join(after.splitlines()[: len(generated.splitlines())])

@@ -1,4 +1,5 @@
-"""README.md stays true: its first code block holds the two commands, and its Python examples run."""
+"""README.md and the documentation pages stay true: README's first code block holds the two commands,
+and every Python example in README.md and docs/ runs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 BLOCKS = FENCE.findall(TEXT)
-PYTHON_BLOCKS = [code for lang, code in BLOCKS if lang == "python"]
+DOCS = README.parent / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+#: (page, code) of every Python block, README's first.
+PYTHON_BLOCKS = [
+    (page, code)
+    for page in PAGES
+    for lang, code in FENCE.findall(page.read_text(encoding="utf-8"))
+    if lang == "python"
+]
 
 
 def test_first_code_block_is_the_two_commands():
@@ -34,14 +43,18 @@ def test_ci_runs_the_readme_test_command():
     assert out.stdout.strip() == lines[1]
 
 
-@pytest.mark.parametrize("code", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))])
-def test_readme_python_examples_run(code, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("page", "code"),
+    PYTHON_BLOCKS,
+    ids=[f"{page.relative_to(README.parent)}-{i}" for i, (page, _) in enumerate(PYTHON_BLOCKS)],
+)
+def test_python_examples_run(page, code, tmp_path, monkeypatch):
     import posenc
 
     monkeypatch.chdir(tmp_path)
     before = set(posenc.available())
     try:
-        exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})
+        exec(compile(code, str(page), "exec"), {"__name__": "__readme__"})
     finally:
         # the examples may register encodings: take them out again, for the other tests
         for name in sorted(set(posenc.available()) - before):
@@ -50,15 +63,15 @@ def test_readme_python_examples_run(code, tmp_path, monkeypatch):
 
 
 def test_benchmark_figures_are_the_committed_results():
-    """Every table row and the run's header lines in README's Benchmarks section stand verbatim in
+    """Every table row and the run's header lines of docs/benchmarks.md stand verbatim in
     benchmarks/results/latest.md, the file `python -m benchmarks` writes: no figure is typed in."""
-    section = TEXT.split("\n## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    section = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
     results = (README.parent / "benchmarks" / "results" / "latest.md").read_text(encoding="utf-8")
     quoted = [
         line
         for line in section.splitlines()
         if (line.startswith("| ") and not line.startswith("| ---")) or line.startswith("- Run: ")
     ]
-    assert len(quoted) >= 10, "the Benchmarks section lost its tables"
+    assert len(quoted) >= 10, "docs/benchmarks.md lost its tables"
     missing = [line for line in quoted if line not in results.splitlines()]
-    assert not missing, f"README figures not in benchmarks/results/latest.md: {missing[:3]}"
+    assert not missing, f"docs/benchmarks.md figures not in benchmarks/results/latest.md: {missing[:3]}"
