@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -35,23 +36,28 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 @pytest.mark.skipif(sys.platform == "win32", reason="venv layout differs on Windows")
 def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     pytest.importorskip("setuptools")
+    # Built from a copy of what the wheel is made of: the build writes posenc.egg-info beside its
+    # sources, and a test never writes into the checkout.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "posenc", source / "posenc", ignore=shutil.ignore_patterns("__pycache__"))
     dist = tmp_path / "dist"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # No build isolation: the setuptools of this environment, no network.
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(dist),
-            str(ROOT),
-        ],
-        tmp_path,
-    )
+    pip_wheel = [
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(dist),
+        str(source),
+    ]
+    _run([sys.executable, *pip_wheel], tmp_path, env)
     (wheel,) = dist.glob("posenc-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "posenc/py.typed" in names
@@ -59,7 +65,7 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
     python = venv / "bin" / "python"
     # torch and einops come from this environment's site-packages (a path in a .pth file: the .pth
     # files there, such as an editable posenc's, are not run), so the wheel is the only posenc.
@@ -68,10 +74,9 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     )
     parents = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     Path(new_site.strip(), "parent-env.pth").write_text("\n".join(sorted(parents)) + "\n")
-    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], tmp_path)
+    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], tmp_path, env)
     away = tmp_path / "elsewhere"
     away.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = _run([str(python), "-c", SNIPPET], away, env).strip()
     assert Path(where).is_relative_to(venv), f"imported posenc from {where}, not the installed wheel"
     assert "usage" in _run([str(venv / "bin" / "posenc"), "--help"], away, env).lower()

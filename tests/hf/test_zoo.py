@@ -18,6 +18,7 @@ import importlib
 import inspect
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,16 +176,54 @@ def survey() -> dict[str, tuple[str, str]]:
     return results
 
 
+#: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
+REPORT = Path(__file__).resolve().parents[2] / "docs" / "hf_coverage.md"
+
+
+def report(results: dict[str, tuple[str, str]]) -> str:
+    """The coverage of transformers' model zoo as a Markdown page (what docs/hf_coverage.md holds)."""
+    counts = Counter(outcome for outcome, _ in results.values())
+    lines = [
+        "# Model zoo coverage",
+        "",
+        f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
+        "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
+        "positions, per layer type, from the config object and from its `config.json` dict",
+        "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
+        "",
+        "| outcome | model types |",
+        "| --- | --- |",
+        *(f"| {o} | {counts[o]} |" for o in ("matched", "refused", "mismatched", "not built")),
+        "",
+        "| model type | outcome | why |",
+        "| --- | --- | --- |",
+        *(
+            f"| `{t}` | {o} | {d.replace('|', '/')} |"
+            for t, (o, d) in sorted(results.items())
+            if o != "matched"
+        ),
+        "",
+        "Matched: " + ", ".join(f"`{t}`" for t, (o, _) in sorted(results.items()) if o == "matched") + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def test_every_model_with_a_text_rotary_embedding() -> None:
     results = survey()
-    counts = Counter(outcome for outcome, _ in results.values())
-    print(f"\ntransformers {transformers.__version__}: {dict(counts)}")
-    for model_type, (outcome, detail) in sorted(results.items()):
-        if outcome != "matched":
-            print(f"  {outcome:10} {model_type}: {detail}")
+    text = report(results)
+    print(text)
     mismatched = {t: d for t, (o, d) in results.items() if o == "mismatched"}
     assert not mismatched, mismatched
     for model_type, (outcome, detail) in results.items():
         if outcome == "refused":
             assert "'" in detail or "=" in detail, (model_type, detail)  # names the field(s) at fault
-    assert counts["matched"] >= 100  # 147 with transformers 5.24.0
+    counts = Counter(outcome for outcome, _ in results.values())
+    assert counts["matched"] >= 100
+    if f"transformers {transformers.__version__} " in REPORT.read_text(encoding="utf-8"):
+        assert text == REPORT.read_text(encoding="utf-8"), f"{REPORT} is stale: python tests/hf/test_zoo.py"
+
+
+if __name__ == "__main__":
+    REPORT.write_text(report(survey()), encoding="utf-8")
+    print(f"wrote {REPORT}")
