@@ -37,7 +37,21 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     pytest.importorskip("setuptools")
     dist = tmp_path / "dist"
     # No build isolation: the setuptools of this environment, no network.
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)], tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        tmp_path,
+    )
     (wheel,) = dist.glob("posenc-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "posenc/py.typed" in names
@@ -49,7 +63,9 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     python = venv / "bin" / "python"
     # torch and einops come from this environment's site-packages (a path in a .pth file: the .pth
     # files there, such as an editable posenc's, are not run), so the wheel is the only posenc.
-    new_site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path)
+    new_site = _run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
+    )
     parents = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     Path(new_site.strip(), "parent-env.pth").write_text("\n".join(sorted(parents)) + "\n")
     _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], tmp_path)

@@ -204,7 +204,13 @@ _WINDOW_RULES = {
     "smollm3": "smollm3",
     **dict.fromkeys(("mistral", "mixtral", "phi3", "starcoder2"), "all"),
 }
-_USE_SLIDING = {"qwen2": False, "qwen3": False, "qwen2_vl_text": False, "qwen2_5_vl_text": False, "smollm3": False}
+_USE_SLIDING = {
+    "qwen2": False,
+    "qwen3": False,
+    "qwen2_vl_text": False,
+    "qwen2_5_vl_text": False,
+    "smollm3": False,
+}
 _MAX_WINDOW_LAYERS = {"qwen2": 28, "qwen3": 28, "qwen2_vl_text": 80, "qwen2_5_vl_text": 80}
 
 
