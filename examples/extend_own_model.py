@@ -20,7 +20,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from posenc.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend
+from posenc.app.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     paths = result.save(args.out)  # results.json (tidy rows under "results") and results.csv
     figure = None
     try:
-        from posenc.plots import plot_extend
+        from posenc.app.plots import plot_extend
 
         paths["png"] = figure = plot_extend(result, Path(args.out) / "extend.png")
     except ImportError:  # matplotlib is in the `cli` extra

@@ -10,8 +10,8 @@ extrapolation.png to ./runs/own_text. Any registry spec works in ENCODINGS.
 import argparse
 from pathlib import Path
 
-from posenc.plots import plot_extrapolation
-from posenc.study import ConfigError, Corpus, run_study
+from posenc.app.plots import plot_extrapolation
+from posenc.app.study import ConfigError, Corpus, run_study
 
 ENCODINGS = ["rope", "alibi", "t5", "sinusoidal", "learned", "none"]
 

@@ -1,8 +1,8 @@
-"""``python -m posenc``: the same as the ``posenc`` command (see :mod:`posenc.cli`)."""
+"""``python -m posenc``: the same as the ``posenc`` command (see :mod:`posenc.app.cli`)."""
 
 import sys
 
-from .cli import main
+from .app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -44,9 +44,9 @@ def test_import_posenc_and_its_version_import_no_torch():
     out = run_python(
         """
         import sys
-        import posenc, posenc.cli, posenc.study
+        import posenc, posenc.app.cli, posenc.app.study
         from posenc import __version__
-        posenc.study.StudyConfig  # what the command's help reads
+        posenc.app.study.StudyConfig  # what the command's help reads
         print(__version__, "torch" in sys.modules)
         """
     )

@@ -1,8 +1,0 @@
-"""``python -m posenc.cli``: the ``posenc`` command (as ``python -m posenc``)."""
-
-import sys
-
-from . import main
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

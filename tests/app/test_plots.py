@@ -1,0 +1,276 @@
+"""Pictures: a PNG for every registered name, readable axes, and the plotted numbers checked."""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+import posenc
+from posenc.app.cli import main
+from posenc.app.plots import encoding_figure, extrapolation_figure
+from posenc.app.study import EncodingResult, LengthResult, StudyConfig, StudyResult
+
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Every test runs in its own empty folder: none reads or writes the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
+#: The README images must stay small.
+MAX_PNG_BYTES = 300_000
+#: float32 cos/sin and bias values against float64 formulas: a few float32 ulps at these positions.
+PLOT_ATOL = 1e-5
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def content_axes(fig):
+    """The plotting axes, colour bars left out (matplotlib labels those '<colorbar>')."""
+    return [ax for ax in fig.get_axes() if ax.get_visible() and ax.get_label() != "<colorbar>"]
+
+
+@pytest.mark.parametrize("name", sorted(posenc.available()))
+def test_plot_command_writes_a_png_for_every_registered_name(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.png"
+    assert main(["plot", name, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    width, height = png_size(out)
+    assert width >= 400 and height >= 300
+    assert out.stat().st_size < MAX_PNG_BYTES
+
+
+def test_plot_default_file_name_and_spec_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", "alibi(max_bias=4.0)"]) == 0
+    assert png_size(tmp_path / "alibi_max_bias_4.0.png")
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["plot", "alibj"], "Did you mean 'alibi'?"),
+        (["plot", "rope(base='x')"], "base='x' has the wrong type"),
+        # a value outside the accepted ones is a wrong value, not a wrong type
+        (
+            ["plot", "rope(layout='split')"],
+            "layout='split' is not an accepted value; expected one of ['half', ",
+        ),
+        # a missing folder is refused, not made (relative: a regression would write in tmp_path only)
+        (["plot", "rope", "--out", "no/such/dir/rope.png"], "--out: the folder 'no/such/dir' does not exist"),
+        (["plot", "rope", "--length", "0"], "argument --length: expected a positive integer, got '0'"),
+        (
+            ["plot", "rope", "--d-model", "100", "--num-heads", "8"],
+            "--d-model: 100 must be divisible by --num-heads 8",
+        ),
+    ],
+)
+def test_plot_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error", "message"),
+    [
+        (dict(length=0), ValueError, "length must be a positive int, got 0"),
+        (dict(d_model=-8), ValueError, "d_model must be a positive int, got -8"),
+        (dict(num_heads=2.0), TypeError, "num_heads must be a positive int, got 2.0 (float)"),
+        (dict(length=True), TypeError, "length must be a positive int, got True (bool)"),
+        (dict(d_model=100, num_heads=8), ValueError, "d_model=100 must be divisible by num_heads=8"),
+    ],
+)
+def test_encoding_figure_checks_its_sizes(sizes, error, message):
+    with pytest.raises(error) as info:
+        encoding_figure("rope", **sizes)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name", sorted({posenc.describe(n)["name"] for n in posenc.available()}))
+def test_every_encoding_figure_has_titles_and_labelled_axes(name):
+    fig = encoding_figure(name, length=64)
+    axes = content_axes(fig)
+    assert axes
+    for ax in axes:
+        assert ax.get_title() or ax.get_xlabel(), f"{name}: an axis without title or label"
+        assert ax.get_xlabel() and ax.get_ylabel(), f"{name}: unlabelled axis {ax.get_title()!r}"
+    titles = " ".join(ax.get_title() for ax in axes) + " ".join(
+        t.get_text() for sub in getattr(fig, "subfigs", []) for t in [sub._suptitle] if t is not None
+    )
+    assert name in titles
+
+
+def test_rope_figure_shows_cos_of_position_times_frequency():
+    head_dim, length = 16, 40
+    fig = encoding_figure("rope", length=length, d_model=head_dim * 2, num_heads=2)
+    table = torch.as_tensor(content_axes(fig)[0].images[0].get_array().data, dtype=torch.float64)
+    # Half layout: channel c and c + dh/2 share the frequency base^(-2c/dh) (Su et al., eq. 15).
+    inv_freq = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    expected = torch.cos(torch.arange(length, dtype=torch.float64)[:, None] * inv_freq.repeat(2)[None, :])
+    torch.testing.assert_close(table, expected, atol=PLOT_ATOL, rtol=0)
+
+    decay = torch.as_tensor(content_axes(fig)[1].lines[0].get_ydata(), dtype=torch.float64)
+    # q = k = all-ones: q_m . k_0 / dh = mean over pairs of cos(m * theta_i), drawn for a real
+    # model's head width (128), where 64 frequencies make a decay curve rather than noise.
+    assert "head_dim 128" in content_axes(fig)[1].get_title()
+    wide_freq = 10000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    distance = torch.arange(decay.numel(), dtype=torch.float64)
+    expected_decay = torch.cos(distance[:, None] * wide_freq[None, :]).mean(-1)
+    torch.testing.assert_close(decay, expected_decay, atol=PLOT_ATOL, rtol=0)
+
+
+def test_alibi_figure_shows_the_textbook_matrix_per_head():
+    num_heads = 8
+    fig = encoding_figure("alibi", num_heads=num_heads, d_model=64)
+    heads = [ax for ax in content_axes(fig) if ax.get_title().startswith("head ")]
+    assert len(heads) == num_heads
+    i = torch.arange(32, dtype=torch.float64)
+    distance = i[:, None] - i[None, :]
+    for h, ax in enumerate(heads):
+        shown = torch.as_tensor(ax.images[0].get_array().filled(math.nan), dtype=torch.float64)
+        slope = 2.0 ** (-8.0 * (h + 1) / num_heads)  # Press et al., the geometric slopes for 8 heads
+        expected = (-slope * distance).masked_fill(distance < 0, math.nan)  # future keys blank
+        torch.testing.assert_close(shown, expected, atol=PLOT_ATOL, rtol=0, equal_nan=True)
+
+
+def test_sinusoidal_figure_shows_the_paper_table_and_its_similarity():
+    d_model, length = 32, 50
+    fig = encoding_figure("sinusoidal", length=length, d_model=d_model, num_heads=4)
+    table_ax, similarity_ax, _ = content_axes(fig)
+    table = torch.as_tensor(table_ax.images[0].get_array().data, dtype=torch.float64)
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    angle = pos * 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    expected = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # sin on even, cos on odd channels
+    torch.testing.assert_close(table, expected, atol=PLOT_ATOL, rtol=0)
+    similarity = torch.as_tensor(similarity_ax.images[0].get_array().data, dtype=torch.float64)
+    torch.testing.assert_close(similarity, expected @ expected.T, atol=1e-4, rtol=0)
+
+
+def _fake_result() -> StudyResult:
+    config = StudyConfig(train_len=64, eval_lens=(64, 128, 256), eval_chars=2048)
+
+    def enc(label, values):
+        lengths = [
+            LengthResult(n, 1000, math.log(v), v) if v else LengthResult(n, 1000, error="past max_len")
+            for n, v in zip(config.eval_lens, values, strict=True)
+        ]
+        return EncodingResult(label, "bias", 1, 1.0, 0.0, 0.0, lengths)
+
+    encodings = [
+        enc("alibi", [5.0, 4.8, 4.7]),
+        enc("sinusoidal", [5.0, 30.0, 200.0]),
+        enc("t5", [5.1, 5.2, 5.3]),
+        enc("none", [5.0, 6.0, 7.0]),
+        enc("learned", [4.9, None, None]),
+    ]
+    corpus = {
+        "source": "Python 3.11.7 standard library, top-level *.py (/usr/lib/python3.11)",
+        "characters": 9000,
+    }
+    return StudyResult(config, corpus, encodings, {})
+
+
+def test_extrapolation_figure_has_one_line_per_encoding_and_marks_the_training_length():
+    fig = extrapolation_figure(_fake_result())
+    (ax,) = content_axes(fig)
+    assert ax.get_xlabel() and ax.get_ylabel()
+    assert ax.get_yscale() == "log"  # a 40x spread between lines
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    # readable names, not registry names
+    assert legend == ["ALiBi", "sinusoidal", "T5 bias", "NoPE", "learned table (cannot run at 128, 256)"]
+    data_lines = [line for line in ax.lines if len(line.get_xdata()) > 0 and line.get_label() in legend]
+    assert [list(line.get_ydata()) for line in data_lines] == [
+        [5.0, 4.8, 4.7], [5.0, 30.0, 200.0], [5.1, 5.2, 5.3], [5.0, 6.0, 7.0], [4.9]
+    ]  # fmt: skip
+    vertical = [line for line in ax.lines if list(line.get_xdata()) == [64, 64]]
+    assert vertical, "the training length is not marked"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256"]
+
+
+def test_extrapolation_figure_is_readable():
+    fig = extrapolation_figure(_fake_result())
+    (ax,) = content_axes(fig)
+    title = fig._suptitle.get_text()
+    # the evaluation text is said; the corpus is named without its local path
+    assert "about 2,048 validation characters scored per length" in title
+    assert "Python 3.11.7 standard library, top-level *.py, 9,000 characters" in title
+    assert "/usr/lib" not in title and "\n" in title and not ax.get_title()
+    # log ticks are plain round numbers (5, 10, 20, ...), not 10^k with mantissas
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(ticks) >= 4 and all(t.replace(".", "").isdigit() for t in ticks), ticks
+    assert all(float(t) == float(f"{float(t):.2g}") for t in ticks)
+    # the one learned point is drawn large, outlined and above every line, and named beside it
+    (learned,) = [line for line in ax.lines if line.get_label().startswith("learned table")]
+    assert learned.get_markersize() >= 9 and learned.get_zorder() > max(
+        line.get_zorder() for line in ax.lines if line is not learned
+    )
+    assert any(t.get_text() == "learned table" for t in ax.texts)
+    # the "cannot run" marks sit inside the axes, in a strip below every line, not in the title area
+    (marks,) = ax.collections
+    assert marks.get_offset_transform() == ax.get_xaxis_transform()  # y in axes fractions
+    heights = [y for _, y in marks.get_offsets()]
+    assert all(0.0 < y < 0.1 for y in heights)
+    low = ax.get_ylim()[0]
+    lowest = min(min(line.get_ydata()) for line in ax.lines if not line.get_label().startswith("_"))
+    assert math.log(lowest / low) / math.log(ax.get_ylim()[1] / low) > 0.1
+
+
+def test_t5_figure_shows_its_buckets_and_learned_tables_are_seeded_and_said_untrained():
+    from posenc.functional import relative_position_bucket
+
+    fig = encoding_figure("t5", length=100, d_model=64, num_heads=4)
+    heat = next(ax for ax in content_axes(fig) if ax.images)
+    shown = torch.as_tensor(heat.images[0].get_array().filled(math.nan), dtype=torch.float64)
+    i = torch.arange(32)
+    expected = relative_position_bucket(i[None, :] - i[:, None], bidirectional=False).double()
+    expected = expected.masked_fill(i[None, :] > i[:, None], math.nan)  # a causal model: future keys blank
+    torch.testing.assert_close(shown, expected, equal_nan=True)  # the T5 paper's buckets, causal
+    title = fig.subfigs[0]._suptitle.get_text().replace("\n", " ")
+    assert "bucket" in title and "the first 32 of 100 positions" in title  # the cap is said
+    curve = next(ax for ax in content_axes(fig) if not ax.images).lines[0].get_ydata()
+    assert list(curve[:4]) == [0, 1, 2, 3] and curve[-1] == 31  # exact near, one shared bucket far
+
+    state = torch.random.get_rng_state()
+    first = encoding_figure("learned", length=16, d_model=16, num_heads=2)
+    second = encoding_figure("learned", length=16, d_model=16, num_heads=2)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state untouched
+    table = [content_axes(f)[0].images[0].get_array().data for f in (first, second)]
+    assert (table[0] == table[1]).all()  # seeded: the same picture on every run
+    assert "untrained" in content_axes(first)[0].get_title()
+
+
+def test_long_spec_titles_are_wrapped():
+    spec = "rope(scaling={'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64})"
+    title = content_axes(encoding_figure(spec, length=32))[0].get_title()
+    assert spec.replace(" ", "") in title.replace("\n", "").replace(" ", "")
+    assert max(len(line) for line in title.splitlines()) <= 60
+
+
+def test_plot_without_matplotlib_says_that_nothing_is_written(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    assert main(["plot", "rope", "--out", str(tmp_path / "rope.png")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
+    )
+    assert not list(tmp_path.iterdir())
