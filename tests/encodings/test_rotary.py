@@ -13,7 +13,8 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.encodings.rotary import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE, RotaryState
-from posenc.functional.rotary import rope_cos_sin, rope_inv_freq, scaled_inv_freq
+from posenc.functional.rope_scaling import rope_inv_freq, scaled_inv_freq
+from posenc.functional.rotary import rope_cos_sin
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
@@ -320,24 +321,6 @@ def test_prepared_state_equals_encode_qk_in_every_layer():
         expected = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     assert state.attention_bias(q, k) is None
-
-
-def test_rows_are_computed_once_per_state(monkeypatch):
-    rope = RoPE(HEAD_DIM)
-    calls = []
-    original = RoPE._rows
-
-    def counting(self, *args, **kwargs):
-        calls.append(args[0].shape)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(RoPE, "_rows", counting)
-    state = rope.prepare(12, 20)  # queries at 8..19 against keys 0..19
-    assert len(calls) == 1  # the queries' rows, at once
-    for seed in range(4):
-        q, k = qk(t=20, seed=seed)
-        state.encode_qk(q[:, :, 8:], k)
-    assert len(calls) == 2  # the keys' rows, on first use, then reused
 
 
 def test_default_positions_slice_the_table_and_explicit_ones_gather_once():
