@@ -96,7 +96,7 @@ class RotaryState(PositionState):
     def _rotate(self, x: Tensor, side: str, role: str) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         layout = self.encoding.layout
-        if is_tracing() or x.device.type not in ("cpu", "cuda"):  # the formula (inductor fuses it)
+        if self.end is None or x.device.type not in ("cpu", "cuda"):  # traced: the formula, fused
             return _rotate(x, *self._rows(side, role, x.dtype), layout)
         key = (side, role if self.by_role else "", x.dtype)
         rows = self._eager.get(key)
@@ -310,12 +310,12 @@ class RoPE(PositionalEncoding):
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
         if (
-            not is_tracing()  # a traced program serves every length: no table (and no size guard)
+            end is not None  # eager (a traced program serves every length: no table, no size guard)
+            and end <= rows
             and not ntk
             and not isinstance(long, Tensor)
             and table.dtype == dtype
             and table.device == positions.device
-            and (start + n <= rows if start is not None else end is not None and end <= rows)
         ):
             offset = int(long) * rows
             if start is not None:
@@ -377,7 +377,7 @@ class RoPE(PositionalEncoding):
     ) -> RotaryState:
         if device is None:
             given = q_positions if q_positions is not None else k_positions
-            device = given.device if given is not None else self._device()
+            device = given.device if given is not None else self._cos_sin.device
         k_len = q_len if k_len is None else k_len
         qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)

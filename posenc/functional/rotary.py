@@ -126,7 +126,7 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
         ``(..., t, dh)``, the broadcast shape of ``x`` and the rows, ``x``'s dtype.
     """
     rot = rows[0].shape[-1] * (1 if layout == "half" else 2)
-    part = x[..., :rot]
+    part = x if rot == x.shape[-1] else x[..., :rot]
     if layout == "half":
         cos, signed_sin = rows
         out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
