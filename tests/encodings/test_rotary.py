@@ -585,6 +585,30 @@ def test_compiles_fullgraph_once_for_all_lengths():
     _compile_once_for_all_lengths(SCALINGS["yarn"], "half", prepared=True, explicit=True)
 
 
+@pytest.mark.parametrize(
+    ("layout", "dtype"),
+    [
+        ("half", torch.float32),
+        pytest.param("interleaved", torch.bfloat16, marks=pytest.mark.slow),
+    ],
+)
+def test_compiled_rotation_is_one_kernel(layout, dtype):
+    """Inductor fuses the cos/sin rows and the rotation of q and k into one CPU kernel."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    rope = RoPE(HEAD_DIM, layout=layout)
+    compiled = torch.compile(rope.encode_qk, fullgraph=True, dynamic=True)
+    q, k = qk(t=37, dtype=dtype)
+    out, codes = run_and_get_code(compiled, q, k)
+    kernels = set(re.findall(r"(cpp_fused_\w+)\s*=\s*async_compile", "\n".join(codes)))
+    assert len(kernels) == 1, sorted(kernels)
+    for got, want in zip(out, rope.encode_qk(q, k), strict=True):
+        assert_close(got, want, **(F32_TOL if dtype == torch.float32 else {"atol": 2e-2, "rtol": 0}))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "layout", "prepared", "explicit"),
