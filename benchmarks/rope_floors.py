@@ -25,6 +25,8 @@ from torch import Tensor
 #: (b, h, t, dh): two decode steps and two training sizes.
 SHAPES = [(1, 8, 1, 64), (8, 32, 1, 128), (1, 16, 2048, 128)]
 LARGE = [(4, 32, 2048, 128)]
+#: Interleaved rounds per timing (three times as many at t = 1); the minimum is kept.
+ROUNDS = 9
 
 
 def fastest(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -75,7 +77,7 @@ def versus_transformers(shape: tuple[int, int, int, int], dtype: torch.dtype) ->
             fns = {name: functools.partial(impl, q, k) for name, impl in impls.items()}
         else:
             fns = {name: functools.partial(_grad, impl, qg, kg, grad) for name, impl in impls.items()}
-        best = fastest(fns, rounds=7 if t == 1 else 5)
+        best = fastest(fns, rounds=ROUNDS * (3 if t == 1 else 1))
         ref = best["transformers"]
         ratios = ", ".join(f"{n} {ref / best[n]:.2f}x" for n in ("half", "interleaved"))
         print(
@@ -105,7 +107,7 @@ def decode_step(shape: tuple[int, int, int, int], dtype: torch.dtype, cached: in
     def ours() -> object:
         return rope.prepare(1, cached + 1).encode_qk(q, k)
 
-    best = fastest({"litgpt": litgpt, "posenc": ours}, rounds=9)
+    best = fastest({"litgpt": litgpt, "posenc": ours}, rounds=3 * ROUNDS)
     print(
         f"{shape} {str(dtype)[6:]:8} decode step: prepare + encode_qk {best['posenc'] * 1e6:.1f} us = "
         f"{best['posenc'] / best['litgpt']:.2f}x litgpt-style given its rows ({best['litgpt'] * 1e6:.1f} us)",
