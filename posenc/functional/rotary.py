@@ -114,8 +114,9 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
     ``"half"``: ``x·(cos, cos) + roll(x, r/2)·(−sin, sin)`` (the paper's eq. 34 with the partner of
     every channel), three passes in ``x``'s dtype; ``"interleaved"``: pairs as complex numbers times
     ``cos + i·sin``, one multiply in float32 (float64 for float64), rounded once. Both are plain
-    autograd ops. Measured against transformers' ``apply_rotary_pos_emb`` at a decode step and a
-    training size (``python -m benchmarks --only rope``).
+    autograd ops (no custom backward). Each is kept because it measured faster than transformers'
+    ``apply_rotary_pos_emb`` at a decode step and a training size, forward and forward+backward
+    (single thread, torch 2.13: ``python -m benchmarks.rope_floors``).
 
     Args:
         x: ``(..., t, dh)``.
