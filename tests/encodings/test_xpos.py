@@ -144,6 +144,20 @@ def test_large_positions_are_finite_and_equal_float64_scores(path: str, dtype: t
     assert ((got - want).abs() <= tol * want.abs().amax()).all()
 
 
+def test_a_decode_step_at_the_largest_position_with_default_positions() -> None:
+    """One query after ``max_position()`` cached keys (default positions, the module call): finite,
+    and every causal score equals the float64 one (relative to the largest)."""
+    xpos = XPos(16)
+    n = xpos.max_position() + 1
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, 2, 1, 16, generator=gen), torch.randn(1, 2, n, 16, generator=gen)
+    oq, ok = xpos(q, k)
+    assert oq.isfinite().all() and ok.isfinite().all()
+    eq, ek = xpos.double()(q.double(), k.double())
+    got, want = scores(oq.double(), ok.double()), scores(eq, ek)
+    assert ((got - want).abs() <= 1e-5 * want.abs().amax()).all()
+
+
 @pytest.mark.parametrize("path", ["hook", "prepared", "per-row", "default"])
 def test_positions_past_the_range_raise_instead_of_nan(path: str) -> None:
     """Keys at 40,000 overflowed float32 scales (inf, then NaN scores); now a ValueError names the
