@@ -26,7 +26,7 @@ from ..base import PositionalEncoding, PositionState, check_qk
 from ..functional.axial import (
     axial_cos_sin,
 )
-from ..functional.rotary import _apply
+from ..functional.rotary import _rotate
 
 __all__ = ["AxisRotaryState"]
 
@@ -96,7 +96,7 @@ class AxisRotaryState(PositionState):
         if q.shape[-2] != self.q_len:
             raise ValueError(f"q has {q.shape[-2]} positions, but this state was prepared for {self.q_len}")
         layout = self.encoding.layout
-        return _apply(q, *self._query_rows(q.dtype), layout), _apply(k, *self._key_rows(k), layout)
+        return _rotate(q, *self._query_rows(q.dtype), layout), _rotate(k, *self._key_rows(k), layout)
 
     def distances(self) -> Tensor | None:
         return None  # positions with axes have no 1D distance
@@ -300,7 +300,7 @@ class _AxisRotary(PositionalEncoding):
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         p = positions.to(x.device) if isinstance(positions, Tensor) else positions
         qp, _ = self._resolve(x.shape[-2], x.shape[-2], x.shape[0], x.device, p, None)
-        return _apply(x, *self._rows(qp, precise(x.dtype)), self.layout)
+        return _rotate(x, *self._rows(qp, precise(x.dtype)), self.layout)
 
 
 def precise(dtype: torch.dtype) -> torch.dtype:

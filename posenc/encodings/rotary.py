@@ -1,23 +1,26 @@
 """Rotary position embedding (RoPE, Su et al., 2021) with the Hugging Face scaling variants.
 
-The module holds the settings and one bounded cache; the math is in
-:mod:`posenc.functional.rotary` (cos/sin, the rotation) and :mod:`posenc.functional.rope_scaling`
-(the frequencies of each rope type).
+The module (:class:`RoPE`) holds the settings and one bounded cos/sin table; its state
+(:class:`RotaryState`) holds the cos/sin rows of one forward pass, as gpt-fast's
+``freqs_cis[input_pos]``. The math is in :mod:`posenc.functional.rotary` (cos/sin, the rotation)
+and :mod:`posenc.functional.rope_scaling` (the frequencies of each rope type).
 
-Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` (defined in
-:mod:`posenc.encodings._rotary_state`, re-exported here) with the cos/sin rows of the queries'
-positions (the keys' are computed when first used); every layer then rotates with
+Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of the
+queries' positions (the keys' are computed when first used); every layer then rotates with
 ``state.encode_qk(q, k)``. The rows come from the cos/sin table (``cached_len`` rows, computed in
 float64 and stored in float32) when the call is eager and every position is inside it: a slice
 for default consecutive positions, one gather for explicit ones. Everywhere else — positions
 past the table, ``torch.compile``/``torch.export``, float64 inputs, another device than the
 table's, dynamic NTK past its trained length — they are computed from the positions with float64
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
+
+Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width, ``r/2``
+rotated pairs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -26,10 +29,103 @@ from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from ..functional.rotary import rope_cos_sin
-from ._rotary_state import RotaryState, RowsPair  # the state lives apart; imported from here too
+from ..functional.rotary import _rotate, eager_rows, rope_cos_sin, rotate_eager
 
 __all__ = ["RoPE", "RotaryState"]
+
+
+class RotaryState(PositionState):
+    """RoPE's position state: the cos/sin rows of one forward pass, shared by every layer.
+
+    Built by :meth:`RoPE.prepare`. The query rows are computed at once, the key rows when
+    keys of length ``tk`` are first rotated (with a KV cache only the new keys are rotated, at
+    the query positions, so the ``tk`` rows may never be needed). In eager mode the first
+    rotation of each side and dtype also builds the rows' apply-ready form
+    (:func:`~posenc.functional.rotary.eager_rows`, never per head), which the keys at the same
+    positions and every later layer reuse.
+
+    Attributes:
+        q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the table's
+            dtype (float32; float64 after ``.double()``).
+        seq_len: the length ``L`` the length-dependent variants (dynamic, longrope) use: given to
+            :meth:`RoPE.prepare`, else one past the largest position (an int when eager, a
+            tensor under compile/export); ``None`` for the other variants.
+        end: eager only: one past the largest position of queries and keys (else ``None``).
+    """
+
+    encoding: RoPE
+    #: Whether queries and keys at the same positions take different rows (xPos's scales).
+    by_role: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        encoding: RoPE,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+        seq_len: int | Tensor | None,
+        end: int | None,
+    ) -> None:
+        super().__init__(
+            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="none"
+        )
+        self.seq_len, self.end = seq_len, end
+        dtype = encoding._cos_sin.dtype
+        self.q_cos, self.q_sin = encoding._rows(q_positions, q_start, seq_len, end, dtype)
+        self._k_rows: tuple[Tensor, Tensor] | None = None
+        # (side, role, dtype) -> eager_rows(...): built by the first layer, used by every layer
+        self._eager: dict[tuple[str, str, torch.dtype], tuple[Tensor, ...]] = {}
+
+    def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
+        check_qk(q, k, head_dim=self.encoding.head_dim)
+        return self._encode(q, k)
+
+    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.shape[-2] != self.q_len:
+            raise ValueError(
+                f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
+            )
+        # keys at the queries' positions: tq new keys with a KV cache, or the same positions
+        k_side = "q" if self.key_positions(k)[0] is self.q_positions else "k"
+        return self._rotate(q, "q", "query"), self._rotate(k, k_side, "key")
+
+    def _rotate(self, x: Tensor, side: str, role: str) -> Tensor:
+        """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
+        layout = self.encoding.layout
+        if self.end is None or x.device.type not in ("cpu", "cuda"):  # traced: the formula, fused
+            return _rotate(x, *self._rows(side, role, x.dtype), layout)
+        key = (side, role if self.by_role else "", x.dtype)
+        rows = self._eager.get(key)
+        if rows is None:
+            rows = self._eager[key] = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+        return rotate_eager(x, rows, layout)
+
+    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype`` (xPos scales
+        them by role). The table's dtype; float64 rows from the formula for float64 inputs."""
+        enc = self.encoding
+        if dtype == torch.float64 and enc._cos_sin.dtype != dtype:
+            positions, start = (
+                (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
+            )
+            return enc._rows(positions, start, self.seq_len, self.end, dtype)
+        if side == "q":
+            return self.q_cos, self.q_sin
+        if self._k_rows is None:
+            self._k_rows = enc._rows(
+                self.k_positions, self.k_start, self.seq_len, self.end, enc._cos_sin.dtype
+            )
+        return self._k_rows
+
+    def _narrow_tables(self, rows: slice, cols: slice) -> None:
+        self._eager = {}  # this is a shallow copy: never narrow the original's rows
+        self.q_cos, self.q_sin = self.q_cos[..., rows, :], self.q_sin[..., rows, :]
+        if self._k_rows is not None:
+            self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
+
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.
 DEFAULT_TABLE_LEN = 4096
@@ -105,6 +201,8 @@ class RoPE(PositionalEncoding):
 
     kind = "rotary"
     cache_names = ("inv_freq", "_cos_sin")
+    #: The state :meth:`prepare` returns (xPos: its scaled state).
+    state_class: ClassVar[type[RotaryState]] = RotaryState
     inv_freq: Tensor
     _cos_sin: Tensor
 
@@ -191,70 +289,51 @@ class RoPE(PositionalEncoding):
         self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
         self.table_builds += 1
 
-    def _frequency_set(self, seq_len: int | Tensor | None) -> int | Tensor | None:
-        """Which frequencies ``L`` selects: a table set (0, or longrope's 1 = long), a bool tensor
-        (longrope when ``L`` is a tensor), or ``None`` (dynamic past its trained length: no table)."""
-        p = self.params
-        if isinstance(p, LongRope) and seq_len is not None:
-            return (
-                int(seq_len > p.original_max_len)
-                if isinstance(seq_len, int)
-                else seq_len > p.original_max_len
-            )
-        if isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len):
-            return None
-        return 0
-
     def _rows(
         self,
         positions: Tensor,
         start: int | None,
         seq_len: int | Tensor | None,
         end: int | None,
-        dtype: torch.dtype | None = None,
-    ) -> RowsPair:
+        dtype: torch.dtype,
+    ) -> tuple[Tensor, Tensor]:
         """cos and sin at ``positions``: ``(t, r/2)`` for ``(t,)`` positions, ``(b, 1, t, r/2)`` for ``(b, t)``.
 
         ``start``: the first position when they are the default consecutive ones; ``end``: one past
-        the largest position when known without a sync (eager), else ``None``.
+        the largest position when known without a sync (eager), else ``None``. The frequencies are
+        picked by ``seq_len``: longrope's long set past its trained length (a tensor under
+        compile/export: picked without a Python branch), dynamic NTK's own past its trained length.
         """
-        table = self._cos_sin
-        dtype = table.dtype if dtype is None else dtype
-        which = self._frequency_set(seq_len)
-        n, rows = positions.shape[-1], self.cached_len
+        p, table, n, rows = self.params, self._cos_sin, positions.shape[-1], self._table_len
+        long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
+        ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
         if (
-            not is_tracing()  # a traced program serves every length: no table (and no size guard)
-            and isinstance(which, int)
+            end is not None  # eager (a traced program serves every length: no table, no size guard)
+            and end <= rows
+            and not ntk
+            and not isinstance(long, Tensor)
             and table.dtype == dtype
             and table.device == positions.device
-            and (start + n <= rows if start is not None else end is not None and end <= rows)
         ):
-            offset = which * rows
+            offset = int(long) * rows
             if start is not None:
                 cos, sin = table[:, offset + start : offset + start + n].unbind(0)  # a view
             else:
                 cos, sin = table[:, positions + offset].unbind(0)  # one gather
         else:
-            cos, sin = rope_cos_sin(
-                positions,
-                self._exact_inv_freq(which, seq_len, positions.device),
-                self.attention_scaling,
-                dtype=dtype,
-            )
+            device = positions.device
+            if ntk:
+                inv_freq = p.inv_freq_at(0 if seq_len is None else seq_len, device=device)  # type: ignore[attr-defined]
+            else:
+                sets = p.inv_freq(device=device)
+                inv_freq = (
+                    torch.where(long.to(device), sets[-1], sets[0])
+                    if isinstance(long, Tensor)
+                    else sets[int(long)]
+                )
+            cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype)
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
-
-    def _exact_inv_freq(
-        self, which: int | Tensor | None, seq_len: int | Tensor | None, device: torch.device
-    ) -> Tensor:
-        """The ``(r/2,)`` float64 frequencies picked by ``which`` (see :meth:`_frequency_set`)."""
-        p = self.params
-        if which is None:  # dynamic NTK past the trained length
-            return p.inv_freq_at(0 if seq_len is None else seq_len, device=device)  # type: ignore[attr-defined]
-        sets = p.inv_freq(device=device)
-        if isinstance(which, Tensor):  # longrope under compile/export: pick without a Python branch
-            return torch.where(which.to(device), sets[-1], sets[0])
-        return sets[which]
 
     # --- the state ------------------------------------------------------------------------------
 
@@ -296,7 +375,7 @@ class RoPE(PositionalEncoding):
     ) -> RotaryState:
         if device is None:
             given = q_positions if q_positions is not None else k_positions
-            device = given.device if given is not None else self._device()
+            device = given.device if given is not None else self._cos_sin.device
         k_len = q_len if k_len is None else k_len
         qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
@@ -310,7 +389,7 @@ class RoPE(PositionalEncoding):
         k_start: int | None,
         seq_len: int | Tensor | None = None,
     ) -> RotaryState:
-        """The :class:`RotaryState` for resolved positions (called by :meth:`prepare`)."""
+        """The :class:`RotaryState` (:attr:`state_class`) for resolved positions (called by :meth:`prepare`)."""
         end: int | None = None
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
@@ -325,7 +404,7 @@ class RoPE(PositionalEncoding):
             else:
                 flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
                 seq_len = flat.max() + 1 if flat.numel() else None
-        return RotaryState(
+        return self.state_class(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
         )
 
@@ -383,4 +462,4 @@ class RoPE(PositionalEncoding):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         state = self._state(x.shape[-2], None, positions, None, x.shape[0], x.device, None)
-        return state._rotate(x, "q")
+        return state._rotate(x, "q", "query")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor, check_positive_float
-from .._compat import can_sync, is_tracing
 from .rotary import RoPE, RotaryState
 
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
@@ -25,7 +25,8 @@ class XPosState(RotaryState):
 
     Queries get ``zeta ** (m / scale_base)``, keys ``zeta ** (-n / scale_base)``, so that
     ``q_m · k_n`` carries ``zeta ** ((m - n) / scale_base)``: a decay with distance for
-    causal attention (``n <= m``).
+    causal attention (``n <= m``). The reference position is 0 for every call, so that keys
+    rotated in an earlier call (a KV cache) and queries of a later one still pair up.
     """
 
     #: The decay grows without bound for keys after the query: exact only in causal attention.
@@ -34,26 +35,26 @@ class XPosState(RotaryState):
         "its decay grows without bound for keys after the query, and xPos has no bidirectional "
         "form; use RoPE (or another encoding) for bidirectional attention"
     )
+    by_role = True  # keys at the queries' positions are scaled the other way
 
     encoding: XPos
 
-    def _scale(self, positions: Tensor, like: Tensor, sign: float) -> Tensor:
-        """``zeta ** (sign * position / scale_base)`` shaped like the rows ``like`` (float64 exponent)."""
-        enc = self.encoding
-        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma).to(positions.device).log()
-        power = positions.to(torch.float64)[..., None] * (sign / enc.scale_base)
-        scale = (power * log_zeta).exp().to(like.dtype)  # (t, r/2) or (b, t, r/2)
-        return scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)
-
-    def _rotation_rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """The side's rows times ``zeta ** (±position / scale_base)``: + for queries, − for keys."""
-        cos, sin = self._side_rows(side, dtype)
+        enc = self.encoding
+        if self.end is not None and self.end - 1 > enc.max_position(dtype):
+            raise ValueError(
+                f"xpos: position {self.end - 1} is past {enc.max_position(dtype)}, the largest whose scale "
+                f"zeta ** (±position / scale_base) {dtype} holds (scale_base={enc.scale_base}, "
+                f"gamma={enc.gamma}); use a larger scale_base, or float64 inputs"
+            )
+        cos, sin = super()._rows(side, role, dtype)
         positions = self.q_positions if side == "q" else self.k_positions
-        scale = self._scale(positions, cos, 1.0 if role == "query" else -1.0)
+        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma).to(positions.device).log()
+        power = positions.to(torch.float64)[..., None] * ((1.0 if role == "query" else -1.0) / enc.scale_base)
+        scale = (power * log_zeta).exp().to(cos.dtype)  # (t, r/2) or (b, t, r/2), float64 exponent
+        scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)
         return cos * scale, sin * scale
-
-    def _table_key(self, side: str, role: str) -> str:
-        return f"{side} {role}"  # keys at the queries' positions are scaled the other way
 
 
 class XPos(RoPE):
@@ -72,10 +73,13 @@ class XPos(RoPE):
     whether the attention that uses them is causal: calling ``posenc.attention(..., causal=False)``
     with an xPos built as causal is the caller's error.
 
-    Range: the scales are computed from float64 exponents and rounded once, but a float32 query
-    scaled by ``zeta_0 ** (m / scale_base)`` underflows (and a
-    key overflows past about ``n = 70 * scale_base``: ``log(float32 max) / log((1 + gamma) / gamma)``
-    with the defaults); positions are meant to stay within a few tens of ``scale_base``.
+    Range: the scales are computed from float64 exponents and rounded once. A query's scale
+    ``zeta_0 ** (m / scale_base)`` shrinks and a key's grows with the position, so they stay
+    finite and normal only up to :meth:`max_position` (about ``61 * scale_base`` in float32 and
+    bfloat16, 31,000 with the defaults; ``6.8 *`` in float16; ``495 *`` in float64). Past it an
+    eager call raises a ``ValueError`` naming the position and the limit instead of returning NaN
+    (traced calls are not checked: that needs a host sync). The reference position is 0 in every
+    call, so that the keys a KV cache holds pair up with later queries.
 
     Args:
         head_dim: the head width ``dh`` (even).
@@ -97,6 +101,8 @@ class XPos(RoPE):
         q, k = xpos(q, k)
         scores = q @ k.transpose(-1, -2) / 8.0      # then a causal mask
     """
+
+    state_class = XPosState
 
     def __init__(
         self,
@@ -123,27 +129,13 @@ class XPos(RoPE):
             head_dim, base=base, layout=layout, rotary_dim=rotary_dim, max_len=max_len, device=device
         )
 
-    def prepare_state(
-        self,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-        seq_len: int | Tensor | None = None,
-    ) -> XPosState:
-        """The :class:`XPosState` for resolved positions (called by :meth:`prepare`)."""
-        end: int | None = None
-        if is_tracing() or q_positions.device.type == "meta":
-            pass  # no host sync in a traced program; no values on the meta device
-        elif q_start is not None and k_start is not None:
-            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif can_sync(q_positions):  # explicit positions, eager on the CPU: one sync per forward
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-            end = int(flat.max()) + 1 if flat.numel() else 0
-        return XPosState(
-            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=None, end=end
-        )
+    def max_position(self, dtype: torch.dtype = torch.float32) -> int:
+        """The largest position whose scales ``zeta_i ** (±position / scale_base)`` keep 7/8 of
+        ``dtype``'s exponent range: ``7/8 * scale_base * log(smallest normal) / log(zeta_0)``, rounded
+        down. The other 1/8 is left to the values they multiply (up to ~5e4 in float32, ~13 in float16)."""
+        info = torch.finfo(dtype)
+        limit = 0.875 * min(math.log(info.max), -math.log(info.tiny))
+        return int(limit * self.scale_base / -math.log(float(xpos_zeta(self.rotary_dim, self.gamma)[0])))
 
     def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Not available: xPos scales queries and keys in opposite directions.

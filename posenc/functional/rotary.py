@@ -5,10 +5,9 @@
   (GPT-NeoX, Hugging Face Llama's ``rotate_half``) and ``"interleaved"`` (GPT-J, RoFormer,
   Meta Llama's complex form);
 * :func:`apply_rotary` — the checked entry point: partial rotation, and in eager mode the same
-  rotation in fewer passes over memory.
+  rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
-The frequencies and the Hugging Face scaling dicts live in :mod:`posenc.functional.rope_scaling`;
-their names are re-exported here.
+The frequencies and the Hugging Face scaling dicts live in :mod:`posenc.functional.rope_scaling`.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` rotated channels
 (``rotary_dim``), ``r/2`` rotated pairs.
@@ -16,62 +15,16 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` ro
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from .._compat import is_tracing
-from .rope_scaling import (  # re-exported: the names used to live here
-    _TYPE_KEYS,  # noqa: F401 (posenc.hf reads it from here)
-    ROPE_TYPES,
-    DefaultRope,
-    DynamicRope,
-    LinearRope,
-    Llama3Rope,
-    LongRope,
-    RopeParameters,
-    YarnRope,
-    dynamic_ntk_inv_freq,
-    linear_inv_freq,
-    llama3_inv_freq,
-    longrope_attention_factor,
-    longrope_inv_freq,
-    resolve_rope_scaling,
-    rope_inv_freq,
-    scaled_inv_freq,
-    yarn_attention_factor,
-    yarn_inv_freq,
-)
 
-__all__ = [
-    "ROPE_TYPES",
-    "DefaultRope",
-    "DynamicRope",
-    "LinearRope",
-    "Llama3Rope",
-    "LongRope",
-    "RopeParameters",
-    "YarnRope",
-    "apply_rotary",
-    "dynamic_ntk_inv_freq",
-    "linear_inv_freq",
-    "llama3_inv_freq",
-    "longrope_attention_factor",
-    "longrope_inv_freq",
-    "resolve_rope_scaling",
-    "rope_cos_sin",
-    "rope_inv_freq",
-    "rotary_reference",
-    "scaled_inv_freq",
-    "yarn_attention_factor",
-    "yarn_inv_freq",
-]
+__all__ = ["apply_rotary", "rope_cos_sin", "rotary_reference"]
 
 RopeLayout = Literal["half", "interleaved"]
-_HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def rope_cos_sin(
@@ -120,8 +73,8 @@ def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "
     """The rotation as the paper writes it: each pair ``(x1, x2) -> (x1 cos − x2 sin, x2 cos + x1 sin)``.
 
     Su et al., 2021, eq. 34. ``x`` is only the rotated channels (width ``r``). This is what runs
-    under ``torch.compile`` and ``torch.export`` (inductor fuses it into one kernel) and what the
-    eager paths of :func:`apply_rotary` are tested against.
+    under ``torch.compile`` and ``torch.export`` (inductor fuses it, with the cos/sin rows, into
+    one kernel) and what :func:`rotate_eager` is tested against.
 
     Args:
         x: ``(..., t, r)``.
@@ -141,29 +94,12 @@ def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "
     return out.to(x.dtype)
 
 
-def _complex_view_ok(pairs: Tensor) -> bool:
-    # view_as_complex needs unit stride inside a pair and even strides and offset elsewhere
-    strides = pairs.stride()
-    return bool(
-        strides[-1] == 1 and pairs.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in strides[:-1])
-    )
-
-
-def eager_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
+def eager_rows(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
     """cos/sin in the form :func:`rotate_eager` multiplies by, for inputs of ``dtype``.
 
-    ``"half"``: ``(cos2, signed_sin)``, ``(cos, cos)`` and ``(−sin, sin)`` along the last axis in
-    ``dtype``; ``"interleaved"``: ``(cis,)``, ``cos + i·sin`` in complex64 (complex128 for float64
-    inputs). A :class:`~posenc.encodings.rotary.RotaryState` builds them once per dtype and reuses
-    them for queries, keys and every layer.
-
-    Args:
-        cos, sin: ``(..., t, r/2)`` float32 or float64.
-        dtype: the dtype of the tensors that will be rotated.
-        layout: ``"half"`` or ``"interleaved"``.
-
-    Returns:
-        ``half``: two ``(..., t, r)`` tensors of ``dtype``; ``interleaved``: one ``(..., t, r/2)``.
+    ``"half"``: ``(cos, cos)`` and ``(−sin, sin)`` along the last axis, in ``dtype`` (``(..., t, r)``
+    each); ``"interleaved"``: ``cos + i·sin``, complex64 (complex128 for float64 inputs),
+    ``(..., t, r/2)``. A prepared state builds them once per dtype for every layer.
     """
     if layout == "interleaved":
         real = torch.float64 if dtype == torch.float64 else torch.float32
@@ -172,135 +108,36 @@ def eager_tables(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayou
     return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
 
 
-#: Bytes of ``x`` that one piece of a multi-pass eager form covers on the CPU. The passes of a
-#: piece re-read what the previous pass wrote from the cache instead of memory, and the temporaries
-#: are piece-sized (reused by the allocator, no page faults): 1.1-2.6x faster forward on tensors past the
-#: L2 cache (single thread, torch 2.13; ``python -m benchmarks --only rope``). Tests lower it.
-PIECE_BYTES = 1 << 20
+def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
+    """:func:`rotary_reference` in fewer passes over memory, for eager tensors; the rest pass through.
 
+    ``"half"``: ``x·(cos, cos) + roll(x, r/2)·(−sin, sin)`` (the paper's eq. 34 with the partner of
+    every channel), three passes in ``x``'s dtype; ``"interleaved"``: pairs as complex numbers times
+    ``cos + i·sin``, one multiply in float32 (float64 for float64), rounded once. Both are plain
+    autograd ops (no custom backward). Each is kept because it measured faster than transformers'
+    ``apply_rotary_pos_emb`` at a decode step and a training size, forward and forward+backward
+    (single thread, torch 2.13: ``python -m benchmarks.rope_floors``).
 
-def rotate_eager(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
-    """:func:`rotary_reference` in fewer passes over memory, for eager CPU/CUDA tensors.
+    Args:
+        x: ``(..., t, dh)``.
+        rows: :func:`eager_rows` for ``x``'s dtype, ``(t, ·)`` or ``(b, 1, t, ·)``.
+        layout: ``"half"`` or ``"interleaved"``.
 
-    ``x`` ``(..., t, r)`` holds only the rotated channels; ``tables`` come from
-    :func:`eager_tables` for ``x``'s dtype. Returns a new ``(..., t, r)`` tensor (the broadcast
-    shape of ``x`` and the tables). Each form is kept because it measured faster than the reference
-    and than transformers' ``apply_rotary_pos_emb`` (single-threaded CPU, torch 2.13, ``python -m
-    benchmarks --only rope``).
-
-    Under autograd the rotation is one function whose backward is the inverse rotation (the same
-    forms with ``−sin``): recorded in-place writes into views made a slow backward, and the
-    out-of-place forms a slow forward. Gradients of any order follow (the backward is itself this
-    function). Tables that require grad, and ``torch.func`` transforms, take the reference formula.
+    Returns:
+        ``(..., t, dh)``, the broadcast shape of ``x`` and the rows, ``x``'s dtype.
     """
-    grad = torch.is_grad_enabled()
-    if _functorch_wrapped(x) or (grad and any(t.requires_grad for t in tables)):
-        return rotary_reference(x, *_cos_sin(tables, layout), layout)
-    if grad and x.requires_grad:
-        return _Rotate.apply(x, layout, *tables)
-    return _rotate(x, tables, layout)
-
-
-_IS_FUNCTORCH_WRAPPED = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-
-
-def _functorch_wrapped(x: Tensor) -> bool:
-    """Whether ``x`` is a ``torch.func`` (vmap / grad) wrapper: the ``out=`` forms do not apply."""
-    return _IS_FUNCTORCH_WRAPPED is not None and bool(_IS_FUNCTORCH_WRAPPED(x))
-
-
-def _cos_sin(tables: tuple[Tensor, ...], layout: RopeLayout) -> tuple[Tensor, Tensor]:
-    """The ``(..., t, r/2)`` cos and sin that :func:`eager_tables` was built from."""
-    if layout == "interleaved":
-        return tables[0].real, tables[0].imag
-    half = tables[0].shape[-1] // 2
-    return tables[0][..., :half], tables[1][..., half:]
-
-
-class _Rotate(torch.autograd.Function):
-    """:func:`_rotate` with the inverse rotation as its backward (a rotation is orthogonal)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, layout: RopeLayout, *tables: Tensor) -> Tensor:
-        ctx.layout = layout
-        ctx.save_for_backward(*tables)
-        return _rotate(x, tables, layout)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        tables = ctx.saved_tensors
-        inverse = (tables[0].conj(),) if ctx.layout == "interleaved" else (tables[0], -tables[1])
-        return (rotate_eager(grad, inverse, ctx.layout), None, *(None for _ in tables))
-
-
-def _rotate(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
-    """The eager rotation without autograd: one op, or the multi-pass forms piece by piece."""
-    if layout == "interleaved" and x.dtype not in _HALF_PRECISION:
-        # Pairs (2i, 2i+1) are complex numbers: one complex multiply, one pass (nothing to cut).
-        (cis,) = tables
-        pairs = x.to(torch.float64 if cis.dtype == torch.complex128 else torch.float32).unflatten(-1, (-1, 2))
-        if not (pairs.is_contiguous() or _complex_view_ok(pairs)):
-            pairs = pairs.contiguous()
-        return torch.view_as_real(torch.view_as_complex(pairs) * cis).flatten(-2).to(x.dtype)
-    if x.device.type != "cpu" or x.dim() < 2 or x.numel() * x.element_size() <= 2 * PIECE_BYTES:
-        return _rotate_into(None, x, tables, layout)
-    shape = torch.broadcast_shapes(x.shape, tables[0].shape[:-1] + x.shape[-1:])
-    out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    x = x.expand(shape)
-    for index in _pieces(shape, out.element_size(), PIECE_BYTES):
-        _rotate_into(out[index], x[index], tuple(_table_piece(t, index, len(shape)) for t in tables), layout)
-    return out
-
-
-def _rotate_into(out: Tensor | None, x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
-    """The multi-pass forms: the rotation of ``x`` written into ``out`` (same shape), or into a
-    new tensor when ``out`` is ``None``; returns it."""
-    if layout == "interleaved":
-        # Half precision (there is no bfloat16 complex type): a float32 copy rotated in place,
-        # rounded once.
-        (cis,) = tables
-        work = x.to(torch.float32, memory_format=torch.contiguous_format)
-        torch.view_as_complex(work.unflatten(-1, (-1, 2))).mul_(cis)
-        return work.to(x.dtype) if out is None else out.copy_(work)
-    cos2, signed_sin = tables
-    half = cos2.shape[-1] // 2
-    out = x * cos2 if out is None else torch.mul(x, cos2, out=out)
-    if x.dtype in _HALF_PRECISION:
-        # + partner·(−sin, sin), the partner of every channel being x rolled by r/2: full-width
-        # contiguous ops (half-width strided ones are 3-10x slower in bfloat16/float16 on the CPU).
-        return out.addcmul_(x.roll(half, -1), signed_sin)
-    # float32/float64: ∓ the partner half times sin, added in place into each half.
-    sin = signed_sin[..., half:]
-    out[..., :half].addcmul_(x[..., half:], sin, value=-1)
-    out[..., half:].addcmul_(x[..., :half], sin)
-    return out
-
-
-def _pieces(shape: torch.Size, itemsize: int, piece_bytes: int) -> Iterator[tuple[int | slice, ...]]:
-    """Indices that cut a tensor of ``shape`` ``(..., t, r)`` into blocks of about ``piece_bytes``.
-
-    The outer axes are taken one index at a time, the axis where a block reaches ``piece_bytes``
-    in ranges, the inner axes whole; rows (the last axis) are never cut.
-    """
-    block = itemsize * shape[-1]  # bytes of everything inside the axis being considered
-    axis = len(shape) - 2
-    while axis > 0 and block * shape[axis] <= piece_bytes:
-        block *= shape[axis]
-        axis -= 1
-    step = max(1, piece_bytes // block)
-    for outer in itertools.product(*(range(n) for n in shape[:axis])):
-        for start in range(0, shape[axis], step):
-            yield (*outer, slice(start, start + step))
-
-
-def _table_piece(table: Tensor, index: tuple[int | slice, ...], ndim: int) -> Tensor:
-    """The part of ``table`` (broadcastable against an ``ndim``-d tensor) that lines up with ``index``."""
-    table = table.reshape((1,) * (ndim - table.dim()) + tuple(table.shape))
-    lined_up = tuple(
-        (0 if isinstance(i, int) else slice(None)) if size == 1 else i
-        for i, size in zip(index, table.shape, strict=False)
-    )
-    return table[lined_up]
+    rot = rows[0].shape[-1] * (1 if layout == "half" else 2)
+    part = x if rot == x.shape[-1] else x[..., :rot]
+    if layout == "half":
+        cos, signed_sin = rows
+        out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
+    else:
+        (cis,) = rows
+        pairs = torch.view_as_complex(part.to(cis.real.dtype).unflatten(-1, (-1, 2)).contiguous())
+        out = torch.view_as_real(pairs * cis).flatten(-2).to(x.dtype)
+    if rot == x.shape[-1]:
+        return out
+    return torch.cat((out, x[..., rot:].expand(*out.shape[:-1], -1)), -1)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
@@ -343,42 +180,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half
         raise ValueError(
             f"cos/sin rotate {rot} channels (2 × {cos.shape[-1]} pairs) but x has only {x.shape[-1]}"
         )
-    return _apply(x, cos, sin, layout)
+    return _rotate(x, cos, sin, layout)
 
 
-def _apply(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
-    """:func:`apply_rotary` without the argument checks (for callers that made them)."""
-    if not eager_ok(x):
-        x = _broadcast(x, cos)
-        return _with_rest(x, rotary_reference(x[..., : 2 * cos.shape[-1]], cos, sin, layout))
-    return apply_tables(x, eager_tables(cos, sin, x.dtype, layout), layout)
-
-
-def eager_ok(x: Tensor) -> bool:
-    """Whether ``x`` takes the eager forms (:func:`rotate_eager`): not traced, on the CPU or a
-    CUDA device, not empty. Elsewhere :func:`rotary_reference` runs."""
-    return not is_tracing() and x.device.type in ("cpu", "cuda") and x.numel() > 0
-
-
-def apply_tables(x: Tensor, tables: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
-    """Rotate the first ``r`` channels of an eager CPU/CUDA ``x`` ``(..., t, dh)`` with the
-    :func:`eager_tables` of its dtype (unchecked: the caller made the checks)."""
-    x = _broadcast(x, tables[0])
-    rot = tables[0].shape[-1] * (2 if layout == "interleaved" else 1)
-    if rot == x.shape[-1]:
-        return rotate_eager(x, tables, layout)
-    return _with_rest(x, rotate_eager(x[..., :rot], tables, layout))
-
-
-def _broadcast(x: Tensor, table: Tensor) -> Tensor:
-    """``x`` expanded to the batch of per-row tables, e.g. per-row positions for a batch-1 tensor."""
-    if table.dim() <= 2:  # (t, r/2): broadcasts over every leading axis of x
-        return x
-    shape = (*torch.broadcast_shapes(x.shape[:-1], table.shape[:-1]), x.shape[-1])
-    return x if shape == x.shape else x.expand(shape)
-
-
-def _with_rest(x: Tensor, rotated: Tensor) -> Tensor:
-    """The rotated channels followed by the channels of ``x`` that pass through."""
-    rot = rotated.shape[-1]
-    return rotated if rot == x.shape[-1] else torch.cat((rotated, x[..., rot:]), -1)
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
+    """:func:`apply_rotary` without the checks: :func:`rotate_eager` when eager on the CPU or a
+    CUDA device, else the formula (traced: inductor fuses it; the meta device)."""
+    if not is_tracing() and x.device.type in ("cpu", "cuda"):
+        return rotate_eager(x, eager_rows(cos, sin, x.dtype, layout), layout)
+    rot = 2 * cos.shape[-1]
+    out = rotary_reference(x[..., :rot], cos, sin, layout)
+    return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:].expand(*out.shape[:-1], -1)), -1)

@@ -13,7 +13,8 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.encodings.rotary import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE, RotaryState
-from posenc.functional.rotary import rope_cos_sin, rope_inv_freq, scaled_inv_freq
+from posenc.functional.rope_scaling import rope_inv_freq, scaled_inv_freq
+from posenc.functional.rotary import rope_cos_sin
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
@@ -322,24 +323,6 @@ def test_prepared_state_equals_encode_qk_in_every_layer():
     assert state.attention_bias(q, k) is None
 
 
-def test_rows_are_computed_once_per_state(monkeypatch):
-    rope = RoPE(HEAD_DIM)
-    calls = []
-    original = RoPE._rows
-
-    def counting(self, *args, **kwargs):
-        calls.append(args[0].shape)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(RoPE, "_rows", counting)
-    state = rope.prepare(12, 20)  # queries at 8..19 against keys 0..19
-    assert len(calls) == 1  # the queries' rows, at once
-    for seed in range(4):
-        q, k = qk(t=20, seed=seed)
-        state.encode_qk(q[:, :, 8:], k)
-    assert len(calls) == 2  # the keys' rows, on first use, then reused
-
-
 def test_default_positions_slice_the_table_and_explicit_ones_gather_once():
     rope = RoPE(HEAD_DIM, max_len=256)
     table = rope._cos_sin
@@ -600,6 +583,30 @@ def test_compiles_fullgraph_once_for_all_lengths():
     state. YaRN (an attention factor) with explicit positions: the case that failed on torch 2.15,
     whose torch.cond rejects a SymFloat operand (posenc no longer uses torch.cond)."""
     _compile_once_for_all_lengths(SCALINGS["yarn"], "half", prepared=True, explicit=True)
+
+
+@pytest.mark.parametrize(
+    ("layout", "dtype"),
+    [
+        ("half", torch.float32),
+        pytest.param("interleaved", torch.bfloat16, marks=pytest.mark.slow),
+    ],
+)
+def test_compiled_rotation_is_one_kernel(layout, dtype):
+    """Inductor fuses the cos/sin rows and the rotation of q and k into one CPU kernel."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    rope = RoPE(HEAD_DIM, layout=layout)
+    compiled = torch.compile(rope.encode_qk, fullgraph=True, dynamic=True)
+    q, k = qk(t=37, dtype=dtype)
+    out, codes = run_and_get_code(compiled, q, k)
+    kernels = set(re.findall(r"(cpp_fused_\w+)\s*=\s*async_compile", "\n".join(codes)))
+    assert len(kernels) == 1, sorted(kernels)
+    for got, want in zip(out, rope.encode_qk(q, k), strict=True):
+        assert_close(got, want, **(F32_TOL if dtype == torch.float32 else {"atol": 2e-2, "rtol": 0}))
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from rotary_embedding_torch import RotaryEmbedding
@@ -97,24 +99,84 @@ def test_bad_input() -> None:
         XPos(8).rotate(torch.randn(1, 1, 3, 8))
 
 
-def test_a_prepared_state_scales_its_tables_once_for_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scaled cos/sin tables are built once per side and dtype; later layers reuse them unchanged."""
-    import posenc.encodings._rotary_state as state_module  # RotaryState builds xPos's tables too
-
-    built = []
-    real = state_module.eager_tables
-
-    def counting(*args, **kwargs):
-        built.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(state_module, "eager_tables", counting)
+def test_a_prepared_state_serves_every_layer() -> None:
+    """The state's scaled rows, reused by later layers, give what the one-call hook gives."""
     xpos = XPos(8)
     state = xpos.prepare(6)
     q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
     first = state.encode_qk(q, k)
     for _ in range(3):  # three more layers
-        again = state.encode_qk(q, k)
-        torch.testing.assert_close(again, first, rtol=0, atol=0)
-    assert len(built) == 2  # queries (zeta ** +m) and keys (zeta ** -n), not 2 per layer
+        torch.testing.assert_close(state.encode_qk(q, k), first, rtol=0, atol=0)
     torch.testing.assert_close(first, xpos.encode_qk(q, k), rtol=0, atol=0)
+
+
+def _far(xpos: XPos, q: torch.Tensor, k: torch.Tensor, start: int, path: str):
+    """q and k (``t`` positions from ``start``) rotated by ``path``; queries are the last ``tq`` keys."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    kp = torch.arange(start, start + tk)
+    if path == "hook":
+        return xpos.encode_qk(q, k, q_positions=kp[-tq:], k_positions=kp)
+    if path == "prepared":
+        return xpos.prepare(tq, tk, q_positions=kp[-tq:], k_positions=kp).encode_qk(q, k)
+    if path == "per-row":
+        rows = torch.stack((kp, kp))
+        return xpos.encode_qk(q, k, q_positions=rows[:, -tq:], k_positions=rows)
+    assert start == 0
+    return xpos(q, k)  # default positions
+
+
+@pytest.mark.parametrize("path", ["hook", "prepared", "per-row"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_large_positions_are_finite_and_equal_float64_scores(path: str, dtype: torch.dtype) -> None:
+    """Queries and keys near the largest position a dtype serves: finite, and causal scores equal
+    the float64 ones (relative to the largest, as the decay makes some vanishingly small)."""
+    xpos = XPos(16)
+    limit = xpos.max_position(dtype)
+    assert limit == int(0.875 * 87.336544 * 512 / math.log(1.4 / 0.4))  # 7/8 of float32's normal range
+    gen = torch.Generator().manual_seed(4)
+    q, k = torch.randn(2, 2, 3, 16, generator=gen), torch.randn(2, 2, 40, 16, generator=gen)
+    oq, ok = _far(xpos, q.to(dtype), k.to(dtype), limit - 39, path)
+    assert oq.isfinite().all() and ok.isfinite().all()
+    eq, ek = _far(xpos.double(), q.double(), k.double(), limit - 39, path)
+    xpos.float()
+    got, want = scores(oq.double(), ok.double()), scores(eq, ek)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
+    assert ((got - want).abs() <= tol * want.abs().amax()).all()
+
+
+def test_a_decode_step_at_the_largest_position_with_default_positions() -> None:
+    """One query after ``max_position()`` cached keys (default positions, the module call): finite,
+    and every causal score equals the float64 one (relative to the largest)."""
+    xpos = XPos(16)
+    n = xpos.max_position() + 1
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, 2, 1, 16, generator=gen), torch.randn(1, 2, n, 16, generator=gen)
+    oq, ok = xpos(q, k)
+    assert oq.isfinite().all() and ok.isfinite().all()
+    eq, ek = xpos.double()(q.double(), k.double())
+    got, want = scores(oq.double(), ok.double()), scores(eq, ek)
+    assert ((got - want).abs() <= 1e-5 * want.abs().amax()).all()
+
+
+@pytest.mark.parametrize("path", ["hook", "prepared", "per-row", "default"])
+def test_positions_past_the_range_raise_instead_of_nan(path: str) -> None:
+    """Keys at 40,000 overflowed float32 scales (inf, then NaN scores); now a ValueError names the
+    position and the limit. float64 serves them."""
+    xpos = XPos(16)
+    q, k = torch.randn(2, 2, 1, 16), torch.randn(2, 2, 4, 16)
+    start = 0 if path == "default" else 40_000
+    if path == "default":
+        k = torch.randn(2, 2, 40_001, 16)
+    last = start + k.shape[-2] - 1
+    with pytest.raises(ValueError, match=rf"position {last} is past 31232, .*torch.float32"):
+        _far(xpos, q, k, start, path)
+    if path != "default":
+        oq, ok = _far(xpos.double(), q.double(), k.double(), start, path)
+        assert scores(oq, ok).isfinite().all()
+
+
+def test_max_position_per_dtype() -> None:
+    xpos = XPos(64, scale_base=512.0)
+    assert xpos.max_position(torch.bfloat16) == xpos.max_position(torch.float32) == 31232
+    assert xpos.max_position(torch.float16) == 3470 and xpos.max_position(torch.float64) == 253329
+    assert XPos(64, scale_base=1024.0).max_position() == 62464  # proportional to scale_base

@@ -20,17 +20,13 @@ from posenc.functional.rope_scaling import (
     LongRope,
     RopeParameters,
     YarnRope,
-)
-from posenc.functional.rotary import (
-    apply_rotary,
     dynamic_ntk_inv_freq,
     llama3_inv_freq,
     resolve_rope_scaling,
-    rope_cos_sin,
     rope_inv_freq,
-    rotary_reference,
     yarn_inv_freq,
 )
+from posenc.functional.rotary import apply_rotary, rope_cos_sin, rotary_reference
 
 # Eager forms vs the plain formula in the same dtype: different operation order, a few ulps.
 KERNEL_TOL = {"atol": 1e-6, "rtol": 1e-6}
@@ -299,21 +295,13 @@ def test_base_given_once_or_equal_to_rope_theta():
         resolve_rope_scaling({"rope_theta": 5e5}, head_dim=8, base=10000.0)
 
 
-def test_old_names_stay_importable():
+def test_public_names_are_posenc_functionals():
     import posenc.functional.rotary as rotary
     from posenc.functional import rope_scaling
 
-    # The names that lived in posenc.functional.rotary before rope_scaling existed.
-    old = ["ROPE_TYPES", "DefaultRope", "DynamicRope", "LinearRope", "Llama3Rope", "LongRope"]
-    old += ["RopeParameters", "YarnRope", "dynamic_ntk_inv_freq", "linear_inv_freq", "llama3_inv_freq"]
-    old += ["longrope_attention_factor", "longrope_inv_freq", "resolve_rope_scaling", "rope_inv_freq"]
-    old += ["scaled_inv_freq", "yarn_attention_factor", "yarn_inv_freq"]
-    for name in old:
-        assert getattr(rotary, name) is getattr(rope_scaling, name) is getattr(F, name), name
-    for name in rope_scaling.__all__:  # new names: from posenc.functional and rope_scaling
-        assert getattr(rope_scaling, name) is getattr(F, name), name
-    assert rotary._TYPE_KEYS is rope_scaling._TYPE_KEYS
-    assert set(rotary._TYPE_KEYS) == set(rotary.ROPE_TYPES)
-    assert rotary._TYPE_KEYS["yarn"] == YarnRope.keys
-    for name in ("apply_rotary", "rope_cos_sin", "rotary_reference"):
-        assert getattr(F, name) is getattr(rotary, name)
+    assert rotary.__all__ == ["apply_rotary", "rope_cos_sin", "rotary_reference"]
+    for module in (rotary, rope_scaling):
+        for name in module.__all__:
+            assert getattr(module, name) is getattr(F, name), name
+    assert set(rope_scaling._TYPE_KEYS) == set(rope_scaling.ROPE_TYPES)
+    assert rope_scaling._TYPE_KEYS["yarn"] == YarnRope.keys

@@ -1,10 +1,6 @@
-"""The eager RoPE forms and the apply-ready tables a prepared state reuses.
-
-``RotaryState`` builds :func:`eager_tables` once per side (query / key positions) and dtype and
-every layer reuses them; :func:`rotate_eager` rotates with them. Each path is checked against
-the float64 formula, and in half precision against transformers' error on the same inputs (the
-bound that lets the rotation round in the input dtype).
-"""
+"""Every way RoPE rotates in eager mode (prepared state, unprepared call, ``rotate``; with and
+without autograd) against the float64 formula, and in half precision against transformers' error
+on the same inputs (the bound that lets the rotation round in the input dtype)."""
 
 from __future__ import annotations
 
@@ -12,9 +8,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.encodings import _rotary_state as rotary_module
 from posenc.functional import rope_inv_freq, rotary_reference
-from posenc.functional import rotary as functional_rotary
 
 HEAD_DIM = 64
 HALF = (torch.bfloat16, torch.float16)
@@ -97,18 +91,11 @@ def test_half_precision_error_is_at_most_transformers_on_every_path(dtype, layou
                     assert ours[which] <= theirs[which], (name, seed, which, ours, theirs)
 
 
-#: ``PIECE_BYTES`` for the tests: the default (these tensors are one piece) and 512 bytes (many
-#: pieces of a few rows, cut inside the head, batch and sequence axes).
-PIECES = {"whole": functional_rotary.PIECE_BYTES, "pieces": 512}
-
-
-@pytest.mark.parametrize("pieces", list(PIECES))
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, *HALF], ids=str)
-def test_every_path_matches_the_float64_formula(layout, dtype, pieces, monkeypatch):
+def test_every_path_matches_the_float64_formula(layout, dtype):
     """Default, explicit and per-row positions, partial rotation, grouped-query keys, KV-cache
-    keys at the query positions, with and without autograd recording; in one piece and in many."""
-    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", PIECES[pieces])
+    keys at the query positions, with and without autograd recording."""
     tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 2 * torch.finfo(dtype).eps)
     gen = torch.Generator().manual_seed(3)
     rot = 48
@@ -147,42 +134,6 @@ def test_every_path_matches_the_float64_formula(layout, dtype, pieces, monkeypat
     assert (all_k.double() - ref).abs().max().item() <= tol * ref.abs().amax().item()
 
 
-def test_tables_are_built_once_per_side_and_dtype_for_every_layer(monkeypatch):
-    builds: list[tuple[str, torch.dtype]] = []
-    real = functional_rotary.eager_tables
-
-    def counting(cos, sin, dtype, layout):
-        builds.append((layout, dtype))
-        return real(cos, sin, dtype, layout)
-
-    monkeypatch.setattr(rotary_module, "eager_tables", counting)
-    rope = posenc.RoPE(HEAD_DIM)
-    q, k = torch.randn(2, 8, 16, HEAD_DIM), torch.randn(2, 2, 16, HEAD_DIM)
-    state = rope.prepare(16)
-    for _ in range(4):  # four layers: queries and keys share the positions, hence the tables
-        state.encode_qk(q, k)
-    assert builds == [("half", torch.float32)]
-    state.encode_qk(q.bfloat16(), k.bfloat16())
-    assert builds[-1] == ("half", torch.bfloat16) and len(builds) == 2
-    # keys at other positions than the queries: one more build, then none
-    state = rope.prepare(4, 16)
-    for _ in range(3):
-        state.encode_qk(q[:, :, :4], k)
-    assert len(builds) == 4
-    # tables are per position row, never per head or per batch row of default positions
-    assert {tuple(t.shape) for tables in state._tables.values() for t in tables} == {
-        (4, HEAD_DIM),
-        (16, HEAD_DIM),
-    }
-
-
-def test_interleaved_tables_are_one_complex_row_per_pair():
-    state = posenc.RoPE(HEAD_DIM, layout="interleaved").prepare(5, q_positions=torch.arange(10).view(2, 5))
-    state.encode_qk(torch.randn(2, 4, 5, HEAD_DIM), torch.randn(2, 4, 5, HEAD_DIM))
-    ((cis,),) = state._tables.values()
-    assert cis.dtype == torch.complex64 and cis.shape == (2, 1, 5, HEAD_DIM // 2)
-
-
 def test_narrowed_state_does_not_share_the_tables_of_the_full_state():
     rope = posenc.RoPE(HEAD_DIM)
     q, k = torch.randn(1, 2, 12, HEAD_DIM), torch.randn(1, 2, 12, HEAD_DIM)
@@ -194,53 +145,11 @@ def test_narrowed_state_does_not_share_the_tables_of_the_full_state():
     assert state.encode_qk(q, k)[0].shape == q.shape  # the full state still has its own tables
 
 
-def test_traced_calls_take_the_reference_formula(monkeypatch):
-    """Under compile/export the state's cached tables are not used: the reference formula runs
-    (inductor fuses it), with the same result."""
-    rope = posenc.RoPE(HEAD_DIM, layout="half")
-    q, k = torch.randn(1, 2, 9, HEAD_DIM), torch.randn(1, 2, 9, HEAD_DIM)
-    state = rope.prepare(9)
-    eager = state.encode_qk(q, k)
-    monkeypatch.setattr(functional_rotary, "is_tracing", lambda: True)
-    monkeypatch.setattr(functional_rotary, "rotate_eager", None)  # would fail if called
-    fresh = rope.prepare(9)
-    traced = fresh.encode_qk(q, k)
-    assert fresh._tables == {}
-    torch.testing.assert_close(traced, eager, rtol=0, atol=2e-6)
-
-
-@pytest.mark.parametrize(
-    ("shape", "itemsize", "piece_bytes"),
-    [
-        ((2, 8, 512, 64), 4, 1 << 20),  # whole heads, several per piece
-        ((1, 16, 2048, 128), 4, 1 << 20),  # one head per piece
-        ((4, 8, 8192, 64), 2, 1 << 20),  # row ranges of one head
-        ((512, 64, 1, 128), 4, 1 << 20),  # decoding: one row per head, many heads per piece
-        ((3, 5, 7, 6), 8, 100),  # a row (48 bytes) near the piece size
-        ((7, 9, 40), 4, 1000),
-        ((37, 256), 4, 4096),  # no leading axes
-        ((2, 3, 1, 5000), 4, 1000),  # one row larger than a piece: a row each
-    ],
-)
-def test_pieces_cover_every_element_once_in_blocks_near_the_piece_size(shape, itemsize, piece_bytes):
-    covered = torch.zeros(shape, dtype=torch.int32)
-    pieces = list(functional_rotary._pieces(torch.Size(shape), itemsize, piece_bytes))
-    row = itemsize * shape[-1]
-    for index in pieces:
-        covered[index] += 1
-        assert covered[index].numel() * itemsize <= max(piece_bytes, row), index
-    assert bool((covered == 1).all())
-    total = covered.numel() * itemsize
-    assert len(pieces) <= 2 * -(-total // piece_bytes), (len(pieces), total)
-
-
-@pytest.mark.parametrize("pieces", list(PIECES))
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-def test_gradient_is_the_inverse_rotation_of_the_float64_formula(layout, dtype, pieces, monkeypatch):
+def test_gradient_is_the_inverse_rotation_of_the_float64_formula(layout, dtype):
     """The eager backward (the rotation by −angle) against autograd through the float64 formula,
     for shared and per-row positions, partial rotation and a non-contiguous upstream gradient."""
-    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", PIECES[pieces])
     tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 4 * torch.finfo(dtype).eps)
     gen = torch.Generator().manual_seed(5)
     b, h, t, rot = 2, 3, 19, 48
@@ -256,8 +165,7 @@ def test_gradient_is_the_inverse_rotation_of_the_float64_formula(layout, dtype, 
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_gradients_of_every_order_through_the_pieces(layout, monkeypatch):
-    monkeypatch.setattr(functional_rotary, "PIECE_BYTES", 256)
+def test_gradients_of_every_order(layout):
     rope = posenc.RoPE(8, layout=layout)
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(2, 3, 11, 8, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -1,0 +1,139 @@
+"""RoPE's performance floors, single-threaded: ``python -m benchmarks.rope_floors [--large]``.
+
+* eager ``state.encode_qk(q, k)`` (``state = RoPE(dh).prepare(t)`` outside the timed region, as a
+  model prepares once per forward) against transformers' Llama ``apply_rotary_pos_emb`` with its
+  cos/sin computed beforehand in the input dtype, on the same tensors; forward, and forward plus
+  ``torch.autograd.grad``; float32 and bfloat16; both layouts against transformers' half layout;
+* a decode step, ``RoPE.prepare(1, t + 1)`` + ``encode_qk`` (the state built inside the timed
+  region), against a plain litgpt-style rotation given its cos/sin rows.
+
+Each time is the fastest of several interleaved rounds (the machines are shared: the minimum is
+what the operation costs, a median what the neighbours cost). Ratios are "times faster" (> 1:
+posenc is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+#: (b, h, t, dh): two decode steps and two training sizes.
+SHAPES = [(1, 8, 1, 64), (8, 32, 1, 128), (1, 16, 2048, 128)]
+LARGE = [(4, 32, 2048, 128)]
+#: Interleaved rounds per timing (three times as many at t = 1); the minimum is kept.
+ROUNDS = 9
+
+
+def fastest(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Seconds per call of each callable: the fastest of ``rounds`` interleaved samples of ~5 ms."""
+    number = {}
+    for name, fn in fns.items():
+        fn()
+        start = time.perf_counter()
+        fn()
+        number[name] = max(1, int(0.005 / max(time.perf_counter() - start, 1e-7)))
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number[name]):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / number[name])
+    return best
+
+
+def litgpt_style(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The plain half-layout rotation with ``(t, dh)`` cos/sin rows (litgpt's form, written here)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+def versus_transformers(shape: tuple[int, int, int, int], dtype: torch.dtype) -> None:
+    """Prepared ``encode_qk`` in both layouts against transformers, forward and forward+backward."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    import posenc
+
+    _, h, t, dh = shape
+    config = LlamaConfig(hidden_size=h * dh, num_attention_heads=h, head_dim=dh, max_position_embeddings=4096)
+    gen = torch.Generator().manual_seed(0)
+    q, k, grad = (torch.randn(shape, generator=gen).to(dtype) for _ in range(3))
+    cos, sin = LlamaRotaryEmbedding(config)(q, torch.arange(t)[None])  # (1, t, dh), the input dtype
+    impls: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = {
+        "transformers": lambda q, k: apply_rotary_pos_emb(q, k, cos, sin),
+        "half": posenc.RoPE(dh).prepare(t).encode_qk,
+        "interleaved": posenc.RoPE(dh, layout="interleaved").prepare(t).encode_qk,
+    }
+    qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+    for mode in ("fwd", "fwd+bwd"):
+        if mode == "fwd":
+            fns = {name: functools.partial(impl, q, k) for name, impl in impls.items()}
+        else:
+            fns = {name: functools.partial(_grad, impl, qg, kg, grad) for name, impl in impls.items()}
+        best = fastest(fns, rounds=ROUNDS * (3 if t == 1 else 1))
+        ref = best["transformers"]
+        ratios = ", ".join(f"{n} {ref / best[n]:.2f}x" for n in ("half", "interleaved"))
+        print(
+            f"{shape} {str(dtype)[6:]:8} {mode:7} transformers {ref * 1e6:9.1f} us; posenc {ratios}",
+            flush=True,
+        )
+
+
+def _grad(
+    impl: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], q: Tensor, k: Tensor, grad: Tensor
+) -> object:
+    return torch.autograd.grad(impl(q, k), (q, k), (grad, grad))
+
+
+def decode_step(shape: tuple[int, int, int, int], dtype: torch.dtype, cached: int = 100) -> None:
+    """``RoPE.prepare(1, cached + 1)`` + ``encode_qk`` against litgpt-style code given its rows."""
+    import posenc
+
+    rope = posenc.RoPE(shape[-1])
+    rows = rope.prepare(1, cached + 1)
+    cos, sin = torch.cat((rows.q_cos,) * 2, -1).to(dtype), torch.cat((rows.q_sin,) * 2, -1).to(dtype)
+    q, k = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+
+    def litgpt() -> object:
+        return litgpt_style(q, cos, sin), litgpt_style(k, cos, sin)
+
+    def ours() -> object:
+        return rope.prepare(1, cached + 1).encode_qk(q, k)
+
+    best = fastest({"litgpt": litgpt, "posenc": ours}, rounds=3 * ROUNDS)
+    print(
+        f"{shape} {str(dtype)[6:]:8} decode step: prepare + encode_qk {best['posenc'] * 1e6:.1f} us = "
+        f"{best['posenc'] / best['litgpt']:.2f}x litgpt-style given its rows ({best['litgpt'] * 1e6:.1f} us)",
+        flush=True,
+    )
+
+
+def run(shapes: list[tuple[int, int, int, int]]) -> None:
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread; times faster than transformers (>1: posenc faster)")
+    for shape in shapes:
+        for dtype in (torch.float32, torch.bfloat16):
+            versus_transformers(shape, dtype)
+        for dtype in (torch.float32, torch.bfloat16):
+            if shape[2] == 1:
+                decode_step(shape, dtype)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", action="store_true", help=f"also {LARGE} (minutes)")
+    parser.add_argument("--shape", action="append", help="b,h,t,dh instead of the defaults")
+    args = parser.parse_args()
+    shapes = [tuple(int(n) for n in s.split(",")) for s in args.shape] if args.shape else SHAPES
+    run(shapes + (LARGE if args.large else []))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
