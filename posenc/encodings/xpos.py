@@ -135,7 +135,8 @@ class XPos(RoPE):
         down. The other 1/8 is left to the values they multiply (up to ~5e4 in float32, ~13 in float16)."""
         info = torch.finfo(dtype)
         limit = 0.875 * min(math.log(info.max), -math.log(info.tiny))
-        return int(limit * self.scale_base / -math.log(float(xpos_zeta(self.rotary_dim, self.gamma)[0])))
+        smallest_zeta = self.gamma / (1 + self.gamma)  # zeta_0 of xpos_zeta, in Python: no tensor read
+        return int(limit * self.scale_base / -math.log(smallest_zeta))
 
     def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Not available: xPos scales queries and keys in opposite directions.
