@@ -541,13 +541,13 @@ TINY: dict[str, dict] = {
 }
 
 
-# Model types whose layers differ or that tests/test_hf_layers.py proves inside a model.
+# Model types whose layers differ or that tests/hf/test_layers.py proves inside a model.
 LAYERED_MODEL_TYPES = [
     "cohere2", "deepseek_v2", "deepseek_v3", "gemma3_text", "gemma3n_text", "gemma4_text", "gpt_oss",
     "llama4_text", "modernbert", "smollm3",
 ]  # fmt: skip
 # M-RoPE text models (proven below against transformers' rotary embeddings) and the conformer
-# speech encoders (proven in tests/test_hf_speech.py, one layer's whole attention).
+# speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
 OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES]
@@ -1093,7 +1093,7 @@ def test_docs_table_of_supported_models_is_the_generated_one():
     """docs/huggingface.md's table is the output of supported_models_markdown()."""
     from pathlib import Path
 
-    readme = Path(__file__).resolve().parents[1] / "docs" / "huggingface.md"
+    readme = Path(__file__).resolve().parents[2] / "docs" / "huggingface.md"
     marker = 'print(supported_models_markdown())" -->'  # the comment line above the pasted table
     text = readme.read_text(encoding="utf-8")
     assert marker in text, "docs/huggingface.md lost the generated table of supported model types"
