@@ -81,18 +81,6 @@ def _overrides_hook_below_state(cls: type) -> bool:
     return any(definer(hook) < state_at for hook in HOOKS if hook != "encode_input")
 
 
-def _acts_at(cls: type[PositionalEncoding], hook: str) -> bool:
-    """Whether ``cls`` acts at ``hook``: it overrides the hook, or its ``state_class`` implements it."""
-    if getattr(cls, hook) is not getattr(PositionalEncoding, hook):
-        return True
-    state = cls.state_class
-    return (
-        state is not None
-        and hook != "encode_input"
-        and getattr(state, hook) is not getattr(PositionState, hook)
-    )
-
-
 class PositionalEncoding(nn.Module):
     """Base class of every position encoding: three hooks, each a no-op by default.
 
@@ -134,6 +122,8 @@ class PositionalEncoding(nn.Module):
     #: Set per class (see :func:`_overrides_hook_below_state`); a class attribute, not a lookup
     #: at call time, so that compiled code guards on nothing mutable.
     _generic_state: ClassVar[bool] = False
+    #: The hooks its :attr:`state_class` implements: the base class's hooks apply the state there.
+    _state_hooks: ClassVar[frozenset[str]] = frozenset()
     #: The hooks this class acts at (overrides, or its :attr:`state_class` implements): the
     #: prepared state skips the others.
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
@@ -141,7 +131,12 @@ class PositionalEncoding(nn.Module):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._generic_state = _overrides_hook_below_state(cls)
-        cls.overridden_hooks = frozenset(hook for hook in HOOKS if _acts_at(cls, hook))
+        state = cls.state_class or PositionState
+        cls._state_hooks = frozenset(
+            hook for hook in HOOKS if getattr(state, hook, None) is not getattr(PositionState, hook, None)
+        )
+        overrides = {hook for hook in HOOKS if getattr(cls, hook) is not getattr(PositionalEncoding, hook)}
+        cls.overridden_hooks = cls._state_hooks | overrides
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the position signal to token embeddings.
@@ -303,8 +298,7 @@ class PositionalEncoding(nn.Module):
         ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)`` give the lengths, batch and device;
         for ``value_term`` both are the ``(b, h, tq, tk)`` weights.
         """
-        state_class = self.state_class
-        if state_class is None or getattr(state_class, hook) is getattr(PositionState, hook):
+        if hook not in self._state_hooks:
             return None
         if hook == "value_term":
             check_float_tensor("probs", q, rank=4, shape="(batch, heads, q_len, k_len)")
