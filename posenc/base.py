@@ -8,7 +8,8 @@ Position enters attention in one of three places (see ``DESIGN.md``):
 
 :class:`PositionalEncoding` gives every encoding all three hooks, each a no-op unless the
 encoding acts there, so an attention layer can call all of them without asking which
-encoding it holds.
+encoding it holds. An encoding writes its attention hooks once, on the :class:`PositionState`
+subclass it names in ``state_class``: the base class's hooks build that state and apply it.
 
 The hooks' input checks and the position resolution (:func:`resolve_qk_positions`...) are in
 :mod:`posenc._positions`, and the per-forward :class:`PositionState` is in :mod:`posenc.state`;

@@ -88,7 +88,8 @@ class LearnedBiasState(PositionState):
 
 
 class _LearnedBias(PositionalEncoding):
-    """Shared hooks of :class:`KERPLE` and :class:`FIRE` (each defines ``_bias`` and ``_scalar_bias``)."""
+    """Shared base of :class:`KERPLE` and :class:`FIRE`: each defines ``_bias`` and ``_scalar_bias``,
+    and :class:`LearnedBiasState` (its :attr:`state_class`) writes the hooks with them."""
 
     kind = "bias"
     state_class = LearnedBiasState
