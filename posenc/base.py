@@ -8,7 +8,8 @@ Position enters attention in one of three places (see ``DESIGN.md``):
 
 :class:`PositionalEncoding` gives every encoding all three hooks, each a no-op unless the
 encoding acts there, so an attention layer can call all of them without asking which
-encoding it holds.
+encoding it holds. An encoding writes its attention hooks once, on the :class:`PositionState`
+subclass it names in ``state_class``: the base class's hooks build that state and apply it.
 
 The hooks' input checks and the position resolution (:func:`resolve_qk_positions`...) are in
 :mod:`posenc._positions`, and the per-forward :class:`PositionState` is in :mod:`posenc.state`;
@@ -26,6 +27,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_float_tensor
 from ._compat import precise_dtype
 
 # The hooks' input checks and the position resolution live in ``posenc._positions``; re-exported
@@ -64,33 +66,38 @@ HOOKS = ("encode_input", "encode_qk", "attention_bias", "value_term", "score_mod
 
 
 def _overrides_hook_below_state(cls: type) -> bool:
-    """Whether ``cls`` overrides a hook below the class that defines its ``prepare_state``.
+    """Whether ``cls`` overrides a hook below the class that chose its state.
 
-    Such a subclass (say, a user's RoPE whose ``encode_qk`` adds something) must not be bypassed
-    by the built-in's prepared state: its states then call its hooks.
+    Such a subclass (say, a user's ALiBi whose ``attention_bias`` doubles the bias) must not be
+    bypassed by the built-in's prepared state: its states then call its hooks.
     """
     mro = cls.__mro__
 
     def definer(name: str) -> int:
         return next(i for i, c in enumerate(mro) if name in c.__dict__)
 
-    state_at = definer("prepare_state")
+    # A hook written beside `state_class` is applied over that state (so it counts as below it);
+    # one beside `prepare_state` (RoPE's) is the same computation as the state's.
+    state_at = min(definer("state_class") + 1, definer("prepare_state"))
     return any(definer(hook) < state_at for hook in HOOKS if hook != "encode_input")
 
 
 class PositionalEncoding(nn.Module):
     """Base class of every position encoding: three hooks, each a no-op by default.
 
-    Subclasses override the hooks where they act and set :attr:`kind`. A generic attention
-    layer calls all three and never needs to know which encoding it holds::
+    Subclasses set :attr:`kind` and either override the hooks where they act, or write the
+    attention hooks once, on a :class:`PositionState` subclass named in :attr:`state_class`,
+    which the base class's hooks build and apply. A generic attention layer calls all three and
+    never needs to know which encoding it holds::
 
         x = pe.encode_input(x)                              # once, on the embeddings
         q, k = pe.encode_qk(q, k)                           # in every attention layer
         bias = pe.attention_bias(q, k)                      # None, or added to the scores
 
     A model with several layers prepares the position state once per forward instead
-    (:meth:`prepare`) and hands it to every layer; the hooks are the same computation for
-    one call.
+    (:meth:`prepare`) and hands it to every layer; the hooks are that state, applied once. A
+    subclass that overrides a hook below its :attr:`state_class` gets a generic state that calls
+    its hooks back, so it is never bypassed.
 
     Positions are explicit and optional everywhere: integer tensors of shape ``(t,)`` or
     ``(b, t)``, passed by keyword in the attention hooks; ``None`` means ``0..t-1`` for
@@ -109,18 +116,28 @@ class PositionalEncoding(nn.Module):
     registry_name: ClassVar[str | None] = None
     #: Non-persistent cache buffers that follow the device but keep a float32/float64 dtype.
     cache_names: ClassVar[tuple[str, ...]] = ()
+    #: The :class:`PositionState` subclass that holds this encoding's tables and implements its
+    #: attention hooks: the base class's hooks build it (:meth:`prepare`) and apply it once, so each
+    #: hook is written once, on the state. ``None``: the hooks are the module's own (or no-ops).
+    state_class: ClassVar[type[PositionState] | None] = None
     #: Set per class (see :func:`_overrides_hook_below_state`); a class attribute, not a lookup
     #: at call time, so that compiled code guards on nothing mutable.
     _generic_state: ClassVar[bool] = False
-    #: The hooks this class overrides (where it acts): the prepared state skips the others.
+    #: The hooks its :attr:`state_class` implements: the base class's hooks apply the state there.
+    _state_hooks: ClassVar[frozenset[str]] = frozenset()
+    #: The hooks this class acts at (overrides, or its :attr:`state_class` implements): the
+    #: prepared state skips the others.
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._generic_state = _overrides_hook_below_state(cls)
-        cls.overridden_hooks = frozenset(
-            hook for hook in HOOKS if getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+        state = cls.state_class or PositionState
+        cls._state_hooks = frozenset(
+            hook for hook in HOOKS if getattr(state, hook, None) is not getattr(PositionState, hook, None)
         )
+        overrides = {hook for hook in HOOKS if getattr(cls, hook) is not getattr(PositionalEncoding, hook)}
+        cls.overridden_hooks = cls._state_hooks | overrides
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the position signal to token embeddings.
@@ -150,9 +167,11 @@ class PositionalEncoding(nn.Module):
             q_positions, k_positions: see :func:`resolve_qk_positions`.
 
         Returns:
-            ``(q, k)`` with the same shapes and dtypes. The base class returns them unchanged.
+            ``(q, k)`` with the same shapes and dtypes. The base class applies its
+            :attr:`state_class`'s :meth:`~PositionState.encode_qk`, else returns them unchanged.
         """
-        return q, k
+        state = self._hook_state("encode_qk", q, k, q_positions, k_positions)
+        return (q, k) if state is None else state.encode_qk(q, k)
 
     def attention_bias(
         self,
@@ -173,9 +192,11 @@ class PositionalEncoding(nn.Module):
 
         Returns:
             ``None``, or a float tensor broadcastable to ``(b, h, tq, tk)``; encodings return
-            the smallest form that is exact under softmax (e.g. ``(1, h, 1, tk)``).
+            the smallest form that is exact under softmax (e.g. ``(1, h, 1, tk)``). The base class
+            applies its :attr:`state_class`'s :meth:`~PositionState.attention_bias`, else ``None``.
         """
-        return None
+        state = self._hook_state("attention_bias", q, k, q_positions, k_positions)
+        return None if state is None else state.attention_bias(q, k)
 
     def value_term(
         self,
@@ -188,7 +209,8 @@ class PositionalEncoding(nn.Module):
 
         Shaw et al.'s relative values add ``z_i += sum_j probs[i, j] * a_V(j - i)``: the
         attention applies it after softmax (so it needs the weights, and takes its explicit
-        path). Encodings without such a term return ``None`` (the base class).
+        path). Encodings without such a term return ``None`` (the base class, unless its
+        :attr:`state_class` implements :meth:`~PositionState.value_term`).
 
         Args:
             probs: ``(b, h, tq, tk)`` attention weights (after softmax and masking).
@@ -197,7 +219,8 @@ class PositionalEncoding(nn.Module):
         Returns:
             ``None``, or ``(b, h, tq, dv)`` in ``probs``' dtype, added to ``probs @ v``.
         """
-        return None
+        state = self._hook_state("value_term", probs, probs, q_positions, k_positions)
+        return None if state is None else state.value_term(probs)
 
     def score_mod(
         self,
@@ -210,9 +233,11 @@ class PositionalEncoding(nn.Module):
         """A FlexAttention ``score_mod`` equal to adding :meth:`attention_bias`, or ``None``.
 
         Encodings that can compute their bias inside the attention kernel return a callable
-        ``(score, b, h, q_idx, kv_idx) -> score`` so that no ``(h, tq, tk)`` tensor is stored.
+        ``(score, b, h, q_idx, kv_idx) -> score`` so that no ``(h, tq, tk)`` tensor is stored. The
+        base class applies its :attr:`state_class`'s :meth:`~PositionState.score_mod`, else ``None``.
         """
-        return None
+        state = self._hook_state("score_mod", q, k, q_positions, k_positions)
+        return None if state is None else state.score_mod(q, k)
 
     def prepare(
         self,
@@ -266,27 +291,37 @@ class PositionalEncoding(nn.Module):
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
 
     def _hook_state(
-        self, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
-    ) -> PositionState:
-        """:meth:`_own_state` for the hooks' ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``."""
+        self, hook: str, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
+    ) -> PositionState | None:
+        """The state whose ``hook`` the base class's ``hook`` applies: this class's own (never the
+        generic state, which calls the hooks back), or ``None`` where that state does not act.
+
+        ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)`` give the lengths, batch and device;
+        for ``value_term`` both are the ``(b, h, tq, tk)`` weights.
+        """
+        if hook not in self._state_hooks:
+            return None
+        if hook == "value_term":
+            check_float_tensor("probs", q, rank=4, shape="(batch, heads, q_len, k_len)")
+            tq, tk = q.shape[-2], q.shape[-1]
+        else:
+            check_qk(q, k)  # before the positions: a malformed q or k is named first
+            tq, tk = q.shape[-2], k.shape[-2]
+        batch = max(q.shape[0], k.shape[0])
         return self._own_state(
-            q.shape[-2],
-            k.shape[-2],
-            q_positions=q_positions,
-            k_positions=k_positions,
-            batch=max(q.shape[0], k.shape[0]),
-            device=q.device,
+            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=batch, device=q.device
         )
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
     ) -> PositionState:
-        """Build the :class:`PositionState` for resolved positions (override to precompute tables).
+        """Build the :attr:`state_class` (default :class:`PositionState`) for resolved positions.
 
         Called by :meth:`prepare`; ``q_start``/``k_start`` are the first positions of default
         consecutive ranges (``None`` for explicit positions).
         """
-        return PositionState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+        state_class = self.state_class or PositionState
+        return state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
     def _device(self) -> torch.device:
         for t in (*self.parameters(), *self.buffers()):

@@ -46,8 +46,9 @@ class PositionState:
             q, k = state.encode_qk(q, k)                         # or let attention() do it
             y = posenc.attention(q, k, v, state, causal=True, qk_encoded=True)
 
-    This base class serves any encoding through its hooks; built-in encodings return
-    subclasses that hold precomputed tables.
+    This base class serves any encoding through its hooks; built-in encodings name a subclass
+    in :attr:`~posenc.base.PositionalEncoding.state_class` that holds their tables and
+    implements their hooks, once: the encoding's own hooks build that state and apply it.
 
     Keys: :meth:`encode_qk` encodes keys of length ``tk`` at :attr:`k_positions`, and keys of
     length ``tq < tk`` at :attr:`q_positions` — the new tokens' keys in self-attention with a

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 import posenc
-from posenc.base import check_input, check_qk, mask_to_positions, resolve_positions, resolve_qk_positions
+from posenc.base import (
+    PositionState,
+    check_input,
+    check_qk,
+    mask_to_positions,
+    resolve_positions,
+    resolve_qk_positions,
+)
 
 
 def test_base_hooks_are_no_ops():
@@ -85,3 +92,120 @@ def test_mask_to_positions_numbers_real_tokens_from_zero():
     assert mask_to_positions(mask.bool()).tolist() == mask_to_positions(mask).tolist()
     with pytest.raises(ValueError, match=r"attention_mask must be a \(batch, seq\) tensor"):
         mask_to_positions(torch.ones(5))
+
+
+# --- one implementation per hook: the state, applied by the base class's hooks -----------------
+
+
+class _DistanceState(PositionState):
+    """``-|k_pos - q_pos|``, written once: on the state."""
+
+    def attention_bias(self, q, k):
+        distance = self.k_positions.unsqueeze(-2) - self.q_positions.unsqueeze(-1)
+        return -distance.abs().to(q.dtype).expand(1, q.shape[1], -1, -1)
+
+
+class _Distance(posenc.PositionalEncoding):
+    kind = "bias"
+    state_class = _DistanceState
+
+
+def test_the_base_hooks_apply_the_state_class():
+    pe = _Distance()
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8)
+    assert pe.overridden_hooks == {"attention_bias"} and not pe._generic_state
+    state = pe.prepare(4, 6)
+    assert type(state) is _DistanceState and state.bias_form == "full"
+    bias = pe.attention_bias(q, k, q_positions=torch.tensor([0, 2, 4, 6]))
+    assert torch.equal(bias[0, 0], -(torch.arange(6) - torch.tensor([[0], [2], [4], [6]])).abs().float())
+    assert torch.equal(pe.attention_bias(q, k), state.attention_bias(q, k))
+    # hooks the state does not implement stay no-ops (and resolve no positions)
+    assert pe.score_mod(q, k) is None and pe.value_term(torch.rand(2, 3, 4, 6)) is None
+    q2, k2 = pe.encode_qk(q, k, q_positions=torch.tensor([-1]))
+    assert q2 is q and k2 is k
+
+
+def _doubled(parent: type[posenc.PositionalEncoding]) -> type[posenc.PositionalEncoding]:
+    class Doubled(parent):  # type: ignore[misc,valid-type]
+        def attention_bias(self, q, k, *, q_positions=None, k_positions=None):
+            return 2 * super().attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+
+    return Doubled
+
+
+BIAS_ENCODINGS = {
+    "alibi": (posenc.ALiBi, {"num_heads": 4}),
+    "t5": (posenc.RelativeBias, {"num_heads": 4}),
+    "kerple": (posenc.KERPLE, {"num_heads": 4}),
+    "fire": (posenc.FIRE, {"num_heads": 4}),
+    "shaw": (posenc.ShawRelative, {"head_dim": 8}),
+    "xl": (posenc.RelPosXL, {"num_heads": 4, "head_dim": 8}),
+    "custom": (_Distance, {}),
+}
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODINGS)
+def test_a_subclass_that_overrides_a_hook_is_never_bypassed(name):
+    """Its prepared state is the generic one, which calls its hook; the hook's super() reaches the built-in."""
+    parent, options = BIAS_ENCODINGS[name]
+    torch.manual_seed(0)
+    built = parent(**options)
+    sub = _doubled(parent)(**options)
+    sub.load_state_dict(built.state_dict())
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    expected = 2 * built.attention_bias(q, k)
+    assert torch.equal(sub.attention_bias(q, k), expected)
+    state = sub.prepare(5)
+    assert type(state) is PositionState and type(built.prepare(5)) is not PositionState
+    assert state.bias_form == "full"
+    assert torch.equal(state.attention_bias(q, k), expected)
+    # the attention applies the doubled bias: a score bias of 2b equals the encoding's b plus b again
+    scale = 8**-0.5
+    scores = (q @ k.transpose(-1, -2)) * scale + expected.expand(2, 4, 5, 5)
+    scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    reference = scores.softmax(-1) @ v
+    torch.testing.assert_close(posenc.attention(q, k, v, sub, causal=True), reference)
+    torch.testing.assert_close(posenc.attention(q, k, v, state, causal=True), reference)
+
+
+def test_a_subclass_that_overrides_no_hook_keeps_the_built_in_state():
+    falcon = posenc.encodings.alibi.FalconALiBi(4, head_dim=16)
+    assert not falcon._generic_state
+    assert type(falcon.prepare(5)) is posenc.encodings.alibi.ALiBiState
+
+
+def test_an_encoding_that_writes_only_hooks_works_through_the_generic_state():
+    class Constant(posenc.PositionalEncoding):
+        kind = "bias"
+
+        def attention_bias(self, q, k, *, q_positions=None, k_positions=None):
+            qp, kp = resolve_qk_positions(q, k, q_positions, k_positions)
+            return (kp - qp.unsqueeze(-1)).float().expand(1, q.shape[1], -1, -1) * 0.1
+
+    pe = Constant()
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    state = pe.prepare(3)
+    assert (
+        type(state) is PositionState
+        and state.bias_form == "full"
+        and pe.overridden_hooks == {"attention_bias"}
+    )
+    assert torch.equal(state.attention_bias(q, k), pe.attention_bias(q, k))
+    bias = pe.attention_bias(q, k)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(posenc.attention(q, k, v, pe), reference)
+    assert state.score_mod(q, k) is None and not state.has_value_term
+
+
+def test_a_hook_written_beside_the_state_class_is_applied_over_it():
+    class Halved(posenc.PositionalEncoding):
+        kind = "bias"
+        state_class = _DistanceState
+
+        def attention_bias(self, q, k, *, q_positions=None, k_positions=None):
+            return super().attention_bias(q, k, q_positions=q_positions, k_positions=k_positions) / 2
+
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    state = Halved().prepare(3)
+    assert type(state) is PositionState
+    assert torch.equal(state.attention_bias(q, k), _Distance().attention_bias(q, k) / 2)

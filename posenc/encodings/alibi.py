@@ -68,6 +68,18 @@ class ALiBiState(PositionState):
         return alibi_bias(slopes, self.q_positions, self.k_positions, symmetric=not self.encoding.causal)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """The smallest exact form of the bias (see the table in :class:`ALiBi`'s docstring).
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
+            k: ``(b, h_kv, tk, dh)`` keys (likewise).
+
+        Returns:
+            causal: the key-only form ``m * (k_pos - max(q_pos))``, ``(1, h, 1, tk)`` or, with
+            ``(b, t)`` positions, ``(b, h, 1, tk)`` — exact under softmax with a causal mask.
+            Not causal: ``-m * |q_pos - k_pos|``, ``(1|b, h, tq, tk)``. Float32 (float64 for
+            float64 ``q``).
+        """
         check_bias_qk(q, k, self.encoding.num_heads)
         dtype = precise_dtype(q)
         if self.encoding.causal:
@@ -75,6 +87,12 @@ class ALiBiState(PositionState):
         return self.full_bias(dtype)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the full bias inside the kernel.
+
+        Causal: ``score - m[h] * (q_pos[q_idx] - k_pos[kv_idx])``; not causal:
+        ``score - m[h] * |q_pos[q_idx] - k_pos[kv_idx]|``. Nothing of size ``(h, tq, tk)`` is
+        stored; the causal mask is the attention's, not part of the score_mod.
+        """
         check_bias_qk(q, k, self.encoding.num_heads)
         slopes = self.encoding._slopes(precise_dtype(q))
         q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
@@ -138,6 +156,7 @@ class ALiBi(PositionalEncoding):
 
     kind = "bias"
     cache_names = ("slopes",)
+    state_class = ALiBiState
     slopes: Tensor
 
     def __init__(
@@ -171,37 +190,6 @@ class ALiBi(PositionalEncoding):
             return alibi_slopes(self.num_heads, self.max_bias, dtype=torch.float64, device=self.slopes.device)
         return self.slopes
 
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> ALiBiState:
-        return ALiBiState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-    def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """The smallest exact form of the bias (see the table in the class docstring).
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys
-                at ``0..tk-1``, queries the last ``tq`` of them. A chunk of queries may be
-                passed with its own positions.
-
-        Returns:
-            causal: the key-only form ``m * (k_pos - max(q_pos))``, ``(1, h, 1, tk)`` or, with
-            ``(b, t)`` positions, ``(b, h, 1, tk)`` — exact under softmax with a causal mask.
-            Not causal: ``-m * |q_pos - k_pos|``, ``(1|b, h, tq, tk)``. Float32 (float64 for
-            float64 ``q``).
-        """
-        check_bias_qk(q, k, self.num_heads)
-        return cast(ALiBiState, self._hook_state(q, k, q_positions, k_positions)).attention_bias(q, k)
-
     def forward(
         self,
         scores: Tensor,
@@ -231,26 +219,6 @@ class ALiBi(PositionalEncoding):
         )
         bias = state.full_bias(compute)
         return (scores.to(compute) + bias).to(scores.dtype)
-
-    def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the full bias inside the kernel.
-
-        Causal: ``score - m[h] * (q_pos[q_idx] - k_pos[kv_idx])``; not causal:
-        ``score - m[h] * |q_pos[q_idx] - k_pos[kv_idx]|``. Nothing of size ``(h, tq, tk)`` is
-        stored; the causal mask is the attention's, not part of the score_mod.
-
-        Returns:
-            ``(score, b, h, q_idx, kv_idx) -> score + bias``.
-        """
-        check_bias_qk(q, k, self.num_heads)
-        return cast(ALiBiState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"

@@ -33,19 +33,6 @@ class LearnedBiasState(PositionState):
 
     encoding: _LearnedBias
 
-    def __init__(
-        self,
-        encoding: _LearnedBias,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
-        )
-
     @property
     def bias_heads(self) -> int | None:
         return self.encoding.num_heads
@@ -74,10 +61,20 @@ class LearnedBiasState(PositionState):
         return bias.unsqueeze(0) if bias.dim() == 3 else bias
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """The bias of every (query, key) pair: ``(1, h, tq, tk)`` (``(b, h, tq, tk)`` for ``(b, t)`` positions).
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
+            k: ``(b, h_kv, tk, dh)`` keys (likewise).
+
+        Returns:
+            float32 (float64 for float64 ``q``), differentiable in the parameters.
+        """
         check_bias_qk(q, k, self.encoding.num_heads)
         return self.bias(precise_dtype(q))
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` computing the same bias per score inside the kernel."""
         check_bias_qk(q, k, self.encoding.num_heads)
         q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
         scalar = self.encoding._scalar_bias(precise_dtype(q))
@@ -91,9 +88,11 @@ class LearnedBiasState(PositionState):
 
 
 class _LearnedBias(PositionalEncoding):
-    """Shared hooks of :class:`KERPLE` and :class:`FIRE` (each defines ``_bias`` and ``_scalar_bias``)."""
+    """Shared base of :class:`KERPLE` and :class:`FIRE`: each defines ``_bias`` and ``_scalar_bias``,
+    and :class:`LearnedBiasState` (its :attr:`state_class`) writes the hooks with them."""
 
     kind = "bias"
+    state_class = LearnedBiasState
     num_heads: int
     causal: bool
 
@@ -103,45 +102,6 @@ class _LearnedBias(PositionalEncoding):
 
     def _scalar_bias(self, dtype: torch.dtype) -> ScalarBias:
         raise NotImplementedError
-
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> LearnedBiasState:
-        return LearnedBiasState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-    def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """The bias of every (query, key) pair: ``(1, h, tq, tk)`` (``(b, h, tq, tk)`` for ``(b, t)`` positions).
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys at
-                ``0..tk-1``, queries the last ``tq`` of them.
-
-        Returns:
-            float32 (float64 for float64 ``q``), differentiable in the parameters.
-        """
-        check_bias_qk(q, k, self.num_heads)
-        return cast(LearnedBiasState, self._hook_state(q, k, q_positions, k_positions)).attention_bias(q, k)
-
-    def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> ScoreMod:
-        """A FlexAttention ``score_mod`` computing the same bias per score inside the kernel."""
-        check_bias_qk(q, k, self.num_heads)
-        return cast(LearnedBiasState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
 
     def forward(
         self, scores: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None

@@ -42,9 +42,7 @@ class RelativeBiasState(PositionState):
         q_start: int | None,
         k_start: int | None,
     ) -> None:
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
-        )
+        super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start)
         weight = encoding.relative_attention_bias.weight
         self.table = encoding.distance_table(precise_dtype(weight))
 
@@ -68,10 +66,26 @@ class RelativeBiasState(PositionState):
         return gather_relative_bias(table, self.q_positions, self.k_positions, self.encoding.max_distance)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """T5's bias for every (query, key) pair.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
+            k: ``(b, h_kv, tk, dh)`` keys (likewise).
+
+        Returns:
+            ``(1, h, tq, tk)``, or ``(b, h, tq, tk)`` for ``(b, t)`` positions; float32 (float64
+            for float64 ``q``), contiguous with heads outermost.
+        """
         check_bias_qk(q, k, self.encoding.num_heads)
         return self.bias(precise_dtype(q))
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the same bias as :meth:`attention_bias`.
+
+        It reads ``table[h, clamp(k_pos[kv_idx] - q_pos[q_idx], -max_distance, max_distance)
+        + max_distance]`` inside the kernel: nothing of size ``(h, tq, tk)`` is stored, only the
+        ``(h, 2 * max_distance + 1)`` table and the positions.
+        """
         check_bias_qk(q, k, self.encoding.num_heads)
         table = self.table.to(precise_dtype(q))
         q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
@@ -134,6 +148,7 @@ class RelativeBias(PositionalEncoding):
 
     kind = "bias"
     cache_names = ("bucket_of_distance",)
+    state_class = RelativeBiasState
     bucket_of_distance: Tensor
 
     def __init__(
@@ -195,36 +210,6 @@ class RelativeBias(PositionalEncoding):
         # Calling the embedding (not indexing its weight) keeps hooks and subclasses working.
         return self.relative_attention_bias(self.bucket_of_distance).t().to(dtype).contiguous()
 
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> RelativeBiasState:
-        return RelativeBiasState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-    def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """T5's bias for every (query, key) pair.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys
-                at ``0..tk-1``, queries the last ``tq`` of them. A chunk of queries may be
-                passed with its own positions.
-
-        Returns:
-            ``(1, h, tq, tk)``, or ``(b, h, tq, tk)`` for ``(b, t)`` positions; float32 (float64
-            for float64 ``q``), contiguous with heads outermost.
-        """
-        check_bias_qk(q, k, self.num_heads)
-        state = cast(RelativeBiasState, self._hook_state(q, k, q_positions, k_positions))
-        return state.attention_bias(q, k)
-
     def forward(
         self,
         scores: Tensor,
@@ -251,28 +236,6 @@ class RelativeBias(PositionalEncoding):
             ),
         )
         return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
-
-    def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the same bias as :meth:`attention_bias`.
-
-        It reads ``table[h, clamp(k_pos[kv_idx] - q_pos[q_idx], -max_distance, max_distance)
-        + max_distance]`` inside the kernel: nothing of size ``(h, tq, tk)`` is stored, only the
-        ``(h, 2 * max_distance + 1)`` table and the positions.
-
-        Returns:
-            ``(score, b, h, q_idx, kv_idx) -> score + bias``, for
-            ``torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=...)``.
-        """
-        check_bias_qk(q, k, self.num_heads)
-        state = cast(RelativeBiasState, self._hook_state(q, k, q_positions, k_positions))
-        return state.score_mod(q, k)
 
     def extra_repr(self) -> str:
         return (

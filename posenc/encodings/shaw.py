@@ -31,20 +31,7 @@ class ShawState(PositionState):
     """
 
     encoding: ShawRelative
-
-    def __init__(
-        self,
-        encoding: ShawRelative,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
-        )
-        self._index: Tensor | None = None
+    _index: Tensor | None = None
 
     @property
     def bias_heads(self) -> int | None:
@@ -66,7 +53,15 @@ class ShawState(PositionState):
             self._index = self._index[..., rows, cols]
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """``q_i · a^K(clip(j - i)) / sqrt(dh)`` for encoded queries ``(b, h, tq, dh)``: ``(b, h, tq, tk)``."""
+        """The key term ``q_i · a^K(clip(j - i)) / sqrt(dh)``, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries, already encoded (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys (shape only).
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
         self.encoding._check(q, k)
         _check_lengths(self, q.shape[-2], k.shape[-2])
         table = self.encoding._table("key")
@@ -77,7 +72,14 @@ class ShawState(PositionState):
         return self.encoding.values
 
     def value_term(self, probs: Tensor) -> Tensor | None:
-        """``Σ_j probs[i, j] a^V(clip(j - i))``: ``(b, h, tq, tk) -> (b, h, tq, dh)``, or ``None``."""
+        """The value term ``Σ_j probs[i, j] a^V(clip(j - i))``, to add to ``probs @ v``.
+
+        Args:
+            probs: ``(b, h, tq, tk)`` attention weights.
+
+        Returns:
+            ``(b, h, tq, dh)`` in ``probs``' dtype; ``None`` when ``values=False``.
+        """
         if not self.encoding.values:
             return None
         self.encoding._check_probs(probs)
@@ -85,6 +87,11 @@ class ShawState(PositionState):
         return shaw_value_term(probs, self.encoding._table("value"), self.index)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the key term (from a ``(b, h, tq, n)`` tensor).
+
+        Raises:
+            ValueError: with ``values=True`` (a score_mod cannot add the value term).
+        """
         enc = self.encoding
         if enc.values:
             raise ValueError(
@@ -171,6 +178,7 @@ class ShawRelative(PositionalEncoding):
     """
 
     kind = "bias"
+    state_class = ShawState
 
     def __init__(
         self,
@@ -245,73 +253,6 @@ class ShawRelative(PositionalEncoding):
                 f"num_heads={self.num_heads}"
             )
 
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> ShawState:
-        return ShawState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-    def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """The key term ``q_i · a^K(clip(j - i)) / sqrt(dh)``, to add to the *scaled* scores.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (their values are read).
-            k: ``(b, h_kv, tk, dh)`` keys (shape only).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys at
-                ``0..tk-1``, queries the last ``tq`` of them (KV-cache decoding).
-
-        Returns:
-            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
-        """
-        self._check(q, k)
-        return cast(ShawState, self._hook_state(q, k, q_positions, k_positions)).attention_bias(q, k)
-
-    def value_term(
-        self,
-        probs: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor | None:
-        """The value term ``Σ_j probs[i, j] a^V(clip(j - i))``, to add to ``probs @ v``.
-
-        Args:
-            probs: ``(b, h, tq, tk)`` attention weights.
-            q_positions, k_positions: as in :meth:`attention_bias`.
-
-        Returns:
-            ``(b, h, tq, dh)`` in ``probs``' dtype; ``None`` when ``values=False``.
-        """
-        if not self.values:
-            return None
-        self._check_probs(probs)
-        b, _, tq, tk = probs.shape
-        state = self._own_state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=probs.device
-        )
-        return state.value_term(probs)
-
-    def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the key term (from a ``(b, h, tq, n)`` tensor).
-
-        Raises:
-            ValueError: with ``values=True`` (a score_mod cannot add the value term).
-        """
-        return cast(ShawState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
-
     def forward(
         self,
         scores: Tensor,
@@ -349,7 +290,7 @@ class ShawRelative(PositionalEncoding):
             )
         # Only the keys' length matters for the key term: a stand-in k of shape (b, 1, tk, dh).
         k = q.new_empty(q.shape[0], 1, scores.shape[-1], q.shape[-1])
-        bias = self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+        bias = cast(Tensor, self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions))
         return (scores.to(bias.dtype) + bias).to(scores.dtype)
 
     def relative_embeddings(self, length: int, which: str = "key") -> Tensor:

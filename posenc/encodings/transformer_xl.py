@@ -38,19 +38,6 @@ class RelPosXLState(PositionState):
 
     encoding: RelPosXL
 
-    def __init__(
-        self,
-        encoding: RelPosXL,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="full"
-        )
-
     @property
     def bias_heads(self) -> int | None:
         return self.encoding.num_heads
@@ -130,7 +117,15 @@ class RelPosXLState(PositionState):
         return per_distance * scale, key_term, self._index(first)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``: ``(b, h, tq, tk)``, float32 (float64)."""
+        """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys (their values are read: the ``u`` term).
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
         if q.shape[-2] == 0 or k.shape[-2] == 0:
             self.encoding._check(q, k)
             return q.new_zeros(max(q.shape[0], k.shape[0]), q.shape[1], q.shape[-2], k.shape[-2])
@@ -145,6 +140,7 @@ class RelPosXLState(PositionState):
         return per_distance.expand(b, h, tq, n).gather(-1, index).add_(key_term)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the bias, read from ``(b, h, tq, n)`` and ``(b, h, tk)``."""
         per_distance, key_term, _ = self._terms(q, k)
         first, _ = self._distance_range()
         b, h, tq, n = per_distance.shape
@@ -211,6 +207,7 @@ class RelPosXL(PositionalEncoding):
     """
 
     kind = "bias"
+    state_class = RelPosXLState
 
     def __init__(
         self,
@@ -264,45 +261,6 @@ class RelPosXL(PositionalEncoding):
                 f"num_heads={self.num_heads}"
             )
 
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> RelPosXLState:
-        return RelPosXLState(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-    def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``, to add to the *scaled* scores.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (their values are read).
-            k: ``(b, h_kv, tk, dh)`` keys (their values are read: the ``u`` term).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; defaults: keys at
-                ``0..tk-1``, queries the last ``tq`` of them.
-
-        Returns:
-            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
-        """
-        self._check(q, k)
-        state = cast(RelPosXLState, self._hook_state(q, k, q_positions, k_positions))
-        return state.attention_bias(q, k)
-
-    def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the bias, read from ``(b, h, tq, n)`` and ``(b, h, tk)``."""
-        return cast(RelPosXLState, self._hook_state(q, k, q_positions, k_positions)).score_mod(q, k)
-
     def forward(
         self,
         scores: Tensor,
@@ -322,7 +280,7 @@ class RelPosXL(PositionalEncoding):
             ``(b, h, tq, tk)`` in the scores' dtype.
         """
         check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
-        bias = self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+        bias = cast(Tensor, self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions))
         if scores.shape[1:] != bias.shape[1:] or scores.shape[0] not in (1, bias.shape[0]):
             raise ValueError(
                 f"scores {tuple(scores.shape)} do not match q {tuple(q.shape)} and k {tuple(k.shape)} "
