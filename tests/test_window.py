@@ -97,7 +97,7 @@ def test_window_at_default_positions_reads_only_the_keys_each_chunk_sees(monkeyp
         calls.append((k.shape[-2], attn_mask.untyped_storage().nbytes()))
         return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
     enc = make(name, True) if name != "none" else None
     q, k, v = qkv(tq=64, tk=64)
     out = attention(q, k, v, enc, causal=True, window=8, chunk_size=16)
