@@ -12,7 +12,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, PositionState, check_qk
+from ._positions import check_qk
+from .base import PositionalEncoding, PositionState
 
 #: What :func:`attention` accepts as its position argument: an encoding (prepared per call),
 #: a :class:`~posenc.PositionState` prepared once per forward, or ``None``.

@@ -2,8 +2,7 @@
 
 :func:`check_input`, :func:`check_qk`, :func:`check_bias_qk` and :func:`check_scores` check the
 tensors an encoding's hooks receive; :func:`resolve_positions`, :func:`resolve_qk_positions` and
-:func:`mask_to_positions` turn optional positions into ``torch.long`` tensors. All are
-re-exported by :mod:`posenc.base`, where :class:`~posenc.base.PositionalEncoding` uses them.
+:func:`mask_to_positions` turn optional positions into ``torch.long`` tensors.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries, ``tk`` keys), ``d`` model
 width, ``dh`` head width.

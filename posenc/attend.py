@@ -27,8 +27,9 @@ from ._attention_paths import _chunk_attention, _single, _toeplitz
 from ._checks import check_bool
 from ._compat import is_compiling
 from ._flex import flex_attention_path
+from ._positions import _resolve_qk, check_bias_qk
 from ._weights import weighted_attention
-from .base import PositionState, _resolve_qk, check_bias_qk
+from .base import PositionState
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
@@ -198,7 +199,7 @@ def attention(
             pass ``q_positions``/``k_positions`` then), or ``None`` for none.
         causal: mask keys after each query (bottom-right aligned, see above).
         q_positions, k_positions: integer positions ``(t,)`` or ``(b, t)``; defaults: keys
-            ``0..tk-1``, queries the last ``tq`` of them (:func:`posenc.base.resolve_qk_positions`).
+            ``0..tk-1``, queries the last ``tq`` of them (:func:`posenc._positions.resolve_qk_positions`).
         attn_mask: boolean keep-mask (``True`` = attend) broadcastable to ``(b, h, tq, tk)``;
             a ``(b, tk)`` padding mask is passed as ``mask[:, None, None, :]``.
         dropout_p: dropout on the attention weights (pass 0 at evaluation).

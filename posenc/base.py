@@ -12,8 +12,7 @@ encoding it holds. An encoding writes its attention hooks once, on the :class:`P
 subclass it names in ``state_class``: the base class's hooks build that state and apply it.
 
 The hooks' input checks and the position resolution (:func:`resolve_qk_positions`...) are in
-:mod:`posenc._positions`, and the per-forward :class:`PositionState` is in :mod:`posenc.state`;
-both are re-exported here.
+:mod:`posenc._positions`, and the per-forward :class:`PositionState` is in :mod:`posenc.state`.
 
 Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries,
 ``tk`` keys), ``d`` model width, ``dh`` head width.
@@ -29,34 +28,13 @@ from torch import Tensor, nn
 
 from ._checks import check_float_tensor
 from ._compat import precise_dtype
-
-# The hooks' input checks and the position resolution live in ``posenc._positions``; re-exported
-# here, where they were first defined.
-from ._positions import (  # noqa: F401
-    _UNSIGNED_WIDE,
-    _resolve_qk,
-    _same_device,
-    check_bias_qk,
-    check_input,
-    check_qk,
-    check_scores,
-    mask_to_positions,
-    resolve_positions,
-    resolve_qk_positions,
-)
+from ._positions import _resolve_qk, check_qk
 from .state import BiasForm, PositionState, ScoreMod
 
 __all__ = [
     "BiasForm",
     "PositionState",
     "PositionalEncoding",
-    "check_bias_qk",
-    "check_input",
-    "check_qk",
-    "check_scores",
-    "mask_to_positions",
-    "resolve_positions",
-    "resolve_qk_positions",
 ]
 
 Kind = Literal["additive", "rotary", "bias", "none"]

@@ -49,8 +49,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from ._positions import resolve_positions
 from .attend import attention
-from .base import PositionalEncoding, resolve_positions
+from .base import PositionalEncoding
 from .encodings.none import NoPE
 from .masking import document_numbers
 

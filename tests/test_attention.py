@@ -12,8 +12,9 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import posenc
+from posenc._positions import resolve_qk_positions
 from posenc.attend import attention
-from posenc.base import PositionalEncoding, resolve_qk_positions
+from posenc.base import PositionalEncoding
 from posenc.registry import lookup
 
 # The module that holds posenc.attention (the tests read its path constants).

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import posenc
-from posenc.base import (
-    PositionState,
+from posenc._positions import (
     check_input,
     check_qk,
     mask_to_positions,
     resolve_positions,
     resolve_qk_positions,
 )
+from posenc.base import PositionState
 
 
 def test_base_hooks_are_no_ops():

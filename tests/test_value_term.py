@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from test_attention import qkv
 from torch import Tensor, nn
 
+from posenc._positions import resolve_qk_positions
 from posenc.attend import attention
-from posenc.base import PositionalEncoding, resolve_qk_positions
+from posenc.base import PositionalEncoding
 
 K = 3  # clipping distance
 DH = 8

@@ -4,8 +4,7 @@
 Positions with axes are tensors with the axis last: ``(t, a)`` or ``(b, t, a)``. Each rotated pair
 ``i`` reads one axis ``axis[i]`` and turns by ``coordinate[axis[i]] * inv_freq[i]``; subclasses
 say which pair reads which axis at which frequency. The cos/sin rows are computed once per
-forward from float64 angles (:class:`AxisRotaryState`), with no table that grows. Re-exported by
-:mod:`posenc.encodings.axial`, where they were first defined.
+forward from float64 angles (:class:`AxisRotaryState`), with no table that grows.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys), ``a`` axes,
 ``dh`` head width, ``r/2`` rotated pairs.
@@ -22,7 +21,8 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._checks import check_float_tensor
 from .._compat import assert_async, can_sync, wide_dtype
-from ..base import PositionalEncoding, PositionState, check_qk
+from .._positions import check_qk
+from ..base import PositionalEncoding, PositionState
 from ..functional.axial import (
     axial_cos_sin,
 )
@@ -220,7 +220,7 @@ class _AxisRotary(PositionalEncoding):
         q_positions: Tensor | None,
         k_positions: Tensor | None,
     ) -> tuple[Tensor, Tensor]:
-        """Queries' and keys' positions; defaults as :func:`posenc.base.resolve_qk_positions`
+        """Queries' and keys' positions; defaults as :func:`posenc._positions.resolve_qk_positions`
         (keys at the defaults, queries the last ``tq`` of them), on axes."""
         kp = None if k_positions is None else self._check_positions(k_positions, tk, batch, "k_positions")
         qp = None if q_positions is None else self._check_positions(q_positions, tq, batch, "q_positions")

@@ -9,14 +9,8 @@ from torch import Tensor
 
 from .._checks import check_bool, check_num_heads, check_positive_int
 from .._compat import precise_dtype
-from ..base import (
-    BiasForm,
-    PositionalEncoding,
-    PositionState,
-    ScoreMod,
-    check_bias_qk,
-    check_scores,
-)
+from .._positions import check_bias_qk, check_scores
+from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
 from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options, linear_bias
 from ..functional.relative import position_indexer, toeplitz_by_distance
 

@@ -23,12 +23,9 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
 from ..functional.axial import check_axis_widths, checked_axial_frequencies, grid_positions
+from ._axis_rotary import _AxisRotary
 
-# The base class and state shared with M-RoPE live in ``_axis_rotary``; re-exported here, where
-# they were first defined.
-from ._axis_rotary import AxisRotaryState, RowsPair, _AxisRotary, precise  # noqa: F401
-
-__all__ = ["AxialRoPE", "AxisRotaryState"]
+__all__ = ["AxialRoPE"]
 
 
 class AxialRoPE(_AxisRotary):

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
 from .._compat import can_sync, precise_dtype
-from ..base import PositionalEncoding, check_input, resolve_positions
+from .._positions import check_input, resolve_positions
+from ..base import PositionalEncoding
 
 __all__ = ["Learned"]
 

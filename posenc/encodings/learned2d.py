@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_int, check_positive_float
 from .._compat import can_sync
-from ..base import PositionalEncoding, check_input, resolve_positions
+from .._positions import check_input, resolve_positions
+from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
 
 __all__ = ["Learned2D"]

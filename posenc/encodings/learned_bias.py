@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
+from .._positions import check_bias_qk, check_scores
+from ..base import PositionalEncoding, PositionState, ScoreMod
 from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import matmul_outside_autocast
 

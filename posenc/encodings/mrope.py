@@ -17,7 +17,7 @@ from .._checks import check_bool, check_int
 from .._compat import can_sync
 from ..functional.axial import mrope_axes
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from .axial import AxisRotaryState, _AxisRotary
+from ._axis_rotary import AxisRotaryState, _AxisRotary
 
 __all__ = ["MRoPE"]
 

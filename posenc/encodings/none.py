@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..base import PositionalEncoding, check_input, resolve_positions
+from .._positions import check_input, resolve_positions
+from ..base import PositionalEncoding
 
 __all__ = ["NoPE"]
 

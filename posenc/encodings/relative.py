@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_bias_qk, check_scores
+from .._positions import check_bias_qk, check_scores
+from ..base import PositionalEncoding, PositionState, ScoreMod
 from ..functional.relative import (
     check_relative_bucket_options,
     gather_relative_bias,

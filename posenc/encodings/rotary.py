@@ -27,7 +27,8 @@ from torch import Tensor
 
 from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
-from ..base import PositionalEncoding, PositionState, _resolve_qk, check_qk
+from .._positions import _resolve_qk, check_qk
+from ..base import PositionalEncoding, PositionState
 from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
 from ..functional.rotary import _rotate, eager_rows, rope_cos_sin, rotate_eager
 

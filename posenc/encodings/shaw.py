@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
+from .._positions import check_qk
+from ..base import PositionalEncoding, PositionState, ScoreMod
 from ..functional.relative import position_indexer
 from ..functional.shaw import (
     clipped_distance_index,

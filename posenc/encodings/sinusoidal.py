@@ -1,6 +1,5 @@
 """Fixed sin/cos encodings: 1D (Vaswani et al., 2017) here; 2D for image patch grids (MAE) and 3D
-for video patch grids (CogVideoX / diffusers) in :mod:`posenc.encodings.sinusoidal2d`, re-exported
-here.
+for video patch grids (CogVideoX / diffusers) in :mod:`posenc.encodings.sinusoidal2d`.
 
 Both keep their table as a non-persistent buffer computed in float64 and stored in float32
 (float64 after ``.double()``). ``.to(torch.bfloat16)`` / ``.half()`` move the table but do not
@@ -17,15 +16,11 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
 from .._compat import can_sync, is_compiling, is_exporting, wide_dtype
-from ..base import check_input, resolve_positions
+from .._positions import check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_table
 from ._table_cache import TABLE_LOCK, _TableCache
 
-# Sinusoidal2D (and its Grid type) live in ``sinusoidal2d``; re-exported here, where they were
-# first defined.
-from .sinusoidal2d import Grid, Sinusoidal2D  # noqa: F401
-
-__all__ = ["Sinusoidal", "Sinusoidal2D"]
+__all__ = ["Sinusoidal"]
 
 
 #: Rows of the 1D table built at construction when ``max_len`` is not given.

@@ -3,8 +3,7 @@ grids (CogVideoX / diffusers).
 
 The table is a non-persistent buffer computed in float64 and stored in float32 (float64 after
 ``.double()``); ``.to(torch.bfloat16)`` / ``.half()`` move it but do not downcast it. Outputs are
-cast to the input's dtype once, at the end. Re-exported by :mod:`posenc.encodings.sinusoidal`,
-where it was first defined.
+cast to the input's dtype once, at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
 from .._compat import can_sync, is_compiling, wide_dtype
-from ..base import check_input, resolve_positions
+from .._positions import check_input, resolve_positions
 from ..functional.sinusoidal import (
     ORDERS_2D,
     sinusoidal_2d_table,

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from .._checks import check_positive_float
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, check_qk, resolve_qk_positions
+from .._positions import check_qk, resolve_qk_positions
+from ..base import PositionalEncoding
 
 __all__ = ["QueryTemperature", "query_temperature"]
 

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 from .._checks import check_float_tensor, check_positive_float, check_positive_int
 from .._compat import can_sync, precise_dtype
-from ..base import PositionalEncoding, PositionState, ScoreMod, check_qk
+from .._positions import check_qk
+from ..base import PositionalEncoding, PositionState, ScoreMod
 from ..functional.relative import position_indexer
 from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 

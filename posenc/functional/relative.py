@@ -159,7 +159,7 @@ def clamped_relative_index(q_positions: Tensor, k_positions: Tensor, max_distanc
 def default_relative_distances(tq: int, tk: int, device: torch.device | str | None = None) -> Tensor:
     """Every ``k_pos - q_pos`` of the default positions, ascending, for :func:`toeplitz_by_distance`.
 
-    Default positions (see :func:`posenc.base.resolve_qk_positions`): keys ``0..tk-1``,
+    Default positions (see :func:`posenc._positions.resolve_qk_positions`): keys ``0..tk-1``,
     queries ``q0..q0+tq-1`` with ``q0 = max(tk - tq, 0)``.
 
     Returns:

@@ -18,8 +18,9 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
+from .._positions import mask_to_positions
 from ..attend import attention
-from ..base import PositionalEncoding, PositionState, mask_to_positions
+from ..base import PositionalEncoding, PositionState
 from ..cache import KVCache, describe_encoding
 from ..masking import check_window, document_positions
 from ..registry import build

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import posenc
-from posenc.encodings.sinusoidal import Sinusoidal, Sinusoidal2D
+from posenc.encodings.sinusoidal import Sinusoidal
+from posenc.encodings.sinusoidal2d import Sinusoidal2D
 from posenc.functional.sinusoidal import sinusoidal_2d_table, sinusoidal_shift_map, sinusoidal_table
 
 # A float64 table cast once to float32 is within one float32 rounding of the exact value

@@ -20,6 +20,7 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 from transformers.models.t5.modeling_t5 import T5Attention
 
 import posenc
+import posenc._positions
 from posenc.functional import (
     alibi_slopes,
     relative_bucket_of_distances,
@@ -522,7 +523,7 @@ def test_t5_bias_equals_bucketing_every_pair(data) -> None:
         q_pos = torch.arange(tq)
     q, k = make_qk(entry, batch, tq, tk, torch.float32)
     bias = t5.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
-    q_pos, k_pos = posenc.base.resolve_qk_positions(q, k, q_pos, k_pos)
+    q_pos, k_pos = posenc._positions.resolve_qk_positions(q, k, q_pos, k_pos)
     relative = k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
     bucket = T5Attention._relative_position_bucket(relative, **options)
     expected = t5.relative_attention_bias.weight[bucket]  # (..., tq, tk, h)
