@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -16,8 +16,8 @@ from torch import Tensor
 __all__ = [
     "TORCH_VERSION",
     "accelerator_paths",
-    "assert_async",
     "can_sync",
+    "check_values",
     "is_compiling",
     "is_exporting",
     "is_tracing",
@@ -77,10 +77,19 @@ def accelerator_paths() -> Iterator[None]:
         _ACCELERATOR_PATHS.reset(token)
 
 
-def assert_async(condition: Tensor, message: str) -> None:
-    """``torch._assert_async(condition, message)`` except on the meta device (no values there)."""
-    if condition.device.type != "meta":
-        torch._assert_async(condition, message)
+def check_values(ok: Tensor, message: str, detail: Callable[[], str] | None = None) -> None:
+    """Refuse values where ``ok`` (a bool tensor, one entry per value checked) is not all true.
+
+    Where :func:`can_sync` allows it (a CPU tensor, eager), a ``ValueError`` with ``detail()`` (which
+    may read the offending values) or ``message``; elsewhere a kernel assert with ``message``, so the
+    check costs no host sync. Nothing on the meta device (no values) or for no values.
+    """
+    if ok.numel() == 0 or ok.device.type == "meta":
+        return
+    if not can_sync(ok):
+        torch._assert_async(ok.all(), message)
+    elif not bool(ok.all()):
+        raise ValueError(detail() if detail is not None else message)
 
 
 def precise_dtype(t: Tensor | torch.dtype) -> torch.dtype:

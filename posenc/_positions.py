@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_float_tensor
-from ._compat import can_sync
+from ._compat import check_values
 
 
 def check_input(x: Tensor, *, name: str = "x", width: int | None = None) -> None:
@@ -109,13 +109,12 @@ def resolve_positions(
         raise ValueError(f"{name} has length {positions.shape[-1]}, expected {length} (the sequence length)")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
         raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
-    if positions.numel() > 0 and positions.device.type != "meta":
-        if not can_sync(positions):
-            # No host sync on an accelerator or in a compiled graph: an assert the kernel checks,
-            # so that a negative position fails instead of wrapping around a table.
-            torch._assert_async((positions >= 0).all(), f"{name} must be non-negative")
-        elif bool((positions < 0).any()):
-            raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
+    # A negative position must fail, not wrap around a table (a kernel assert off the CPU: no sync).
+    check_values(
+        positions >= 0,
+        f"{name} must be non-negative",
+        lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
+    )
     return positions.long()
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_int
-from ._compat import can_sync
+from ._compat import check_values
 from .base import PositionalEncoding
 
 __all__ = ["KVCache", "describe_encoding"]
@@ -194,13 +194,11 @@ class KVCache:
         t = positions.shape[-2 if axes else -1]
         if t > capacity:
             raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={capacity})")
-        if can_sync(fill):
-            if int(fill) + t > capacity:
-                raise ValueError(
-                    f"this KVCache(capacity={capacity}) holds {int(fill)} tokens: {t} more do not fit"
-                )
-        else:  # no host sync on an accelerator: the kernel checks
-            torch._assert_async(fill + t <= capacity, f"KVCache(capacity={capacity}) overflows")
+        check_values(
+            fill + t <= capacity,
+            f"KVCache(capacity={capacity}) overflows",
+            lambda: f"this KVCache(capacity={capacity}) holds {int(fill)} tokens: {t} more do not fit",
+        )
         return fill + torch.arange(t, device=positions.device)
 
     @staticmethod

@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._checks import check_float_tensor
-from .._compat import assert_async, can_sync, wide_dtype
+from .._compat import check_values, wide_dtype
 from .._positions import check_qk
 from ..base import PositionalEncoding, PositionState
 from ..functional.axial import (
@@ -202,13 +202,14 @@ class _AxisRotary(PositionalEncoding):
             )
         if positions.dim() == 3 and batch is not None and positions.shape[0] not in (1, batch):
             raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
-        checkable = can_sync(positions) and positions.numel() > 0
-        if checkable and positions.is_floating_point() and not bool(positions.isfinite().all()):
-            raise ValueError(f"{name} must be finite, got a NaN or infinite coordinate")
-        if checkable and not floats and bool((positions < 0).any()):
-            raise ValueError(f"{name} must be non-negative, got minimum {int(positions.min())}")
-        if not checkable and not floats and positions.numel() > 0:  # no host sync: the kernel checks
-            assert_async((positions >= 0).all(), f"{name} must be non-negative")
+        if positions.is_floating_point():
+            check_values(positions.isfinite(), f"{name} must be finite, got a NaN or infinite coordinate")
+        if not floats:
+            check_values(
+                positions >= 0,
+                f"{name} must be non-negative",
+                lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
+            )
         return positions if positions.is_floating_point() else positions.long()
 
     def _resolve(

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
-from .._compat import can_sync, precise_dtype
+from .._compat import check_values, precise_dtype
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
 
@@ -82,23 +82,19 @@ class Learned(PositionalEncoding):
             )
 
     def _check_positions(self, positions: Tensor) -> None:
-        if positions.numel() == 0 or positions.device.type == "meta":
-            return
-        if not can_sync(positions):
-            # The largest position is data: no host sync on an accelerator or in a compiled graph,
-            # but an assert the kernel checks, so a position past the table fails instead of
-            # reading out of bounds.
-            torch._assert_async(
-                (positions < self.max_len).all(),
-                f"a position is beyond the learned table (max_len={self.max_len})",
-            )
-            return
-        largest = int(positions.max())
-        if largest >= self.max_len:
-            raise ValueError(
+        def detail() -> str:
+            largest = int(positions.max())
+            return (
                 f"position {largest} is beyond the learned position table: it needs {largest + 1} positions, "
                 f"max_len={self.max_len} allows 0..{self.max_len - 1}; resize() the table for longer inputs"
             )
+
+        # A position past the table must fail, not read out of bounds (a kernel assert off the CPU).
+        check_values(
+            positions < self.max_len,
+            f"a position is beyond the learned table (max_len={self.max_len})",
+            detail,
+        )
 
     def table(self, positions: Tensor | int) -> Tensor:
         """The rows added at ``positions``: an int ``n`` (``0..n-1``) or ``(t,)`` / ``(b, t)`` integers.

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_int, check_positive_float
-from .._compat import can_sync
+from .._compat import check_values
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
@@ -176,16 +176,14 @@ class Learned2D(PositionalEncoding):
             hw = _grid("grid", grid)
         table = self.table(hw)
         positions = resolve_positions(positions, n, batch=x.shape[0]).to(table.device)
-        if positions.numel() and positions.device.type != "meta":  # no values on meta
-            if not can_sync(positions):  # no host sync on an accelerator or when traced: the kernel checks
-                torch._assert_async(
-                    (positions < hw[0] * hw[1]).all(),
-                    f"positions must be patch indices below h*w = {hw[0] * hw[1]}",
-                )
-            elif int(positions.max()) >= hw[0] * hw[1]:
-                raise ValueError(
-                    f"positions must be patch indices below h*w = {hw[0] * hw[1]}, got maximum {int(positions.max())}"
-                )
+        cells = hw[0] * hw[1]
+        check_values(
+            positions < cells,
+            f"positions must be patch indices below h*w = {cells}",
+            lambda: (
+                f"positions must be patch indices below h*w = {cells}, got maximum {int(positions.max())}"
+            ),
+        )
         prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
         return x + table[torch.cat((prefix, positions + p), dim=-1)].to(x.dtype)
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from .._compat import can_sync, is_compiling, is_exporting, wide_dtype
+from .._compat import can_sync, check_values, is_compiling, is_exporting, wide_dtype
 from .._positions import check_input, resolve_positions
 from ..functional.sinusoidal import sinusoidal_table
 from ._table_cache import TABLE_LOCK, _TableCache
@@ -159,12 +159,11 @@ class Sinusoidal(_TableCache):
             or positions.dtype == torch.bool
         ):
             raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
-        if positions.numel() and positions.device.type != "meta":
-            if can_sync(positions):
-                if bool((positions < 0).any()):
-                    raise ValueError(f"positions must be non-negative, got minimum {int(positions.min())}")
-            else:  # no host sync on an accelerator or under compile: the kernel checks
-                torch._assert_async((positions >= 0).all(), "positions must be non-negative")
+        check_values(
+            positions >= 0,
+            "positions must be non-negative",
+            lambda: f"positions must be non-negative, got minimum {int(positions.min())}",
+        )
         dtype = dtype or self._table.dtype
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")

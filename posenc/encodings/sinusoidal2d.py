@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from .._compat import can_sync, is_compiling, wide_dtype
+from .._compat import check_values, is_compiling, wide_dtype
 from .._positions import check_input, resolve_positions
 from ..functional.sinusoidal import (
     ORDERS_2D,
@@ -226,16 +226,13 @@ class Sinusoidal2D(_TableCache):
         if n < 0:
             raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
         positions = resolve_positions(positions, n, batch=x.shape[0], name="positions").to(table.device)
-        # a data-dependent check: eager only, and not on meta (no values; shape propagation)
-        if positions.numel() and positions.device.type != "meta":  # no values on meta
-            if not can_sync(positions):  # no host sync on an accelerator or when traced: the kernel checks
-                torch._assert_async(
-                    (positions < cells).all(), f"positions must be patch indices below {axes} = {cells}"
-                )
-            elif int(positions.max()) >= cells:
-                raise ValueError(
-                    f"positions must be patch indices below {axes} = {cells}, got maximum {int(positions.max())}"
-                )
+        check_values(
+            positions < cells,
+            f"positions must be patch indices below {axes} = {cells}",
+            lambda: (
+                f"positions must be patch indices below {axes} = {cells}, got maximum {int(positions.max())}"
+            ),
+        )
         prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
         rows = torch.cat((prefix, positions + p), dim=-1)
         return x + table[rows].to(x.dtype)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_float, check_positive_int
-from .._compat import can_sync
+from .._compat import check_values
 from ..base import PositionalEncoding
 from ..cache import KVCache
 from ..masking import document_positions
@@ -255,18 +255,14 @@ class TransformerLM(nn.Module):
         _check_devices(
             input_ids, attention_mask=attention_mask, positions=positions, document_ids=document_ids
         )
-        if input_ids.numel() > 0 and input_ids.device.type != "meta":
-            if can_sync(input_ids):
-                low, high = int(input_ids.min()), int(input_ids.max())
-                if low < 0 or high >= self.vocab_size:
-                    raise ValueError(
-                        f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from {low} to {high}"
-                    )
-            else:  # no host sync on an accelerator or when traced: the kernel checks
-                torch._assert_async(
-                    ((input_ids >= 0) & (input_ids < self.vocab_size)).all(),
-                    f"input_ids must lie in [0, vocab_size={self.vocab_size})",
-                )
+        check_values(
+            (input_ids >= 0) & (input_ids < self.vocab_size),
+            f"input_ids must lie in [0, vocab_size={self.vocab_size})",
+            lambda: (
+                f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from "
+                f"{int(input_ids.min())} to {int(input_ids.max())}"
+            ),
+        )
         b, t = input_ids.shape
         if cache is not None:
             cache.bind(self.num_layers)
