@@ -96,7 +96,7 @@ class RotaryState(PositionState):
     def _rotate(self, x: Tensor, side: str, role: str) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         layout = self.encoding.layout
-        if self.end is None or x.device.type not in ("cpu", "cuda"):  # traced: the formula, fused
+        if is_tracing() or x.device.type not in ("cpu", "cuda"):  # traced: the formula, fused
             return _rotate(x, *self._rows(side, role, x.dtype), layout)
         key = (side, role if self.by_role else "", x.dtype)
         rows = self._eager.get(key)

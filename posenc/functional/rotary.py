@@ -135,9 +135,17 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
         (cis,) = rows
         pairs = torch.view_as_complex(part.to(cis.real.dtype).unflatten(-1, (-1, 2)).contiguous())
         out = torch.view_as_real(pairs * cis).flatten(-2).to(x.dtype)
-    if rot == x.shape[-1]:
-        return out
-    return torch.cat((out, x[..., rot:].expand(*out.shape[:-1], -1)), -1)
+    return _with_rest(out, x)
+
+
+def _with_rest(rotated: Tensor, x: Tensor) -> Tensor:
+    """The rotated channels ``(..., t, r)`` followed by those of ``x`` ``(..., t, dh)`` that pass through."""
+    rot = rotated.shape[-1]
+    return (
+        rotated
+        if rot == x.shape[-1]
+        else torch.cat((rotated, x[..., rot:].expand(*rotated.shape[:-1], -1)), -1)
+    )
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
@@ -188,6 +196,4 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
     CUDA device, else the formula (traced: inductor fuses it; the meta device)."""
     if not is_tracing() and x.device.type in ("cpu", "cuda"):
         return rotate_eager(x, eager_rows(cos, sin, x.dtype, layout), layout)
-    rot = 2 * cos.shape[-1]
-    out = rotary_reference(x[..., :rot], cos, sin, layout)
-    return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:].expand(*out.shape[:-1], -1)), -1)
+    return _with_rest(rotary_reference(x[..., : 2 * cos.shape[-1]], cos, sin, layout), x)
