@@ -147,9 +147,7 @@ class KVCache:
         layer = self._check_layer(layer)
         if self.capacity is None:
             return None
-        fill = (
-            self.fill[layer] if layer < len(self.fill) else torch.zeros((), dtype=torch.long, device=device)
-        )
+        fill = self.fill_index(layer, device)
         slots = torch.arange(self.capacity, device=fill.device)
         return (slots < fill + new)[None]
 

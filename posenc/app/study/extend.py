@@ -54,6 +54,7 @@ from .outdir import hold, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .training import (
     _check_specs,
+    _corpus_info,
     _deterministic,
     _eval_chunks,
     _evaluate,
@@ -209,15 +210,7 @@ def run_extend(
             argument="corpus",
         )
     chunks = _eval_chunks(val_ids, config)
-    corpus_info = {
-        "source": corpus.source,
-        "files": corpus.num_files,
-        "characters": len(corpus.text),
-        "sha256": hashlib.sha256(corpus.text.encode()).hexdigest(),
-        "train_characters": len(train_text),
-        "validation_characters": len(val_text),
-        "vocabulary": len(vocab.chars),
-    }
+    corpus_info = _corpus_info(corpus, train_text, val_text, vocab)
     summary = (
         f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
         f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "

@@ -29,6 +29,7 @@ from .plan import default_encodings
 from .results import EncodingResult, StudyResult
 from .training import (
     _check_specs,
+    _corpus_info,
     _deterministic,
     _eval_chunks,
     _evaluate,
@@ -137,15 +138,7 @@ def _study(
             argument="corpus",
         )
     chunks = _eval_chunks(val_ids, config)
-    corpus_info = {
-        "source": corpus.source,
-        "files": corpus.num_files,
-        "characters": len(corpus.text),
-        "sha256": hashlib.sha256(corpus.text.encode()).hexdigest(),
-        "train_characters": len(train_text),
-        "validation_characters": len(val_text),
-        "vocabulary": len(vocab.chars),
-    }
+    corpus_info = _corpus_info(corpus, train_text, val_text, vocab)
     done = _resumable(out, config, corpus_info) if resume and out is not None else {}
     # Finished encodings of the earlier run that are not asked for now: kept in the results, never dropped.
     asked = {label for label, _ in specs}

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import platform
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from posenc import PositionalEncoding
 from posenc.registry import describe, lookup, parse_spec
 
 from .config import ConfigError, StudyConfig
+from .corpus import Corpus
 from .parallel import Ranks
 from .plan import has_fixed_length
 from .results import LengthResult
@@ -176,6 +178,19 @@ def study_model(spec: Any, vocab_size: int, config: StudyConfig) -> Any:
     scale = fair_embed_scale(spec, config)
     torch.manual_seed(config.seed)
     return build_study_model(spec, vocab_size, config, embed_scale=scale)
+
+
+def _corpus_info(corpus: Corpus, train_text: str, val_text: str, vocab: _Vocabulary) -> dict[str, Any]:
+    """What results.json records of the corpus (and what ``--resume`` compares)."""
+    return {
+        "source": corpus.source,
+        "files": corpus.num_files,
+        "characters": len(corpus.text),
+        "sha256": hashlib.sha256(corpus.text.encode()).hexdigest(),
+        "train_characters": len(train_text),
+        "validation_characters": len(val_text),
+        "vocabulary": len(vocab.chars),
+    }
 
 
 def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
