@@ -29,7 +29,10 @@ def short(value: object, limit: int = 80) -> str:
     """
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"an int of {len(str(value)) if value.bit_length() < 14000 else 'more than 4000'} digits"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a list of such ints; a very deep value
+        return f"<a {type(value).__name__}>"
     return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
 
 

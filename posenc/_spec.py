@@ -1,72 +1,46 @@
-"""Parsing a spec string, ``"name"`` or ``"name(key=literal, ...)"``, with :mod:`ast` (never ``eval``).
+"""What a spec may say: parsing ``"name(key=literal, ...)"`` and checking options against annotations.
 
-:func:`parse_spec` (re-exported by :mod:`posenc.registry`, which builds from its result) bounds
-the input first, then reads keyword literals only. ``_show`` / ``_cut`` shorten the values that
-error messages echo, here and in the registry.
+:func:`parse_spec` (re-exported by :mod:`posenc.registry`, which builds from its result) bounds the
+input first, then reads keyword literals only, with :mod:`ast` (never ``eval``). :func:`check_option`
+raises ``TypeError`` for a value of the wrong type (containers element by element, ``Literal``
+choices, unions reporting their deepest arm) and ``ValueError`` for a value of the right type that
+cannot be used (a float too large or not finite). Annotations it cannot resolve are accepted and
+left to the constructor.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Any
+import collections.abc as abc
+import inspect
+import itertools
+import math
+import re
+import sys
+import types
+import typing
+from typing import Any, Literal, Union
+
+from ._checks import short
 
 # Spec strings are parsed with ast, whose parser and literal_eval recurse: bound the input first.
 # Real specs are a few hundred characters (LongRoPE's factor lists at head_dim=256: ~6k) and
 # nest brackets 3 deep (call, dict, list).
 _MAX_SPEC_LENGTH = 100_000
 _MAX_SPEC_DEPTH = 20
-# Values echoed in error messages are cut to about this many characters.
-_MAX_SHOWN = 100
-
-
-def _cut(text: str) -> str:
-    """``text`` cut to about :data:`_MAX_SHOWN` characters, for error messages."""
-    if len(text) > _MAX_SHOWN:
-        return f"{text[:_MAX_SHOWN]}... ({len(text)} characters)"
-    return text
-
-
-def _show(value: Any) -> str:
-    """``repr(value)``, cut to about :data:`_MAX_SHOWN` characters, for error messages."""
-    try:
-        return _cut(repr(value))
-    except (ValueError, RecursionError):  # ints past sys.get_int_max_str_digits(); very deep values
-        if isinstance(value, int):
-            return f"<an int of {value.bit_length()} bits>"
-        return f"<a {type(value).__name__}>"
+# A quoted string literal, whose brackets do not nest anything (a bound, not a parser).
+_STRING = re.compile(r"'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"", re.S)
 
 
 def _bracket_depth(text: str) -> int:
-    """The deepest nesting of ``([{`` in ``text``, outside string literals (a bound, not a parser)."""
-    depth = deepest = 0
-    quote = ""
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif c in "'\"":
-            quote = text[i : i + 3] if text[i : i + 3] in ("'''", '"""') else c
-            i += len(quote)
-            continue
-        elif c in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in ")]}":
-            depth -= 1
-        i += 1
-    return deepest
+    """The deepest nesting of ``([{`` in ``text``, outside string literals."""
+    steps = ((c in "([{") - (c in ")]}") for c in _STRING.sub("", text))
+    return max(itertools.accumulate(steps), default=0)
 
 
 def _unparse(node: ast.AST) -> str:
     try:
-        return _cut(ast.unparse(node))
+        return short(ast.unparse(node))
     except (RecursionError, MemoryError):
         return "<an expression too deep to show>"
 
@@ -83,49 +57,167 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(spec, str):
         raise TypeError(f"a position encoding spec string must be a str, got {type(spec).__name__}")
     text = spec.strip()
-    shown = _show(spec)
+    where = f"position encoding spec {short(spec)}"
     if len(text) > _MAX_SPEC_LENGTH:
-        raise ValueError(
-            f"position encoding spec {shown} is too long: {len(text)} characters, the limit is {_MAX_SPEC_LENGTH}"
-        )
+        raise ValueError(f"{where} is too long: {len(text)} characters, the limit is {_MAX_SPEC_LENGTH}")
     depth = _bracket_depth(text)
     if depth > _MAX_SPEC_DEPTH:
-        raise ValueError(
-            f"position encoding spec {shown} nests brackets {depth} deep; the limit is {_MAX_SPEC_DEPTH}"
-        )
+        raise ValueError(f"{where} nests brackets {depth} deep; the limit is {_MAX_SPEC_DEPTH}")
     try:
         node = ast.parse(text, mode="eval").body
     except SyntaxError as err:
         raise ValueError(
-            f"cannot parse position encoding spec {shown}: expected a name like 'rope' or a call like "
-            f'"rope(base=500000.0)" ({_cut(err.msg)})'
+            f"cannot parse {where}: expected a name like 'rope' or a call like "
+            f'"rope(base=500000.0)" ({short(err.msg)})'
         ) from None
     except (RecursionError, MemoryError):  # e.g. thousands of chained unary or binary operators
-        raise ValueError(f"cannot parse position encoding spec {shown}: it is nested too deeply") from None
+        raise ValueError(f"cannot parse {where}: it is nested too deeply") from None
     if isinstance(node, ast.Name):
         return node.id, {}
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-        raise ValueError(
-            f"position encoding spec {shown} must be a name like 'alibi' or a call like \"rope(base=500000.0)\""
-        )
+        raise ValueError(f"{where} must be a name like 'alibi' or a call like \"rope(base=500000.0)\"")
     if node.args:
-        raise ValueError(
-            f'position encoding spec {shown}: options must be given by keyword, e.g. "{node.func.id}(base=10000.0)"'
-        )
+        raise ValueError(f'{where}: options must be given by keyword, e.g. "{node.func.id}(base=10000.0)"')
     options: dict[str, Any] = {}
     for kw in node.keywords:
         if kw.arg is None:
-            raise ValueError(
-                f"position encoding spec {shown}: '**' is not allowed; write each option as key=value"
-            )
+            raise ValueError(f"{where}: '**' is not allowed; write each option as key=value")
         if kw.arg in options:
-            raise ValueError(f"position encoding spec {shown}: option {kw.arg!r} is given more than once")
+            raise ValueError(f"{where}: option {kw.arg!r} is given more than once")
         try:
             options[kw.arg] = ast.literal_eval(kw.value)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             # TypeError: an unhashable dict key or set item, e.g. {[1]: 2}
             raise ValueError(
-                f"position encoding spec {shown}: option {kw.arg!r} must be a Python literal "
+                f"{where}: option {kw.arg!r} must be a Python literal "
                 f"(number, string, bool, None, list, tuple or dict), got {_unparse(kw.value)}"
             ) from None
     return node.func.id, options
+
+
+# --- option types ----------------------------------------------------------------------------------
+
+
+def type_hints(cls: type) -> dict[str, Any]:
+    """The constructor's annotations, resolved; one that cannot be resolved stays a string."""
+    init = inspect.getattr_static(cls, "__init__")  # the function, as inspect.signature reads it
+    try:
+        return typing.get_type_hints(init)
+    except Exception:  # one bad annotation makes get_type_hints fail: resolve the others one by one
+        namespace = getattr(init, "__globals__", {})
+
+    def resolve(ann: Any) -> Any:
+        try:  # what typing.get_type_hints does for each annotation, with the function's globals
+            return eval(ann, namespace) if isinstance(ann, str) else ann
+        except Exception:
+            return ann
+
+    return {n: resolve(ann) for n, ann in getattr(init, "__annotations__", {}).items()}
+
+
+def literal_choices(ann: Any) -> list[Any] | None:
+    """The values of a ``Literal`` annotation (or of the first ``Literal`` in a union), else ``None``."""
+    if typing.get_origin(ann) is Literal:
+        return list(typing.get_args(ann))
+    if typing.get_origin(ann) in (Union, types.UnionType):
+        return next(filter(None, map(literal_choices, typing.get_args(ann))), None)
+    return None
+
+
+def type_name(ann: Any) -> str:
+    if ann is inspect.Parameter.empty:
+        return "any"
+    if isinstance(ann, type) and not typing.get_args(ann):
+        return "None" if ann is type(None) else ann.__name__
+    return str(ann).replace("typing.", "").replace("collections.abc.", "")
+
+
+# Why a value does not fit an annotation: (depth, where, expected, reason). ``depth`` is how far into
+# the value the check got (a union reports its deepest arm); ``reason`` is set when the type fits but
+# the value does not (a ValueError).
+_Problem = tuple[int, str, str, str]
+_SEQUENCES = (list, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set)
+
+
+def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None:
+    """``None`` if ``value`` fits ``ann``, else why not. Containers are checked element by element."""
+    if ann in (inspect.Parameter.empty, Any, object):
+        return None
+    where = f"{path}={short(value)}"
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    base = origin or ann
+    if origin is Literal:
+        ok = any(value == choice and type(value) is type(choice) for choice in args)
+        return None if ok else (depth, where, f"one of {list(args)}", "")
+    if origin in (Union, types.UnionType):
+        problems = [_problem(value, arm, path, depth) for arm in args]
+        found = [p for p in problems if p is not None]
+        if len(found) < len(problems):
+            return None
+        bad_value = [p for p in found if p[3]]
+        if bad_value:  # the type fits one arm but the value does not: say why
+            return bad_value[0]
+        deepest = max(found, key=lambda p: p[0])
+        if deepest[0] > depth:  # one arm matched the container: report the element that did not
+            return deepest
+        choices = literal_choices(ann)
+        return depth, where, type_name(ann) + (f" (one of {choices})" if choices else ""), ""
+    wrong = (depth, where, type_name(ann), "")
+    if ann is None or ann is type(None):
+        return None if value is None else wrong
+    if ann is bool:
+        return None if isinstance(value, bool) else wrong
+    if ann in (int, float):  # a bool is an int in Python, never accepted as one here; ints are floats
+        if isinstance(value, bool) or not isinstance(value, int if ann is int else (int, float)):
+            return wrong
+        if ann is int:
+            return None
+        try:
+            as_float = float(value)
+        except OverflowError:
+            return depth, where, "", f"is too large for a float (at most {sys.float_info.max:.4g})"
+        return None if math.isfinite(as_float) else (depth, where, "", "must be finite")
+    if base is tuple:
+        if not isinstance(value, tuple):
+            return wrong
+        if not args:
+            return None
+        items = [args[0]] * len(value) if args[-1] is Ellipsis else [a for a in args if a != ()]
+        if len(value) != len(items):
+            return depth, where, f"{type_name(ann)} (a tuple of {len(items)})", ""
+        pairs = [
+            (item, item_ann, f"{path}[{i}]")
+            for i, (item, item_ann) in enumerate(zip(value, items, strict=True))
+        ]
+    elif base in _SEQUENCES:
+        # A str is a Sequence of str, but a string where a list is meant is nearly always a mistake.
+        if not isinstance(value, base) or isinstance(value, (str, bytes)):
+            return wrong
+        pairs = [(item, args[0] if args else Any, f"{path}[{i}]") for i, item in enumerate(value)]
+    elif base in (dict, abc.Mapping, abc.MutableMapping):
+        if not isinstance(value, base):
+            return wrong
+        key_ann, value_ann = args if len(args) == 2 else (Any, Any)
+        pairs = []
+        for k, v in value.items():
+            pairs += [(k, key_ann, f"{path} key"), (v, value_ann, f"{path}[{short(k)}]")]
+    else:
+        # A class is checked with isinstance; anything else (an annotation that could not be
+        # resolved, a type variable, a Protocol that is not runtime_checkable) is accepted here
+        # and the constructor checks its own argument.
+        try:
+            return None if not isinstance(base, type) or isinstance(value, base) else wrong
+        except TypeError:
+            return None
+    return next(filter(None, (_problem(v, a, p, depth + 1) for v, a, p in pairs)), None)
+
+
+def check_option(owner: str, key: str, value: Any, ann: Any) -> None:
+    """Raise ``TypeError`` if ``value`` does not fit ``ann``, ``ValueError`` if it fits but is unusable."""
+    problem = _problem(value, ann, key)
+    if problem is not None and problem[3]:
+        raise ValueError(f"{owner}: option {problem[1]} {problem[3]}")
+    if problem is not None:
+        raise TypeError(f"{owner}: option {problem[1]} has the wrong type; expected {problem[2]}")
+    if isinstance(value, float) and not math.isfinite(value):  # whatever the annotation says
+        raise ValueError(f"{owner}: option {key}={value!r} must be finite")

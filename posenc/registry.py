@@ -3,8 +3,8 @@
 ``build("rope(base=500000.0, scaling={'rope_type': 'yarn', 'factor': 4.0})", head_dim=64)``
 parses the string with :mod:`ast` (never ``eval``), checks every option against the
 encoding's constructor, and fills the model's sizes (``dims``) that the constructor declares.
-The parser is :mod:`posenc._spec`, the option checks :mod:`posenc._option_types`; this module
-holds the registry itself and ``build`` / ``describe``.
+The parser and the option checks are in :mod:`posenc._spec`; this module holds the registry
+itself and ``build`` / ``describe``.
 
 Registration is explicit and reversible: :func:`register` (a class decorator),
 :func:`unregister`, and :func:`registered`, a context manager that undoes its registration
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias, TypeVar
 
-from ._option_types import _check_type, _literal_choices, _type_hints, _type_name
-from ._spec import _MAX_SHOWN, _show, parse_spec
+from ._checks import short
+from ._spec import check_option, literal_choices, parse_spec, type_hints, type_name
 from .base import PositionalEncoding
 
 __all__ = [
@@ -45,9 +45,8 @@ DIM_NAMES = ("d_model", "num_heads", "head_dim", "max_len", "causal")
 #: a mapping with a ``"name"`` key and options (as loaded from YAML/JSON), or a built encoding.
 Spec: TypeAlias = str | Mapping[str, Any] | PositionalEncoding
 
-_LOCK = threading.RLock()  # guards _REGISTRY and _CANONICAL against concurrent (un)registration
+_LOCK = threading.RLock()  # guards _REGISTRY against concurrent (un)registration
 _REGISTRY: dict[str, type[PositionalEncoding]] = {}
-_CANONICAL: dict[type[PositionalEncoding], str] = {}
 
 E = TypeVar("E", bound=type[PositionalEncoding])
 
@@ -57,37 +56,34 @@ def _qualified(cls: type) -> str:
 
 
 # --- registration ------------------------------------------------------------------------------
+# A class's canonical name is the ``registry_name`` in its own ``__dict__`` (a subclass inherits the
+# attribute, not the registration).
 
 
 def _normalize_names(name: str, aliases: tuple[str, ...]) -> list[str]:
-    names: list[str] = []
     for n in (name, *aliases):
         if not isinstance(n, str) or not n.isidentifier():
-            raise ValueError(f"register: a name must be a Python identifier, got {_show(n)}")
-        if n.lower() not in names:
-            names.append(n.lower())
-    return names
+            raise ValueError(f"register: a name must be a Python identifier, got {short(n)}")
+    return list(dict.fromkeys(n.lower() for n in (name, *aliases)))
 
 
 def _names_of(cls: type) -> list[str]:
     """Every name ``cls`` is registered under, the canonical one first."""
-    names = [n for n, c in _REGISTRY.items() if c is cls]
-    canonical = _CANONICAL.get(cls)
-    return sorted(names, key=lambda n: (n != canonical, n))
+    canonical = cls.__dict__.get("registry_name")
+    return sorted((n for n, c in _REGISTRY.items() if c is cls), key=lambda n: (n != canonical, n))
 
 
 def _drop(cls: type[PositionalEncoding]) -> None:
     for n in _names_of(cls):
         del _REGISTRY[n]
-    _CANONICAL.pop(cls, None)
     cls.registry_name = None
 
 
 def _add(cls: type[PositionalEncoding], names: list[str], *, replace: bool) -> None:
     """Register ``cls`` under ``names`` (lower-case); the caller holds :data:`_LOCK`."""
     if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
-        raise TypeError(f"register({names[0]!r}) decorates PositionalEncoding subclasses, got {_show(cls)}")
-    owners = {n: _REGISTRY[n] for n in names if n in _REGISTRY and _REGISTRY[n] is not cls}
+        raise TypeError(f"register({names[0]!r}) decorates PositionalEncoding subclasses, got {short(cls)}")
+    owners = {n: _REGISTRY[n] for n in names if _REGISTRY.get(n, cls) is not cls}
     others = list(dict.fromkeys(owners.values()))
     if others and not replace:
         n, old = next(iter(owners.items()))
@@ -107,11 +103,9 @@ def _add(cls: type[PositionalEncoding], names: list[str], *, replace: bool) -> N
         # The replaced class goes away under every name, so that an alias cannot keep building it.
         all_names += [n for n in _names_of(old) if n not in all_names]
         _drop(old)
-    for n in all_names:
-        _REGISTRY[n] = cls
-    if cls not in _CANONICAL:  # the first name a class is registered under stays its canonical name
-        _CANONICAL[cls] = names[0]
-    cls.registry_name = _CANONICAL[cls]
+    if not _names_of(cls):
+        cls.registry_name = names[0]  # the first name a class is registered under stays canonical
+    _REGISTRY.update(dict.fromkeys(all_names, cls))
 
 
 def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E]:
@@ -183,9 +177,7 @@ def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Itera
     names = _normalize_names(name, aliases)
     with _LOCK:
         classes = {cls} | {_REGISTRY[n] for n in names if n in _REGISTRY}
-        touched = set(names).union(*(_names_of(c) for c in classes))
-        saved_names = {n: _REGISTRY.get(n) for n in touched}
-        saved_canonical = {c: _CANONICAL.get(c) for c in classes}
+        saved_names = {n: _REGISTRY.get(n) for n in set(names).union(*map(_names_of, classes))}
         saved_attr = {c: c.__dict__.get("registry_name", _ABSENT) for c in classes}
         _add(cls, names, replace=replace)
     try:
@@ -197,17 +189,11 @@ def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Itera
                     _REGISTRY.pop(n, None)
                 else:
                     _REGISTRY[n] = c
-            for c, canonical in saved_canonical.items():
-                if canonical is None:
-                    _CANONICAL.pop(c, None)
-                else:
-                    _CANONICAL[c] = canonical
             for c, attr in saved_attr.items():
-                if attr is _ABSENT:
-                    with contextlib.suppress(AttributeError):
-                        delattr(c, "registry_name")
-                else:
+                if attr is not _ABSENT:
                     c.registry_name = attr
+                elif "registry_name" in c.__dict__:
+                    delattr(c, "registry_name")
 
 
 def available() -> list[str]:
@@ -228,21 +214,23 @@ def lookup(name: str) -> type[PositionalEncoding]:
     cls = _REGISTRY.get(key)
     if cls is None:
         known = available()
-        close = difflib.get_close_matches(key, known, n=1) if len(key) <= _MAX_SHOWN else []
+        close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(
-            f"unknown position encoding {_show(name)}.{hint} Known encodings: {', '.join(known)}"
+            f"unknown position encoding {short(name)}.{hint} Known encodings: {', '.join(known)}"
         )
     return cls
 
 
 def _options(cls: type[PositionalEncoding]) -> dict[str, inspect.Parameter]:
-    params = inspect.signature(cls.__init__).parameters
+    """The options ``cls`` accepts, each with its default and its resolved annotation: what
+    :func:`build` checks and fills, and what :func:`describe` lists."""
+    hints = type_hints(cls)
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     return {
-        n: p
-        for n, p in list(params.items())[1:]
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        and n not in ("device", "dtype")
+        p.name: p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("device", "dtype")
     }
 
 
@@ -254,22 +242,18 @@ def describe(name: str | type[PositionalEncoding]) -> dict[str, Any]:
         "required", "type", "choices", "is_dim"}]}``; ``choices`` lists a ``Literal``'s values.
     """
     cls = lookup(name) if isinstance(name, str) else name
-    canonical = _CANONICAL.get(cls, cls.__name__.lower())
-    aliases = sorted(n for n, c in _REGISTRY.items() if c is cls and n != canonical)
-    hints = _type_hints(cls)
-    options = []
-    for n, p in _options(cls).items():
-        ann = hints.get(n, p.annotation)
-        options.append(
-            {
-                "name": n,
-                "default": None if p.default is inspect.Parameter.empty else p.default,
-                "required": p.default is inspect.Parameter.empty,
-                "type": _type_name(ann),
-                "choices": _literal_choices(ann),
-                "is_dim": n in DIM_NAMES,
-            }
-        )
+    canonical, *aliases = _names_of(cls) or [cls.__name__.lower()]
+    options = [
+        {
+            "name": n,
+            "default": None if p.default is p.empty else p.default,
+            "required": p.default is p.empty,
+            "type": type_name(p.annotation),
+            "choices": literal_choices(p.annotation),
+            "is_dim": n in DIM_NAMES,
+        }
+        for n, p in _options(cls).items()
+    ]
     doc = inspect.getdoc(cls) or ""
     return {
         "name": canonical,
@@ -311,19 +295,18 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     unknown_dims = sorted(set(dims) - set(DIM_NAMES))
     if unknown_dims:
         raise ValueError(
-            f"build: unknown model size(s) {_show(unknown_dims)}; accepted: {', '.join(DIM_NAMES)}"
+            f"build: unknown model size(s) {short(unknown_dims)}; accepted: {', '.join(DIM_NAMES)}"
         )
     if isinstance(spec, str):
         name, options = parse_spec(spec)
     elif isinstance(spec, Mapping):
         options = dict(spec)
         if "name" not in options:
-            raise ValueError(
-                f"a position encoding spec dict needs a 'name' key, got keys {_show(sorted(map(str, options)))}"
-            )
+            keys = short(sorted(map(str, options)))
+            raise ValueError(f"a position encoding spec dict needs a 'name' key, got keys {keys}")
         name = options.pop("name")
         if not isinstance(name, str):
-            raise TypeError(f"the 'name' of a position encoding spec must be a string, got {_show(name)}")
+            raise TypeError(f"the 'name' of a position encoding spec must be a string, got {short(name)}")
     else:
         raise TypeError(
             "spec must be a name, a call-like string, a dict with a 'name' key or a PositionalEncoding, "
@@ -331,21 +314,16 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
         )
     cls = lookup(name)
     accepted = _options(cls)
-    hints = _type_hints(cls)
     unknown = [k for k in options if k not in accepted]
     if unknown:
-        listing = ", ".join(
-            f"{n}={p.default!r}" if p.default is not inspect.Parameter.empty else n
-            for n, p in accepted.items()
-        )
+        listing = ", ".join(n if p.default is p.empty else f"{n}={p.default!r}" for n, p in accepted.items())
         raise ValueError(
-            f"{name}: unknown option(s) {', '.join(map(_show, unknown))}; {cls.__name__} accepts: {listing}"
+            f"{name}: unknown option(s) {', '.join(map(short, unknown))}; {cls.__name__} accepts: {listing}"
         )
-    kwargs = {k: v for k, v in dims.items() if k in accepted and v is not None}
-    kwargs.update(options)
+    kwargs = {k: v for k, v in dims.items() if k in accepted and v is not None} | options
     for key, value in kwargs.items():
-        _check_type(cls.__name__, key, value, hints.get(key, accepted[key].annotation))
-    missing = [n for n, p in accepted.items() if p.default is inspect.Parameter.empty and n not in kwargs]
+        check_option(cls.__name__, key, value, accepted[key].annotation)
+    missing = [n for n, p in accepted.items() if p.default is p.empty and n not in kwargs]
     if missing:
         raise ValueError(
             f"{name}: missing required size(s) {', '.join(missing)}; pass them to build(), e.g. "

@@ -25,7 +25,6 @@ LEVELS = {
     "posenc.encodings": 4,
     "posenc.registry": 5,
     "posenc._spec": 5,
-    "posenc._option_types": 5,
     "posenc.schedule": 5,
     "posenc.masking": 6,
     "posenc.attend": 6,

@@ -211,7 +211,7 @@ def test_replace_moves_every_name_of_the_old_class_and_registered_restores_them(
         assert posenc.RoPE.registry_name is None and RoPE.registry_name == "rope"
     assert lookup("rope") is posenc.RoPE and lookup("rotary") is posenc.RoPE
     assert describe("rotary")["name"] == "rope" and posenc.RoPE.registry_name == "rope"
-    assert RoPE not in registry._CANONICAL
+    assert "registry_name" not in RoPE.__dict__
 
 
 def test_replace_refuses_to_take_names_from_two_classes():
@@ -311,7 +311,7 @@ def test_ill_typed_options_name_the_element_and_the_expected_type(typed, options
 @pytest.mark.parametrize(
     ("options", "pattern"),
     [
-        ({"scale": 10**400}, r"scale=1000.*\.\.\. \(401 characters\) is too large for a float"),
+        ({"scale": 10**400}, r"scale=an int of 401 digits is too large for a float"),
         ({"floats": (1.0, 10**400)}, r"floats\[1\]=.*too large for a float"),
         ({"nested": {"a": [float("nan")]}}, r"nested\['a'\]\[0\]=nan must be finite"),
         ({"scale": float("-inf")}, r"scale=-inf must be finite"),
@@ -367,7 +367,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 
 def test_a_huge_integer_where_a_float_is_expected_is_a_value_error():
-    with pytest.raises(ValueError, match=r"base=9999.*too large for a float"):
+    with pytest.raises(ValueError, match=r"base=an int of 400 digits is too large for a float"):
         posenc.build("rope(base=" + "9" * 400 + ")", head_dim=16)
     with pytest.raises(ValueError, match="base"):
         posenc.RoPE(16, base=10**400)  # the constructors' own check, too
