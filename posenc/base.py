@@ -20,6 +20,7 @@ Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
@@ -130,12 +131,7 @@ class PositionalEncoding(nn.Module):
         return x
 
     def encode_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """Encode position into queries and keys (e.g. rotate them).
 
@@ -152,12 +148,7 @@ class PositionalEncoding(nn.Module):
         return (q, k) if state is None else state.encode_qk(q, k)
 
     def attention_bias(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> Tensor | None:
         """The additive bias on the attention scores, or ``None`` when the encoding adds none.
 
@@ -177,11 +168,7 @@ class PositionalEncoding(nn.Module):
         return None if state is None else state.attention_bias(q, k)
 
     def value_term(
-        self,
-        probs: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, probs: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> Tensor | None:
         """A term added to the attention output that depends on the attention weights, or ``None``.
 
@@ -201,12 +188,7 @@ class PositionalEncoding(nn.Module):
         return None if state is None else state.value_term(probs)
 
     def score_mod(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> ScoreMod | None:
         """A FlexAttention ``score_mod`` equal to adding :meth:`attention_bias`, or ``None``.
 
@@ -241,10 +223,10 @@ class PositionalEncoding(nn.Module):
         Returns:
             A :class:`PositionState`; built-in encodings return one holding their tables.
         """
-        k_len = q_len if k_len is None else k_len
         if device is None:
             given = q_positions if q_positions is not None else k_positions
             device = given.device if given is not None else self._device()
+        k_len = q_len if k_len is None else k_len
         qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
         if self._generic_state:
             return PositionState(self, qp, kp, q_start=q_start, k_start=k_start)
@@ -279,16 +261,16 @@ class PositionalEncoding(nn.Module):
         """
         if hook not in self._state_hooks:
             return None
-        if hook == "value_term":
+        if hook == "value_term":  # q and k are the weights: k's keys are its last dimension
             check_float_tensor("probs", q, rank=4, shape="(batch, heads, q_len, k_len)")
-            tq, tk = q.shape[-2], q.shape[-1]
+            k = k.mT
         else:
             check_qk(q, k)  # before the positions: a malformed q or k is named first
-            tq, tk = q.shape[-2], k.shape[-2]
         batch = max(q.shape[0], k.shape[0])
-        return self._own_state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=batch, device=q.device
+        qp, kp, q_start, k_start = _resolve_qk(
+            q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions
         )
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
@@ -302,9 +284,9 @@ class PositionalEncoding(nn.Module):
         return state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
     def _device(self) -> torch.device:
-        for t in (*self.parameters(), *self.buffers()):
-            return t.device
-        return torch.device("cpu")
+        return next(
+            (t.device for t in itertools.chain(self.parameters(), self.buffers())), torch.device("cpu")
+        )
 
     def reset_caches(self) -> None:
         """Rebuild non-persistent caches, e.g. after ``to_empty()`` from the meta device.
@@ -334,10 +316,12 @@ class PositionalEncoding(nn.Module):
         rebuild = from_meta or any(c.dtype != dtype for c in caches.values() if c.is_floating_point())
         for name, cache in caches.items():
             target = dtype if cache.is_floating_point() else cache.dtype
-            if rebuild:
-                self._buffers[name] = torch.empty(cache.shape, dtype=target, device=probe.device)
-            else:
-                self._buffers[name] = cache.to(device=probe.device)
+            new = (
+                torch.empty(cache.shape, dtype=target, device=probe.device)
+                if rebuild
+                else cache.to(probe.device)
+            )
+            self._buffers[name] = new
         if rebuild and probe.device.type != "meta":
             self.reset_caches()
         return self
