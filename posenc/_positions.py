@@ -123,11 +123,7 @@ _UNSIGNED_WIDE = frozenset(getattr(torch, n) for n in ("uint16", "uint32", "uint
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     """Whether ``a`` and ``b`` are one device (``cuda`` and ``cuda:0`` are, when 0 is current)."""
-    if a.type != b.type:
-        return False
-    if a.index is None or b.index is None:
-        return True
-    return a.index == b.index
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def resolve_qk_positions(
