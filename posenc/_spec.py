@@ -163,52 +163,42 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         choices = literal_choices(ann)
         return depth, where, type_name(ann) + (f" (one of {choices})" if choices else ""), ""
     wrong = (depth, where, type_name(ann), "")
-    if ann is None or ann is type(None):
-        return None if value is None else wrong
-    if ann is bool:
-        return None if isinstance(value, bool) else wrong
-    if ann in (int, float):  # a bool is an int in Python, never accepted as one here; ints are floats
-        if isinstance(value, bool) or not isinstance(value, int if ann is int else (int, float)):
+    if ann is None:
+        base = type(None)
+    if not isinstance(base, type):
+        # An annotation that could not be resolved, a type variable, a special form: accepted
+        # here, and the constructor checks its own argument.
+        return None
+    if isinstance(value, bool) and ann in (int, float):  # a bool is an int in Python, never one here
+        return wrong
+    try:  # ints are accepted where a float is declared
+        if not isinstance(value, (int, float) if ann is float else base):
             return wrong
-        if ann is int:
-            return None
+    except TypeError:  # a Protocol that is not runtime_checkable: the constructor checks
+        return None
+    if ann is float:
         try:
-            as_float = float(value)
+            finite = math.isfinite(float(value))
         except OverflowError:
             return depth, where, "", f"is too large for a float (at most {sys.float_info.max:.4g})"
-        return None if math.isfinite(as_float) else (depth, where, "", "must be finite")
-    if base is tuple:
-        if not isinstance(value, tuple):
-            return wrong
-        if not args:
-            return None
+        return None if finite else (depth, where, "", "must be finite")
+    if base is tuple and args:
         items = [args[0]] * len(value) if args[-1] is Ellipsis else [a for a in args if a != ()]
         if len(value) != len(items):
             return depth, where, f"{type_name(ann)} (a tuple of {len(items)})", ""
-        pairs = [
-            (item, item_ann, f"{path}[{i}]")
-            for i, (item, item_ann) in enumerate(zip(value, items, strict=True))
-        ]
+        pairs = [(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, items, strict=True))]
     elif base in _SEQUENCES:
         # A str is a Sequence of str, but a string where a list is meant is nearly always a mistake.
-        if not isinstance(value, base) or isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes)):
             return wrong
         pairs = [(item, args[0] if args else Any, f"{path}[{i}]") for i, item in enumerate(value)]
     elif base in (dict, abc.Mapping, abc.MutableMapping):
-        if not isinstance(value, base):
-            return wrong
         key_ann, value_ann = args if len(args) == 2 else (Any, Any)
         pairs = []
         for k, v in value.items():
             pairs += [(k, key_ann, f"{path} key"), (v, value_ann, f"{path}[{short(k)}]")]
     else:
-        # A class is checked with isinstance; anything else (an annotation that could not be
-        # resolved, a type variable, a Protocol that is not runtime_checkable) is accepted here
-        # and the constructor checks its own argument.
-        try:
-            return None if not isinstance(base, type) or isinstance(value, base) else wrong
-        except TypeError:
-            return None
+        return None
     return next(filter(None, (_problem(v, a, p, depth + 1) for v, a, p in pairs)), None)
 
 
