@@ -13,21 +13,6 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = [
-    "TORCH_VERSION",
-    "accelerator_paths",
-    "can_sync",
-    "check_values",
-    "is_compiling",
-    "is_exporting",
-    "is_tracing",
-    "precise_dtype",
-    "wide_dtype",
-]
-
-#: ``(major, minor)`` of the running torch, e.g. ``(2, 15)``.
-TORCH_VERSION: tuple[int, int] = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])  # type: ignore[assignment]
-
 
 def is_compiling() -> bool:
     """Whether ``torch.compile`` (dynamo) is tracing the current call."""
@@ -36,8 +21,7 @@ def is_compiling() -> bool:
 
 def is_exporting() -> bool:
     """Whether ``torch.export`` is tracing (such a program must serve every length: no cache slices)."""
-    is_exporting_fn = getattr(torch.compiler, "is_exporting", None)
-    return bool(is_exporting_fn is not None and is_exporting_fn())
+    return bool(torch.compiler.is_exporting())
 
 
 def is_tracing() -> bool:
