@@ -14,13 +14,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-#: float8 formats: torch has no elementwise arithmetic for them on most devices.
-FLOAT8_DTYPES = frozenset(
-    getattr(torch, name)
-    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
-    if hasattr(torch, name)
-)
-
 
 def short(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, so an error never echoes a huge input whole.
@@ -118,7 +111,7 @@ def check_float_tensor(name: str, value: object, *, rank: int, shape: str) -> No
         )
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
-    if value.dtype in FLOAT8_DTYPES:
+    if value.dtype.itemsize == 1:  # float8 (and smaller) formats: torch has no arithmetic for them
         raise TypeError(
             f"{name} has dtype {value.dtype}: float8 tensors are storage formats without the arithmetic "
             "position encodings need; cast to bfloat16 or float16 first"

@@ -98,10 +98,9 @@ def _add(cls: type[PositionalEncoding], names: list[str], *, replace: bool) -> N
             f"register(..., replace=True): the names {names} belong to several classes ({held}); "
             "replace one class at a time"
         )
-    all_names = list(names)
+    # The replaced class goes away under every name, so that an alias cannot keep building it.
+    all_names = names + [n for old in others for n in _names_of(old)]
     for old in others:
-        # The replaced class goes away under every name, so that an alias cannot keep building it.
-        all_names += [n for n in _names_of(old) if n not in all_names]
         _drop(old)
     if not _names_of(cls):
         cls.registry_name = names[0]  # the first name a class is registered under stays canonical
