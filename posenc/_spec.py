@@ -172,10 +172,11 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
     if isinstance(value, bool) and ann in (int, float):  # a bool is an int in Python, never one here
         return wrong
     try:  # ints are accepted where a float is declared
-        if not isinstance(value, (int, float) if ann is float else base):
-            return wrong
+        fits = isinstance(value, (int, float) if ann is float else base)
     except TypeError:  # a Protocol that is not runtime_checkable: the constructor checks
         return None
+    if not fits:
+        return wrong
     if ann is float:
         try:
             finite = math.isfinite(float(value))

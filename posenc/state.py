@@ -89,15 +89,10 @@ class PositionState:
         k_start: int | None = None,
         bias_form: BiasForm | None = None,
     ) -> None:
-        self.encoding = encoding
-        self.q_positions = q_positions
-        self.k_positions = k_positions
-        self.q_start = q_start
-        self.k_start = k_start
-        if bias_form is None:
-            bias_form = "full" if "attention_bias" in encoding.overridden_hooks else "none"
-        self.bias_form = bias_form
-        if bias_form == "key":
+        self.encoding, self.q_positions, self.k_positions = encoding, q_positions, k_positions
+        self.q_start, self.k_start = q_start, k_start
+        self.bias_form = bias_form or ("full" if "attention_bias" in encoding.overridden_hooks else "none")
+        if self.bias_form == "key":
             self.causal_only = True
 
     @property
@@ -204,8 +199,7 @@ class PositionState:
         Subclasses that hold tables indexed by query or key slice them in :meth:`_narrow_tables`.
         """
         state = copy.copy(self)
-        state.q_positions = self.q_positions[..., rows]
-        state.k_positions = self.k_positions[..., cols]
+        state.q_positions, state.k_positions = self.q_positions[..., rows], self.k_positions[..., cols]
         state.q_start = None if self.q_start is None else self.q_start + (rows.start or 0)
         state.k_start = None if self.k_start is None else self.k_start + (cols.start or 0)
         state._narrow_tables(rows, cols)
