@@ -127,10 +127,7 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 
 
 def resolve_qk_positions(
-    q: Tensor,
-    k: Tensor,
-    q_positions: Tensor | None = None,
-    k_positions: Tensor | None = None,
+    q: Tensor, k: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Positions of queries and keys for ``q`` of shape ``(b, h, tq, dh)`` and ``k`` ``(b, h, tk, dh)``.
 

@@ -63,13 +63,7 @@ def weighted_attention(
 
 
 def _weights_chunk(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    keep: Tensor | None,
-    dropout_p: float,
-    scale: float,
+    q: Tensor, k: Tensor, v: Tensor, state: PositionState, keep: Tensor | None, dropout_p: float, scale: float
 ) -> Tensor:
     """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
     work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
