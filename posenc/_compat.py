@@ -1,7 +1,7 @@
 """What the running torch can do and what it is doing: one leaf module, imported by everything.
 
 Nothing here imports from posenc, so ``functional/`` and the encodings can use it without
-import cycles. Each probe runs once (at import or on first use) and is cached.
+import cycles.
 """
 
 from __future__ import annotations
