@@ -314,15 +314,12 @@ class PositionalEncoding(nn.Module):
         dtype = precise_dtype(probe.dtype) if probe.is_floating_point() else torch.float32
         from_meta = ref.device.type == "meta" and probe.device.type != "meta"
         rebuild = from_meta or any(c.dtype != dtype for c in caches.values() if c.is_floating_point())
-        for name, cache in caches.items():
-            target = dtype if cache.is_floating_point() else cache.dtype
-            new = (
-                torch.empty(cache.shape, dtype=target, device=probe.device)
-                if rebuild
-                else cache.to(probe.device)
-            )
+        device = probe.device
+        for name, c in caches.items():
+            target = dtype if c.is_floating_point() else c.dtype
+            new = torch.empty(c.shape, dtype=target, device=device) if rebuild else c.to(device)
             self._buffers[name] = new
-        if rebuild and probe.device.type != "meta":
+        if rebuild and device.type != "meta":
             self.reset_caches()
         return self
 
