@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._attention_common import heads_differ, needs_grad
+from ._attention_paths import heads_differ, needs_grad
 from ._compat import is_compiling
 from .base import PositionState
 from .masking import Visibility
