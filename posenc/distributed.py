@@ -49,6 +49,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from ._compat import check_values
 from ._positions import resolve_positions
 from .attend import attention
 from .base import PositionalEncoding
@@ -212,56 +213,44 @@ def _gather(x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
     return _GatherSequence.apply(x, dim, group)
 
 
+#: The dtypes a shard's shape check can name (any other is "other").
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
+
+
 def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup | None, device: Any) -> None:
     """Raise the same ``ValueError`` on every rank unless all ranks hold tensors of equal shapes.
 
     One small all-gather of each rank's shapes and dtypes runs before any collective on the data,
-    so that mismatched shards fail with a message instead of a hang or a garbled gather.
+    so that mismatched shards fail with a message instead of a hang or a garbled gather. On an
+    accelerator the comparison is a kernel assert (:func:`~posenc._compat.check_values`): no host sync.
     """
-    dtypes = [
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.int32,
-        torch.int64,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    ]
     row: list[int] = []
-    for t in named.values():
+    for t in named.values():  # per tensor: rank, dtype code (-1: None), shape padded to 4 dims
         shape = [] if t is None else list(t.shape)
-        code = -1 if t is None else (dtypes.index(t.dtype) if t.dtype in dtypes else 99)
+        code = -1 if t is None else (_DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES))
         row += [len(shape), code, *shape, *[0] * (4 - len(shape))]
     mine = torch.tensor(row, dtype=torch.long, device=device)
     world = dist.get_world_size(group)
-    every = mine.new_empty(world * mine.numel())
-    dist.all_gather_single(every, mine, group=group)
-    rows = every.view(world, -1)
-    if bool((rows == mine).all()):
-        return
-    names = list(named)
+    rows = mine.new_empty(world * mine.numel())
+    dist.all_gather_single(rows, mine, group=group)
+    rows = rows.view(world, -1)
 
     def describe(r: int) -> str:
-        values = rows[r].tolist()
+        values = rows[r].tolist()  # only where check_values may read values (a CPU tensor)
         parts = []
-        for i, name in enumerate(names):
+        for i, name in enumerate(named):
             n, code, *shape = values[i * 6 : (i + 1) * 6]
-            if code == -1:
-                parts.append(f"{name}=None")
-            else:
-                dtype = dtypes[code] if 0 <= code < len(dtypes) else "other"
-                parts.append(f"{name} {tuple(shape[:n])} {dtype}")
+            dtype = "other" if code == len(_DTYPES) else _DTYPES[code]
+            parts.append(f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {dtype}")
         return ", ".join(parts)
 
-    bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
-    raise ValueError(
-        f"context_parallel_attention: ranks hold shards of different shapes or dtypes (rank 0: {describe(0)}; "
-        f"rank {bad}: {describe(bad)}); every rank must hold an equal shard of the sequence "
-        f"(see posenc.distributed.shard_batch)"
-    )
+    def detail() -> str:
+        bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
+        return f"{message} (rank 0: {describe(0)}; rank {bad}: {describe(bad)}){advice}"
+
+    message = "context_parallel_attention: ranks hold shards of different shapes or dtypes"
+    advice = "; every rank must hold an equal shard of the sequence (see posenc.distributed.shard_batch)"
+    check_values((rows == rows[0]).all(dim=-1), message + advice, detail)
 
 
 def context_parallel_attention(
