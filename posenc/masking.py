@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_positive_int
-from ._compat import can_sync, is_tracing
+from ._compat import can_sync
 
 __all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids"]
 
@@ -224,23 +224,6 @@ class Visibility:
         lo_t = torch.as_tensor(lo, device=device).clamp_min(0)
         hi_t = torch.as_tensor(hi, device=device).clamp_max(self.tk)
         return (hi_t <= lo_t).reshape(-1, 1).expand(self.tq, 1)
-
-    def unseen(self, chunk: int = 1024) -> Tensor | None:
-        """``(b|1, 1, tq, 1)``: True for the query rows that see no key at all; ``None`` if no rule applies.
-
-        Built over query chunks (``O(chunk * tk)`` memory; one block when traced).
-        """
-        if self.user is None and not self.positional and self.q_doc is None:
-            return None
-        if is_tracing():
-            keep = self.block(slice(None), slice(None))
-            return None if keep is None else ~keep.any(dim=-1, keepdim=True)
-        parts = []
-        for start in range(0, self.tq, chunk):
-            keep = self.block(slice(start, min(start + chunk, self.tq)), slice(None))
-            if keep is not None:
-                parts.append(~keep.any(dim=-1, keepdim=True))
-        return torch.cat(parts, dim=-2) if parts else None
 
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
