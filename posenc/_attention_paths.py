@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ._compat import is_tracing
 from .base import PositionState
-from .masking import Visibility
+from .masking import Visibility, visible
 
 #: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
 #: those rows of q and those keys of k and v.
@@ -218,13 +218,7 @@ def _toeplitz(
     if vis.causal or vis.window is not None:
         # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
         behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
-        if vis.causal:
-            hidden = behind < 0
-            if vis.window is not None:
-                hidden = hidden | (behind >= vis.window)
-        else:
-            hidden = behind.abs() > (vis.window or 0) // 2
-        values = values.masked_fill(hidden, float("-inf"))
+        values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
     values = values.contiguous()
     gqa = heads_differ(q, k)
 

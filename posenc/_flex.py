@@ -31,7 +31,7 @@ from torch import Tensor
 from ._attention_paths import heads_differ, needs_grad
 from ._compat import is_compiling
 from .base import PositionState
-from .masking import Visibility
+from .masking import Visibility, visible
 
 __all__ = ["flex_attention_path", "flex_block_mask"]
 
@@ -162,19 +162,9 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
             def k_at(b: Tensor, j: Tensor) -> Tensor:
                 return j
 
-        # The distances q_pos - k_pos a query may see: [0, window - 1] causal, |d| <= window // 2
-        # in a bidirectional window.
-        causal, windowed = vis.causal, vis.window is not None
-        reach = torch.tensor(((vis.window or 0) - 1) if causal else (vis.window or 0) // 2, device=vis.device)
-
-        def positional(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            behind = q_at(b, i) - k_at(b, j)
-            if not causal:
-                return behind.abs() <= reach
-            seen = behind >= 0
-            return seen & (behind <= reach) if windowed else seen
-
-        rules.append(positional)
+        causal = vis.causal
+        window = None if vis.window is None else torch.tensor(vis.window, device=vis.device)
+        rules.append(lambda b, h, i, j: visible(q_at(b, i), k_at(b, j), causal, window))
     if vis.q_doc is not None and vis.k_doc is not None:
         q_doc, k_doc = _rows_of(vis.q_doc), _rows_of(vis.k_doc)
         per_batch = per_batch or vis.q_doc.dim() == 2 or vis.k_doc.dim() == 2

@@ -30,7 +30,7 @@ from torch import Tensor
 from ._checks import check_positive_int
 from ._compat import can_sync
 
-__all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids"]
+__all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids", "visible"]
 
 
 def _check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
@@ -143,6 +143,22 @@ def _cols(x: Tensor) -> Tensor:
     return x.reshape(-1 if x.dim() == 2 else 1, 1, 1, x.shape[-1])
 
 
+def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tensor | None) -> Tensor:
+    """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and the window (broadcast).
+
+    The one formula of these rules (the chunks' blocks, the Toeplitz bias, FlexAttention's
+    ``mask_mod``): causal ``k_pos <= q_pos`` and ``q_pos - k_pos < window``; without causality
+    (a bidirectional window) ``|q_pos - k_pos| <= window // 2``. Comparisons of ``(.., r, 1)``
+    with ``(.., 1, c)`` give the bool block directly, never an int64 ``(r, c)`` distance.
+    ``window`` may be a 0-d tensor (FlexAttention: a new size does not recompile).
+    """
+    if not causal:
+        half = 0 if window is None else window // 2
+        return (k_pos >= q_pos - half) & (k_pos <= q_pos + half)
+    seen = k_pos <= q_pos
+    return seen if window is None else seen & (k_pos > q_pos - window)
+
+
 @dataclass
 class Visibility:
     """The keys each query may see (see the module docstring for the rules).
@@ -245,15 +261,7 @@ class Visibility:
                 kp = _cols(torch.arange(c0, c1, device=self.device))
             else:
                 qp, kp = _rows(self.q_pos[..., rows]), _cols(self.k_pos[..., cols])
-            # Broadcast comparisons of (.., r, 1) with (.., 1, c): bool (b|1, 1, r, c) directly,
-            # never an int64 (r, c) distance.
-            if self.causal:
-                rule = kp <= qp
-                if self.window is not None:
-                    rule = rule & (kp > qp - self.window)
-            else:  # a bidirectional window (positional without causal)
-                half = (self.window or 0) // 2
-                rule = (kp >= qp - half) & (kp <= qp + half)
+            rule = visible(qp, kp, self.causal, self.window)
             keep = rule if keep is None else keep & rule
         if self.q_doc is not None and self.k_doc is not None:
             same = _rows(self.q_doc[..., rows]) == _cols(self.k_doc[..., cols])
