@@ -128,9 +128,9 @@ def _sdpa(
     return out if dead is None else out.masked_fill(dead, 0.0)
 
 
-def _bias(state: PositionState | None, q: Tensor, k: Tensor) -> Tensor | None:
+def _bias(state: PositionState, q: Tensor, k: Tensor) -> Tensor | None:
     """The state's bias for these (encoded) queries and keys, in :func:`mask_dtype`."""
-    bias = None if state is None else state.attention_bias(q, k)
+    bias = state.attention_bias(q, k)
     return None if bias is None else bias.to(mask_dtype(q))
 
 
@@ -138,7 +138,7 @@ def _single(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState | None,
+    state: PositionState,
     vis: Visibility,
     dropout_p: float,
     scale: float | None,
@@ -165,7 +165,7 @@ def _chunked(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState | None,
+    state: PositionState,
     vis: Visibility,
     dropout_p: float,
     scale: float | None,
@@ -182,7 +182,7 @@ def _chunked(
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep = vis.block(qs, ks)
-        block = None if state is None else state.narrow(qs, ks)
+        block = state.narrow(qs, ks)
         return lambda q_c, k_c, v_c: _sdpa(q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale)
 
     return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)

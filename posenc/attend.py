@@ -26,9 +26,10 @@ from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path
-from ._positions import _resolve_qk, check_bias_qk, check_qk
+from ._positions import check_bias_qk, check_qk
 from ._weights import weighted_attention
 from .base import PositionalEncoding, PositionState
+from .encodings.none import NoPE
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
@@ -50,6 +51,9 @@ HALF_CAST_CHUNK = 64
 #: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
 #: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
 TOEPLITZ_CHUNK = 512
+
+#: The encoding of ``encoding=None``: its state carries the positions the masks follow.
+_NOPE = NoPE()
 
 
 def attention(
@@ -204,21 +208,24 @@ def attention(
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
-    if state is not None and state.bias_heads is not None:
+    if state.bias_heads is not None:
         # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
         # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
-    if state is not None and state.causal_only and not causal:
+    if state.causal_only and not causal:
         name = type(state.encoding).__name__
         raise ValueError(
             f"causal=False, but this {name} is exact only in causal attention: {state.causal_only_reason}"
         )
-    vis = _visibility(state, q, k, q_positions, k_positions, attn_mask, causal, window, q_doc, k_doc)
-    if state is not None and not qk_encoded:
+    # Explicit positions in the rules only where a side is not the default range.
+    explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
+    qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
+    vis = Visibility(tq, tk, q.device, attn_mask, causal, window, qp, kp, q_doc, k_doc)
+    if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    form = "none" if state is None else state.bias_form
+    form = state.bias_form
     dtype = mask_dtype(q)
-    if state is not None and state.has_value_term:
+    if state.has_value_term:
         if backend == "flex":
             raise ValueError(
                 f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
@@ -236,7 +243,7 @@ def attention(
     half_cast = q.dtype in (torch.float16, torch.bfloat16) and dtype == q.dtype and form != "none"
     if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
         values = None
-        if state is not None and form != "none":
+        if form != "none":
             values = state.bias_by_distance(dtype)
         elif window is not None:  # a window is a function of the distance too: zeros, -inf outside it
             values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
@@ -250,7 +257,7 @@ def attention(
         return _single(q, k, v, state, vis, dropout_p, scale)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
     # causal one) would pass the budget; a user's mask alone is dense already.
-    scratch = 0 if state is None else state.bias_scratch
+    scratch = state.bias_scratch
     dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         form != "none" or vis.structural or (vis.causal and vis.user is not None)
@@ -326,49 +333,10 @@ def _check_inputs(
         raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
 
 
-def _visibility(
-    state: PositionState | None,
-    q: Tensor,
-    k: Tensor,
-    q_positions: Tensor | None,
-    k_positions: Tensor | None,
-    attn_mask: Tensor | None,
-    causal: bool,
-    window: int | None,
-    q_doc: Tensor | None,
-    k_doc: Tensor | None,
-) -> Visibility:
-    """The keys each query may see; explicit positions only when a side is not the default range."""
-    tq, tk = q.shape[-2], k.shape[-2]
-    qp = kp = None
-    if causal or window is not None:
-        if state is not None:
-            if state.q_start is None or state.k_start is None:
-                qp, kp = state.q_positions, state.k_positions
-        elif q_positions is not None or k_positions is not None:
-            qp, kp, q_start, k_start = _resolve_qk(tq, tk, q.shape[0], q.device, q_positions, k_positions)
-            if q_start is not None and k_start is not None:
-                qp = kp = None
-        if qp is not None and kp is not None:
-            qp, kp = qp.to(q.device), kp.to(q.device)
-    return Visibility(
-        tq,
-        tk,
-        q.device,
-        user=attn_mask,
-        causal=causal,
-        window=window,
-        q_pos=qp,
-        k_pos=kp,
-        q_doc=q_doc,
-        k_doc=k_doc,
-    )
-
-
 def _state(
     encoding: Encoding, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
-) -> PositionState | None:
-    """The position state of this call: the one given, or the encoding's, prepared here."""
+) -> PositionState:
+    """The position state of this call: the one given, or the encoding's (NoPE's for none), prepared here."""
     tq, tk = q.shape[-2], k.shape[-2]
     if isinstance(encoding, PositionState):
         if q_positions is not None or k_positions is not None:
@@ -382,8 +350,6 @@ def _state(
                 f"but q has {tq} and k has {tk}"
             )
         return encoding
-    if encoding is None:
-        return None
-    return encoding.prepare(
+    return (_NOPE if encoding is None else encoding).prepare(
         tq, tk, q_positions=q_positions, k_positions=k_positions, batch=q.shape[0], device=q.device
     )
