@@ -53,7 +53,6 @@ from ._compat import check_values
 from ._positions import resolve_positions
 from .attend import attention
 from .base import PositionalEncoding
-from .encodings.none import NoPE
 from .masking import document_numbers
 
 __all__ = [
@@ -361,17 +360,14 @@ def context_parallel_attention(
         # gathered[..., i] is token order[i] of the sequence.
         key_documents = document_numbers(gathered[..., torch.argsort(order)])[..., order]
         q_documents = key_documents[..., me * tl : (me + 1) * tl]
-    # NoPE carries the positions when there is no encoding, so that causality still follows them.
-    enc = NoPE().to(q.device) if encoding is None else encoding
-    state = enc.prepare(
-        tl, keys.shape[2], q_positions=positions, k_positions=key_positions, batch=b, device=q.device
-    )
     return attention(
         q,
         keys,
         values,
-        state,
+        encoding,
         causal=causal,
+        q_positions=positions,
+        k_positions=key_positions,
         scale=scale,
         document_ids=key_documents,
         q_document_ids=q_documents,
