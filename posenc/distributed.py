@@ -53,7 +53,7 @@ from ._compat import check_values
 from ._positions import resolve_positions
 from .attend import attention
 from .base import PositionalEncoding
-from .masking import document_numbers
+from .masking import _check_ids, document_numbers
 
 __all__ = [
     "Balance",
@@ -115,6 +115,11 @@ def shard_positions(
     head = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
     tail_start = (2 * world_size - 1 - rank) * chunk
     return torch.cat([head, torch.arange(tail_start, tail_start + chunk, device=device)])
+
+
+def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.device) -> Tensor:
+    """``(seq_len,)``: the position of each token of the shards gathered in rank order."""
+    return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
 def _group_size_rank(
@@ -329,16 +334,8 @@ def context_parallel_attention(
     positions = resolve_positions(positions, tl, batch=b, name="positions").to(q.device)
     _require_process_group()
 
-    if document_ids is not None:
-        # Only the shape here (posenc.attention checks the ids): it must match the positions'.
-        if not isinstance(document_ids, Tensor) or document_ids.shape[-1] != tl or document_ids.dim() > 2:
-            shape = (
-                tuple(document_ids.shape) if isinstance(document_ids, Tensor) else type(document_ids).__name__
-            )
-            raise ValueError(
-                f"document_ids must have shape ({tl},) or (batch, {tl}) like this rank's q, got {shape}"
-            )
-        document_ids = document_ids.to(q.device)
+    if document_ids is not None:  # checked here, before any communication
+        document_ids = _check_ids("document_ids", document_ids, tl).to(q.device)
 
     shapes = {"q": q, "k": k, "v": v, "positions": positions, "document_ids": document_ids}
     _check_same_shapes(shapes, group, q.device)
@@ -346,9 +343,7 @@ def context_parallel_attention(
         # Where each gathered token sits in the sequence (after the shape check, so that every
         # rank raises the same error for a length the balance cannot split, before any gather).
         world, me = dist.get_world_size(group), dist.get_rank(group)
-        order = torch.cat(
-            [shard_positions(world * tl, world, r, balance, device=q.device) for r in range(world)]
-        )
+        order = _sequence_order(world * tl, world, balance, q.device)
     keys = _gather(k, 2, group)
     values = _gather(v, 2, group)
     key_positions = _gather(positions, positions.dim() - 1, group)
@@ -410,6 +405,6 @@ def unshard(
     world = dist.get_world_size(group)
     gathered = _gather(tensor, seq_dim, group)
     t = gathered.shape[seq_dim]
-    order = torch.cat([shard_positions(t, world, r, balance, device=tensor.device) for r in range(world)])
+    order = _sequence_order(t, world, balance, tensor.device)
     # gathered[..., i, ...] holds position order[i]: put each back at its position.
     return gathered.index_select(seq_dim, torch.argsort(order))
