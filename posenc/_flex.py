@@ -11,7 +11,7 @@ compiled :func:`~torch.nn.attention.flex_attention.create_block_mask` (which fus
 
 Compiles: one compiled ``flex_attention`` and one compiled ``create_block_mask`` per process;
 with dynamic shapes off the CPU, so new lengths reuse them, and static ones on the CPU (see
-:func:`_dynamic`). Inputs are brought to the row-major layout
+:func:`_compiled`). Inputs are brought to the row-major layout
 first: a view (``x.transpose(1, 2)`` of a ``(b, t, h, d)`` tensor) would otherwise add stride
 guards and a recompile per layout, and torch 2.13-2.15's CPU kernel fails to build for some of
 those layouts (a C++ error about ``cur_kvSplitSize``).
@@ -48,32 +48,28 @@ RECOMPILE_LIMIT = 64
 EAGER_BLOCK_MASK_SCORES = 2**20
 
 
-def _compiled(name: str, dynamic: bool) -> Callable[..., Any]:
-    """``flex_attention`` or ``create_block_mask`` compiled once per process (and per ``dynamic``).
+def _compiled(name: str, device: torch.device) -> Callable[..., Any]:
+    """``flex_attention`` or ``create_block_mask`` compiled once per process (and per kind of device).
 
     Inside a user's ``torch.compile`` the plain functions are returned: the outer compile
     traces them into its own graph.
+
+    Dynamic shapes (one compile for every length) except on the CPU: there torch 2.13-2.15's
+    template generates C++ that does not build (``'cur_kvSplitSize7' was not declared``) or reads
+    out of bounds whenever a ``score_mod`` or ``mask_mod`` reads a captured tensor at a computed
+    index (T5's table, positions, ids, the user's mask); each new ``(b, tq, tk)`` compiles once
+    (about 5 s).
     """
     from torch.nn.attention import flex_attention as fa
 
     fn = getattr(fa, name)
     if is_compiling():
         return fn
+    dynamic = device.type != "cpu"
     key = f"{name}-{dynamic}"
     if key not in _COMPILED:
         _COMPILED[key] = torch.compile(fn, dynamic=dynamic)
     return _COMPILED[key]
-
-
-def _dynamic(device: torch.device) -> bool:
-    """Whether the kernels take dynamic shapes (one compile for every length): not on the CPU.
-
-    With dynamic shapes, torch 2.13-2.15's CPU template generates C++ that does not build
-    (``'cur_kvSplitSize7' was not declared``) or reads out of bounds whenever a ``score_mod``
-    or ``mask_mod`` reads a captured tensor at a computed index (T5's table, positions, ids,
-    the user's mask). There each new ``(b, tq, tk)`` compiles once (about 5 s).
-    """
-    return device.type != "cpu"
 
 
 def _recompile_limit() -> Any:
@@ -173,13 +169,9 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
         # Read as uint8 (a view, no copy): a bool buffer of fewer than 128 keys generates C++
         # mixing vector-mask types that does not build (torch 2.13).
         read_user = _lookup(vis.user.view(torch.uint8))
-
-        def keep(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            return read_user(b, h, i, j) != 0
-
         per_batch = per_batch or vis.user.shape[0] != 1
         per_head = vis.user.shape[1] != 1
-        rules.append(lambda b, h, i, j: keep(b, h, i, j))
+        rules.append(lambda b, h, i, j: read_user(b, h, i, j) != 0)
     if not rules:
         return None
 
@@ -189,20 +181,13 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
             seen = seen & rule(b, h, i, j)
         return seen
 
-    bh = (batch if per_batch else 1) * (heads if per_head else 1)
-    if bh * vis.tq * vis.tk <= EAGER_BLOCK_MASK_SCORES:
+    b, h = (batch if per_batch else 1), (heads if per_head else 1)
+    if b * h * vis.tq * vis.tk <= EAGER_BLOCK_MASK_SCORES:
         from torch.nn.attention.flex_attention import create_block_mask as create
     else:
-        create = _compiled("create_block_mask", _dynamic(vis.device))
+        create = _compiled("create_block_mask", vis.device)
     with _recompile_limit():
-        return create(
-            mask_mod,
-            batch if per_batch else 1,
-            heads if per_head else 1,
-            vis.tq,
-            vis.tk,
-            device=vis.device,
-        )
+        return create(mask_mod, b, h, vis.tq, vis.tk, device=vis.device)
 
 
 def flex_attention_path(
@@ -237,7 +222,7 @@ def flex_attention_path(
             f"None from score_mod(); use backend='auto'"
         )
     block_mask = flex_block_mask(vis, q.shape[0], q.shape[1])
-    flex = _compiled("flex_attention", _dynamic(q.device))
+    flex = _compiled("flex_attention", q.device)
     gqa = heads_differ(q, k)
     # FlexAttention gives zeros for a query row whose keys are all masked by the block mask
     # (its log-sum-exp is -inf), the value every other path gives.
