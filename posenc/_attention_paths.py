@@ -238,4 +238,6 @@ def _toeplitz(
     if tq <= tk or not (vis.causal or vis.window is not None):
         return out
     # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
-    return out.masked_fill(vis.dead_rows(out.device), 0.0)
+    # A row before the keys (at < 0) sees none iff it does not see key 0.
+    at = torch.arange(tq, device=out.device)[:, None] + vis.offset
+    return out.masked_fill((at < 0) & ~visible(at, 0, vis.causal, vis.window), 0.0)

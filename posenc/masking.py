@@ -210,36 +210,20 @@ class Visibility:
         """Whether each query chunk's visible keys are a range known from indices alone."""
         return self.by_index and self.q_doc is None
 
-    def index_bounds(self, i: int | Tensor) -> tuple[int | Tensor, int | Tensor]:
-        """The keys ``[lo, hi)`` query row ``i`` may see under the index rule (before clipping to ``[0, tk)``).
-
-        Both bounds grow with ``i``, so a chunk of rows ``[start, end)`` sees
-        ``[lo(start), hi(end - 1))``.
-        """
-        at = i + self.offset  # the query's key index
-        lo: int | Tensor = 0
-        hi: int | Tensor = self.tk
-        if self.causal:
-            hi = at + 1
-            if self.window is not None:
-                lo = at - self.window + 1
-        elif self.window is not None:
-            lo, hi = at - self.window // 2, at + self.window // 2 + 1
-        return lo, hi
-
     def chunk_range(self, start: int, end: int) -> tuple[int, int]:
-        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule)."""
-        lo, _ = self.index_bounds(start)
-        _, hi = self.index_bounds(end - 1)
-        return max(0, int(lo)), min(self.tk, int(hi))
+        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
 
-    def dead_rows(self, device: torch.device) -> Tensor:
-        """``(tq, 1)``: True for the query rows that see no key (index rule)."""
-        rows = torch.arange(self.tq, device=device)
-        lo, hi = self.index_bounds(rows)
-        lo_t = torch.as_tensor(lo, device=device).clamp_min(0)
-        hi_t = torch.as_tensor(hi, device=device).clamp_max(self.tk)
-        return (hi_t <= lo_t).reshape(-1, 1).expand(self.tq, 1)
+        Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
+        """
+        first, last = start + self.offset, end - 1 + self.offset  # the rows' key indices
+        lo, hi = 0, self.tk
+        if self.causal:
+            hi = last + 1
+            if self.window is not None:
+                lo = first - self.window + 1
+        elif self.window is not None:
+            lo, hi = first - self.window // 2, last + self.window // 2 + 1
+        return max(0, lo), min(self.tk, hi)
 
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
@@ -280,14 +264,12 @@ class Visibility:
         if self.q_doc is not None and can_sync(self.q_doc) and self.tq > 1:
             changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
             breaks = (changed.nonzero().flatten() + 1).tolist()
-        out = []
-        start, nxt = 0, 0
-        while start < self.tq:
-            while nxt < len(breaks) and breaks[nxt] <= start:
-                nxt += 1
-            end = min(start + chunk, self.tq, breaks[nxt] if nxt < len(breaks) else self.tq)
-            out.append((start, end, *self.visible_range(start, end)))
-            start = end
+        out, start = [], 0
+        for cut in [*breaks, self.tq]:  # ascending, each > 0
+            while start < cut:
+                end = min(start + chunk, cut)
+                out.append((start, end, *self.visible_range(start, end)))
+                start = end
         return out
 
     def visible_range(self, start: int, end: int) -> tuple[int, int]:
