@@ -37,13 +37,13 @@ def heads_differ(q: Tensor, k: Tensor) -> bool:
     return False
 
 
-def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState | None) -> bool:
+def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState) -> bool:
     """Whether this call builds a graph: inputs or the encoding's parameters need gradients."""
     if not torch.is_grad_enabled():
         return False
     if q.requires_grad or k.requires_grad or v.requires_grad:
         return True
-    return state is not None and any(p.requires_grad for p in state.encoding.parameters())
+    return any(p.requires_grad for p in state.encoding.parameters())
 
 
 def mask_dtype(q: Tensor) -> torch.dtype:

@@ -194,7 +194,7 @@ def flex_attention_path(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState | None,
+    state: PositionState,
     vis: Visibility,
     scale: float | None,
 ) -> Tensor:
@@ -202,7 +202,7 @@ def flex_attention_path(
 
     Args:
         q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)`` (any layout).
-        state: the encoding's state (its ``score_mod``), or ``None``.
+        state: the encoding's state (its ``score_mod``).
         vis: which keys each query may see.
         scale: score scale, ``None`` for ``1 / sqrt(dh)``.
 
@@ -215,8 +215,8 @@ def flex_attention_path(
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
         )
     q, k, v = _row_major(q), _row_major(k), _row_major(v)
-    mod = None if state is None else state.score_mod(q, k)
-    if mod is None and state is not None and state.bias_form != "none":
+    mod = state.score_mod(q, k)
+    if mod is None and state.bias_form != "none":
         raise ValueError(
             f"backend='flex' needs an encoding with a score_mod; {type(state.encoding).__name__} returns "
             f"None from score_mod(); use backend='auto'"
