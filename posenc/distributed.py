@@ -279,7 +279,8 @@ def context_parallel_attention(
     the rows at ``positions`` of :func:`posenc.attention` over the unsharded sequence.
 
     Must be called by every rank of ``group`` (a collective), with equal shard shapes; the shapes
-    are compared first (one small all-gather), so a mismatch raises on every rank instead of hanging.
+    are compared first (one small all-gather), so a mismatch raises on every rank instead of hanging
+    (on an accelerator as a device-side assert, so that no call waits for the host).
 
     Args:
         q: ``(b, h, tl, dh)`` this rank's queries.
@@ -308,7 +309,8 @@ def context_parallel_attention(
 
     Raises:
         TypeError / ValueError: bad local inputs (checked before any communication); ranks
-            whose shards differ in shape or dtype (raised on every rank).
+            whose shards differ in shape or dtype (raised on every rank; a device-side assert on an
+            accelerator).
         RuntimeError: ``torch.distributed`` is not initialised.
     """
     check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
