@@ -1,14 +1,12 @@
-"""The SDPA paths of :func:`posenc.attention`: one call, one query chunk, and the Toeplitz bias.
+"""The SDPA paths of :func:`posenc.attention`: one call, query chunks, and the Toeplitz bias.
 
 * ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call with an optional
   float bias and boolean keep-mask (rows that see no key give zeros, never NaN);
 * ``_single``: the whole call at once (SDPA's own ``is_causal`` where there is no mask at all);
-* ``_chunk_attention``: one query chunk of the chunked path (the loop, ``_chunked``, is in
-  :mod:`posenc.attention`, beside the mask dtype rule it reads);
+* ``_chunked``: query chunks, each with its own bias and only the keys it can see
+  (:func:`over_query_chunks`, also the loop of :mod:`posenc._weights`);
 * ``_toeplitz``: a bias that depends only on ``k_pos - q_pos``, read from its
   ``(h, tq + tk - 1)`` values as a strided view, never materialised.
-
-The explicit-weights path (value terms) is :mod:`posenc._weights`, FlexAttention :mod:`posenc._flex`.
 
 Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` queries,
 ``tk`` keys, ``dh`` head width, ``dv`` value width.
@@ -16,143 +14,178 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 
-from ._attention_common import heads_differ
+from ._compat import is_tracing
 from .base import PositionState
-from .masking import Visibility
+from .masking import Visibility, visible
+
+#: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
+#: those rows of q and those keys of k and v.
+ChunkFn = Callable[[slice, slice], Callable[[Tensor, Tensor, Tensor], Tensor]]
+
+
+def heads_differ(q: Tensor, k: Tensor) -> bool:
+    """Grouped-query attention? A branch (not ``bool()``) so that dynamic shapes give a Python bool."""
+    if q.shape[1] != k.shape[1]:  # a branch: it guards once under compile, bool() stays symbolic
+        return True
+    return False
+
+
+def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState) -> bool:
+    """Whether this call builds a graph: inputs or the encoding's parameters need gradients."""
+    if not torch.is_grad_enabled():
+        return False
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        return True
+    return any(p.requires_grad for p in state.encoding.parameters())
+
+
+def mask_dtype(q: Tensor) -> torch.dtype:
+    """The dtype biases are handed to SDPA in: float32 (float64 for float64 q) where the kernel allows it.
+
+    The CPU kernels accept a float32 ``attn_mask`` with bfloat16/float16 queries and add it
+    in float32 (measured, torch 2.13). Other devices' fused kernels want the query dtype,
+    so there the bias is cast (and :func:`posenc.attention` asks for it in small query chunks).
+    """
+    if q.dtype == torch.float64:
+        return torch.float64
+    if q.dtype in (torch.float16, torch.bfloat16) and q.device.type != "cpu":
+        return q.dtype
+    return torch.float32
+
+
+def over_query_chunks(
+    q: Tensor, k: Tensor, v: Tensor, vis: Visibility, chunk: int, grad: bool, chunk_fn: ChunkFn
+) -> Tensor:
+    """Attention over query chunks of ``chunk`` rows, each reading only the keys it can see.
+
+    With ``grad`` each chunk is checkpointed (recomputed in the backward pass instead of keeping
+    its bias and weights). Queries that see no key get zeros.
+
+    Traced (``torch.compile``, ``torch.export``) or under a ``torch.func`` transform, one call
+    covers every query and key, without checkpointing: the chunk ranges are Python ints that
+    would fix the sequence length in a traced program, and ``torch.func.grad`` refuses the saved
+    tensor hooks of non-reentrant checkpointing. Memory is then O(tq * tk), as on the single
+    SDPA path those callers take for every other encoding.
+
+    Args:
+        q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)``.
+        chunk_fn: ``chunk_fn(qs, ks)(q[:, :, qs], k[:, :, ks], v[:, :, ks])`` is one chunk's ``(b, h, r, dv)``.
+
+    Returns:
+        ``(b, h, tq, dv)``.
+    """
+    if is_tracing() or torch._C._are_functorch_transforms_active():
+        return chunk_fn(slice(None), slice(None))(q, k, v)
+    outs = []
+    # Longest key range first: each later chunk's blocks then fit in memory the earlier ones freed.
+    # In rising order (causal ranges grow) glibc malloc kept every freed block and grew the heap:
+    # FIRE at t=16384 held 0.4-4.2 GiB of RSS for 130 MiB of live tensors.
+    for start, end, lo, hi in reversed(vis.spans(chunk)):
+        if hi <= lo:  # these queries see no key
+            outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
+            continue
+        qs, ks = slice(start, end), slice(lo, hi)
+        one_chunk = chunk_fn(qs, ks)
+        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
+        if grad:
+            outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
+        else:
+            outs.append(one_chunk(*args))
+    if not outs:  # no queries
+        return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
+    return torch.cat(outs[::-1], dim=2)
 
 
 def _sdpa(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    *,
     bias: Tensor | None,
     keep: Tensor | None,
-    fused_causal: bool,
     dropout_p: float,
     scale: float | None,
-    mask_dtype: torch.dtype,
 ) -> Tensor:
-    """One SDPA call with an optional float ``bias`` and boolean ``keep`` mask.
+    """One SDPA call with an optional float ``bias`` (already in the mask dtype) and boolean ``keep`` mask.
 
-    ``fused_causal``: SDPA's own (top-left, here square) causal masking is applied on top.
-    Rows of ``keep`` with no key at all are opened for the kernel (so that no backend
-    produces NaN) and their outputs set to zero afterwards.
+    Rows of ``keep`` with no key at all are opened for the kernel (so that no backend produces
+    NaN) and their outputs set to zero afterwards.
     """
-    gqa = heads_differ(q, k)
     dead = None
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)
         keep = keep | dead
-    if bias is None:
-        mask = keep
-    else:
-        bias = bias.to(mask_dtype)
-        mask = bias if keep is None else bias.masked_fill(~keep, float("-inf"))
+    mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=fused_causal, scale=scale, enable_gqa=gqa
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
     )
-    if dead is not None:
-        out = out.masked_fill(dead, 0.0)
-    return out
+    return out if dead is None else out.masked_fill(dead, 0.0)
 
 
-def _chunk_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState | None,
-    keep: Tensor | None,
-    causal_only: bool,
-    dropout_p: float,
-    scale: float | None,
-    mask_dtype: torch.dtype,
-) -> Tensor:
-    """One chunk of :func:`_chunked`; ``keep`` is the chunk's whole keep-mask.
-
-    ``causal_only``: ``keep`` is nothing but the (bottom-right) causal mask.
-    """
-    bias = None if state is None else state.attention_bias(q, k)
-    rows, cols = q.shape[-2], k.shape[-2]
-    if causal_only and bias is not None and cols >= rows and keep is not None:
-        # Only the causal mask: its masked entries all lie in the last ``rows`` keys (the
-        # diagonal block), so a fresh bias is filled there in place instead of copied whole.
-        bias = bias.to(mask_dtype)
-        if _writable(bias, state, rows, cols):
-            bias[..., cols - rows :].masked_fill_(~keep[..., cols - rows :], float("-inf"))
-            gqa = heads_differ(q, k)
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-            )
-    return _sdpa(
-        q,
-        k,
-        v,
-        bias=bias,
-        keep=keep,
-        fused_causal=False,
-        dropout_p=dropout_p,
-        scale=scale,
-        mask_dtype=mask_dtype,
-    )
-
-
-def _writable(bias: Tensor, state: PositionState | None, rows: int, cols: int) -> bool:
-    """Whether ``bias`` is a fresh full ``(.., rows, cols)`` tensor that may be masked in place.
-
-    Filling its whole storage, not sharing it with the encoding's parameters or buffers (a cache),
-    and not part of a graph that needs gradients (in-place writes there could break the
-    backward of whatever op produced it).
-    """
-    if bias.shape[-2:] != (rows, cols) or not bias.is_contiguous():
-        return False
-    if bias.requires_grad and torch.is_grad_enabled():
-        return False
-    # It must fill its whole storage (a fresh allocation, not a slice of a larger cache).
-    if bias.untyped_storage().nbytes() != bias.numel() * bias.element_size():
-        return False
-    owned = bias.untyped_storage().data_ptr()
-    if state is not None:
-        for t in (*state.encoding.parameters(), *state.encoding.buffers()):
-            if t.untyped_storage().data_ptr() == owned:
-                return False
-    return True
+def _bias(state: PositionState, q: Tensor, k: Tensor) -> Tensor | None:
+    """The state's bias for these (encoded) queries and keys, in :func:`mask_dtype`."""
+    bias = state.attention_bias(q, k)
+    return None if bias is None else bias.to(mask_dtype(q))
 
 
 def _single(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState | None,
+    state: PositionState,
     vis: Visibility,
     dropout_p: float,
     scale: float | None,
-    mask_dtype: torch.dtype,
 ) -> Tensor:
     """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
-    tq, tk = q.shape[-2], k.shape[-2]
-    bias = None if state is None else state.attention_bias(q, k)
+    bias = _bias(state, q, k)
     # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
     # exporters): only a bias-free call with nothing but index causality takes it.
-    fused = (
-        vis.causal and vis.ranged and vis.window is None and tq == tk and vis.user is None and bias is None
-    )
-    keep = None if fused else vis.block(slice(None), slice(None))
-    return _sdpa(
-        q,
-        k,
-        v,
-        bias=bias,
-        keep=keep,
-        fused_causal=fused,
-        dropout_p=dropout_p,
-        scale=scale,
-        mask_dtype=mask_dtype,
-    )
+    if (
+        bias is None
+        and vis.causal
+        and vis.ranged
+        and vis.window is None
+        and vis.user is None
+        and vis.tq == vis.tk
+    ):
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
+        )
+    return _sdpa(q, k, v, bias, vis.block(slice(None), slice(None)), dropout_p, scale)
+
+
+def _chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: PositionState,
+    vis: Visibility,
+    dropout_p: float,
+    scale: float | None,
+    chunk: int,
+) -> Tensor:
+    """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
+
+    Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
+    ALiBi form is small near that chunk's diagonal), and reads only the keys it can see
+    (causality, a window, its documents: :meth:`Visibility.visible_range`). When gradients are
+    needed each chunk is checkpointed: its bias is recomputed in the backward pass instead of
+    being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
+    """
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        keep = vis.block(qs, ks)
+        block = state.narrow(qs, ks)
+        return lambda q_c, k_c, v_c: _sdpa(q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale)
+
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
 
 
 def _toeplitz(
@@ -171,7 +204,8 @@ def _toeplitz(
     ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
     (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
     causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
-    Each chunk reads only the keys it can see.
+    Each chunk reads only the keys it can see; none is checkpointed, since each chunk's mask is
+    a view of the small vector and SDPA keeps nothing of size ``(h, tq, tk)`` for the backward.
 
     Args:
         values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
@@ -184,43 +218,26 @@ def _toeplitz(
     if vis.causal or vis.window is not None:
         # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
         behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
-        if vis.causal:
-            hidden = behind < 0
-            if vis.window is not None:
-                hidden = hidden | (behind >= vis.window)
-        else:
-            hidden = behind.abs() > (vis.window or 0) // 2
-        values = values.masked_fill(hidden, float("-inf"))
+        values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
     values = values.contiguous()
     gqa = heads_differ(q, k)
 
-    def call(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> Tensor:
-        out = F.scaled_dot_product_attention(
-            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
+        end, lo = tq if qs.stop is None else qs.stop, ks.start or 0
+        strip = values[:, tq - end + lo :]  # from the entry of (last row, key lo)
+        mask = strip.as_strided(
+            (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
+            (0, strip.stride(0), 1, 1),
         )
-        return out.flip(2)
+        return lambda q_c, k_c, v_c: F.scaled_dot_product_attention(
+            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+        ).flip(2)
 
-    if chunk >= tq:
-        # One call (also the traced path: no loop over a symbolic length).
-        out = call(q, k, v, values.as_strided((1, heads, tq, tk), (0, values.stride(0), 1, 1)))
-        return _zero_unseen_rows(out, vis)
-    # No checkpointing here: each chunk's mask is a view of the small vector, so SDPA keeps
-    # nothing of size (h, tq, tk) for the backward pass.
-    outs = []
-    for start, end, lo, hi in vis.spans(chunk):
-        rows = end - start
-        if hi <= lo:  # these queries see no key
-            outs.append(q.new_zeros(q.shape[0], q.shape[1], rows, v.shape[-1]))
-            continue
-        first = tq - end + lo  # the entry of (last row, key lo)
-        strip = values[:, first : first + rows + hi - lo - 1]
-        mask = strip.as_strided((1, heads, rows, hi - lo), (0, strip.stride(0), 1, 1))
-        outs.append(call(q[:, :, start:end], k[:, :, lo:hi], v[:, :, lo:hi], mask))
-    return _zero_unseen_rows(torch.cat(outs, dim=2), vis)
-
-
-def _zero_unseen_rows(out: Tensor, vis: Visibility) -> Tensor:
-    """More queries than keys (index rule): the first rows may see no key; zeros, as on every path."""
-    if vis.tq <= vis.tk or not (vis.causal or vis.window is not None):
+    out = over_query_chunks(q, k, v, vis, chunk, False, chunk_fn)
+    if tq <= tk or not (vis.causal or vis.window is not None):
         return out
-    return out.masked_fill(vis.dead_rows(out.device), 0.0)
+    # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
+    # A row before the keys (at < 0) sees none iff it does not see key 0.
+    at = torch.arange(tq, device=out.device)[:, None] + vis.offset
+    return out.masked_fill((at < 0) & ~visible(at, 0, vis.causal, vis.window), 0.0)

@@ -11,7 +11,7 @@ compiled :func:`~torch.nn.attention.flex_attention.create_block_mask` (which fus
 
 Compiles: one compiled ``flex_attention`` and one compiled ``create_block_mask`` per process;
 with dynamic shapes off the CPU, so new lengths reuse them, and static ones on the CPU (see
-:func:`_dynamic`). Inputs are brought to the row-major layout
+:func:`_compiled`). Inputs are brought to the row-major layout
 first: a view (``x.transpose(1, 2)`` of a ``(b, t, h, d)`` tensor) would otherwise add stride
 guards and a recompile per layout, and torch 2.13-2.15's CPU kernel fails to build for some of
 those layouts (a C++ error about ``cur_kvSplitSize``).
@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._attention_common import heads_differ, needs_grad
+from ._attention_paths import heads_differ, needs_grad
 from ._compat import is_compiling
 from .base import PositionState
-from .masking import Visibility
+from .masking import Visibility, visible
 
 __all__ = ["flex_attention_path", "flex_block_mask"]
 
@@ -48,32 +48,28 @@ RECOMPILE_LIMIT = 64
 EAGER_BLOCK_MASK_SCORES = 2**20
 
 
-def _compiled(name: str, dynamic: bool) -> Callable[..., Any]:
-    """``flex_attention`` or ``create_block_mask`` compiled once per process (and per ``dynamic``).
+def _compiled(name: str, device: torch.device) -> Callable[..., Any]:
+    """``flex_attention`` or ``create_block_mask`` compiled once per process (and per kind of device).
 
     Inside a user's ``torch.compile`` the plain functions are returned: the outer compile
     traces them into its own graph.
+
+    Dynamic shapes (one compile for every length) except on the CPU: there torch 2.13-2.15's
+    template generates C++ that does not build (``'cur_kvSplitSize7' was not declared``) or reads
+    out of bounds whenever a ``score_mod`` or ``mask_mod`` reads a captured tensor at a computed
+    index (T5's table, positions, ids, the user's mask); each new ``(b, tq, tk)`` compiles once
+    (about 5 s).
     """
     from torch.nn.attention import flex_attention as fa
 
     fn = getattr(fa, name)
     if is_compiling():
         return fn
+    dynamic = device.type != "cpu"
     key = f"{name}-{dynamic}"
     if key not in _COMPILED:
         _COMPILED[key] = torch.compile(fn, dynamic=dynamic)
     return _COMPILED[key]
-
-
-def _dynamic(device: torch.device) -> bool:
-    """Whether the kernels take dynamic shapes (one compile for every length): not on the CPU.
-
-    With dynamic shapes, torch 2.13-2.15's CPU template generates C++ that does not build
-    (``'cur_kvSplitSize7' was not declared``) or reads out of bounds whenever a ``score_mod``
-    or ``mask_mod`` reads a captured tensor at a computed index (T5's table, positions, ids,
-    the user's mask). There each new ``(b, tq, tk)`` compiles once (about 5 s).
-    """
-    return device.type != "cpu"
 
 
 def _recompile_limit() -> Any:
@@ -162,19 +158,9 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
             def k_at(b: Tensor, j: Tensor) -> Tensor:
                 return j
 
-        # The distances q_pos - k_pos a query may see: [0, window - 1] causal, |d| <= window // 2
-        # in a bidirectional window.
-        causal, windowed = vis.causal, vis.window is not None
-        reach = torch.tensor(((vis.window or 0) - 1) if causal else (vis.window or 0) // 2, device=vis.device)
-
-        def positional(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            behind = q_at(b, i) - k_at(b, j)
-            if not causal:
-                return behind.abs() <= reach
-            seen = behind >= 0
-            return seen & (behind <= reach) if windowed else seen
-
-        rules.append(positional)
+        causal = vis.causal
+        window = None if vis.window is None else torch.tensor(vis.window, device=vis.device)
+        rules.append(lambda b, h, i, j: visible(q_at(b, i), k_at(b, j), causal, window))
     if vis.q_doc is not None and vis.k_doc is not None:
         q_doc, k_doc = _rows_of(vis.q_doc), _rows_of(vis.k_doc)
         per_batch = per_batch or vis.q_doc.dim() == 2 or vis.k_doc.dim() == 2
@@ -183,13 +169,9 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
         # Read as uint8 (a view, no copy): a bool buffer of fewer than 128 keys generates C++
         # mixing vector-mask types that does not build (torch 2.13).
         read_user = _lookup(vis.user.view(torch.uint8))
-
-        def keep(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-            return read_user(b, h, i, j) != 0
-
         per_batch = per_batch or vis.user.shape[0] != 1
         per_head = vis.user.shape[1] != 1
-        rules.append(lambda b, h, i, j: keep(b, h, i, j))
+        rules.append(lambda b, h, i, j: read_user(b, h, i, j) != 0)
     if not rules:
         return None
 
@@ -199,27 +181,20 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
             seen = seen & rule(b, h, i, j)
         return seen
 
-    bh = (batch if per_batch else 1) * (heads if per_head else 1)
-    if bh * vis.tq * vis.tk <= EAGER_BLOCK_MASK_SCORES:
+    b, h = (batch if per_batch else 1), (heads if per_head else 1)
+    if b * h * vis.tq * vis.tk <= EAGER_BLOCK_MASK_SCORES:
         from torch.nn.attention.flex_attention import create_block_mask as create
     else:
-        create = _compiled("create_block_mask", _dynamic(vis.device))
+        create = _compiled("create_block_mask", vis.device)
     with _recompile_limit():
-        return create(
-            mask_mod,
-            batch if per_batch else 1,
-            heads if per_head else 1,
-            vis.tq,
-            vis.tk,
-            device=vis.device,
-        )
+        return create(mask_mod, b, h, vis.tq, vis.tk, device=vis.device)
 
 
 def flex_attention_path(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    state: PositionState | None,
+    state: PositionState,
     vis: Visibility,
     scale: float | None,
 ) -> Tensor:
@@ -227,7 +202,7 @@ def flex_attention_path(
 
     Args:
         q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)`` (any layout).
-        state: the encoding's state (its ``score_mod``), or ``None``.
+        state: the encoding's state (its ``score_mod``).
         vis: which keys each query may see.
         scale: score scale, ``None`` for ``1 / sqrt(dh)``.
 
@@ -240,14 +215,14 @@ def flex_attention_path(
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
         )
     q, k, v = _row_major(q), _row_major(k), _row_major(v)
-    mod = None if state is None else state.score_mod(q, k)
-    if mod is None and state is not None and state.bias_form != "none":
+    mod = state.score_mod(q, k)
+    if mod is None and state.bias_form != "none":
         raise ValueError(
             f"backend='flex' needs an encoding with a score_mod; {type(state.encoding).__name__} returns "
             f"None from score_mod(); use backend='auto'"
         )
     block_mask = flex_block_mask(vis, q.shape[0], q.shape[1])
-    flex = _compiled("flex_attention", _dynamic(q.device))
+    flex = _compiled("flex_attention", q.device)
     gqa = heads_differ(q, k)
     # FlexAttention gives zeros for a query row whose keys are all masked by the block mask
     # (its log-sum-exp is -inf), the value every other path gives.

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from ._attention_common import needs_grad, over_query_chunks
+from ._attention_paths import needs_grad, over_query_chunks
 from ._compat import precise_dtype
 from .base import PositionState
 from .masking import Visibility

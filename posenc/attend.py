@@ -6,8 +6,9 @@
 encoding it holds: the shape of the bias the encoding returns chooses the cheapest
 correct path (see :func:`attention`'s docstring for the table).
 
-This module holds the entry point and its choice of path; the argument checks are in
-:mod:`posenc._attention_checks`, the SDPA paths in :mod:`posenc._attention_paths`.
+This module holds the entry point, its argument checks and its choice of path; the paths are
+in :mod:`posenc._attention_paths`, the explicit-weights one in :mod:`posenc._weights`, FlexAttention
+in :mod:`posenc._flex`.
 
 Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` queries,
 ``tk`` keys, ``dh`` head width, ``dv`` value width.
@@ -15,25 +16,28 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from typing import Literal
 
 import torch
-import torch.utils.checkpoint
 from torch import Tensor
 
-from ._attention_checks import Backend, Encoding, _check_devices, _check_inputs
-from ._attention_common import needs_grad, over_query_chunks
-from ._attention_paths import _chunk_attention, _single, _toeplitz
-from ._checks import check_bool
+from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype
+from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path
-from ._positions import _resolve_qk, check_bias_qk
+from ._positions import check_bias_qk, check_qk
 from ._weights import weighted_attention
-from .base import PositionState
+from .base import PositionalEncoding, PositionState
+from .encodings.none import NoPE
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
 
 __all__ = ["Backend", "attention"]
 
+#: What :func:`attention` accepts as its position argument: an encoding (prepared per call),
+#: a :class:`~posenc.PositionState` prepared once per forward, or ``None``.
+Encoding = PositionalEncoding | PositionState | None
+Backend = Literal["auto", "sdpa", "chunked", "flex"]
 
 #: Above this many bytes for one dense float mask, eager ``backend="auto"`` works over
 #: query chunks instead, so that memory stays O(chunk * tk) (64 MiB is a (8, 1448, 1448)
@@ -48,58 +52,8 @@ HALF_CAST_CHUNK = 64
 #: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
 TOEPLITZ_CHUNK = 512
 
-
-# The mask dtype rule, and the chunk loop that reads it, stay here: tests patch
-# `_float_mask_allowed` on this module.
-def _float_mask_allowed(device_type: str) -> bool:
-    """Whether SDPA on this device adds a float32 mask to half-precision scores without casting it.
-
-    The CPU kernels accept a float32 ``attn_mask`` with bfloat16/float16 queries and add it
-    in float32 (measured, torch 2.13). Other devices' fused kernels want the query dtype,
-    so there the bias is cast and queries are processed in chunks to keep its resolution.
-    """
-    return device_type == "cpu"
-
-
-def _mask_dtype(q: Tensor) -> torch.dtype:
-    """The dtype biases are handed to SDPA in: float32 (float64 for float64 q) where the kernel allows it."""
-    if q.dtype == torch.float64:
-        return torch.float64
-    if q.dtype in (torch.float16, torch.bfloat16) and not _float_mask_allowed(q.device.type):
-        return q.dtype
-    return torch.float32
-
-
-def _chunked(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState | None,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int,
-) -> Tensor:
-    """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
-
-    Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
-    ALiBi form is small near that chunk's diagonal), and reads only the keys it can see
-    (causality, a window, its documents: :meth:`Visibility.visible_range`). When gradients are
-    needed each chunk is checkpointed: its bias is recomputed in the backward pass instead of
-    being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
-    """
-    mask_dtype = _mask_dtype(q)
-    # The only masked entries are above the diagonal of the chunk's last keys (index causality).
-    causal_only = vis.causal and vis.ranged and vis.user is None and vis.window is None
-
-    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        keep = vis.block(qs, ks)
-        block = None if state is None else state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _chunk_attention(
-            q_c, k_c, v_c, block, keep, causal_only, dropout_p, scale, mask_dtype
-        )
-
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
+#: The encoding of ``encoding=None``: its state carries the positions the masks follow.
+_NOPE = NoPE()
 
 
 def attention(
@@ -235,7 +189,9 @@ def attention(
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
-    _check_devices(q, q_positions=q_positions, k_positions=k_positions, attn_mask=attn_mask)
+    for name, t in (("q_positions", q_positions), ("k_positions", k_positions), ("attn_mask", attn_mask)):
+        if isinstance(t, Tensor) and t.device != q.device:  # torch's own error would not name it
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
         batch = max(q.shape[0], k.shape[0])
         q, k, v = (t.expand(batch, *t.shape[1:]) for t in (q, k, v))
@@ -252,117 +208,135 @@ def attention(
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
-    if state is not None and state.bias_heads is not None:
+    if state.bias_heads is not None:
         # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
         # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
-    if state is not None and state.causal_only and not causal:
+    if state.causal_only and not causal:
         name = type(state.encoding).__name__
         raise ValueError(
             f"causal=False, but this {name} is exact only in causal attention: {state.causal_only_reason}"
         )
-    vis = _visibility(state, q, k, q_positions, k_positions, attn_mask, causal, window, q_doc, k_doc)
-    if state is not None and not qk_encoded:
+    # Explicit positions in the rules only where a side is not the default range.
+    explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
+    qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
+    vis = Visibility(tq, tk, q.device, attn_mask, causal, window, qp, kp, q_doc, k_doc)
+    if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    tracing = is_compiling()
-    if state is not None and state.has_value_term:
+    form = state.bias_form
+    dtype = mask_dtype(q)
+    if state.has_value_term:
         if backend == "flex":
             raise ValueError(
                 f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
                 f"the attention weights); use backend='auto'"
             )
-        chunk = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))
-        return weighted_attention(q, k, v, state, vis, dropout_p, scale, chunk)
+        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))  # float32 weights
+        return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows)
     if backend == "flex":
         return flex_attention_path(q, k, v, state, vis, scale)
 
     if vis.causal and tq == 1 and vis.ranged and vis.window is None:
         # One decoding query is the last position: it sees every key, no mask is needed.
         vis.causal = False
-    mask_dtype = _mask_dtype(q)
-    elem = torch.finfo(mask_dtype).bits // 8
-    form = "none" if state is None else state.bias_form
-    half_cast = q.dtype in (torch.float16, torch.bfloat16) and mask_dtype == q.dtype and form != "none"
-
+    tracing = is_compiling()
+    half_cast = q.dtype in (torch.float16, torch.bfloat16) and dtype == q.dtype and form != "none"
     if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
         values = None
-        if state is not None and form != "none":
-            values = state.bias_by_distance(mask_dtype)
-        elif form == "none" and window is not None:
-            # A window is a function of the distance too: zeros, -inf outside it.
-            values = q.new_zeros(1, tq + tk - 1, dtype=mask_dtype)
+        if form != "none":
+            values = state.bias_by_distance(dtype)
+        elif window is not None:  # a window is a function of the distance too: zeros, -inf outside it
+            values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
             ranged = vis.causal or window is not None
-            chunk = tq if (tracing or not ranged) else (chunk_size or TOEPLITZ_CHUNK)
-            return _toeplitz(q, k, v, values, vis, dropout_p, scale, chunk)
+            return _toeplitz(
+                q, k, v, values, vis, dropout_p, scale, (chunk_size or TOEPLITZ_CHUNK) if ranged else tq
+            )
     if tracing or backend == "sdpa":
-        return _single(q, k, v, state, vis, dropout_p, scale, mask_dtype)
-
-    if form == "none" and vis.user is None and not vis.structural:
-        use_chunks = backend == "chunked"
-    else:
-        # A dense mask: the bias, or a padding, document or window mask joined with the causal one.
-        scratch = 0 if state is None else state.bias_scratch
-        dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * elem
-        use_chunks = (
-            backend == "chunked"
-            or (dense_bytes > BIAS_BUDGET_BYTES and (vis.causal or form != "none" or vis.structural))
-            or (half_cast and tq > HALF_CAST_CHUNK)
-        )
-    if not use_chunks:
-        return _single(q, k, v, state, vis, dropout_p, scale, mask_dtype)
-    if chunk_size is None:
-        scratch = 0 if state is None else state.bias_scratch
-        chunk_size = max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * elem))
-        if half_cast:
-            chunk_size = min(chunk_size, HALF_CAST_CHUNK)
-    return _chunked(q, k, v, state, vis, dropout_p, scale, chunk_size)
+        return _single(q, k, v, state, vis, dropout_p, scale)
+    # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
+    # causal one) would pass the budget; a user's mask alone is dense already.
+    scratch = state.bias_scratch
+    dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * dtype.itemsize
+    large = dense_bytes > BIAS_BUDGET_BYTES and (
+        form != "none" or vis.structural or (vis.causal and vis.user is not None)
+    )
+    if backend == "chunked" or large or (half_cast and tq > HALF_CAST_CHUNK):
+        # The default chunk: one chunk's dense mask within the budget.
+        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
+        if half_cast and chunk_size is None:
+            rows = min(rows, HALF_CAST_CHUNK)
+        return _chunked(q, k, v, state, vis, dropout_p, scale, rows)
+    return _single(q, k, v, state, vis, dropout_p, scale)
 
 
-def _visibility(
-    state: PositionState | None,
+def _check_inputs(
     q: Tensor,
     k: Tensor,
-    q_positions: Tensor | None,
-    k_positions: Tensor | None,
+    v: Tensor,
+    encoding: Encoding,
     attn_mask: Tensor | None,
-    causal: bool,
-    window: int | None,
-    q_doc: Tensor | None,
-    k_doc: Tensor | None,
-) -> Visibility:
-    """The keys each query may see; explicit positions only when a side is not the default range."""
-    tq, tk = q.shape[-2], k.shape[-2]
-    qp = kp = None
-    if causal or window is not None:
-        if state is not None:
-            if state.q_start is None or state.k_start is None:
-                qp, kp = state.q_positions, state.k_positions
-        elif q_positions is not None or k_positions is not None:
-            qp, kp, q_start, k_start = _resolve_qk(tq, tk, q.shape[0], q.device, q_positions, k_positions)
-            if q_start is not None and k_start is not None:
-                qp = kp = None
-        if qp is not None and kp is not None:
-            qp, kp = qp.to(q.device), kp.to(q.device)
-    return Visibility(
-        tq,
-        tk,
-        q.device,
-        user=attn_mask,
-        causal=causal,
-        window=window,
-        q_pos=qp,
-        k_pos=kp,
-        q_doc=q_doc,
-        k_doc=k_doc,
-    )
+    dropout_p: float,
+    scale: float | None,
+    backend: str,
+    chunk_size: int | None,
+) -> None:
+    """The argument checks of :func:`attention`, each error naming the argument and the value."""
+    check_qk(q, k)
+    check_float_tensor("v", v, rank=4, shape="(batch, heads, seq, head_dim)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must have the same dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(
+            f"v must have shape (batch, kv_heads, seq_k, head_dim_v) matching k's first three dims "
+            f"{tuple(k.shape[:3])}, got v {tuple(v.shape)}"
+        )
+    if encoding is not None and not isinstance(encoding, (PositionalEncoding, PositionState)):
+        raise TypeError(
+            f"encoding must be a posenc.PositionalEncoding, a PositionState from its prepare(), or None "
+            f"(use posenc.build(spec, ...) for a config string), got {type(encoding).__name__}"
+        )
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise TypeError(
+                f"attn_mask must be a boolean torch.Tensor (True = attend), got {type(attn_mask).__name__}"
+            )
+        if attn_mask.dtype != torch.bool:
+            raise TypeError(
+                f"attn_mask must be a boolean keep-mask (True = attend), got dtype {attn_mask.dtype}; "
+                f"for a (batch, seq_k) padding mask pass attention_mask.bool()[:, None, None, :]"
+            )
+        target = (max(q.shape[0], k.shape[0]), q.shape[1], q.shape[2], k.shape[2])
+        shape = tuple(attn_mask.shape)
+        # Exactly 4-D: a 2-D mask is ambiguous ((batch, seq_k) padding or (seq_q, seq_k)?) when
+        # batch == seq_q, and reading it the wrong way gives silently wrong outputs.
+        if len(shape) != 4 or any(m not in (1, t) for m, t in zip(shape, target, strict=True)):
+            raise ValueError(
+                f"attn_mask must be 4-D, (batch|1, heads|1, seq_q|1, seq_k) broadcastable to {target}, "
+                f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
+                f"(seq_q, seq_k) mask as mask[None, None]"
+            )
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if scale is not None and (
+        not isinstance(scale, (int, float))
+        or isinstance(scale, bool)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
+    check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
+    ):
+        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
 
 
 def _state(
     encoding: Encoding, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
-) -> PositionState | None:
-    """The position state of this call: the one given, or the encoding's, prepared here."""
+) -> PositionState:
+    """The position state of this call: the one given, or the encoding's (NoPE's for none), prepared here."""
     tq, tk = q.shape[-2], k.shape[-2]
     if isinstance(encoding, PositionState):
         if q_positions is not None or k_positions is not None:
@@ -376,8 +350,6 @@ def _state(
                 f"but q has {tq} and k has {tk}"
             )
         return encoding
-    if encoding is None:
-        return None
-    return encoding.prepare(
+    return (_NOPE if encoding is None else encoding).prepare(
         tq, tk, q_positions=q_positions, k_positions=k_positions, batch=q.shape[0], device=q.device
     )

@@ -49,11 +49,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from ._compat import check_values
 from ._positions import resolve_positions
 from .attend import attention
 from .base import PositionalEncoding
-from .encodings.none import NoPE
-from .masking import document_numbers
+from .masking import _check_ids, document_numbers
 
 __all__ = [
     "Balance",
@@ -115,6 +115,11 @@ def shard_positions(
     head = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
     tail_start = (2 * world_size - 1 - rank) * chunk
     return torch.cat([head, torch.arange(tail_start, tail_start + chunk, device=device)])
+
+
+def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.device) -> Tensor:
+    """``(seq_len,)``: the position of each token of the shards gathered in rank order."""
+    return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
 def _group_size_rank(
@@ -212,56 +217,44 @@ def _gather(x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
     return _GatherSequence.apply(x, dim, group)
 
 
+#: The dtypes a shard's shape check can name (any other is "other").
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
+
+
 def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup | None, device: Any) -> None:
     """Raise the same ``ValueError`` on every rank unless all ranks hold tensors of equal shapes.
 
     One small all-gather of each rank's shapes and dtypes runs before any collective on the data,
-    so that mismatched shards fail with a message instead of a hang or a garbled gather.
+    so that mismatched shards fail with a message instead of a hang or a garbled gather. On an
+    accelerator the comparison is a kernel assert (:func:`~posenc._compat.check_values`): no host sync.
     """
-    dtypes = [
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.int32,
-        torch.int64,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    ]
     row: list[int] = []
-    for t in named.values():
+    for t in named.values():  # per tensor: rank, dtype code (-1: None), shape padded to 4 dims
         shape = [] if t is None else list(t.shape)
-        code = -1 if t is None else (dtypes.index(t.dtype) if t.dtype in dtypes else 99)
+        code = -1 if t is None else (_DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES))
         row += [len(shape), code, *shape, *[0] * (4 - len(shape))]
     mine = torch.tensor(row, dtype=torch.long, device=device)
     world = dist.get_world_size(group)
-    every = mine.new_empty(world * mine.numel())
-    dist.all_gather_single(every, mine, group=group)
-    rows = every.view(world, -1)
-    if bool((rows == mine).all()):
-        return
-    names = list(named)
+    rows = mine.new_empty(world * mine.numel())
+    dist.all_gather_single(rows, mine, group=group)
+    rows = rows.view(world, -1)
 
     def describe(r: int) -> str:
-        values = rows[r].tolist()
+        values = rows[r].tolist()  # only where check_values may read values (a CPU tensor)
         parts = []
-        for i, name in enumerate(names):
+        for i, name in enumerate(named):
             n, code, *shape = values[i * 6 : (i + 1) * 6]
-            if code == -1:
-                parts.append(f"{name}=None")
-            else:
-                dtype = dtypes[code] if 0 <= code < len(dtypes) else "other"
-                parts.append(f"{name} {tuple(shape[:n])} {dtype}")
+            dtype = "other" if code == len(_DTYPES) else _DTYPES[code]
+            parts.append(f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {dtype}")
         return ", ".join(parts)
 
-    bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
-    raise ValueError(
-        f"context_parallel_attention: ranks hold shards of different shapes or dtypes (rank 0: {describe(0)}; "
-        f"rank {bad}: {describe(bad)}); every rank must hold an equal shard of the sequence "
-        f"(see posenc.distributed.shard_batch)"
-    )
+    def detail() -> str:
+        bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
+        return f"{message} (rank 0: {describe(0)}; rank {bad}: {describe(bad)}){advice}"
+
+    message = "context_parallel_attention: ranks hold shards of different shapes or dtypes"
+    advice = "; every rank must hold an equal shard of the sequence (see posenc.distributed.shard_batch)"
+    check_values((rows == rows[0]).all(dim=-1), message + advice, detail)
 
 
 def context_parallel_attention(
@@ -286,7 +279,8 @@ def context_parallel_attention(
     the rows at ``positions`` of :func:`posenc.attention` over the unsharded sequence.
 
     Must be called by every rank of ``group`` (a collective), with equal shard shapes; the shapes
-    are compared first (one small all-gather), so a mismatch raises on every rank instead of hanging.
+    are compared first (one small all-gather), so a mismatch raises on every rank instead of hanging
+    (on an accelerator as a device-side assert, so that no call waits for the host).
 
     Args:
         q: ``(b, h, tl, dh)`` this rank's queries.
@@ -315,7 +309,8 @@ def context_parallel_attention(
 
     Raises:
         TypeError / ValueError: bad local inputs (checked before any communication); ranks
-            whose shards differ in shape or dtype (raised on every rank).
+            whose shards differ in shape or dtype (raised on every rank; a device-side assert on an
+            accelerator).
         RuntimeError: ``torch.distributed`` is not initialised.
     """
     check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
@@ -341,16 +336,8 @@ def context_parallel_attention(
     positions = resolve_positions(positions, tl, batch=b, name="positions").to(q.device)
     _require_process_group()
 
-    if document_ids is not None:
-        # Only the shape here (posenc.attention checks the ids): it must match the positions'.
-        if not isinstance(document_ids, Tensor) or document_ids.shape[-1] != tl or document_ids.dim() > 2:
-            shape = (
-                tuple(document_ids.shape) if isinstance(document_ids, Tensor) else type(document_ids).__name__
-            )
-            raise ValueError(
-                f"document_ids must have shape ({tl},) or (batch, {tl}) like this rank's q, got {shape}"
-            )
-        document_ids = document_ids.to(q.device)
+    if document_ids is not None:  # checked here, before any communication
+        document_ids = _check_ids("document_ids", document_ids, tl).to(q.device)
 
     shapes = {"q": q, "k": k, "v": v, "positions": positions, "document_ids": document_ids}
     _check_same_shapes(shapes, group, q.device)
@@ -358,9 +345,7 @@ def context_parallel_attention(
         # Where each gathered token sits in the sequence (after the shape check, so that every
         # rank raises the same error for a length the balance cannot split, before any gather).
         world, me = dist.get_world_size(group), dist.get_rank(group)
-        order = torch.cat(
-            [shard_positions(world * tl, world, r, balance, device=q.device) for r in range(world)]
-        )
+        order = _sequence_order(world * tl, world, balance, q.device)
     keys = _gather(k, 2, group)
     values = _gather(v, 2, group)
     key_positions = _gather(positions, positions.dim() - 1, group)
@@ -372,17 +357,14 @@ def context_parallel_attention(
         # gathered[..., i] is token order[i] of the sequence.
         key_documents = document_numbers(gathered[..., torch.argsort(order)])[..., order]
         q_documents = key_documents[..., me * tl : (me + 1) * tl]
-    # NoPE carries the positions when there is no encoding, so that causality still follows them.
-    enc = NoPE().to(q.device) if encoding is None else encoding
-    state = enc.prepare(
-        tl, keys.shape[2], q_positions=positions, k_positions=key_positions, batch=b, device=q.device
-    )
     return attention(
         q,
         keys,
         values,
-        state,
+        encoding,
         causal=causal,
+        q_positions=positions,
+        k_positions=key_positions,
         scale=scale,
         document_ids=key_documents,
         q_document_ids=q_documents,
@@ -425,6 +407,6 @@ def unshard(
     world = dist.get_world_size(group)
     gathered = _gather(tensor, seq_dim, group)
     t = gathered.shape[seq_dim]
-    order = torch.cat([shard_positions(t, world, r, balance, device=tensor.device) for r in range(world)])
+    order = _sequence_order(t, world, balance, tensor.device)
     # gathered[..., i, ...] holds position order[i]: put each back at its position.
     return gathered.index_select(seq_dim, torch.argsort(order))

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 
 from ._checks import check_positive_int
-from ._compat import can_sync, is_tracing
+from ._compat import can_sync
 
-__all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids"]
+__all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids", "visible"]
 
 
 def _check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
@@ -143,6 +143,22 @@ def _cols(x: Tensor) -> Tensor:
     return x.reshape(-1 if x.dim() == 2 else 1, 1, 1, x.shape[-1])
 
 
+def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tensor | None) -> Tensor:
+    """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and the window (broadcast).
+
+    The one formula of these rules (the chunks' blocks, the Toeplitz bias, FlexAttention's
+    ``mask_mod``): causal ``k_pos <= q_pos`` and ``q_pos - k_pos < window``; without causality
+    (a bidirectional window) ``|q_pos - k_pos| <= window // 2``. Comparisons of ``(.., r, 1)``
+    with ``(.., 1, c)`` give the bool block directly, never an int64 ``(r, c)`` distance.
+    ``window`` may be a 0-d tensor (FlexAttention: a new size does not recompile).
+    """
+    if not causal:
+        half = 0 if window is None else window // 2
+        return (k_pos >= q_pos - half) & (k_pos <= q_pos + half)
+    seen = k_pos <= q_pos
+    return seen if window is None else seen & (k_pos > q_pos - window)
+
+
 @dataclass
 class Visibility:
     """The keys each query may see (see the module docstring for the rules).
@@ -194,53 +210,20 @@ class Visibility:
         """Whether each query chunk's visible keys are a range known from indices alone."""
         return self.by_index and self.q_doc is None
 
-    def index_bounds(self, i: int | Tensor) -> tuple[int | Tensor, int | Tensor]:
-        """The keys ``[lo, hi)`` query row ``i`` may see under the index rule (before clipping to ``[0, tk)``).
-
-        Both bounds grow with ``i``, so a chunk of rows ``[start, end)`` sees
-        ``[lo(start), hi(end - 1))``.
-        """
-        at = i + self.offset  # the query's key index
-        lo: int | Tensor = 0
-        hi: int | Tensor = self.tk
-        if self.causal:
-            hi = at + 1
-            if self.window is not None:
-                lo = at - self.window + 1
-        elif self.window is not None:
-            lo, hi = at - self.window // 2, at + self.window // 2 + 1
-        return lo, hi
-
     def chunk_range(self, start: int, end: int) -> tuple[int, int]:
-        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule)."""
-        lo, _ = self.index_bounds(start)
-        _, hi = self.index_bounds(end - 1)
-        return max(0, int(lo)), min(self.tk, int(hi))
+        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
 
-    def dead_rows(self, device: torch.device) -> Tensor:
-        """``(tq, 1)``: True for the query rows that see no key (index rule)."""
-        rows = torch.arange(self.tq, device=device)
-        lo, hi = self.index_bounds(rows)
-        lo_t = torch.as_tensor(lo, device=device).clamp_min(0)
-        hi_t = torch.as_tensor(hi, device=device).clamp_max(self.tk)
-        return (hi_t <= lo_t).reshape(-1, 1).expand(self.tq, 1)
-
-    def unseen(self, chunk: int = 1024) -> Tensor | None:
-        """``(b|1, 1, tq, 1)``: True for the query rows that see no key at all; ``None`` if no rule applies.
-
-        Built over query chunks (``O(chunk * tk)`` memory; one block when traced).
+        Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
         """
-        if self.user is None and not self.positional and self.q_doc is None:
-            return None
-        if is_tracing():
-            keep = self.block(slice(None), slice(None))
-            return None if keep is None else ~keep.any(dim=-1, keepdim=True)
-        parts = []
-        for start in range(0, self.tq, chunk):
-            keep = self.block(slice(start, min(start + chunk, self.tq)), slice(None))
-            if keep is not None:
-                parts.append(~keep.any(dim=-1, keepdim=True))
-        return torch.cat(parts, dim=-2) if parts else None
+        first, last = start + self.offset, end - 1 + self.offset  # the rows' key indices
+        lo, hi = 0, self.tk
+        if self.causal:
+            hi = last + 1
+            if self.window is not None:
+                lo = first - self.window + 1
+        elif self.window is not None:
+            lo, hi = first - self.window // 2, last + self.window // 2 + 1
+        return max(0, lo), min(self.tk, hi)
 
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
@@ -262,15 +245,7 @@ class Visibility:
                 kp = _cols(torch.arange(c0, c1, device=self.device))
             else:
                 qp, kp = _rows(self.q_pos[..., rows]), _cols(self.k_pos[..., cols])
-            # Broadcast comparisons of (.., r, 1) with (.., 1, c): bool (b|1, 1, r, c) directly,
-            # never an int64 (r, c) distance.
-            if self.causal:
-                rule = kp <= qp
-                if self.window is not None:
-                    rule = rule & (kp > qp - self.window)
-            else:  # a bidirectional window (positional without causal)
-                half = (self.window or 0) // 2
-                rule = (kp >= qp - half) & (kp <= qp + half)
+            rule = visible(qp, kp, self.causal, self.window)
             keep = rule if keep is None else keep & rule
         if self.q_doc is not None and self.k_doc is not None:
             same = _rows(self.q_doc[..., rows]) == _cols(self.k_doc[..., cols])
@@ -289,14 +264,12 @@ class Visibility:
         if self.q_doc is not None and can_sync(self.q_doc) and self.tq > 1:
             changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
             breaks = (changed.nonzero().flatten() + 1).tolist()
-        out = []
-        start, nxt = 0, 0
-        while start < self.tq:
-            while nxt < len(breaks) and breaks[nxt] <= start:
-                nxt += 1
-            end = min(start + chunk, self.tq, breaks[nxt] if nxt < len(breaks) else self.tq)
-            out.append((start, end, *self.visible_range(start, end)))
-            start = end
+        out, start = [], 0
+        for cut in [*breaks, self.tq]:  # ascending, each > 0
+            while start < cut:
+                end = min(start + chunk, cut)
+                out.append((start, end, *self.visible_range(start, end)))
+                start = end
         return out
 
     def visible_range(self, start: int, end: int) -> tuple[int, int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
@@ -18,7 +17,6 @@ from posenc.base import PositionalEncoding
 from posenc.registry import lookup
 
 # The module that holds posenc.attention (the tests read its path constants).
-attention_module = importlib.import_module("posenc.attend")
 
 # float32 outputs against a float64 reference: dot products of width <= 16 and a softmax
 # over <= 64 keys round to a few ulps of 1.
@@ -342,13 +340,14 @@ class SpyEncoding(PositionalEncoding):
         return self.inner(scores, q_positions=q_positions, k_positions=k_positions)
 
 
-def test_large_full_bias_is_asked_for_in_chunks(monkeypatch):
-    """A dense mask above the budget is never built: the T5 bias is asked per query chunk."""
-    # a budget of 16 query rows of (h=4, tk=64) float32
-    monkeypatch.setattr(attention_module, "BIAS_BUDGET_BYTES", 4 * 4 * 64 * 16)
+def test_large_full_bias_is_asked_for_in_chunks():
+    """The chunked path never builds a dense mask: the T5 bias is asked per query chunk.
+
+    (``backend="auto"`` takes this path above BIAS_BUDGET_BYTES: tests/test_memory.py.)
+    """
     spy = SpyEncoding(make("t5", causal=True))
     q, k, v = qkv(b=1, tq=64, tk=64)
-    out = attention(q, k, v, spy, causal=True)
+    out = attention(q, k, v, spy, causal=True, backend="chunked", chunk_size=16)
     assert max(tq for tq, _ in spy.calls) <= 16, spy.calls
     # no probe call: the state says which form the bias takes; causal chunks read only the keys they see
     assert sorted(spy.calls) == [(16, 16), (16, 32), (16, 48), (16, 64)], spy.calls
@@ -369,10 +368,9 @@ def test_distance_bias_is_a_view_of_one_vector(monkeypatch, name, causal):
         return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
-    monkeypatch.setattr(attention_module, "TOEPLITZ_CHUNK", 16)
     enc = make(name, causal=causal)
     q, k, v = qkv(tq=48, tk=48)
-    out = attention(q, k, v, enc, causal=causal)
+    out = attention(q, k, v, enc, causal=causal, chunk_size=16)
     assert len(calls) == (3 if causal else 1)
     assert all(not is_causal and nbytes <= 4 * 4 * (48 + 48) for nbytes, is_causal in calls), calls
     torch.testing.assert_close(out, reference(q, k, v, enc, causal=causal), **F32_TOL)
@@ -463,22 +461,32 @@ def test_gradients_match_reference(name, backend):
 BF16_TOL = {"atol": 3e-2, "rtol": 3e-2}
 
 
-@pytest.mark.parametrize("cast_bias", [False, True], ids=["float32-bias", "cast-bias-in-chunks"])
-def test_bf16_alibi_at_position_100k(monkeypatch, cast_bias):
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="the bias cast needs a GPU"),
+        ),
+    ],
+    ids=["float32-bias", "cast-bias-in-chunks"],
+)
+def test_bf16_alibi_at_position_100k(device):
     """Causal ALiBi in bfloat16 over 512 queries at positions 100000..100511.
 
     The bias must keep its resolution: either float32 into the kernel (the CPU path) or,
-    where a kernel wants the query dtype, cast per query chunk so that values near each
+    where a kernel wants the query dtype (a GPU), cast per query chunk so that values near each
     chunk's diagonal stay small. The check below also shows that casting one key-only
     bias for all 512 queries to bfloat16 fails the same tolerance.
     """
-    if cast_bias:
-        monkeypatch.setattr(attention_module, "_float_mask_allowed", lambda device_type: False)
     enc = posenc.build("alibi", num_heads=8, causal=True)
     t, offset = 512, 100_000
     q, k, v = qkv(b=1, h=8, tq=t, tk=t, dh=16, dtype=torch.bfloat16, seed=3)
     positions = torch.arange(offset, offset + t)
-    out = attention(q, k, v, enc, causal=True, q_positions=positions, k_positions=positions)
+    on = [x.to(device) for x in (q, k, v, positions)]
+    out = attention(*on[:3], enc.to(device), causal=True, q_positions=on[3], k_positions=on[3]).cpu()
+    enc = enc.cpu()
     expected = reference(
         q.double(),
         k.double(),

@@ -28,8 +28,6 @@ LEVELS = {
     "posenc.schedule": 5,
     "posenc.masking": 6,
     "posenc.attend": 6,
-    "posenc._attention_checks": 6,
-    "posenc._attention_common": 6,
     "posenc._attention_paths": 6,
     "posenc._weights": 6,
     "posenc._flex": 6,
