@@ -90,8 +90,7 @@ class Sinusoidal2D(PositionalEncoding):
             )
         self.d_model = d_model
         self.grid_size = None if grid_size is None else check_grid("grid_size", grid_size, video=True)
-        if self.grid_size is not None:
-            self._check_3d("grid_size", self.grid_size)
+        self._check_3d("grid_size", self.grid_size or ())
         self.base = check_positive_float("base", base)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         device = torch.device(device) if device is not None else torch.get_default_device()
@@ -112,13 +111,12 @@ class Sinusoidal2D(PositionalEncoding):
 
     def _build(self, grid: tuple[int, ...] | None, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``(p + n, d)``: ``p`` zero rows, then the grid's ``n`` encodings (none without a grid)."""
-        wide = wide_dtype(device)
-        if grid is not None and len(grid) == 3:
+        wide, grid = wide_dtype(device), grid or (0, 0)
+        if len(grid) == 3:
             body = sinusoidal_3d_table(*grid, self.d_model, self.base, dtype=wide, device=device)
         else:
-            h, w = grid if grid is not None else (0, 0)
             body = sinusoidal_2d_table(
-                h, w, self.d_model, self.base, order=self.order, dtype=wide, device=device
+                *grid, self.d_model, self.base, order=self.order, dtype=wide, device=device
             )
         prefix = torch.zeros(self.num_prefix_tokens, self.d_model, dtype=wide, device=device)
         return torch.cat((prefix, body)).to(dtype)
@@ -160,18 +158,16 @@ class Sinusoidal2D(PositionalEncoding):
             ``x`` plus the encodings, same shape, in ``x.dtype``.
         """
         grid = input_grid(x, self.d_model, self.num_prefix_tokens, video=True, positions=positions)
-        if grid is None:
-            if self.grid_size is None:
-                raise ValueError(
-                    f"a flat input of shape {tuple(x.shape)} needs grid_size=(h, w) or (t, h, w) at construction; "
-                    "or pass x as (batch, h, w, dim) or (batch, t, h, w, dim)"
-                )
-            grid = self.grid_size
-        elif self.grid_size is not None and len(self.grid_size) != len(grid):
+        if grid is not None and self.grid_size is not None and len(grid) != len(self.grid_size):
             raise ValueError(
-                f"x of shape {tuple(x.shape)} is a {len(grid)}-axis grid (batch, {', '.join('thw'[3 - len(grid) :])}, dim), "
-                f"but grid_size={self.grid_size} "
+                f"x of shape {tuple(x.shape)} is a {len(grid)}-axis grid of patches, but grid_size={self.grid_size} "
                 f"has {len(self.grid_size)} axes"
+            )
+        grid = grid or self.grid_size
+        if grid is None:
+            raise ValueError(
+                f"a flat input of shape {tuple(x.shape)} needs grid_size=(h, w) or (t, h, w) at construction; "
+                "or pass x as (batch, h, w, dim) or (batch, t, h, w, dim)"
             )
         self._check_3d("x.shape[1:4]", grid)
         table = self._grid_table(grid, torch.float64 if x.dtype == torch.float64 else self._table.dtype)
