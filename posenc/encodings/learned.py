@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
-from .._compat import check_values, precise_dtype
+from .._compat import check_values
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
+from ..functional.axial import resample_grid_table
 
 __all__ = ["Learned"]
 
@@ -155,18 +156,15 @@ class Learned(PositionalEncoding):
         what = f"new_max_len={short(new_max_len)} (d_model={self.d_model})"
         check_allocatable(what, (new_max_len + self.offset, self.d_model), device=old.device, dtype=old.dtype)
         check_choice("mode", mode, ("linear", "nearest", "repeat"))
-        head, body = old[: self.offset], old[self.offset :]
         if mode == "repeat":
-            new_body = body[torch.arange(new_max_len, device=old.device) % self.max_len]
+            rows = torch.arange(new_max_len, device=old.device) % self.max_len + self.offset
+            new = torch.cat((old[: self.offset], old[rows]))
         else:
-            # interpolate in float32 or better, along the positions: (1, d, len)
-            grid = body.to(precise_dtype(old)).t().unsqueeze(0)
-            if mode == "linear":
-                resized = F.interpolate(grid, size=new_max_len, mode="linear", align_corners=False)
-            else:
-                resized = F.interpolate(grid, size=new_max_len, mode="nearest-exact")
-            new_body = resized.squeeze(0).t().to(old.dtype)
-        self.weight = nn.Parameter(torch.cat((head, new_body)).contiguous(), requires_grad=old.requires_grad)
+            # the table as a 1-row image: bilinear is linear along the positions (in float32 or better)
+            mode_2d = "bilinear" if mode == "linear" else "nearest-exact"
+            grids = (1, self.max_len), (1, new_max_len)
+            new = resample_grid_table(old, *grids, num_prefix_tokens=self.offset, mode=mode_2d).clone()
+        self.weight = nn.Parameter(new.contiguous(), requires_grad=old.requires_grad)
         self.max_len = new_max_len
 
     def extra_repr(self) -> str:
