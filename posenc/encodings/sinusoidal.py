@@ -95,19 +95,16 @@ class Sinusoidal(PositionalEncoding):
         check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
         if freq_spacing == "tensor2tensor" and d_model < 4:
             raise ValueError(f"freq_spacing='tensor2tensor' needs d_model >= 4, got d_model={d_model}")
-        if max_len is not None:
-            check_int("max_len", max_len, minimum=1)
+        self.max_len = max_len if max_len is None else check_int("max_len", max_len, minimum=1)
         self.d_model = d_model
         self.base = check_positive_float("base", base)
         self.layout = layout
-        self.max_len = max_len
         self.offset = check_int("offset", offset, minimum=0)
         self.freq_spacing = freq_spacing
         rows = min((max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset, MAX_TABLE_LEN)
         device = torch.device(device) if device is not None else torch.get_default_device()
-        self.register_buffer(
-            "_table", self._compute(torch.arange(rows, device=device), torch.float32), persistent=False
-        )
+        table = self._compute(torch.arange(rows, device=device), torch.float32)
+        self.register_buffer("_table", table, persistent=False)
 
     def _compute(self, rows: Tensor, dtype: torch.dtype) -> Tensor:
         """Encodings of table rows (positions already offset), built in float64, cast once."""
@@ -132,8 +129,7 @@ class Sinusoidal(PositionalEncoding):
             ``(..., d)`` tensor (``(n, d)`` for an int).
         """
         if isinstance(positions, int) and not isinstance(positions, bool):
-            check_int("positions", positions, minimum=0)
-            positions = torch.arange(positions, device=self._table.device)
+            positions = torch.arange(check_int("positions", positions, minimum=0), device=self._table.device)
         elif (
             not isinstance(positions, Tensor)
             or positions.is_floating_point()
