@@ -93,11 +93,8 @@ class Learned(PositionalEncoding):
             )
 
         # A position past the table must fail, not read out of bounds (a kernel assert off the CPU).
-        check_values(
-            positions < self.max_len,
-            f"a position is beyond the learned table (max_len={self.max_len})",
-            detail,
-        )
+        message = f"a position is beyond the learned table (max_len={self.max_len})"
+        check_values(positions < self.max_len, message, detail)
         return F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
 
     def table(self, positions: Tensor | int) -> Tensor:

@@ -115,8 +115,9 @@ class Sinusoidal2D(PositionalEncoding):
         if len(grid) == 3:
             body = sinusoidal_3d_table(*grid, self.d_model, self.base, dtype=wide, device=device)
         else:
+            h, w = grid
             body = sinusoidal_2d_table(
-                *grid, self.d_model, self.base, order=self.order, dtype=wide, device=device
+                h, w, self.d_model, self.base, order=self.order, dtype=wide, device=device
             )
         prefix = torch.zeros(self.num_prefix_tokens, self.d_model, dtype=wide, device=device)
         return torch.cat((prefix, body)).to(dtype)
