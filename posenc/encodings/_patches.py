@@ -26,12 +26,8 @@ def check_grid(name: str, grid: object, *, video: bool = False) -> tuple[int, ..
         or len(grid) not in ((2, 3) if video else (2,))
         or not all(isinstance(s, int) and not isinstance(s, bool) for s in grid)
     ):
-        shapes = (
-            "a pair (height, width) or a triple (frames, height, width)"
-            if video
-            else "a pair (height, width)"
-        )
-        raise TypeError(f"{name} must be an int{',' if video else ' or'} {shapes} of ints, got {grid!r}")
+        triple = " or a triple (frames, height, width)" if video else ""
+        raise TypeError(f"{name} must be an int or a pair (height, width){triple} of ints, got {grid!r}")
     if min(grid) < 1:
         raise ValueError(f"{name} must be positive, got {tuple(grid)}")
     return tuple(grid)
@@ -63,13 +59,7 @@ def input_grid(
 
 
 def add_patch_table(
-    x: Tensor,
-    table: Tensor,
-    grid: tuple[int, ...],
-    num_prefix_tokens: int,
-    positions: Tensor | None = None,
-    *,
-    grid_name: str = "grid_size",
+    x: Tensor, table: Tensor, grid: tuple[int, ...], p: int, positions: Tensor | None, grid_name: str
 ) -> Tensor:
     """``x`` plus the rows of ``table`` ``(p + n, d)``, the encodings of ``grid``'s ``n`` patches
     after ``p`` prefix rows, in ``x.dtype``.
@@ -77,11 +67,11 @@ def add_patch_table(
     Args:
         x: ``(b, *grid, d)`` patches (they get ``table[p:]``), or flat ``(b, p + n, d)`` tokens
             (all rows; ``(b, p + m, d)`` with ``positions``), checked by :func:`input_grid`.
+        p: the number of rows before the patches' (class token, registers).
         positions: flat only: ``(m,)`` or ``(b, m)`` row-major patch indices below ``n`` (MAE's
             visible patches); the prefix tokens keep their rows.
         grid_name: how the message of a token count that does not fit names the grid.
     """
-    p = num_prefix_tokens
     if x.dim() > 3:
         return x + table[p:].view(*grid, -1).to(x.dtype)
     cells = math.prod(grid)
@@ -95,10 +85,7 @@ def add_patch_table(
             )
         return x + table.to(x.dtype)
     positions = resolve_positions(positions, x.shape[1] - p, batch=x.shape[0]).to(table.device)
-    check_values(
-        positions < cells,
-        f"positions must be patch indices below {axes} = {cells}",
-        lambda: f"positions must be patch indices below {axes} = {cells}, got maximum {int(positions.max())}",
-    )
+    message = f"positions must be patch indices below {axes} = {cells}"
+    check_values(positions < cells, message, lambda: f"{message}, got maximum {int(positions.max())}")
     prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
     return x + table[torch.cat((prefix, positions + p), dim=-1)].to(x.dtype)

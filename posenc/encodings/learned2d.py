@@ -140,7 +140,7 @@ class Learned2D(PositionalEncoding):
         p = self.num_prefix_tokens
         hw = input_grid(x, self.d_model, p, positions=positions, grid=grid)
         hw = hw or self._flat_grid(x.shape[1] - p, grid, positions)
-        return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, grid_name="grid")
+        return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, "grid")
 
     def forward(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
         """Drop-in call: ``x + PE``; see :meth:`encode_input`."""

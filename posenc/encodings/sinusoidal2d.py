@@ -172,7 +172,7 @@ class Sinusoidal2D(PositionalEncoding):
             )
         self._check_3d("x.shape[1:4]", grid)
         table = self._grid_table(grid, torch.float64 if x.dtype == torch.float64 else self._table.dtype)
-        return add_patch_table(x, table, grid, self.num_prefix_tokens, positions)
+        return add_patch_table(x, table, grid, self.num_prefix_tokens, positions, "grid_size")
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Drop-in call: ``x + PE``; see :meth:`encode_input`."""

@@ -81,12 +81,7 @@ class QueryTemperature(PositionalEncoding):
         return f"floor_scale={self.floor_scale:g}, attn_scale={self.attn_scale:g}"
 
     def encode_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """Scale queries ``(b, h, tq, dh)`` by their positions' temperature; keys ``(b, h_kv, tk, dh)`` as is.
 
@@ -101,11 +96,7 @@ class QueryTemperature(PositionalEncoding):
         return (q.to(dtype) * scale).to(q.dtype), k
 
     def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """The drop-in call: ``q, k = temp(q, k)``; the same as :meth:`encode_qk`."""
         return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)

@@ -366,7 +366,7 @@ def test_2d_dtype_state_and_build():
         (
             {"d_model": 16, "grid_size": (2, 3, 4, 5)},
             TypeError,
-            r"grid_size must be an int, a pair .* or a triple",
+            r"grid_size must be an int or a pair .* or a triple",
         ),
         ({"d_model": 16, "grid_size": 2.5}, TypeError, r"grid_size .* got 2.5"),
         ({"d_model": 16, "num_prefix_tokens": -1}, ValueError, r"num_prefix_tokens must be >= 0, got -1"),
