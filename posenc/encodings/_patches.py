@@ -50,7 +50,7 @@ def input_grid(
     if rank > 3:
         if given := [name for name, value in flat_only.items() if value is not None]:
             raise ValueError(
-                f"{' and '.join(given)} only accepted with flat (batch, tokens, dim) inputs, not {shapes[rank - 3]}"
+                f"{' and '.join(given)}: only accepted with flat (batch, tokens, dim) inputs, not {shapes[rank - 3]}"
             )
         return tuple(x.shape[1:-1])
     if x.shape[1] < num_prefix_tokens:
