@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import allocate, check_allocatable, check_choice, check_int, short
-from .._compat import check_values, precise_dtype
+from .._compat import check_values
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
+from ..functional.axial import resample_grid_table
 
 __all__ = ["Learned"]
 
@@ -73,15 +74,17 @@ class Learned(PositionalEncoding):
         """Draw the table from ``N(0, init_std²)``."""
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
-    def _check_length(self, length: int) -> None:
-        # ``length`` is a shape: under torch.compile this is a guard, not a sync.
-        if length > self.max_len:
-            raise ValueError(
-                f"sequence length {length} exceeds max_len={self.max_len} of the learned position table; "
-                "use a shorter input or resize() the table"
-            )
+    def _rows(self, positions: Tensor | None, length: int) -> Tensor:
+        """Rows of ``positions`` (``(...)`` integers), or of ``0..length-1`` when ``None``: ``(..., d)``."""
+        if positions is None:
+            # ``length`` is a shape: under torch.compile this is a guard, not a sync.
+            if length > self.max_len:
+                raise ValueError(
+                    f"sequence length {length} exceeds max_len={self.max_len} of the learned position table; "
+                    "use a shorter input or resize() the table"
+                )
+            return self.weight[self.offset : self.offset + length]  # a view, no gather
 
-    def _check_positions(self, positions: Tensor) -> None:
         def detail() -> str:
             largest = int(positions.max())
             return (
@@ -90,11 +93,9 @@ class Learned(PositionalEncoding):
             )
 
         # A position past the table must fail, not read out of bounds (a kernel assert off the CPU).
-        check_values(
-            positions < self.max_len,
-            f"a position is beyond the learned table (max_len={self.max_len})",
-            detail,
-        )
+        message = f"a position is beyond the learned table (max_len={self.max_len})"
+        check_values(positions < self.max_len, message, detail)
+        return F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
 
     def table(self, positions: Tensor | int) -> Tensor:
         """The rows added at ``positions``: an int ``n`` (``0..n-1``) or ``(t,)`` / ``(b, t)`` integers.
@@ -103,14 +104,10 @@ class Learned(PositionalEncoding):
             ``(n, d)``, ``(t, d)`` or ``(b, t, d)``, in the parameter's dtype, with gradient.
         """
         if isinstance(positions, int) and not isinstance(positions, bool):
-            check_int("positions", positions, minimum=0)
-            self._check_length(positions)
-            return self.weight[self.offset : self.offset + positions]
+            return self._rows(None, check_int("positions", positions, minimum=0))
         if not isinstance(positions, Tensor):
             raise TypeError(f"positions must be an int or an integer tensor, got {type(positions).__name__}")
-        positions = resolve_positions(positions, positions.shape[-1] if positions.dim() else 0)
-        self._check_positions(positions)
-        return F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
+        return self._rows(resolve_positions(positions, positions.shape[-1] if positions.dim() else 0), 0)
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the learned rows of ``positions`` to ``x``.
@@ -126,16 +123,9 @@ class Learned(PositionalEncoding):
             ValueError: ``t > max_len``, or (eager) a position ``>= max_len``.
         """
         check_input(x, width=self.d_model)
-        t = x.shape[1]
-        if positions is None:
-            self._check_length(t)
-            # default positions are a contiguous slice: a view, no gather
-            pe = self.weight[self.offset : self.offset + t]
-        else:
-            positions = resolve_positions(positions, t, batch=x.shape[0])
-            self._check_positions(positions)
-            pe = F.embedding(positions.to(self.weight.device) + self.offset, self.weight)
-        return x + pe.to(x.dtype)
+        if positions is not None:
+            positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
+        return x + self._rows(positions, x.shape[1]).to(x.dtype)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Drop-in call: ``x + weight[positions]``; see :meth:`encode_input`."""
@@ -159,28 +149,19 @@ class Learned(PositionalEncoding):
             mode: ``"linear"``, ``"nearest"`` or ``"repeat"``.
         """
         check_int("new_max_len", new_max_len, minimum=1)
-        old_weight = self.weight
-        check_allocatable(
-            f"new_max_len={short(new_max_len)} (d_model={self.d_model})",
-            (new_max_len + self.offset, self.d_model),
-            device=old_weight.device,
-            dtype=old_weight.dtype,
-        )
-        check_choice("mode", mode, ("linear", "nearest", "repeat"))
         old = self.weight
-        head, body = old[: self.offset], old[self.offset :]
+        what = f"new_max_len={short(new_max_len)} (d_model={self.d_model})"
+        check_allocatable(what, (new_max_len + self.offset, self.d_model), device=old.device, dtype=old.dtype)
+        check_choice("mode", mode, ("linear", "nearest", "repeat"))
         if mode == "repeat":
-            index = torch.arange(new_max_len, device=old.device) % self.max_len
-            new_body = body[index]
+            rows = torch.arange(new_max_len, device=old.device) % self.max_len + self.offset
+            new = torch.cat((old[: self.offset], old[rows]))
         else:
-            # interpolate in float32 or better, along the positions: (1, d, len)
-            grid = body.to(precise_dtype(old)).t().unsqueeze(0)
-            if mode == "linear":
-                resized = F.interpolate(grid, size=new_max_len, mode="linear", align_corners=False)
-            else:
-                resized = F.interpolate(grid, size=new_max_len, mode="nearest-exact")
-            new_body = resized.squeeze(0).t().to(old.dtype)
-        self.weight = nn.Parameter(torch.cat((head, new_body)).contiguous(), requires_grad=old.requires_grad)
+            # the table as a 1-row image: bilinear is linear along the positions (in float32 or better)
+            mode_2d = "bilinear" if mode == "linear" else "nearest-exact"
+            grids = (1, self.max_len), (1, new_max_len)
+            new = resample_grid_table(old, *grids, num_prefix_tokens=self.offset, mode=mode_2d).clone()
+        self.weight = nn.Parameter(new.contiguous(), requires_grad=old.requires_grad)
         self.max_len = new_max_len
 
     def extra_repr(self) -> str:

@@ -9,22 +9,13 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_int, check_positive_float
-from .._compat import check_values
-from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
+from ._patches import add_patch_table, check_grid, input_grid
 
 __all__ = ["Learned2D"]
 
 Mode = Literal["bicubic", "bilinear", "nearest", "area"]
-
-
-def _grid(name: str, grid: object) -> tuple[int, int]:
-    if isinstance(grid, int) and not isinstance(grid, bool):
-        grid = (grid, grid)
-    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
-        raise TypeError(f"{name} must be an int or a pair (height, width) of ints, got {grid!r}")
-    return check_int(f"{name}[0]", grid[0], minimum=1), check_int(f"{name}[1]", grid[1], minimum=1)
 
 
 class Learned2D(PositionalEncoding):
@@ -76,7 +67,7 @@ class Learned2D(PositionalEncoding):
     ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, minimum=1)
-        self.grid_size = _grid("grid_size", grid_size)
+        self.grid_size = check_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         self.interpolate = check_bool("interpolate", interpolate)
         check_choice("mode", mode, ("bicubic", "bilinear", "nearest", "area"))
@@ -95,43 +86,37 @@ class Learned2D(PositionalEncoding):
 
     def table(self, grid: int | tuple[int, int] | list[int] | None = None) -> Tensor:
         """The ``(p + H*W, d)`` rows added to a flat input on ``grid`` (default: the table's grid)."""
-        new = self.grid_size if grid is None else _grid("grid", grid)
-        if new == self.grid_size:
-            return self.weight
-        (h, w), (nh, nw) = self.grid_size, new
-        if not self.interpolate:
-            if nh > h or nw > w:
-                raise ValueError(
-                    f"grid {new} is larger than the table's grid_size {self.grid_size} and interpolate=False; "
-                    "build with interpolate=True or call resize()"
-                )
-            body = self.weight[self.num_prefix_tokens :].view(h, w, -1)[:nh, :nw].reshape(nh * nw, -1)
-            return torch.cat((self.weight[: self.num_prefix_tokens], body))
-        return resample_grid_table(
-            self.weight,
-            self.grid_size,
-            new,
-            num_prefix_tokens=self.num_prefix_tokens,
-            mode=self.mode,
-            antialias=self.antialias,
-        )
+        new = self.grid_size if grid is None else check_grid("grid", grid)
+        return self._resampled(new, self.interpolate)
+
+    def _resampled(self, new: tuple[int, ...], interpolate: bool) -> Tensor:
+        (h, w), (nh, nw), p = self.grid_size, new, self.num_prefix_tokens
+        if new == self.grid_size or interpolate:
+            return resample_grid_table(
+                self.weight, (h, w), new, num_prefix_tokens=p, mode=self.mode, antialias=self.antialias
+            )
+        if nh > h or nw > w:
+            raise ValueError(
+                f"grid {new} is larger than the table's grid_size {self.grid_size} and interpolate=False; "
+                "build with interpolate=True or call resize()"
+            )
+        body = self.weight[p:].view(h, w, -1)[:nh, :nw].reshape(nh * nw, -1)
+        return torch.cat((self.weight[:p], body))
 
     @torch.no_grad()
     def resize(self, new_grid: int | tuple[int, int] | list[int]) -> None:
         """Resample the table to ``new_grid`` for good (a new parameter: rebuild optimizers)."""
-        new = _grid("new_grid", new_grid)
-        interpolate, self.interpolate = self.interpolate, True
-        try:
-            table = self.table(new).detach().clone()
-        finally:
-            self.interpolate = interpolate
+        new = check_grid("new_grid", new_grid)
+        table = self._resampled(new, interpolate=True).detach().clone()
         self.weight = nn.Parameter(table, requires_grad=self.weight.requires_grad)
         self.grid_size = new
 
-    def _flat_grid(self, n: int, grid: object) -> tuple[int, int]:
+    def _flat_grid(self, n: int, grid: object, positions: Tensor | None) -> tuple[int, ...]:
+        """The grid of ``n`` flat patches: ``grid`` if given, else the table's (always when ``positions``
+        select among its patches), else a square one."""
         if grid is not None:
-            return _grid("grid", grid)
-        if n == math.prod(self.grid_size):
+            return check_grid("grid", grid)
+        if positions is not None or n == math.prod(self.grid_size):
             return self.grid_size
         side = math.isqrt(n)
         if side * side != n:
@@ -152,40 +137,10 @@ class Learned2D(PositionalEncoding):
         Returns:
             ``x`` plus the encodings, same shape, in ``x.dtype``.
         """
-        if isinstance(x, Tensor) and x.dim() == 4:
-            if positions is not None or grid is not None:
-                raise ValueError("positions and grid are only accepted with flat (batch, tokens, dim) inputs")
-            if not x.is_floating_point():
-                raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
-            if x.shape[-1] != self.d_model:
-                raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={self.d_model}")
-            h, w = x.shape[1], x.shape[2]
-            body = self.table((h, w))[self.num_prefix_tokens :]
-            return x + body.view(h, w, self.d_model).to(x.dtype)
-        check_input(x, width=self.d_model)
         p = self.num_prefix_tokens
-        n = x.shape[1] - p
-        if n < 0:
-            raise ValueError(f"x has {x.shape[1]} tokens, fewer than num_prefix_tokens={p}")
-        if positions is None:
-            hw = self._flat_grid(n, grid)
-            return x + self.table(hw).to(x.dtype)
-        if grid is None:
-            hw = self.grid_size
-        else:
-            hw = _grid("grid", grid)
-        table = self.table(hw)
-        positions = resolve_positions(positions, n, batch=x.shape[0]).to(table.device)
-        cells = hw[0] * hw[1]
-        check_values(
-            positions < cells,
-            f"positions must be patch indices below h*w = {cells}",
-            lambda: (
-                f"positions must be patch indices below h*w = {cells}, got maximum {int(positions.max())}"
-            ),
-        )
-        prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)
-        return x + table[torch.cat((prefix, positions + p), dim=-1)].to(x.dtype)
+        hw = input_grid(x, self.d_model, p, positions=positions, grid=grid)
+        hw = hw or self._flat_grid(x.shape[1] - p, grid, positions)
+        return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, "grid")
 
     def forward(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
         """Drop-in call: ``x + PE``; see :meth:`encode_input`."""

@@ -9,12 +9,12 @@ factor is 1: such layers behave as NoPE on short inputs.
 
 from __future__ import annotations
 
-import math
+import sys
 
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_float
+from .._checks import check_positive_float, short
 from .._compat import precise_dtype
 from .._positions import check_qk, resolve_qk_positions
 from ..base import PositionalEncoding
@@ -72,26 +72,16 @@ class QueryTemperature(PositionalEncoding):
             raise TypeError(
                 f"attn_scale must be a finite number >= 0, got {attn_scale!r} ({type(attn_scale).__name__})"
             )
-        try:
-            scale = float(attn_scale)
-        except OverflowError:  # an int past the float range
-            raise ValueError(
-                "attn_scale must be a finite number >= 0, got an int too large for a float"
-            ) from None
-        if not (math.isfinite(scale) and scale >= 0):
-            raise ValueError(f"attn_scale must be a finite number >= 0, got {scale}")
-        self.attn_scale = scale
+        # compared before float(): an int past the float range is refused here, not by an OverflowError
+        if not 0 <= attn_scale <= sys.float_info.max:
+            raise ValueError(f"attn_scale must be a finite number >= 0, got {short(attn_scale)}")
+        self.attn_scale = float(attn_scale)
 
     def extra_repr(self) -> str:
         return f"floor_scale={self.floor_scale:g}, attn_scale={self.attn_scale:g}"
 
     def encode_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, *, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """Scale queries ``(b, h, tq, dh)`` by their positions' temperature; keys ``(b, h_kv, tk, dh)`` as is.
 
@@ -106,11 +96,7 @@ class QueryTemperature(PositionalEncoding):
         return (q.to(dtype) * scale).to(q.dtype), k
 
     def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """The drop-in call: ``q, k = temp(q, k)``; the same as :meth:`encode_qk`."""
         return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)

@@ -61,17 +61,14 @@ def sinusoidal_inv_freq(
     if not (isinstance(base, (int, float)) and 0 < base < math.inf):
         raise ValueError(f"base must be a finite number > 0, got {base!r}")
     half = dim // 2
-    index = torch.arange(half, dtype=dtype, device=device)
-    if freq_spacing == "paper":
-        exponent = index * (2.0 / dim)
-    elif freq_spacing == "tensor2tensor":
-        if half < 2:
-            raise ValueError(
-                f"freq_spacing='tensor2tensor' needs dim >= 4 (it divides by dim/2 - 1), got dim={dim}"
-            )
-        exponent = index / (half - 1)
-    else:
+    if freq_spacing not in ("paper", "tensor2tensor"):
         raise ValueError(f"freq_spacing must be 'paper' or 'tensor2tensor', got {freq_spacing!r}")
+    if freq_spacing == "tensor2tensor" and half < 2:
+        raise ValueError(
+            f"freq_spacing='tensor2tensor' needs dim >= 4 (it divides by dim/2 - 1), got dim={dim}"
+        )
+    index = torch.arange(half, dtype=dtype, device=device)
+    exponent = index * (2.0 / dim) if freq_spacing == "paper" else index / (half - 1)
     # exp(-x log b) rather than b ** -x: one formula for tensors and Python floats alike.
     return torch.exp(exponent * -math.log(base))
 
@@ -101,15 +98,16 @@ def sinusoidal_table(
     Returns:
         ``(..., dim)`` tensor on ``positions.device``.
     """
+    _check_layout(layout)
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., dim/2)
-    sin, cos = angles.sin(), angles.cos()
-    if layout == "interleaved":
-        # (..., dim/2, 2) -> (..., dim): sin on even channels, cos on odd ones
-        return torch.stack((sin, cos), dim=-1).flatten(-2)
-    if layout == "concat":
-        return torch.cat((sin, cos), dim=-1)
-    raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
+    # interleaved: (..., dim/2, 2) -> sin on even channels, cos on odd; concat: (..., 2, dim/2) -> [sin | cos]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1 if layout == "interleaved" else -2).flatten(-2)
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in ("interleaved", "concat"):
+        raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
 
 
 def sinusoidal_shift_map(
@@ -135,18 +133,14 @@ def sinusoidal_shift_map(
     Returns:
         ``(dim, dim)`` matrix acting on row vectors.
     """
+    _check_layout(layout)
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
     angle = inv_freq * shift
     c, s = angle.cos(), angle.sin()
-    half = dim // 2
-    if layout == "interleaved":
-        sin_idx = torch.arange(0, dim, 2, device=device)
-        cos_idx = sin_idx + 1
-    elif layout == "concat":
-        sin_idx = torch.arange(half, device=device)
-        cos_idx = sin_idx + half
-    else:
-        raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
+    # the (sin, cos) channels of each frequency, (dim/2, 2): side by side, or dim/2 apart
+    channels = torch.arange(dim, device=device)
+    pairs = channels.view(-1, 2) if layout == "interleaved" else channels.view(2, -1).t()
+    sin_idx, cos_idx = pairs.unbind(-1)
     m = torch.zeros(dim, dim, dtype=dtype, device=device)
     # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b
     m[sin_idx, sin_idx] = c
@@ -189,19 +183,16 @@ def sinusoidal_2d_table(
     """
     if not isinstance(dim, int) or dim < 4 or dim % 4:
         raise ValueError(f"dim must be divisible by 4 (sin and cos for rows and columns), got {dim!r}")
+    if order not in ORDERS_2D:
+        raise ValueError(f"order must be one of {list(ORDERS_2D)}, got {order!r}")
     rows = torch.arange(height, dtype=dtype, device=device)
     cols = torch.arange(width, dtype=dtype, device=device)
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
-    if order not in ORDERS_2D:
-        raise ValueError(f"order must be one of {list(ORDERS_2D)}, got {order!r}")
-    half = dim // 2
-    if order == "mae":
-        emb_col = sinusoidal_table(col_of.flatten(), half, base, "concat", "paper", dtype=dtype)
-        emb_row = sinusoidal_table(row_of.flatten(), half, base, "concat", "paper", dtype=dtype)
-        return torch.cat((emb_col, emb_row), dim=-1)
-    inv_freq = sinusoidal_inv_freq(half, base, dtype=dtype, device=device)  # base ** (-i / (dim / 4))
-    angles = torch.stack((row_of.flatten(), col_of.flatten()), -1)[..., None] * inv_freq  # (n, 2, dim/4)
-    # timm: sin/cos outside the axes ([sin h | sin w | cos h | cos w]) or inside ([sin h | cos h | sin w | cos w])
+    axes = (col_of, row_of) if order == "mae" else (row_of, col_of)
+    inv_freq = sinusoidal_inv_freq(dim // 2, base, dtype=dtype, device=device)  # base ** (-i / (dim / 4))
+    angles = torch.stack([a.flatten() for a in axes], -1)[..., None] * inv_freq  # (n, 2 axes, dim/4)
+    # sin/cos outside the axes (timm: [sin h | sin w | cos h | cos w]) or inside each axis
+    # (mae: [sin w | cos w | sin h | cos h]; timm_interleaved: [sin h | cos h | sin w | cos w])
     return torch.stack((angles.sin(), angles.cos()), dim=1 if order == "timm" else 2).flatten(1)
 
 
@@ -256,14 +247,12 @@ def sinusoidal_3d_table(
     Returns:
         ``(frames * height * width, dim)`` tensor.
     """
-    time_width, _, _ = sinusoidal_3d_widths(dim)
+    time_width = sinusoidal_3d_widths(dim)[0]
     frame_of = torch.arange(frames, dtype=dtype, device=device)
-    time = sinusoidal_table(frame_of, time_width, base, "concat", "paper", dtype=dtype)  # (t, dim/4)
-    space = sinusoidal_2d_table(
-        height, width, dim - time_width, base, order="mae", dtype=dtype, device=device
-    )
-    n_space = space.shape[0]
+    time = sinusoidal_table(frame_of, time_width, base, "concat", dtype=dtype)  # (t, dim/4)
+    space = sinusoidal_2d_table(height, width, dim - time_width, base, dtype=dtype, device=device)
+    n = space.shape[0]
     # (t, 1, dim/4) and (1, h*w, 3dim/4) broadcast to (t, h*w, dim), then flatten frame-major
-    return torch.cat(
-        (time[:, None].expand(-1, n_space, -1), space[None].expand(frames, -1, -1)), dim=-1
-    ).reshape(frames * n_space, dim)
+    return torch.cat((time[:, None].expand(-1, n, -1), space.expand(frames, -1, -1)), -1).reshape(
+        frames * n, dim
+    )

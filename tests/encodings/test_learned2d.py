@@ -99,7 +99,7 @@ def test_state_dict_dtype_meta():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"grid_size": (4, 0)}, ValueError, r"grid_size\[1\] must be >= 1"),
+        ({"grid_size": (4, 0)}, ValueError, r"grid_size must be positive, got \(4, 0\)"),
         ({"grid_size": "4x4"}, TypeError, "grid_size must be an int or a pair"),
         ({"grid_size": 4, "mode": "cubic"}, ValueError, "mode must be one of"),
         ({"grid_size": 4, "mode": "nearest", "antialias": True}, ValueError, "antialias=True needs"),
