@@ -19,25 +19,17 @@ from typing import Any
 
 from ..base import PositionalEncoding
 
-# The bias / absolute converters (_bias) and the table (_table) live in their own modules; the
-# `noqa: F401` names are re-exported here, where they were first defined (tests read _CONVERTERS).
-from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5  # noqa: F401
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import config_dict
 from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
-from ._table import (  # noqa: F401
-    _BART,
+from ._table import (
     _CONVERTERS,
     _DEFAULT_TEXT,
     _FLAT_TEXT,
-    _GEMMA3,
-    _MARIAN,
-    _QWEN2_VL,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
-    Convert,
     _Converter,
     supported_models_markdown,
 )

@@ -18,17 +18,16 @@ import pytest
 import torch
 
 import posenc
+from posenc.encodings.alibi import FalconALiBi
+from posenc.functional import half_to_interleaved, interleaved_to_half, rope_layout_permutation
 from posenc.hf import (
     SUPPORTED_MODEL_TYPES,
     from_hf_config,
     from_hf_model,
-    half_to_interleaved,
-    interleaved_to_half,
     layer_encodings,
-    rope_layout_permutation,
     supported_models_markdown,
 )
-from posenc.hf.configs import _CONVERTERS, _TEXT_MODEL_TYPES
+from posenc.hf._table import _CONVERTERS, _TEXT_MODEL_TYPES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -182,8 +181,8 @@ def test_layout_conversions_are_inverse(rotary_dim):
         (lambda: half_to_interleaved(torch.randn(12), 0), ValueError, "num_heads must be"),
         (lambda: interleaved_to_half(torch.randn(12, 4), 3.0), TypeError, "num_heads must be a positive int"),
         (lambda: rope_layout_permutation(8, to="sideways"), ValueError, r"one of \['half', 'interleaved'\]"),
-        (lambda: posenc.hf.FalconALiBi(4, head_dim=0), ValueError, "head_dim must be a positive int, got 0"),
-        (lambda: posenc.hf.FalconALiBi(4, head_dim=16.0), TypeError, "head_dim must be a positive int"),
+        (lambda: FalconALiBi(4, head_dim=0), ValueError, "head_dim must be a positive int, got 0"),
+        (lambda: FalconALiBi(4, head_dim=16.0), TypeError, "head_dim must be a positive int"),
     ],
 )
 def test_layout_conversion_errors(call, error, match):
@@ -191,16 +190,10 @@ def test_layout_conversion_errors(call, error, match):
         call()
 
 
-def test_layout_conversion_and_falcon_alibi_are_the_same_objects_everywhere():
-    """Not Hugging Face specific: they live in posenc.functional / posenc.encodings, posenc.hf re-exports."""
-    from posenc.encodings.alibi import FalconALiBi
-    from posenc.functional import rope_layout
-
-    assert posenc.hf.FalconALiBi is FalconALiBi and issubclass(FalconALiBi, posenc.ALiBi)
-    for name in ("interleaved_to_half", "half_to_interleaved", "rope_layout_permutation"):
-        assert getattr(posenc.hf, name) is getattr(rope_layout, name) is getattr(posenc.functional, name)
+def test_posenc_hf_exports_only_its_own_names():
+    """The layout conversion (posenc.functional) and FalconALiBi (posenc.encodings.alibi) live at home."""
+    assert issubclass(FalconALiBi, posenc.ALiBi)
     hf_own = [
-        "FalconALiBi",
         "SUPPORTED_MODEL_TYPES",
         "from_hf_config",
         "from_hf_model",
@@ -208,7 +201,7 @@ def test_layout_conversion_and_falcon_alibi_are_the_same_objects_everywhere():
         "layer_windows",
         "supported_models_markdown",
     ]
-    assert sorted(posenc.hf.__all__) == sorted([*rope_layout.__all__, *hf_own])
+    assert sorted(posenc.hf.__all__) == sorted(hf_own)
 
 
 # --- from_hf_config: the table and its errors --------------------------------------------------
@@ -917,7 +910,7 @@ def test_falcon_alibi_equals_the_models_bias_under_softmax():
         model(input_ids=torch.randint(0, 64, (1, length)))
     falcon_mask = calls[0]["attention_mask"]  # alibi / sqrt(dh), min-value above the diagonal
     pe = from_hf_config(model.config)
-    assert isinstance(pe, posenc.hf.FalconALiBi)
+    assert isinstance(pe, FalconALiBi)
     q = torch.zeros(1, heads, length, config.hidden_size // heads)
     keep = torch.ones(length, length).tril().bool()
     scores = torch.randn(1, heads, length, length, generator=torch.Generator().manual_seed(1))
