@@ -16,7 +16,7 @@ from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
 from ._read import Config, config_dict, get, heads_and_head_dim, positive_int
-from ._rope import RopeDefaults, rope
+from ._rope import rope
 
 # --- biases ------------------------------------------------------------------------------------
 
@@ -58,7 +58,7 @@ def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
 
 def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     if not check_bool(f"{model_type} config: alibi", cfg.get("alibi", False)):
-        return rope(RopeDefaults(4544, 71, 2048))(cfg, model_type, causal)
+        return rope(4544, 71, 2048)(cfg, model_type, causal)
     num_heads, head_dim = heads_and_head_dim(
         cfg,
         model_type,
@@ -74,12 +74,7 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 
 
 def _learned(
-    *,
-    width: tuple[str, ...],
-    length: tuple[str, ...],
-    default_width: int,
-    default_length: int,
-    offset: int = 0,
+    width: tuple[str, ...], length: tuple[str, ...], default_width: int, default_length: int, offset: int = 0
 ) -> Callable[[Config, str, bool | None], PositionalEncoding]:
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, *width, default=default_width)
@@ -90,11 +85,11 @@ def _learned(
 
 
 def _sinusoidal(
-    *,
     spacing: Literal["paper", "tensor2tensor"],
     default_width: int,
     default_length: int,
     length: tuple[str, ...] = ("max_position_embeddings",),
+    *,
     default_pad: int | None = None,
     fixed_offset: int | None = None,
 ) -> Callable[[Config, str, bool | None], PositionalEncoding]:

@@ -182,8 +182,12 @@ def build_rope(
     )
 
 
-def rope(d: RopeDefaults) -> Callable[[Config, str, bool | None], PositionalEncoding]:
-    """A converter for a model that reads ``rope_parameters`` (Llama and its kin), with defaults ``d``."""
+def rope(
+    hidden_size: int, num_heads: int, max_len: int, **defaults: Any
+) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
+    defaults, as :class:`RopeDefaults`."""
+    d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         _, head_dim = heads_and_head_dim(

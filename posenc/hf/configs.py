@@ -18,7 +18,6 @@ import copy
 from typing import Any
 
 from ..base import PositionalEncoding
-
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import config_dict
@@ -30,7 +29,7 @@ from ._table import (
     _FLAT_TEXT,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
-    _Converter,
+    Convert,
     supported_models_markdown,
 )
 
@@ -43,10 +42,7 @@ __all__ = [
 ]
 
 
-_BY_RULE = _Converter(by_rule, "RoPE from the standardized fields")
-
-
-def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
+def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
     """The config as a dict (the text model's for a multimodal config), its model_type and converter."""
     cfg = config_dict(config)
     model_type = cfg.get("model_type")
@@ -71,7 +67,7 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
             "model it wraps)"
         )
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
-    return cfg, model_type, _CONVERTERS.get(model_type, _BY_RULE)
+    return cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule
 
 
 def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
@@ -94,7 +90,7 @@ def _layers(
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
     cfg, model_type, converter = _resolve(config)
-    return converter.convert(cfg, model_type, causal), cfg, model_type
+    return converter(cfg, model_type, causal), cfg, model_type
 
 
 def layer_encodings(config: Any, *, causal: bool | None = None) -> list[PositionalEncoding]:
@@ -130,7 +126,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     n = _layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    if model_type in _CONVERTERS and _CONVERTERS[model_type].per_layer_weights:
+    if model_type in SPEECH_MODEL_TYPES:
         # each layer has its own tables: independent modules, each freshly initialised
         return [built, *(_fresh_copy(built) for _ in range(n - 1))]
     return [built] * n

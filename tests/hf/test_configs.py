@@ -213,7 +213,7 @@ def test_supported_model_types_are_generated_from_the_table():
     for name in SUPPORTED_MODEL_TYPES:
         assert f"| `{name}` |" in table
     # one row per type, one per layer type where the layers differ, one per multimodal wrapper
-    rows = sum(1 if isinstance(c.summary, str) else len(c.summary) for c in _CONVERTERS.values())
+    rows = sum(1 if isinstance(s, str) else len(s) for _, s in _CONVERTERS.values())
     assert len(table.splitlines()) == rows + len(_TEXT_MODEL_TYPES) + 2
 
 
