@@ -125,11 +125,12 @@ def layer_windows(
         )
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
         return [local if t == "sliding_attention" else None for t in types or []]
-    rule = _WINDOW_RULES.get(model_type, "none" if known else "any")
-    window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
-    use = cfg.get("use_sliding_window", _USE_SLIDING.get(model_type))
+    rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
+    window = get(cfg, "sliding_window", default=default_window)
+    # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
+    use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
-        window = None  # the Qwen-style configs drop sliding_window without use_sliding_window
+        window = None
     if rule == "none" or window is None:
         return [None] * n
     types = layer_types(cfg, model_type)
@@ -142,33 +143,28 @@ def layer_windows(
             "posenc's table and its config class may derive its layer types in its own code; pass the config "
             "object (its to_dict() carries them) or give 'layer_types'"
         )
-    if types is None:
-        types = _derived_types(cfg, model_type, rule, n)
-    elif model_type == "gemma4_text":
+    if types is None:  # as the config class derives them when a config.json leaves them out
+        if rule == "pattern":
+            pattern = (
+                _gemma_pattern(cfg, model_type, arg) if model_type in ("gemma3_text", "cohere2") else arg
+            )
+            types = [pattern(i) for i in range(n)]
+        elif rule == "smollm3":  # the NoPE layers slide
+            types = [
+                "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
+            ]
+        elif rule == "qwen":  # from max_window_layers on
+            first = get(cfg, "max_window_layers", default=arg)
+            first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+        else:  # every layer reads sliding_window (Mistral; transformers' generic rule)
+            types = ["sliding_attention"] * n
+    if model_type == "gemma4_text":
         types[-1] = "full_attention"  # transformers forces the last layer global
     if "sliding_attention" not in types:
         return [None] * n
     window = check_positive_int(f"{model_type} config: sliding_window", window)
     return [window if t == "sliding_attention" else None for t in types]
-
-
-def _derived_types(cfg: Config, model_type: str, rule: str, n: int) -> list[str]:
-    """``layer_types`` as the config class derives them when a ``config.json`` leaves them out."""
-    if rule == "pattern":
-        default = _DEFAULT_TYPES[model_type]
-        if model_type in ("gemma3_text", "cohere2"):
-            default = _gemma_pattern(cfg, model_type, default)
-        types = [default(i) for i in range(n)]
-        if model_type == "gemma4_text":
-            types[-1] = "full_attention"
-        return types
-    if rule == "smollm3":  # the NoPE layers slide
-        return ["full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)]
-    if rule == "qwen":
-        first = get(cfg, "max_window_layers", default=_MAX_WINDOW_LAYERS.get(model_type))
-        first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
-        return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
-    return ["sliding_attention"] * n  # every layer reads sliding_window (Mistral; transformers' generic rule)
 
 
 def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
@@ -187,43 +183,24 @@ def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
     return every_nth(every, first_full=True)
 
 
-_DEFAULT_TYPES: dict[str, Callable[[int], str]] = {
-    "gemma2": every_nth(2),
-    "gpt_oss": every_nth(2),
-    "gemma3_text": every_nth(6),
-    "gemma3n_text": every_nth(5),
-    "gemma4_text": every_nth(6),
-    "cohere2": every_nth(4),
+#: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
+#: ``sliding_window`` where a config.json leaves it out, and the rule's default (the layer pattern;
+#: Qwen: ``max_window_layers``).
+_WINDOWS: dict[str, tuple[str, int | None, Any]] = {
+    "gemma2": ("pattern", 4096, every_nth(2)),
+    "gpt_oss": ("pattern", 128, every_nth(2)),
+    "gemma3_text": ("pattern", 4096, every_nth(6)),
+    "gemma3n_text": ("pattern", 512, every_nth(5)),
+    "gemma4_text": ("pattern", 512, every_nth(6)),
+    "cohere2": ("pattern", 4096, every_nth(4)),
+    "qwen2": ("qwen", 4096, 28),
+    "qwen3": ("qwen", 4096, 28),
+    "qwen2_vl_text": ("qwen", 4096, 80),
+    "qwen2_5_vl_text": ("qwen", 4096, 80),
+    "smollm3": ("smollm3", None, None),
+    "mistral": ("all", 4096, None),
+    **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),
 }
-# The config classes' sliding_window where a config.json leaves it out.
-_DEFAULT_WINDOWS = {
-    "gemma2": 4096,
-    "gemma3_text": 4096,
-    "gemma3n_text": 512,
-    "gemma4_text": 512,
-    "cohere2": 4096,
-    "gpt_oss": 128,
-    "mistral": 4096,
-    "qwen2": 4096,
-    "qwen3": 4096,
-    "qwen2_vl_text": 4096,
-    "qwen2_5_vl_text": 4096,
-}
-# How each table model's layers get their window (types outside the table: "any").
-_WINDOW_RULES = {
-    **dict.fromkeys(_DEFAULT_TYPES, "pattern"),
-    **dict.fromkeys(("qwen2", "qwen3", "qwen2_vl_text", "qwen2_5_vl_text"), "qwen"),
-    "smollm3": "smollm3",
-    **dict.fromkeys(("mistral", "mixtral", "phi3", "starcoder2"), "all"),
-}
-_USE_SLIDING = {
-    "qwen2": False,
-    "qwen3": False,
-    "qwen2_vl_text": False,
-    "qwen2_5_vl_text": False,
-    "smollm3": False,
-}
-_MAX_WINDOW_LAYERS = {"qwen2": 28, "qwen3": 28, "qwen2_vl_text": 80, "qwen2_5_vl_text": 80}
 
 
 def _nested(
