@@ -38,11 +38,6 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     return None
 
 
-def _types(cfg: Config, model_type: str, default: Callable[[int], str]) -> list[str]:
-    types = layer_types(cfg, model_type, default)
-    return types if types is not None else []  # (never empty: a default is given)
-
-
 def _required_count(cfg: Config, model_type: str) -> int:
     n = layer_count(cfg, model_type)
     if n is None:
@@ -232,55 +227,26 @@ def _nested(
     return legacy(dict(raw) if raw else None)
 
 
-def _theta(params: dict[str, Any], value: Any) -> dict[str, Any]:
-    # transformers' setdefault: a layer type's own rope_theta wins over the legacy key
-    return params if params.get("rope_theta") is not None else {**params, "rope_theta": value}
-
-
-def _two_bases(
-    cfg: Config,
-    global_keys: tuple[str, ...],
-    local_keys: tuple[str, ...],
-    defaults: tuple[float, float],
-    scale_local: bool,
-) -> Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]]:
-    """Legacy Gemma 3 / ModernBERT reading: a global and a local base, the flat scaling dict on
-    the global layers (and on the local ones too when ``scale_local``)."""
-
-    def read(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-        flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
-        full = {"rope_type": "default", **flat}
-        sliding = {"rope_type": "default", **(flat if scale_local else {})}
-        return {
-            "full_attention": _theta(full, get(cfg, *global_keys, default=defaults[0])),
-            "sliding_attention": _theta(sliding, get(cfg, *local_keys, default=defaults[1])),
-        }
-
-    return read
-
-
 def _per_type_rope(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
     types: list[str],
     params: dict[str, dict[str, Any]],
-    head_dims: Sequence[int],
+    head_dims: Sequence[int] | int,
 ) -> Layers:
+    """One :class:`RoPE` per layer, built once per (layer type, head size)."""
+    dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
-    layers: Layers = []
-    for name, head_dim in zip(types, head_dims, strict=True):
+    for name, head_dim in zip(types, dims, strict=True):
         if name not in params:
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
-        key = (name, head_dim)
-        if key not in built:
-            built[key] = build_rope(
-                cfg, model_type, d, head_dim, params=params[name], where=f"rope_parameters[{name!r}]"
-            )
-        layers.append(built[key])
-    return layers
+        if (name, head_dim) not in built:
+            where = f"rope_parameters[{name!r}]"
+            built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=params[name], where=where)
+    return [built[key] for key in zip(types, dims, strict=True)]
 
 
 def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
@@ -289,19 +255,43 @@ def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
     )[1]
 
 
-def gemma3(
-    d: RopeDefaults, default_types: Callable[[int], str]
+def two_bases(
+    d: RopeDefaults,
+    pattern: Callable[[Config, str], Callable[[int], str]],
+    keys: tuple[str, str],
+    defaults: tuple[float, float],
+    *,
+    scale_local: bool,
 ) -> Callable[[Config, str, bool | None], Layers]:
-    """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
+    """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
+
+    Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
+    local base ``keys[1]`` on sliding layers (which ModernBERT also scales, ``scale_local``);
+    ``pattern(cfg, model_type)`` gives the layer types a config leaves out.
+    """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-        types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, default_types))
-        legacy = _two_bases(cfg, ("rope_theta",), ("rope_local_base_freq",), (1_000_000.0, 10_000.0), False)
+        types = layer_types(cfg, model_type, pattern(cfg, model_type)) or []
+
+        def legacy(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+            flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
+            rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
+            # transformers' setdefault: a layer type's own rope_theta wins over the legacy key
+            return {
+                name: {"rope_type": "default", "rope_theta": get(cfg, key, default=base), **params}
+                for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
+            }
+
         params = _nested(cfg, model_type, types, legacy)
-        head_dim = _head_dim(cfg, model_type, d)
-        return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+        return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type, d))
 
     return convert
+
+
+def gemma3(d: RopeDefaults, every: int) -> Callable[[Config, str, bool | None], Layers]:
+    """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
+    pattern = lambda cfg, model_type: _gemma_pattern(cfg, model_type, every_nth(every))  # noqa: E731
+    return two_bases(d, pattern, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
 
 
 def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) -> Callable[[int], str]:
@@ -311,23 +301,19 @@ def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) 
     return every_nth(check_positive_int(f"{model_type} config: sliding_window_pattern", every))
 
 
+_GEMMA4_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+
+
 def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
-    types = _types(cfg, model_type, every_nth(6))
+    types = layer_types(cfg, model_type, every_nth(6)) or []
     types[-1] = "full_attention"  # transformers forces the last layer global
 
-    def defaults(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-        return {
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-            "full_attention": {
-                "rope_type": "proportional",
-                "partial_rotary_factor": 0.25,
-                "rope_theta": 1_000_000.0,
-            },
-        }
-
-    params = _nested(cfg, model_type, types, defaults)
+    params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
     head_dim = _head_dim(cfg, model_type, d)
     overrides = cfg.get("per_layer_config")
     if overrides is not None and not isinstance(overrides, Mapping):
@@ -351,18 +337,18 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     return _per_type_rope(cfg, model_type, d, types, params, dims)
 
 
-def modernbert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-    """ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones."""
-    d = RopeDefaults(768, 12, 8192)
-    types = _types(cfg, model_type, _modernbert_default(cfg, model_type))
-    legacy = _two_bases(cfg, ("global_rope_theta",), ("local_rope_theta",), (160_000.0, 10_000.0), True)
-    params = _nested(cfg, model_type, types, legacy)
-    head_dim = _head_dim(cfg, model_type, d)
-    return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+#: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.
+modernbert = two_bases(
+    RopeDefaults(768, 12, 8192),
+    _modernbert_default,
+    ("global_rope_theta", "local_rope_theta"),
+    (160_000.0, 10_000.0),
+    scale_local=True,
+)
 
 
 def nope_layers(
-    d: RopeDefaults, nope: Literal["none", "temperature"], default_params: dict[str, Any] | None = None
+    d: RopeDefaults, nope: Literal["none", "temperature"]
 ) -> Callable[[Config, str, bool | None], Layers]:
     """Llama 4 / SmolLM3: RoPE where ``no_rope_layers`` is 1; NoPE (Llama 4: query temperature) where 0."""
 
@@ -387,7 +373,7 @@ def nope_layers(
 def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Cohere 2: interleaved RoPE on sliding layers, none on full (global) layers."""
     d = RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved")
-    types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4)))
+    types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
     rope = build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d))
     none = NoPE()
     return [rope if t == "sliding_attention" else none for t in types]

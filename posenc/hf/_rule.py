@@ -132,9 +132,8 @@ def by_rule(
         )
     for name, params in nested.items():
         _theta(cfg, model_type, params, f"rope_parameters[{name!r}]")
-    head_dim = _head_dim(cfg, model_type)
     return _per_type_rope(
-        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
+        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, _head_dim(cfg, model_type)
     )
 
 

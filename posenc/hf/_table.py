@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from ..base import PositionalEncoding
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
-from ._layers import cohere2, deepseek, every_nth, gemma3, gemma4, gpt_oss, modernbert, nope_layers
+from ._layers import cohere2, deepseek, gemma3, gemma4, gpt_oss, modernbert, nope_layers
 from ._read import Config
 from ._rope import RopeDefaults, gptj, mrope, rope
 from ._speech import speech
@@ -47,14 +47,14 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         "RoPE, half layout (head_dim 256 by default), every layer; sliding window on alternate layers",
     ),
     "gemma3_text": (
-        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256), every_nth(6)),
+        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256), 6),
         (
             _SLIDING,
             ("full_attention", "RoPE, half layout, base 1e6 and the scaling dict (linear ×8 in the 4B-27B)"),
         ),
     ),
     "gemma3n_text": (
-        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256), every_nth(5)),
+        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256), 5),
         (_SLIDING, ("full_attention", "RoPE, half layout, base 1e6")),
     ),
     "gemma4_text": (
