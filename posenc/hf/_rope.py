@@ -88,6 +88,11 @@ def rope_parameters(
     # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
     theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
     base = get(params, "rope_theta", default=get(cfg, "rope_theta", *d.theta_keys, default=d.theta))
+    if base is None:  # (models outside the table)
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
+            f"for model_type {model_type!r}, which is not in its table"
+        )
     base = config_float(model_type, theta_key, base)
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
