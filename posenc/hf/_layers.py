@@ -16,8 +16,8 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, get, heads_and_head_dim
-from ._rope import RopeDefaults, build_rope, config_float
+from ._read import Config, get
+from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
 
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
 
@@ -249,12 +249,6 @@ def _per_type_rope(
     return [built[key] for key in zip(types, dims, strict=True)]
 
 
-def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
-    return heads_and_head_dim(
-        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
-    )[1]
-
-
 def two_bases(
     d: RopeDefaults,
     pattern: Callable[[Config, str], Callable[[int], str]],
@@ -283,7 +277,7 @@ def two_bases(
             }
 
         params = _nested(cfg, model_type, types, legacy)
-        return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type, d))
+        return _per_type_rope(cfg, model_type, d, types, params, head_dim_of(cfg, model_type, d))
 
     return convert
 
@@ -314,7 +308,7 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     types[-1] = "full_attention"  # transformers forces the last layer global
 
     params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
-    head_dim = _head_dim(cfg, model_type, d)
+    head_dim = head_dim_of(cfg, model_type, d)
     overrides = cfg.get("per_layer_config")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise TypeError(
@@ -354,7 +348,7 @@ def nope_layers(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_flags(cfg, model_type)
-        head_dim = _head_dim(cfg, model_type, d)
+        head_dim = head_dim_of(cfg, model_type, d)
         rope = build_rope(cfg, model_type, d, head_dim) if any(flags) else None
         other: PositionalEncoding = NoPE()
         if nope == "temperature" and check_bool(
@@ -374,7 +368,7 @@ def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Cohere 2: interleaved RoPE on sliding layers, none on full (global) layers."""
     d = RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved")
     types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
-    rope = build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d))
+    rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
     none = NoPE()
     return [rope if t == "sliding_attention" else none for t in types]
 
@@ -410,4 +404,4 @@ def gpt_oss(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     """GPT-OSS: YaRN (``truncate=False``) on every layer; half layout."""
     d = RopeDefaults(2880, 64, 131072, theta=150_000.0, head_dim=64)
     params = None if (cfg.get("rope_parameters") or cfg.get("rope_scaling")) else _GPT_OSS_ROPE
-    return build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d), params=params)
+    return build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d), params=params)

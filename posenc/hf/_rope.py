@@ -62,7 +62,6 @@ def rope_parameters(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
-    head_dim: int,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
 ) -> tuple[float, float, dict]:
@@ -165,18 +164,35 @@ def build_rope(
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
     layout: Literal["half", "interleaved"] | None = None,
-) -> RoPE:
-    """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``)."""
-    base, partial, scaling = rope_parameters(cfg, model_type, d, head_dim, params, where)
+    mrope_section: list | None = None,
+    interleaved: bool = False,
+) -> RoPE | MRoPE:
+    """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
+
+    With ``mrope_section``: the :class:`MRoPE` of the Qwen-VL text models (``interleaved`` sections).
+    """
+    base, partial, scaling = rope_parameters(cfg, model_type, d, params, where)
+    max_len = get(cfg, "max_position_embeddings", default=d.max_len)
+    if max_len is not None:
+        check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
+    if mrope_section is not None:
+        try:
+            return MRoPE(
+                head_dim,
+                mrope_section=mrope_section,
+                base=base,
+                interleaved=interleaved,
+                scaling=scaling or None,
+                max_len=max_len,
+            )
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{model_type} config: {err}") from None
     rotary_dim = int(head_dim * partial)
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
             "channels; accepted: a positive even number"
         )
-    max_len = get(cfg, "max_position_embeddings", default=d.max_len)
-    if max_len is not None:
-        check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
     return RoPE(
         head_dim,
         base=base,
@@ -187,24 +203,20 @@ def build_rope(
     )
 
 
+def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
+    """The config's head size, with the config class's defaults ``d``."""
+    return heads_and_head_dim(
+        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
+    )[1]
+
+
 def rope(
     hidden_size: int, num_heads: int, max_len: int, **defaults: Any
 ) -> Callable[[Config, str, bool | None], PositionalEncoding]:
     """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
     defaults, as :class:`RopeDefaults`."""
     d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
-
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        _, head_dim = heads_and_head_dim(
-            cfg,
-            model_type,
-            default_heads=d.num_heads,
-            default_width=d.hidden_size,
-            default_head_dim=d.head_dim,
-        )
-        return build_rope(cfg, model_type, d, head_dim)
-
-    return convert
+    return lambda cfg, model_type, causal: build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
 
 
 def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
@@ -250,13 +262,7 @@ def mrope(
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        _, head_dim = heads_and_head_dim(
-            cfg,
-            model_type,
-            default_heads=d.num_heads,
-            default_width=d.hidden_size,
-            default_head_dim=d.head_dim,
-        )
+        head_dim = head_dim_of(cfg, model_type, d)
         raw: Any = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
         if not isinstance(raw, Mapping):
             raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
@@ -270,20 +276,8 @@ def mrope(
             raise TypeError(
                 f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"
             )
-        base, _, scaling = rope_parameters(cfg, model_type, d, head_dim, params)
-        max_len = get(cfg, "max_position_embeddings", default=d.max_len)
-        if max_len is not None:
-            check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
-        try:
-            return MRoPE(
-                head_dim,
-                mrope_section=list(section),
-                base=base,
-                interleaved=interleaved,
-                scaling=scaling or None,
-                max_len=max_len,
-            )
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{model_type} config: {err}") from None
+        return build_rope(
+            cfg, model_type, d, head_dim, params=params, mrope_section=list(section), interleaved=interleaved
+        )
 
     return convert
