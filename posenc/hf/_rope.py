@@ -105,14 +105,11 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial_key = (
-        f"{where}['partial_rotary_factor']" if params.get("partial_rotary_factor") is not None else None
-    )
+    in_dict = params.get("partial_rotary_factor") is not None
+    partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
+    default = 1.0 if d.partial is None else d.partial
     partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
-    if partial is None:
-        partial = 1.0 if d.partial is None else d.partial
-    partial_key = partial_key or "partial_rotary_factor"
-    partial = config_float(model_type, partial_key, partial)
+    partial = config_float(model_type, partial_key, default if partial is None else partial)
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
     if rope_type == "proportional":
