@@ -388,20 +388,3 @@ def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEnc
         return build_rope(cfg, model_type, d, head_dim, layout="interleaved" if interleave else "half")
 
     return convert
-
-
-_GPT_OSS_ROPE = {
-    "rope_type": "yarn",
-    "factor": 32.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "truncate": False,
-    "original_max_position_embeddings": 4096,
-}
-
-
-def gpt_oss(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """GPT-OSS: YaRN (``truncate=False``) on every layer; half layout."""
-    d = RopeDefaults(2880, 64, 131072, theta=150_000.0, head_dim=64)
-    params = None if (cfg.get("rope_parameters") or cfg.get("rope_scaling")) else _GPT_OSS_ROPE
-    return build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d), params=params)

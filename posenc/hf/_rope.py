@@ -35,6 +35,7 @@ class RopeDefaults:
     partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
+    params: Mapping[str, Any] | None = None  # the rope_parameters of a config without any (GPT-OSS)
 
 
 def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
@@ -74,7 +75,9 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    raw: Any = params if params is not None else (cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+    raw: Any = params
+    if raw is None:  # the config's flat dict (the legacy rope_scaling first), else the class's default
+        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or d.params or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
     params = dict(raw)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from ..base import PositionalEncoding
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
-from ._layers import cohere2, deepseek, gemma3, gemma4, gpt_oss, modernbert, nope_layers
+from ._layers import cohere2, deepseek, gemma3, gemma4, modernbert, nope_layers
 from ._read import Config
 from ._rope import RopeDefaults, gptj, mrope, rope
 from ._speech import speech
@@ -21,6 +21,14 @@ Convert = Callable[[Config, str, bool | None], "PositionalEncoding | list[Positi
 Summary = str | tuple[tuple[str, str], ...]
 
 _HALF = "RoPE, half layout"
+_GPT_OSS_ROPE = {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
 _BART = (_learned(("d_model",), ("max_position_embeddings",), 1024, 1024, offset=2), "Learned, offset 2")
 _MARIAN = (_sinusoidal("paper", 1024, 1024), "Sinusoidal, concat layout, positions from 0")
 _QWEN2_VL = (
@@ -105,7 +113,10 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         deepseek(3),
         "RoPE over `qk_rope_head_dim` (q_pe / k_pe), interleaved if `rope_interleave`, YaRN with mscale_all_dim",
     ),
-    "gpt_oss": (gpt_oss, "RoPE, half layout, YaRN (`truncate=False`); sliding window on alternate layers"),
+    "gpt_oss": (
+        rope(2880, 64, 131072, theta=1.5e5, head_dim=64, params=_GPT_OSS_ROPE),
+        "RoPE, half layout, YaRN (`truncate=False`); sliding window on alternate layers",
+    ),
     # M-RoPE (vision-language text models): positions (t, 3) or (b, t, 3); 1D positions = RoPE
     "qwen2_vl_text": _QWEN2_VL,
     "qwen2_5_vl_text": _QWEN2_VL,
