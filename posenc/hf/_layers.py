@@ -203,8 +203,13 @@ def _nested(
     model_type: str,
     types: list[str],
     legacy: Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]],
+    *,
+    any_names: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``."""
+    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``.
+
+    A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
+    """
     raw = cfg.get("rope_parameters")
     if raw is None:
         raw = cfg.get("rope_scaling")
@@ -213,7 +218,7 @@ def _nested(
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         for name in raw:
-            if name not in known:
+            if name not in known and not any_names:
                 raise ValueError(
                     f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
                     f"{', '.join(sorted(known))}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
-from ._layers import _per_type_rope, layer_types
+from ._layers import _nested, _per_type_rope, layer_types
 from ._read import Config, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -91,24 +91,15 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if raw is not None and not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
-    raw = dict(raw or {})
-    nested = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
-    if not nested:
+    if not (isinstance(raw, Mapping) and any(isinstance(v, Mapping) for v in raw.values())):
         return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
-    if len(nested) != len(raw):
-        raise ValueError(
-            f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)})"
-        )
     types = layer_types(cfg, model_type)
     if types is None:
         raise ValueError(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
-    return _per_type_rope(
-        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, _head_dim(cfg, model_type)
-    )
+    params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
+    return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type))
 
 
 def _head_dim(cfg: Config, model_type: str) -> int:
