@@ -16,7 +16,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, get
+from ._read import Config, get, positive_int
 from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
 
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
@@ -49,23 +49,27 @@ def layer_types(
     cfg: Config, model_type: str, default: Callable[[int], str] | None = None
 ) -> list[str] | None:
     """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``default`` per layer."""
-    types = cfg.get("layer_types")
-    if types is None:
+    if cfg.get("layer_types") is None:
         if default is None:
             return None
         return [default(i) for i in range(_required_count(cfg, model_type))]
-    n = _required_count(cfg, model_type)
-    if not isinstance(types, Sequence) or isinstance(types, (str, bytes)):
-        raise TypeError(f"{model_type} config: layer_types must be a list of str, got {type(types).__name__}")
-    if len(types) != n:
-        raise ValueError(
-            f"{model_type} config: layer_types has {len(types)} entries, but num_hidden_layers={n}; "
-            "give one layer type per layer"
-        )
+    types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
-    return list(types)
+    return types
+
+
+def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
+    """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
+    n, values = _required_count(cfg, model_type), cfg[key]
+    if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
+        raise TypeError(f"{model_type} config: {key} must be a list of {kind}, got {type(values).__name__}")
+    if len(values) != n:
+        raise ValueError(
+            f"{model_type} config: {key} has {len(values)} entries, but num_hidden_layers={n}; give {one} per layer"
+        )
+    return list(values)
 
 
 def rope_flags(cfg: Config, model_type: str) -> list[bool]:
@@ -73,19 +77,9 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     n = _required_count(cfg, model_type)
     flags = cfg.get("no_rope_layers")
     if not flags:  # transformers: None or [] -> the default pattern
-        interval = check_positive_int(
-            f"{model_type} config: no_rope_layer_interval", get(cfg, "no_rope_layer_interval", default=4)
-        )
+        interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
         return [(i + 1) % interval != 0 for i in range(n)]
-    if not isinstance(flags, Sequence) or isinstance(flags, (str, bytes)):
-        raise TypeError(
-            f"{model_type} config: no_rope_layers must be a list of 0/1, got {type(flags).__name__}"
-        )
-    if len(flags) != n:
-        raise ValueError(
-            f"{model_type} config: no_rope_layers has {len(flags)} entries, but num_hidden_layers={n}; "
-            "give one 0 (no RoPE) or 1 (RoPE) per layer"
-        )
+    flags = _per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
     for i, flag in enumerate(flags):
         if flag not in (0, 1) or not isinstance(flag, int):  # bools are ints: True/False pass
             raise ValueError(f"{model_type} config: no_rope_layers[{i}] must be 0 or 1, got {flag!r}")
@@ -115,9 +109,7 @@ def layer_windows(
     """
     n = _required_count(cfg, model_type)
     if model_type == "modernbert":
-        local = check_positive_int(
-            f"{model_type} config: local_attention", get(cfg, "local_attention", default=128)
-        )
+        local = positive_int(cfg, model_type, "local_attention", default=128)
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
         return [local if t == "sliding_attention" else None for t in types or []]
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
@@ -172,9 +164,7 @@ def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
 
 
 def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
-    every = check_positive_int(
-        f"{model_type} config: global_attn_every_n_layers", get(cfg, "global_attn_every_n_layers", default=3)
-    )
+    every = positive_int(cfg, model_type, "global_attn_every_n_layers", default=3)
     return every_nth(every, first_full=True)
 
 
@@ -383,9 +373,7 @@ def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEnc
     d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = check_positive_int(
-            f"{model_type} config: qk_rope_head_dim", get(cfg, "qk_rope_head_dim", default=64)
-        )
+        head_dim = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
         # V2 rotates complex pairs (interleaved); V3 does when rope_interleave (its default), else rotate_half
         interleave = version == 2 or check_bool(
             f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True)
