@@ -14,7 +14,6 @@ against ``transformers`` itself).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ..base import PositionalEncoding
@@ -22,7 +21,7 @@ from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import config_dict
 from ._rule import by_rule
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES, speech, speech_layer_count
 from ._table import (
     _CONVERTERS,
     _DEFAULT_TEXT,
@@ -76,14 +75,6 @@ def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
     return layer_count(cfg, model_type)
 
 
-def _fresh_copy(encoding: PositionalEncoding) -> PositionalEncoding:
-    clone = copy.deepcopy(encoding)
-    reset = getattr(clone, "reset_parameters", None)
-    if callable(reset):
-        reset()
-    return clone
-
-
 def _layers(
     config: Any, causal: bool | None
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
@@ -126,9 +117,8 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     n = _layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    if model_type in SPEECH_MODEL_TYPES:
-        # each layer has its own tables: independent modules, each freshly initialised
-        return [built, *(_fresh_copy(built) for _ in range(n - 1))]
+    if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
+        return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
     return [built] * n
 
 
