@@ -279,7 +279,10 @@ def two_bases(
 
 def gemma3(d: RopeDefaults, every: int) -> Callable[[Config, str, bool | None], Layers]:
     """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
-    pattern = lambda cfg, model_type: _gemma_pattern(cfg, model_type, every_nth(every))  # noqa: E731
+
+    def pattern(cfg: Config, model_type: str) -> Callable[[int], str]:
+        return _gemma_pattern(cfg, model_type, every_nth(every))
+
     return two_bases(d, pattern, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
 
 
@@ -301,7 +304,6 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
     types = layer_types(cfg, model_type, every_nth(6)) or []
     types[-1] = "full_attention"  # transformers forces the last layer global
-
     params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
     head_dim = head_dim_of(cfg, model_type, d)
     overrides = cfg.get("per_layer_config")
