@@ -16,7 +16,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, get, positive_int
+from ._read import Config, Convert, get, positive_int
 from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
 
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
@@ -251,7 +251,7 @@ def two_bases(
     defaults: tuple[float, float],
     *,
     scale_local: bool,
-) -> Callable[[Config, str, bool | None], Layers]:
+) -> Convert:
     """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
 
     Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
@@ -277,7 +277,7 @@ def two_bases(
     return convert
 
 
-def gemma3(d: RopeDefaults, every: int) -> Callable[[Config, str, bool | None], Layers]:
+def gemma3(d: RopeDefaults, every: int) -> Convert:
     """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
 
     def pattern(cfg: Config, model_type: str) -> Callable[[int], str]:
@@ -338,9 +338,7 @@ modernbert = two_bases(
 )
 
 
-def nope_layers(
-    d: RopeDefaults, nope: Literal["none", "temperature"]
-) -> Callable[[Config, str, bool | None], Layers]:
+def nope_layers(d: RopeDefaults, nope: Literal["none", "temperature"]) -> Convert:
     """Llama 4 / SmolLM3: RoPE where ``no_rope_layers`` is 1; NoPE (Llama 4: query temperature) where 0."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
@@ -370,7 +368,7 @@ def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     return [rope if t == "sliding_attention" else none for t in types]
 
 
-def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+def deepseek(version: int) -> Convert:
     """DeepSeek V2/V3 (MLA): RoPE over the ``qk_rope_head_dim`` channels (q_pe / k_pe), YaRN with mscale."""
     d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,7 +11,7 @@ from .._checks import check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
-from ._read import Config, get, heads_and_head_dim
+from ._read import Config, Convert, get, heads_and_head_dim
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)
 _COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
@@ -210,9 +210,7 @@ def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
     )[1]
 
 
-def rope(
-    hidden_size: int, num_heads: int, max_len: int, **defaults: Any
-) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Convert:
     """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
     defaults, as :class:`RopeDefaults`."""
     d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
@@ -250,9 +248,7 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
     )
 
 
-def mrope(
-    d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool
-) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool) -> Convert:
     """Qwen2-VL / Qwen2.5-VL (chunked) and Qwen3-VL (interleaved) text models: :class:`MRoPE`.
 
     ``mrope_section`` comes from ``rope_parameters`` (or the legacy ``rope_scaling``, whose

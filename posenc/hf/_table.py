@@ -7,16 +7,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..base import PositionalEncoding
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
 from ._layers import cohere2, deepseek, gemma3, gemma4, modernbert, nope_layers
-from ._read import Config
+from ._read import Convert
 from ._rope import RopeDefaults, gptj, mrope, rope
 from ._speech import speech
 
-Convert = Callable[[Config, str, bool | None], "PositionalEncoding | list[PositionalEncoding]"]
 #: One line, or ``(layer type, line)`` rows where the layers differ.
 Summary = str | tuple[tuple[str, str], ...]
 

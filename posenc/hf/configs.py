@@ -19,7 +19,7 @@ from typing import Any
 from ..base import PositionalEncoding
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
-from ._read import config_dict
+from ._read import Convert, config_dict
 from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech, speech_layer_count
 from ._table import (
@@ -28,7 +28,6 @@ from ._table import (
     _FLAT_TEXT,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
-    Convert,
     supported_models_markdown,
 )
 
