@@ -18,6 +18,7 @@ from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ._read import Config, Convert, get, positive_int
 from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
+from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
 
@@ -31,6 +32,8 @@ Layers = list[PositionalEncoding]
 
 def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
+    if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
+        return speech_layer_count(cfg, model_type)
     for key in LAYER_COUNT_KEYS:
         value = cfg.get(key)
         if value is not None:

@@ -200,14 +200,8 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_CONVERTERS))
 # Multimodal model types whose text model lives under text_config, and that text model's type
 # (for config.json dicts whose text_config leaves model_type out).
 _TEXT_MODEL_TYPES = {
-    "gemma3": "gemma3_text",
-    "gemma3n": "gemma3n_text",
-    "gemma4": "gemma4_text",
-    "llama4": "llama4_text",
-    "qwen2_vl": "qwen2_vl_text",
-    "qwen2_5_vl": "qwen2_5_vl_text",
-    "qwen3_vl": "qwen3_vl_text",
-    "qwen3_vl_moe": "qwen3_vl_moe_text",
+    name: f"{name}_text"
+    for name in "gemma3 gemma3n gemma4 llama4 qwen2_vl qwen2_5_vl qwen3_vl qwen3_vl_moe".split()
 }
 # Multimodal types whose config.json may be flat (no text_config; the text keys at the top level, as
 # transformers' Qwen2-VL config reads them), and those whose missing text_config means the defaults.

@@ -68,12 +68,6 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
     return cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule
 
 
-def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
-    if model_type in SPEECH_MODEL_TYPES:
-        return speech_layer_count(cfg, model_type)
-    return layer_count(cfg, model_type)
-
-
 def _layers(
     config: Any, causal: bool | None
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
@@ -113,7 +107,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     built, cfg, model_type = _layers(config, causal)
     if isinstance(built, list):
         return built
-    n = _layer_count(cfg, model_type)
+    n = layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
     if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
@@ -211,7 +205,7 @@ def from_hf_config(
             raise TypeError(
                 f"layer must be an int (0-based layer index) or None, got {layer!r} ({type(layer).__name__})"
             )
-        n = len(built) if isinstance(built, list) else _layer_count(cfg, model_type)
+        n = len(built) if isinstance(built, list) else layer_count(cfg, model_type)
         if layer < 0 or (n is not None and layer >= n):
             count = f"it has {n} layers (0..{n - 1})" if n is not None else "layers count from 0"
             raise ValueError(f"layer={layer} is outside the {model_type} model: {count}")
