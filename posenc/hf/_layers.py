@@ -268,7 +268,7 @@ def two_bases(
         def legacy(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
             flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
             rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
-            # transformers' setdefault: a layer type's own rope_theta wins over the legacy key
+            # each layer type's base comes from its legacy key (a flat dict's rope_theta is not read)
             return {
                 name: {"rope_type": "default", "rope_theta": get(cfg, key, default=base), **params}
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
