@@ -8,7 +8,8 @@ Runs offline and without ``transformers``: ``from_hf_config`` also takes the dic
 
 import torch
 
-from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config, interleaved_to_half
+from posenc.functional import interleaved_to_half
+from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config
 
 # 1. Llama 3.1's RoPE, from the relevant part of its config.json.
 llama31 = {

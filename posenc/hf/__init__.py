@@ -14,17 +14,12 @@
   out of a loaded model; ``layer=i`` for the conformer speech encoders (Wav2Vec2-BERT,
   wav2vec2-conformer, SeamlessM4T), whose layers each hold their own relative tables.
 * Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models map to :class:`~posenc.MRoPE`.
-* :func:`interleaved_to_half`, :func:`half_to_interleaved` and :func:`rope_layout_permutation`
-  convert q/k projection weights between the two RoPE layouts; they live in
-  :mod:`posenc.functional.rope_layout` and are re-exported here.
-* :class:`FalconALiBi` (Falcon's ALiBi, slopes scaled by ``1/sqrt(head_dim)``) lives in
-  :mod:`posenc.encodings.alibi` and is re-exported here.
+* q/k projection weights convert between the two RoPE layouts with
+  :func:`posenc.functional.interleaved_to_half` and :func:`~posenc.functional.half_to_interleaved`.
 
 ``transformers`` is optional: nothing here imports it.
 """
 
-from ..encodings.alibi import FalconALiBi
-from ..functional.rope_layout import half_to_interleaved, interleaved_to_half, rope_layout_permutation
 from .configs import (
     SUPPORTED_MODEL_TYPES,
     from_hf_config,
@@ -36,13 +31,9 @@ from .weights import from_hf_model
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
-    "FalconALiBi",
     "from_hf_config",
     "from_hf_model",
-    "half_to_interleaved",
-    "interleaved_to_half",
     "layer_encodings",
     "layer_windows",
-    "rope_layout_permutation",
     "supported_models_markdown",
 ]

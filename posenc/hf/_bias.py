@@ -8,15 +8,15 @@ takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
-from ._read import Config, config_dict, get, heads_and_head_dim, positive_int
-from ._rope import RopeDefaults, rope
+from ._read import Config, Convert, config_dict, get, heads_and_head_dim, positive_int
+from ._rope import RopeDefaults, build_rope, head_dim_of
 
 # --- biases ------------------------------------------------------------------------------------
 
@@ -58,7 +58,8 @@ def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
 
 def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     if not check_bool(f"{model_type} config: alibi", cfg.get("alibi", False)):
-        return rope(RopeDefaults(4544, 71, 2048))(cfg, model_type, causal)
+        d = RopeDefaults(4544, 71, 2048)
+        return build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
     num_heads, head_dim = heads_and_head_dim(
         cfg,
         model_type,
@@ -74,13 +75,8 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 
 
 def _learned(
-    *,
-    width: tuple[str, ...],
-    length: tuple[str, ...],
-    default_width: int,
-    default_length: int,
-    offset: int = 0,
-) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+    width: tuple[str, ...], length: tuple[str, ...], default_width: int, default_length: int, offset: int = 0
+) -> Convert:
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, *width, default=default_width)
         max_len = positive_int(cfg, model_type, *length, default=default_length)
@@ -90,14 +86,14 @@ def _learned(
 
 
 def _sinusoidal(
-    *,
     spacing: Literal["paper", "tensor2tensor"],
     default_width: int,
     default_length: int,
     length: tuple[str, ...] = ("max_position_embeddings",),
+    *,
     default_pad: int | None = None,
     fixed_offset: int | None = None,
-) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+) -> Convert:
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "d_model", "hidden_size", default=default_width)
         if d_model % 2:

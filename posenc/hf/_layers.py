@@ -16,8 +16,9 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, get, heads_and_head_dim
-from ._rope import RopeDefaults, build_rope, config_float
+from ._read import Config, Convert, get, positive_int
+from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
+from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
 
@@ -31,16 +32,13 @@ Layers = list[PositionalEncoding]
 
 def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
+    if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
+        return speech_layer_count(cfg, model_type)
     for key in LAYER_COUNT_KEYS:
         value = cfg.get(key)
         if value is not None:
             return check_positive_int(f"{model_type} config: {key}", value)
     return None
-
-
-def _types(cfg: Config, model_type: str, default: Callable[[int], str]) -> list[str]:
-    types = layer_types(cfg, model_type, default)
-    return types if types is not None else []  # (never empty: a default is given)
 
 
 def _required_count(cfg: Config, model_type: str) -> int:
@@ -54,23 +52,27 @@ def layer_types(
     cfg: Config, model_type: str, default: Callable[[int], str] | None = None
 ) -> list[str] | None:
     """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``default`` per layer."""
-    types = cfg.get("layer_types")
-    if types is None:
+    if cfg.get("layer_types") is None:
         if default is None:
             return None
         return [default(i) for i in range(_required_count(cfg, model_type))]
-    n = _required_count(cfg, model_type)
-    if not isinstance(types, Sequence) or isinstance(types, (str, bytes)):
-        raise TypeError(f"{model_type} config: layer_types must be a list of str, got {type(types).__name__}")
-    if len(types) != n:
-        raise ValueError(
-            f"{model_type} config: layer_types has {len(types)} entries, but num_hidden_layers={n}; "
-            "give one layer type per layer"
-        )
+    types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
-    return list(types)
+    return types
+
+
+def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
+    """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
+    n, values = _required_count(cfg, model_type), cfg[key]
+    if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
+        raise TypeError(f"{model_type} config: {key} must be a list of {kind}, got {type(values).__name__}")
+    if len(values) != n:
+        raise ValueError(
+            f"{model_type} config: {key} has {len(values)} entries, but num_hidden_layers={n}; give {one} per layer"
+        )
+    return list(values)
 
 
 def rope_flags(cfg: Config, model_type: str) -> list[bool]:
@@ -78,19 +80,9 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     n = _required_count(cfg, model_type)
     flags = cfg.get("no_rope_layers")
     if not flags:  # transformers: None or [] -> the default pattern
-        interval = check_positive_int(
-            f"{model_type} config: no_rope_layer_interval", get(cfg, "no_rope_layer_interval", default=4)
-        )
+        interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
         return [(i + 1) % interval != 0 for i in range(n)]
-    if not isinstance(flags, Sequence) or isinstance(flags, (str, bytes)):
-        raise TypeError(
-            f"{model_type} config: no_rope_layers must be a list of 0/1, got {type(flags).__name__}"
-        )
-    if len(flags) != n:
-        raise ValueError(
-            f"{model_type} config: no_rope_layers has {len(flags)} entries, but num_hidden_layers={n}; "
-            "give one 0 (no RoPE) or 1 (RoPE) per layer"
-        )
+    flags = _per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
     for i, flag in enumerate(flags):
         if flag not in (0, 1) or not isinstance(flag, int):  # bools are ints: True/False pass
             raise ValueError(f"{model_type} config: no_rope_layers[{i}] must be 0 or 1, got {flag!r}")
@@ -120,16 +112,15 @@ def layer_windows(
     """
     n = _required_count(cfg, model_type)
     if model_type == "modernbert":
-        local = check_positive_int(
-            f"{model_type} config: local_attention", get(cfg, "local_attention", default=128)
-        )
+        local = positive_int(cfg, model_type, "local_attention", default=128)
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
         return [local if t == "sliding_attention" else None for t in types or []]
-    rule = _WINDOW_RULES.get(model_type, "none" if known else "any")
-    window = get(cfg, "sliding_window", default=_DEFAULT_WINDOWS.get(model_type))
-    use = cfg.get("use_sliding_window", _USE_SLIDING.get(model_type))
+    rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
+    window = get(cfg, "sliding_window", default=default_window)
+    # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
+    use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
-        window = None  # the Qwen-style configs drop sliding_window without use_sliding_window
+        window = None
     if rule == "none" or window is None:
         return [None] * n
     types = layer_types(cfg, model_type)
@@ -142,33 +133,28 @@ def layer_windows(
             "posenc's table and its config class may derive its layer types in its own code; pass the config "
             "object (its to_dict() carries them) or give 'layer_types'"
         )
-    if types is None:
-        types = _derived_types(cfg, model_type, rule, n)
-    elif model_type == "gemma4_text":
+    if types is None:  # as the config class derives them when a config.json leaves them out
+        if rule == "pattern":
+            pattern = (
+                _gemma_pattern(cfg, model_type, arg) if model_type in ("gemma3_text", "cohere2") else arg
+            )
+            types = [pattern(i) for i in range(n)]
+        elif rule == "smollm3":  # the NoPE layers slide
+            types = [
+                "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
+            ]
+        elif rule == "qwen":  # from max_window_layers on
+            first = get(cfg, "max_window_layers", default=arg)
+            first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+        else:  # every layer reads sliding_window (Mistral; transformers' generic rule)
+            types = ["sliding_attention"] * n
+    if model_type == "gemma4_text":
         types[-1] = "full_attention"  # transformers forces the last layer global
     if "sliding_attention" not in types:
         return [None] * n
     window = check_positive_int(f"{model_type} config: sliding_window", window)
     return [window if t == "sliding_attention" else None for t in types]
-
-
-def _derived_types(cfg: Config, model_type: str, rule: str, n: int) -> list[str]:
-    """``layer_types`` as the config class derives them when a ``config.json`` leaves them out."""
-    if rule == "pattern":
-        default = _DEFAULT_TYPES[model_type]
-        if model_type in ("gemma3_text", "cohere2"):
-            default = _gemma_pattern(cfg, model_type, default)
-        types = [default(i) for i in range(n)]
-        if model_type == "gemma4_text":
-            types[-1] = "full_attention"
-        return types
-    if rule == "smollm3":  # the NoPE layers slide
-        return ["full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)]
-    if rule == "qwen":
-        first = get(cfg, "max_window_layers", default=_MAX_WINDOW_LAYERS.get(model_type))
-        first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
-        return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
-    return ["sliding_attention"] * n  # every layer reads sliding_window (Mistral; transformers' generic rule)
 
 
 def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
@@ -181,49 +167,28 @@ def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
 
 
 def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
-    every = check_positive_int(
-        f"{model_type} config: global_attn_every_n_layers", get(cfg, "global_attn_every_n_layers", default=3)
-    )
+    every = positive_int(cfg, model_type, "global_attn_every_n_layers", default=3)
     return every_nth(every, first_full=True)
 
 
-_DEFAULT_TYPES: dict[str, Callable[[int], str]] = {
-    "gemma2": every_nth(2),
-    "gpt_oss": every_nth(2),
-    "gemma3_text": every_nth(6),
-    "gemma3n_text": every_nth(5),
-    "gemma4_text": every_nth(6),
-    "cohere2": every_nth(4),
+#: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
+#: ``sliding_window`` where a config.json leaves it out, and the rule's default (the layer pattern;
+#: Qwen: ``max_window_layers``).
+_WINDOWS: dict[str, tuple[str, int | None, Any]] = {
+    "gemma2": ("pattern", 4096, every_nth(2)),
+    "gpt_oss": ("pattern", 128, every_nth(2)),
+    "gemma3_text": ("pattern", 4096, every_nth(6)),
+    "gemma3n_text": ("pattern", 512, every_nth(5)),
+    "gemma4_text": ("pattern", 512, every_nth(6)),
+    "cohere2": ("pattern", 4096, every_nth(4)),
+    "qwen2": ("qwen", 4096, 28),
+    "qwen3": ("qwen", 4096, 28),
+    "qwen2_vl_text": ("qwen", 4096, 80),
+    "qwen2_5_vl_text": ("qwen", 4096, 80),
+    "smollm3": ("smollm3", None, None),
+    "mistral": ("all", 4096, None),
+    **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),
 }
-# The config classes' sliding_window where a config.json leaves it out.
-_DEFAULT_WINDOWS = {
-    "gemma2": 4096,
-    "gemma3_text": 4096,
-    "gemma3n_text": 512,
-    "gemma4_text": 512,
-    "cohere2": 4096,
-    "gpt_oss": 128,
-    "mistral": 4096,
-    "qwen2": 4096,
-    "qwen3": 4096,
-    "qwen2_vl_text": 4096,
-    "qwen2_5_vl_text": 4096,
-}
-# How each table model's layers get their window (types outside the table: "any").
-_WINDOW_RULES = {
-    **dict.fromkeys(_DEFAULT_TYPES, "pattern"),
-    **dict.fromkeys(("qwen2", "qwen3", "qwen2_vl_text", "qwen2_5_vl_text"), "qwen"),
-    "smollm3": "smollm3",
-    **dict.fromkeys(("mistral", "mixtral", "phi3", "starcoder2"), "all"),
-}
-_USE_SLIDING = {
-    "qwen2": False,
-    "qwen3": False,
-    "qwen2_vl_text": False,
-    "qwen2_5_vl_text": False,
-    "smollm3": False,
-}
-_MAX_WINDOW_LAYERS = {"qwen2": 28, "qwen3": 28, "qwen2_vl_text": 80, "qwen2_5_vl_text": 80}
 
 
 def _nested(
@@ -231,8 +196,13 @@ def _nested(
     model_type: str,
     types: list[str],
     legacy: Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]],
+    *,
+    any_names: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``."""
+    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``.
+
+    A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
+    """
     raw = cfg.get("rope_parameters")
     if raw is None:
         raw = cfg.get("rope_scaling")
@@ -241,7 +211,7 @@ def _nested(
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         for name in raw:
-            if name not in known:
+            if name not in known and not any_names:
                 raise ValueError(
                     f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
                     f"{', '.join(sorted(known))}"
@@ -255,76 +225,68 @@ def _nested(
     return legacy(dict(raw) if raw else None)
 
 
-def _theta(params: dict[str, Any], value: Any) -> dict[str, Any]:
-    # transformers' setdefault: a layer type's own rope_theta wins over the legacy key
-    return params if params.get("rope_theta") is not None else {**params, "rope_theta": value}
-
-
-def _two_bases(
-    cfg: Config,
-    global_keys: tuple[str, ...],
-    local_keys: tuple[str, ...],
-    defaults: tuple[float, float],
-    scale_local: bool,
-) -> Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]]:
-    """Legacy Gemma 3 / ModernBERT reading: a global and a local base, the flat scaling dict on
-    the global layers (and on the local ones too when ``scale_local``)."""
-
-    def read(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-        flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
-        full = {"rope_type": "default", **flat}
-        sliding = {"rope_type": "default", **(flat if scale_local else {})}
-        return {
-            "full_attention": _theta(full, get(cfg, *global_keys, default=defaults[0])),
-            "sliding_attention": _theta(sliding, get(cfg, *local_keys, default=defaults[1])),
-        }
-
-    return read
-
-
 def _per_type_rope(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
     types: list[str],
     params: dict[str, dict[str, Any]],
-    head_dims: Sequence[int],
+    head_dims: Sequence[int] | int,
 ) -> Layers:
+    """One :class:`RoPE` per layer, built once per (layer type, head size)."""
+    dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
-    layers: Layers = []
-    for name, head_dim in zip(types, head_dims, strict=True):
+    for name, head_dim in zip(types, dims, strict=True):
         if name not in params:
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
-        key = (name, head_dim)
-        if key not in built:
-            built[key] = build_rope(
-                cfg, model_type, d, head_dim, params=params[name], where=f"rope_parameters[{name!r}]"
-            )
-        layers.append(built[key])
-    return layers
+        if (name, head_dim) not in built:
+            where = f"rope_parameters[{name!r}]"
+            built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=params[name], where=where)
+    return [built[key] for key in zip(types, dims, strict=True)]
 
 
-def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
-    return heads_and_head_dim(
-        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
-    )[1]
+def two_bases(
+    d: RopeDefaults,
+    pattern: Callable[[Config, str], Callable[[int], str]],
+    keys: tuple[str, str],
+    defaults: tuple[float, float],
+    *,
+    scale_local: bool,
+) -> Convert:
+    """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
 
-
-def gemma3(
-    d: RopeDefaults, default_types: Callable[[int], str]
-) -> Callable[[Config, str, bool | None], Layers]:
-    """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
+    Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
+    local base ``keys[1]`` on sliding layers (which ModernBERT also scales, ``scale_local``);
+    ``pattern(cfg, model_type)`` gives the layer types a config leaves out.
+    """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-        types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, default_types))
-        legacy = _two_bases(cfg, ("rope_theta",), ("rope_local_base_freq",), (1_000_000.0, 10_000.0), False)
+        types = layer_types(cfg, model_type, pattern(cfg, model_type)) or []
+
+        def legacy(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+            flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
+            rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
+            # each layer type's base comes from its legacy key (a flat dict's rope_theta is not read)
+            return {
+                name: {"rope_type": "default", "rope_theta": get(cfg, key, default=base), **params}
+                for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
+            }
+
         params = _nested(cfg, model_type, types, legacy)
-        head_dim = _head_dim(cfg, model_type, d)
-        return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+        return _per_type_rope(cfg, model_type, d, types, params, head_dim_of(cfg, model_type, d))
 
     return convert
+
+
+def gemma3(d: RopeDefaults, every: int) -> Convert:
+    """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
+
+    def pattern(cfg: Config, model_type: str) -> Callable[[int], str]:
+        return _gemma_pattern(cfg, model_type, every_nth(every))
+
+    return two_bases(d, pattern, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
 
 
 def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) -> Callable[[int], str]:
@@ -334,24 +296,19 @@ def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) 
     return every_nth(check_positive_int(f"{model_type} config: sliding_window_pattern", every))
 
 
+_GEMMA4_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+
+
 def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
-    types = _types(cfg, model_type, every_nth(6))
+    types = layer_types(cfg, model_type, every_nth(6)) or []
     types[-1] = "full_attention"  # transformers forces the last layer global
-
-    def defaults(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-        return {
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-            "full_attention": {
-                "rope_type": "proportional",
-                "partial_rotary_factor": 0.25,
-                "rope_theta": 1_000_000.0,
-            },
-        }
-
-    params = _nested(cfg, model_type, types, defaults)
-    head_dim = _head_dim(cfg, model_type, d)
+    params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
+    head_dim = head_dim_of(cfg, model_type, d)
     overrides = cfg.get("per_layer_config")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise TypeError(
@@ -374,24 +331,22 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     return _per_type_rope(cfg, model_type, d, types, params, dims)
 
 
-def modernbert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-    """ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones."""
-    d = RopeDefaults(768, 12, 8192)
-    types = _types(cfg, model_type, _modernbert_default(cfg, model_type))
-    legacy = _two_bases(cfg, ("global_rope_theta",), ("local_rope_theta",), (160_000.0, 10_000.0), True)
-    params = _nested(cfg, model_type, types, legacy)
-    head_dim = _head_dim(cfg, model_type, d)
-    return _per_type_rope(cfg, model_type, d, types, params, [head_dim] * len(types))
+#: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.
+modernbert = two_bases(
+    RopeDefaults(768, 12, 8192),
+    _modernbert_default,
+    ("global_rope_theta", "local_rope_theta"),
+    (160_000.0, 10_000.0),
+    scale_local=True,
+)
 
 
-def nope_layers(
-    d: RopeDefaults, nope: Literal["none", "temperature"], default_params: dict[str, Any] | None = None
-) -> Callable[[Config, str, bool | None], Layers]:
+def nope_layers(d: RopeDefaults, nope: Literal["none", "temperature"]) -> Convert:
     """Llama 4 / SmolLM3: RoPE where ``no_rope_layers`` is 1; NoPE (Llama 4: query temperature) where 0."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_flags(cfg, model_type)
-        head_dim = _head_dim(cfg, model_type, d)
+        head_dim = head_dim_of(cfg, model_type, d)
         rope = build_rope(cfg, model_type, d, head_dim) if any(flags) else None
         other: PositionalEncoding = NoPE()
         if nope == "temperature" and check_bool(
@@ -410,20 +365,18 @@ def nope_layers(
 def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Cohere 2: interleaved RoPE on sliding layers, none on full (global) layers."""
     d = RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved")
-    types = _types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4)))
-    rope = build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d))
+    types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
+    rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
     none = NoPE()
     return [rope if t == "sliding_attention" else none for t in types]
 
 
-def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+def deepseek(version: int) -> Convert:
     """DeepSeek V2/V3 (MLA): RoPE over the ``qk_rope_head_dim`` channels (q_pe / k_pe), YaRN with mscale."""
     d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = check_positive_int(
-            f"{model_type} config: qk_rope_head_dim", get(cfg, "qk_rope_head_dim", default=64)
-        )
+        head_dim = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
         # V2 rotates complex pairs (interleaved); V3 does when rope_interleave (its default), else rotate_half
         interleave = version == 2 or check_bool(
             f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True)
@@ -431,20 +384,3 @@ def deepseek(version: int) -> Callable[[Config, str, bool | None], PositionalEnc
         return build_rope(cfg, model_type, d, head_dim, layout="interleaved" if interleave else "half")
 
     return convert
-
-
-_GPT_OSS_ROPE = {
-    "rope_type": "yarn",
-    "factor": 32.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "truncate": False,
-    "original_max_position_embeddings": 4096,
-}
-
-
-def gpt_oss(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """GPT-OSS: YaRN (``truncate=False``) on every layer; half layout."""
-    d = RopeDefaults(2880, 64, 131072, theta=150_000.0, head_dim=64)
-    params = None if (cfg.get("rope_parameters") or cfg.get("rope_scaling")) else _GPT_OSS_ROPE
-    return build_rope(cfg, model_type, d, _head_dim(cfg, model_type, d), params=params)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._checks import check_positive_int
 
+if TYPE_CHECKING:
+    from ..base import PositionalEncoding
+
 Config = Mapping[str, Any]
+#: A converter: ``(config dict, model_type, causal)`` -> the encoding, or one per layer.
+Convert = Callable[[Config, str, "bool | None"], "PositionalEncoding | list[PositionalEncoding]"]
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,7 +11,7 @@ from .._checks import check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
-from ._read import Config, get, heads_and_head_dim
+from ._read import Config, Convert, get, heads_and_head_dim
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)
 _COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
@@ -35,6 +35,7 @@ class RopeDefaults:
     partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
+    params: Mapping[str, Any] | None = None  # the rope_parameters of a config without any (GPT-OSS)
 
 
 def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
@@ -62,7 +63,6 @@ def rope_parameters(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
-    head_dim: int,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
 ) -> tuple[float, float, dict]:
@@ -75,7 +75,9 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    raw: Any = params if params is not None else (cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+    raw: Any = params
+    if raw is None:  # the config's flat dict (the legacy rope_scaling first), else the class's default
+        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or d.params or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
     params = dict(raw)
@@ -88,6 +90,11 @@ def rope_parameters(
     # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
     theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
     base = get(params, "rope_theta", default=get(cfg, "rope_theta", *d.theta_keys, default=d.theta))
+    if base is None:  # (models outside the table)
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
+            f"for model_type {model_type!r}, which is not in its table"
+        )
     base = config_float(model_type, theta_key, base)
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
@@ -101,14 +108,11 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial_key = (
-        f"{where}['partial_rotary_factor']" if params.get("partial_rotary_factor") is not None else None
-    )
+    in_dict = params.get("partial_rotary_factor") is not None
+    partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
+    default = 1.0 if d.partial is None else d.partial
     partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
-    if partial is None:
-        partial = 1.0 if d.partial is None else d.partial
-    partial_key = partial_key or "partial_rotary_factor"
-    partial = config_float(model_type, partial_key, partial)
+    partial = config_float(model_type, partial_key, default if partial is None else partial)
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
     if rope_type == "proportional":
@@ -160,18 +164,35 @@ def build_rope(
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
     layout: Literal["half", "interleaved"] | None = None,
-) -> RoPE:
-    """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``)."""
-    base, partial, scaling = rope_parameters(cfg, model_type, d, head_dim, params, where)
+    mrope_section: list | None = None,
+    interleaved: bool = False,
+) -> RoPE | MRoPE:
+    """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
+
+    With ``mrope_section``: the :class:`MRoPE` of the Qwen-VL text models (``interleaved`` sections).
+    """
+    base, partial, scaling = rope_parameters(cfg, model_type, d, params, where)
+    max_len = get(cfg, "max_position_embeddings", default=d.max_len)
+    if max_len is not None:
+        check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
+    if mrope_section is not None:
+        try:
+            return MRoPE(
+                head_dim,
+                mrope_section=mrope_section,
+                base=base,
+                interleaved=interleaved,
+                scaling=scaling or None,
+                max_len=max_len,
+            )
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{model_type} config: {err}") from None
     rotary_dim = int(head_dim * partial)
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
             "channels; accepted: a positive even number"
         )
-    max_len = get(cfg, "max_position_embeddings", default=d.max_len)
-    if max_len is not None:
-        check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
     return RoPE(
         head_dim,
         base=base,
@@ -182,20 +203,18 @@ def build_rope(
     )
 
 
-def rope(d: RopeDefaults) -> Callable[[Config, str, bool | None], PositionalEncoding]:
-    """A converter for a model that reads ``rope_parameters`` (Llama and its kin), with defaults ``d``."""
+def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
+    """The config's head size, with the config class's defaults ``d``."""
+    return heads_and_head_dim(
+        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
+    )[1]
 
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        _, head_dim = heads_and_head_dim(
-            cfg,
-            model_type,
-            default_heads=d.num_heads,
-            default_width=d.hidden_size,
-            default_head_dim=d.head_dim,
-        )
-        return build_rope(cfg, model_type, d, head_dim)
 
-    return convert
+def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Convert:
+    """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
+    defaults, as :class:`RopeDefaults`."""
+    d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
+    return lambda cfg, model_type, causal: build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
 
 
 def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
@@ -229,9 +248,7 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
     )
 
 
-def mrope(
-    d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool
-) -> Callable[[Config, str, bool | None], PositionalEncoding]:
+def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool) -> Convert:
     """Qwen2-VL / Qwen2.5-VL (chunked) and Qwen3-VL (interleaved) text models: :class:`MRoPE`.
 
     ``mrope_section`` comes from ``rope_parameters`` (or the legacy ``rope_scaling``, whose
@@ -241,13 +258,7 @@ def mrope(
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        _, head_dim = heads_and_head_dim(
-            cfg,
-            model_type,
-            default_heads=d.num_heads,
-            default_width=d.hidden_size,
-            default_head_dim=d.head_dim,
-        )
+        head_dim = head_dim_of(cfg, model_type, d)
         raw: Any = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
         if not isinstance(raw, Mapping):
             raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
@@ -261,20 +272,8 @@ def mrope(
             raise TypeError(
                 f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"
             )
-        base, _, scaling = rope_parameters(cfg, model_type, d, head_dim, params)
-        max_len = get(cfg, "max_position_embeddings", default=d.max_len)
-        if max_len is not None:
-            check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
-        try:
-            return MRoPE(
-                head_dim,
-                mrope_section=list(section),
-                base=base,
-                interleaved=interleaved,
-                scaling=scaling or None,
-                max_len=max_len,
-            )
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{model_type} config: {err}") from None
+        return build_rope(
+            cfg, model_type, d, head_dim, params=params, mrope_section=list(section), interleaved=interleaved
+        )
 
     return convert

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
-from ._layers import _per_type_rope, layer_types
+from ._layers import _nested, _per_type_rope, layer_types
 from ._read import Config, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -26,7 +26,7 @@ __all__ = ["by_rule"]
 #: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
 _INTERLEAVED = {
     **dict.fromkeys(
-        ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "blt_patcher"),
+        "blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher".split(),
         "BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles",
     ),
     "cohere2_moe": "Cohere 2 MoE: Cohere's interleaved rotate_half, in every layer",
@@ -41,26 +41,10 @@ _REFUSED = {
     "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
     **dict.fromkeys(
         (
-            *(
-                "cohere_compass",
-                "cosmos3_edge",
-                "ernie4_5_vl_moe",
-                "glm4v",
-                "glm4v_moe",
-                "glm_image",
-                "glm_ocr",
-            ),
-            *(
-                "hunyuan_vl",
-                "hy_v4_vl",
-                "paddleocr_vl",
-                "qwen2_5_omni",
-                "qwen2_5_omni_talker",
-                "qwen2_5_omni_thinker",
-            ),
-            *("qwen3_5", "qwen3_5_moe", "qwen3_omni_moe", "qwen3_omni_moe_talker", "qwen3_omni_moe_thinker"),
-            *("qwen4_exp", "neomme"),
-        ),
+            "cohere_compass cosmos3_edge ernie4_5_vl_moe glm4v glm4v_moe glm_image glm_ocr hunyuan_vl hy_v4_vl "
+            "paddleocr_vl qwen2_5_omni qwen2_5_omni_talker qwen2_5_omni_thinker qwen3_5 qwen3_5_moe "
+            "qwen3_omni_moe qwen3_omni_moe_talker qwen3_omni_moe_thinker qwen4_exp neomme"
+        ).split(),
         "its text model applies M-RoPE with sections its code sets (posenc reads M-RoPE for the Qwen-VL types "
         "in its table only)",
     ),
@@ -69,14 +53,7 @@ _REFUSED = {
 _RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
 _RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
 _READ = frozenset(
-    {
-        "rope_parameters",
-        "rope_scaling",
-        "rope_theta",
-        "partial_rotary_factor",
-        "qk_rope_head_dim",
-        "rope_interleave",
-    }
+    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave".split()
 )
 
 
@@ -114,36 +91,15 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if raw is not None and not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
-    raw = dict(raw or {})
-    nested = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
-    if not nested:
-        _theta(cfg, model_type, raw, "rope_parameters")
+    if not (isinstance(raw, Mapping) and any(isinstance(v, Mapping) for v in raw.values())):
         return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
-    if len(nested) != len(raw):
-        raise ValueError(
-            f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)})"
-        )
     types = layer_types(cfg, model_type)
     if types is None:
         raise ValueError(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
-    for name, params in nested.items():
-        _theta(cfg, model_type, params, f"rope_parameters[{name!r}]")
-    head_dim = _head_dim(cfg, model_type)
-    return _per_type_rope(
-        cfg, model_type, d, types, {k: dict(v) for k, v in nested.items()}, [head_dim] * len(types)
-    )
-
-
-def _theta(cfg: Config, model_type: str, params: Mapping[str, Any], where: str) -> None:
-    if params.get("rope_theta") is None and cfg.get("rope_theta") is None:
-        raise ValueError(
-            f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
-            f"for model_type {model_type!r}, which is not in its table"
-        )
+    params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
+    return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type))
 
 
 def _head_dim(cfg: Config, model_type: str) -> int:

@@ -92,11 +92,7 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
 #: Each encoding's parameters and the name of the same weight in the model's self-attention.
 _NAMES = {
     ShawRelative: {"key_embeddings.weight": "distance_embedding.weight"},
-    RelPosXL: {
-        "linear_pos.weight": "linear_pos.weight",
-        "pos_bias_u": "pos_bias_u",
-        "pos_bias_v": "pos_bias_v",
-    },
+    RelPosXL: {name: name for name in ("linear_pos.weight", "pos_bias_u", "pos_bias_v")},
 }
 
 

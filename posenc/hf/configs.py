@@ -14,31 +14,20 @@ against ``transformers`` itself).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ..base import PositionalEncoding
-
-# The bias / absolute converters (_bias) and the table (_table) live in their own modules; the
-# `noqa: F401` names are re-exported here, where they were first defined (tests read _CONVERTERS).
-from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5  # noqa: F401
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
-from ._read import config_dict
+from ._read import Convert, config_dict
 from ._rule import by_rule
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
-from ._table import (  # noqa: F401
-    _BART,
+from ._speech import SPEECH_MODEL_TYPES, speech, speech_layer_count
+from ._table import (
     _CONVERTERS,
     _DEFAULT_TEXT,
     _FLAT_TEXT,
-    _GEMMA3,
-    _MARIAN,
-    _QWEN2_VL,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
-    Convert,
-    _Converter,
     supported_models_markdown,
 )
 
@@ -51,10 +40,7 @@ __all__ = [
 ]
 
 
-_BY_RULE = _Converter(by_rule, "RoPE from the standardized fields")
-
-
-def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
+def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
     """The config as a dict (the text model's for a multimodal config), its model_type and converter."""
     cfg = config_dict(config)
     model_type = cfg.get("model_type")
@@ -79,21 +65,7 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, _Converter]:
             "model it wraps)"
         )
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
-    return cfg, model_type, _CONVERTERS.get(model_type, _BY_RULE)
-
-
-def _layer_count(cfg: dict[str, Any], model_type: str) -> int | None:
-    if model_type in SPEECH_MODEL_TYPES:
-        return speech_layer_count(cfg, model_type)
-    return layer_count(cfg, model_type)
-
-
-def _fresh_copy(encoding: PositionalEncoding) -> PositionalEncoding:
-    clone = copy.deepcopy(encoding)
-    reset = getattr(clone, "reset_parameters", None)
-    if callable(reset):
-        reset()
-    return clone
+    return cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule
 
 
 def _layers(
@@ -102,7 +74,7 @@ def _layers(
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
     cfg, model_type, converter = _resolve(config)
-    return converter.convert(cfg, model_type, causal), cfg, model_type
+    return converter(cfg, model_type, causal), cfg, model_type
 
 
 def layer_encodings(config: Any, *, causal: bool | None = None) -> list[PositionalEncoding]:
@@ -135,12 +107,11 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     built, cfg, model_type = _layers(config, causal)
     if isinstance(built, list):
         return built
-    n = _layer_count(cfg, model_type)
+    n = layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    if model_type in _CONVERTERS and _CONVERTERS[model_type].per_layer_weights:
-        # each layer has its own tables: independent modules, each freshly initialised
-        return [built, *(_fresh_copy(built) for _ in range(n - 1))]
+    if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
+        return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
     return [built] * n
 
 
@@ -234,7 +205,7 @@ def from_hf_config(
             raise TypeError(
                 f"layer must be an int (0-based layer index) or None, got {layer!r} ({type(layer).__name__})"
             )
-        n = len(built) if isinstance(built, list) else _layer_count(cfg, model_type)
+        n = len(built) if isinstance(built, list) else layer_count(cfg, model_type)
         if layer < 0 or (n is not None and layer >= n):
             count = f"it has {n} layers (0..{n - 1})" if n is not None else "layers count from 0"
             raise ValueError(f"layer={layer} is outside the {model_type} model: {count}")

@@ -20,6 +20,7 @@ from posenc import NoPE, QueryTemperature, RoPE
 from posenc.hf import from_hf_config, layer_encodings, layer_windows
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.llama4.modeling_llama4 import eager_attention_forward  # noqa: E402
 
 T = 40  # past the window (8) and past the trained context (16) of every case below
 WINDOW = 8
@@ -48,6 +49,18 @@ def _record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[tup
 
     monkeypatch.setattr(module, name, wrapper)
     return calls
+
+
+_SEEN_QK: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+
+def _record_qk(module: Any, query: torch.Tensor, key: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """transformers' eager attention, keeping the queries and keys each layer attends with."""
+    _SEEN_QK.append((query, key))
+    return eager_attention_forward(module, query, key, *args, **kwargs)
+
+
+transformers.AttentionInterface.register("posenc_record_qk", _record_qk)
 
 
 def _run(model_cls: str, config: Any) -> None:
@@ -319,11 +332,11 @@ def test_layers_share_instances_and_windows() -> None:
     assert isinstance(from_hf_config(gemma2), RoPE) and layer_windows(gemma2) == [WINDOW, None] * 2
 
 
-def test_llama4_nope_layers_scale_queries_like_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_llama4_nope_layers_scale_queries_like_the_model() -> None:
     _, config_cls, kwargs, model_cls, _, _ = CASES[-2]
-    config = getattr(transformers, config_cls)(**kwargs)
-    module = importlib.import_module(getattr(transformers, model_cls).__module__)
-    seen = _record(monkeypatch, module, "eager_attention_forward")
+    # the attention function of each layer records the (scaled) queries and keys it receives
+    config = getattr(transformers, config_cls)(**{**kwargs, "attn_implementation": "posenc_record_qk"})
+    _SEEN_QK.clear()
     torch.manual_seed(0)
     model = getattr(transformers, model_cls)(config).eval()
     projected: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -340,9 +353,9 @@ def test_llama4_nope_layers_scale_queries_like_the_model(monkeypatch: pytest.Mon
     q = qs[3].view(2, T, -1, 16).transpose(1, 2)
     k = ks[3].view(2, T, -1, 16).transpose(1, 2)
     got_q, got_k = encodings[3].encode_qk(q, k)
-    torch.testing.assert_close(got_q, seen[3][0][1], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got_q, _SEEN_QK[3][0], atol=1e-6, rtol=1e-6)
     assert got_k is k
-    torch.testing.assert_close(got_k, seen[3][0][2], atol=0, rtol=0)
+    torch.testing.assert_close(got_k, _SEEN_QK[3][1], atol=0, rtol=0)
     assert not torch.equal(got_q, q)  # floor_scale 4: the temperature acts from position 3
 
 
