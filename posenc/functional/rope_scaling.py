@@ -28,24 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-
-# The formulas and the dataclasses live in their own modules; they are re-exported here, where
-# they were first defined (``from posenc.functional.rope_scaling import YarnRope`` keeps working).
-from .rope_freqs import (
-    Device,  # noqa: F401
-    dynamic_ntk_inv_freq,
-    linear_inv_freq,
-    llama3_inv_freq,
-    longrope_attention_factor,
-    longrope_inv_freq,
-    ntk_inv_freq,
-    proportional_inv_freq,
-    rope_inv_freq,
-    yarn_attention_factor,
-    yarn_inv_freq,
-)
+from .rope_freqs import longrope_attention_factor, yarn_attention_factor
 from .rope_params import (
-    _CLASSES,  # noqa: F401
     _TYPE_KEYS,
     ROPE_TYPES,
     DefaultRope,
@@ -56,35 +40,10 @@ from .rope_params import (
     NtkRope,
     ProportionalRope,
     RopeParameters,
-    RopeType,  # noqa: F401
     YarnRope,
-    scaled_inv_freq,
 )
 
-__all__ = [
-    "ROPE_TYPES",
-    "DefaultRope",
-    "DynamicRope",
-    "LinearRope",
-    "Llama3Rope",
-    "LongRope",
-    "NtkRope",
-    "ProportionalRope",
-    "RopeParameters",
-    "YarnRope",
-    "dynamic_ntk_inv_freq",
-    "linear_inv_freq",
-    "llama3_inv_freq",
-    "longrope_attention_factor",
-    "longrope_inv_freq",
-    "ntk_inv_freq",
-    "proportional_inv_freq",
-    "resolve_rope_scaling",
-    "rope_inv_freq",
-    "scaled_inv_freq",
-    "yarn_attention_factor",
-    "yarn_inv_freq",
-]
+__all__ = ["resolve_rope_scaling"]
 
 
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
