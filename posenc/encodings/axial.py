@@ -21,8 +21,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_float
-from ..functional.axial import check_axis_widths, checked_axial_frequencies, grid_positions
+from .._checks import check_choice, check_int
+from ..functional.axial import axial_frequencies, check_axis_widths, checked_axial_frequencies, grid_positions
 from ._axis_rotary import _AxisRotary
 
 __all__ = ["AxialRoPE"]
@@ -114,18 +114,11 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
             )
-        check_choice("freqs", freqs, ("lang", "pixel"))
-        check_choice("axis_layout", axis_layout, ("cat", "alternate"))
+        # checks freqs, axis_layout, base and max_freq
+        axial_frequencies(self.axes_dim, base=base, freqs=freqs, axis_layout=axis_layout, max_freq=max_freq)
         check_choice("layout", layout, ("half", "interleaved"))
-        if axis_layout == "alternate" and len(set(self.axes_dim)) != 1:
-            raise ValueError(
-                f"axis_layout='alternate' needs equal widths per axis, got axes_dim={self.axes_dim}"
-            )
         self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
-        self.base, self.max_freq = (
-            check_positive_float("base", base),
-            check_positive_float("max_freq", max_freq),
-        )
+        self.base, self.max_freq = float(base), float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
         self.grid_size = None if grid_size is None else self._check_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)

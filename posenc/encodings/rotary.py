@@ -194,37 +194,13 @@ class _Rotary(PositionalEncoding):
                 call sees only part of it (a chunk, a context-parallel shard). Ignored by the
                 other variants.
         """
-        if self._generic_state:  # a subclass that overrides a hook gets a state that calls its hooks back
-            qp, kp, q_start, k_start = self._positions(q_len, k_len, q_positions, k_positions, batch, device)
-            return self.generic_state(self, qp, kp, q_start=q_start, k_start=k_start)
-        return self._state(q_len, k_len, q_positions, k_positions, batch, device, seq_len)
-
-    def _positions(
-        self,
-        q_len: int,
-        k_len: int | None,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        batch: int | None,
-        device: torch.device | str | None,
-    ) -> tuple[Tensor, Tensor, int | None, int | None]:
         if device is None:
             given = q_positions if q_positions is not None else k_positions
             device = given.device if isinstance(given, Tensor) else self.inv_freq.device
         k_len = q_len if k_len is None else k_len
-        return self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
-
-    def _state(
-        self,
-        q_len: int,
-        k_len: int | None,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        batch: int | None,
-        device: torch.device | str | None,
-        seq_len: int | Tensor | None = None,
-    ) -> RotaryState:
-        qp, kp, q_start, k_start = self._positions(q_len, k_len, q_positions, k_positions, batch, device)
+        qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
+        if self._generic_state:  # a subclass that overrides a hook gets a state that calls its hooks back
+            return self.generic_state(self, qp, kp, q_start=q_start, k_start=k_start)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
 
     def prepare_state(
@@ -278,8 +254,10 @@ class _Rotary(PositionalEncoding):
         """
         check_qk(q, k, head_dim=self.head_dim)
         batch = max(q.shape[0], k.shape[0])
-        state = self._state(q.shape[-2], k.shape[-2], q_positions, k_positions, batch, q.device)
-        return state._encode(q, k)
+        qp, kp, q_start, k_start = self._resolve(
+            q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions
+        )
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._encode(q, k)
 
     def forward(
         self,
@@ -309,8 +287,9 @@ class _Rotary(PositionalEncoding):
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
-        state = self._state(x.shape[-2], None, positions, None, x.shape[0], x.device)
-        return state._rotate(x, "q", "query")
+        t = x.shape[-2]
+        qp, kp, q_start, k_start = self._resolve(t, t, x.shape[0], x.device, positions, None)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._rotate(x, "q", "query")
 
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from .rotary import computed_once
+from .rotary import cos_sin_of
 
 __all__ = [
     "axes_last",
@@ -179,9 +179,7 @@ def axial_frequencies(
     max_freq = check_positive_float("max_freq", max_freq)
     widths = list(axes_dim)
     if axis_layout == "alternate" and len(set(widths)) != 1:
-        raise ValueError(
-            f"axis_layout='alternate' needs the same width on every axis, got axes_dim={tuple(widths)}"
-        )
+        raise ValueError(f"axis_layout='alternate' needs equal widths per axis, got axes_dim={tuple(widths)}")
     return checked_axial_frequencies(widths, base, freqs, axis_layout, max_freq, device)
 
 
@@ -259,10 +257,7 @@ def axial_cos_sin(
         ``(cos, sin)``, each ``(..., t, r/2)``.
     """
     angles = coords.to(inv_freq.dtype).index_select(-1, axis) * inv_freq  # (..., t, r/2)
-    cos, sin = angles.cos(), angles.sin()
-    if attention_scaling != 1.0:
-        cos, sin = cos * attention_scaling, sin * attention_scaling
-    return computed_once(cos.to(dtype), sin.to(dtype))
+    return cos_sin_of(angles, attention_scaling, dtype)
 
 
 def resample_grid_table(
