@@ -152,17 +152,9 @@ class _Rotary(PositionalEncoding):
         params = getattr(self, "params", None)
         return params is not None and params.length_dependent
 
-    def _resolve(
-        self,
-        q_len: int,
-        k_len: int,
-        batch: int | None,
-        device: torch.device | str | None,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-    ) -> tuple[Tensor, Tensor, int | None, int | None]:
-        """Queries' and keys' positions, and their first positions when default (else ``None``)."""
-        return _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
+    #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
+    #: the positions, and the first ones of default consecutive ranges (else ``None``).
+    _resolve = staticmethod(_resolve_qk)
 
     def _rows(
         self,

@@ -45,19 +45,6 @@ __all__ = [
 
 RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk"]
 
-#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
-#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
-ROPE_TYPES: tuple[str, ...] = (
-    "default",
-    "linear",
-    "dynamic",
-    "yarn",
-    "llama3",
-    "longrope",
-    "proportional",
-    "ntk",
-)
-
 
 @dataclass(frozen=True, kw_only=True)
 class RopeParameters:
@@ -279,5 +266,8 @@ _CLASSES: dict[str, type[RopeParameters]] = {
         NtkRope,
     )
 }
+#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
+#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
+ROPE_TYPES: tuple[str, ...] = tuple(_CLASSES)
 # Keys each rope type reads (hf copies exactly these from a model config).
 _TYPE_KEYS: dict[str, frozenset[str]] = {name: cls.keys for name, cls in _CLASSES.items()}

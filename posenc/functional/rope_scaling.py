@@ -30,14 +30,13 @@ from typing import Any
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
 from .rope_freqs import longrope_attention_factor, yarn_attention_factor
 from .rope_params import (
+    _CLASSES,
     _TYPE_KEYS,
     ROPE_TYPES,
     DefaultRope,
     DynamicRope,
-    LinearRope,
     Llama3Rope,
     LongRope,
-    NtkRope,
     ProportionalRope,
     RopeParameters,
     YarnRope,
@@ -147,10 +146,14 @@ class _Reader:
 
 def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
     scaling, kind = reader.scaling, reader.rope_type
+    if kind in ("dynamic", "ntk") and common["rotary_dim"] < 4:
+        raise ValueError(
+            f"rope_type={kind!r} needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
+        )
     if kind == "default":
         return DefaultRope(**common)
-    if kind == "linear":
-        return LinearRope(factor=reader.factor(), **common)
+    if kind in ("linear", "ntk"):
+        return _CLASSES[kind](factor=reader.factor(), **common)  # type: ignore[call-arg]
     if kind == "dynamic":
         factor = reader.factor()
         if reader.max_len is None:
@@ -158,17 +161,7 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
                 "scaling with rope_type='dynamic' needs max_len (the trained context length, transformers' "
                 "max_position_embeddings)"
             )
-        if common["rotary_dim"] < 4:
-            raise ValueError(
-                f"rope_type='dynamic' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
-            )
         return DynamicRope(factor=factor, original_max_len=reader.max_len, **common)
-    if kind == "ntk":
-        if common["rotary_dim"] < 4:
-            raise ValueError(
-                f"rope_type='ntk' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
-            )
-        return NtkRope(factor=reader.factor(), **common)
     if kind == "proportional":
         divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
         return ProportionalRope(factor=1.0 if divisor is None else divisor, **common)
