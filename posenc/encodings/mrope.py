@@ -96,6 +96,7 @@ class MRoPE(_AxisRotary):
         self.params: RopeParameters = resolve_rope_scaling(
             rest, head_dim=head_dim, base=base, max_len=max_len
         )
+        self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
         if sum(mrope_section) != pairs:
             raise ValueError(

@@ -3,7 +3,8 @@
 The module (:class:`RoPE`) holds the settings and one bounded cos/sin table; its state
 (:class:`RotaryState`) holds the cos/sin rows of one forward pass, as gpt-fast's
 ``freqs_cis[input_pos]``. The math is in :mod:`posenc.functional.rotary` (cos/sin, the rotation)
-and :mod:`posenc.functional.rope_scaling` (the frequencies of each rope type).
+and :mod:`posenc.functional.rope_params` (the frequencies of each rope type, read from a Hugging Face
+dict by :mod:`posenc.functional.rope_scaling`).
 
 Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of the
 queries' positions (the keys' are computed when first used); every layer then rotates with
@@ -13,6 +14,10 @@ for default consecutive positions, one gather for explicit ones. Everywhere else
 past the table, ``torch.compile``/``torch.export``, float64 inputs, another device than the
 table's, dynamic NTK past its trained length — they are computed from the positions with float64
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
+
+The state and the hooks that apply it (``_Rotary``: ``prepare``, ``encode_qk``, ``forward``,
+``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings._axis_rotary`),
+which differ only in their positions and in how they compute the cos/sin rows.
 
 Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width, ``r/2``
 rotated pairs.
@@ -146,11 +151,8 @@ class _Rotary(PositionalEncoding):
     layout: RopeLayout
     inv_freq: Tensor
 
-    @property
-    def length_dependent(self) -> bool:
-        """Whether the frequencies depend on the sequence length (dynamic, longrope)."""
-        params = getattr(self, "params", None)
-        return params is not None and params.length_dependent
+    #: Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'.
+    length_dependent: bool = False
 
     #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
     #: the positions, and the first ones of default consecutive ranges (else ``None``).
@@ -339,7 +341,7 @@ class RoPE(_Rotary):
         dividing ``h`` (grouped-query attention) -> the rotated ``(q, k)``, same shapes and dtypes.
 
     Attributes:
-        params: the validated :class:`~posenc.functional.rope_scaling.RopeParameters` (one
+        params: the validated :class:`~posenc.functional.rope_params.RopeParameters` (one
             dataclass per rope type).
         rope_type, rotary_dim, base, attention_scaling: read from ``params``.
         inv_freq: ``(s, r/2)`` frequencies (longrope: short and long), a float32 cache.
@@ -375,6 +377,7 @@ class RoPE(_Rotary):
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
+        self.length_dependent = self.params.length_dependent
         self.head_dim = head_dim
         self.layout = layout
         self.scaling = dict(scaling) if scaling is not None else None
