@@ -91,7 +91,6 @@ class _AxisRotary(_Rotary):
     generic_state = AxisRotaryState
     axis: Tensor
     num_axes: int
-    attention_scaling: float = 1.0
 
     def _init_caches(self, device: torch.device | str | None) -> None:
         pairs = self._frequencies(torch.device("cpu"))[0].shape[0]
@@ -103,11 +102,6 @@ class _AxisRotary(_Rotary):
         self, device: torch.device, seq_len: int | Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         raise NotImplementedError  # pragma: no cover
-
-    @property
-    def rotary_dim(self) -> int:
-        """The number of rotated channels ``r`` (the rest pass through)."""
-        return 2 * self.inv_freq.shape[0]
 
     def reset_caches(self) -> None:
         """Rebuild ``inv_freq`` (float32 copy, for inspection) and ``axis`` where they are now."""

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int
 from ..functional.axial import axial_frequencies, check_axis_widths, checked_axial_frequencies, grid_positions
+from ..functional.rope_params import DefaultRope
 from ._axis_rotary import _AxisRotary
 
 __all__ = ["AxialRoPE"]
@@ -118,7 +119,9 @@ class AxialRoPE(_AxisRotary):
         axial_frequencies(self.axes_dim, base=base, freqs=freqs, axis_layout=axis_layout, max_freq=max_freq)
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
-        self.base, self.max_freq = float(base), float(max_freq)
+        # the base and the rotated width; the frequencies of each axis are axial_frequencies'
+        self.params = DefaultRope(base=float(base), rotary_dim=sum(self.axes_dim))
+        self.max_freq = float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
         self.grid_size = None if grid_size is None else self._check_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)

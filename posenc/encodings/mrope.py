@@ -123,21 +123,6 @@ class MRoPE(_AxisRotary):
         for key in _MROPE_KEYS:
             scaling.pop(key, None)
 
-    @property
-    def base(self) -> float:
-        """The wavelength base (``rope_theta``)."""
-        return self.params.base
-
-    @property
-    def rope_type(self) -> str:
-        """The scaling variant (see :class:`~posenc.RoPE`)."""
-        return self.params.rope_type
-
-    @property
-    def attention_scaling(self) -> float:  # type: ignore[override]
-        """The factor multiplied into cos and sin (YaRN / LongRoPE; 1 otherwise)."""
-        return self.params.attention_scaling
-
     def _frequencies(
         self, device: torch.device, seq_len: int | Tensor | None = None
     ) -> tuple[Tensor, Tensor]:

@@ -151,8 +151,30 @@ class _Rotary(PositionalEncoding):
     layout: RopeLayout
     inv_freq: Tensor
 
+    #: The validated settings: the base, the rotated width, the rope type and its frequencies.
+    params: RopeParameters
     #: Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'.
     length_dependent: bool = False
+
+    @property
+    def rope_type(self) -> str:
+        """The scaling variant: one of :data:`~posenc.functional.rope_params.ROPE_TYPES`."""
+        return self.params.rope_type
+
+    @property
+    def rotary_dim(self) -> int:
+        """The number of rotated channels ``r`` (the rest pass through)."""
+        return self.params.rotary_dim
+
+    @property
+    def base(self) -> float:
+        """The wavelength base (``rope_theta``), after the scaling dict's ``rope_theta``."""
+        return self.params.base
+
+    @property
+    def attention_scaling(self) -> float:
+        """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
+        return self.params.attention_scaling
 
     #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
     #: the positions, and the first ones of default consecutive ranges (else ``None``).
@@ -393,26 +415,6 @@ class RoPE(_Rotary):
         self.reset_caches()
 
     # --- read-only views of the configuration -------------------------------------------------
-
-    @property
-    def rope_type(self) -> str:
-        """The scaling variant: one of ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``, ``"longrope"``."""
-        return self.params.rope_type
-
-    @property
-    def rotary_dim(self) -> int:
-        """The number of rotated channels ``r``."""
-        return self.params.rotary_dim
-
-    @property
-    def base(self) -> float:
-        """The wavelength base (``rope_theta``), after the scaling dict's ``rope_theta``."""
-        return self.params.base
-
-    @property
-    def attention_scaling(self) -> float:
-        """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
-        return self.params.attention_scaling
 
     @property
     def cached_len(self) -> int:
