@@ -13,6 +13,7 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys),
 from __future__ import annotations
 
 import copy
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -91,6 +92,10 @@ class _AxisRotary(_Rotary):
     generic_state = AxisRotaryState
     axis: Tensor
     num_axes: int
+    #: Whether coordinates may be floats (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean
+    #: the same position on every axis (M-RoPE on text) or are refused (AxialRoPE).
+    float_positions: ClassVar[bool] = False
+    one_d_positions: ClassVar[bool] = True
 
     def _init_caches(self, device: torch.device | str | None) -> None:
         pairs = self._frequencies(torch.device("cpu"))[0].shape[0]
@@ -118,13 +123,8 @@ class _AxisRotary(_Rotary):
         raise NotImplementedError  # pragma: no cover
 
     def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
-        raise NotImplementedError  # pragma: no cover
-
-    def _checked(
-        self, positions: object, length: int, batch: int | None, name: str, *, floats: bool, one_d: bool
-    ) -> Tensor:
-        """Validate ``(t, a)``/``(b, t, a)`` positions (and ``(t,)``/``(b, t)`` when ``one_d``)."""
-        a = self.num_axes
+        """Validate ``(t, a)``/``(b, t, a)`` positions (and ``(t,)``/``(b, t)`` when :attr:`one_d_positions`)."""
+        a, floats, one_d = self.num_axes, self.float_positions, self.one_d_positions
         kinds = "integer or floating" if floats else "integer"
         if not isinstance(positions, Tensor):
             raise TypeError(
@@ -134,6 +134,11 @@ class _AxisRotary(_Rotary):
         bad_float = positions.is_floating_point() and not floats
         if bad_float or positions.is_complex() or positions.dtype == torch.bool:
             raise TypeError(f"{name} must have an {kinds} dtype, got {positions.dtype}")
+        if not one_d and positions.dim() == 1:
+            raise ValueError(
+                f"{name} has shape {tuple(positions.shape)}, but {type(self).__name__} needs one coordinate "
+                f"per axis: (seq, {a}) or (batch, seq, {a})"
+            )
         # (t,) or (b, t) is the same position on every axis (M-RoPE on text). A rank-2 tensor is
         # (b, t) when its last size is the length and it cannot be (t, a) — or, when it can be
         # both (t == a), when its first size is the batch: pass (1, t, a) for coordinates then.

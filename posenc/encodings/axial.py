@@ -83,6 +83,9 @@ class AxialRoPE(_AxisRotary):
         state = rope.prepare(1 + 28 * 28, q_positions=coords)
     """
 
+    float_positions = True  # pixel coordinates, and index coordinates rescaled to another grid
+    one_d_positions = False  # an image token needs one coordinate per axis
+
     def __init__(
         self,
         head_dim: int,
@@ -187,14 +190,6 @@ class AxialRoPE(_AxisRotary):
                 f"{self.num_prefix_tokens}: {expected} tokens, got {length}; pass positions for other grids"
             )
         return self.grid_positions(device=device)
-
-    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
-        if isinstance(positions, Tensor) and positions.dim() == 1:
-            raise ValueError(
-                f"{name} has shape {tuple(positions.shape)}, but AxialRoPE needs one coordinate per axis: "
-                f"(seq, {self.num_axes}) or (batch, seq, {self.num_axes})"
-            )
-        return self._checked(positions, length, batch, name, floats=True, one_d=False)
 
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"axes_dim={self.axes_dim}", f"freqs={self.freqs!r}"]

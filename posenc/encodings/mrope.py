@@ -132,9 +132,6 @@ class MRoPE(_AxisRotary):
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
 
-    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
-        return self._checked(positions, length, batch, name, floats=False, one_d=True)
-
     def extra_repr(self) -> str:
         parts = [
             f"head_dim={self.head_dim}",
