@@ -21,7 +21,6 @@ Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -163,8 +162,12 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
             )
         return DynamicRope(factor=factor, original_max_len=reader.max_len, **common)
     if kind == "proportional":
+        # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
+        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
         divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        return ProportionalRope(factor=1.0 if divisor is None else divisor, **common)
+        return ProportionalRope(
+            fraction=float(fraction), factor=1.0 if divisor is None else divisor, **common
+        )
     if kind == "yarn":
         if common["base"] <= 1:
             raise ValueError(
@@ -302,11 +305,7 @@ def resolve_rope_scaling(
     fraction = _optional(scaling, "partial_rotary_factor", positive=True)
     if fraction is not None and fraction > 1:
         raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction}")
-    rotated_fraction = 1.0
-    if rope_type == "proportional":
-        # p-RoPE: the fraction picks the rotated pairs; the exponents still span rotary_dim
-        rotated_fraction, fraction = 1.0 if fraction is None else fraction, None
-    if fraction is not None:
+    if fraction is not None and rope_type != "proportional":  # p-RoPE's picks the rotated pairs (below)
         from_fraction = int(head_dim * fraction)
         if rotary_dim is not None and rotary_dim != from_fraction:
             raise ValueError(
@@ -328,7 +327,4 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
             stacklevel=3,
         )
-    params = _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
-    if isinstance(params, ProportionalRope):
-        params = dataclasses.replace(params, fraction=rotated_fraction)
-    return params
+    return _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
