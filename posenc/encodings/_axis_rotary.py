@@ -89,7 +89,7 @@ class _AxisRotary(_Rotary):
 
     cache_names = ("inv_freq", "axis")
     state_class = AxisRotaryState
-    generic_state = AxisRotaryState
+    _generic_state_class = AxisRotaryState
     axis: Tensor
     num_axes: int
     #: Whether coordinates may be floats (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean

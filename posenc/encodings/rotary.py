@@ -146,7 +146,7 @@ class _Rotary(PositionalEncoding):
     kind = "rotary"
     state_class: ClassVar[type[RotaryState]] = RotaryState
     #: The state :meth:`prepare` returns for a subclass that overrides a hook: one that calls it back.
-    generic_state: ClassVar[type[PositionState]] = PositionState
+    _generic_state_class: ClassVar[type[PositionState]] = PositionState
     head_dim: int
     layout: RopeLayout
     inv_freq: Tensor
@@ -155,6 +155,8 @@ class _Rotary(PositionalEncoding):
     params: RopeParameters
     #: Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'.
     length_dependent: bool = False
+    #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
+    has_table: ClassVar[bool] = False
 
     @property
     def rope_type(self) -> str:
@@ -216,7 +218,7 @@ class _Rotary(PositionalEncoding):
         k_len = q_len if k_len is None else k_len
         qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
         if self._generic_state:  # a subclass that overrides a hook gets a state that calls its hooks back
-            return self.generic_state(self, qp, kp, q_start=q_start, k_start=k_start)
+            return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
 
     def prepare_state(
@@ -234,7 +236,7 @@ class _Rotary(PositionalEncoding):
             pass  # no host sync in a traced program; no values on the meta device
         elif q_start is not None and k_start is not None:
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif (self.length_dependent or hasattr(self, "_cos_sin")) and can_sync(q_positions):  # RoPE's table
+        elif (self.length_dependent or self.has_table) and can_sync(q_positions):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
             flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
             end = int(flat.max()) + 1 if flat.numel() else 0
@@ -381,6 +383,7 @@ class RoPE(_Rotary):
     """
 
     cache_names = ("inv_freq", "_cos_sin")
+    has_table = True
     _cos_sin: Tensor
 
     def __init__(
