@@ -21,8 +21,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_float
-from ..functional.axial import check_axis_widths, checked_axial_frequencies, grid_positions
+from .._checks import check_choice, check_int
+from ..functional.axial import axial_frequencies, check_axis_widths, checked_axial_frequencies, grid_positions
+from ..functional.rope_params import DefaultRope
 from ._axis_rotary import _AxisRotary
 
 __all__ = ["AxialRoPE"]
@@ -82,6 +83,9 @@ class AxialRoPE(_AxisRotary):
         state = rope.prepare(1 + 28 * 28, q_positions=coords)
     """
 
+    float_positions = True  # pixel coordinates, and index coordinates rescaled to another grid
+    one_d_positions = False  # an image token needs one coordinate per axis
+
     def __init__(
         self,
         head_dim: int,
@@ -114,18 +118,13 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
             )
-        check_choice("freqs", freqs, ("lang", "pixel"))
-        check_choice("axis_layout", axis_layout, ("cat", "alternate"))
+        # checks freqs, axis_layout, base and max_freq
+        axial_frequencies(self.axes_dim, base=base, freqs=freqs, axis_layout=axis_layout, max_freq=max_freq)
         check_choice("layout", layout, ("half", "interleaved"))
-        if axis_layout == "alternate" and len(set(self.axes_dim)) != 1:
-            raise ValueError(
-                f"axis_layout='alternate' needs equal widths per axis, got axes_dim={self.axes_dim}"
-            )
         self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
-        self.base, self.max_freq = (
-            check_positive_float("base", base),
-            check_positive_float("max_freq", max_freq),
-        )
+        # the base and the rotated width; the frequencies of each axis are axial_frequencies'
+        self.params = DefaultRope(base=float(base), rotary_dim=sum(self.axes_dim))
+        self.max_freq = float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
         self.grid_size = None if grid_size is None else self._check_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
@@ -191,14 +190,6 @@ class AxialRoPE(_AxisRotary):
                 f"{self.num_prefix_tokens}: {expected} tokens, got {length}; pass positions for other grids"
             )
         return self.grid_positions(device=device)
-
-    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
-        if isinstance(positions, Tensor) and positions.dim() == 1:
-            raise ValueError(
-                f"{name} has shape {tuple(positions.shape)}, but AxialRoPE needs one coordinate per axis: "
-                f"(seq, {self.num_axes}) or (batch, seq, {self.num_axes})"
-            )
-        return self._checked(positions, length, batch, name, floats=True, one_d=False)
 
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"axes_dim={self.axes_dim}", f"freqs={self.freqs!r}"]

@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_int
-from .._compat import can_sync
 from ..functional.axial import mrope_axes
-from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from ._axis_rotary import AxisRotaryState, _AxisRotary
+from ..functional.rope_params import RopeParameters
+from ..functional.rope_scaling import resolve_rope_scaling
+from ._axis_rotary import _AxisRotary
 
 __all__ = ["MRoPE"]
 
@@ -96,6 +96,7 @@ class MRoPE(_AxisRotary):
         self.params: RopeParameters = resolve_rope_scaling(
             rest, head_dim=head_dim, base=base, max_len=max_len
         )
+        self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
         if sum(mrope_section) != pairs:
             raise ValueError(
@@ -122,54 +123,14 @@ class MRoPE(_AxisRotary):
         for key in _MROPE_KEYS:
             scaling.pop(key, None)
 
-    @property
-    def base(self) -> float:
-        """The wavelength base (``rope_theta``)."""
-        return self.params.base
-
-    @property
-    def rope_type(self) -> str:
-        """The scaling variant (see :class:`~posenc.RoPE`)."""
-        return self.params.rope_type
-
-    @property
-    def attention_scaling(self) -> float:  # type: ignore[override]
-        """The factor multiplied into cos and sin (YaRN / LongRoPE; 1 otherwise)."""
-        return self.params.attention_scaling
-
     def _frequencies(
         self, device: torch.device, seq_len: int | Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        p = self.params
-        sets = p.inv_freq(device=device)  # (s, r/2) float64
-        if isinstance(p, DynamicRope) and seq_len is not None:
-            inv_freq = p.inv_freq_at(seq_len, device=device)
-        elif isinstance(p, LongRope) and seq_len is not None:
-            long = seq_len > p.original_max_len
-            inv_freq = (
-                sets[int(long)] if isinstance(long, bool) else torch.where(long.to(device), sets[1], sets[0])
-            )
-        else:
-            inv_freq = sets[0]
+        inv_freq = self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
         return inv_freq, mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
-
-    def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
-        return self._checked(positions, length, batch, name, floats=False, one_d=True)
-
-    def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
-    ) -> AxisRotaryState:
-        """The :class:`~posenc.encodings.axial.AxisRotaryState`; ``dynamic``/``longrope`` read the
-        length as one past the largest position of queries and keys on any axis."""
-        seq_len: int | Tensor | None = None
-        if self.params.length_dependent and q_positions.device.type != "meta":
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-            if flat.numel():
-                seq_len = int(flat.max()) + 1 if can_sync(flat) else flat.max() + 1
-        return AxisRotaryState(self, q_positions, k_positions, seq_len=seq_len)
 
     def extra_repr(self) -> str:
         parts = [

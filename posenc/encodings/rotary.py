@@ -3,7 +3,8 @@
 The module (:class:`RoPE`) holds the settings and one bounded cos/sin table; its state
 (:class:`RotaryState`) holds the cos/sin rows of one forward pass, as gpt-fast's
 ``freqs_cis[input_pos]``. The math is in :mod:`posenc.functional.rotary` (cos/sin, the rotation)
-and :mod:`posenc.functional.rope_scaling` (the frequencies of each rope type).
+and :mod:`posenc.functional.rope_params` (the frequencies of each rope type, read from a Hugging Face
+dict by :mod:`posenc.functional.rope_scaling`).
 
 Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of the
 queries' positions (the keys' are computed when first used); every layer then rotates with
@@ -13,6 +14,10 @@ for default consecutive positions, one gather for explicit ones. Everywhere else
 past the table, ``torch.compile``/``torch.export``, float64 inputs, another device than the
 table's, dynamic NTK past its trained length — they are computed from the positions with float64
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
+
+The state and the hooks that apply it (``_Rotary``: ``prepare``, ``encode_qk``, ``forward``,
+``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings._axis_rotary`),
+which differ only in their positions and in how they compute the cos/sin rows.
 
 Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width, ``r/2``
 rotated pairs.
@@ -29,24 +34,25 @@ from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from .._positions import _resolve_qk, check_qk
 from ..base import PositionalEncoding, PositionState
-from ..functional.rope_scaling import DynamicRope, LongRope, RopeParameters, resolve_rope_scaling
-from ..functional.rotary import _rotate, eager_rows, rope_cos_sin, rotate_eager
+from ..functional.rope_params import DynamicRope, LongRope, RopeParameters
+from ..functional.rope_scaling import resolve_rope_scaling
+from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
 
 __all__ = ["RoPE", "RotaryState"]
 
 
 class RotaryState(PositionState):
-    """RoPE's position state: the cos/sin rows of one forward pass, shared by every layer.
+    """The position state of every rotary encoding: the cos/sin rows of one forward pass, shared by every layer.
 
-    Built by :meth:`RoPE.prepare`. The query rows are computed at once, the key rows when
-    keys of length ``tk`` are first rotated (with a KV cache only the new keys are rotated, at
-    the query positions, so the ``tk`` rows may never be needed). In eager mode the first
-    rotation of each side and dtype also builds the rows' apply-ready form
+    Built by :meth:`RoPE.prepare` (and by the multi-axis encodings' ``prepare``). The query rows are
+    computed at once, the key rows when keys of length ``tk`` are first rotated (with a KV cache only
+    the new keys are rotated, at the query positions, so the ``tk`` rows may never be needed). In
+    eager mode the first rotation of each side and dtype also builds the rows' apply-ready form
     (:func:`~posenc.functional.rotary.eager_rows`, never per head), which the keys at the same
     positions and every later layer reuse.
 
     Attributes:
-        q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the table's
+        q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the caches'
             dtype (float32; float64 after ``.double()``).
         seq_len: the length ``L`` the length-dependent variants (dynamic, longrope) use: given to
             :meth:`RoPE.prepare`, else one past the largest position (an int when eager, a
@@ -54,33 +60,34 @@ class RotaryState(PositionState):
         end: eager only: one past the largest position of queries and keys (else ``None``).
     """
 
-    encoding: RoPE
+    encoding: _Rotary
     #: Whether queries and keys at the same positions take different rows (xPos's scales).
     by_role: ClassVar[bool] = False
 
     def __init__(
         self,
-        encoding: RoPE,
+        encoding: _Rotary,
         q_positions: Tensor,
         k_positions: Tensor,
         *,
         q_start: int | None,
         k_start: int | None,
-        seq_len: int | Tensor | None,
-        end: int | None,
+        seq_len: int | Tensor | None = None,
+        end: int | None = None,
     ) -> None:
         super().__init__(
             encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="none"
         )
         self.seq_len, self.end = seq_len, end
-        dtype = encoding._cos_sin.dtype
-        self.q_cos, self.q_sin = encoding._rows(q_positions, q_start, seq_len, end, dtype)
+        self.q_cos, self.q_sin = encoding._rows(q_positions, q_start, seq_len, end, encoding.inv_freq.dtype)
         self._k_rows: tuple[Tensor, Tensor] | None = None
         # (side, role, dtype) -> eager_rows(...): built by the first layer, used by every layer
         self._eager: dict[tuple[str, str, torch.dtype], tuple[Tensor, ...]] = {}
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
+        if self.encoding._generic_state:  # a subclass that overrides encode_qk: call it
+            return super().encode_qk(q, k)
         check_qk(q, k, head_dim=self.encoding.head_dim)
         return self._encode(q, k)
 
@@ -106,9 +113,9 @@ class RotaryState(PositionState):
 
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype`` (xPos scales
-        them by role). The table's dtype; float64 rows from the formula for float64 inputs."""
+        them by role). The caches' dtype; float64 rows from the formula for float64 inputs."""
         enc = self.encoding
-        if dtype == torch.float64 and enc._cos_sin.dtype != dtype:
+        if dtype == torch.float64 and enc.inv_freq.dtype != dtype:
             positions, start = (
                 (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
             )
@@ -117,7 +124,7 @@ class RotaryState(PositionState):
             return self.q_cos, self.q_sin
         if self._k_rows is None:
             self._k_rows = enc._rows(
-                self.k_positions, self.k_start, self.seq_len, self.end, enc._cos_sin.dtype
+                self.k_positions, self.k_start, self.seq_len, self.end, enc.inv_freq.dtype
             )
         return self._k_rows
 
@@ -128,6 +135,181 @@ class RotaryState(PositionState):
             self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
 
 
+class _Rotary(PositionalEncoding):
+    """What every rotary encoding shares: the hooks, each one :class:`RotaryState` applied once.
+
+    Subclasses set ``head_dim``, ``layout`` and the ``inv_freq`` cache, and give the positions
+    (:meth:`_resolve`), the cos/sin rows at positions (:meth:`_rows`) and the length of the
+    length-dependent variants (:attr:`length_dependent`).
+    """
+
+    kind = "rotary"
+    state_class: ClassVar[type[RotaryState]] = RotaryState
+    #: The state :meth:`prepare` returns for a subclass that overrides a hook: one that calls it back.
+    _generic_state_class: ClassVar[type[PositionState]] = PositionState
+    head_dim: int
+    layout: RopeLayout
+    inv_freq: Tensor
+
+    #: The validated settings: the base, the rotated width, the rope type and its frequencies.
+    params: RopeParameters
+    #: Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'.
+    length_dependent: bool = False
+    #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
+    has_table: ClassVar[bool] = False
+
+    @property
+    def rope_type(self) -> str:
+        """The scaling variant: one of :data:`~posenc.functional.rope_params.ROPE_TYPES`."""
+        return self.params.rope_type
+
+    @property
+    def rotary_dim(self) -> int:
+        """The number of rotated channels ``r`` (the rest pass through)."""
+        return self.params.rotary_dim
+
+    @property
+    def base(self) -> float:
+        """The wavelength base (``rope_theta``), after the scaling dict's ``rope_theta``."""
+        return self.params.base
+
+    @property
+    def attention_scaling(self) -> float:
+        """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
+        return self.params.attention_scaling
+
+    #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
+    #: the positions, and the first ones of default consecutive ranges (else ``None``).
+    _resolve = staticmethod(_resolve_qk)
+
+    def _rows(
+        self,
+        positions: Tensor,
+        start: int | None,
+        seq_len: int | Tensor | None,
+        end: int | None,
+        dtype: torch.dtype,
+    ) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError  # pragma: no cover
+
+    def prepare(
+        self,
+        q_len: int,
+        k_len: int | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        batch: int | None = None,
+        device: torch.device | str | None = None,
+        seq_len: int | Tensor | None = None,
+    ) -> PositionState:
+        """The :class:`RotaryState` of one forward pass (see :meth:`PositionalEncoding.prepare`).
+
+        Args:
+            q_len, k_len, q_positions, k_positions, batch, device: as in the base class.
+            seq_len: the length ``L`` of the dynamic and longrope variants: by default one past
+                the largest position of this call; give the whole sequence's length when the
+                call sees only part of it (a chunk, a context-parallel shard). Ignored by the
+                other variants.
+        """
+        if device is None:
+            given = q_positions if q_positions is not None else k_positions
+            device = given.device if isinstance(given, Tensor) else self.inv_freq.device
+        k_len = q_len if k_len is None else k_len
+        qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
+        if self._generic_state:  # a subclass that overrides a hook gets a state that calls its hooks back
+            return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
+
+    def prepare_state(
+        self,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        *,
+        q_start: int | None,
+        k_start: int | None,
+        seq_len: int | Tensor | None = None,
+    ) -> RotaryState:
+        """The :class:`RotaryState` (:attr:`state_class`) for resolved positions (called by :meth:`prepare`)."""
+        end: int | None = None  # one past the largest position, where known without a host sync
+        if is_tracing() or q_positions.device.type == "meta":
+            pass  # no host sync in a traced program; no values on the meta device
+        elif q_start is not None and k_start is not None:
+            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
+        elif (self.length_dependent or self.has_table) and can_sync(q_positions):
+            # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            end = int(flat.max()) + 1 if flat.numel() else 0
+        if seq_len is None and self.length_dependent:
+            if end is not None:
+                seq_len = end
+            else:
+                flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+                seq_len = flat.max() + 1 if flat.numel() else None
+        return self.state_class(
+            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
+        )
+
+    def encode_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate queries and keys by their positions: ``self.prepare(...).encode_qk(q, k)``.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries.
+            k: ``(b, h_kv, tk, dh)`` keys; ``h_kv`` may divide ``h`` (grouped-query attention).
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions (``(t, a)`` or
+                ``(b, t, a)`` for the multi-axis encodings); by default keys sit at ``0..tk-1``
+                and queries are the last ``tq`` of them (KV-cache decoding).
+
+        Returns:
+            ``(q, k)`` rotated, same shapes and dtypes.
+        """
+        check_qk(q, k, head_dim=self.head_dim)
+        batch = max(q.shape[0], k.shape[0])
+        qp, kp, q_start, k_start = self._resolve(
+            q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions
+        )
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._encode(q, k)
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The drop-in call: ``q, k = rope(q, k)``; the same as :meth:`encode_qk`."""
+        return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
+
+    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate one tensor (queries or keys) by its positions.
+
+        For ``"dynamic"`` and ``"longrope"`` the length ``L`` is ``max(positions) + 1`` of this
+        tensor alone; rotate queries and keys together with :meth:`encode_qk` when their
+        positions differ.
+
+        Args:
+            x: ``(b, h, t, dh)``.
+            positions: ``(t,)`` or ``(b, t)`` integer positions (``(t, a)`` or ``(b, t, a)`` for
+                the multi-axis encodings); ``None`` means ``0..t-1``.
+
+        Returns:
+            ``(b, h, t, dh)`` rotated, same dtype.
+        """
+        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
+        t = x.shape[-2]
+        qp, kp, q_start, k_start = self._resolve(t, t, x.shape[0], x.device, positions, None)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._rotate(x, "q", "query")
+
+
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.
 DEFAULT_TABLE_LEN = 4096
 #: The most rows a table holds, whatever ``max_len`` says (16384 rows of a 128-wide head: 8 MiB).
@@ -135,7 +317,7 @@ DEFAULT_TABLE_LEN = 4096
 MAX_TABLE_LEN = 16384
 
 
-class RoPE(PositionalEncoding):
+class RoPE(_Rotary):
     """Rotary position embedding: queries and keys rotated by position-dependent angles.
 
     Su et al., 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding". Channel
@@ -183,7 +365,7 @@ class RoPE(PositionalEncoding):
         dividing ``h`` (grouped-query attention) -> the rotated ``(q, k)``, same shapes and dtypes.
 
     Attributes:
-        params: the validated :class:`~posenc.functional.rope_scaling.RopeParameters` (one
+        params: the validated :class:`~posenc.functional.rope_params.RopeParameters` (one
             dataclass per rope type).
         rope_type, rotary_dim, base, attention_scaling: read from ``params``.
         inv_freq: ``(s, r/2)`` frequencies (longrope: short and long), a float32 cache.
@@ -200,11 +382,8 @@ class RoPE(PositionalEncoding):
         q, k = state.encode_qk(q, k)                # ... and in every layer
     """
 
-    kind = "rotary"
     cache_names = ("inv_freq", "_cos_sin")
-    #: The state :meth:`prepare` returns (xPos: its scaled state).
-    state_class: ClassVar[type[RotaryState]] = RotaryState
-    inv_freq: Tensor
+    has_table = True
     _cos_sin: Tensor
 
     def __init__(
@@ -223,6 +402,7 @@ class RoPE(PositionalEncoding):
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
+        self.length_dependent = self.params.length_dependent
         self.head_dim = head_dim
         self.layout = layout
         self.scaling = dict(scaling) if scaling is not None else None
@@ -238,26 +418,6 @@ class RoPE(PositionalEncoding):
         self.reset_caches()
 
     # --- read-only views of the configuration -------------------------------------------------
-
-    @property
-    def rope_type(self) -> str:
-        """The scaling variant: one of ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``, ``"longrope"``."""
-        return self.params.rope_type
-
-    @property
-    def rotary_dim(self) -> int:
-        """The number of rotated channels ``r``."""
-        return self.params.rotary_dim
-
-    @property
-    def base(self) -> float:
-        """The wavelength base (``rope_theta``), after the scaling dict's ``rope_theta``."""
-        return self.params.base
-
-    @property
-    def attention_scaling(self) -> float:
-        """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
-        return self.params.attention_scaling
 
     @property
     def cached_len(self) -> int:
@@ -322,145 +482,7 @@ class RoPE(PositionalEncoding):
             else:
                 cos, sin = table[:, positions + offset].unbind(0)  # one gather
         else:
-            device = positions.device
-            if ntk:
-                inv_freq = p.inv_freq_at(0 if seq_len is None else seq_len, device=device)  # type: ignore[attr-defined]
-            else:
-                sets = p.inv_freq(device=device)
-                inv_freq = (
-                    torch.where(long.to(device), sets[-1], sets[0])
-                    if isinstance(long, Tensor)
-                    else sets[int(long)]
-                )
+            inv_freq = p.inv_freq_at(seq_len, device=positions.device)
             cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype)
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
-
-    # --- the state ------------------------------------------------------------------------------
-
-    def prepare(
-        self,
-        q_len: int,
-        k_len: int | None = None,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-        batch: int | None = None,
-        device: torch.device | str | None = None,
-        seq_len: int | Tensor | None = None,
-    ) -> PositionState:
-        """The :class:`RotaryState` of one forward pass (see :meth:`PositionalEncoding.prepare`).
-
-        Args:
-            q_len, k_len, q_positions, k_positions, batch, device: as in the base class.
-            seq_len: the length ``L`` of the dynamic and longrope variants: by default one past
-                the largest position of this call; give the whole sequence's length when the
-                call sees only part of it (a chunk, a context-parallel shard). Ignored by the
-                other variants.
-        """
-        if self._generic_state:  # a subclass that overrides a hook gets the generic state
-            return super().prepare(
-                q_len, k_len, q_positions=q_positions, k_positions=k_positions, batch=batch, device=device
-            )
-        return self._state(q_len, k_len, q_positions, k_positions, batch, device, seq_len)
-
-    def _state(
-        self,
-        q_len: int,
-        k_len: int | None,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
-        batch: int | None,
-        device: torch.device | str | None,
-        seq_len: int | Tensor | None,
-    ) -> RotaryState:
-        if device is None:
-            given = q_positions if q_positions is not None else k_positions
-            device = given.device if given is not None else self._cos_sin.device
-        k_len = q_len if k_len is None else k_len
-        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
-
-    def prepare_state(
-        self,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-        seq_len: int | Tensor | None = None,
-    ) -> RotaryState:
-        """The :class:`RotaryState` (:attr:`state_class`) for resolved positions (called by :meth:`prepare`)."""
-        end: int | None = None
-        if is_tracing() or q_positions.device.type == "meta":
-            pass  # no host sync in a traced program; no values on the meta device
-        elif q_start is not None and k_start is not None:
-            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif can_sync(q_positions):  # explicit positions, eager on the CPU: one sync per forward
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-            end = int(flat.max()) + 1 if flat.numel() else 0
-        if seq_len is None and self.params.length_dependent:
-            if end is not None:
-                seq_len = end
-            else:
-                flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-                seq_len = flat.max() + 1 if flat.numel() else None
-        return self.state_class(
-            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
-        )
-
-    # --- the hooks --------------------------------------------------------------------------------
-
-    def encode_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Rotate queries and keys by their positions: ``self.prepare(...).encode_qk(q, k)``.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries.
-            k: ``(b, h_kv, tk, dh)`` keys; ``h_kv`` may divide ``h`` (grouped-query attention).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions; by default keys
-                sit at ``0..tk-1`` and queries are the last ``tq`` of them (KV-cache decoding).
-
-        Returns:
-            ``(q, k)`` rotated, same shapes and dtypes.
-        """
-        check_qk(q, k, head_dim=self.head_dim)
-        batch = max(q.shape[0], k.shape[0])
-        state = self._state(q.shape[-2], k.shape[-2], q_positions, k_positions, batch, q.device, None)
-        return state._encode(q, k)
-
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """The drop-in call: ``q, k = rope(q, k)``; the same as :meth:`encode_qk`."""
-        return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
-
-    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Rotate one tensor (queries or keys) by its positions.
-
-        For ``"dynamic"`` and ``"longrope"`` the length ``L`` is ``max(positions) + 1`` of this
-        tensor alone; rotate queries and keys together with :meth:`encode_qk` when their
-        positions differ.
-
-        Args:
-            x: ``(b, h, t, dh)``.
-            positions: ``(t,)`` or ``(b, t)`` integer positions; ``None`` means ``0..t-1``.
-
-        Returns:
-            ``(b, h, t, dh)`` rotated, same dtype.
-        """
-        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
-        state = self._state(x.shape[-2], None, positions, None, x.shape[0], x.device, None)
-        return state._rotate(x, "q", "query")

@@ -11,6 +11,7 @@ Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -40,30 +41,17 @@ __all__ = [
     "ProportionalRope",
     "RopeParameters",
     "YarnRope",
-    "scaled_inv_freq",
 ]
 
 RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk"]
-
-#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
-#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
-ROPE_TYPES: tuple[str, ...] = (
-    "default",
-    "linear",
-    "dynamic",
-    "yarn",
-    "llama3",
-    "longrope",
-    "proportional",
-    "ntk",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RopeParameters:
     """What every RoPE variant has: the base and the rotated width. Subclassed once per rope type.
 
-    Built by :func:`resolve_rope_scaling`; :meth:`inv_freq` gives the frequencies.
+    Built by :func:`~posenc.functional.rope_scaling.resolve_rope_scaling`; :meth:`inv_freq` gives
+    the frequencies, :meth:`inv_freq_at` those of a sequence of a given length.
 
     Attributes:
         base: the wavelength base (``rope_theta``).
@@ -79,21 +67,43 @@ class RopeParameters:
     #: The dict keys the type reads besides rope_type/type, rope_theta, partial_rotary_factor
     #: (transformers' ``_validate_<type>_rope_parameters``); posenc.hf copies exactly these.
     keys: ClassVar[frozenset[str]] = frozenset()
+    #: The formula of :mod:`posenc.functional.rope_freqs`, called as ``formula(r, base, *args)``
+    #: with the fields named in ``args``.
+    formula: ClassVar[Callable[..., Tensor]] = staticmethod(rope_inv_freq)
+    args: ClassVar[tuple[str, ...]] = ()
 
     base: float = 10000.0
     rotary_dim: int
 
     @property
     def attention_scaling(self) -> float:
-        return 1.0
+        return float(getattr(self, "attention_factor", 1.0))
 
     def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
         """``(s, r/2)`` frequencies, one row per set: ``s = 2`` for longrope (short, long), else 1.
 
         For ``"dynamic"`` this is the set used up to the trained length (plain RoPE's); see
-        :meth:`DynamicRope.inv_freq_at` for longer sequences.
+        :meth:`inv_freq_at` for longer sequences.
         """
-        return rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)[None]
+        values = [getattr(self, name) for name in self.args]
+        return self.formula(self.rotary_dim, self.base, *values, dtype=dtype, device=device)[None]
+
+    def inv_freq_at(
+        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
+    ) -> Tensor:
+        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (``None``: up to the trained length).
+
+        Only dynamic and longrope depend on it: dynamic NTK's base grows past the trained length
+        (:func:`~posenc.functional.rope_freqs.dynamic_ntk_inv_freq`), longrope takes its long
+        factors past it (a tensor ``seq_len``, under compile/export, picks them without a Python branch).
+        """
+        sets = self.inv_freq(dtype=dtype, device=device)
+        long = isinstance(self, LongRope) and seq_len is not None and seq_len > self.original_max_len
+        return (
+            torch.where(long.to(sets.device), sets[1], sets[0])
+            if isinstance(long, Tensor)
+            else sets[int(long)]
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,10 +117,9 @@ class LinearRope(RopeParameters):
 
     rope_type: ClassVar[RopeType] = "linear"
     keys: ClassVar[frozenset[str]] = frozenset({"factor"})
+    formula = staticmethod(linear_inv_freq)
+    args = ("factor",)
     factor: float
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return linear_inv_freq(self.rotary_dim, self.base, self.factor, dtype=dtype, device=device)[None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,18 +139,12 @@ class DynamicRope(RopeParameters):
     original_max_len: int
 
     def inv_freq_at(
-        self, seq_len: Tensor | int, *, dtype: torch.dtype = torch.float64, device: Device = None
+        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
     ) -> Tensor:
         """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`)."""
-        return dynamic_ntk_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.original_max_len,
-            seq_len,
-            dtype=dtype,
-            device=device,
-        )
+        length = 0 if seq_len is None else seq_len
+        args = (self.rotary_dim, self.base, self.factor, self.original_max_len, length)
+        return dynamic_ntk_inv_freq(*args, dtype=dtype, device=device)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,29 +170,14 @@ class YarnRope(RopeParameters):
             "truncate",
         }
     )
+    formula = staticmethod(yarn_inv_freq)
+    args = ("factor", "original_max_len", "beta_fast", "beta_slow", "truncate")
     factor: float
     original_max_len: int
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     truncate: bool = True
     attention_factor: float
-
-    @property
-    def attention_scaling(self) -> float:
-        return self.attention_factor
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return yarn_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.original_max_len,
-            self.beta_fast,
-            self.beta_slow,
-            self.truncate,
-            dtype=dtype,
-            device=device,
-        )[None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,22 +188,12 @@ class Llama3Rope(RopeParameters):
     keys: ClassVar[frozenset[str]] = frozenset(
         {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}
     )
+    formula = staticmethod(llama3_inv_freq)
+    args = ("factor", "low_freq_factor", "high_freq_factor", "original_max_len")
     factor: float
     original_max_len: int
     low_freq_factor: float
     high_freq_factor: float
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return llama3_inv_freq(
-            self.rotary_dim,
-            self.base,
-            self.factor,
-            self.low_freq_factor,
-            self.high_freq_factor,
-            self.original_max_len,
-            dtype=dtype,
-            device=device,
-        )[None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,14 +218,9 @@ class LongRope(RopeParameters):
     original_max_len: int
     attention_factor: float
 
-    @property
-    def attention_scaling(self) -> float:
-        return self.attention_factor
-
     def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return longrope_inv_freq(
-            self.rotary_dim, self.base, [self.short_factor, self.long_factor], dtype=dtype, device=device
-        )
+        factors = [self.short_factor, self.long_factor]
+        return longrope_inv_freq(self.rotary_dim, self.base, factors, dtype=dtype, device=device)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,13 +235,10 @@ class ProportionalRope(RopeParameters):
 
     rope_type: ClassVar[RopeType] = "proportional"
     keys: ClassVar[frozenset[str]] = frozenset({"factor"})
+    formula = staticmethod(proportional_inv_freq)
+    args = ("fraction", "factor")
     fraction: float = 1.0
     factor: float = 1.0
-
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return proportional_inv_freq(
-            self.rotary_dim, self.base, self.fraction, self.factor, dtype=dtype, device=device
-        )[None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,12 +247,12 @@ class NtkRope(RopeParameters):
 
     rope_type: ClassVar[RopeType] = "ntk"
     keys: ClassVar[frozenset[str]] = frozenset({"factor"})
+    formula = staticmethod(ntk_inv_freq)
+    args = ("factor",)
     factor: float
 
-    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
-        return ntk_inv_freq(self.rotary_dim, self.base, self.factor, dtype=dtype, device=device)[None]
 
-
+#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``).
 _CLASSES: dict[str, type[RopeParameters]] = {
     cls.rope_type: cls
     for cls in (
@@ -296,12 +266,8 @@ _CLASSES: dict[str, type[RopeParameters]] = {
         NtkRope,
     )
 }
+#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
+#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
+ROPE_TYPES: tuple[str, ...] = tuple(_CLASSES)
 # Keys each rope type reads (hf copies exactly these from a model config).
 _TYPE_KEYS: dict[str, frozenset[str]] = {name: cls.keys for name, cls in _CLASSES.items()}
-
-
-def scaled_inv_freq(
-    params: RopeParameters, *, dtype: torch.dtype = torch.float64, device: Device = None
-) -> Tensor:
-    """The ``(s, r/2)`` frequencies of ``params`` (``params.inv_freq``): ``s = 2`` for longrope, else 1."""
-    return params.inv_freq(dtype=dtype, device=device)

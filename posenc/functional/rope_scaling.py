@@ -21,70 +21,27 @@ Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-
-# The formulas and the dataclasses live in their own modules; they are re-exported here, where
-# they were first defined (``from posenc.functional.rope_scaling import YarnRope`` keeps working).
-from .rope_freqs import (
-    Device,  # noqa: F401
-    dynamic_ntk_inv_freq,
-    linear_inv_freq,
-    llama3_inv_freq,
-    longrope_attention_factor,
-    longrope_inv_freq,
-    ntk_inv_freq,
-    proportional_inv_freq,
-    rope_inv_freq,
-    yarn_attention_factor,
-    yarn_inv_freq,
-)
+from .rope_freqs import longrope_attention_factor, yarn_attention_factor
 from .rope_params import (
-    _CLASSES,  # noqa: F401
+    _CLASSES,
     _TYPE_KEYS,
     ROPE_TYPES,
     DefaultRope,
     DynamicRope,
-    LinearRope,
     Llama3Rope,
     LongRope,
-    NtkRope,
     ProportionalRope,
     RopeParameters,
-    RopeType,  # noqa: F401
     YarnRope,
-    scaled_inv_freq,
 )
 
-__all__ = [
-    "ROPE_TYPES",
-    "DefaultRope",
-    "DynamicRope",
-    "LinearRope",
-    "Llama3Rope",
-    "LongRope",
-    "NtkRope",
-    "ProportionalRope",
-    "RopeParameters",
-    "YarnRope",
-    "dynamic_ntk_inv_freq",
-    "linear_inv_freq",
-    "llama3_inv_freq",
-    "longrope_attention_factor",
-    "longrope_inv_freq",
-    "ntk_inv_freq",
-    "proportional_inv_freq",
-    "resolve_rope_scaling",
-    "rope_inv_freq",
-    "scaled_inv_freq",
-    "yarn_attention_factor",
-    "yarn_inv_freq",
-]
+__all__ = ["resolve_rope_scaling"]
 
 
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
@@ -188,10 +145,14 @@ class _Reader:
 
 def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
     scaling, kind = reader.scaling, reader.rope_type
+    if kind in ("dynamic", "ntk") and common["rotary_dim"] < 4:
+        raise ValueError(
+            f"rope_type={kind!r} needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
+        )
     if kind == "default":
         return DefaultRope(**common)
-    if kind == "linear":
-        return LinearRope(factor=reader.factor(), **common)
+    if kind in ("linear", "ntk"):
+        return _CLASSES[kind](factor=reader.factor(), **common)  # type: ignore[call-arg]
     if kind == "dynamic":
         factor = reader.factor()
         if reader.max_len is None:
@@ -199,20 +160,14 @@ def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
                 "scaling with rope_type='dynamic' needs max_len (the trained context length, transformers' "
                 "max_position_embeddings)"
             )
-        if common["rotary_dim"] < 4:
-            raise ValueError(
-                f"rope_type='dynamic' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
-            )
         return DynamicRope(factor=factor, original_max_len=reader.max_len, **common)
-    if kind == "ntk":
-        if common["rotary_dim"] < 4:
-            raise ValueError(
-                f"rope_type='ntk' needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
-            )
-        return NtkRope(factor=reader.factor(), **common)
     if kind == "proportional":
+        # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
+        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
         divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        return ProportionalRope(factor=1.0 if divisor is None else divisor, **common)
+        return ProportionalRope(
+            fraction=float(fraction), factor=1.0 if divisor is None else divisor, **common
+        )
     if kind == "yarn":
         if common["base"] <= 1:
             raise ValueError(
@@ -350,11 +305,7 @@ def resolve_rope_scaling(
     fraction = _optional(scaling, "partial_rotary_factor", positive=True)
     if fraction is not None and fraction > 1:
         raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction}")
-    rotated_fraction = 1.0
-    if rope_type == "proportional":
-        # p-RoPE: the fraction picks the rotated pairs; the exponents still span rotary_dim
-        rotated_fraction, fraction = 1.0 if fraction is None else fraction, None
-    if fraction is not None:
+    if fraction is not None and rope_type != "proportional":  # p-RoPE's picks the rotated pairs (below)
         from_fraction = int(head_dim * fraction)
         if rotary_dim is not None and rotary_dim != from_fraction:
             raise ValueError(
@@ -376,7 +327,4 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
             stacklevel=3,
         )
-    params = _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
-    if isinstance(params, ProportionalRope):
-        params = dataclasses.replace(params, fraction=rotated_fraction)
-    return params
+    return _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})

@@ -7,7 +7,9 @@
 * :func:`apply_rotary` — the checked entry point: partial rotation, and in eager mode the same
   rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
-The frequencies and the Hugging Face scaling dicts live in :mod:`posenc.functional.rope_scaling`.
+The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas) and
+:mod:`posenc.functional.rope_params` (one dataclass per rope type); reading a Hugging Face scaling
+dict is :mod:`posenc.functional.rope_scaling`.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` rotated channels
 (``rotary_dim``), ``r/2`` rotated pairs.
@@ -48,22 +50,24 @@ def rope_cos_sin(
     Returns:
         ``(cos, sin)``, each ``(..., r/2)``.
     """
-    angles = positions.to(inv_freq.dtype)[..., None] * inv_freq
+    return cos_sin_of(positions.to(inv_freq.dtype)[..., None] * inv_freq, attention_scaling, dtype)
+
+
+def cos_sin_of(
+    angles: Tensor, attention_scaling: float = 1.0, dtype: torch.dtype | None = None
+) -> tuple[Tensor, Tensor]:
+    """``cos`` and ``sin`` of ``angles`` ``(...)``, times ``attention_scaling``, rounded once to ``dtype``.
+
+    Traced, they are two views of one ``(2, ...)`` tensor: inductor inlines a pointwise producer
+    into each consumer's loop, and the float64 cos/sin of the ``(t, r/2)`` angles were recomputed
+    for every head of q and of k, 3-7x slower than the rotation itself (single thread, torch
+    2.13). A stack is a buffer inductor computes once.
+    """
     cos, sin = angles.cos(), angles.sin()
     if attention_scaling != 1.0:
         cos, sin = cos * attention_scaling, sin * attention_scaling
     if dtype is not None:
         cos, sin = cos.to(dtype), sin.to(dtype)
-    return computed_once(cos, sin)
-
-
-def computed_once(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """``(cos, sin)`` as two views of one ``(2, ...)`` tensor when traced, else unchanged.
-
-    Inductor inlines a pointwise producer into each consumer's loop: the float64 cos/sin of the
-    ``(t, r/2)`` angles were recomputed for every head of q and of k, 3-7x slower than the
-    rotation itself (single thread, torch 2.13). A stack is a buffer inductor computes once.
-    """
     if is_tracing():
         cos, sin = torch.stack((cos, sin)).unbind(0)
     return cos, sin

@@ -13,7 +13,7 @@ from torch.testing import assert_close
 
 import posenc
 from posenc.encodings.rotary import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE, RotaryState
-from posenc.functional.rope_scaling import rope_inv_freq, scaled_inv_freq
+from posenc.functional.rope_freqs import rope_inv_freq
 from posenc.functional.rotary import rope_cos_sin
 
 transformers = pytest.importorskip("transformers")
@@ -303,7 +303,7 @@ def test_rotate_equals_encode_qk_and_functional():
     q_out, k_out = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
     assert torch.equal(rope.rotate(q, positions), q_out)
     assert torch.equal(rope(q, k, positions, positions)[0], q_out)  # the drop-in call takes them by position
-    cos, sin = rope_cos_sin(positions, scaled_inv_freq(rope.params)[0], dtype=torch.float32)
+    cos, sin = rope_cos_sin(positions, rope.params.inv_freq()[0], dtype=torch.float32)
     assert_close(posenc.functional.apply_rotary(k, cos, sin, "half"), k_out, atol=0, rtol=0)
 
 

@@ -12,7 +12,8 @@ import torch
 from torch.testing import assert_close
 
 import posenc.functional as F
-from posenc.functional.rope_scaling import (
+from posenc.functional.rope_freqs import dynamic_ntk_inv_freq, llama3_inv_freq, rope_inv_freq, yarn_inv_freq
+from posenc.functional.rope_params import (
     DefaultRope,
     DynamicRope,
     LinearRope,
@@ -20,12 +21,8 @@ from posenc.functional.rope_scaling import (
     LongRope,
     RopeParameters,
     YarnRope,
-    dynamic_ntk_inv_freq,
-    llama3_inv_freq,
-    resolve_rope_scaling,
-    rope_inv_freq,
-    yarn_inv_freq,
 )
+from posenc.functional.rope_scaling import resolve_rope_scaling
 from posenc.functional.rotary import apply_rotary, rope_cos_sin, rotary_reference
 
 # Eager forms vs the plain formula in the same dtype: different operation order, a few ulps.
@@ -269,7 +266,6 @@ def test_each_rope_type_has_its_own_frozen_dataclass(scaling, cls, fields):
     assert params.length_dependent == (cls in (DynamicRope, LongRope))
     inv_freq = params.inv_freq()
     assert inv_freq.dtype == torch.float64 and inv_freq.shape == (2 if cls is LongRope else 1, 4)
-    assert torch.equal(F.scaled_inv_freq(params), inv_freq)
 
 
 def test_resolve_rope_scaling_reads_hf_dicts():
@@ -297,11 +293,11 @@ def test_base_given_once_or_equal_to_rope_theta():
 
 def test_public_names_are_posenc_functionals():
     import posenc.functional.rotary as rotary
-    from posenc.functional import rope_scaling
+    from posenc.functional import rope_freqs, rope_params, rope_scaling
 
     assert rotary.__all__ == ["apply_rotary", "rope_cos_sin", "rotary_reference"]
-    for module in (rotary, rope_scaling):
+    for module in (rotary, rope_freqs, rope_params, rope_scaling):
         for name in module.__all__:
             assert getattr(module, name) is getattr(F, name), name
-    assert set(rope_scaling._TYPE_KEYS) == set(rope_scaling.ROPE_TYPES)
-    assert rope_scaling._TYPE_KEYS["yarn"] == YarnRope.keys
+    assert set(rope_params._TYPE_KEYS) == set(rope_params.ROPE_TYPES)
+    assert rope_params._TYPE_KEYS["yarn"] == YarnRope.keys
