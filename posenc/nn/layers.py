@@ -27,6 +27,7 @@ from ..registry import build
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
+    """``position`` built with the sizes that are given (``max_len`` may be ``None``)."""
     return build(position, **{k: v for k, v in dims.items() if v is not None})
 
 
@@ -86,23 +87,10 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         check_bool("causal", causal)
         self.window = check_window(window)
-        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = (
-            d_model,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-        )
-        self.causal, self.dropout = causal, float(dropout)
-        self.encoding: PositionalEncoding | None = None
-        if position is not None:
-            self.encoding = _build_encoding(
-                position,
-                d_model=d_model,
-                num_heads=num_heads,
-                head_dim=head_dim,
-                max_len=max_len,
-                causal=causal,
-            )
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
+        dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
+        self.encoding = None if position is None else _build_encoding(position, **dims)
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)

@@ -105,22 +105,12 @@ class TransformerLM(nn.Module):
         self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
         self.num_heads, self.max_len, self.causal = num_heads, max_len, causal
         self.windows = layer_windows(window, num_layers)
-        distinct, index = self._build_encodings(
-            layer_specs(position, num_layers),
-            d_model=d_model,
-            num_heads=num_heads,
-            head_dim=d_model // num_heads,
-            max_len=max_len,
-            causal=causal,
-        )
+        dims = dict(d_model=d_model, num_heads=num_heads, head_dim=d_model // num_heads, max_len=max_len)
+        distinct, index = self._build_encodings(layer_specs(position, num_layers), causal=causal, **dims)
         #: Which of the distinct encodings each layer uses.
         self.layer_encoding: tuple[int, ...] = tuple(index)
-        self.encoding: PositionalEncoding | None = None
-        self.encodings: nn.ModuleList | None = None
-        if len(distinct) == 1:
-            self.encoding = distinct[0]
-        else:
-            self.encodings = nn.ModuleList(distinct)
+        self.encoding = distinct[0] if len(distinct) == 1 else None
+        self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -153,15 +143,10 @@ class TransformerLM(nn.Module):
     @staticmethod
     def _build_encodings(specs: list[Any], **dims: Any) -> tuple[list[PositionalEncoding], list[int]]:
         """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
-        distinct: list[PositionalEncoding] = []
-        keys: dict[object, int] = {}
-        index = []
-        for spec in specs:
-            key = spec_key(spec)
-            if key not in keys:
-                keys[key] = len(distinct)
-                distinct.append(_build_encoding(spec, **dims))
-            index.append(keys[key])
+        keys = [spec_key(spec) for spec in specs]
+        unique = list(dict.fromkeys(keys))  # in the order of first use
+        distinct = [_build_encoding(specs[keys.index(key)], **dims) for key in unique]
+        index = [unique.index(key) for key in keys]
         if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
             names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
             raise ValueError(
