@@ -306,9 +306,8 @@ class TransformerLM(nn.Module):
         mask = None if attention_mask is None else _check_mask(attention_mask, b, input_ids.shape[1])
         cache = KVCache()
         tokens = [input_ids]
-        step_input = input_ids
-        for _ in range(max_new_tokens):
-            logits = self(step_input, attention_mask=mask, cache=cache)[:, -1].float()
+        for _ in range(max_new_tokens):  # the prompt, then each new token
+            logits = self(tokens[-1], attention_mask=mask, cache=cache)[:, -1].float()
             if do_sample:
                 # Shift by the row maximum before dividing: a tiny temperature then sends the
                 # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.
@@ -321,7 +320,6 @@ class TransformerLM(nn.Module):
             else:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             tokens.append(next_token)
-            step_input = next_token
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(b, 1)], dim=-1)
         return torch.cat(tokens, dim=-1)
