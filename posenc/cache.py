@@ -151,7 +151,7 @@ class KVCache:
             return self.fill[layer]
         return torch.zeros((), dtype=torch.long, device=device)
 
-    def slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
+    def _slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
         """Static cache: the ``(t,)`` slots the ``new`` tokens of ``layer`` go to (a device tensor:
         no host sync); too many tokens for the capacity are an error."""
         capacity = self.capacity or 0
@@ -180,7 +180,7 @@ class KVCache:
         if not self.static:
             return _join(self.positions[layer], positions, axes) if cached else positions
         past = self.positions[layer] if cached else self._empty_positions(positions, axes)
-        slots = self.slots(layer, positions.shape[-2 if axes else -1], positions.device)
+        slots = self._slots(layer, positions.shape[-2 if axes else -1], positions.device)
         return past.index_copy(1, slots, _rows(positions, past))
 
     def _empty_positions(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
@@ -250,7 +250,7 @@ class KVCache:
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
             self.positions[layer] = _join(self.positions[layer], positions, self.axes[layer])
             return self.keys[layer], self.values[layer], self.positions[layer]
-        slots = self.slots(layer, k.shape[-2], k.device)
+        slots = self._slots(layer, k.shape[-2], k.device)
         self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
         self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
         self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))

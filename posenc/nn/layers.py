@@ -296,7 +296,7 @@ def _check_inputs(
 def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
     if not isinstance(attention_mask, Tensor):
         raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
-    if attention_mask.dtype != torch.bool and attention_mask.is_floating_point():
+    if attention_mask.is_floating_point():
         raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
         raise ValueError(
