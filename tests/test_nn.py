@@ -694,6 +694,20 @@ def test_mrope_continues_from_the_largest_position_on_any_axis():
     torch.testing.assert_close(step, expected, **LOGITS_TOL)
 
 
+@pytest.mark.parametrize("capacity", [None, 10])
+def test_mrope_decodes_explicit_text_positions_per_row(capacity):
+    """(b, t) text positions of an M-RoPE model (the same on every axis), decoded with either cache."""
+    model = make_model("mrope").eval()
+    x = ids(t=8)
+    rows = torch.stack([torch.arange(8), torch.arange(3, 11)])
+    cache = KVCache(capacity=capacity)
+    steps = [
+        model(x[:, :5], positions=rows[:, :5], cache=cache),
+        model(x[:, 5:], positions=rows[:, 5:], cache=cache),
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(x, positions=rows), **LOGITS_TOL)
+
+
 def test_cache_of_another_batch_size_is_refused():
     model = make_model("rope")
     cache = KVCache()
