@@ -236,8 +236,8 @@ def _prepare(
 
 def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int) -> bool:
     """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
-    for an encoding with ``num_axes`` (read as the encoding reads them: ``(t, t)`` is ``(b, t)`` when
-    ``b == t``)."""
+    for an encoding with ``num_axes``, read as M-RoPE reads them: ``(t, t)`` is ``(b, t)`` when ``b == t``
+    (AxialRoPE reads every rank-2 tensor as ``(t, a)``: pass ``(1, t, a)`` in that square case)."""
     if positions.dim() != 2 or positions.shape[-1] != length:
         return positions.dim() == 1
     return tuple(positions.shape) != (length, num_axes) or batch == length != 1
