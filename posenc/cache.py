@@ -78,17 +78,16 @@ class KVCache:
 
     def bind(self, num_layers: int) -> None:
         """Record the number of layers of the model filling the cache; refuse another model's cache."""
-        if self.num_layers is None:
-            if len(self.keys) > num_layers:
-                raise ValueError(
-                    f"this KVCache holds {len(self.keys)} layers but the model has num_layers={num_layers}"
-                )
-            self.num_layers = num_layers
-        elif self.num_layers != num_layers:
+        if self.num_layers is None and len(self.keys) > num_layers:
+            raise ValueError(
+                f"this KVCache holds {len(self.keys)} layers but the model has num_layers={num_layers}"
+            )
+        if self.num_layers not in (None, num_layers):
             raise ValueError(
                 f"this KVCache was filled by a model with {self.num_layers} layers, but this model has "
                 f"num_layers={num_layers}; use a new KVCache()"
             )
+        self.num_layers = num_layers
 
     def _check_layer(self, layer: object) -> int:
         layer = check_int("layer", layer, minimum=0)
@@ -104,9 +103,7 @@ class KVCache:
         layer = self._check_layer(layer)
         if layer >= len(self.keys):
             return 0
-        if self.static:
-            return int(self.fill[layer])
-        return self.keys[layer].shape[-2]
+        return int(self.fill[layer]) if self.static else self.keys[layer].shape[-2]
 
     def __len__(self) -> int:
         return self.length(0)
@@ -124,7 +121,7 @@ class KVCache:
                 f"batch size {batch}; use a new KVCache() for another batch"
             )
 
-    def next_positions(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor | None:
+    def next_positions(self, layer: int, new: int) -> Tensor | None:
         """Default positions of ``new`` tokens after the cached ones: each row's largest cached
         position + 1 onwards, ``(t,)`` or ``(b, t)`` (the same on every axis for M-RoPE, from the
         largest position on any axis); ``None`` before the first call. No host sync."""
@@ -134,22 +131,18 @@ class KVCache:
         past = self.positions[layer]
         if self.axes[layer]:
             past = past.amax(dim=-1)  # the largest position on any axis
-        if self.static:
-            slots = torch.arange(past.shape[-1], device=past.device)
-            past = torch.where(slots < self.fill[layer], past, -1)
+        if self.static:  # empty slots do not count
+            past = torch.where(torch.arange(past.shape[-1], device=past.device) < self.fill[layer], past, -1)
         start = past.amax(dim=-1, keepdim=True) + 1 if past.shape[-1] else past.new_zeros(*past.shape[:-1], 1)
-        steps = torch.arange(new, device=past.device)
-        return (start + steps) if start.dim() == 2 else start.reshape(()) + steps
+        return start + torch.arange(new, device=past.device)  # (1,) + (t,) is (t,); (b, 1) + (t,) is (b, t)
 
     def filled_mask(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor | None:
         """Static cache: ``(1, capacity)`` bool, True for the slots filled once ``new`` more tokens
         are written (the keys attention may read); ``None`` for a growing cache. No host sync."""
-        layer = self._check_layer(layer)
         if self.capacity is None:
             return None
         fill = self.fill_index(layer, device)
-        slots = torch.arange(self.capacity, device=fill.device)
-        return (slots < fill + new)[None]
+        return (torch.arange(self.capacity, device=fill.device) < fill + new)[None]
 
     def fill_index(self, layer: int, device: torch.device | str | None = None) -> Tensor:
         """Static cache: the 0-d long tensor of filled slots of ``layer`` (zero before the first call)."""
@@ -158,12 +151,25 @@ class KVCache:
             return self.fill[layer]
         return torch.zeros((), dtype=torch.long, device=device)
 
-    def key_positions(self, layer: int, positions: Tensor, *, axes: bool | None = None) -> Tensor:
+    def _slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
+        """Static cache: the ``(t,)`` slots the ``new`` tokens of ``layer`` go to (a device tensor:
+        no host sync); too many tokens for the capacity are an error."""
+        capacity = self.capacity or 0
+        if new > capacity:
+            raise ValueError(f"{new} new tokens do not fit this KVCache(capacity={capacity})")
+        fill = self.fill_index(layer, device)
+        check_values(
+            fill + new <= capacity,
+            f"KVCache(capacity={capacity}) overflows",
+            lambda: f"this KVCache(capacity={capacity}) holds {int(fill)} tokens: {new} more do not fit",
+        )
+        return fill + torch.arange(new, device=fill.device)
+
+    def key_positions(self, layer: int, positions: Tensor, *, axes: bool = False) -> Tensor:
         """The positions of every key after appending ``positions`` to ``layer``.
 
-        ``positions``: ``(t,)``/``(b, t)``, or for an encoding whose positions have axes
-        (M-RoPE) ``(t, a)``/``(b, t, a)`` (``(t,)`` then means the same position on every axis).
-        ``axes``: whether they have axes (default: as the layer's cached ones, else ``(b, t, a)`` only).
+        ``positions``: ``(t,)``/``(b, t)``, or with ``axes`` (an encoding whose positions have axes,
+        M-RoPE) ``(t, a)``/``(b, t, a)``.
 
         Returns:
             ``(b, tk)`` or ``(b, tk, a)`` (unbatched when both sides are); ``tk`` is the capacity
@@ -171,48 +177,20 @@ class KVCache:
         """
         layer = self._check_layer(layer)
         cached = layer < len(self.positions)
-        if axes is None:
-            axes = self.axes[layer] if cached else positions.dim() == 3
-        if cached and axes and positions.dim() == 1:
-            positions = positions[:, None].expand(-1, self.positions[layer].shape[-1])
-        if self.capacity is None:
+        if not self.static:
             return _join(self.positions[layer], positions, axes) if cached else positions
         past = self.positions[layer] if cached else self._empty_positions(positions, axes)
-        return past.index_copy(1, self._slots(layer, positions, axes), self._rows(positions, past))
+        slots = self._slots(layer, positions.shape[-2 if axes else -1], positions.device)
+        return past.index_copy(1, slots, _rows(positions, past))
 
-    def _capacity(self) -> int:
-        if self.capacity is None:
-            raise RuntimeError("a growing KVCache has no slots")  # internal: static-cache helpers only
-        return self.capacity
-
-    def _slots(self, layer: int, positions: Tensor, axes: bool) -> Tensor:
-        """Static cache: the slots the new ``positions`` go to (a device tensor: no host sync)."""
-        capacity = self._capacity()
-        fill = self.fill_index(layer, positions.device)
-        t = positions.shape[-2 if axes else -1]
-        if t > capacity:
-            raise ValueError(f"{t} new tokens do not fit this KVCache(capacity={capacity})")
-        check_values(
-            fill + t <= capacity,
-            f"KVCache(capacity={capacity}) overflows",
-            lambda: f"this KVCache(capacity={capacity}) holds {int(fill)} tokens: {t} more do not fit",
-        )
-        return fill + torch.arange(t, device=positions.device)
-
-    @staticmethod
-    def _rows(positions: Tensor, past: Tensor) -> Tensor:
-        """``positions`` with the batch dimension of ``past`` (broadcast from none or 1)."""
-        new = positions if positions.dim() == past.dim() else positions.unsqueeze(0)
-        return new.expand(past.shape[0], *new.shape[1:])
-
-    def _empty_positions(self, positions: Tensor, axes: bool) -> Tensor:
+    def _empty_positions(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
         """Static cache: ``(b, capacity[, a])`` positions of empty slots, each its slot index."""
-        capacity = self._capacity()
-        b = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
-        slots = torch.arange(capacity, device=positions.device)
+        if batch is None:
+            batch = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
+        slots = torch.arange(self.capacity or 0, device=positions.device)
         if axes:
-            return slots[None, :, None].expand(b, -1, positions.shape[-1]).clone()
-        return slots[None].expand(b, -1).clone()
+            return slots[:, None].expand(batch, -1, positions.shape[-1]).clone()
+        return slots.expand(batch, -1).clone()
 
     def update(
         self,
@@ -225,6 +203,8 @@ class KVCache:
         axes: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Append ``k``, ``v`` ``(b, h_kv, t, dh)`` and their positions; return everything cached.
+
+        A static cache writes them at the fill index with ``index_copy_`` (fixed shapes, no host sync).
 
         Args:
             layer: the layer (``0 <= layer``, filled in order).
@@ -252,54 +232,43 @@ class KVCache:
                 f"layer {layer} updated before layer {len(self.keys)}: layers must be filled in order"
             )
         self.check_batch(layer, k.shape[0])
-        if self.capacity is not None:
-            return self._write(layer, k, v, positions, encoding, axes)
         if layer == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-            self.positions.append(positions)
             self.encodings.append(encoding)
             self.axes.append(axes)
-        else:
+            if not self.static:
+                self.keys.append(k)
+                self.values.append(v)
+                self.positions.append(positions)
+                return k, v, positions
+            b, n = k.shape[0], self.capacity or 0
+            self.keys.append(k.new_zeros(b, k.shape[1], n, k.shape[-1]))
+            self.values.append(v.new_zeros(b, v.shape[1], n, v.shape[-1]))
+            self.positions.append(self._empty_positions(positions, axes, b))
+            self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
+        elif not self.static:
             self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
             self.positions[layer] = _join(self.positions[layer], positions, self.axes[layer])
-        return self.keys[layer], self.values[layer], self.positions[layer]
-
-    def _write(
-        self, layer: int, k: Tensor, v: Tensor, positions: Tensor, encoding: str | None, axes: bool
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Static cache: write ``k``, ``v`` and positions at the fill index (``index_copy_``)."""
-        capacity = self._capacity()
-        b = k.shape[0]
-        if layer == len(self.keys):
-            self.keys.append(k.new_zeros(b, k.shape[1], capacity, k.shape[-1]))
-            self.values.append(v.new_zeros(b, v.shape[1], capacity, v.shape[-1]))
-            empty = self._empty_positions(positions, axes)
-            self.positions.append(empty.expand(b, *empty.shape[1:]).clone())
-            self.encodings.append(encoding)
-            self.axes.append(axes)
-            self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
-        fill = self.fill[layer]
-        slots = self._slots(layer, positions, axes)
+            return self.keys[layer], self.values[layer], self.positions[layer]
+        slots = self._slots(layer, k.shape[-2], k.device)
         self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
         self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
-        past = self.positions[layer]
-        if axes and positions.dim() == 1:
-            positions = positions[:, None].expand(-1, past.shape[-1])
-        past.index_copy_(1, slots, self._rows(positions, past))
-        fill.add_(slots.shape[0])
-        return self.keys[layer], self.values[layer], past
+        self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))
+        self.fill[layer].add_(k.shape[-2])
+        return self.keys[layer], self.values[layer], self.positions[layer]
+
+
+def _rows(positions: Tensor, past: Tensor) -> Tensor:
+    """``positions`` with the batch dimension of ``past`` (broadcast from none or 1)."""
+    new = positions if positions.dim() == past.dim() else positions.unsqueeze(0)
+    return new.expand(past.shape[0], *new.shape[1:])
 
 
 def _join(past: Tensor, new: Tensor, axes: bool) -> Tensor:
     """``past`` and ``new`` positions joined along the tokens; a ``(t,)`` side joins a ``(b, t)`` one
     (likewise ``(t, a)`` and ``(b, t, a)`` with ``axes``) by broadcasting over the batch."""
-    rank = 3 if axes else 2
     if past.dim() == new.dim():
         return torch.cat([past, new], dim=-2 if axes else -1)
-    past = past if past.dim() == rank else past.unsqueeze(0)
-    new = new if new.dim() == rank else new.unsqueeze(0)
+    past, new = (p if p.dim() == (3 if axes else 2) else p.unsqueeze(0) for p in (past, new))
     b = max(past.shape[0], new.shape[0])
-    past, new = past.expand(b, *past.shape[1:]), new.expand(b, *new.shape[1:])
-    return torch.cat([past, new], dim=1)
+    return torch.cat([past.expand(b, *past.shape[1:]), new.expand(b, *new.shape[1:])], dim=1)

@@ -59,40 +59,25 @@ def layer_specs(position: Any, num_layers: int) -> list[Spec]:
                     f"position[{i}] must be a spec string, a dict or a PositionalEncoding, got {type(spec).__name__}"
                 )
         return list(position)
-    if isinstance(position, str) and not _is_single(position):
-        group = _parse_pattern(position, num_layers)
-        return [group[i % len(group)] for i in range(num_layers)]
+    if isinstance(position, str) and len(position) <= _MAX_PATTERN:  # longer: parse_spec says why
+        try:
+            node = ast.parse(position.strip(), mode="eval").body
+        except (SyntaxError, RecursionError, MemoryError):
+            if "*" in position or "+" in position:
+                raise ValueError(
+                    f"cannot parse position pattern {position!r}: expected specs joined by '+' and repeated "
+                    f"by '*', e.g. 'rope*3 + none'"
+                ) from None
+            node = None  # a broken single spec: parse_spec says why
+        if node is not None and not isinstance(node, (ast.Name, ast.Call)):  # a pattern, not one spec
+            group = _group(node, position, num_layers)
+            return [group[i % len(group)] for i in range(num_layers)]
     if not isinstance(position, (str, Mapping, PositionalEncoding)):
         raise TypeError(
             "position must be a spec (a name or call string, a dict, a PositionalEncoding), a list of "
             f"one spec per layer, or a pattern string such as 'rope*3 + none'; got {type(position).__name__}"
         )
     return [position] * num_layers
-
-
-def _is_single(text: str) -> bool:
-    """A name or a call (one spec, kept as written); anything else is read as a pattern."""
-    if len(text) > _MAX_PATTERN:
-        return True  # parse_spec reports the length
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, RecursionError, MemoryError):
-        return "*" not in text and "+" not in text  # a broken single spec: parse_spec says why
-    return isinstance(node, (ast.Name, ast.Call))
-
-
-def _parse_pattern(pattern: str, num_layers: int) -> list[str]:
-    if len(pattern) > _MAX_PATTERN:
-        raise ValueError(f"position pattern is {len(pattern)} characters long; the limit is {_MAX_PATTERN}")
-    try:
-        node = ast.parse(pattern.strip(), mode="eval").body
-    except (SyntaxError, RecursionError, MemoryError):
-        raise ValueError(
-            f"cannot parse position pattern {pattern!r}: expected specs joined by '+' and repeated by "
-            f"'*', e.g. 'rope*3 + none'"
-        ) from None
-    group = _group(node, pattern, num_layers)
-    return group
 
 
 def _group(node: ast.AST, pattern: str, num_layers: int) -> list[str]:

@@ -346,18 +346,23 @@ def test_generate_refuses_a_bidirectional_model():
         make_model("rope", causal=False).generate(ids(), 2)
 
 
+def count_calls(module: torch.nn.Module, method: str) -> list:
+    """Record each call of the public ``module.method``: ``module`` records it, its class is untouched."""
+    calls, real = [], getattr(module, method)
+
+    def counting(*args, **kwargs):
+        calls.append(module)
+        return real(*args, **kwargs)
+
+    setattr(module, method, counting)
+    return calls
+
+
 @pytest.mark.parametrize("spec", ["t5", "rope", "alibi"])
-def test_table_work_happens_once_per_forward(spec, monkeypatch):
+def test_table_work_happens_once_per_forward(spec):
     """A 4-layer model prepares its position state once per forward, whatever the layer count."""
     model = TransformerLM(vocab_size=VOCAB, d_model=32, num_layers=4, num_heads=HEADS, position=spec)
-    calls = []
-    real = type(model.encoding).prepare_state
-
-    def counting(self, *args, **kwargs):
-        calls.append(1)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(model.encoding), "prepare_state", counting)
+    calls = count_calls(model.encoding, "prepare_state")
     ids = torch.randint(0, VOCAB, (2, 12))
     model(ids)
     assert len(calls) == 1
@@ -367,11 +372,9 @@ def test_table_work_happens_once_per_forward(spec, monkeypatch):
     assert len(calls) == 3
 
 
-def test_t5_table_lookup_happens_once_per_forward(monkeypatch):
+def test_t5_table_lookup_happens_once_per_forward():
     model = TransformerLM(vocab_size=VOCAB, d_model=32, num_layers=4, num_heads=HEADS, position="t5")
-    calls = []
-    real = model.encoding.distance_table
-    monkeypatch.setattr(model.encoding, "distance_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = count_calls(model.encoding, "distance_table")
     model(torch.randint(0, VOCAB, (2, 12)))
     assert len(calls) == 1
 
@@ -423,18 +426,12 @@ def test_equal_specs_share_one_encoding():
     assert layers[0] is layers[2] and layers[3] is layers[4] is shared
 
 
-def test_per_layer_table_work_happens_once_per_distinct_encoding(monkeypatch):
+def test_per_layer_table_work_happens_once_per_distinct_encoding():
     model = TransformerLM(VOCAB, D, 6, HEADS, position="rope(base=1e4)*2 + rope(base=1e6)")
-    calls = []
-    real = type(model.encodings[0]).prepare_state
-
-    def counting(self, *args, **kwargs):
-        calls.append(self.base)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(model.encodings[0]), "prepare_state", counting)
+    calls = [count_calls(encoding, "prepare_state") for encoding in model.encodings]
     model(ids())
-    assert sorted(calls) == [1e4, 1e6]
+    assert [len(c) for c in calls] == [1, 1]  # once each, though one serves four layers
+    assert sorted(e.base for e in model.encodings) == [1e4, 1e6]
 
 
 PER_LAYER = ["rope*2 + alibi + none", ["t5", "rope", "t5", "alibi"]]
@@ -695,6 +692,20 @@ def test_mrope_continues_from_the_largest_position_on_any_axis():
     text = torch.tensor([[3, 3, 3]])
     expected = model(x, positions=torch.cat([grid[:4], text]))[:, 4:]
     torch.testing.assert_close(step, expected, **LOGITS_TOL)
+
+
+@pytest.mark.parametrize("capacity", [None, 10])
+def test_mrope_decodes_explicit_text_positions_per_row(capacity):
+    """(b, t) text positions of an M-RoPE model (the same on every axis), decoded with either cache."""
+    model = make_model("mrope").eval()
+    x = ids(t=8)
+    rows = torch.stack([torch.arange(8), torch.arange(3, 11)])
+    cache = KVCache(capacity=capacity)
+    steps = [
+        model(x[:, :5], positions=rows[:, :5], cache=cache),
+        model(x[:, 5:], positions=rows[:, 5:], cache=cache),
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(x, positions=rows), **LOGITS_TOL)
 
 
 def test_cache_of_another_batch_size_is_refused():

@@ -20,16 +20,7 @@ from __future__ import annotations
 
 from ..cache import KVCache, describe_encoding
 from ..schedule import layer_specs
-from .layers import (  # noqa: F401  (the private helpers too: they were importable from posenc.nn)
-    MultiheadAttention,
-    TransformerBlock,
-    _build_encoding,
-    _check_devices,
-    _check_documents,
-    _check_mask,
-    _has_axes,
-    _prepare,
-)
+from .layers import MultiheadAttention, TransformerBlock
 from .model import TransformerLM
 
 __all__ = [

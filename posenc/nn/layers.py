@@ -27,6 +27,7 @@ from ..registry import build
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
+    """``position`` built with the sizes that are given (``max_len`` may be ``None``)."""
     return build(position, **{k: v for k, v in dims.items() if v is not None})
 
 
@@ -86,23 +87,10 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         check_bool("causal", causal)
         self.window = check_window(window)
-        self.d_model, self.num_heads, self.num_kv_heads, self.head_dim = (
-            d_model,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-        )
-        self.causal, self.dropout = causal, float(dropout)
-        self.encoding: PositionalEncoding | None = None
-        if position is not None:
-            self.encoding = _build_encoding(
-                position,
-                d_model=d_model,
-                num_heads=num_heads,
-                head_dim=head_dim,
-                max_len=max_len,
-                causal=causal,
-            )
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
+        dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
+        self.encoding = None if position is None else _build_encoding(position, **dims)
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
@@ -151,15 +139,10 @@ class MultiheadAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
-        b, t, _ = x.shape
-        _check_devices(x, positions=positions, attention_mask=attention_mask, document_ids=document_ids)
-        key_mask = None
-        if attention_mask is not None:
-            key_mask = _check_mask(attention_mask, b, t if cache is None else cache.mask_length(layer, t))
-        if document_ids is not None:
-            document_ids = _check_documents(document_ids, b, t, cache)
-            if positions is None and state is None:
-                positions = document_positions(document_ids)
+        t = x.shape[1]
+        key_mask, document_ids, positions = _check_inputs(
+            x, positions, attention_mask, document_ids, cache, layer, need_positions=state is None
+        )
         if state is None:
             if self.encoding is None:
                 raise ValueError(
@@ -181,22 +164,17 @@ class MultiheadAttention(nn.Module):
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
             keep = filled[:, None, :]  # (1, 1, capacity)
             if causal and self.window is None and not state.causal_only:
-                slots = torch.arange(filled.shape[-1], device=x.device)
                 rows = cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
-                keep = keep & (slots <= rows[:, None])  # (1, t, capacity)
-                causal = False
+                keep = keep & (torch.arange(filled.shape[-1], device=x.device) <= rows[:, None])
+                causal = False  # (1, t, capacity)
             if key_mask is not None:
                 keep = keep & key_mask[:, None, :]
             attn_mask = keep[:, None]  # (b|1, 1, t|1, capacity)
         if cache is not None:
-            k, v, _ = cache.update(
-                layer,
-                k,
-                v,
-                state.q_positions,
-                encoding=describe_encoding(state.encoding),
-                axes=_has_axes(state),
-            )
+            axes = bool(getattr(state.encoding, "num_axes", 0))
+            encoding = describe_encoding(state.encoding)
+            k, v, _ = cache.update(layer, k, v, state.q_positions, encoding=encoding, axes=axes)
+        dropout = self.dropout if self.training else 0.0
         out = attention(
             q,
             k,
@@ -204,7 +182,7 @@ class MultiheadAttention(nn.Module):
             state,
             causal=causal,
             attn_mask=attn_mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout,
             qk_encoded=True,
             window=self.window,
             document_ids=document_ids,
@@ -227,70 +205,73 @@ def _prepare(
     fast paths. No host sync: the cache's fill is read from shapes, or (static cache) as a tensor.
     """
     b, t, _ = x.shape
-    if cache is not None:
-        cache.check_batch(layer, b)
-    static = cache is not None and cache.static
-    defaulted = positions is None
+    if cache is None:
+        if positions is None and key_mask is not None:
+            positions = mask_to_positions(key_mask)
+        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
+    cache.check_batch(layer, b)
     if positions is None and key_mask is not None:
-        every = mask_to_positions(key_mask)
-        if cache is not None and cache.static:
-            positions = every.index_select(
-                1, cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
-            )
+        every = mask_to_positions(key_mask)  # (b, tk): the new tokens are the last t, or at the fill index
+        if cache.static:
+            slots = cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
+            positions = every.index_select(1, slots)
         else:
             positions = every[:, every.shape[1] - t :]
-    if positions is None and cache is not None:
+    if positions is None:
         positions = cache.next_positions(layer, t)
-    if positions is None and not static:
+    if positions is None and not cache.static:  # the first call
         return encoding.prepare(t, t, batch=b, device=x.device)
     if positions is None:  # the first call of a static cache
         positions = torch.arange(t, device=x.device)
     num_axes = getattr(encoding, "num_axes", 0)
-    if (
-        defaulted
-        and num_axes
-        and cache is not None
-        and (static or (layer < len(cache.axes) and cache.axes[layer]))
-    ):
+    if num_axes and _text_positions(positions, b, t, num_axes):
         # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
         positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
-    if cache is None:
-        return encoding.prepare(t, t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
-    axes = _axes_shape(positions, t, num_axes) if static else None
-    k_positions = cache.key_positions(layer, positions, axes=axes)
+    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
+    k_len = cache.mask_length(layer, t)
     return encoding.prepare(
-        t,
-        cache.mask_length(layer, t),
-        q_positions=positions,
-        k_positions=k_positions,
-        batch=b,
-        device=x.device,
+        t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
     )
 
 
-def _axes_shape(positions: Tensor, length: int, num_axes: int) -> bool:
-    """Whether ``positions`` of ``length`` tokens are ``(t, a)``/``(b, t, a)`` (an encoding with ``num_axes``)."""
-    if not num_axes or positions.dim() == 1:
-        return False
-    if positions.dim() == 3:
-        return True
-    return tuple(positions.shape) == (length, num_axes) and num_axes != length
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int) -> bool:
+    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
+    for an encoding with ``num_axes``, read as M-RoPE reads them: ``(t, t)`` is ``(b, t)`` when ``b == t``
+    (AxialRoPE reads every rank-2 tensor as ``(t, a)``: pass ``(1, t, a)`` in that square case)."""
+    if positions.dim() != 2 or positions.shape[-1] != length:
+        return positions.dim() == 1
+    return tuple(positions.shape) != (length, num_axes) or batch == length != 1
 
 
-def _has_axes(state: PositionState) -> bool:
-    """Whether the state's positions carry a trailing axis dimension (``(t, a)``/``(b, t, a)``, M-RoPE)."""
-    positions = state.q_positions
-    return positions.dim() == 3 or (positions.dim() == 2 and type(state).q_len is not PositionState.q_len)
+def _check_inputs(
+    x: Tensor,
+    positions: Tensor | None,
+    attention_mask: Tensor | None,
+    document_ids: Tensor | None,
+    cache: KVCache | None,
+    layer: int,
+    *,
+    need_positions: bool = True,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Check the tensors that come with ``x`` ``(b, t, ...)``: ``(key_mask, document_ids, positions)``.
 
-
-def _check_devices(x: Tensor, **tensors: Tensor | None) -> None:
-    """Positions, masks and ids must be on the input's device (torch's own error would not name them)."""
-    for name, t in tensors.items():
-        if isinstance(t, Tensor) and t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but the input is on {x.device}; move it there")
-
-
-def _check_documents(document_ids: Tensor, batch: int, length: int, cache: KVCache | None) -> Tensor:
+    Each must be on the input's device (torch's own error would not name them); the mask is
+    ``(b, tk)`` bool or 0/1 over every key; document ids ``(b, t)`` or ``(t,)`` integers, not with a
+    cache. Default positions (with ``need_positions``) restart in each document.
+    """
+    b, t = x.shape[:2]
+    for name, value in (
+        ("positions", positions),
+        ("attention_mask", attention_mask),
+        ("document_ids", document_ids),
+    ):
+        if isinstance(value, Tensor) and value.device != x.device:
+            raise ValueError(f"{name} is on {value.device} but the input is on {x.device}; move it there")
+    key_mask = None
+    if attention_mask is not None:
+        key_mask = _check_mask(attention_mask, b, t if cache is None else cache.mask_length(layer, t))
+    if document_ids is None:
+        return key_mask, None, positions
     if cache is not None:
         raise ValueError(
             "document_ids cannot be combined with a cache: decode each document with its own KVCache"
@@ -302,18 +283,20 @@ def _check_documents(document_ids: Tensor, batch: int, length: int, cache: KVCac
     if document_ids.is_floating_point() or document_ids.is_complex() or document_ids.dtype == torch.bool:
         raise TypeError(f"document_ids must have an integer dtype, got {document_ids.dtype}")
     if document_ids.dim() == 1:
-        document_ids = document_ids.expand(batch, -1)
-    if document_ids.dim() != 2 or document_ids.shape[-1] != length or document_ids.shape[0] not in (1, batch):
+        document_ids = document_ids.expand(b, -1)
+    if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
         raise ValueError(
-            f"document_ids must have shape (batch, seq) = {(batch, length)} (or (seq,)), got {tuple(document_ids.shape)}"
+            f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
         )
-    return document_ids
+    if positions is None and need_positions:
+        positions = document_positions(document_ids)
+    return key_mask, document_ids, positions
 
 
 def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
     if not isinstance(attention_mask, Tensor):
         raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
-    if attention_mask.dtype != torch.bool and attention_mask.is_floating_point():
+    if attention_mask.is_floating_point():
         raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
         raise ValueError(
@@ -382,25 +365,8 @@ class TransformerBlock(nn.Module):
             nn.Dropout(dropout),
         )
 
-    def forward(
-        self,
-        x: Tensor,
-        *,
-        positions: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        state: PositionState | None = None,
-        document_ids: Tensor | None = None,
-    ) -> Tensor:
-        """Apply the block; the keyword arguments are :meth:`MultiheadAttention.forward`'s."""
-        x = x + self.attn(
-            self.attn_norm(x),
-            positions=positions,
-            attention_mask=attention_mask,
-            cache=cache,
-            layer=layer,
-            state=state,
-            document_ids=document_ids,
-        )
+    def forward(self, x: Tensor, **kwargs: Any) -> Tensor:
+        """Apply the block; the keyword arguments (``positions``, ``attention_mask``, ``cache``,
+        ``layer``, ``state``, ``document_ids``) are :meth:`MultiheadAttention.forward`'s."""
+        x = x + self.attn(self.attn_norm(x), **kwargs)
         return x + self.mlp(self.mlp_norm(x))

@@ -18,9 +18,8 @@ from .._checks import check_bool, check_positive_float, check_positive_int
 from .._compat import check_values
 from ..base import PositionalEncoding
 from ..cache import KVCache
-from ..masking import document_positions
 from ..schedule import layer_specs, layer_windows, spec_key
-from .layers import TransformerBlock, _build_encoding, _check_devices, _check_documents, _check_mask, _prepare
+from .layers import TransformerBlock, _build_encoding, _check_inputs, _check_mask, _prepare
 
 
 class TransformerLM(nn.Module):
@@ -103,30 +102,15 @@ class TransformerLM(nn.Module):
             raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}")
         check_bool("causal", causal)
         check_bool("tie_embeddings", tie_embeddings)
-        self.vocab_size, self.d_model, self.num_layers, self.num_heads = (
-            vocab_size,
-            d_model,
-            num_layers,
-            num_heads,
-        )
-        self.max_len, self.causal = max_len, causal
+        self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
+        self.num_heads, self.max_len, self.causal = num_heads, max_len, causal
         self.windows = layer_windows(window, num_layers)
-        distinct, index = self._build_encodings(
-            layer_specs(position, num_layers),
-            d_model=d_model,
-            num_heads=num_heads,
-            head_dim=d_model // num_heads,
-            max_len=max_len,
-            causal=causal,
-        )
+        dims = dict(d_model=d_model, num_heads=num_heads, head_dim=d_model // num_heads, max_len=max_len)
+        distinct, index = self._build_encodings(layer_specs(position, num_layers), causal=causal, **dims)
         #: Which of the distinct encodings each layer uses.
         self.layer_encoding: tuple[int, ...] = tuple(index)
-        self.encoding: PositionalEncoding | None = None
-        self.encodings: nn.ModuleList | None = None
-        if len(distinct) == 1:
-            self.encoding = distinct[0]
-        else:
-            self.encodings = nn.ModuleList(distinct)
+        self.encoding = distinct[0] if len(distinct) == 1 else None
+        self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
@@ -159,15 +143,10 @@ class TransformerLM(nn.Module):
     @staticmethod
     def _build_encodings(specs: list[Any], **dims: Any) -> tuple[list[PositionalEncoding], list[int]]:
         """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
-        distinct: list[PositionalEncoding] = []
-        keys: dict[object, int] = {}
-        index = []
-        for spec in specs:
-            key = spec_key(spec)
-            if key not in keys:
-                keys[key] = len(distinct)
-                distinct.append(_build_encoding(spec, **dims))
-            index.append(keys[key])
+        keys = [spec_key(spec) for spec in specs]
+        unique = list(dict.fromkeys(keys))  # in the order of first use
+        distinct = [_build_encoding(specs[keys.index(key)], **dims) for key in unique]
+        index = [unique.index(key) for key in keys]
         if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
             names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
             raise ValueError(
@@ -178,13 +157,11 @@ class TransformerLM(nn.Module):
 
     def layer_encodings(self) -> list[PositionalEncoding]:
         """The encoding of each layer, in order (the same object for layers that share one)."""
-        distinct = [self.encoding] if self.encoding is not None else list(self.encodings or [])
-        return [distinct[i] for i in self.layer_encoding]  # type: ignore[misc]
+        distinct = self._distinct()
+        return [distinct[i] for i in self.layer_encoding]
 
     def _distinct(self) -> list[PositionalEncoding]:
-        if self.encoding is not None:
-            return [self.encoding]
-        return list(self.encodings or [])  # type: ignore[arg-type]
+        return [self.encoding] if self.encoding is not None else list(self.encodings or [])  # type: ignore[arg-type]
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -207,11 +184,9 @@ class TransformerLM(nn.Module):
             if isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
         for encoding in self._distinct():
-            for sub in encoding.modules():
-                if sub is not encoding and isinstance(sub, PositionalEncoding):
-                    continue
+            for sub in encoding.modules():  # a nested encoding's parameters are its owner's to reset
                 reset = getattr(sub, "reset_parameters", None)
-                if callable(reset):
+                if callable(reset) and (sub is encoding or not isinstance(sub, PositionalEncoding)):
                     reset()
             for sub in encoding.modules():
                 if isinstance(sub, PositionalEncoding):
@@ -247,13 +222,11 @@ class TransformerLM(nn.Module):
         Returns:
             ``(b, t, v)`` logits.
         """
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
-            raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
-        if input_ids.is_floating_point() or input_ids.dtype == torch.bool or input_ids.is_complex():
-            raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
-        _check_devices(
-            input_ids, attention_mask=attention_mask, positions=positions, document_ids=document_ids
+        _check_ids(input_ids)
+        if cache is not None:
+            cache.bind(self.num_layers)
+        key_mask, document_ids, positions = _check_inputs(
+            input_ids, positions, attention_mask, document_ids, cache, 0
         )
         check_values(
             (input_ids >= 0) & (input_ids < self.vocab_size),
@@ -263,15 +236,6 @@ class TransformerLM(nn.Module):
                 f"{int(input_ids.min())} to {int(input_ids.max())}"
             ),
         )
-        b, t = input_ids.shape
-        if cache is not None:
-            cache.bind(self.num_layers)
-        mask_len = t if cache is None else cache.mask_length(0, t)
-        key_mask = None if attention_mask is None else _check_mask(attention_mask, b, mask_len)
-        if document_ids is not None:
-            document_ids = _check_documents(document_ids, b, t, cache)
-            if positions is None:
-                positions = document_positions(document_ids)
         x = self.embed(input_ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
@@ -332,10 +296,7 @@ class TransformerLM(nn.Module):
         check_bool("do_sample", do_sample)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k <= 0):
             raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
-            raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
-        if input_ids.shape[1] == 0:
+        if _check_ids(input_ids).shape[1] == 0:
             raise ValueError(
                 f"input_ids is an empty prompt (shape {tuple(input_ids.shape)}); generate needs at least one token"
             )
@@ -345,9 +306,8 @@ class TransformerLM(nn.Module):
         mask = None if attention_mask is None else _check_mask(attention_mask, b, input_ids.shape[1])
         cache = KVCache()
         tokens = [input_ids]
-        step_input = input_ids
-        for _ in range(max_new_tokens):
-            logits = self(step_input, attention_mask=mask, cache=cache)[:, -1].float()
+        for _ in range(max_new_tokens):  # the prompt, then each new token
+            logits = self(tokens[-1], attention_mask=mask, cache=cache)[:, -1].float()
             if do_sample:
                 # Shift by the row maximum before dividing: a tiny temperature then sends the
                 # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.
@@ -360,7 +320,16 @@ class TransformerLM(nn.Module):
             else:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             tokens.append(next_token)
-            step_input = next_token
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(b, 1)], dim=-1)
         return torch.cat(tokens, dim=-1)
+
+
+def _check_ids(input_ids: Tensor) -> Tensor:
+    """``input_ids`` if it is a ``(b, t)`` integer tensor (``ValueError``/``TypeError`` otherwise)."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
+    if input_ids.is_floating_point() or input_ids.dtype == torch.bool or input_ids.is_complex():
+        raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+    return input_ids
