@@ -337,6 +337,69 @@ def test_help_imports_neither_the_study_nor_the_plots():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_bad_number_is_refused_before_torch_is_imported():
+    """``--steps -5`` is refused as fast as an unknown command: options are checked before torch loads."""
+    code = (
+        "import sys\n"
+        "from posenc.app.cli import main\n"
+        "try:\n"
+        "    main(['extrapolate', '--steps', '-5'])\n"
+        "except SystemExit as exit_:\n"
+        "    print(exit_.code)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    assert "argument --steps: expected a positive integer, got '-5'" in proc.stderr
+
+
+#: Runs the command line as if the `cli` extra were not installed: numpy, matplotlib and tqdm
+#: cannot be imported (torch then warns at import that it cannot initialise NumPy).
+_WITHOUT_CLI_EXTRA = """
+import sys
+for name in ("numpy", "matplotlib", "tqdm"):
+    sys.modules[name] = None  # importing it raises ModuleNotFoundError; find_spec says None
+from posenc.app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_cli_extra_commands_run_without_numpy_warnings(corpus_file, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def posenc_(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _WITHOUT_CLI_EXTRA, *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    listed = posenc_("list")
+    assert listed.returncode == 0 and "rope" in listed.stdout
+    assert listed.stderr == ""
+    plot = posenc_("plot", "rope", "--out", "rope.png")
+    assert plot.returncode == 2
+    # one line: what is missing and how to install it; nothing claims a file was written
+    assert plot.stderr == (
+        "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
+    )
+    study = posenc_(
+        "extrapolate", "--corpus", str(corpus_file), "--out", "o", "--encodings", "rope", *TINY_ARGS
+    )
+    assert study.returncode == 0, study.stderr
+    assert "NumPy" not in study.stderr
+    assert "the data files are written, the figure is skipped" in study.stderr
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "model-rope.pt",
+        "results.csv",
+        "results.json",
+    ]
+    assert not (tmp_path / "rope.png").exists()
+
+
 def test_no_command_is_a_usage_error(capsys):
     code, _, stderr = run([], capsys)
     assert code == 2 and stderr.count("\n") == 1 and "COMMAND" in stderr
