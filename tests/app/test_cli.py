@@ -16,7 +16,7 @@ import pytest
 
 import posenc
 from posenc.app.cli import _FLAGS, _in_flags, main
-from posenc.app.study import ConfigError, StudyConfig, default_encodings
+from posenc.app.study import ConfigError, StudyConfig, StudyResult, default_encodings
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +93,41 @@ def test_extrapolate_end_to_end_prints_the_table_and_writes_the_files(corpus_fil
                 assert f"{r['perplexity']:.3f}" == cell
     with (out / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == 2 * len(names)
+
+
+def test_the_characters_scored_are_said_as_scored_when_the_corpus_is_small(corpus_file, tmp_path, capsys):
+    """6,000 characters: 600 validation characters hold 18 windows of 32, not the 16,384 --eval-chars asks."""
+    from posenc.app.plots import extrapolation_figure
+
+    out = tmp_path / "o"
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(out), "--encodings", "rope", *TINY_ARGS]
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert "(5,400 train, 600 validation)" in stdout
+    assert (
+        "evaluation: 576 characters scored per length (fewer than the 16,384 asked for: 18 whole windows of "
+        "32 fit in the validation text)"
+    ) in stdout
+    assert "576 characters scored per length" in " ".join(
+        stdout[stdout.index("validation perplexity") :].split()
+    )
+    data = json.loads((out / "results.json").read_text())
+    assert {r["chars"] for e in data["encodings"] for r in e["lengths"]} == {576}
+    title = extrapolation_figure(StudyResult.from_dict(data))._suptitle.get_text()
+    assert "576 validation characters scored per length" in title and "16,384" not in title
+
+
+def test_a_corpus_too_short_is_refused_before_the_plan_is_printed(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("one line\n", encoding="utf-8")
+    code, stdout, stderr = run(["extrapolate", "--corpus", "one.txt"], capsys)
+    assert code == 2 and stdout == ""
+    assert stderr == (
+        "posenc extrapolate: error: --corpus: the training text has 9 characters; train_len=64 needs at least 66\n"
+    )
+    code, stdout, stderr = run(["extend", "--corpus", "one.txt"], capsys)
+    assert code == 2 and stdout == ""
+    assert "posenc extend: error: --corpus: the training text has 9 characters" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.txt"]  # no --out folder left behind
 
 
 def test_extrapolate_accepts_specs_with_commas_inside(corpus_file, tmp_path, capsys):

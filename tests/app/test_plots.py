@@ -205,8 +205,9 @@ def test_extrapolation_figure_is_readable():
     fig = extrapolation_figure(_fake_result())
     (ax,) = content_axes(fig)
     title = fig._suptitle.get_text()
-    # the evaluation text is said; the corpus is named without its local path
-    assert "about 2,048 validation characters scored per length" in title
+    # the evaluation text as scored (the results' chars, not the eval_chars asked for); the corpus is
+    # named without its local path
+    assert "1,000 validation characters scored per length" in title and "2,048" not in title
     assert "Python 3.11.7 standard library, top-level *.py, 9,000 characters" in title
     assert "/usr/lib" not in title and "\n" in title and not ax.get_title()
     # log ticks are plain round numbers (5, 10, 20, ...), not 10^k with mantissas

@@ -115,8 +115,7 @@ def extrapolation_figure(result: StudyResult) -> Figure:
     # a figure title (not the axes'), so constrained layout keeps every line inside the image
     fig.suptitle(
         f"Train short, test long: {config.steps} steps at length {config.train_len}\n"
-        f"corpus: {_corpus_label(result.corpus)}; about {config.eval_chars:,} validation characters "
-        "scored per length",
+        f"corpus: {_corpus_label(result.corpus)}; {result.scored().replace('characters', 'validation characters', 1)}",
         fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)
@@ -225,10 +224,11 @@ def extend_figure(result: ExtendResult) -> Figure:
     ax.set_xlabel("evaluation length (characters)")
     ax.set_ylabel("validation perplexity per character")
     tuned = f", then {config.finetune_steps} steps at {lens[-1]}" if config.finetune_steps else ""
-    ax.set_title(
-        f"Context extension of RoPE: {config.steps} steps at length {config.train_len}{tuned}; "
-        f"factor {config.scale_factor:g}; ~{config.eval_chars:,} eval characters per length",
-        fontsize=9,
+    # a figure title (not the axes'), in two lines: constrained layout keeps it inside the image
+    fig.suptitle(
+        f"Context extension of RoPE: {config.steps} steps at length {config.train_len}{tuned}\n"
+        f"factor {config.scale_factor:g}; {result.scored().replace('characters', 'validation characters', 1)}",
+        fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
