@@ -388,45 +388,45 @@ def test_a_bad_number_is_refused_before_torch_is_imported():
     assert "argument --steps: expected a positive integer, got '-5'" in proc.stderr
 
 
-#: Runs the command line as if the `cli` extra were not installed: numpy, matplotlib and tqdm
-#: cannot be imported (torch then warns at import that it cannot initialise NumPy).
+#: Runs command lines (JSON, a list of argv lists) in one process as if the `cli` extra were not
+#: installed: numpy, matplotlib and tqdm cannot be imported (torch then warns at import that it
+#: cannot initialise NumPy). After each: a line "@@ <exit status>" on stdout and on stderr.
 _WITHOUT_CLI_EXTRA = """
-import sys
+import json, sys
 for name in ("numpy", "matplotlib", "tqdm"):
     sys.modules[name] = None  # importing it raises ModuleNotFoundError; find_spec says None
 from posenc.app.cli import main
-sys.exit(main(sys.argv[1:]))
+for argv in json.loads(sys.argv[1]):
+    code = main(argv)
+    for stream in (sys.stdout, sys.stderr):
+        print(f"@@ {code}", file=stream, flush=True)
 """
 
 
 def test_without_the_cli_extra_commands_run_without_numpy_warnings(corpus_file, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    import json
 
-    def posenc_(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", _WITHOUT_CLI_EXTRA, *argv],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-            env=env,
-        )
-
-    listed = posenc_("list")
-    assert listed.returncode == 0 and "rope" in listed.stdout
-    assert listed.stderr == ""
-    plot = posenc_("plot", "rope", "--out", "rope.png")
-    assert plot.returncode == 2
+    runs = [
+        ["plot", "rope", "--out", "rope.png"],  # imports torch: its warning would come here
+        ["extrapolate", "--corpus", str(corpus_file), "--out", "o", "--encodings", "rope", *TINY_ARGS],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_CLI_EXTRA, json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert proc.returncode == 0, proc.stderr
+    plot, study, last = proc.stderr.split("@@ ")  # each run's stderr, then its exit status
+    assert study.startswith("2\n") and last == "0\n", proc.stderr
+    assert "NumPy" not in proc.stderr
     # one line: what is missing and how to install it; nothing claims a file was written
-    assert plot.stderr == (
+    assert plot == (
         "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
     )
-    study = posenc_(
-        "extrapolate", "--corpus", str(corpus_file), "--out", "o", "--encodings", "rope", *TINY_ARGS
-    )
-    assert study.returncode == 0, study.stderr
-    assert "NumPy" not in study.stderr
-    assert "the data files are written, the figure is skipped" in study.stderr
+    assert "the data files are written, the figure is skipped" in study
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "model-rope.pt",
         "results.csv",
