@@ -80,3 +80,59 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     where = _run([str(python), "-c", SNIPPET], away, env).strip()
     assert Path(where).is_relative_to(venv), f"imported posenc from {where}, not the installed wheel"
     assert "usage" in _run([str(venv / "bin" / "posenc"), "--help"], away, env).lower()
+
+
+def test_sdist_carries_what_readme_links_to_and_the_build_warns_of_no_license(tmp_path):
+    """What ``python -m build`` does first (.ci/run runs it): the sdist, through setuptools' own build
+    hook (no isolation: no network), from a copy of the tracked tree; no license deprecation."""
+    pytest.importorskip("setuptools")
+    source = tmp_path / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=60
+    )
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    for name in tracked.stdout.split("\0"):
+        if name and (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    dist = tmp_path / "dist"
+    hook = (
+        "import sys, warnings\n"
+        "warnings.simplefilter('always')\n"
+        "from setuptools import build_meta\n"
+        "print(build_meta.build_sdist(sys.argv[1]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", hook, str(dist)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    log = (done.stdout + done.stderr).lower()
+    assert "deprecat" not in log, log[-3000:]  # e.g. `project.license` as a table, license classifiers
+    (sdist,) = dist.glob("posenc-*.tar.gz")
+    import tarfile
+
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for needed in (
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "posenc/py.typed",
+        "examples/drop_in.py",
+        "docs/study.md",
+    ):
+        assert needed in names, f"the sdist lacks {needed}"
+    assert not any(n.endswith((".pt", ".pyc")) for n in names)
+
+
+def test_ci_builds_a_wheel_and_an_sdist():
+    """.ci/run runs ``python -m build`` and fails on a license warning (the check above, with isolation)."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python -m build" in script and "licen" in script
