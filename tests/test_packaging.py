@@ -136,3 +136,36 @@ def test_ci_builds_a_wheel_and_an_sdist():
     """.ci/run runs ``python -m build`` and fails on a license warning (the check above, with isolation)."""
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python -m build" in script and "licen" in script
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout differs on Windows")
+def test_editable_install_is_a_path_type_checkers_follow(tmp_path):
+    """README's ``pip install -e``: a plain path in a .pth file (mypy run outside the checkout finds
+    ``posenc`` and its py.typed), not setuptools' import hook, which type checkers cannot see."""
+    pytest.importorskip("setuptools")
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "posenc", source / "posenc", ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)
+    python = venv / "bin" / "python"
+    new_site = Path(
+        _run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
+        ).strip()
+    )
+    # setuptools, torch and einops from this environment (its .pth files are not run: see above)
+    parents = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (new_site / "parent-env.pth").write_text("\n".join(sorted(parents)) + "\n")
+    install = ["install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(source)]
+    _run([sys.executable, "-m", "pip", "--python", str(python), *install], tmp_path, env)
+    (pth,) = new_site.glob("__editable__*posenc*.pth")
+    assert pth.read_text().split() == [str(source)], pth.read_text()
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    where = _run([str(python), "-c", "import posenc; print(posenc.__file__)"], away, env).strip()
+    assert Path(where) == source / "posenc" / "__init__.py"
+    assert (source / "posenc" / "py.typed").is_file()
