@@ -31,6 +31,14 @@ def test_first_code_block_is_the_two_commands():
     assert "pytest" in lines[1]
 
 
+def test_the_cpu_torch_hint_stands_just_before_the_two_commands():
+    """pip picks torch's CUDA build (a 5.6-6.0 GB venv) unless the CPU build is installed first: the
+    hint is the paragraph right above the two commands, not a sentence below them."""
+    before = TEXT[: TEXT.index("```")].rstrip().split("\n\n")[-1]
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in before
+    assert "first" in before and "CUDA" in before
+
+
 def test_ci_runs_the_readme_test_command():
     """.ci/run extracts the second command of the first block; check it picks the same line."""
     import subprocess
