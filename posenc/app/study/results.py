@@ -65,11 +65,8 @@ def scored_per_length(chars: list[int], asked: int) -> str:
     if not chars:
         return f"about {asked:,} characters scored per length"
     low, high = min(chars), max(chars)
-    return (
-        f"{high:,} characters scored per length"
-        if low == high
-        else (f"{low:,} to {high:,} characters scored per length")
-    )
+    counts = f"{high:,}" if low == high else f"{low:,} to {high:,}"
+    return f"{counts} characters scored per length"
 
 
 def format_table(
