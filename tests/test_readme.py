@@ -31,6 +31,14 @@ def test_first_code_block_is_the_two_commands():
     assert "pytest" in lines[1]
 
 
+def test_the_cpu_torch_hint_stands_just_before_the_two_commands():
+    """pip picks torch's CUDA build (a 5.6-6.0 GB venv) unless the CPU build is installed first: the
+    hint is the paragraph right above the two commands, not a sentence below them."""
+    before = TEXT[: TEXT.index("```")].rstrip().split("\n\n")[-1]
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in before
+    assert "first" in before and "CUDA" in before
+
+
 def test_ci_runs_the_readme_test_command():
     """.ci/run extracts the second command of the first block; check it picks the same line."""
     import subprocess
@@ -75,3 +83,59 @@ def test_benchmark_figures_are_the_committed_results():
     assert len(quoted) >= 10, "docs/benchmarks.md lost its tables"
     missing = [line for line in quoted if line not in results.splitlines()]
     assert not missing, f"docs/benchmarks.md figures not in benchmarks/results/latest.md: {missing[:3]}"
+
+
+#: README's first command at a unit test's size: it still runs every default encoding on the
+#: standard library, with the default --out, in the folder it is run from.
+TINY_STUDY = [
+    "--train-len", "16", "--eval-lens", "16,32", "--steps", "2", "--batch-size", "2", "--eval-chars", "256",
+    "--d-model", "16", "--num-layers", "1", "--num-heads", "2", "--quiet",
+]  # fmt: skip
+
+
+def test_readme_first_command_then_the_cli_tests_in_the_same_folder(tmp_path):
+    """README's two commands in order, from one folder: the study leaves ``posenc-extrapolation/``
+    there, and the command-line tests still pass in that folder and leave it as it was."""
+    import os
+    import subprocess
+    import sys
+
+    first = next(line for line in BLOCKS[0][1].splitlines() if line.strip())
+    study = first.split("&&")[-1].split()
+    assert study == ["posenc", "extrapolate"], first
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(README.parent)}  # this tree's posenc, whatever is installed
+    done = subprocess.run(
+        [sys.executable, "-m", "posenc", *study[1:], *TINY_STUDY],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (folder / "posenc-extrapolation" / "results.json").is_file()
+
+    def state() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
+        }
+
+    before = state()
+    # The tests the issue saw fail there: bad options (default --out included), refused runs, --corpus .
+    tests = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", str(README.parent / "tests" / "app" / "test_cli.py"),
+            "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner"),
+            "-k", "bad_options or refused_run or corpus_dot or default_out",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout and " failed" not in tests.stdout
+    assert state() == before, "the tests wrote into the folder they were run from"

@@ -16,7 +16,7 @@ import pytest
 
 import posenc
 from posenc.app.cli import _FLAGS, _in_flags, main
-from posenc.app.study import ConfigError, StudyConfig, default_encodings
+from posenc.app.study import ConfigError, StudyConfig, StudyResult, default_encodings
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +93,41 @@ def test_extrapolate_end_to_end_prints_the_table_and_writes_the_files(corpus_fil
                 assert f"{r['perplexity']:.3f}" == cell
     with (out / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == 2 * len(names)
+
+
+def test_the_characters_scored_are_said_as_scored_when_the_corpus_is_small(corpus_file, tmp_path, capsys):
+    """6,000 characters: 600 validation characters hold 18 windows of 32, not the 16,384 --eval-chars asks."""
+    from posenc.app.plots import extrapolation_figure
+
+    out = tmp_path / "o"
+    argv = ["extrapolate", "--corpus", str(corpus_file), "--out", str(out), "--encodings", "rope", *TINY_ARGS]
+    code, stdout, stderr = run(argv, capsys)
+    assert code == 0, stderr
+    assert "(5,400 train, 600 validation)" in stdout
+    assert (
+        "evaluation: 576 characters scored per length (fewer than the 16,384 asked for: 18 whole windows of "
+        "32 fit in the validation text)"
+    ) in stdout
+    assert "576 characters scored per length" in " ".join(
+        stdout[stdout.index("validation perplexity") :].split()
+    )
+    data = json.loads((out / "results.json").read_text())
+    assert {r["chars"] for e in data["encodings"] for r in e["lengths"]} == {576}
+    title = extrapolation_figure(StudyResult.from_dict(data))._suptitle.get_text()
+    assert "576 validation characters scored per length" in title and "16,384" not in title
+
+
+def test_a_corpus_too_short_is_refused_before_the_plan_is_printed(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("one line\n", encoding="utf-8")
+    code, stdout, stderr = run(["extrapolate", "--corpus", "one.txt"], capsys)
+    assert code == 2 and stdout == ""
+    assert stderr == (
+        "posenc extrapolate: error: --corpus: the training text has 9 characters; train_len=64 needs at least 66\n"
+    )
+    code, stdout, stderr = run(["extend", "--corpus", "one.txt"], capsys)
+    assert code == 2 and stdout == ""
+    assert "posenc extend: error: --corpus: the training text has 9 characters" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.txt"]  # no --out folder left behind
 
 
 def test_extrapolate_accepts_specs_with_commas_inside(corpus_file, tmp_path, capsys):
@@ -335,6 +370,69 @@ def test_help_imports_neither_the_study_nor_the_plots():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_bad_number_is_refused_before_torch_is_imported():
+    """``--steps -5`` is refused as fast as an unknown command: options are checked before torch loads."""
+    code = (
+        "import sys\n"
+        "from posenc.app.cli import main\n"
+        "try:\n"
+        "    main(['extrapolate', '--steps', '-5'])\n"
+        "except SystemExit as exit_:\n"
+        "    print(exit_.code)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    assert "argument --steps: expected a positive integer, got '-5'" in proc.stderr
+
+
+#: Runs command lines (JSON, a list of argv lists) in one process as if the `cli` extra were not
+#: installed: numpy, matplotlib and tqdm cannot be imported (torch then warns at import that it
+#: cannot initialise NumPy). After each: a line "@@ <exit status>" on stdout and on stderr.
+_WITHOUT_CLI_EXTRA = """
+import json, sys
+for name in ("numpy", "matplotlib", "tqdm"):
+    sys.modules[name] = None  # importing it raises ModuleNotFoundError; find_spec says None
+from posenc.app.cli import main
+for argv in json.loads(sys.argv[1]):
+    code = main(argv)
+    for stream in (sys.stdout, sys.stderr):
+        print(f"@@ {code}", file=stream, flush=True)
+"""
+
+
+def test_without_the_cli_extra_commands_run_without_numpy_warnings(corpus_file, tmp_path):
+    import json
+
+    runs = [
+        ["plot", "rope", "--out", "rope.png"],  # imports torch: its warning would come here
+        ["extrapolate", "--corpus", str(corpus_file), "--out", "o", "--encodings", "rope", *TINY_ARGS],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_CLI_EXTRA, json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert proc.returncode == 0, proc.stderr
+    plot, study, last = proc.stderr.split("@@ ")  # each run's stderr, then its exit status
+    assert study.startswith("2\n") and last == "0\n", proc.stderr
+    assert "NumPy" not in proc.stderr
+    # one line: what is missing and how to install it; nothing claims a file was written
+    assert plot == (
+        "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
+    )
+    assert "the data files are written, the figure is skipped" in study
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "model-rope.pt",
+        "results.csv",
+        "results.json",
+    ]
+    assert not (tmp_path / "rope.png").exists()
 
 
 def test_no_command_is_a_usage_error(capsys):

@@ -92,6 +92,13 @@ def test_files_json_csv_and_checkpoint(result):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # atomic writes leave nothing behind
     report = res.report("extend.png")
     assert "| PI (linear) | 4 |" in report and "![perplexity" in report
+    # the evaluation text as scored (every row's chars), in the report, the table and the figure
+    assert {r.chars for r in res.rows} == {2048}
+    assert "- evaluation text: 2,048 characters scored per length" in report
+    assert "2,048 characters scored per length" in res.table(width=None)
+    from posenc.app.plots import extend_figure
+
+    assert "2,048 validation characters scored per length" in extend_figure(res)._suptitle.get_text()
 
 
 def test_same_seed_same_numbers_and_resume_reuses_the_base_model(corpus, result):

@@ -205,8 +205,9 @@ def test_extrapolation_figure_is_readable():
     fig = extrapolation_figure(_fake_result())
     (ax,) = content_axes(fig)
     title = fig._suptitle.get_text()
-    # the evaluation text is said; the corpus is named without its local path
-    assert "about 2,048 validation characters scored per length" in title
+    # the evaluation text as scored (the results' chars, not the eval_chars asked for); the corpus is
+    # named without its local path
+    assert "1,000 validation characters scored per length" in title and "2,048" not in title
     assert "Python 3.11.7 standard library, top-level *.py, 9,000 characters" in title
     assert "/usr/lib" not in title and "\n" in title and not ax.get_title()
     # log ticks are plain round numbers (5, 10, 20, ...), not 10^k with mantissas
@@ -274,3 +275,98 @@ def test_plot_without_matplotlib_says_that_nothing_is_written(tmp_path, monkeypa
         == "posenc plot: error: matplotlib is not installed (pip install 'posenc[cli]'); posenc plot draws with it\n"
     )
     assert not list(tmp_path.iterdir())
+
+
+def _inside_the_image(fig) -> None:
+    """Every title of ``fig`` (the figure's, each axes') lies inside the image once drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    titles = [t for t in [fig._suptitle, *(ax.title for ax in fig.axes)] if t is not None and t.get_text()]
+    assert titles
+    for text in titles:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, f"title cut off: {text.get_text()!r}"
+        assert box.y0 >= 0 and box.y1 <= fig.bbox.height, f"title cut off: {text.get_text()!r}"
+
+
+def test_thirteen_encodings_are_thirteen_distinct_lines_and_equal_ones_stay_visible():
+    config = StudyConfig(train_len=64, eval_lens=(64, 128, 256), eval_chars=2048)
+    names = [
+        "alibi", "fire", "kerple", "query_temperature", "mrope", "none", "relative_bias",
+        "transformer_xl", "rope", "shaw", "sinusoidal", "xpos", "learned",
+    ]  # fmt: skip
+    values = {name: [4.0 + i, 4.5 + i, 5.0 + 2 * i] for i, name in enumerate(names)}
+    values["rope"] = values["mrope"]  # M-RoPE on text is RoPE
+    values["none"] = values["query_temperature"]  # below its floor, Llama 4's temperature is NoPE
+    encodings = [
+        EncodingResult(
+            name,
+            "bias",
+            1,
+            1.0,
+            0.0,
+            0.0,
+            [
+                LengthResult(n, 1000, math.log(v), v)
+                for n, v in zip(config.eval_lens, values[name], strict=True)
+            ],
+        )
+        for name in names
+    ]
+    fig = extrapolation_figure(StudyResult(config, {"source": "x", "characters": 9}, encodings, {}))
+    (ax,) = content_axes(fig)
+    lines = [line for line in ax.lines if not line.get_label().startswith("_")]
+    assert len(lines) == 13
+    looks = [(line.get_color(), line.get_marker(), str(line.get_linestyle())) for line in lines]
+    assert len(set(looks)) == 13, looks
+    assert len({line.get_marker() for line in lines}) == 13  # no two alike even in grey print
+    # A line equal to one drawn before it says so, and is drawn over it hollow and dashed: both visible.
+    by_label = {line.get_label(): line for line in lines}
+    for copy, first in (("RoPE (= M-RoPE)", "M-RoPE"), ("NoPE (= query temperature)", "query temperature")):
+        over, under = by_label[copy], by_label[first]
+        assert list(over.get_ydata()) == list(under.get_ydata())
+        assert over.get_markerfacecolor() == "none" and over.get_zorder() > under.get_zorder()
+        assert over.get_linestyle() != under.get_linestyle() and over.get_color() != under.get_color()
+    _inside_the_image(fig)
+
+
+def test_extend_figure_title_is_inside_the_image_and_methods_differ_in_marker():
+    import json
+
+    from posenc.app.plots import extend_figure
+    from posenc.app.study import ExtendResult
+
+    committed = Path(__file__).resolve().parents[2] / "docs" / "extend" / "results.json"
+    result = ExtendResult.from_dict(json.loads(committed.read_text(encoding="utf-8")))
+    fig = extend_figure(result)
+    _inside_the_image(fig)
+    (ax,) = content_axes(fig)
+    zero_shot = [line for line in ax.lines if line.get_label().endswith("zero-shot")]
+    assert len(zero_shot) == len({r.method for r in result.rows})
+    assert len({line.get_marker() for line in zero_shot}) == len(zero_shot)
+
+
+@pytest.mark.parametrize("name", ["shaw", "transformer_xl"])
+def test_a_bias_shared_by_the_heads_is_one_panel_and_a_causal_model_masks_future_keys(name):
+    fig = encoding_figure(name, length=32, d_model=64, num_heads=8)
+    heat = [ax for ax in content_axes(fig) if ax.images]
+    curve = next(ax for ax in content_axes(fig) if not ax.images)
+    if name == "shaw":  # the paper's table is shared by the heads: one panel and one curve, said so
+        assert [ax.get_title() for ax in heat] == ["every head"]
+        assert [t.get_text() for t in curve.get_legend().get_texts()] == ["every head"]
+        assert "the same for all 8 heads" in fig.subfigs[0]._suptitle.get_text().replace("\n", " ")
+    else:  # one table per head: a panel each
+        assert [ax.get_title() for ax in heat] == [f"head {h}" for h in range(8)]
+    # the figure is of a causal model, as ALiBi's and T5's are: future keys are blank
+    shown = torch.as_tensor(heat[0].images[0].get_array().filled(math.nan), dtype=torch.float64)
+    future = torch.ones(32, 32, dtype=torch.bool).triu(1)
+    assert shown[future].isnan().all() and not shown[~future].isnan().any()
+    assert "future keys masked" in fig.subfigs[0]._suptitle.get_text().replace("\n", " ")
+
+
+def test_per_head_shaw_tables_are_drawn_per_head():
+    fig = encoding_figure("shaw(per_head=True)", length=16, d_model=64, num_heads=4)
+    assert [ax.get_title() for ax in content_axes(fig) if ax.images] == [f"head {h}" for h in range(4)]

@@ -680,3 +680,16 @@ def test_a_corpus_folder_never_reads_posenc_output(tmp_path):
     texts.mkdir()
     (texts / "a.txt").write_text("the user's own text", encoding="utf-8")
     assert Corpus.from_path(texts).text == "the user's own text"
+
+
+def test_the_characters_scored_at_lengths_that_do_not_divide_the_longest_are_said_as_a_range(text_file):
+    """A window of 24 fits once in a chunk of 32 (+1): that length scores fewer characters, and the
+    table says the range scored, not the --eval-chars asked for."""
+    from posenc.app.study.results import scored_per_length
+
+    settings = {**TINY, "eval_lens": (16, 24, 32), "eval_chars": 128}
+    result = run_study(text_file, "rope", progress=False, **settings)
+    chars = {r.eval_len: r.chars for r in result.encodings[0].lengths}
+    assert chars == {16: 128, 24: 96, 32: 128}  # 4 chunks of 32: 2 windows of 16, 1 of 24, 1 of 32
+    assert "96 to 128 characters scored per length" in result.table(width=None)
+    assert scored_per_length([], 16384) == "about 16,384 characters scored per length"  # nothing scored yet

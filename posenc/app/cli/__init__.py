@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: the arguments after the program name; ``None`` reads ``sys.argv[1:]``.
     """
+    # Without numpy (the `cli` extra brings it with matplotlib) torch warns at import that it
+    # cannot initialise NumPy; no command needs it except through matplotlib, which says so itself.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     parser = _build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # reported by the sub-command, so the message names it

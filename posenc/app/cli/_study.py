@@ -69,6 +69,7 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
 
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
     from ..study import ConfigError, StudyConfig, encoding_plan, run_study, split_specs
+    from ..study.extrapolate import check_corpus
     from ..study.parallel import main_process
     from ..study.specs import _check_specs
 
@@ -83,6 +84,7 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             specs = split_specs(_specs_text(args.encodings, "--encodings"))
         _check_specs(specs, config)
         corpus = _corpus(args)
+        check_corpus(corpus, config)  # its lengths too, before the plan is printed
         # ... then the folder: held by this run alone, its contents checked before anything is written.
         with _hold_out(args) as out:
             _check_out(out, args)
@@ -153,8 +155,10 @@ def _cmd_extend(args: argparse.Namespace) -> int:
         if args.model is not None and not Path(args.model).expanduser().is_file():
             raise _UsageError(f"--model {str(args.model)[:200]!r} is not a file")
         from ..study import run_extend
+        from ..study.extend import check_corpus
 
         corpus = _corpus(args)
+        check_corpus(corpus, config)  # its lengths too, before anything is printed
         # ... then the folder: held by this run alone, its contents checked before anything is written.
         with _hold_out(args) as out:
             _check_out(out, args)

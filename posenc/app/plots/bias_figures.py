@@ -40,7 +40,9 @@ def _bias_rows(pe: PositionalEncoding, num_heads: int, head_dim: int, size: int)
 
 
 def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: int, length: int) -> Figure:
-    causal = bool(getattr(pe, "causal", False))
+    # The picture is of a causal model (encoding_figure builds with causal=True): an encoding
+    # without a `causal` option of its own (Shaw, Transformer-XL) is masked as ALiBi and T5 are.
+    causal = bool(getattr(pe, "causal", True))
     buckets = _bucket_view(pe)
     if buckets is not None:
         # T5: an untrained table is noise; its structure is which bucket each distance falls in
@@ -68,7 +70,13 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
     row = row.float().expand(1, num_heads, 1, far + 1)[0, :, 0].flip(-1)  # index = distance
     row = row - row[:, :1]  # per-row constants cancel under softmax: show bias(d) - bias(0)
 
-    shown = 1 if buckets is not None else num_heads  # buckets are the same for every head
+    # Buckets are the same for every head, and so is a table the heads share (Shaw's, as in the
+    # paper): one panel and one curve then, not copies of it.
+    shared = buckets is not None or all(
+        torch.allclose(matrix[h], matrix[0], equal_nan=True) and torch.allclose(row[h], row[0])
+        for h in range(1, num_heads)
+    )
+    shown = 1 if shared else num_heads
     cols = min(4, shown)
     grid_rows = math.ceil(shown / cols)
     fig = _new_figure(3.0 * max(cols, 2) + 4.5, 2.9 * grid_rows + 0.6 + (0.6 if buckets is not None else 0))
@@ -83,7 +91,7 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
             ax.set_visible(False)
             continue
         image = ax.imshow(matrix[h].numpy(), cmap="magma", vmin=vmin, vmax=vmax, interpolation="nearest")
-        ax.set_title("every head" if buckets is not None else f"head {h}", fontsize=9)
+        ax.set_title("every head" if shared else f"head {h}", fontsize=9)
         ax.set_xlabel("key position", fontsize=8)
         ax.set_ylabel("query position", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -95,6 +103,8 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
             f"{name}: the bucket of each query-key pair (the table row it reads; training learns one value "
             f"per bucket and head){note}"
         )
+    elif shared and num_heads > 1:
+        title = f"{name}: bias matrix, the same for all {num_heads} heads (one shared table){note}"
     else:
         title = f"{name}: bias matrix per head{note}"
     title += " — future keys masked" if causal else ""
@@ -102,11 +112,11 @@ def _bias_figure(pe: PositionalEncoding, name: str, num_heads: int, head_dim: in
 
     ax = subfigs[1].subplots()
     # a content term of random initial tables is noise against distance: a few heads stay readable
-    for h in range(min(num_heads, 3) if content else shown):
+    for h in range(min(shown, 3) if content else shown):
         ax.plot(
             range(far + 1),
             row[h].numpy(),
-            label="every head" if buckets is not None else f"head {h}",
+            label="every head" if shared else f"head {h}",
             linewidth=1,
             drawstyle="steps-post" if buckets is not None else "default",
         )

@@ -24,11 +24,13 @@ __all__ = ["extend_figure", "extrapolation_figure", "plot_extend", "plot_extrapo
 def extrapolation_figure(result: StudyResult) -> Figure:
     """Perplexity against evaluation length, one line per encoding, the training length marked.
 
-    Encodings are named as people say them (T5 bias, NoPE, RoPE, ...); an encoding scored at
-    one length only (the learned table, which cannot run past its size) is drawn as a large
-    labelled diamond so it stays visible among the others; the lengths where a model cannot
-    run are marked with an ``x`` in a strip along the bottom of the plot. The title says the
-    training, the corpus (its name, never a local path) and how much text each length scores.
+    Encodings are named as people say them (T5 bias, NoPE, RoPE, ...), each in its own colour,
+    marker and line style; a line with the same numbers as one drawn before it (M-RoPE on text
+    is RoPE) is drawn dashed over it with open markers and ``(= RoPE)`` in the legend, so both
+    stay visible. An encoding scored at one length only (the learned table, which cannot run
+    past its size) is drawn as a large labelled diamond so it stays visible among the others;
+    the lengths where a model cannot run are marked with an ``x`` in a strip along the bottom
+    of the plot. The title says the training, the corpus (its name, never a local path) and how much text each length scored.
 
     Args:
         result: a :class:`~posenc.app.study.StudyResult` (from :func:`~posenc.app.study.run_study`).
@@ -47,16 +49,18 @@ def extrapolation_figure(result: StudyResult) -> Figure:
     bottom = min(values) if values else 1.0
     log_y = top / max(bottom, 1e-9) > 3.0  # a log scale only when the spread needs it
     any_failed = False
-    for enc in result.encodings:
+    drawn: dict[tuple[tuple[int, str], ...], str] = {}  # the points of each line drawn, by name
+    for i, enc in enumerate(result.encodings):
         ok = [(r.eval_len, r.perplexity) for r in enc.lengths if r.perplexity is not None]
         failed = [r.eval_len for r in enc.lengths if r.perplexity is None]
         name = display_name(enc.label)
         label = name + (f" (cannot run at {', '.join(map(str, failed))})" if failed else "")
-        color = None
+        color, marker, linestyle = _line_style(i)
         if len(ok) == 1:
             # one point among many at the same length: large, outlined and on top, with its name
-            (line,) = ax.plot(
+            ax.plot(
                 *zip(*ok, strict=True),
+                color=color,
                 marker="D",
                 markersize=9,
                 markeredgecolor="black",
@@ -64,7 +68,6 @@ def extrapolation_figure(result: StudyResult) -> Figure:
                 label=label,
                 zorder=5,
             )
-            color = line.get_color()
             ax.annotate(
                 name,
                 xy=ok[0],
@@ -75,8 +78,26 @@ def extrapolation_figure(result: StudyResult) -> Figure:
                 zorder=6,
             )
         elif ok:
-            (line,) = ax.plot(*zip(*ok, strict=True), marker="o", label=label)
-            color = line.get_color()
+            key = tuple((n, f"{p:.3f}") for n, p in ok)  # equal as the table shows them
+            same = drawn.get(key)
+            if same is None:
+                drawn[key] = name
+                ax.plot(*zip(*ok, strict=True), color=color, marker=marker, linestyle=linestyle, label=label)
+            else:
+                # the same numbers as a line already drawn (M-RoPE on text is RoPE): dashed, over
+                # it, with large open markers, so both stay visible, and said in the legend
+                ax.plot(
+                    *zip(*ok, strict=True),
+                    color=color,
+                    marker=marker,
+                    markersize=11,
+                    markerfacecolor="none",
+                    markeredgewidth=1.5,
+                    linestyle=(0, (4, 3)),
+                    linewidth=2.0,
+                    label=f"{label} (= {same})",
+                    zorder=3,
+                )
         if failed:
             any_failed = True
             ax.scatter(
@@ -115,14 +136,24 @@ def extrapolation_figure(result: StudyResult) -> Figure:
     # a figure title (not the axes'), so constrained layout keeps every line inside the image
     fig.suptitle(
         f"Train short, test long: {config.steps} steps at length {config.train_len}\n"
-        f"corpus: {_corpus_label(result.corpus)}; about {config.eval_chars:,} validation characters "
-        "scored per length",
+        f"corpus: {_corpus_label(result.corpus)}; {result.scored().replace('characters', 'validation characters', 1)}",
         fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)
     # outside the axes, so it covers neither the lines nor the training-length label
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig
+
+
+#: Line markers in drawing order: with the ten colours of matplotlib's cycle, no two of up to
+#: 13 lines look alike (past ten, the colours come back with another line style and marker).
+_MARKERS = ("o", "s", "^", "v", "P", "X", "*", "<", ">", "h", "p", "d", "8")
+_LINESTYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
+
+
+def _line_style(i: int) -> tuple[str, str, Any]:
+    """``(colour, marker, line style)`` of the ``i``-th line of a figure."""
+    return f"C{i % 10}", _MARKERS[i % len(_MARKERS)], _LINESTYLES[(i // 10) % len(_LINESTYLES)]
 
 
 def _train_length_mark(ax: Any, train_len: int) -> None:
@@ -185,8 +216,8 @@ def plot_extrapolation(result: StudyResult, path: str | Path) -> Path:
 def extend_figure(result: ExtendResult) -> Figure:
     """Perplexity against evaluation length per context-extension method (:func:`~posenc.app.study.run_extend`).
 
-    One colour per method; zero-shot dashed with open markers, fine-tuned solid with filled
-    markers; baselines (ALiBi, NoPE) in grey tones; the training length marked.
+    One colour and marker per method; zero-shot dashed with open markers, fine-tuned solid with
+    filled markers; the training length marked; the title (two lines) says the run.
 
     Args:
         result: an :class:`~posenc.app.study.ExtendResult`.
@@ -201,8 +232,9 @@ def extend_figure(result: ExtendResult) -> Figure:
     config = result.config
     lens = list(config.eval_lens)
     methods = list(dict.fromkeys(r.method for r in result.rows))
-    colors = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    styles = {m: _line_style(i) for i, m in enumerate(methods)}
     for method in methods:
+        color, marker, _ = styles[method]
         for steps in sorted({r.finetune_steps for r in result.rows if r.method == method}):
             points = sorted(
                 (r.eval_len, r.perplexity)
@@ -212,10 +244,10 @@ def extend_figure(result: ExtendResult) -> Figure:
             name = DISPLAY_NAMES.get(method, method)
             ax.plot(
                 *zip(*points, strict=True),
-                color=colors[method],
+                color=color,
                 linestyle="-" if steps else "--",
-                marker="o",
-                markerfacecolor=colors[method] if steps else "white",
+                marker=marker,
+                markerfacecolor=color if steps else "white",
                 label=f"{name}, {steps} fine-tuning steps" if steps else f"{name}, zero-shot",
             )
     _train_length_mark(ax, config.train_len)
@@ -225,10 +257,11 @@ def extend_figure(result: ExtendResult) -> Figure:
     ax.set_xlabel("evaluation length (characters)")
     ax.set_ylabel("validation perplexity per character")
     tuned = f", then {config.finetune_steps} steps at {lens[-1]}" if config.finetune_steps else ""
-    ax.set_title(
-        f"Context extension of RoPE: {config.steps} steps at length {config.train_len}{tuned}; "
-        f"factor {config.scale_factor:g}; ~{config.eval_chars:,} eval characters per length",
-        fontsize=9,
+    # a figure title (not the axes'), in two lines: constrained layout keeps it inside the image
+    fig.suptitle(
+        f"Context extension of RoPE: {config.steps} steps at length {config.train_len}{tuned}\n"
+        f"factor {config.scale_factor:g}; {result.scored().replace('characters', 'validation characters', 1)}",
+        fontsize=10,
     )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))

@@ -54,7 +54,9 @@ from .outdir import hold, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .training import (
     _check_specs,
+    _checked_split,
     _corpus_info,
+    _corpus_summary,
     _deterministic,
     _eval_chunks,
     _evaluate,
@@ -199,23 +201,13 @@ def run_extend(
     corpus = Corpus.standard_library() if corpus is None else corpus
 
     start = time.perf_counter()
-    train_text, val_text = corpus.split()
+    train_text, val_text = check_corpus(corpus, config)
+    longest = config.eval_lens[-1]
     vocab = _Vocabulary(corpus.text) if loaded is None else _LoadedVocabulary(loaded[1], corpus)
     train_ids, val_ids = vocab.encode(train_text), vocab.encode(val_text)
-    longest = config.eval_lens[-1]
-    if train_ids.numel() < longest + 2:
-        raise ConfigError(
-            f"corpus: the training text has {train_ids.numel()} characters; fine-tuning at length {longest} "
-            f"needs at least {longest + 2}",
-            argument="corpus",
-        )
     chunks = _eval_chunks(val_ids, config)
     corpus_info = _corpus_info(corpus, train_text, val_text, vocab)
-    summary = (
-        f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
-        f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
-        f"{config.eval_chars:,} characters per length"
-    )
+    summary = _corpus_summary(corpus, train_text, val_text, vocab, config)
     meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"]}
     # Every option is checked: now the folder, held by this run alone (the process that spawns
     # the ranks, or rank 0 under torchrun), and what it holds, before anything is written there.
@@ -274,6 +266,16 @@ def run_extend(
                 start,
                 previous,
             )
+
+
+def check_corpus(corpus: Corpus, config: ExtendConfig) -> tuple[str, str]:
+    """``corpus.split()`` (training, validation text), or a ConfigError when either is too short for ``config``.
+
+    The training text is read at the longest length when fine-tuning. Lengths only, so
+    ``posenc extend`` checks it before it prints anything.
+    """
+    longest = config.eval_lens[-1]
+    return _checked_split(corpus, config, longest, f"fine-tuning at length {longest}")
 
 
 def _check_baselines(config: ExtendConfig) -> list[tuple[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import atomic_write
-from .results import format_table, wrap
+from .results import format_table, scored_per_length, wrap
 
 __all__ = ["DISPLAY_NAMES", "ExtendResult", "ExtendRow"]
 
@@ -96,13 +96,16 @@ class ExtendResult:
             body.append(cells)
         title = (
             f"validation perplexity per character (lower is better); * = training length {self.config.train_len}; "
-            f"tuned = fine-tuning steps at length {lens[-1]}; about {self.config.eval_chars:,} characters scored "
-            "per length"
+            f"tuned = fine-tuning steps at length {lens[-1]}; {self.scored()}"
         )
         lines = [*wrap(title, width), *format_table(header, body, keep=2, width=width)]
         if self.pending:
             lines += wrap(f"not yet run: {', '.join(self.pending)}", width, indent="  ")
         return "\n".join(lines)
+
+    def scored(self) -> str:
+        """How many validation characters each length scored, from the rows (not the setting)."""
+        return scored_per_length([r.chars for r in self.rows], self.config.eval_chars)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: ``config``, ``corpus``, ``environment``, ``methods``, ``base``, ``results``."""
@@ -198,7 +201,7 @@ class ExtendResult:
         lines.append(
             f"- corpus: {self.corpus.get('source')} ({self.corpus.get('characters', 0):,} characters)"
         )
-        lines.append(f"- evaluation text: about {c.eval_chars:,} characters per length")
+        lines.append(f"- evaluation text: {self.scored()}")
         config = ", ".join(f"{k}={v}" for k, v in asdict(c).items() if k not in ("methods", "baselines"))
         lines.append(f"- config: {config}")
         env = self.environment

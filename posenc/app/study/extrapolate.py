@@ -29,7 +29,9 @@ from .plan import default_encodings
 from .results import EncodingResult, StudyResult
 from .training import (
     _check_specs,
+    _checked_split,
     _corpus_info,
+    _corpus_summary,
     _deterministic,
     _eval_chunks,
     _evaluate,
@@ -105,6 +107,7 @@ def run_study(
         corpus = Corpus.standard_library()
     elif isinstance(corpus, (str, Path)):  # never the output folder, even when it lies inside
         corpus = Corpus.from_path(corpus, exclude=() if out_dir is None else (out_dir,))
+    train_text, val_text = check_corpus(corpus, config)
     # Every option is checked: now the folder, held by this run alone (the process that spawns
     # the ranks, or rank 0 under torchrun; a spawned rank runs inside its parent's hold).
     with contextlib.ExitStack() as stack:
@@ -112,11 +115,21 @@ def run_study(
         if out_dir is not None:
             lock = main_process() and not (dist.is_available() and dist.is_initialized())
             out = stack.enter_context(hold(out_dir, lock=lock))
-        return _study(corpus, specs, config, out, out_dir, resume, progress, log)
+        return _study(corpus, train_text, val_text, specs, config, out, out_dir, resume, progress, log)
+
+
+def check_corpus(corpus: Corpus, config: StudyConfig) -> tuple[str, str]:
+    """``corpus.split()`` (training, validation text), or a ConfigError when either is too short for ``config``.
+
+    Lengths only, so ``posenc extrapolate`` checks it before it prints its plan.
+    """
+    return _checked_split(corpus, config, config.train_len, f"train_len={config.train_len}")
 
 
 def _study(
     corpus: Corpus,
+    train_text: str,
+    val_text: str,
     specs: list[tuple[str, Any]],
     config: StudyConfig,
     out: Path | None,
@@ -128,15 +141,8 @@ def _study(
     """:func:`run_study` once its options are checked and its folder is held."""
     device = torch.device(config.device)
 
-    train_text, val_text = corpus.split()
     vocab = _Vocabulary(corpus.text)
     train_ids, val_ids = vocab.encode(train_text), vocab.encode(val_text)
-    if train_ids.numel() < config.train_len + 2:
-        raise ConfigError(
-            f"corpus: the training text has {train_ids.numel()} characters; train_len={config.train_len} needs at "
-            f"least {config.train_len + 2}",
-            argument="corpus",
-        )
     chunks = _eval_chunks(val_ids, config)
     corpus_info = _corpus_info(corpus, train_text, val_text, vocab)
     done = _resumable(out, config, corpus_info) if resume and out is not None else {}
@@ -165,9 +171,7 @@ def _study(
             device = parallel.device
         say = log if log is not None and main else (lambda line: None)
         say(
-            f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
-            f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: about "
-            f"{config.eval_chars:,} characters per length"
+            _corpus_summary(corpus, train_text, val_text, vocab, config)
             + ("" if parallel is None else f"; {parallel.world_size} processes, DDP")
         )
         if kept:

@@ -56,6 +56,19 @@ def display_name(label: str) -> str:
     return f"{shown} ({rest[:-1]})" if rest.endswith(")") and rest[:-1].strip() else shown
 
 
+def scored_per_length(chars: list[int], asked: int) -> str:
+    """What a table, figure or log says of the evaluation text: the characters each length scores.
+
+    ``chars`` are the counts actually scored (one per length, or per result); ``asked`` the
+    ``eval_chars`` setting, said only when nothing was scored yet.
+    """
+    if not chars:
+        return f"about {asked:,} characters scored per length"
+    low, high = min(chars), max(chars)
+    counts = f"{high:,}" if low == high else f"{low:,} to {high:,}"
+    return f"{counts} characters scored per length"
+
+
 def format_table(
     header: list[str], rows: list[list[str]], *, keep: int = 1, width: int | None = 80
 ) -> list[str]:
@@ -180,7 +193,7 @@ class StudyResult:
             rows.append(row)
         title = (
             f"validation perplexity per character (lower is better); trained at length {self.config.train_len} "
-            f"for {self.config.steps} steps; about {self.config.eval_chars:,} characters scored per length"
+            f"for {self.config.steps} steps; {self.scored()}"
         )
         out = wrap(title, width)
         out += format_table(headers, rows, width=width)
@@ -189,6 +202,10 @@ class StudyResult:
         if self.pending:
             out += wrap(f"not yet run: {', '.join(self.pending)}", width, indent="  ")
         return "\n".join(out)
+
+    def scored(self) -> str:
+        """How many validation characters each length scored, from the results (not the setting)."""
+        return scored_per_length([r.chars for e in self.encodings for r in e.lengths], self.config.eval_chars)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-ready data."""

@@ -193,6 +193,56 @@ def _corpus_info(corpus: Corpus, train_text: str, val_text: str, vocab: _Vocabul
     }
 
 
+def _checked_split(corpus: Corpus, config: StudyConfig, train_len: int, purpose: str) -> tuple[str, str]:
+    """``corpus.split()``, refused (a ConfigError) when a text is too short for the run.
+
+    The training text needs windows of ``train_len`` (``purpose`` says what for), the
+    validation text one evaluation chunk of the longest length. Lengths only: cheap enough to
+    check before anything else is printed or written.
+    """
+    train_text, val_text = corpus.split()
+    if len(train_text) < train_len + 2:
+        raise ConfigError(
+            f"corpus: the training text has {len(train_text)} characters; {purpose} needs at least {train_len + 2}",
+            argument="corpus",
+        )
+    longest = config.eval_lens[-1]
+    if len(val_text) < longest + 1:
+        raise ConfigError(
+            f"eval_lens: the validation text has {len(val_text)} characters but length {longest} needs at least "
+            f"{longest + 1}; use a larger corpus or shorter evaluation lengths",
+            argument="eval_lens",
+        )
+    return train_text, val_text
+
+
+def _chunk_count(val_chars: int, config: StudyConfig) -> int:
+    """How many evaluation chunks of the longest length: ``eval_chars`` asks, the validation text caps."""
+    longest = config.eval_lens[-1]
+    return max(1, min(config.eval_chars // longest, (val_chars - 1) // longest))
+
+
+def _corpus_summary(
+    corpus: Corpus, train_text: str, val_text: str, vocab: _Vocabulary, config: StudyConfig
+) -> str:
+    """The log line on the corpus and the evaluation text, with the characters each length will score."""
+    from .results import scored_per_length
+
+    n, longest = _chunk_count(len(val_text), config), config.eval_lens[-1]
+    scored = scored_per_length([n * (longest // length) * length for length in config.eval_lens], 0)
+    capped = n < config.eval_chars // longest
+    return (
+        f"corpus: {corpus.source}: {len(corpus.text):,} characters ({len(train_text):,} train, "
+        f"{len(val_text):,} validation), {len(vocab.chars)} distinct; evaluation: {scored}"
+        + (
+            f" (fewer than the {config.eval_chars:,} asked for: {n} whole windows of {longest} fit in the "
+            "validation text)"
+            if capped
+            else ""
+        )
+    )
+
+
 def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
     """``(n, longest + 1)`` chunks of validation ids, spread evenly over the validation text."""
     longest = config.eval_lens[-1]
@@ -203,7 +253,7 @@ def _eval_chunks(val_ids: torch.Tensor, config: StudyConfig) -> torch.Tensor:
             f"{span}; use a larger corpus or shorter evaluation lengths",
             argument="eval_lens",
         )
-    n = max(1, min(config.eval_chars // longest, (val_ids.numel() - 1) // longest))
+    n = _chunk_count(val_ids.numel(), config)
     last_start = val_ids.numel() - span
     starts = [round(i * last_start / max(1, n - 1)) if n > 1 else 0 for i in range(n)]
     return torch.stack([val_ids[s : s + span] for s in starts])
