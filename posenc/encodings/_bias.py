@@ -16,17 +16,18 @@ Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor
 
 from .._compat import precise_dtype
-from .._positions import check_bias_qk, check_scores
+from .._positions import check_bias_qk, check_qk, check_scores
 from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
 from ..functional.relative import position_indexer, toeplitz_by_distance
+from ..functional.shaw import clipped_distance_index
 
-__all__ = ["PositionBias", "PositionBiasState"]
+__all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
 
 #: ``(q_pos, k_pos, head) -> bias`` on broadcastable integer tensors (0-d inside a score_mod).
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -171,3 +172,87 @@ class PositionBias(PositionalEncoding):
         )
         compute = precise_dtype(scores)
         return (scores.to(compute) + cast(PositionBiasState, state).bias(compute)).to(scores.dtype)
+
+
+class ContentBiasState(PositionState):
+    """The state of a bias that reads the queries through a table over distances (Shaw, Transformer-XL).
+
+    The term ``q_i · a(k_pos - q_pos)`` is computed once per distinct distance, ``(b, h, tq, n)``,
+    then read per (query, key) pair at row ``clamp(k_pos - q_pos, lo, hi) - lo``: a gather, or inside
+    FlexAttention's kernel. Never ``(b, h, tq, tk, dh)``. A subclass gives the rows
+    (:meth:`_window`) and the term per row (:meth:`_per_distance`).
+    """
+
+    encoding: Any  # ShawRelative or RelPosXL: num_heads, head_dim
+
+    def _window(self) -> tuple[int, int]:
+        """``(lo, hi)``: the smallest and largest distance ``k_pos - q_pos`` the table holds."""
+        raise NotImplementedError
+
+    def _per_distance(self, q: Tensor, k: Tensor, lo: int, n: int) -> tuple[Tensor, Tensor | None]:
+        """``(b, h, tq, n)`` at distances ``lo .. lo + n - 1``, and a key term ``(b, h, 1, tk)`` or ``None``."""
+        raise NotImplementedError
+
+    def _check(self, q: Tensor, k: Tensor) -> None:
+        check_qk(q, k, head_dim=self.encoding.head_dim)
+        if self.bias_heads is not None:
+            check_bias_qk(q, k, self.bias_heads)
+        self._check_lengths(q.shape[-2], k.shape[-2])
+
+    def _check_lengths(self, tq: int, tk: int) -> None:
+        if (tq, tk) != (self.q_len, self.k_len):
+            raise ValueError(
+                f"got {tq} queries and {tk} keys, but this {type(self).__name__} was prepared "
+                f"for {self.q_len} queries and {self.k_len} keys"
+            )
+
+    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None, int, int]:
+        self._check(q, k)
+        lo, hi = self._window()
+        return (*self._per_distance(q, k, lo, hi - lo + 1), lo, hi)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """The term for every (query, key) pair, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys.
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
+        per_distance, key_term, lo, hi = self._terms(q, k)
+        index = clipped_distance_index(
+            _rows(self.q_positions), _rows(self.k_positions), -lo, hi
+        )  # (1|b, tq, tk)
+        _, h, tq, n = per_distance.shape
+        b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
+        bias = per_distance.expand(b, h, tq, n).gather(
+            -1, index.unsqueeze(1).expand(b, h, tq, index.shape[-1])
+        )
+        return bias if key_term is None else bias.add_(key_term)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the same term, read from ``(b, h, tq, n)`` (and ``(b, h, tk)``)."""
+        per_distance, key_term, lo, hi = self._terms(q, k)
+        b, h, tq, n = per_distance.shape
+        flat = per_distance.reshape(-1)
+        keys = None if key_term is None else key_term.expand(b, h, 1, -1).reshape(-1)
+        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
+        heads, rows, width, tk, low, high = (
+            per_distance.new_full((), x, dtype=torch.long) for x in (h, tq, n, k.shape[-2], lo, hi)
+        )
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        one_batch = b == 1
+
+        def by_distance_score_mod(
+            score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), low, high) - low
+            bh = (torch.zeros_like(bi) if one_batch else bi) * heads + head
+            term = flat[(bh * rows + q_idx) * width + row]
+            if keys is not None:
+                term = term + keys[bh * tk + kv_idx]
+            return score + term.to(score.dtype)
+
+        return by_distance_score_mod
