@@ -47,19 +47,8 @@ class PositionBiasState(PositionState):
 
     encoding: PositionBias
 
-    def __init__(
-        self,
-        encoding: PositionBias,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        form: BiasForm = "key" if encoding.key_only else "full"
-        super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
-        self.table = encoding.prepare_table()
-        self.bias_scratch = encoding.bias_scratch
+    #: T5's per-distance table, looked up once per forward (``None`` for the others).
+    table: Tensor | None = None
 
     @property
     def bias_heads(self) -> int | None:
@@ -134,10 +123,18 @@ class PositionBias(PositionalEncoding):
     #: Float temporaries per (query, key) pair beyond the bias (see :class:`~posenc.PositionState`).
     bias_scratch: int = 0
 
-    @property
-    def key_only(self) -> bool:
-        """Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only)."""
-        return False
+    #: Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only).
+    key_only: bool = False
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> PositionState:
+        form: BiasForm = "key" if self.key_only else "full"
+        state = PositionBiasState(
+            self, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form
+        )
+        state.table, state.bias_scratch = self.prepare_table(), self.bias_scratch
+        return state
 
     def prepare_table(self) -> Tensor | None:
         """What the state computes once per forward for :meth:`bias_fn` (T5's table), or ``None``."""
@@ -193,11 +190,13 @@ class ContentBiasState(PositionState):
         """``(b, h, tq, n)`` at distances ``lo .. lo + n - 1``, and a key term ``(b, h, 1, tk)`` or ``None``."""
         raise NotImplementedError
 
-    def _check(self, q: Tensor, k: Tensor) -> None:
+    def _check(self, q: Tensor, k: Tensor) -> tuple[int, int]:
+        """Check ``q`` and ``k`` against the encoding and the state; the :meth:`_window`."""
         check_qk(q, k, head_dim=self.encoding.head_dim)
         if self.bias_heads is not None:
             check_bias_qk(q, k, self.bias_heads)
         self._check_lengths(q.shape[-2], k.shape[-2])
+        return self._window()
 
     def _check_lengths(self, tq: int, tk: int) -> None:
         if (tq, tk) != (self.q_len, self.k_len):
@@ -207,8 +206,7 @@ class ContentBiasState(PositionState):
             )
 
     def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None, int, int]:
-        self._check(q, k)
-        lo, hi = self._window()
+        lo, hi = self._check(q, k)
         return (*self._per_distance(q, k, lo, hi - lo + 1), lo, hi)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:

@@ -148,9 +148,11 @@ class ShawRelative(PositionalEncoding):
         if max_distance_right is not None:
             check_int("max_distance_right", max_distance_right, minimum=0)
         self.max_distance_right = max_distance_right
-        if num_heads is not None:
-            check_positive_int("num_heads", num_heads)
-        self.num_heads = num_heads
+        #: The clip for keys after the query (``max_distance_right``, else ``max_distance``).
+        self.right = max_distance if max_distance_right is None else max_distance_right
+        #: ``n = max_distance + right + 1`` rows per table.
+        self.num_distances = max_distance + self.right + 1
+        self.num_heads = None if num_heads is None else check_positive_int("num_heads", num_heads)
         self.per_head = check_bool("per_head", per_head)
         self.values = check_bool("values", values)
         if per_head and num_heads is None:
@@ -161,16 +163,6 @@ class ShawRelative(PositionalEncoding):
             nn.Embedding(self.num_distances, width, device=device, dtype=dtype) if values else None
         )
         self.reset_parameters()
-
-    @property
-    def right(self) -> int:
-        """The clip for keys after the query (``max_distance_right``, else ``max_distance``)."""
-        return self.max_distance if self.max_distance_right is None else self.max_distance_right
-
-    @property
-    def num_distances(self) -> int:
-        """``n = max_distance + right + 1`` rows per table."""
-        return self.max_distance + self.right + 1
 
     def reset_parameters(self) -> None:
         """N(0, 1) rows, as ``nn.Embedding`` and the seed's ``torch.randn`` table."""
