@@ -1,4 +1,5 @@
-"""The one path of the biases that are a function of positions and head: ALiBi, T5, KERPLE, FIRE.
+"""The shared paths of the attention biases: one for a function of positions and head (ALiBi, T5,
+KERPLE, FIRE), one for a query term read by distance (Shaw's relative keys, Transformer-XL).
 
 Each of these encodings writes its formula once, :meth:`PositionBias.bias_fn`: a function of
 broadcastable integer query positions, key positions and head indices. :class:`PositionBiasState`
@@ -9,6 +10,9 @@ applies it in every form the attention asks for:
 * dense: ``(1|b, h, tq, tk)`` for explicit positions;
 * key-only: ``(1|b, h, 1, tk)``, the dense form at the largest query position (causal ALiBi);
 * FlexAttention's ``score_mod``: the function on 0-d tensors, inside the kernel.
+
+:class:`ContentBiasState` computes a term per distinct distance ``(b, h, tq, n)`` from the queries
+and reads it per (query, key) pair, by a gather or inside a ``score_mod``.
 
 Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys.
 """
@@ -190,13 +194,12 @@ class ContentBiasState(PositionState):
         """``(b, h, tq, n)`` at distances ``lo .. lo + n - 1``, and a key term ``(b, h, 1, tk)`` or ``None``."""
         raise NotImplementedError
 
-    def _check(self, q: Tensor, k: Tensor) -> tuple[int, int]:
-        """Check ``q`` and ``k`` against the encoding and the state; the :meth:`_window`."""
+    def _check(self, q: Tensor, k: Tensor) -> None:
+        """Check ``q`` and ``k`` against the encoding and the state."""
         check_qk(q, k, head_dim=self.encoding.head_dim)
         if self.bias_heads is not None:
             check_bias_qk(q, k, self.bias_heads)
         self._check_lengths(q.shape[-2], k.shape[-2])
-        return self._window()
 
     def _check_lengths(self, tq: int, tk: int) -> None:
         if (tq, tk) != (self.q_len, self.k_len):
@@ -206,7 +209,9 @@ class ContentBiasState(PositionState):
             )
 
     def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None, int, int]:
-        lo, hi = self._check(q, k)
+        """``(per_distance, key_term, lo, hi)`` for checked ``q`` and ``k``."""
+        self._check(q, k)
+        lo, hi = self._window()
         return (*self._per_distance(q, k, lo, hi - lo + 1), lo, hi)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
@@ -220,9 +225,8 @@ class ContentBiasState(PositionState):
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
         per_distance, key_term, lo, hi = self._terms(q, k)
-        index = clipped_distance_index(
-            _rows(self.q_positions), _rows(self.k_positions), -lo, hi
-        )  # (1|b, tq, tk)
+        # the row of each (query, key) pair: (1|b, tq, tk)
+        index = clipped_distance_index(_rows(self.q_positions), _rows(self.k_positions), -lo, hi)
         _, h, tq, n = per_distance.shape
         b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
         bias = per_distance.expand(b, h, tq, n).gather(
