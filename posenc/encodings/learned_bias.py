@@ -178,19 +178,22 @@ class FIRE(PositionBias):
         normaliser = torch.maximum(q_pos.to(dtype), self.threshold.to(dtype))
         return torch.log1p((c * distance).abs()) / (torch.log1p((c * normaliser).abs()) + self.eps)
 
+    def _weights(self, dtype: torch.dtype) -> list[Tensor]:
+        """The MLP's ``w1 (w,)``, ``b1 (w,)``, ``w2 (h, w)`` and ``b2 (h,)``, in ``dtype``."""
+        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        return [t.to(dtype) for t in (first.weight.view(-1), first.bias, last.weight, last.bias)]
+
     def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
         x = self.normalized_distance(q_pos, k_pos, dtype)  # (1|b, tq, tk)
-        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        hidden = torch.relu(x.unsqueeze(-1) * first.weight.to(dtype).view(-1) + first.bias.to(dtype))
+        w1, b1, w2, b2 = self._weights(dtype)
+        hidden = torch.relu(x.unsqueeze(-1) * w1 + b1)  # (1|b, tq, tk, w)
         # outside autocast: the bias is float32 or better whatever the inputs (as every bias here)
-        out = matmul_outside_autocast(hidden, last.weight.to(dtype).t()) + last.bias.to(dtype)
+        out = matmul_outside_autocast(hidden, w2.t()) + b2
         return out.movedim(-1, 1).contiguous()  # (1|b, tq, tk, h) -> heads outermost
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         # The score_mod's form: scalar ops only (FlexAttention calls it per score).
-        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        w1, b1 = first.weight.to(dtype).view(-1), first.bias.to(dtype)
-        w2, b2 = last.weight.to(dtype), last.bias.to(dtype)
+        w1, b1, w2, b2 = self._weights(dtype)
 
         def mlp(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
             x = self.normalized_distance(q, k, dtype)
