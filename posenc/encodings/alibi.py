@@ -2,104 +2,17 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_num_heads, check_positive_int
-from .._compat import precise_dtype
-from .._positions import check_bias_qk, check_scores
-from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
-from ..functional.alibi import alibi_bias, alibi_key_only_bias, alibi_slopes, check_alibi_options, linear_bias
-from ..functional.relative import position_indexer, toeplitz_by_distance
+from ..functional.alibi import alibi_slopes, check_alibi_options, linear_bias
+from ._bias import BiasFn, PositionBias
 
-__all__ = ["ALiBi", "ALiBiState"]
+__all__ = ["ALiBi", "FalconALiBi"]
 
 
-class ALiBiState(PositionState):
-    """ALiBi's position state for one forward: the slopes and positions every layer reuses.
-
-    Causal ALiBi has the key-only bias form (``bias_form == "key"``); with default positions the
-    bias is also a function of the distance alone, which :func:`posenc.attention` reads from a
-    ``(h, tq + tk - 1)`` vector (:meth:`bias_by_distance`) in the paper's exact form.
-    """
-
-    encoding: ALiBi
-
-    def __init__(
-        self,
-        encoding: ALiBi,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        form: BiasForm = "key" if encoding.causal else "full"
-        super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form)
-
-    @property
-    def bias_heads(self) -> int | None:
-        return self.encoding.num_heads
-
-    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
-        distances = self.distances()
-        if distances is None:
-            return None
-        # Causal: m * (k - q), the paper's form (positive past the diagonal, where the causal
-        # mask applies); bidirectional: -m * |k - q|.
-        return linear_bias(
-            self.encoding._slopes(dtype).unsqueeze(-1), distances, symmetric=not self.encoding.causal
-        )
-
-    def full_bias(self, dtype: torch.dtype) -> Tensor:
-        """The ``(1|b, h, tq, tk)`` bias: ``-m * (q - k)`` when causal, else ``-m * |q - k|``."""
-        values = self.bias_by_distance(dtype)
-        if values is not None:
-            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
-        slopes = self.encoding._slopes(dtype)
-        return alibi_bias(slopes, self.q_positions, self.k_positions, symmetric=not self.encoding.causal)
-
-    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """The smallest exact form of the bias (see the table in :class:`ALiBi`'s docstring).
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-
-        Returns:
-            causal: the key-only form ``m * (k_pos - max(q_pos))``, ``(1, h, 1, tk)`` or, with
-            ``(b, t)`` positions, ``(b, h, 1, tk)`` — exact under softmax with a causal mask.
-            Not causal: ``-m * |q_pos - k_pos|``, ``(1|b, h, tq, tk)``. Float32 (float64 for
-            float64 ``q``).
-        """
-        check_bias_qk(q, k, self.encoding.num_heads)
-        dtype = precise_dtype(q)
-        if self.encoding.causal:
-            return alibi_key_only_bias(self.encoding._slopes(dtype), self.q_positions, self.k_positions)
-        return self.full_bias(dtype)
-
-    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the full bias inside the kernel.
-
-        Causal: ``score - m[h] * (q_pos[q_idx] - k_pos[kv_idx])``; not causal:
-        ``score - m[h] * |q_pos[q_idx] - k_pos[kv_idx]|``. Nothing of size ``(h, tq, tk)`` is
-        stored; the causal mask is the attention's, not part of the score_mod.
-        """
-        check_bias_qk(q, k, self.encoding.num_heads)
-        slopes = self.encoding._slopes(precise_dtype(q))
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
-        symmetric = not self.encoding.causal
-
-        def alibi_score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = k_pos(b, kv_idx) - q_pos(b, q_idx)
-            return score + linear_bias(slopes[h], distance, symmetric=symmetric).to(score.dtype)
-
-        return alibi_score_mod
-
-
-class ALiBi(PositionalEncoding):
+class ALiBi(PositionBias):
     """ALiBi: attention with linear biases, ``-m_h * distance`` added to the scores of head ``h``.
 
     From Press, Smith & Lewis (2022), "Train Short, Test Long: Attention with Linear Biases
@@ -148,9 +61,7 @@ class ALiBi(PositionalEncoding):
         scores = scores.masked_fill(~causal_mask, float("-inf"))
     """
 
-    kind = "bias"
     cache_names = ("slopes",)
-    state_class = ALiBiState
     slopes: Tensor
 
     def __init__(
@@ -162,11 +73,9 @@ class ALiBi(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        check_num_heads("num_heads", num_heads)
-        check_bool("causal", causal)
+        self.num_heads = check_num_heads("num_heads", num_heads)
+        self.causal = self.key_only = check_bool("causal", causal)
         check_alibi_options(num_heads, max_bias)
-        self.num_heads = num_heads
-        self.causal = causal
         self.max_bias = float(max_bias)
         self.register_buffer(
             "slopes", alibi_slopes(num_heads, self.max_bias, device=device), persistent=False
@@ -177,42 +86,17 @@ class ALiBi(PositionalEncoding):
         self.slopes = alibi_slopes(self.num_heads, self.max_bias, device=self.slopes.device)
 
     def _slopes(self, dtype: torch.dtype) -> Tensor:
-        # Every method reads its slopes here, so a subclass can rescale them in one place
-        # (posenc.hf.FalconALiBi does).
+        # Every form reads its slopes here, so a subclass can rescale them in one place (FalconALiBi does).
         if dtype == torch.float64:
             # Rounded once from float64, not widened from the float32 buffer.
             return alibi_slopes(self.num_heads, self.max_bias, dtype=torch.float64, device=self.slopes.device)
         return self.slopes
 
-    def forward(
-        self,
-        scores: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """Add the full bias to attention scores (the drop-in call).
-
-        Args:
-            scores: ``(b, h, tq, tk)`` attention scores.
-            q_positions, k_positions: as in :meth:`attention_bias`.
-
-        Returns:
-            ``(b, h, tq, tk)``: ``scores - m * (q_pos - k_pos)`` when causal (the paper's form;
-            positive past the diagonal, where the caller's causal mask applies), else
-            ``scores - m * |q_pos - k_pos|``. Added in float32 (float64 for float64 scores),
-            cast back to the scores' dtype.
-        """
-        check_scores(scores, self.num_heads)
-        compute = precise_dtype(scores)
-        b, _, tq, tk = scores.shape
-        state = cast(
-            ALiBiState,
-            self._own_state(
-                tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
-            ),
-        )
-        bias = state.full_bias(compute)
-        return (scores.to(compute) + bias).to(scores.dtype)
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
+        # Causal: m * (k - q), the paper's form (positive past the diagonal, where the causal mask
+        # applies); bidirectional: -m * |k - q|.
+        slopes, symmetric = self._slopes(dtype), not self.causal
+        return lambda q, k, h: linear_bias(slopes[h], k - q, symmetric=symmetric)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"

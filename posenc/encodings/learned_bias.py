@@ -2,125 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .._compat import precise_dtype
-from .._positions import check_bias_qk, check_scores
-from ..base import PositionalEncoding, PositionState, ScoreMod
-from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import matmul_outside_autocast
+from ._bias import BiasFn, PositionBias
 
-__all__ = ["FIRE", "KERPLE", "LearnedBiasState"]
-
-#: ``(q_position, k_position, head) -> bias`` on 0-d tensors, for a FlexAttention score_mod.
-ScalarBias = Callable[[Tensor, Tensor, Tensor], Tensor]
+__all__ = ["FIRE", "KERPLE"]
 
 #: KERPLE's parameters are clamped to at least this (the authors' code: 1e-2) so the kernels
 #: stay conditionally positive definite; the power exponent also to at most 2.
 KERPLE_EPS = 1e-2
 
 
-class LearnedBiasState(PositionState):
-    """The position state of a learned bias: positions, and the bias computed from them per call.
-
-    Every method reads the encoding's parameters at call time (so gradients reach them) and
-    works on any block of positions, so :meth:`narrow` (the base class's) serves the chunked path.
-    """
-
-    encoding: _LearnedBias
-
-    @property
-    def bias_heads(self) -> int | None:
-        return self.encoding.num_heads
-
-    @property
-    def bias_scratch(self) -> int:  # type: ignore[override]
-        # FIRE's MLP runs on every (query, key) pair: its input and hidden layer.
-        encoding = self.encoding
-        return 1 + encoding.mlp_width if isinstance(encoding, FIRE) else 0
-
-    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
-        if not isinstance(self.encoding, KERPLE):
-            return None  # FIRE also depends on the query position (its normaliser)
-        distances = self.distances()
-        if distances is None:
-            return None
-        return self.encoding.kernel(distances.abs(), dtype)  # (h, tq + tk - 1)
-
-    def bias(self, dtype: torch.dtype) -> Tensor:
-        """The ``(1|b, h, tq, tk)`` bias in ``dtype``."""
-        values = self.bias_by_distance(dtype)
-        if values is not None:
-            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
-        qp, kp = self.q_positions, self.k_positions
-        bias = self.encoding._bias(qp.unsqueeze(-1), kp.unsqueeze(-2), dtype)  # (h, tq, tk) or (b, h, ..)
-        return bias.unsqueeze(0) if bias.dim() == 3 else bias
-
-    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """The bias of every (query, key) pair: ``(1, h, tq, tk)`` (``(b, h, tq, tk)`` for ``(b, t)`` positions).
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-
-        Returns:
-            float32 (float64 for float64 ``q``), differentiable in the parameters.
-        """
-        check_bias_qk(q, k, self.encoding.num_heads)
-        return self.bias(precise_dtype(q))
-
-    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
-        """A FlexAttention ``score_mod`` computing the same bias per score inside the kernel."""
-        check_bias_qk(q, k, self.encoding.num_heads)
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
-        scalar = self.encoding._scalar_bias(precise_dtype(q))
-
-        def learned_bias_score_mod(
-            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            return score + scalar(q_pos(b, q_idx), k_pos(b, kv_idx), h).to(score.dtype)
-
-        return learned_bias_score_mod
-
-
-class _LearnedBias(PositionalEncoding):
-    """Shared base of :class:`KERPLE` and :class:`FIRE`: each defines ``_bias`` and ``_scalar_bias``,
-    and :class:`LearnedBiasState` (its :attr:`state_class`) writes the hooks with them."""
-
-    kind = "bias"
-    state_class = LearnedBiasState
-    num_heads: int
-    causal: bool
-
-    def _bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        """``(h, ...)`` bias for broadcastable integer positions ``q_pos`` ``(.., tq, 1)``, ``k_pos`` ``(.., 1, tk)``."""
-        raise NotImplementedError
-
-    def _scalar_bias(self, dtype: torch.dtype) -> ScalarBias:
-        raise NotImplementedError
-
-    def forward(
-        self, scores: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
-    ) -> Tensor:
-        """Add the bias to attention scores ``(b, h, tq, tk)`` (the drop-in call); the scores' dtype."""
-        check_scores(scores, self.num_heads)
-        b, _, tq, tk = scores.shape
-        state = cast(
-            LearnedBiasState,
-            self._own_state(
-                tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
-            ),
-        )
-        compute = precise_dtype(scores)
-        return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
-
-
-class KERPLE(_LearnedBias):
+class KERPLE(PositionBias):
     """KERPLE: a kernelised relative bias with two learned parameters per head.
 
     Chi, Fan, Ramadge & Rudnicky (2022), "KERPLE: Kernelized Relative Positional Embedding for
@@ -173,37 +71,24 @@ class KERPLE(_LearnedBias):
             self.r1.uniform_(0.0, scale1)
             self.r2.uniform_(0.0, scale2)
 
-    def kernel(self, distance: Tensor, dtype: torch.dtype) -> Tensor:
-        """The bias at non-negative distances ``(...)``: ``(h, ...)`` in ``dtype``, differentiable."""
-        shape = (-1,) + (1,) * distance.dim()
-        r1 = self.r1.to(dtype).clamp(min=KERPLE_EPS).view(shape)
-        d = distance.to(dtype)
-        if self.kind_name == "log":
-            r2 = self.r2.to(dtype).clamp(min=KERPLE_EPS).view(shape)
-            return -r1 * torch.log1p(r2 * d)
-        r2 = self.r2.to(dtype).clamp(KERPLE_EPS, 2.0).view(shape)
-        return -r1 * d.pow(r2)
-
-    def _bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        bias = self.kernel((k_pos - q_pos).abs(), dtype)  # (h, tq, tk) or (h, b, tq, tk)
-        return bias.transpose(0, 1) if bias.dim() == 4 else bias
-
-    def _scalar_bias(self, dtype: torch.dtype) -> ScalarBias:
-        r1 = self.r1.to(dtype).clamp(min=KERPLE_EPS)
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         log = self.kind_name == "log"
-        r2 = self.r2.to(dtype).clamp(min=KERPLE_EPS) if log else self.r2.to(dtype).clamp(KERPLE_EPS, 2.0)
+        r1, r2 = (
+            self.r1.to(dtype).clamp(min=KERPLE_EPS),
+            self.r2.to(dtype).clamp(KERPLE_EPS, None if log else 2.0),
+        )
 
-        def scalar(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
+        def kernel(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
             d = (k - q).abs().to(dtype)
             return -r1[h] * (torch.log1p(r2[h] * d) if log else d.pow(r2[h]))
 
-        return scalar
+        return kernel
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, kind={self.kind_name!r}, causal={self.causal}"
 
 
-class FIRE(_LearnedBias):
+class FIRE(PositionBias):
     """FIRE: functional interpolation for relative positions, a learned function of normalised distance.
 
     Li et al. (2024), "Functional Interpolation for Relative Positions Improves Long Context
@@ -231,6 +116,8 @@ class FIRE(_LearnedBias):
         ``forward(scores)``: ``(b, h, tq, tk) -> (b, h, tq, tk)``.
     """
 
+    by_distance = False  # the normaliser reads the query position
+
     def __init__(
         self,
         num_heads: int,
@@ -246,6 +133,7 @@ class FIRE(_LearnedBias):
         super().__init__()
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.mlp_width = check_positive_int("mlp_width", mlp_width)
+        self.bias_scratch = 1 + mlp_width  # the MLP's input and hidden layer, per (query, key) pair
         self.init_threshold = check_positive_float("init_threshold", init_threshold)
         self.init_c = check_positive_float("init_c", init_c)
         self.eps = check_positive_float("eps", eps)
@@ -290,29 +178,31 @@ class FIRE(_LearnedBias):
         normaliser = torch.maximum(q_pos.to(dtype), self.threshold.to(dtype))
         return torch.log1p((c * distance).abs()) / (torch.log1p((c * normaliser).abs()) + self.eps)
 
-    def _bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
-        x = self.normalized_distance(q_pos, k_pos, dtype)  # (tq, tk) or (b, tq, tk)
+    def _weights(self, dtype: torch.dtype) -> list[Tensor]:
+        """The MLP's ``w1 (w,)``, ``b1 (w,)``, ``w2 (h, w)`` and ``b2 (h,)``, in ``dtype``."""
         first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        hidden = torch.relu(x.unsqueeze(-1) * first.weight.to(dtype).view(-1) + first.bias.to(dtype))
+        return [t.to(dtype) for t in (first.weight.view(-1), first.bias, last.weight, last.bias)]
+
+    def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
+        x = self.normalized_distance(q_pos, k_pos, dtype)  # (1|b, tq, tk)
+        w1, b1, w2, b2 = self._weights(dtype)
+        hidden = torch.relu(x.unsqueeze(-1) * w1 + b1)  # (1|b, tq, tk, w)
         # outside autocast: the bias is float32 or better whatever the inputs (as every bias here)
-        out = matmul_outside_autocast(hidden, last.weight.to(dtype).t()) + last.bias.to(
-            dtype
-        )  # (.., tq, tk, h)
-        return out.movedim(-1, -3).contiguous()  # heads outermost: (h, tq, tk) or (b, h, tq, tk)
+        out = matmul_outside_autocast(hidden, w2.t()) + b2
+        return out.movedim(-1, 1).contiguous()  # (1|b, tq, tk, h) -> heads outermost
 
-    def _scalar_bias(self, dtype: torch.dtype) -> ScalarBias:
-        first, last = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
-        w1, b1 = first.weight.to(dtype).view(-1), first.bias.to(dtype)
-        w2, b2 = last.weight.to(dtype), last.bias.to(dtype)
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
+        # The score_mod's form: scalar ops only (FlexAttention calls it per score).
+        w1, b1, w2, b2 = self._weights(dtype)
 
-        def scalar(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
+        def mlp(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
             x = self.normalized_distance(q, k, dtype)
             total = b2[h]
-            for m in range(self.mlp_width):  # scalar ops only: FlexAttention's score_mod is per score
+            for m in range(self.mlp_width):
                 total = total + w2[h, m] * torch.relu(x * w1[m] + b1[m])
             return total
 
-        return scalar
+        return mlp
 
     def extra_repr(self) -> str:
         return (

@@ -9,104 +9,13 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
-from .._positions import check_bias_qk, check_scores
-from ..base import PositionalEncoding, PositionState, ScoreMod
-from ..functional.relative import (
-    check_relative_bucket_options,
-    gather_relative_bias,
-    position_indexer,
-    relative_bucket_of_distances,
-    toeplitz_by_distance,
-)
+from ..functional.relative import check_relative_bucket_options, relative_bucket_of_distances
+from ._bias import BiasFn, PositionBias
 
-__all__ = ["RelativeBias", "RelativeBiasState"]
+__all__ = ["RelativeBias"]
 
 
-# --- the encoding ----------------------------------------------------------------------------------
-
-
-class RelativeBiasState(PositionState):
-    """T5's position state for one forward: the per-head table over clamped distances, built once.
-
-    Every layer reads its bias from :attr:`table` (``(h, 2 * max_distance + 1)``, differentiable
-    in the embedding), so a model's bias work is one embedding lookup per forward.
-    """
-
-    encoding: RelativeBias
-
-    def __init__(
-        self,
-        encoding: RelativeBias,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-    ) -> None:
-        super().__init__(encoding, q_positions, k_positions, q_start=q_start, k_start=k_start)
-        weight = encoding.relative_attention_bias.weight
-        self.table = encoding.distance_table(precise_dtype(weight))
-
-    @property
-    def bias_heads(self) -> int | None:
-        return self.encoding.num_heads
-
-    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
-        distances = self.distances()
-        if distances is None:
-            return None
-        reach = self.encoding.max_distance
-        return self.table.to(dtype)[:, distances.clamp(-reach, reach) + reach]
-
-    def bias(self, dtype: torch.dtype) -> Tensor:
-        """The ``(1|b, h, tq, tk)`` bias in ``dtype``, contiguous with heads outermost."""
-        values = self.bias_by_distance(dtype)
-        if values is not None:
-            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
-        table = self.table.to(dtype)
-        return gather_relative_bias(table, self.q_positions, self.k_positions, self.encoding.max_distance)
-
-    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """T5's bias for every (query, key) pair.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
-            k: ``(b, h_kv, tk, dh)`` keys (likewise).
-
-        Returns:
-            ``(1, h, tq, tk)``, or ``(b, h, tq, tk)`` for ``(b, t)`` positions; float32 (float64
-            for float64 ``q``), contiguous with heads outermost.
-        """
-        check_bias_qk(q, k, self.encoding.num_heads)
-        return self.bias(precise_dtype(q))
-
-    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the same bias as :meth:`attention_bias`.
-
-        It reads ``table[h, clamp(k_pos[kv_idx] - q_pos[q_idx], -max_distance, max_distance)
-        + max_distance]`` inside the kernel: nothing of size ``(h, tq, tk)`` is stored, only the
-        ``(h, 2 * max_distance + 1)`` table and the positions.
-        """
-        check_bias_qk(q, k, self.encoding.num_heads)
-        table = self.table.to(precise_dtype(q))
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
-        # A flat table and 0-d tensor constants: with dynamic shapes, torch 2.13's CPU
-        # FlexAttention fails to compile 2-D indexing of a captured tensor, and captured Python
-        # ints become symbols that its code generator rejects.
-        flat_table = table.reshape(-1)
-        width = torch.tensor(table.shape[-1], device=table.device)
-        max_distance = torch.tensor(self.encoding.max_distance, device=table.device)
-
-        def relative_bias_score_mod(
-            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            distance = torch.clamp(k_pos(b, kv_idx) - q_pos(b, q_idx), -max_distance, max_distance)
-            return score + flat_table[h * width + distance + max_distance].to(score.dtype)
-
-        return relative_bias_score_mod
-
-
-class RelativeBias(PositionalEncoding):
+class RelativeBias(PositionBias):
     """T5's relative position bias: a learned scalar per head and bucket of ``k_pos - q_pos``.
 
     From T5 (Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
@@ -147,9 +56,7 @@ class RelativeBias(PositionalEncoding):
         scores = t5(q @ k.transpose(-1, -2))              # T5 does not scale q @ k
     """
 
-    kind = "bias"
     cache_names = ("bucket_of_distance",)
-    state_class = RelativeBiasState
     bucket_of_distance: Tensor
 
     def __init__(
@@ -211,32 +118,24 @@ class RelativeBias(PositionalEncoding):
         # Calling the embedding (not indexing its weight) keeps hooks and subclasses working.
         return self.relative_attention_bias(self.bucket_of_distance).t().to(dtype).contiguous()
 
-    def forward(
-        self,
-        scores: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> Tensor:
-        """Add T5's bias to attention scores (the drop-in call).
+    def prepare_table(self) -> Tensor:
+        # Looked up once per forward, shared by every layer of the stack.
+        return self.distance_table(precise_dtype(self.relative_attention_bias.weight))
 
-        Args:
-            scores: ``(b, h, tq, tk)`` attention scores (T5 does not scale ``q @ kᵀ``).
-            q_positions, k_positions: as in :meth:`attention_bias`.
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
+        # table[h, clamp(k - q) + max_distance], from a flat table and 0-d constants: with dynamic
+        # shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a captured
+        # tensor, and captured Python ints become symbols that its code generator rejects.
+        table = cast(Tensor, table)
+        flat = table.to(dtype).reshape(-1)
+        width, reach = (table.new_full((), n, dtype=torch.long) for n in (table.shape[-1], self.max_distance))
+        return lambda q, k, h: flat[h * width + torch.clamp(k - q, -reach, reach) + reach]
 
-        Returns:
-            ``(b, h, tq, tk)`` ``scores + bias``, added in float32 (float64 for float64 scores)
-            and cast back to the scores' dtype.
-        """
-        check_scores(scores, self.num_heads)
-        compute = precise_dtype(scores)
-        b, _, tq, tk = scores.shape
-        state = cast(
-            RelativeBiasState,
-            self._own_state(
-                tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
-            ),
-        )
-        return (scores.to(compute) + state.bias(compute)).to(scores.dtype)
+    def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
+        # Two broadcast indices read (1|b, h, tq, tk) directly: no (h, tq, tk) index tensor.
+        index = (k_pos - q_pos).clamp_(-self.max_distance, self.max_distance).add_(self.max_distance)
+        heads = torch.arange(self.num_heads, device=index.device).view(1, -1, 1, 1)
+        return cast(Tensor, table).to(dtype)[heads, index.unsqueeze(1)]
 
     def extra_repr(self) -> str:
         return (

@@ -10,63 +10,45 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
 from .._compat import precise_dtype
-from .._positions import check_qk
-from ..base import PositionalEncoding, PositionState, ScoreMod
-from ..functional.relative import position_indexer
-from ..functional.shaw import (
-    clipped_distance_index,
-    matmul_outside_autocast,
-    shaw_key_term,
-    shaw_value_term,
-)
+from ..base import PositionalEncoding, ScoreMod
+from ..functional.shaw import clipped_distance_index, matmul_outside_autocast, shaw_value_term
+from ._bias import ContentBiasState
 
 __all__ = ["ShawRelative", "ShawState"]
 
 
-class ShawState(PositionState):
-    """Shaw's position state for one forward: the positions, and the distance index built once.
-
-    The ``(tq, tk)`` (or ``(b, tq, tk)``) row index into the tables is computed on first use
-    and shared by every layer; :meth:`narrow` slices it for a chunk of queries. The tables
-    themselves are read from the encoding at each call (so gradients reach them).
-    """
+class ShawState(ContentBiasState):
+    """Shaw's position state for one forward: the positions; the tables are read from the encoding
+    at each call (so gradients reach them)."""
 
     encoding: ShawRelative
-    _index: Tensor | None = None
 
     @property
     def bias_heads(self) -> int | None:
         # The paper's table is shared by the heads: any count; per-head tables fix it.
         return self.encoding.num_heads if self.encoding.per_head else None
 
-    @property
-    def index(self) -> Tensor:
-        """``(tq, tk)`` or ``(b, tq, tk)`` long rows of the clipped distances (see the encoding)."""
-        if self._index is None:
-            enc = self.encoding
-            self._index = clipped_distance_index(
-                self.q_positions, self.k_positions, enc.max_distance, enc.right
-            )
-        return self._index
+    def _window(self) -> tuple[int, int]:
+        return -self.encoding.max_distance, self.encoding.right
 
-    def _narrow_tables(self, rows: slice, cols: slice) -> None:
-        if self._index is not None:
-            self._index = self._index[..., rows, cols]
+    def _per_distance(self, q: Tensor, k: Tensor, lo: int, n: int) -> tuple[Tensor, Tensor | None]:
+        # The key term q_i · a^K(clip(j - i)) / sqrt(dh), per clipped distance.
+        dtype = precise_dtype(q)
+        table = self.encoding._table("key").to(dtype).transpose(-1, -2)
+        return matmul_outside_autocast(q.to(dtype), table) * (1.0 / math.sqrt(q.shape[-1])), None
 
-    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
-        """The key term ``q_i · a^K(clip(j - i)) / sqrt(dh)``, to add to the *scaled* scores.
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the key term.
 
-        Args:
-            q: ``(b, h, tq, dh)`` queries, already encoded (their values are read).
-            k: ``(b, h_kv, tk, dh)`` keys (shape only).
-
-        Returns:
-            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        Raises:
+            ValueError: with ``values=True`` (a score_mod cannot add the value term).
         """
-        self.encoding._check(q, k)
-        _check_lengths(self, q.shape[-2], k.shape[-2])
-        table = self.encoding._table("key")
-        return shaw_key_term(q, table, self.index, 1.0 / math.sqrt(q.shape[-1]))
+        if self.encoding.values:
+            raise ValueError(
+                "ShawRelative(values=True) adds a term to the attention output, which a FlexAttention "
+                "score_mod cannot do: use posenc.attention(q, k, v, shaw) with backend='auto' or 'chunked'"
+            )
+        return super().score_mod(q, k)
 
     @property
     def has_value_term(self) -> bool:
@@ -81,51 +63,18 @@ class ShawState(PositionState):
         Returns:
             ``(b, h, tq, dh)`` in ``probs``' dtype; ``None`` when ``values=False``.
         """
-        if not self.encoding.values:
-            return None
-        self.encoding._check_probs(probs)
-        _check_lengths(self, probs.shape[-2], probs.shape[-1])
-        return shaw_value_term(probs, self.encoding._table("value"), self.index)
-
-    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the key term (from a ``(b, h, tq, n)`` tensor).
-
-        Raises:
-            ValueError: with ``values=True`` (a score_mod cannot add the value term).
-        """
         enc = self.encoding
-        if enc.values:
+        if not enc.values:
+            return None
+        check_float_tensor("probs", probs, rank=4, shape="(batch, heads, q_len, k_len)")
+        if enc.per_head and probs.shape[1] != enc.num_heads:
             raise ValueError(
-                "ShawRelative(values=True) adds a term to the attention output, which a FlexAttention "
-                "score_mod cannot do: use posenc.attention(q, k, v, shaw) with backend='auto' or 'chunked'"
+                f"probs have {probs.shape[1]} heads, but this ShawRelative has per-head tables for "
+                f"num_heads={enc.num_heads}"
             )
-        enc._check(q, k)
-        _check_lengths(self, q.shape[-2], k.shape[-2])
-        dtype = precise_dtype(q)
-        table = enc._table("key").to(dtype)
-        per_distance = matmul_outside_autocast(q.to(dtype), table.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        b, h, tq, n = per_distance.shape
-        flat = per_distance.reshape(-1)
-        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
-        heads, rows, width = (torch.tensor(x, device=q.device) for x in (h, tq, n))
-        left, right = (torch.tensor(x, device=q.device) for x in (enc.max_distance, enc.right))
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
-        one_batch = b == 1
-
-        def shaw_score_mod(score: Tensor, bi: Tensor, hi: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), -left, right) + left
-            batch = torch.zeros_like(bi) if one_batch else bi
-            return score + flat[((batch * heads + hi) * rows + q_idx) * width + row].to(score.dtype)
-
-        return shaw_score_mod
-
-
-def _check_lengths(state: PositionState, tq: int, tk: int) -> None:
-    if (tq, tk) != (state.q_len, state.k_len):
-        raise ValueError(
-            f"got {tq} queries and {tk} keys, but this ShawState was prepared for "
-            f"{state.q_len} queries and {state.k_len} keys"
-        )
+        self._check_lengths(probs.shape[-2], probs.shape[-1])
+        index = clipped_distance_index(self.q_positions, self.k_positions, enc.max_distance, enc.right)
+        return shaw_value_term(probs, enc._table("value"), index)
 
 
 class ShawRelative(PositionalEncoding):
@@ -199,9 +148,11 @@ class ShawRelative(PositionalEncoding):
         if max_distance_right is not None:
             check_int("max_distance_right", max_distance_right, minimum=0)
         self.max_distance_right = max_distance_right
-        if num_heads is not None:
-            check_positive_int("num_heads", num_heads)
-        self.num_heads = num_heads
+        #: The clip for keys after the query (``max_distance_right``, else ``max_distance``).
+        self.right = max_distance if max_distance_right is None else max_distance_right
+        #: ``n = max_distance + right + 1`` rows per table.
+        self.num_distances = max_distance + self.right + 1
+        self.num_heads = None if num_heads is None else check_positive_int("num_heads", num_heads)
         self.per_head = check_bool("per_head", per_head)
         self.values = check_bool("values", values)
         if per_head and num_heads is None:
@@ -212,16 +163,6 @@ class ShawRelative(PositionalEncoding):
             nn.Embedding(self.num_distances, width, device=device, dtype=dtype) if values else None
         )
         self.reset_parameters()
-
-    @property
-    def right(self) -> int:
-        """The clip for keys after the query (``max_distance_right``, else ``max_distance``)."""
-        return self.max_distance if self.max_distance_right is None else self.max_distance_right
-
-    @property
-    def num_distances(self) -> int:
-        """``n = max_distance + right + 1`` rows per table."""
-        return self.max_distance + self.right + 1
 
     def reset_parameters(self) -> None:
         """N(0, 1) rows, as ``nn.Embedding`` and the seed's ``torch.randn`` table."""
@@ -238,21 +179,6 @@ class ShawRelative(PositionalEncoding):
         if self.per_head:
             return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1)
         return weight
-
-    def _check(self, q: Tensor, k: Tensor) -> None:
-        check_qk(q, k, head_dim=self.head_dim)
-        if self.per_head and q.shape[1] != self.num_heads:
-            raise ValueError(
-                f"q has {q.shape[1]} heads, but this ShawRelative has per-head tables for num_heads={self.num_heads}"
-            )
-
-    def _check_probs(self, probs: Tensor) -> None:
-        check_float_tensor("probs", probs, rank=4, shape="(batch, heads, q_len, k_len)")
-        if self.per_head and probs.shape[1] != self.num_heads:
-            raise ValueError(
-                f"probs have {probs.shape[1]} heads, but this ShawRelative has per-head tables for "
-                f"num_heads={self.num_heads}"
-            )
 
     def forward(
         self,

@@ -21,15 +21,14 @@ from torch import Tensor, nn
 
 from .._checks import check_float_tensor, check_positive_float, check_positive_int
 from .._compat import can_sync, precise_dtype
-from .._positions import check_qk
-from ..base import PositionalEncoding, PositionState, ScoreMod
-from ..functional.relative import position_indexer
+from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
+from ._bias import ContentBiasState
 
 __all__ = ["RelPosXL", "RelPosXLState"]
 
 
-class RelPosXLState(PositionState):
+class RelPosXLState(ContentBiasState):
     """The position state of :class:`RelPosXL`: positions, and the distances they span.
 
     With default (consecutive) positions the ``tq + tk - 1`` distances are known from the
@@ -43,34 +42,31 @@ class RelPosXLState(PositionState):
     def bias_heads(self) -> int | None:
         return self.encoding.num_heads
 
-    def _distance_range(self) -> tuple[int, int]:
-        """``(first, n)``: the smallest distance ``k_pos - q_pos`` and the number of distances."""
+    def _window(self) -> tuple[int, int]:
+        if self.q_len == 0 or self.k_len == 0:
+            return 0, 0
         if self.q_start is not None and self.k_start is not None:
-            return self.k_start - (self.q_start + self.q_len - 1), self.q_len + self.k_len - 1
+            first = self.k_start - (self.q_start + self.q_len - 1)
+            return first, first + self.q_len + self.k_len - 2
         qp, kp = self.q_positions, self.k_positions
-        first = int(kp.min()) - int(qp.max())
-        return first, int(kp.max()) - int(qp.min()) - first + 1
-
-    def _index(self, first: int) -> Tensor:
-        """``(tq, tk)`` or ``(b, tq, tk)`` row of each pair among the distances from ``first``."""
-        relative = self.k_positions.unsqueeze(-2) - self.q_positions.unsqueeze(-1)
-        return relative - first
+        return int(kp.min()) - int(qp.max()), int(kp.max()) - int(qp.min())
 
     def _key_term(self, q: Tensor, k: Tensor) -> Tensor:
-        """Checks q and k against the state; ``u · k_j / sqrt(dh)``, ``(b, h, 1, tk)``."""
-        enc = self.encoding
-        enc._check(q, k)
-        if (q.shape[-2], k.shape[-2]) != (self.q_len, self.k_len):
-            raise ValueError(
-                f"got {q.shape[-2]} queries and {k.shape[-2]} keys, but this RelPosXLState was prepared "
-                f"for {self.q_len} queries and {self.k_len} keys"
-            )
+        """``u · k_j / sqrt(dh)``, ``(b, h, 1, tk)``."""
         dtype = precise_dtype(q)
         h, dh = q.shape[1], q.shape[-1]
         hkv, tk = k.shape[1], k.shape[-2]
         # u · k_j per query head; grouped-query heads read their group's key head (no copy of k).
-        u = enc.pos_bias_u.to(dtype).view(hkv, h // hkv, dh)
+        u = self.encoding.pos_bias_u.to(dtype).view(hkv, h // hkv, dh)
         return (u @ k.to(dtype).transpose(-1, -2)).reshape(k.shape[0], h, 1, tk) / math.sqrt(dh)
+
+    def _per_distance(self, q: Tensor, k: Tensor, lo: int, n: int) -> tuple[Tensor, Tensor | None]:
+        # (q_i + v) · W R at each distance, and the key term.
+        enc = self.encoding
+        dtype = precise_dtype(q)
+        proj = enc.projected(torch.arange(lo, lo + n, device=q.device), dtype)  # (h, n, dh)
+        per_distance = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ proj.transpose(-1, -2)
+        return per_distance * (1.0 / math.sqrt(q.shape[-1])), self._key_term(q, k)
 
     def bias_from_angles(self, q: Tensor, k: Tensor) -> Tensor:
         """:meth:`attention_bias` without the distances' range: static shapes for traced programs.
@@ -85,7 +81,7 @@ class RelPosXLState(PositionState):
         Returns:
             ``(b, h, tq, tk)``, as :meth:`attention_bias`.
         """
-        key_term = self._key_term(q, k)
+        self._check(q, k)
         enc = self.encoding
         dtype = precise_dtype(q)
         h, dh = q.shape[1], q.shape[-1]
@@ -103,19 +99,7 @@ class RelPosXLState(PositionState):
         sin_c, cos_c = sin_cos(self.k_positions)
         queries = torch.cat((alpha * sin_a + beta * cos_a, beta * sin_a - alpha * cos_a), -1)
         keys = torch.cat((cos_c, sin_c), -1)  # (tk, d_model) or (b, 1, tk, d_model)
-        return (queries @ keys.transpose(-1, -2)) / math.sqrt(dh) + key_term
-
-    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(per_distance (b, h, tq, n), key_term (b, h, 1, tk), index)``, already scaled."""
-        enc = self.encoding
-        key_term = self._key_term(q, k)
-        first, n = self._distance_range()
-        dtype = precise_dtype(q)
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        distances = torch.arange(first, first + n, device=q.device)
-        proj = enc.projected(distances, dtype)  # (h, n, dh)
-        per_distance = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ proj.transpose(-1, -2)
-        return per_distance * scale, key_term, self._index(first)
+        return (queries @ keys.transpose(-1, -2)) / math.sqrt(dh) + self._key_term(q, k)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
         """``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``, to add to the *scaled* scores.
@@ -127,40 +111,10 @@ class RelPosXLState(PositionState):
         Returns:
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
-        if q.shape[-2] == 0 or k.shape[-2] == 0:
-            self.encoding._check(q, k)
-            return q.new_zeros(max(q.shape[0], k.shape[0]), q.shape[1], q.shape[-2], k.shape[-2])
         if not can_sync(self.q_positions) and (self.q_start is None or self.k_start is None):
             # no data-dependent size in a traced program, and no host sync on an accelerator
             return self.bias_from_angles(q, k)
-        per_distance, key_term, index = self._terms(q, k)
-        index = index.unsqueeze(0) if index.dim() == 2 else index
-        _, h, tq, n = per_distance.shape
-        b = max(per_distance.shape[0], key_term.shape[0], index.shape[0])
-        index = index.unsqueeze(1).expand(b, h, tq, index.shape[-1])
-        return per_distance.expand(b, h, tq, n).gather(-1, index).add_(key_term)
-
-    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
-        """A FlexAttention ``score_mod`` adding the bias, read from ``(b, h, tq, n)`` and ``(b, h, tk)``."""
-        per_distance, key_term, _ = self._terms(q, k)
-        first, _ = self._distance_range()
-        b, h, tq, n = per_distance.shape
-        flat, keys = per_distance.reshape(-1), key_term.expand(b, h, 1, -1).reshape(-1)
-        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
-        heads, rows, width, tk = (torch.tensor(x, device=q.device) for x in (h, tq, n, k.shape[-2]))
-        offset = torch.tensor(first, device=q.device)
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
-        one_batch = b == 1
-
-        def transformer_xl_score_mod(
-            score: Tensor, bi: Tensor, hi: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            row = k_pos(bi, kv_idx) - q_pos(bi, q_idx) - offset
-            bh = (torch.zeros_like(bi) if one_batch else bi) * heads + hi
-            term = flat[(bh * rows + q_idx) * width + row] + keys[bh * tk + kv_idx]
-            return score + term.to(score.dtype)
-
-        return transformer_xl_score_mod
+        return super().attention_bias(q, k)
 
 
 class RelPosXL(PositionalEncoding):
@@ -253,14 +207,6 @@ class RelPosXL(PositionalEncoding):
         emb = self.relative_embeddings(distances, dtype)
         proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
         return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
-
-    def _check(self, q: Tensor, k: Tensor) -> None:
-        check_qk(q, k, head_dim=self.head_dim)
-        if q.shape[1] != self.num_heads:
-            raise ValueError(
-                f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but RelPosXL was built with "
-                f"num_heads={self.num_heads}"
-            )
 
     def forward(
         self,

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .._checks import check_num_heads, check_positive_float
 
-__all__ = ["alibi_bias", "alibi_key_only_bias", "alibi_slopes", "check_alibi_options", "linear_bias"]
+__all__ = ["alibi_slopes", "check_alibi_options", "linear_bias"]
 
 
 def check_alibi_options(num_heads: int, max_bias: float) -> None:
@@ -94,49 +94,3 @@ def linear_bias(slopes: Tensor, distance: Tensor, *, symmetric: bool) -> Tensor:
     """
     distance = distance.to(slopes.dtype)
     return -slopes * distance.abs() if symmetric else slopes * distance
-
-
-def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor, *, symmetric: bool) -> Tensor:
-    """The full ALiBi bias: ``-m * (q_pos - k_pos)``, or ``-m * |q_pos - k_pos|`` when symmetric.
-
-    Distances are taken in integers and converted once, so they are exact up to 2^24 in
-    float32.
-
-    Args:
-        slopes: ``(h,)`` float slopes; the result has their dtype.
-        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
-        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
-        symmetric: ``True`` for bidirectional attention (``|q - k|``).
-
-    Returns:
-        ``(1, h, tq, tk)`` for 1-D positions, else ``(b, h, tq, tk)``.
-    """
-    distance = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)  # (tq, tk) or (b, tq, tk)
-    if distance.dim() == 2:
-        distance = distance.unsqueeze(0)
-    return linear_bias(slopes.view(1, -1, 1, 1), distance.unsqueeze(1), symmetric=symmetric)
-
-
-def alibi_key_only_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-    """The key-only causal ALiBi bias ``m * (k_pos - q_ref)``, ``q_ref`` the largest query position.
-
-    Equal under softmax to the full causal form :func:`alibi_bias` (``symmetric=False``): the
-    two differ by ``m * (q_ref - q_pos)``, constant along each query row.
-
-    Args:
-        slopes: ``(h,)`` float slopes; the result has their dtype.
-        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries (only their
-            maximum, per batch row, is used).
-        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
-
-    Returns:
-        ``(1, h, 1, tk)`` when both positions are 1-D, else ``(b, h, 1, tk)``.
-    """
-    if q_positions.shape[-1] == 0:  # no queries: any reference will do (amax of nothing fails)
-        q_ref = q_positions.new_zeros((*q_positions.shape[:-1], 1))
-    else:
-        q_ref = q_positions.amax(dim=-1, keepdim=True)  # (1,) or (b, 1)
-    relative = k_positions - q_ref  # (tk,) or (b, tk)
-    if relative.dim() == 1:
-        relative = relative.unsqueeze(0)
-    return linear_bias(slopes.view(1, -1, 1, 1), relative[:, None, None, :], symmetric=False)

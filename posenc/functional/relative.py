@@ -27,9 +27,6 @@ from .._compat import is_tracing
 
 __all__ = [
     "check_relative_bucket_options",
-    "clamped_relative_index",
-    "default_relative_distances",
-    "gather_relative_bias",
     "position_indexer",
     "relative_bucket_of_distances",
     "relative_position_bucket",
@@ -141,45 +138,18 @@ def relative_bucket_of_distances(
     )
 
 
-def clamped_relative_index(q_positions: Tensor, k_positions: Tensor, max_distance: int) -> Tensor:
-    """Index into a per-distance table: ``clamp(k_pos - q_pos, -max_distance, max_distance) + max_distance``.
-
-    Args:
-        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
-        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
-        max_distance: the clamp.
-
-    Returns:
-        ``(tq, tk)`` when both positions are 1-D, else ``(b, tq, tk)``; long, in ``[0, n)``.
-    """
-    relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
-    return relative.clamp(-max_distance, max_distance) + max_distance
-
-
-def default_relative_distances(tq: int, tk: int, device: torch.device | str | None = None) -> Tensor:
-    """Every ``k_pos - q_pos`` of the default positions, ascending, for :func:`toeplitz_by_distance`.
-
-    Default positions (see :func:`posenc._positions.resolve_qk_positions`): keys ``0..tk-1``,
-    queries ``q0..q0+tq-1`` with ``q0 = max(tk - tq, 0)``.
-
-    Returns:
-        ``(tq + tk - 1,)`` long tensor, from ``-(q0 + tq - 1)`` to ``tk - 1 - q0``.
-    """
-    q0 = max(tk - tq, 0)
-    return torch.arange(-(q0 + tq - 1), tk - q0, device=device)
-
-
 def toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
-    """Spread values over the ascending distances of :func:`default_relative_distances` into ``(tq, tk)``.
+    """Spread values over ascending distances ``k_pos - q_pos`` into ``(tq, tk)``.
 
     With consecutive positions a bias that depends only on ``k_pos - q_pos`` is a Toeplitz
     matrix: ``out[i, j] = values[j - i + tq - 1]``. Windows of ``values`` (``unfold``) then one
     flip of the rows write it in a single pass, with no ``(tq, tk)`` index tensor (about 2x
-    faster than the gather of :func:`gather_relative_bias`). Under ``torch.compile`` and
+    faster than a gather). Under ``torch.compile`` and
     ``torch.export`` it gathers instead, so that one graph serves every length.
 
     Args:
-        values: ``(..., tq + tk - 1)``.
+        values: ``(..., tq + tk - 1)``, at the distances ``-(tq - 1) + s .. tk - 1 + s`` of
+            consecutive positions (``s = k_start - q_start``, see :meth:`~posenc.PositionState.distances`).
         tq, tk: query and key lengths.
 
     Returns:
@@ -214,33 +184,3 @@ def position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
     length = torch.tensor(positions.shape[-1], device=positions.device)
     flat = positions.reshape(-1)
     return lambda b, i: flat[b * length + i]
-
-
-def gather_relative_bias(
-    table: Tensor, q_positions: Tensor, k_positions: Tensor, max_distance: int
-) -> Tensor:
-    """The ``(1|b, h, tq, tk)`` bias from a per-head table over clamped distances.
-
-    Args:
-        table: ``(h, n)``, ``table[h, i]`` the bias of head ``h`` at distance ``i - max_distance``.
-        q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
-        k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
-        max_distance: the clamp (``n == 2 * max_distance + 1``).
-
-    Returns:
-        ``(1, h, tq, tk)`` for 1-D positions, else ``(b, h, tq, tk)``; contiguous with heads
-        outermost (per batch row), the layout SDPA reads fastest. Differentiable in ``table``.
-    """
-    if q_positions.dim() == 1 and k_positions.dim() == 1:
-        # The (tq, tk) index is the large intermediate: clamp and shift it in place (no extra
-        # copies), and read the table with one index_select of the flat index, written
-        # heads-outermost; chunked causal T5 attention at T=4096 ran ~13% faster than with
-        # table[:, index].
-        tq, tk = q_positions.shape[0], k_positions.shape[0]
-        index = (k_positions.unsqueeze(0) - q_positions.unsqueeze(1)).clamp_(-max_distance, max_distance)
-        index = index.add_(max_distance).long()
-        return table.index_select(1, index.reshape(-1)).view(1, table.shape[0], tq, tk)
-    index = clamped_relative_index(q_positions, k_positions, max_distance)
-    # Two broadcast index tensors give (b, h, tq, tk) directly, without a transposed copy.
-    heads = torch.arange(table.shape[0], device=table.device).view(1, -1, 1, 1)
-    return table[heads, index.unsqueeze(1)]

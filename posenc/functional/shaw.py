@@ -23,7 +23,7 @@ from torch import Tensor
 
 from .._compat import precise_dtype
 
-__all__ = ["clipped_distance_index", "shaw_key_term", "shaw_value_term"]
+__all__ = ["clipped_distance_index", "shaw_value_term"]
 
 
 def clipped_distance_index(q_positions: Tensor, k_positions: Tensor, left: int, right: int) -> Tensor:
@@ -63,33 +63,6 @@ def matmul_outside_autocast(a: Tensor, b: Tensor) -> Tensor:
     return a @ b
 
 
-def _index4(index: Tensor, b: int, h: int) -> Tensor:
-    """``(tq, tk)`` or ``(b, tq, tk)`` index as a ``(b, h, tq, tk)`` view (stride 0 over b/h)."""
-    index = index.unsqueeze(0) if index.dim() == 2 else index
-    return index.unsqueeze(1).expand(b, h, *index.shape[-2:])
-
-
-def shaw_key_term(q: Tensor, table: Tensor, index: Tensor, scale: float) -> Tensor:
-    """The scores' relative term ``scale * q_i · a^K[index[i, j]]``.
-
-    Args:
-        q: ``(b, h, tq, dh)`` queries.
-        table: ``(n, dh)`` shared by the heads (the paper) or ``(h, n, dh)`` per head.
-        index: ``(tq, tk)`` or ``(b, tq, tk)`` rows from :func:`clipped_distance_index`.
-        scale: ``1 / sqrt(dh)`` in the paper (the attention's score scale).
-
-    Returns:
-        ``(b, h, tq, tk)`` in ``q``'s precise dtype (float32, float64 for float64), computed
-        through ``(b, h, tq, n)``. Differentiable in ``q`` and ``table``.
-    """
-    dtype = precise_dtype(q)
-    per_distance = (
-        matmul_outside_autocast(q.to(dtype), table.to(dtype).transpose(-1, -2)) * scale
-    )  # (b, h, tq, n)
-    b, h = per_distance.shape[:2]
-    return per_distance.gather(-1, _index4(index, b, h))
-
-
 def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
     """The output's relative term ``Σ_j probs[i, j] · a^V[index[i, j]]``.
 
@@ -105,6 +78,9 @@ def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
     dtype = precise_dtype(probs)
     b, h, tq, _ = probs.shape
     n = table.shape[-2]
-    weights = probs.new_zeros(b, h, tq, n, dtype=dtype)
-    weights = weights.scatter_add(-1, _index4(index, b, h), probs.to(dtype))  # (b, h, tq, n)
+    index = index.unsqueeze(0) if index.dim() == 2 else index
+    index = index.unsqueeze(1).expand(b, h, *index.shape[-2:])  # a (b, h, tq, tk) view, stride 0 over b, h
+    weights = probs.new_zeros(b, h, tq, n, dtype=dtype).scatter_add(
+        -1, index, probs.to(dtype)
+    )  # (b, h, tq, n)
     return matmul_outside_autocast(weights, table.to(dtype)).to(probs.dtype)

@@ -1,0 +1,260 @@
+"""The shared paths of the attention biases: one for a function of positions and head (ALiBi, T5,
+KERPLE, FIRE), one for a query term read by distance (Shaw's relative keys, Transformer-XL).
+
+Each of these encodings writes its formula once, :meth:`PositionBias.bias_fn`: a function of
+broadcastable integer query positions, key positions and head indices. :class:`PositionBiasState`
+applies it in every form the attention asks for:
+
+* by distance: ``(h, tq + tk - 1)`` at default positions, spread into a Toeplitz matrix (or read as
+  one by :func:`posenc.attention`), when the bias depends on ``k_pos - q_pos`` alone;
+* dense: ``(1|b, h, tq, tk)`` for explicit positions;
+* key-only: ``(1|b, h, 1, tk)``, the dense form at the largest query position (causal ALiBi);
+* FlexAttention's ``score_mod``: the function on 0-d tensors, inside the kernel.
+
+:class:`ContentBiasState` computes a term per distinct distance ``(b, h, tq, n)`` from the queries
+and reads it per (query, key) pair, by a gather or inside a ``score_mod``.
+
+Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
+
+import torch
+from torch import Tensor
+
+from .._compat import precise_dtype
+from .._positions import check_bias_qk, check_qk, check_scores
+from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
+from ..functional.relative import position_indexer, toeplitz_by_distance
+from ..functional.shaw import clipped_distance_index
+
+__all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
+
+#: ``(q_pos, k_pos, head) -> bias`` on broadcastable integer tensors (0-d inside a score_mod).
+BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def _rows(positions: Tensor) -> Tensor:
+    """``(t,)`` or ``(b, t)`` positions as ``(1|b, t)``."""
+    return positions if positions.dim() == 2 else positions.unsqueeze(0)
+
+
+class PositionBiasState(PositionState):
+    """The position state of a :class:`PositionBias`: positions, and T5's table looked up once.
+
+    Parameters are read at each call (so gradients reach them); every method works on any block
+    of positions, so the base class's :meth:`narrow` serves the chunked path.
+    """
+
+    encoding: PositionBias
+
+    #: T5's per-distance table, looked up once per forward (``None`` for the others).
+    table: Tensor | None = None
+
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
+    def bias_by_distance(self, dtype: torch.dtype) -> Tensor | None:
+        distances = self.distances()
+        if distances is None or not self.encoding.by_distance:
+            return None
+        heads = torch.arange(self.encoding.num_heads, device=distances.device).unsqueeze(-1)
+        return self.encoding.bias_fn(dtype, self.table)(distances.new_zeros(()), distances, heads)
+
+    def bias(self, dtype: torch.dtype, q_positions: Tensor | None = None) -> Tensor:
+        """The dense ``(1|b, h, tq, tk)`` bias in ``dtype``: the paper's form, for every query.
+
+        ``q_positions`` (default the state's) gives other query positions: the key-only form.
+        """
+        values = self.bias_by_distance(dtype) if q_positions is None else None
+        if values is not None:
+            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
+        qp = self.q_positions if q_positions is None else q_positions
+        return self.encoding.dense_bias(
+            _rows(qp)[..., None], _rows(self.k_positions)[:, None], dtype, self.table
+        )
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """The smallest exact form of the bias.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (shape, device and dtype only); ``h == num_heads``.
+            k: ``(b, h_kv, tk, dh)`` keys (likewise).
+
+        Returns:
+            The key-only form ``(1|b, h, 1, tk)`` where :attr:`bias_form` is ``"key"`` (see
+            :class:`~posenc.ALiBi`), else ``(1|b, h, tq, tk)``; float32 (float64 for float64 ``q``),
+            contiguous with heads outermost, differentiable in the parameters.
+        """
+        check_bias_qk(q, k, self.encoding.num_heads)
+        if self.bias_form != "key":
+            return self.bias(precise_dtype(q))
+        qp = self.q_positions
+        # no queries: any reference will do (amax of nothing fails)
+        q_ref = qp.amax(-1, keepdim=True) if qp.shape[-1] else qp.new_zeros((*qp.shape[:-1], 1))
+        return self.bias(precise_dtype(q), q_ref)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the dense bias inside the kernel (no ``(h, tq, tk)`` tensor)."""
+        check_bias_qk(q, k, self.encoding.num_heads)
+        fn = self.encoding.bias_fn(precise_dtype(q), self.table)
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+
+        def position_bias_score_mod(
+            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            return score + fn(q_pos(b, q_idx), k_pos(b, kv_idx), h).to(score.dtype)
+
+        return position_bias_score_mod
+
+
+class PositionBias(PositionalEncoding):
+    """Base of the biases that are a function of the positions and the head (ALiBi, T5, KERPLE, FIRE).
+
+    A subclass sets ``num_heads`` and writes :meth:`bias_fn`; :class:`PositionBiasState` (its
+    :attr:`state_class`) writes every hook with it.
+    """
+
+    kind = "bias"
+    state_class = PositionBiasState
+    num_heads: int
+    #: The bias depends on ``k_pos - q_pos`` alone (FIRE's does not: its normaliser reads ``q_pos``).
+    by_distance: ClassVar[bool] = True
+    #: Float temporaries per (query, key) pair beyond the bias (see :class:`~posenc.PositionState`).
+    bias_scratch: int = 0
+
+    #: Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only).
+    key_only: bool = False
+
+    def prepare_state(
+        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+    ) -> PositionState:
+        form: BiasForm = "key" if self.key_only else "full"
+        state = PositionBiasState(
+            self, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form
+        )
+        state.table, state.bias_scratch = self.prepare_table(), self.bias_scratch
+        return state
+
+    def prepare_table(self) -> Tensor | None:
+        """What the state computes once per forward for :meth:`bias_fn` (T5's table), or ``None``."""
+        return None
+
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
+        """The bias as a function of broadcastable ``(q_pos, k_pos, head)`` integer tensors, in ``dtype``."""
+        raise NotImplementedError
+
+    def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
+        """``(1|b, h, tq, tk)`` for ``q_pos`` ``(1|b, tq, 1)`` and ``k_pos`` ``(1|b, 1, tk)``."""
+        heads = torch.arange(self.num_heads, device=q_pos.device).view(-1, 1, 1)
+        return self.bias_fn(dtype, table)(q_pos.unsqueeze(1), k_pos.unsqueeze(1), heads)
+
+    def forward(
+        self, scores: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
+    ) -> Tensor:
+        """Add the dense bias to attention scores (the drop-in call).
+
+        Args:
+            scores: ``(b, h, tq, tk)`` attention scores.
+            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions, as in :meth:`attention_bias`.
+
+        Returns:
+            ``(b, h, tq, tk)`` ``scores + bias``, added in float32 (float64 for float64 scores) and
+            cast back to the scores' dtype.
+        """
+        check_scores(scores, self.num_heads)
+        b, _, tq, tk = scores.shape
+        state = self._own_state(
+            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
+        )
+        compute = precise_dtype(scores)
+        return (scores.to(compute) + cast(PositionBiasState, state).bias(compute)).to(scores.dtype)
+
+
+class ContentBiasState(PositionState):
+    """The state of a bias that reads the queries through a table over distances (Shaw, Transformer-XL).
+
+    The term ``q_i · a(k_pos - q_pos)`` is computed once per distinct distance, ``(b, h, tq, n)``,
+    then read per (query, key) pair at row ``clamp(k_pos - q_pos, lo, hi) - lo``: a gather, or inside
+    FlexAttention's kernel. Never ``(b, h, tq, tk, dh)``. A subclass gives the rows
+    (:meth:`_window`) and the term per row (:meth:`_per_distance`).
+    """
+
+    encoding: Any  # ShawRelative or RelPosXL: num_heads, head_dim
+
+    def _window(self) -> tuple[int, int]:
+        """``(lo, hi)``: the smallest and largest distance ``k_pos - q_pos`` the table holds."""
+        raise NotImplementedError
+
+    def _per_distance(self, q: Tensor, k: Tensor, lo: int, n: int) -> tuple[Tensor, Tensor | None]:
+        """``(b, h, tq, n)`` at distances ``lo .. lo + n - 1``, and a key term ``(b, h, 1, tk)`` or ``None``."""
+        raise NotImplementedError
+
+    def _check(self, q: Tensor, k: Tensor) -> None:
+        """Check ``q`` and ``k`` against the encoding and the state."""
+        check_qk(q, k, head_dim=self.encoding.head_dim)
+        if self.bias_heads is not None:
+            check_bias_qk(q, k, self.bias_heads)
+        self._check_lengths(q.shape[-2], k.shape[-2])
+
+    def _check_lengths(self, tq: int, tk: int) -> None:
+        if (tq, tk) != (self.q_len, self.k_len):
+            raise ValueError(
+                f"got {tq} queries and {tk} keys, but this {type(self).__name__} was prepared "
+                f"for {self.q_len} queries and {self.k_len} keys"
+            )
+
+    def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None, int, int]:
+        """``(per_distance, key_term, lo, hi)`` for checked ``q`` and ``k``."""
+        self._check(q, k)
+        lo, hi = self._window()
+        return (*self._per_distance(q, k, lo, hi - lo + 1), lo, hi)
+
+    def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        """The term for every (query, key) pair, to add to the *scaled* scores.
+
+        Args:
+            q: ``(b, h, tq, dh)`` queries (their values are read).
+            k: ``(b, h_kv, tk, dh)`` keys.
+
+        Returns:
+            ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
+        """
+        per_distance, key_term, lo, hi = self._terms(q, k)
+        # the row of each (query, key) pair: (1|b, tq, tk)
+        index = clipped_distance_index(_rows(self.q_positions), _rows(self.k_positions), -lo, hi)
+        _, h, tq, n = per_distance.shape
+        b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
+        bias = per_distance.expand(b, h, tq, n).gather(
+            -1, index.unsqueeze(1).expand(b, h, tq, index.shape[-1])
+        )
+        return bias if key_term is None else bias.add_(key_term)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """A FlexAttention ``score_mod`` adding the same term, read from ``(b, h, tq, n)`` (and ``(b, h, tk)``)."""
+        per_distance, key_term, lo, hi = self._terms(q, k)
+        b, h, tq, n = per_distance.shape
+        flat = per_distance.reshape(-1)
+        keys = None if key_term is None else key_term.expand(b, h, 1, -1).reshape(-1)
+        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
+        heads, rows, width, tk, low, high = (
+            per_distance.new_full((), x, dtype=torch.long) for x in (h, tq, n, k.shape[-2], lo, hi)
+        )
+        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        one_batch = b == 1
+
+        def by_distance_score_mod(
+            score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor
+        ) -> Tensor:
+            row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), low, high) - low
+            bh = (torch.zeros_like(bi) if one_batch else bi) * heads + head
+            term = flat[(bh * rows + q_idx) * width + row]
+            if keys is not None:
+                term = term + keys[bh * tk + kv_idx]
+            return score + term.to(score.dtype)
+
+        return by_distance_score_mod
