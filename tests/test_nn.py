@@ -758,3 +758,12 @@ def test_static_cache_overflow_and_sizes_are_errors():
         model(ids(t=1), attention_mask=torch.ones(2, 4 + 1, dtype=torch.bool), cache=KVCache(capacity=4))
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         KVCache(capacity=0)
+
+
+def test_axial_positions_of_a_square_batch_are_axes_with_a_cache():
+    """AxialRoPE reads a rank-2 tensor as (t, a), also when b == t == a: the cache must not take it
+    as (b, t) text positions (M-RoPE's reading of that square case)."""
+    layer = MultiheadAttention(D, HEADS, "rope_axial", causal=True).eval()
+    x = torch.randn(2, 2, D)
+    coords = torch.tensor([[0, 1], [2, 3]])  # token 0 at (0, 1), token 1 at (2, 3)
+    torch.testing.assert_close(layer(x, positions=coords, cache=KVCache()), layer(x, positions=coords))

@@ -127,8 +127,10 @@ class PositionBias(PositionalEncoding):
     #: Float temporaries per (query, key) pair beyond the bias (see :class:`~posenc.PositionState`).
     bias_scratch: int = 0
 
-    #: Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only).
-    key_only: bool = False
+    @property
+    def key_only(self) -> bool:
+        """Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only)."""
+        return False
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None

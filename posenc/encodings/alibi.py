@@ -74,12 +74,16 @@ class ALiBi(PositionBias):
     ) -> None:
         super().__init__()
         self.num_heads = check_num_heads("num_heads", num_heads)
-        self.causal = self.key_only = check_bool("causal", causal)
+        self.causal = check_bool("causal", causal)
         check_alibi_options(num_heads, max_bias)
         self.max_bias = float(max_bias)
         self.register_buffer(
             "slopes", alibi_slopes(num_heads, self.max_bias, device=device), persistent=False
         )
+
+    @property
+    def key_only(self) -> bool:  # follows causal, also when it is set after construction
+        return self.causal
 
     def reset_caches(self) -> None:
         """Rebuild the slopes (float32), e.g. after ``to_empty()`` from the meta device."""

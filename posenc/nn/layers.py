@@ -224,7 +224,7 @@ def _prepare(
     if positions is None:  # the first call of a static cache
         positions = torch.arange(t, device=x.device)
     num_axes = getattr(encoding, "num_axes", 0)
-    if num_axes and _text_positions(positions, b, t, num_axes):
+    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
         # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
         positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
     k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
@@ -234,13 +234,13 @@ def _prepare(
     )
 
 
-def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int) -> bool:
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
     """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
-    for an encoding with ``num_axes``, read as M-RoPE reads them: ``(t, t)`` is ``(b, t)`` when ``b == t``
-    (AxialRoPE reads every rank-2 tensor as ``(t, a)``: pass ``(1, t, a)`` in that square case)."""
+    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
+    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
     if positions.dim() != 2 or positions.shape[-1] != length:
         return positions.dim() == 1
-    return tuple(positions.shape) != (length, num_axes) or batch == length != 1
+    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
 
 
 def _check_inputs(

@@ -347,3 +347,17 @@ def test_resume_with_other_lengths_is_refused_and_points_to_loading_the_base_mod
         corpus, longer, out_dir=tmp_path / "b", model_path=tmp_path / "a" / "base.pt", progress=False
     )
     assert again.base["how"].startswith("loaded from") and again.perplexity("none", 128) > 1.0
+
+
+@pytest.mark.parametrize("spec", ["xpos", "rope_axial", "alibi"])
+def test_a_checkpoint_of_another_encoding_is_refused_as_the_base_model(corpus, tmp_path, spec):
+    """Only plain RoPE is extended: xPos and axial RoPE are rotary with rope_type 'default' too."""
+    from posenc.app.study.checkpoint import save_checkpoint
+    from posenc.nn import TransformerLM
+
+    chars = sorted(set(corpus.text))
+    model = TransformerLM(len(chars), d_model=32, num_layers=1, num_heads=2, position=spec, max_len=16)
+    path = tmp_path / "other.pt"
+    save_checkpoint(path, model, vocab=chars, position=spec, meta={})
+    with pytest.raises(ConfigError, match="not a plain RoPE model"):
+        run_extend(corpus, ExtendConfig(**TINY), model_path=path, progress=False)

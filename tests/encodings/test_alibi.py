@@ -411,3 +411,13 @@ def test_bad_inputs_are_named() -> None:
         alibi(torch.randn(2, 3, 5, 5))
     with pytest.raises(TypeError, match=r"scores must be a torch\.Tensor"):
         alibi([[1.0]])
+
+
+def test_causal_set_after_construction_changes_the_form():
+    """The key-only form is exact only under a causal mask: it follows ``causal``, never a stale copy."""
+    alibi = ALiBi(num_heads=4)
+    alibi.causal = False
+    q = torch.randn(1, 4, 6, 8)
+    bias = alibi.attention_bias(q, q)
+    assert bias.shape[-2] == 6  # the full symmetric form, not the (.., 1, tk) key-only one
+    assert torch.equal(bias[0, :, 2, 4], bias[0, :, 4, 2])

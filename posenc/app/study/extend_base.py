@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+import posenc
+
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import ConfigError, ExtendConfig, StudyConfig
 from .corpus import Corpus
@@ -115,7 +117,9 @@ class _LoadedVocabulary(_Vocabulary):
 def _config_of_loaded(model: Any, config: ExtendConfig, path: str) -> ExtendConfig:
     """``config`` with the loaded model's sizes and training length; the model must be plain RoPE."""
     encoding = model.encoding
-    if getattr(encoding, "kind", None) != "rotary" or getattr(encoding, "rope_type", None) != "default":
+    # exactly RoPE: xPos, axial and M-RoPE are rotary with rope_type "default" too, but the methods
+    # extend a 1-D rotation's frequencies and would silently mean something else for them
+    if type(encoding) is not posenc.RoPE or encoding.rope_type != "default":
         raise ConfigError(
             f"model checkpoint {path[:200]!r} is not a plain RoPE model (its encoding: {type(encoding).__name__})",
             argument="model",
