@@ -33,16 +33,21 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="venv layout differs on Windows")
-def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
-    pytest.importorskip("setuptools")
-    # Built from a copy of what the wheel is made of: the build writes posenc.egg-info beside its
-    # sources, and a test never writes into the checkout.
+def _copy_of_the_package_sources(tmp_path: Path) -> Path:
+    """What the wheel is made of, copied: a build writes posenc.egg-info beside its sources, and a test
+    never writes into the checkout."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy2(ROOT / name, source / name)
     shutil.copytree(ROOT / "posenc", source / "posenc", ignore=shutil.ignore_patterns("__pycache__"))
+    return source
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout differs on Windows")
+def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
+    pytest.importorskip("setuptools")
+    source = _copy_of_the_package_sources(tmp_path)
     dist = tmp_path / "dist"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # No build isolation: the setuptools of this environment, no network.
@@ -143,11 +148,7 @@ def test_editable_install_is_a_path_type_checkers_follow(tmp_path):
     """README's ``pip install -e``: a plain path in a .pth file (mypy run outside the checkout finds
     ``posenc`` and its py.typed), not setuptools' import hook, which type checkers cannot see."""
     pytest.importorskip("setuptools")
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
-        shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(ROOT / "posenc", source / "posenc", ignore=shutil.ignore_patterns("__pycache__"))
+    source = _copy_of_the_package_sources(tmp_path)
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)

@@ -23,6 +23,7 @@ from .._checks import check_float_tensor, check_positive_float, check_positive_i
 from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
+from ..state import ScoreMod
 from ._bias import ContentBiasState
 
 __all__ = ["RelPosXL", "RelPosXLState"]
@@ -111,10 +112,25 @@ class RelPosXLState(ContentBiasState):
         Returns:
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
-        if not can_sync(self.q_positions) and (self.q_start is None or self.k_start is None):
-            # no data-dependent size in a traced program, and no host sync on an accelerator
+        if self._from_angles():
             return self.bias_from_angles(q, k)
         return super().attention_bias(q, k)
+
+    def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
+        """FlexAttention's form; with explicit positions where no value may be read, the dense term
+        from angles ``(b, h, tq, tk)`` read per pair (the per-distance rows need the range's size)."""
+        if not self._from_angles():
+            return super().score_mod(q, k)
+        dense = self.bias_from_angles(q, k)
+
+        def dense_score_mod(score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return score + dense[bi, head, q_idx, kv_idx].to(score.dtype)
+
+        return dense_score_mod
+
+    def _from_angles(self) -> bool:
+        # no data-dependent size in a traced program, and no host sync on an accelerator
+        return not can_sync(self.q_positions) and (self.q_start is None or self.k_start is None)
 
 
 class RelPosXL(PositionalEncoding):

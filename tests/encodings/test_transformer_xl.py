@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -18,6 +19,7 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
 )
 
 import posenc
+from posenc._compat import accelerator_paths
 from posenc.encodings.transformer_xl import RelPosXL
 
 # float32 attention outputs computed in another order (gather vs transformers' rel-shift).
@@ -144,14 +146,17 @@ def test_kv_cache_decoding_equals_the_full_forward() -> None:
         torch.testing.assert_close(one, full[:, :, step : step + 1], **FP32)
 
 
-def test_score_mod_equals_bias() -> None:
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator-paths"])
+def test_score_mod_equals_bias(accelerator: bool) -> None:
+    """Also on the accelerator's path (no value read: the dense term from angles, read per pair)."""
     torch.manual_seed(8)
     xl = RelPosXL(3, 4)
     _randomise(xl, seed=9)
     q, k = torch.randn(2, 3, 3, 4), torch.randn(2, 3, 5, 4)
     qp, kp = torch.tensor([[2, 3, 4], [5, 6, 7]]), torch.arange(5).expand(2, 5) + torch.tensor([[0], [3]])
     bias = xl.attention_bias(q, k, q_positions=qp, k_positions=kp)
-    mod = xl.score_mod(q, k, q_positions=qp, k_positions=kp)
+    with accelerator_paths() if accelerator else contextlib.nullcontext():
+        mod = xl.score_mod(q, k, q_positions=qp, k_positions=kp)
     zero = torch.tensor(0.0)
     for b, h, i, j in [(0, 0, 0, 0), (1, 2, 2, 4), (0, 1, 1, 3), (1, 0, 0, 1)]:
         got = mod(zero, torch.tensor(b), torch.tensor(h), torch.tensor(i), torch.tensor(j))

@@ -104,6 +104,8 @@ def _hooks(entry: Entry, device: torch.device) -> None:
             q_pos, k_pos = _on(device, *entry.qk_positions(length, length, explicit, explicit))
             _check_device(module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), device)
             _check_device(module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos), device)
+            if not getattr(module, "values", False):  # a value term has no score_mod (it says so)
+                module.score_mod(q, k, q_positions=q_pos, k_positions=k_pos)  # FlexAttention's form
             # a decode step: one query at the last position, every key
             q1 = q[:, :, -1:]
             q_pos, k_pos = _on(device, *entry.qk_positions(1, length, explicit[:, -1:], explicit))
