@@ -30,13 +30,9 @@ from torch import Tensor, nn
 from ._checks import check_float_tensor
 from ._compat import precise_dtype
 from ._positions import _resolve_qk, check_qk
-from .state import BiasForm, PositionState, ScoreMod
+from .state import PositionState, ScoreMod
 
-__all__ = [
-    "BiasForm",
-    "PositionState",
-    "PositionalEncoding",
-]
+__all__ = ["PositionalEncoding"]
 
 Kind = Literal["additive", "rotary", "bias", "none"]
 

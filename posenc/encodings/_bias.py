@@ -27,9 +27,10 @@ from torch import Tensor
 
 from .._compat import precise_dtype
 from .._positions import check_bias_qk, check_qk, check_scores
-from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
+from ..base import PositionalEncoding
 from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import clipped_distance_index
+from ..state import BiasForm, PositionState, ScoreMod
 
 __all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
 

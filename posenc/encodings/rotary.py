@@ -33,10 +33,11 @@ from torch import Tensor
 from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from .._positions import _resolve_qk, check_qk
-from ..base import PositionalEncoding, PositionState
+from ..base import PositionalEncoding
 from ..functional.rope_params import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
+from ..state import PositionState
 
 __all__ = ["RoPE", "RotaryState"]
 
