@@ -171,9 +171,7 @@ class PositionBias(PositionalEncoding):
         """
         check_scores(scores, self.num_heads)
         b, _, tq, tk = scores.shape
-        state = self._own_state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
-        )
+        state = self._state(tq, tk, b, scores.device, q_positions, k_positions)
         compute = precise_dtype(scores)
         return (scores.to(compute) + cast(PositionBiasState, state).bias(compute)).to(scores.dtype)
 
