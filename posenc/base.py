@@ -326,5 +326,10 @@ class PositionalEncoding(nn.Module):
             self.reset_caches()
         return self
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - every encoding defines its own
-        raise NotImplementedError(f"{type(self).__name__} does not define a drop-in forward")
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The drop-in call. An additive encoding's is :meth:`encode_input`: ``x = pe(x, positions)``,
+        ``(b, t, d) -> (b, t, d)``; the other kinds define their own (``q, k = rope(q, k)``,
+        ``scores = alibi(scores)``)."""
+        if self.kind != "additive":  # pragma: no cover - every other built-in defines its own
+            raise NotImplementedError(f"{type(self).__name__} does not define a drop-in forward")
+        return self.encode_input(*args, **kwargs)

@@ -142,10 +142,6 @@ class Learned2D(PositionalEncoding):
         hw = hw or self._flat_grid(x.shape[1] - p, grid, positions)
         return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, "grid")
 
-    def forward(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
-        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
-        return self.encode_input(x, positions, grid)
-
     def extra_repr(self) -> str:
         extra = f"{self.d_model}, grid_size={self.grid_size}, num_prefix_tokens={self.num_prefix_tokens}"
         if not self.interpolate:

@@ -174,10 +174,6 @@ class Sinusoidal2D(PositionalEncoding):
         table = self._grid_table(grid, torch.float64 if x.dtype == torch.float64 else self._table.dtype)
         return add_patch_table(x, table, grid, self.num_prefix_tokens, positions, "grid_size")
 
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
-        return self.encode_input(x, positions)
-
     def extra_repr(self) -> str:
         extra = f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"
         return extra + (f", order={self.order!r}" if self.order != "mae" else "")
