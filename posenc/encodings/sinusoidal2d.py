@@ -17,7 +17,7 @@ from .._checks import check_choice, check_int, check_positive_float
 from .._compat import wide_dtype
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import ORDERS_2D, sinusoidal_2d_table, sinusoidal_3d_table
-from ._patches import add_patch_table, check_grid, input_grid
+from ._patches import add_patch_table, input_grid, patch_grid
 
 __all__ = ["Sinusoidal2D"]
 
@@ -89,7 +89,7 @@ class Sinusoidal2D(PositionalEncoding):
                 f"d_model must be divisible by 4 (sin and cos for rows and columns), got {d_model}"
             )
         self.d_model = d_model
-        self.grid_size = None if grid_size is None else check_grid("grid_size", grid_size, video=True)
+        self.grid_size = None if grid_size is None else patch_grid("grid_size", grid_size, video=True)
         self._check_3d("grid_size", self.grid_size or ())
         self.base = check_positive_float("base", base)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
@@ -140,7 +140,7 @@ class Sinusoidal2D(PositionalEncoding):
             grid_size: the grid, ``(h, w)`` (``n = h*w``) or ``(t, h, w)`` (``n = t*h*w``);
                 defaults to the constructor's ``grid_size``.
         """
-        grid = self.grid_size if grid_size is None else check_grid("grid_size", grid_size, video=True)
+        grid = self.grid_size if grid_size is None else patch_grid("grid_size", grid_size, video=True)
         if grid is None:
             raise ValueError("table() needs a grid_size (none was given to the constructor)")
         self._check_3d("grid_size", grid)
