@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ._checks import check_float_tensor
 from ._compat import precise_dtype
-from ._positions import _resolve_qk, check_qk
+from ._positions import check_qk, resolve_qk
 from .state import PositionState, ScoreMod
 
 __all__ = ["PositionalEncoding"]
@@ -198,7 +198,7 @@ class PositionalEncoding(nn.Module):
     #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
     #: the positions, and the first ones of default consecutive ranges (else ``None``). The
     #: multi-axis rotary encodings resolve positions with axes instead.
-    _resolve = staticmethod(_resolve_qk)
+    _resolve = staticmethod(resolve_qk)
     #: The state :meth:`prepare` returns for a subclass that overrides a hook: one that calls it back.
     _generic_state_class: ClassVar[type[PositionState]] = PositionState
 
