@@ -30,7 +30,7 @@ class Block(nn.Module):
         self.qkv, self.out = nn.Linear(D_MODEL, 3 * D_MODEL), nn.Linear(D_MODEL, D_MODEL)
         self.mlp = nn.Sequential(nn.Linear(D_MODEL, 2 * D_MODEL), nn.GELU(), nn.Linear(2 * D_MODEL, D_MODEL))
 
-    def forward(self, x: torch.Tensor, state: posenc.base.PositionState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: posenc.state.PositionState) -> torch.Tensor:
         b, t, _ = x.shape
         # (b, t, 3d) -> 3 x (b, h, t, dh)
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, -1).permute(2, 0, 3, 1, 4)

@@ -22,8 +22,8 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from ._compat import is_tracing
-from .base import PositionState
 from .masking import Visibility, visible
+from .state import PositionState
 
 #: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
 #: those rows of q and those keys of k and v.

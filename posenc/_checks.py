@@ -38,6 +38,21 @@ def check_int(name: str, value: object, *, minimum: int) -> int:
     return value
 
 
+def check_grid(grid: object, name: str = "grid", *, axes: int | None = None) -> tuple[int, ...]:
+    """``grid`` as a tuple of positive ints: any non-empty one, or one of ``axes`` sizes when given.
+
+    (The vision tables' ``grid_size``, which also takes an int, is checked by
+    :func:`posenc.encodings._patches.patch_grid`.)
+    """
+    if axes is not None and (not isinstance(grid, (tuple, list)) or len(grid) != axes):
+        raise ValueError(f"{name} must be a tuple of {axes} ints (one per axis), got {grid!r}")
+    if not isinstance(grid, (tuple, list)) or not grid:
+        raise TypeError(f"{name} must be a non-empty tuple of ints like (h, w), got {grid!r}")
+    for i, s in enumerate(grid):
+        check_int(f"{name}[{i}]", s, minimum=1)
+    return tuple(grid)
+
+
 def check_positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is an ``int > 0``."""
     if not isinstance(value, int) or isinstance(value, bool):

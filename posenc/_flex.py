@@ -30,8 +30,8 @@ from torch import Tensor
 
 from ._attention_paths import heads_differ, needs_grad
 from ._compat import is_compiling
-from .base import PositionState
 from .masking import Visibility, visible
+from .state import PositionState
 
 __all__ = ["flex_attention_path", "flex_block_mask"]
 

@@ -1,8 +1,9 @@
 """Input checks of the hooks' tensors, and the resolution of query / key positions.
 
 :func:`check_input`, :func:`check_qk`, :func:`check_bias_qk` and :func:`check_scores` check the
-tensors an encoding's hooks receive; :func:`resolve_positions`, :func:`resolve_qk_positions` and
-:func:`mask_to_positions` turn optional positions into ``torch.long`` tensors.
+tensors an encoding's hooks receive; :func:`resolve_positions`, :func:`resolve_qk_positions` (and
+:func:`resolve_qk`, the same from lengths, which :meth:`~posenc.base.PositionalEncoding.prepare`
+uses) and :func:`mask_to_positions` turn optional positions into ``torch.long`` tensors.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence (``tq`` queries, ``tk`` keys), ``d`` model
 width, ``dh`` head width.
@@ -140,11 +141,11 @@ def resolve_qk_positions(
         ``(q_positions, k_positions)``, long tensors of shape ``(t,)`` or ``(b, t)``.
     """
     batch = max(q.shape[0], k.shape[0])
-    qp, kp, _, _ = _resolve_qk(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
+    qp, kp, _, _ = resolve_qk(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
     return qp, kp
 
 
-def _resolve_qk(
+def resolve_qk(
     tq: int,
     tk: int,
     batch: int | None,

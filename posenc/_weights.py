@@ -22,8 +22,8 @@ from torch import Tensor
 
 from ._attention_paths import needs_grad, over_query_chunks
 from ._compat import precise_dtype
-from .base import PositionState
 from .masking import Visibility
+from .state import PositionState
 
 __all__ = ["weighted_attention"]
 

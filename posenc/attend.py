@@ -28,9 +28,10 @@ from ._compat import is_compiling
 from ._flex import flex_attention_path
 from ._positions import check_bias_qk, check_qk
 from ._weights import weighted_attention
-from .base import PositionalEncoding, PositionState
+from .base import PositionalEncoding
 from .encodings.none import NoPE
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
+from .state import PositionState
 
 __all__ = ["Backend", "attention"]
 

@@ -29,14 +29,10 @@ from torch import Tensor, nn
 
 from ._checks import check_float_tensor
 from ._compat import precise_dtype
-from ._positions import _resolve_qk, check_qk
-from .state import BiasForm, PositionState, ScoreMod
+from ._positions import check_qk, resolve_qk
+from .state import PositionState, ScoreMod
 
-__all__ = [
-    "BiasForm",
-    "PositionState",
-    "PositionalEncoding",
-]
+__all__ = ["PositionalEncoding"]
 
 Kind = Literal["additive", "rotary", "bias", "none"]
 
@@ -199,6 +195,13 @@ class PositionalEncoding(nn.Module):
         state = self._hook_state("score_mod", q, k, q_positions, k_positions)
         return None if state is None else state.score_mod(q, k)
 
+    #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
+    #: the positions, and the first ones of default consecutive ranges (else ``None``). The
+    #: multi-axis rotary encodings resolve positions with axes instead.
+    _resolve = staticmethod(resolve_qk)
+    #: The state :meth:`prepare` returns for a subclass that overrides a hook: one that calls it back.
+    _generic_state_class: ClassVar[type[PositionState]] = PositionState
+
     def prepare(
         self,
         q_len: int,
@@ -208,6 +211,7 @@ class PositionalEncoding(nn.Module):
         k_positions: Tensor | None = None,
         batch: int | None = None,
         device: torch.device | str | None = None,
+        **options: Any,
     ) -> PositionState:
         """The position state of one forward pass, to hand to every attention layer.
 
@@ -219,36 +223,38 @@ class PositionalEncoding(nn.Module):
             batch: the batch size, to check ``(b, t)`` positions against.
             device: where default positions and tables are made (default: the positions' device,
                 else the encoding's).
+            options: the encoding's own settings, passed to :meth:`prepare_state`: the rotary
+                encodings' ``seq_len`` (see :meth:`posenc.RoPE.prepare_state`).
 
         Returns:
             A :class:`PositionState`; built-in encodings return one holding their tables.
         """
         if device is None:
             given = q_positions if q_positions is not None else k_positions
-            device = given.device if given is not None else self._device()
+            device = given.device if isinstance(given, Tensor) else self._device()
         k_len = q_len if k_len is None else k_len
-        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
-        if self._generic_state:
-            return PositionState(self, qp, kp, q_start=q_start, k_start=k_start)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+        return self._state(
+            q_len, k_len, batch, device, q_positions, k_positions, self._generic_state, **options
+        )
 
-    def _own_state(
+    def _state(
         self,
         q_len: int,
         k_len: int,
-        *,
-        q_positions: Tensor | None,
-        k_positions: Tensor | None,
         batch: int | None,
         device: torch.device | str | None,
+        q_positions: Tensor | None,
+        k_positions: Tensor | None,
+        generic: bool = False,
+        **options: Any,
     ) -> PositionState:
-        """:meth:`prepare`, but always this class's own state: what its built-in hooks read.
-
-        (For a subclass that overrides a hook, :meth:`prepare` gives a generic
-        :class:`PositionState`, whose methods call back into the hooks.)
-        """
-        qp, kp, q_start, k_start = _resolve_qk(q_len, k_len, batch, device, q_positions, k_positions)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+        """The state at the resolved positions: this class's own (:meth:`prepare_state`), what its
+        built-in hooks read; or, with ``generic`` (a subclass that overrides a hook, in :meth:`prepare`),
+        a :attr:`_generic_state_class`, whose methods call back into the hooks."""
+        qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
+        if generic:
+            return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
+        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, **options)
 
     def _hook_state(
         self, hook: str, q: Tensor, k: Tensor, q_positions: Tensor | None, k_positions: Tensor | None
@@ -267,10 +273,7 @@ class PositionalEncoding(nn.Module):
         else:
             check_qk(q, k)  # before the positions: a malformed q or k is named first
         batch = max(q.shape[0], k.shape[0])
-        qp, kp, q_start, k_start = _resolve_qk(
-            q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions
-        )
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)
+        return self._state(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
@@ -323,5 +326,10 @@ class PositionalEncoding(nn.Module):
             self.reset_caches()
         return self
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - every encoding defines its own
-        raise NotImplementedError(f"{type(self).__name__} does not define a drop-in forward")
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The drop-in call. An additive encoding's is :meth:`encode_input`: ``x = pe(x, positions)``,
+        ``(b, t, d) -> (b, t, d)``; the other kinds define their own (``q, k = rope(q, k)``,
+        ``scores = alibi(scores)``)."""
+        if self.kind != "additive":  # pragma: no cover - every other built-in defines its own
+            raise NotImplementedError(f"{type(self).__name__} does not define a drop-in forward")
+        return self.encode_input(*args, **kwargs)

@@ -13,7 +13,7 @@ from posenc._positions import (
     resolve_positions,
     resolve_qk_positions,
 )
-from posenc.base import PositionState
+from posenc.state import PositionState
 
 
 def test_base_hooks_are_no_ops():

@@ -27,9 +27,10 @@ from torch import Tensor
 
 from .._compat import precise_dtype
 from .._positions import check_bias_qk, check_qk, check_scores
-from ..base import BiasForm, PositionalEncoding, PositionState, ScoreMod
+from ..base import PositionalEncoding
 from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import clipped_distance_index
+from ..state import BiasForm, PositionState, ScoreMod
 
 __all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
 
@@ -170,9 +171,7 @@ class PositionBias(PositionalEncoding):
         """
         check_scores(scores, self.num_heads)
         b, _, tq, tk = scores.shape
-        state = self._own_state(
-            tq, tk, q_positions=q_positions, k_positions=k_positions, batch=b, device=scores.device
-        )
+        state = self._state(tq, tk, b, scores.device, q_positions, k_positions)
         compute = precise_dtype(scores)
         return (scores.to(compute) + cast(PositionBiasState, state).bias(compute)).to(scores.dtype)
 

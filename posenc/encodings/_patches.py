@@ -17,7 +17,7 @@ from .._compat import check_values
 from .._positions import resolve_positions
 
 
-def check_grid(name: str, grid: object, *, video: bool = False) -> tuple[int, ...]:
+def patch_grid(name: str, grid: object, *, video: bool = False) -> tuple[int, ...]:
     """``grid`` as a tuple of positive ints: ``s`` means ``(s, s)``; ``(t, h, w)`` only if ``video``."""
     if isinstance(grid, int) and not isinstance(grid, bool):
         grid = (grid, grid)

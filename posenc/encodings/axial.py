@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_grid, check_int
 from ..functional.axial import axial_frequencies, check_axis_widths, checked_axial_frequencies, grid_positions
 from ..functional.rope_params import DefaultRope
 from ._axis_rotary import _AxisRotary
@@ -126,21 +126,14 @@ class AxialRoPE(_AxisRotary):
         self.params = DefaultRope(base=float(base), rotary_dim=sum(self.axes_dim))
         self.max_freq = float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
-        self.grid_size = None if grid_size is None else self._check_grid("grid_size", grid_size)
+        self.grid_size = None if grid_size is None else check_grid(grid_size, "grid_size", axes=self.num_axes)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
-        self.ref_grid = None if ref_grid is None else self._check_grid("ref_grid", ref_grid)
+        self.ref_grid = None if ref_grid is None else check_grid(ref_grid, "ref_grid", axes=self.num_axes)
         if self.ref_grid is not None and freqs == "pixel":
             raise ValueError(
                 "ref_grid rescales index coordinates; freqs='pixel' coordinates already span [-1, 1]"
             )
         self._init_caches(device)
-
-    def _check_grid(self, name: str, grid: object) -> tuple[int, ...]:
-        if not isinstance(grid, (tuple, list)) or len(grid) != self.num_axes:
-            raise ValueError(f"{name} must be a tuple of {self.num_axes} ints (one per axis), got {grid!r}")
-        for i, s in enumerate(grid):
-            check_int(f"{name}[{i}]", s, minimum=1)
-        return tuple(grid)
 
     def _frequencies(
         self, device: torch.device, seq_len: int | Tensor | None = None
@@ -166,7 +159,7 @@ class AxialRoPE(_AxisRotary):
         Returns:
             ``(p + prod(grid), a)`` coordinates.
         """
-        grid = self.grid_size if grid is None else self._check_grid("grid", grid)
+        grid = self.grid_size if grid is None else check_grid(grid, "grid", axes=self.num_axes)
         if grid is None:
             raise ValueError("grid_positions() needs a grid (none was given to the constructor as grid_size)")
         return grid_positions(

@@ -127,10 +127,6 @@ class Learned(PositionalEncoding):
             positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
         return x + self._rows(positions, x.shape[1]).to(x.dtype)
 
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Drop-in call: ``x + weight[positions]``; see :meth:`encode_input`."""
-        return self.encode_input(x, positions)
-
     @torch.no_grad()
     def resize(self, new_max_len: int, mode: Literal["linear", "nearest", "repeat"] = "linear") -> None:
         """Change the number of positions in place, keeping ``weight`` a trainable Parameter.

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_choice, check_int, check_positive_float
 from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
-from ._patches import add_patch_table, check_grid, input_grid
+from ._patches import add_patch_table, input_grid, patch_grid
 
 __all__ = ["Learned2D"]
 
@@ -67,7 +67,7 @@ class Learned2D(PositionalEncoding):
     ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, minimum=1)
-        self.grid_size = check_grid("grid_size", grid_size)
+        self.grid_size = patch_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         self.interpolate = check_bool("interpolate", interpolate)
         check_choice("mode", mode, ("bicubic", "bilinear", "nearest", "area"))
@@ -86,7 +86,7 @@ class Learned2D(PositionalEncoding):
 
     def table(self, grid: int | tuple[int, int] | list[int] | None = None) -> Tensor:
         """The ``(p + H*W, d)`` rows added to a flat input on ``grid`` (default: the table's grid)."""
-        new = self.grid_size if grid is None else check_grid("grid", grid)
+        new = self.grid_size if grid is None else patch_grid("grid", grid)
         return self._resampled(new, self.interpolate)
 
     def _resampled(self, new: tuple[int, ...], interpolate: bool) -> Tensor:
@@ -106,7 +106,7 @@ class Learned2D(PositionalEncoding):
     @torch.no_grad()
     def resize(self, new_grid: int | tuple[int, int] | list[int]) -> None:
         """Resample the table to ``new_grid`` for good (a new parameter: rebuild optimizers)."""
-        new = check_grid("new_grid", new_grid)
+        new = patch_grid("new_grid", new_grid)
         table = self._resampled(new, interpolate=True).detach().clone()
         self.weight = nn.Parameter(table, requires_grad=self.weight.requires_grad)
         self.grid_size = new
@@ -115,7 +115,7 @@ class Learned2D(PositionalEncoding):
         """The grid of ``n`` flat patches: ``grid`` if given, else the table's (always when ``positions``
         select among its patches), else a square one."""
         if grid is not None:
-            return check_grid("grid", grid)
+            return patch_grid("grid", grid)
         if positions is not None or n == math.prod(self.grid_size):
             return self.grid_size
         side = math.isqrt(n)
@@ -141,10 +141,6 @@ class Learned2D(PositionalEncoding):
         hw = input_grid(x, self.d_model, p, positions=positions, grid=grid)
         hw = hw or self._flat_grid(x.shape[1] - p, grid, positions)
         return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, "grid")
-
-    def forward(self, x: Tensor, positions: Tensor | None = None, grid: object = None) -> Tensor:
-        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
-        return self.encode_input(x, positions, grid)
 
     def extra_repr(self) -> str:
         extra = f"{self.d_model}, grid_size={self.grid_size}, num_prefix_tokens={self.num_prefix_tokens}"

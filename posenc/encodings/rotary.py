@@ -15,7 +15,7 @@ past the table, ``torch.compile``/``torch.export``, float64 inputs, another devi
 table's, dynamic NTK past its trained length — they are computed from the positions with float64
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
 
-The state and the hooks that apply it (``_Rotary``: ``prepare``, ``encode_qk``, ``forward``,
+The state and the hooks that apply it (``_Rotary``: ``prepare_state``, ``encode_qk``, ``forward``,
 ``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings._axis_rotary`),
 which differ only in their positions and in how they compute the cos/sin rows.
 
@@ -25,18 +25,19 @@ rotated pairs.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
-from .._positions import _resolve_qk, check_qk
-from ..base import PositionalEncoding, PositionState
+from .._positions import check_qk
+from ..base import PositionalEncoding
 from ..functional.rope_params import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
+from ..state import PositionState
 
 __all__ = ["RoPE", "RotaryState"]
 
@@ -145,8 +146,6 @@ class _Rotary(PositionalEncoding):
 
     kind = "rotary"
     state_class: ClassVar[type[RotaryState]] = RotaryState
-    #: The state :meth:`prepare` returns for a subclass that overrides a hook: one that calls it back.
-    _generic_state_class: ClassVar[type[PositionState]] = PositionState
     head_dim: int
     layout: RopeLayout
     inv_freq: Tensor
@@ -178,10 +177,6 @@ class _Rotary(PositionalEncoding):
         """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
         return self.params.attention_scaling
 
-    #: ``(tq, tk, batch, device, q_positions, k_positions) -> (q_positions, k_positions, q_start, k_start)``:
-    #: the positions, and the first ones of default consecutive ranges (else ``None``).
-    _resolve = staticmethod(_resolve_qk)
-
     def _rows(
         self,
         positions: Tensor,
@@ -192,35 +187,6 @@ class _Rotary(PositionalEncoding):
     ) -> tuple[Tensor, Tensor]:
         raise NotImplementedError  # pragma: no cover
 
-    def prepare(
-        self,
-        q_len: int,
-        k_len: int | None = None,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-        batch: int | None = None,
-        device: torch.device | str | None = None,
-        seq_len: int | Tensor | None = None,
-    ) -> PositionState:
-        """The :class:`RotaryState` of one forward pass (see :meth:`PositionalEncoding.prepare`).
-
-        Args:
-            q_len, k_len, q_positions, k_positions, batch, device: as in the base class.
-            seq_len: the length ``L`` of the dynamic and longrope variants: by default one past
-                the largest position of this call; give the whole sequence's length when the
-                call sees only part of it (a chunk, a context-parallel shard). Ignored by the
-                other variants.
-        """
-        if device is None:
-            given = q_positions if q_positions is not None else k_positions
-            device = given.device if isinstance(given, Tensor) else self.inv_freq.device
-        k_len = q_len if k_len is None else k_len
-        qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
-        if self._generic_state:  # a subclass that overrides a hook gets a state that calls its hooks back
-            return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, seq_len=seq_len)
-
     def prepare_state(
         self,
         q_positions: Tensor,
@@ -230,7 +196,15 @@ class _Rotary(PositionalEncoding):
         k_start: int | None,
         seq_len: int | Tensor | None = None,
     ) -> RotaryState:
-        """The :class:`RotaryState` (:attr:`state_class`) for resolved positions (called by :meth:`prepare`)."""
+        """The :class:`RotaryState` (:attr:`state_class`) for resolved positions (called by :meth:`prepare`).
+
+        Args:
+            q_positions, k_positions, q_start, k_start: as in the base class.
+            seq_len: the length ``L`` of the dynamic and longrope variants, given to :meth:`prepare`
+                (``rope.prepare(t, seq_len=L)``): by default one past the largest position of this
+                call; give the whole sequence's length when the call sees only part of it (a chunk,
+                a context-parallel shard). Ignored by the other variants.
+        """
         end: int | None = None  # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
@@ -272,10 +246,8 @@ class _Rotary(PositionalEncoding):
         """
         check_qk(q, k, head_dim=self.head_dim)
         batch = max(q.shape[0], k.shape[0])
-        qp, kp, q_start, k_start = self._resolve(
-            q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions
-        )
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._encode(q, k)
+        state = self._state(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
+        return cast(RotaryState, state)._encode(q, k)
 
     def forward(
         self,
@@ -306,8 +278,8 @@ class _Rotary(PositionalEncoding):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         t = x.shape[-2]
-        qp, kp, q_start, k_start = self._resolve(t, t, x.shape[0], x.device, positions, None)
-        return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start)._rotate(x, "q", "query")
+        state = self._state(t, t, x.shape[0], x.device, positions, None)
+        return cast(RotaryState, state)._rotate(x, "q", "query")
 
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.

@@ -10,8 +10,9 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
 from .._compat import precise_dtype
-from ..base import PositionalEncoding, ScoreMod
+from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index, matmul_outside_autocast, shaw_value_term
+from ..state import ScoreMod
 from ._bias import ContentBiasState
 
 __all__ = ["ShawRelative", "ShawState"]

@@ -186,10 +186,6 @@ class Sinusoidal(PositionalEncoding):
         # One cast of the (t, d) table, not of the (b, t, d) sum.
         return x + pe.to(x.dtype)
 
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Drop-in call: ``x + PE``; see :meth:`encode_input`. ``(b, t, d) -> (b, t, d)``."""
-        return self.encode_input(x, positions)
-
     def extra_repr(self) -> str:
         extra = f"{self.d_model}, base={self.base}, layout={self.layout!r}"
         if self.freq_spacing != "paper":

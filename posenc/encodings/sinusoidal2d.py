@@ -17,7 +17,7 @@ from .._checks import check_choice, check_int, check_positive_float
 from .._compat import wide_dtype
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import ORDERS_2D, sinusoidal_2d_table, sinusoidal_3d_table
-from ._patches import add_patch_table, check_grid, input_grid
+from ._patches import add_patch_table, input_grid, patch_grid
 
 __all__ = ["Sinusoidal2D"]
 
@@ -89,7 +89,7 @@ class Sinusoidal2D(PositionalEncoding):
                 f"d_model must be divisible by 4 (sin and cos for rows and columns), got {d_model}"
             )
         self.d_model = d_model
-        self.grid_size = None if grid_size is None else check_grid("grid_size", grid_size, video=True)
+        self.grid_size = None if grid_size is None else patch_grid("grid_size", grid_size, video=True)
         self._check_3d("grid_size", self.grid_size or ())
         self.base = check_positive_float("base", base)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
@@ -140,7 +140,7 @@ class Sinusoidal2D(PositionalEncoding):
             grid_size: the grid, ``(h, w)`` (``n = h*w``) or ``(t, h, w)`` (``n = t*h*w``);
                 defaults to the constructor's ``grid_size``.
         """
-        grid = self.grid_size if grid_size is None else check_grid("grid_size", grid_size, video=True)
+        grid = self.grid_size if grid_size is None else patch_grid("grid_size", grid_size, video=True)
         if grid is None:
             raise ValueError("table() needs a grid_size (none was given to the constructor)")
         self._check_3d("grid_size", grid)
@@ -173,10 +173,6 @@ class Sinusoidal2D(PositionalEncoding):
         self._check_3d("x.shape[1:4]", grid)
         table = self._grid_table(grid, torch.float64 if x.dtype == torch.float64 else self._table.dtype)
         return add_patch_table(x, table, grid, self.num_prefix_tokens, positions, "grid_size")
-
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Drop-in call: ``x + PE``; see :meth:`encode_input`."""
-        return self.encode_input(x, positions)
 
     def extra_repr(self) -> str:
         extra = f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_float
+from .._checks import check_choice, check_grid, check_int, check_positive_float
 from .rotary import cos_sin_of
 
 __all__ = [
@@ -64,14 +64,6 @@ def axes_last(position_ids: Tensor) -> Tensor:
     return position_ids.permute(1, 2, 0)
 
 
-def _check_grid(grid: Sequence[int]) -> tuple[int, ...]:
-    if not isinstance(grid, (tuple, list)) or not grid:
-        raise TypeError(f"grid must be a non-empty tuple of ints like (h, w), got {grid!r}")
-    for i, s in enumerate(grid):
-        check_int(f"grid[{i}]", s, minimum=1)
-    return tuple(grid)
-
-
 def grid_positions(
     grid: Sequence[int],
     *,
@@ -100,11 +92,11 @@ def grid_positions(
     Returns:
         ``(p + prod(grid), a)`` coordinates, ``a = len(grid)``.
     """
-    sizes = _check_grid(grid)
+    sizes = check_grid(grid)
     check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
     check_choice("kind", kind, ("index", "pixel"))
     if ref_grid is not None:
-        ref = _check_grid(ref_grid)
+        ref = check_grid(ref_grid)
         if kind != "index":
             raise ValueError("ref_grid rescales index coordinates; pixel coordinates already span [-1, 1]")
         if len(ref) != len(sizes):
@@ -282,7 +274,7 @@ def resample_grid_table(
     Returns:
         ``(p + H*W, d)`` in ``table.dtype``.
     """
-    (h, w), (nh, nw) = _check_grid(old_grid), _check_grid(new_grid)
+    (h, w), (nh, nw) = check_grid(old_grid), check_grid(new_grid)
     p = num_prefix_tokens
     if table.dim() != 2 or table.shape[0] != p + h * w:
         raise ValueError(

@@ -20,10 +20,11 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_positive_int
 from .._positions import mask_to_positions
 from ..attend import attention
-from ..base import PositionalEncoding, PositionState
+from ..base import PositionalEncoding
 from ..cache import KVCache, describe_encoding
 from ..masking import check_window, document_positions
 from ..registry import build
+from ..state import PositionState
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
