@@ -20,6 +20,7 @@ Shape key used in the docstrings: ``b`` batch, ``h`` heads, ``t`` sequence (``tq
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
@@ -252,7 +253,13 @@ class PositionalEncoding(nn.Module):
         built-in hooks read; or, with ``generic`` (a subclass that overrides a hook, in :meth:`prepare`),
         a :attr:`_generic_state_class`, whose methods call back into the hooks."""
         qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
-        if generic:
+        if generic:  # the keywords are still checked: a misspelled one is an error, not ignored
+            try:
+                inspect.signature(self.prepare_state).bind(
+                    qp, kp, q_start=q_start, k_start=k_start, **options
+                )
+            except TypeError as error:
+                raise TypeError(f"{type(self).__name__}.prepare(): {error}") from None
             return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, **options)
 

@@ -209,3 +209,16 @@ def test_a_hook_written_beside_the_state_class_is_applied_over_it():
     state = Halved().prepare(3)
     assert type(state) is PositionState
     assert torch.equal(state.attention_bias(q, k), _Distance().attention_bias(q, k) / 2)
+
+
+def test_a_subclass_that_overrides_a_hook_still_refuses_an_unknown_prepare_keyword():
+    """The generic state (a hook overridden) takes the own state's keywords, and refuses others."""
+
+    class Traced(posenc.RoPE):
+        def encode_qk(self, q, k, **kwargs):
+            return super().encode_qk(q, k, **kwargs)
+
+    rope = Traced(16)
+    assert rope.prepare(4, seq_len=8).q_len == 4
+    with pytest.raises(TypeError, match=r"Traced.prepare\(\): .*unexpected keyword argument 'seq_lenn'"):
+        rope.prepare(4, seq_lenn=8)
