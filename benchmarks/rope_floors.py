@@ -1,5 +1,8 @@
 """RoPE's performance floors, single-threaded: ``python -m benchmarks.rope_floors [--large]``.
 
+Prints each line as it is measured and writes them, with the machine, to
+``benchmarks/results/rope-floors.md`` (``--out`` elsewhere) once the run is complete.
+
 * eager ``state.encode_qk(q, k)`` (``state = RoPE(dh).prepare(t)`` outside the timed region, as a
   model prepares once per forward) against transformers' Llama ``apply_rotary_pos_emb`` with its
   cos/sin computed beforehand in the input dtype, on the same tensors; forward, and forward plus
@@ -18,9 +21,15 @@ import argparse
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from .machine import machine_info
+
+#: Where the report goes (committed: docs/benchmarks.md quotes it).
+OUT = Path(__file__).parent / "results" / "rope-floors.md"
 
 #: (b, h, t, dh): two decode steps and two training sizes.
 SHAPES = [(1, 8, 1, 64), (8, 32, 1, 128), (1, 16, 2048, 128)]
@@ -80,9 +89,8 @@ def versus_transformers(shape: tuple[int, int, int, int], dtype: torch.dtype) ->
         best = fastest(fns, rounds=ROUNDS * (3 if t == 1 else 1))
         ref = best["transformers"]
         ratios = ", ".join(f"{n} {ref / best[n]:.2f}x" for n in ("half", "interleaved"))
-        print(
+        _say(
             f"{shape} {str(dtype)[6:]:8} {mode:7} transformers {ref * 1e6:9.1f} us; posenc {ratios}",
-            flush=True,
         )
 
 
@@ -108,16 +116,24 @@ def decode_step(shape: tuple[int, int, int, int], dtype: torch.dtype, cached: in
         return rope.prepare(1, cached + 1).encode_qk(q, k)
 
     best = fastest({"litgpt": litgpt, "posenc": ours}, rounds=3 * ROUNDS)
-    print(
+    _say(
         f"{shape} {str(dtype)[6:]:8} decode step: prepare + encode_qk {best['posenc'] * 1e6:.1f} us = "
-        f"{best['posenc'] / best['litgpt']:.2f}x litgpt-style given its rows ({best['litgpt'] * 1e6:.1f} us)",
-        flush=True,
+        f"{best['posenc'] / best['litgpt']:.2f}x litgpt-style given its rows ({best['litgpt'] * 1e6:.1f} us)"
     )
+
+
+#: The lines measured so far (the report written at the end).
+REPORT: list[str] = []
+
+
+def _say(line: str) -> None:
+    REPORT.append(line)
+    print(line, flush=True)
 
 
 def run(shapes: list[tuple[int, int, int, int]]) -> None:
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread; times faster than transformers (>1: posenc faster)")
+    _say(f"torch {torch.__version__}, 1 thread; times faster than transformers (>1: posenc faster)")
     for shape in shapes:
         for dtype in (torch.float32, torch.bfloat16):
             versus_transformers(shape, dtype)
@@ -130,9 +146,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help=f"also {LARGE} (minutes)")
     parser.add_argument("--shape", action="append", help="b,h,t,dh instead of the defaults")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the report (default {OUT})")
     args = parser.parse_args()
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shape] if args.shape else SHAPES
     run(shapes + (LARGE if args.large else []))  # type: ignore[arg-type]
+    info = machine_info()
+    src = info["posenc_source"]
+    header = [
+        "# RoPE's performance floors (`python -m benchmarks.rope_floors`)",
+        "",
+        f"{info['date_utc']}; posenc {info['posenc']} at {src.get('git_commit')} (dirty: {src.get('git_dirty')},"
+        f" source {src.get('source_sha256')}); torch {info['torch']};",
+        f"{info['cpu_model']}, {info['cpus_usable']} usable cores; load average {info['load_average']}",
+        "",
+        "```text",
+    ]
+    args.out.write_text("\n".join([*header, *REPORT, "```", ""]))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -294,9 +294,10 @@ class PositionalEncoding(nn.Module):
         return state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
 
     def _device(self) -> torch.device:
-        return next(
-            (t.device for t in itertools.chain(self.parameters(), self.buffers())), torch.device("cpu")
-        )
+        # the module's own tensors first: a walk over every submodule costs ~4 us of a 40 us decode step
+        own = itertools.chain(self._parameters.values(), self._buffers.values())
+        tensors = itertools.chain(own, self.parameters(), self.buffers())
+        return next((t.device for t in tensors if t is not None), torch.device("cpu"))
 
     def reset_caches(self) -> None:
         """Rebuild non-persistent caches, e.g. after ``to_empty()`` from the meta device.
