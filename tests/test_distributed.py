@@ -12,9 +12,11 @@ from __future__ import annotations
 import copy
 import itertools
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -188,7 +190,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, fn: Callable[..., None], port: int, world: int, args: tuple) -> None:
+def _entry(rank: int, fn: Callable[..., None], port: int, world: int, done: str, args: tuple) -> None:
     torch.set_num_threads(1)  # two ranks share the machine's cores
     dist.init_process_group(
         "gloo",
@@ -200,22 +202,33 @@ def _entry(rank: int, fn: Callable[..., None], port: int, world: int, args: tupl
     try:
         fn(rank, world, *args)
         dist.barrier()  # leave together: tearing gloo down under a peer's last collective can abort it
+        Path(done, str(rank)).touch()  # every check of this rank passed
     finally:
         dist.destroy_process_group()
 
 
 def run_ranks(fn: Callable[..., None], *args: Any, world: int = 2, timeout: float = SPAWN_TIMEOUT_S) -> None:
-    """Run ``fn(rank, world, *args)`` in ``world`` gloo processes; a rank's exception fails the test."""
-    ctx = mp.start_processes(
-        _entry, args=(fn, _free_port(), world, args), nprocs=world, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout
-    while not ctx.join(timeout=1.0):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            pytest.fail(f"{fn.__name__} did not finish within {timeout:.0f} s on {world} ranks")
+    """Run ``fn(rank, world, *args)`` in ``world`` gloo processes; a rank's exception fails the test.
+
+    A rank killed by a signal fails it too, unless every rank had finished its checks and the shared
+    barrier: gloo's teardown can abort a process ("terminate called without an active exception") when a
+    peer closes its sockets first, which says nothing about the code under test.
+    """
+    with tempfile.TemporaryDirectory() as done:
+        ctx = mp.start_processes(
+            _entry, args=(fn, _free_port(), world, done, args), nprocs=world, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    for p in ctx.processes:
+                        if p.is_alive():
+                            p.kill()
+                    pytest.fail(f"{fn.__name__} did not finish within {timeout:.0f} s on {world} ranks")
+        except mp.ProcessExitedException:
+            if sorted(p.name for p in Path(done).iterdir()) != [str(r) for r in range(world)]:
+                raise
 
 
 def _attention_rows(rank: int, world: int, names: list[str], seq_len: int) -> None:

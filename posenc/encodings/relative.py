@@ -137,7 +137,7 @@ class RelativeBias(PositionBias):
         if index.shape[0] == 1:
             # One index for every batch row: one index_select of the flat index, heads outermost
             # (causal T5 through posenc.attention at T=2048 with explicit positions: ~15% faster).
-            return table.index_select(1, index.reshape(-1)).view(1, -1, *index.shape[1:])
+            return table.index_select(1, index.reshape(-1)).view(1, table.shape[0], *index.shape[1:])
         # Two broadcast indices read (b, h, tq, tk) directly: no (h, tq, tk) index tensor.
         heads = torch.arange(self.num_heads, device=index.device).view(1, -1, 1, 1)
         return table[heads, index.unsqueeze(1)]
