@@ -37,6 +37,31 @@ SMALL: dict[str, Any] = {
 }
 
 
+def _deepseek(mscale: float) -> dict[str, Any]:
+    """A tiny DeepSeek V2/V3 config with YaRN (MLA: a rotated slice of each head)."""
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": mscale}
+    rope |= {"mscale_all_dim": 0.8, "rope_theta": 10_000.0}
+    moe = {"moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1}
+    mla = {
+        "q_lora_rank": 16,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 8,
+    }
+    return {
+        **SMALL,
+        **moe,
+        **mla,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "topk_group": 1,
+        "first_k_dense_replace": 1,
+        "max_position_embeddings": 64,
+        "rope_parameters": rope,
+    }
+
+
 def _record(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[tuple[tuple, Any]]:
     """Wrap ``module.name`` so every call's arguments and result are kept, in call (= layer) order."""
     calls: list[tuple[tuple, Any]] = []
@@ -172,31 +197,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     (
         "deepseek_v3",
         "DeepseekV3Config",
-        {
-            **SMALL,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": 2,
-            "moe_intermediate_size": 16,
-            "q_lora_rank": 16,
-            "kv_lora_rank": 16,
-            "qk_rope_head_dim": 8,
-            "qk_nope_head_dim": 8,
-            "v_head_dim": 8,
-            "n_routed_experts": 4,
-            "num_experts_per_tok": 2,
-            "n_group": 1,
-            "topk_group": 1,
-            "first_k_dense_replace": 1,
-            "max_position_embeddings": 64,
-            "rope_parameters": {
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 16,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "rope_theta": 10_000.0,
-            },
-        },
+        _deepseek(mscale=1.0),
         "DeepseekV3Model",
         "apply_rotary_pos_emb_interleave",
         "deinterleave",
@@ -204,31 +205,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     (
         "deepseek_v2",
         "DeepseekV2Config",
-        {
-            **SMALL,
-            "num_key_value_heads": 2,
-            "num_hidden_layers": 2,
-            "moe_intermediate_size": 16,
-            "q_lora_rank": 16,
-            "kv_lora_rank": 16,
-            "qk_rope_head_dim": 8,
-            "qk_nope_head_dim": 8,
-            "v_head_dim": 8,
-            "n_routed_experts": 4,
-            "num_experts_per_tok": 2,
-            "n_group": 1,
-            "topk_group": 1,
-            "first_k_dense_replace": 1,
-            "max_position_embeddings": 64,
-            "rope_parameters": {
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 16,
-                "mscale": 0.9,
-                "mscale_all_dim": 0.8,
-                "rope_theta": 10_000.0,
-            },
-        },
+        _deepseek(mscale=0.9),
         "DeepseekV2Model",
         "apply_rotary_emb",
         "pair",
