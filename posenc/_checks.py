@@ -133,19 +133,20 @@ def check_float_tensor(name: str, value: object, *, rank: int, shape: str) -> No
         )
 
 
-def check_allocatable(
+def allocate(
     what: str,
     shape: tuple[int, ...],
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
-) -> None:
-    """Raise a ``ValueError`` naming ``what`` when a tensor of ``shape`` clearly cannot be allocated.
+) -> Tensor:
+    """``torch.empty(shape)``, or a ``ValueError`` naming ``what`` when it clearly cannot be allocated.
 
     ``what`` names the arguments that set the size (e.g. ``"max_len=10**12 (d_model=8)"``), so a
     size typo reads as a clear error instead of an allocator message from inside torch. On the
     CPU, more bytes than the machine's RAM is refused before trying: with memory overcommit such
     an allocation may succeed and fail only when its pages are first written (the OOM killer).
+    An allocator failure also becomes a ``ValueError``.
     """
     numel = math.prod(shape)
     if numel >= 2**62:  # past what torch can even describe
@@ -156,17 +157,6 @@ def check_allocatable(
         raise ValueError(
             f"{what}: a table of shape {shape} ({size / 2**30:.3g} GiB) is larger than this machine's memory"
         )
-
-
-def allocate(
-    what: str,
-    shape: tuple[int, ...],
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """``torch.empty(shape)`` after :func:`check_allocatable`; an allocator failure becomes a ``ValueError``."""
-    check_allocatable(what, shape, device=device, dtype=dtype)
     try:
         return torch.empty(shape, device=device, dtype=dtype)
     except (RuntimeError, MemoryError) as error:

@@ -101,11 +101,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def type_hints(cls: type) -> dict[str, Any]:
     """The constructor's annotations, resolved; one that cannot be resolved stays a string."""
     init = inspect.getattr_static(cls, "__init__")  # the function, as inspect.signature reads it
-    try:
-        return typing.get_type_hints(init)
-    except Exception:  # one bad annotation makes get_type_hints fail: resolve the others one by one
-        namespace = getattr(init, "__globals__", {})
+    namespace = getattr(init, "__globals__", {})
 
+    # One by one, not typing.get_type_hints, which fails on all when one cannot be resolved.
     def resolve(ann: Any) -> Any:
         try:  # what typing.get_type_hints does for each annotation, with the function's globals
             return eval(ann, namespace) if isinstance(ann, str) else ann

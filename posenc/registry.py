@@ -60,13 +60,6 @@ def _qualified(cls: type) -> str:
 # attribute, not the registration).
 
 
-def _normalize_names(name: str, aliases: tuple[str, ...]) -> list[str]:
-    for n in (name, *aliases):
-        if not isinstance(n, str) or not n.isidentifier():
-            raise ValueError(f"register: a name must be a Python identifier, got {short(n)}")
-    return list(dict.fromkeys(n.lower() for n in (name, *aliases)))
-
-
 def _names_of(cls: type) -> list[str]:
     """Every name ``cls`` is registered under, the canonical one first."""
     canonical = cls.__dict__.get("registry_name")
@@ -77,34 +70,6 @@ def _drop(cls: type[PositionalEncoding]) -> None:
     for n in _names_of(cls):
         del _REGISTRY[n]
     cls.registry_name = None
-
-
-def _add(cls: type[PositionalEncoding], names: list[str], *, replace: bool) -> None:
-    """Register ``cls`` under ``names`` (lower-case); the caller holds :data:`_LOCK`."""
-    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
-        raise TypeError(f"register({names[0]!r}) decorates PositionalEncoding subclasses, got {short(cls)}")
-    owners = {n: _REGISTRY[n] for n in names if _REGISTRY.get(n, cls) is not cls}
-    others = list(dict.fromkeys(owners.values()))
-    if others and not replace:
-        n, old = next(iter(owners.items()))
-        raise ValueError(
-            f"register: cannot register {_qualified(cls)} as {n!r}: that name is already registered to "
-            f"{_qualified(old)} (names: {', '.join(_names_of(old))}). Choose another name, or pass "
-            f"replace=True to replace {old.__name__} under all its names."
-        )
-    if len(others) > 1:
-        held = "; ".join(f"{_qualified(c)}: {', '.join(_names_of(c))}" for c in others)
-        raise ValueError(
-            f"register(..., replace=True): the names {names} belong to several classes ({held}); "
-            "replace one class at a time"
-        )
-    # The replaced class goes away under every name, so that an alias cannot keep building it.
-    all_names = names + [n for old in others for n in _names_of(old)]
-    for old in others:
-        _drop(old)
-    if not _names_of(cls):
-        cls.registry_name = names[0]  # the first name a class is registered under stays canonical
-    _REGISTRY.update(dict.fromkeys(all_names, cls))
 
 
 def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E]:
@@ -132,11 +97,39 @@ def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E
             message names it) and ``replace`` is false.
         TypeError: the decorated object is not a :class:`PositionalEncoding` subclass.
     """
-    names = _normalize_names(name, aliases)
+    for n in (name, *aliases):
+        if not isinstance(n, str) or not n.isidentifier():
+            raise ValueError(f"register: a name must be a Python identifier, got {short(n)}")
+    names = list(dict.fromkeys(n.lower() for n in (name, *aliases)))
 
     def decorator(cls: E) -> E:
+        if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
+            raise TypeError(
+                f"register({names[0]!r}) decorates PositionalEncoding subclasses, got {short(cls)}"
+            )
         with _LOCK:
-            _add(cls, names, replace=replace)
+            owners = {n: _REGISTRY[n] for n in names if _REGISTRY.get(n, cls) is not cls}
+            others = list(dict.fromkeys(owners.values()))
+            if others and not replace:
+                n, old = next(iter(owners.items()))
+                raise ValueError(
+                    f"register: cannot register {_qualified(cls)} as {n!r}: that name is already registered to "
+                    f"{_qualified(old)} (names: {', '.join(_names_of(old))}). Choose another name, or pass "
+                    f"replace=True to replace {old.__name__} under all its names."
+                )
+            if len(others) > 1:
+                held = "; ".join(f"{_qualified(c)}: {', '.join(_names_of(c))}" for c in others)
+                raise ValueError(
+                    f"register(..., replace=True): the names {names} belong to several classes ({held}); "
+                    "replace one class at a time"
+                )
+            # The replaced class goes away under every name, so that an alias cannot keep building it.
+            taken = [n for old in others for n in _names_of(old)]
+            for old in others:
+                _drop(old)
+            if not _names_of(cls):
+                cls.registry_name = names[0]  # the first name a class is registered under stays canonical
+            _REGISTRY.update(dict.fromkeys(names + taken, cls))
         return cls
 
     return decorator
@@ -173,24 +166,23 @@ def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Itera
         with posenc.registry.registered(MyPE, "my_pe"):
             pe = posenc.build("my_pe", d_model=64)
     """
-    names = _normalize_names(name, aliases)
     with _LOCK:
-        classes = {cls} | {_REGISTRY[n] for n in names if n in _REGISTRY}
-        saved_names = {n: _REGISTRY.get(n) for n in set(names).union(*map(_names_of, classes))}
-        saved_attr = {c: c.__dict__.get("registry_name", _ABSENT) for c in classes}
-        _add(cls, names, replace=replace)
+        before = dict(_REGISTRY)
+        attrs = {c: c.__dict__.get("registry_name", _ABSENT) for c in {cls, *before.values()}}
+        register(name, *aliases, replace=replace)(cls)
+        changed = {n: before.get(n) for n in {*before, *_REGISTRY} if before.get(n) is not _REGISTRY.get(n)}
     try:
         yield cls
     finally:
         with _LOCK:
-            for n, c in saved_names.items():
+            for n, c in changed.items():
                 if c is None:
                     _REGISTRY.pop(n, None)
                 else:
                     _REGISTRY[n] = c
-            for c, attr in saved_attr.items():
-                if attr is not _ABSENT:
-                    c.registry_name = attr
+            for c in {cls, *filter(None, changed.values())}:  # the classes whose names changed
+                if attrs[c] is not _ABSENT:
+                    c.registry_name = attrs[c]
                 elif "registry_name" in c.__dict__:
                     delattr(c, "registry_name")
 

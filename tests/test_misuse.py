@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import posenc
-from posenc._checks import MAX_HEADS, check_allocatable, short
+from posenc._checks import MAX_HEADS, allocate, short
 
 FLOAT8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
 UNSIGNED = [getattr(torch, n) for n in ("uint8", "uint16", "uint32", "uint64") if hasattr(torch, n)]
@@ -100,7 +100,7 @@ def test_short_never_echoes_a_huge_value() -> None:
     assert short(10**200) == "an int of 201 digits"
     assert len(short("x" * 10_000_000)) < 100
     with pytest.raises(ValueError, match="over 2\\*\\*62 elements"):
-        check_allocatable("n=huge", (2**40, 2**40))
+        allocate("n=huge", (2**40, 2**40))
 
 
 def test_huge_spec_string_is_not_echoed_whole() -> None:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import allocate, check_allocatable, check_choice, check_int, short
+from .._checks import allocate, check_choice, check_int, short
 from .._compat import check_values
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
@@ -147,17 +147,17 @@ class Learned(PositionalEncoding):
         check_int("new_max_len", new_max_len, minimum=1)
         old = self.weight
         what = f"new_max_len={short(new_max_len)} (d_model={self.d_model})"
-        check_allocatable(what, (new_max_len + self.offset, self.d_model), device=old.device, dtype=old.dtype)
+        new = allocate(what, (new_max_len + self.offset, self.d_model), device=old.device, dtype=old.dtype)
         check_choice("mode", mode, ("linear", "nearest", "repeat"))
         if mode == "repeat":
             rows = torch.arange(new_max_len, device=old.device) % self.max_len + self.offset
-            new = torch.cat((old[: self.offset], old[rows]))
+            new.copy_(torch.cat((old[: self.offset], old[rows])))
         else:
             # the table as a 1-row image: bilinear is linear along the positions (in float32 or better)
             mode_2d = "bilinear" if mode == "linear" else "nearest-exact"
             grids = (1, self.max_len), (1, new_max_len)
-            new = resample_grid_table(old, *grids, num_prefix_tokens=self.offset, mode=mode_2d).clone()
-        self.weight = nn.Parameter(new.contiguous(), requires_grad=old.requires_grad)
+            new.copy_(resample_grid_table(old, *grids, num_prefix_tokens=self.offset, mode=mode_2d))
+        self.weight = nn.Parameter(new, requires_grad=old.requires_grad)
         self.max_len = new_max_len
 
     def extra_repr(self) -> str:

@@ -22,9 +22,6 @@ class NoPE(PositionalEncoding):
 
     kind = "none"
 
-    def __init__(self) -> None:
-        super().__init__()
-
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Return ``x`` unchanged (the drop-in call of an additive encoding that adds nothing).
 

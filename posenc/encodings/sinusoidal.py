@@ -102,8 +102,7 @@ class Sinusoidal(PositionalEncoding):
         self.offset = check_int("offset", offset, minimum=0)
         self.freq_spacing = freq_spacing
         rows = min((max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset, MAX_TABLE_LEN)
-        device = torch.device(device) if device is not None else torch.get_default_device()
-        table = self._compute(torch.arange(rows, device=device), torch.float32)
+        table = self._compute(torch.arange(rows, device=device), torch.float32)  # None: the default device
         self.register_buffer("_table", table, persistent=False)
 
     def _compute(self, rows: Tensor, dtype: torch.dtype) -> Tensor:
