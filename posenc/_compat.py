@@ -19,14 +19,9 @@ def is_compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def is_exporting() -> bool:
-    """Whether ``torch.export`` is tracing (such a program must serve every length: no cache slices)."""
-    return bool(torch.compiler.is_exporting())
-
-
 def is_tracing() -> bool:
     """Compile or export: data-dependent Python branches and host syncs are not allowed."""
-    return is_compiling() or is_exporting()
+    return is_compiling() or bool(torch.compiler.is_exporting())
 
 
 _ACCELERATOR_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -148,16 +148,15 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         ok = any(value == choice and type(value) is type(choice) for choice in args)
         return None if ok else (depth, where, f"one of {list(args)}", "")
     if origin in (Union, types.UnionType):
-        problems = [_problem(value, arm, path, depth) for arm in args]
-        found = [p for p in problems if p is not None]
-        if len(found) < len(problems):
+        arms = [_problem(value, arm, path, depth) for arm in args]
+        found = [p for p in arms if p is not None]
+        if len(found) < len(arms):
             return None
-        bad_value = [p for p in found if p[3]]
-        if bad_value:  # the type fits one arm but the value does not: say why
-            return bad_value[0]
-        deepest = max(found, key=lambda p: p[0])
-        if deepest[0] > depth:  # one arm matched the container: report the element that did not
-            return deepest
+        # The type fits one arm but the value does not (say why), or one arm matched the container
+        # (report the element that did not).
+        worst = max(found, key=lambda p: (bool(p[3]), p[0]))
+        if worst[3] or worst[0] > depth:
+            return worst
         choices = literal_choices(ann)
         return depth, where, type_name(ann) + (f" (one of {choices})" if choices else ""), ""
     wrong = (depth, where, type_name(ann), "")

@@ -150,9 +150,6 @@ def unregister(name: str) -> type[PositionalEncoding]:
     return cls
 
 
-_ABSENT = object()
-
-
 @contextlib.contextmanager
 def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Iterator[E]:
     """Register ``cls`` for the duration of a ``with`` block, then restore what was there.
@@ -168,21 +165,23 @@ def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Itera
     """
     with _LOCK:
         before = dict(_REGISTRY)
-        attrs = {c: c.__dict__.get("registry_name", _ABSENT) for c in {cls, *before.values()}}
+        classes = {cls, *before.values()}
+        canonical = {c: c.__dict__["registry_name"] for c in classes if "registry_name" in c.__dict__}
         register(name, *aliases, replace=replace)(cls)
-        changed = {n: before.get(n) for n in {*before, *_REGISTRY} if before.get(n) is not _REGISTRY.get(n)}
+        changed = [n for n in {*before, *_REGISTRY} if before.get(n) is not _REGISTRY.get(n)]
     try:
         yield cls
     finally:
         with _LOCK:
-            for n, c in changed.items():
-                if c is None:
-                    _REGISTRY.pop(n, None)
+            for n in changed:
+                if n in before:
+                    _REGISTRY[n] = before[n]
                 else:
-                    _REGISTRY[n] = c
-            for c in {cls, *filter(None, changed.values())}:  # the classes whose names changed
-                if attrs[c] is not _ABSENT:
-                    c.registry_name = attrs[c]
+                    _REGISTRY.pop(n, None)
+            involved: set[type[PositionalEncoding]] = {cls, *(before[n] for n in changed if n in before)}
+            for c in involved:  # the classes whose names changed
+                if c in canonical:
+                    c.registry_name = canonical[c]
                 elif "registry_name" in c.__dict__:
                     delattr(c, "registry_name")
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_positive_float
-from .._compat import can_sync, check_values, is_exporting, wide_dtype
+from .._compat import can_sync, check_values, wide_dtype
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_table
@@ -153,7 +153,7 @@ class Sinusoidal(PositionalEncoding):
             rows, needed = None, self.offset + length
             # An exported program computes, so that it serves every length; under compile ``needed``
             # is a shape, so the test below is a guard, not a sync.
-            readable = not is_exporting()
+            readable = not torch.compiler.is_exporting()
         else:
             rows = positions.to(table.device) + self.offset
             # on an accelerator or under compile the largest position is data: reading it would need
