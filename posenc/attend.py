@@ -7,8 +7,8 @@ encoding it holds: the shape of the bias the encoding returns chooses the cheape
 correct path (see :func:`attention`'s docstring for the table).
 
 This module holds the entry point, its argument checks and its choice of path; the paths are
-in :mod:`posenc._attention_paths`, the explicit-weights one in :mod:`posenc._weights`, FlexAttention
-in :mod:`posenc._flex`.
+in :mod:`posenc._attention_paths` (the explicit-weights one too), FlexAttention in
+:mod:`posenc._flex`.
 
 Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` queries,
 ``tk`` keys, ``dh`` head width, ``dv`` value width.
@@ -22,12 +22,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype
+from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path
 from ._positions import check_bias_qk, check_qk
-from ._weights import weighted_attention
 from .base import PositionalEncoding
 from .encodings.none import NoPE
 from .masking import Visibility, check_window, document_positions, resolve_document_ids
@@ -142,7 +141,7 @@ def attention(
     An encoding with a value term (:attr:`~posenc.PositionState.has_value_term`, e.g. Shaw's
     relative values) takes an explicit path over query chunks:
     ``probs = softmax(q kᵀ · scale + bias + mask)`` (with dropout), then
-    ``probs @ v + value_term(probs)``; memory O(chunk·tk) (:mod:`posenc._weights`).
+    ``probs @ v + value_term(probs)``; memory O(chunk·tk) (:func:`posenc._attention_paths.weighted_attention`).
 
     Args:
         q: ``(b, h, tq, dh)`` queries.
