@@ -1,4 +1,4 @@
-"""The SDPA paths of :func:`posenc.attention`: one call, query chunks, and the Toeplitz bias.
+"""The paths of :func:`posenc.attention`: SDPA (one call, query chunks, a Toeplitz bias) and explicit weights.
 
 * ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call with an optional
   float bias and boolean keep-mask (rows that see no key give zeros, never NaN);
