@@ -51,7 +51,7 @@ POSITIONS = {
     "offset": torch.arange(T)[None].repeat(2, 1) + 37,
     "batched": torch.stack([torch.arange(T), torch.tensor([3, 9, 10, 11, 40, 41])]),
 }
-TOL = {"atol": 2e-5, "rtol": 1e-5}
+TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 
 
