@@ -94,7 +94,7 @@ def mrope_positions(
     used = {IMAGE: 0, VIDEO: 0}  # grids consumed so far, over the whole batch
     for row in range(b):
         index = keep[row].nonzero().flatten()  # (tokens,) the row's non-padding token indices
-        kinds, ids = types[row, index], docs[row, index]
+        kinds, ids = types[row].index_select(0, index), docs[row].index_select(0, index)
         # a run: adjacent tokens of one kind in one document
         new_doc = torch.zeros(len(index) + 1, dtype=torch.bool)
         new_doc[1:-1] = ids[1:] != ids[:-1]
@@ -136,7 +136,7 @@ def mrope_positions(
                 tokens -= count
         if pieces:
             row_positions = torch.cat(pieces, dim=1)  # (3, tokens)
-            positions[:, row, index] = row_positions
+            positions[:, row].index_copy_(1, index, row_positions)
             deltas[row] = row_positions[:, last_doc:].max() + 1 - len(index)
     for kind, name in ((IMAGE, "image_grid_thw"), (VIDEO, "video_grid_thw")):
         if used[kind] != len(grids[kind]):
