@@ -32,7 +32,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_M
 import posenc
 from posenc.hf import SUPPORTED_MODEL_TYPES, layer_encodings
 
-__all__ = ["OUTCOMES", "check_model_type", "report", "survey"]
+__all__ = ["OUTCOMES", "check_model_type", "convert_model_type", "report", "survey"]
 
 #: The outcomes, in the order the report counts them.
 OUTCOMES = ("matched", "refused", "mismatched", "not built")
@@ -179,6 +179,29 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                     return "mismatched", f"{where}: {enc!r}"
     text_type = getattr(text, "model_type", None)
     return "matched", "table" if {model_type, text_type} & set(SUPPORTED_MODEL_TYPES) else "rule"
+
+
+def convert_model_type(model_type: str) -> tuple[str, str]:
+    """What :func:`posenc.from_hf_config` makes of a tiny config of ``model_type``, NOT checked
+    against the model's code (for the model types :func:`check_model_type` does not check).
+
+    Returns ``("converted", the encoding)``, ``("refused", posenc's reason)``, ``("error", an
+    exception other than posenc's ValueError: a bug)`` or ``("not built", why the tiny config
+    could not be made)``.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = CONFIG_MAPPING[model_type](**TINY)
+    except Exception as err:  # (the tiny config does not fit this architecture)
+        return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
+    try:
+        encoding = posenc.from_hf_config(config)
+    except ValueError as err:
+        return "refused", str(err)
+    except Exception as err:
+        return "error", f"{type(err).__name__}: {err}"
+    return "converted", " ".join(repr(encoding).split())  # (a module with children spans lines)
 
 
 def survey(model_types: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:

@@ -37,7 +37,7 @@ def test_the_table_says_how_each_type_is_matched_or_why_it_is_refused(capsys):
     assert rows["llama"] == ["matched", "by table"]
     assert rows["seed_oss"] == ["matched", "by rule"]
     assert rows["dbrx"][0] == "refused" and "'num_attention_heads'" in rows["dbrx"][1]
-    assert "1 other model type has no text rotary embedding (not checked here): bert." in out
+    assert "1 other model type has no text rotary embedding, not checked here: bert." in out
 
 
 def test_json_and_markdown_are_the_zoo_survey(capsys):
@@ -52,12 +52,31 @@ def test_json_and_markdown_are_the_zoo_survey(capsys):
     assert code == 0 and out == hf_zoo.report(results)  # the page docs/hf_coverage.md holds
 
 
+def test_all_adds_what_from_hf_config_makes_of_the_other_types(capsys):
+    code, out, _ = run(["models", "--types", "gpt2,opt,bert,llama", "--all"], capsys)
+    assert code == 0
+    rest = out[out.index("3 model types without a text rotary embedding") :]
+    assert (
+        "NOT checked against the model's code" in rest
+        and "converted 2, refused 1, error 0, not built 0" in rest
+    )
+    assert "\nopt         converted  Learned(64, max_len=64, offset=2)\n" in rest  # OPT's offset of 2
+    assert "\nbert        refused    model_type 'bert' is not supported" in rest
+    code, out, _ = run(["models", "--types", "gpt2,llama", "--all", "--json"], capsys)
+    data = json.loads(out)
+    assert data["no_text_rotary_converted"] == {
+        "gpt2": {"outcome": "converted", "detail": "Learned(64, max_len=64)"}
+    }
+    assert data["model_types"]["llama"] == {"outcome": "matched", "detail": "table"}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--types", "lama"], "--types: 'lama' is not a model type of transformers"),
         (["--types", "llama,,bert"], "expected comma-separated names"),
         (["--json", "--markdown"], "not allowed with argument"),
+        (["--all", "--markdown", "--types", "llama"], "--all: not with --markdown"),
     ],
 )
 def test_bad_options_are_one_line_with_exit_code_2(argv, message, capsys):

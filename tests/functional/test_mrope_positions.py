@@ -339,3 +339,16 @@ def test_bad_inputs_name_argument_value_and_expectation(kwargs, error, match):
     kwargs = dict(kwargs)
     with pytest.raises(error, match=match):
         mrope_positions(kwargs.pop("token_types"), **kwargs)
+
+
+def test_a_row_of_padding_only_and_documents_given_once_for_every_row():
+    token_types = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    positions, deltas = mrope_positions(token_types, image_grid_thw=G, attention_mask=mask)
+    assert not positions[:, 1].any() and deltas[1].item() == 0
+    # (t,) document ids hold for every row: [0, 1, 1 | 0, 1] restarts at token 3
+    positions, deltas = mrope_positions(
+        token_types[:1], image_grid_thw=G, document_ids=torch.tensor([5, 5, 5, 6, 6])
+    )
+    assert positions[:, 0].tolist() == [[0, 1, 1, 0, 1], [0, 1, 1, 0, 1], [0, 1, 2, 0, 1]]
+    assert deltas.tolist() == [[2 - 5]]  # the last document's next position (2) minus the tokens (5)

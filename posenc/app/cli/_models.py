@@ -30,53 +30,63 @@ def _cmd_models(args: argparse.Namespace) -> int:
         ) from None
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from ..hf_zoo import report, survey
+    from ..hf_zoo import OUTCOMES, convert_model_type, report, survey
 
-    if args.types is not None:
-        for name in args.types:
-            if name not in CONFIG_MAPPING_NAMES:
-                close = difflib.get_close_matches(name, list(CONFIG_MAPPING_NAMES), n=3)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise _UsageError(
-                    f"--types: {name!r} is not a model type of transformers {transformers.__version__}{hint}"
-                )
+    version = transformers.__version__
+    for name in args.types or ():
+        if name not in CONFIG_MAPPING_NAMES:
+            close = difflib.get_close_matches(name, list(CONFIG_MAPPING_NAMES), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise _UsageError(f"--types: {name!r} is not a model type of transformers {version}{hint}")
+    if args.all and args.markdown:
+        raise _UsageError("--all: not with --markdown (the page holds the checked model types only)")
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the tiny configs' notes ("Forcing last layer ...")
     try:
         results = survey(args.types)
+        others = [t for t in dict.fromkeys(args.types or CONFIG_MAPPING_NAMES) if t not in results]
+        converted = {t: convert_model_type(t) for t in others} if args.all else {}
     finally:
         transformers.logging.set_verbosity(verbosity)
-    others = [t for t in (args.types or CONFIG_MAPPING_NAMES) if t not in results]
     status = EXIT_MISMATCH if any(o == "mismatched" for o, _ in results.values()) else 0
     if args.markdown:
         print(report(results), end="")
-    elif args.json:
-        rows = {t: {"outcome": o, "detail": d} for t, (o, d) in sorted(results.items())}
-        version = transformers.__version__
-        print(json.dumps({"transformers": version, "model_types": rows, "no_text_rotary": others}, indent=2))
-    else:
-        _print_table(results, others, transformers.__version__, named=args.types is not None)
-    return status
-
-
-def _print_table(
-    results: dict[str, tuple[str, str]], others: list[str], version: str, *, named: bool
-) -> None:
-    """The outcomes as a plain-text table, grouped by outcome; a long reason wraps under itself."""
-    from ..hf_zoo import OUTCOMES
-
-    counts = {o: sum(1 for outcome, _ in results.values() if outcome == o) for o in OUTCOMES}
+        return status
+    if args.json:
+        out = {"transformers": version, "model_types": _as_json(results), "no_text_rotary": others}
+        if args.all:
+            out["no_text_rotary_converted"] = _as_json(converted)
+        print(json.dumps(out, indent=2))
+        return status
     print(
         f"transformers {version}: {len(results)} model types with a text rotary embedding, built tiny "
         "and compared with posenc's rotation"
     )
-    print("  " + ", ".join(f"{o} {n}" for o, n in counts.items()) + "\n")
+    _print_rows(results, OUTCOMES, matched="matched")
+    if args.all:
+        print(
+            f"\n{len(others)} model types without a text rotary embedding: what posenc.from_hf_config makes "
+            "of a tiny config (NOT checked against the model's code)"
+        )
+        _print_rows(converted, ("converted", "refused", "error", "not built"))
+    elif others:
+        listed = f": {', '.join(others)}" if args.types is not None else " (posenc models --all lists them)"
+        many = f"{len(others)} other model types have" if len(others) > 1 else "1 other model type has"
+        print(f"\n{many} no text rotary embedding, not checked here{listed}.")
+    return status
+
+
+def _as_json(results: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    return {t: {"outcome": o, "detail": d} for t, (o, d) in sorted(results.items())}
+
+
+def _print_rows(results: dict[str, tuple[str, str]], outcomes: tuple[str, ...], matched: str = "") -> None:
+    """The counts, then one row per model type grouped by outcome; a long reason wraps under itself."""
+    print("  " + ", ".join(f"{o} {sum(1 for x, _ in results.values() if x == o)}" for o in outcomes) + "\n")
     rows = [("model type", "outcome", "how or why")]
-    for outcome in OUTCOMES:
+    for outcome in outcomes:
         rows += [
-            (t, o, f"by {d}" if o == "matched" else d)
-            for t, (o, d) in sorted(results.items())
-            if o == outcome
+            (t, o, f"by {d}" if o == matched else d) for t, (o, d) in sorted(results.items()) if o == outcome
         ]
     widths = [max(len(r[i]) for r in rows) for i in (0, 1)]
     indent = sum(widths) + 4
@@ -86,7 +96,3 @@ def _print_table(
         print(f"{name.ljust(widths[0])}  {outcome.ljust(widths[1])}  {wrapped[0]}".rstrip())
         for more in wrapped[1:]:
             print(" " * indent + more)
-    if others:
-        listed = f": {', '.join(others)}" if named else ""
-        many = f"{len(others)} other model types have" if len(others) > 1 else "1 other model type has"
-        print(f"\n{many} no text rotary embedding (not checked here){listed}.")

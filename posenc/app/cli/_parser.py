@@ -198,6 +198,12 @@ def _build_parser() -> _Parser:
         metavar="T,T,...",
         help="only these model types, e.g. llama,qwen2_vl (default: every model type of transformers)",
     )
+    mo.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the model types without a text rotary embedding, with what from_hf_config makes of "
+        "their tiny config (not checked against their code)",
+    )
     form = mo.add_mutually_exclusive_group()
     form.add_argument("--markdown", action="store_true", help="print the Markdown page (docs/hf_coverage.md)")
     form.add_argument("--json", action="store_true", help="print the outcomes as JSON")
