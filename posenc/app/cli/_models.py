@@ -41,7 +41,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.all and args.markdown:
         raise _UsageError("--all: not with --markdown (the page holds the checked model types only)")
     verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # the tiny configs' notes ("Forcing last layer ...")
+    # the tiny configs' notes ("Forcing last layer ...", "Can't set hidden_size ..."): the table says what failed
+    transformers.logging.set_verbosity(transformers.logging.CRITICAL)
     try:
         results = survey(args.types)
         others = [t for t in dict.fromkeys(args.types or CONFIG_MAPPING_NAMES) if t not in results]
