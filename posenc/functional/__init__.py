@@ -6,6 +6,7 @@ and by the tests' properties.
 
 from .alibi import *  # noqa: F403
 from .axial import *  # noqa: F403
+from .mrope_positions import *  # noqa: F403
 from .relative import *  # noqa: F403
 from .rope_freqs import *  # noqa: F403
 from .rope_layout import *  # noqa: F403

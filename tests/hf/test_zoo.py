@@ -1,12 +1,8 @@
 """Every installed transformers model type with a text rotary embedding, checked against posenc.
 
-For each ``model_type`` in ``CONFIG_MAPPING_NAMES`` whose modeling module defines a text
-``*RotaryEmbedding`` and an ``apply_rotary_pos_emb``, a tiny config is built (nothing downloaded,
-no model instantiated); the model's own rotary module gives ``(cos, sin)`` for default, offset and
-batched ``position_ids`` (for each of its layer types), its ``apply_rotary_pos_emb`` rotates random
-q/k, and posenc's encoding of a layer of that type (from the config object and from its
-``to_dict()``) must give the same rotated q/k, or the same q·k scores where the model permutes
-channels (DeepSeek's interleaved pairs come out de-interleaved).
+The survey itself (tiny configs, the model's own rotary module and apply function against posenc's
+encoding of each layer type) lives in :mod:`posenc.app.hf_zoo`, which ``posenc models`` also prints;
+this test fails on any mismatch and keeps the committed report, docs/hf_coverage.md, current.
 
 Outcomes: matched; refused (posenc raised ValueError, naming the field); mismatched (fails the
 test); not built (the tiny config or the rotary module could not be made, with the reason).
@@ -14,199 +10,16 @@ test); not built (the tiny config or the rotary module could not be made, with t
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-
-import posenc
-from posenc.hf import layer_encodings
 
 transformers = pytest.importorskip("transformers")
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
-
-TINY: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 64,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 64,
-}
-T = 6
-POSITIONS = {
-    "default": torch.arange(T)[None].repeat(2, 1),
-    "offset": torch.arange(T)[None].repeat(2, 1) + 37,
-    "batched": torch.stack([torch.arange(T), torch.tensor([3, 9, 10, 11, 40, 41])]),
-}
-TOL = {"atol": 2e-5, "rtol": 1e-5}
-_SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
-
-
-def _rotary_classes(module: Any) -> list[type]:
-    found = []
-    for name in dir(module):
-        obj = getattr(module, name)
-        if (
-            name.endswith("RotaryEmbedding")
-            and isinstance(obj, type)
-            and obj.__module__ == module.__name__
-            and not any(part in name for part in _SKIP_NAMES)
-        ):
-            found.append(obj)
-    return sorted(found, key=lambda c: ("Text" not in c.__name__, len(c.__name__)))
-
-
-def _reference(
-    module: Any, text: Any, rotary: Any, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layer_type: Any
-):
-    """The model's rotated q, k: its rotary module's (cos, sin) through its apply_rotary_pos_emb."""
-    kwargs = {} if layer_type is None else {"layer_type": layer_type}
-    try:
-        out = rotary(q, pos, **kwargs)
-    except (RuntimeError, IndexError, ValueError):
-        out = rotary(q, pos[None].expand(3, -1, -1), **kwargs)  # M-RoPE: (3, b, t) positions
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError(f"the rotary module returns {type(out).__name__}, not (cos, sin)")
-    cos, sin = out
-    apply = module.apply_rotary_pos_emb
-    if getattr(text, "rope_interleave", False) and hasattr(module, "apply_rotary_pos_emb_interleave"):
-        apply = module.apply_rotary_pos_emb_interleave  # DeepSeek V3: pairs in, halves out
-    if list(inspect.signature(apply).parameters)[1] == "cos":  # one tensor at a time (Gemma 3n)
-        return apply(q, cos, sin), apply(k, cos, sin)
-    try:
-        return apply(q, k, cos, sin)
-    except RuntimeError:  # partial rotary: the model passes only the rotated channels
-        r = cos.shape[-1]
-        q_rot, k_rot = apply(q[..., :r], k[..., :r], cos, sin)
-        return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
-
-
-def _head_dim(text: Any, rotary: Any) -> int:
-    try:
-        head_dim = getattr(text, "head_dim", None)
-    except Exception:  # (Gemma 4: a per-layer attribute)
-        head_dim = None
-    heads, width = getattr(text, "num_attention_heads", None), getattr(text, "hidden_size", None)
-    dim = rotary.inv_freq.shape[-1] * 2 if hasattr(rotary, "inv_freq") else 32
-    return head_dim or (width // heads if heads and width else dim)
-
-
-def _case(model_type: str) -> tuple[str, str]:
-    """(outcome, detail) for one model type, or ("", "") when it has no text rotary embedding."""
-    config_class = CONFIG_MAPPING[model_type]
-    try:
-        module = importlib.import_module(config_class.__module__.replace("configuration_", "modeling_"))
-    except Exception as err:  # (any import failure: a missing optional dependency)
-        return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
-    classes = _rotary_classes(module)
-    if not classes:
-        return "", ""
-    if not hasattr(module, "apply_rotary_pos_emb"):
-        return "not built", "no apply_rotary_pos_emb in its modeling module"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = config_class(**TINY)
-        text = config.get_text_config()
-    except Exception as err:  # (the tiny config does not fit this architecture)
-        return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
-    rotary = None
-    for cls in classes:
-        try:
-            rotary = cls(text)
-            break
-        except Exception as err:
-            reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
-    if rotary is None:
-        return "not built", reason
-    references = {}
-    try:
-        takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
-        types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
-        gen = torch.Generator().manual_seed(0)
-        head_dim = _head_dim(text, rotary)
-        q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
-        for layer_type in types:
-            for name, pos in POSITIONS.items():
-                references[layer_type, name] = _reference(module, text, rotary, q, k, pos, layer_type)
-    except Exception as err:
-        return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
-    for form in (config, config.to_dict()):
-        try:
-            encodings = layer_encodings(form)
-        except ValueError as err:
-            return "refused", str(err)
-        except Exception as err:  # (anything but a ValueError naming the field is a failure)
-            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        for layer_type in types:
-            layer = 0 if layer_type is None else text.layer_types.index(layer_type)
-            enc = encodings[layer]
-            if not isinstance(enc, (posenc.RoPE, posenc.MRoPE)):
-                return "mismatched", f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates"
-            for name, pos in POSITIONS.items():
-                q_ref, k_ref = references[layer_type, name]
-                r = enc.head_dim
-                if r > q_ref.shape[-1] or not (
-                    torch.equal(q_ref[..., r:], q[..., r:]) and torch.equal(k_ref[..., r:], k[..., r:])
-                ):
-                    return "mismatched", f"head_dim {r} vs the model's {q_ref.shape[-1]} rotated channels"
-                q_ref, k_ref = q_ref[..., :r], k_ref[..., :r]  # (MLA: the model rotates only q_pe / k_pe)
-                q_in, k_in = q[..., :r], k[..., :r]
-                q_ours, k_ours = enc.encode_qk(q_in, k_in, q_positions=pos, k_positions=pos)
-                same = torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)
-                scores = torch.allclose(q_ours @ k_ours.mT, q_ref @ k_ref.mT, atol=1e-4, rtol=1e-4)
-                if not (same or scores):
-                    where = f"{type(form).__name__}, layer {layer} ({layer_type}), {name} positions"
-                    return "mismatched", f"{where}: {enc!r}"
-    return "matched", ""
-
-
-def survey() -> dict[str, tuple[str, str]]:
-    results = {}
-    for model_type in CONFIG_MAPPING_NAMES:
-        outcome, detail = _case(model_type)
-        if outcome:
-            results[model_type] = (outcome, detail)
-    return results
-
+from posenc.app.hf_zoo import report, survey  # noqa: E402
 
 #: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "hf_coverage.md"
-
-
-def report(results: dict[str, tuple[str, str]]) -> str:
-    """The coverage of transformers' model zoo as a Markdown page (what docs/hf_coverage.md holds)."""
-    counts = Counter(outcome for outcome, _ in results.values())
-    lines = [
-        "# Model zoo coverage",
-        "",
-        f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
-        "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
-        "positions, per layer type, from the config object and from its `config.json` dict",
-        "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
-        "",
-        "| outcome | model types |",
-        "| --- | --- |",
-        *(f"| {o} | {counts[o]} |" for o in ("matched", "refused", "mismatched", "not built")),
-        "",
-        "| model type | outcome | why |",
-        "| --- | --- | --- |",
-        *(
-            f"| `{t}` | {o} | {d.replace('|', '/')} |"
-            for t, (o, d) in sorted(results.items())
-            if o != "matched"
-        ),
-        "",
-        "Matched: " + ", ".join(f"`{t}`" for t, (o, _) in sorted(results.items()) if o == "matched") + ".",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def test_every_model_with_a_text_rotary_embedding() -> None:

@@ -9,6 +9,7 @@
     posenc plot rope --out rope.png          # a picture of one encoding
     posenc list                              # the registered encodings
     posenc describe alibi                    # its options, defaults and accepted values
+    posenc models                            # each transformers model type: matched, refused and why
 
 Bad options print one line on stderr and exit with code 2, without a traceback; every option
 is checked (including that ``--out`` can be written and that every encoding runs) before any
@@ -18,7 +19,7 @@ This package imports neither torch nor the rest of posenc at import time: each c
 imports what it needs, so ``posenc --help`` starts quickly. Its modules: ``_common`` (one-line
 errors, option types, the study options and their flags), ``_parser`` (every command's
 options and help), ``_study`` (``extrapolate``, ``extend``) and ``_inspect`` (``plot``,
-``list``, ``describe``); :func:`main` below dispatches to them.
+``list``, ``describe``), ``_models`` (``models``); :func:`main` below dispatches to them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._common import MAX_MESSAGE as MAX_MESSAGE
 from ._common import MAX_SPECS_TEXT as MAX_SPECS_TEXT
 from ._common import _in_flags as _in_flags
 from ._inspect import _cmd_describe, _cmd_list, _cmd_plot
+from ._models import _cmd_models
 from ._parser import MAX_PLOT_LENGTH as MAX_PLOT_LENGTH
 from ._parser import _build_parser
 from ._study import _cmd_extend, _cmd_extrapolate
@@ -50,6 +52,7 @@ _COMMANDS = {
     "plot": _cmd_plot,
     "list": _cmd_list,
     "describe": _cmd_describe,
+    "models": _cmd_models,
 }
 
 

@@ -181,4 +181,30 @@ def _build_parser() -> _Parser:
     )
     de.add_argument("name", metavar="NAME", help="a registered name or alias")
     de.add_argument("--json", action="store_true", help="print the description as JSON")
+
+    mo = commands.add_parser(
+        "models",
+        help="each model type of the installed transformers: matched by posenc, refused (and why), or not built",
+        description="For every model type of the installed transformers whose text model rotates with a "
+        "*RotaryEmbedding: build it tiny, rotate with the model's own code and with posenc's encoding of each "
+        "layer type (from the config object and its config.json dict), and say whether posenc matches it (by "
+        "its table of model types or by rule from the standardized fields), refuses it (with the reason) or "
+        "could not build it here. The table of docs/hf_coverage.md; exit status 1 if any model type mismatches. "
+        "Needs transformers; the whole zoo takes a few minutes.",
+    )
+    mo.add_argument(
+        "--types",
+        type=_name_list,
+        metavar="T,T,...",
+        help="only these model types, e.g. llama,qwen2_vl (default: every model type of transformers)",
+    )
+    mo.add_argument(
+        "--all",
+        action="store_true",
+        help="also list the model types without a text rotary embedding, with what from_hf_config makes of "
+        "their tiny config (not checked against their code)",
+    )
+    form = mo.add_mutually_exclusive_group()
+    form.add_argument("--markdown", action="store_true", help="print the Markdown page (docs/hf_coverage.md)")
+    form.add_argument("--json", action="store_true", help="print the outcomes as JSON")
     return parser

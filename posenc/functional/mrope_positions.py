@@ -1,0 +1,255 @@
+"""M-RoPE positions of a multimodal sequence: text, images and videos (Qwen2-VL, Qwen2.5-VL).
+
+:func:`mrope_positions` gives the ``(3, b, t)`` temporal/height/width positions that
+transformers' ``get_rope_index`` gives on the same inputs, and the same rope deltas, and also
+restarts them at 0 in every packed document (transformers has no such argument: packing
+several samples in one row gave the later ones wrong positions, transformers#38007,
+LlamaFactory#7754).
+
+The rule, per document, reading its tokens left to right from position ``p = 0``:
+
+* a text token sits at ``(p, p, p)``, then ``p += 1``;
+* an image or video of ``(gt, gh, gw)`` patches is ``gt * (gh // m) * (gw // m)`` tokens after
+  ``m x m`` patches are merged (``m = spatial_merge_size``), in ``(time, row, column)`` order; the
+  token at ``(i, j, k)`` sits at ``(p + floor(i * s), p + j, p + k)``, with ``s`` the video's time
+  scale (1 for images), then ``p += max(gh, gw) // m`` (transformers 5's rule: what follows a
+  video starts after its largest spatial side even where its time positions reach further).
+
+Shape key: ``b`` batch, ``t`` tokens, ``n`` images or videos.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .._checks import check_positive_int, short
+
+__all__ = ["mrope_positions"]
+
+TEXT, IMAGE, VIDEO = 0, 1, 2
+_CPU = torch.device("cpu")
+
+
+def mrope_positions(
+    token_types: Tensor,
+    *,
+    image_grid_thw: Tensor | None = None,
+    video_grid_thw: Tensor | None = None,
+    video_time_scale: float | Sequence[float] | Tensor | None = None,
+    spatial_merge_size: int = 2,
+    attention_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The M-RoPE positions of text, image and video tokens, as Qwen2-VL's ``get_rope_index``.
+
+    Equal to transformers' ``Qwen2VLModel.get_rope_index`` and ``Qwen2_5_VLModel.get_rope_index``
+    (Wang et al., 2024, "Qwen2-VL"; Bai et al., 2025, "Qwen2.5-VL") on the same inputs, plus
+    packed documents. Feed ``posenc.functional.axes_last(positions)`` to :class:`~posenc.MRoPE`.
+
+    The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
+    ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their
+    token counts. Padding (``attention_mask == 0``) is skipped and gets position 0 on every axis.
+
+    Runs on the host, like transformers' own: the token types are read value by value, so the
+    inputs are copied to the CPU once and the results moved to ``token_types.device`` (one host
+    sync each way on an accelerator); call it in the data pipeline, not inside a compiled forward.
+
+    Args:
+        token_types: ``(b, t)`` integer tensor: 0 for text, 1 for an image token, 2 for a video
+            token (transformers' ``mm_token_type_ids``).
+        image_grid_thw: ``(n_images, 3)`` integer ``(t, h, w)`` patch grid of each image, before
+            merging (the processor's ``image_grid_thw``).
+        video_grid_thw: ``(n_videos, 3)`` the same for each video.
+        video_time_scale: temporal positions per merged frame of each video: a number for all, or
+            ``(n_videos,)``; Qwen2.5-VL's ``second_per_grid_ts * vision_config.tokens_per_second``
+            (a float32 tensor gives transformers' exact rounding). ``None``: 1 (Qwen2-VL).
+        spatial_merge_size: ``m``, the side of the square of patches merged into one token
+            (``vision_config.spatial_merge_size``; 2 in every Qwen2-VL and Qwen2.5-VL).
+        attention_mask: ``(b, t)``, 0 for padding (left or right), nonzero for tokens.
+        document_ids: ``(b, t)`` or ``(t,)`` integer ids of packed documents: a document starts
+            wherever the id changes from one token (not padding) to the next, as in
+            :func:`posenc.masking.document_positions`; each restarts at position 0, as if alone.
+            A packed attention mask like ``[1, 1, 2, 2, 2, 0]`` is
+            ``attention_mask=mask != 0, document_ids=mask``.
+
+    Returns:
+        ``(positions, deltas)``: long ``(3, b, t)`` temporal, height and width positions, and long
+        ``(b, 1)`` rope deltas, ``max position + 1 - tokens`` of each row (of its last document
+        when packed), so that decoding continues at ``number of tokens so far + delta``, as
+        transformers does with its ``rope_deltas``.
+    """
+    types, keep, docs = _host_tokens(token_types, attention_mask, document_ids)
+    m = check_positive_int("spatial_merge_size", spatial_merge_size)
+    grids = {
+        IMAGE: _host_grids("image_grid_thw", image_grid_thw, m),
+        VIDEO: _host_grids("video_grid_thw", video_grid_thw, m),
+    }
+    scales = _host_time_scales(video_time_scale, len(grids[VIDEO]))
+    b, t = types.shape
+    positions = torch.zeros(3, b, t, dtype=torch.long)
+    deltas = torch.zeros(b, 1, dtype=torch.long)
+    used = {IMAGE: 0, VIDEO: 0}  # grids consumed so far, over the whole batch
+    for row in range(b):
+        index = keep[row].nonzero().flatten()  # (tokens,) the row's non-padding token indices
+        kinds, ids = types[row].index_select(0, index), docs[row].index_select(0, index)
+        # a run: adjacent tokens of one kind in one document
+        new_doc = torch.zeros(len(index) + 1, dtype=torch.bool)
+        new_doc[1:-1] = ids[1:] != ids[:-1]
+        cut = new_doc.clone()
+        cut[0] = cut[-1] = True
+        cut[1:-1] |= kinds[1:] != kinds[:-1]
+        bounds = cut.nonzero().flatten().tolist()
+        pieces: list[Tensor] = []
+        p = last_doc = 0
+        for start, end, kind, restart in zip(
+            bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), new_doc[bounds[:-1]].tolist(), strict=True
+        ):
+            if restart:  # a new document: back to 0
+                p, last_doc = 0, start
+            if kind == TEXT:
+                pieces.append(torch.arange(p, p + end - start).expand(3, -1))
+                p += end - start
+                continue
+            name = "image_grid_thw" if kind == IMAGE else "video_grid_thw"
+            tokens = end - start
+            while tokens:
+                n = used[kind]
+                if n == len(grids[kind]):
+                    raise ValueError(
+                        f"{name} has {n} grids, but row {row} has more {name[:5]} tokens from token "
+                        f"{int(index[end - tokens])} on (one grid per image or video, in order)"
+                    )
+                gt, gh, gw = grids[kind][n]
+                count = gt * (gh // m) * (gw // m)
+                if count > tokens:
+                    raise ValueError(
+                        f"{name}[{n}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but row "
+                        f"{row} has a run of {tokens} {name[:5]} tokens from token {int(index[end - tokens])}"
+                    )
+                scale = scales[n] if kind == VIDEO else None
+                pieces.append(_grid(gt, gh // m, gw // m, p, scale))
+                p += max(gh, gw) // m
+                used[kind] += 1
+                tokens -= count
+        if pieces:
+            row_positions = torch.cat(pieces, dim=1)  # (3, tokens)
+            positions[:, row].index_copy_(1, index, row_positions)
+            deltas[row] = row_positions[:, last_doc:].max() + 1 - len(index)
+    for kind, name in ((IMAGE, "image_grid_thw"), (VIDEO, "video_grid_thw")):
+        if used[kind] != len(grids[kind]):
+            raise ValueError(
+                f"{name} has {len(grids[kind])} grids, but the tokens hold {used[kind]} "
+                f"{'images' if kind == IMAGE else 'videos'} (token_types == {kind})"
+            )
+    device = token_types.device
+    return positions.to(device), deltas.to(device)
+
+
+def _grid(t: int, h: int, w: int, start: int, scale: Tensor | None) -> Tensor:
+    """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first."""
+    time = torch.arange(t)
+    if scale is not None:
+        time = (time * scale).long()  # rounds toward 0 in the scale's dtype, as transformers does
+    axes = torch.meshgrid(time, torch.arange(h), torch.arange(w), indexing="ij")
+    return torch.stack(axes).reshape(3, -1) + start
+
+
+def _integer_tensor(name: str, value: object, shape: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape {shape}, got {type(value).__name__}"
+        )
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {value.dtype}")
+    return value.to(_CPU)
+
+
+def _host_tokens(
+    token_types: object, attention_mask: object, document_ids: object
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(types, keep, docs)``: ``(b, t)`` CPU tensors, checked."""
+    types = _integer_tensor("token_types", token_types, "(batch, seq)")
+    if types.dim() != 2:
+        raise ValueError(f"token_types must have shape (batch, seq), got shape {tuple(types.shape)}")
+    bad = (types < TEXT) | (types > VIDEO)
+    if bad.any():
+        at = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"token_types must hold 0 (text), 1 (image) or 2 (video), got {int(types[at])} at {at}"
+        )
+    shape = tuple(types.shape)
+    if attention_mask is None:
+        keep = torch.ones(shape, dtype=torch.bool)
+    else:
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(
+                f"attention_mask must be a (batch, seq) torch.Tensor of 0/1, got {type(attention_mask).__name__}"
+            )
+        if tuple(attention_mask.shape) != shape:
+            raise ValueError(
+                f"attention_mask must have the shape of token_types {shape}, got {tuple(attention_mask.shape)}"
+            )
+        keep = attention_mask.to(_CPU) != 0
+    if document_ids is None:
+        docs = torch.zeros(shape, dtype=torch.long)
+    else:
+        docs = _integer_tensor("document_ids", document_ids, "(batch, seq) or (seq,)")
+        if tuple(docs.shape) not in (shape, shape[1:]):
+            raise ValueError(
+                f"document_ids must have shape (batch, seq) = {shape} (or (seq,)), got {tuple(docs.shape)}"
+            )
+        docs = docs.expand(shape)
+    return types, keep, docs
+
+
+def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
+    """The ``(t, h, w)`` of each grid, checked: every side at least 1 token after merging."""
+    if grids is None:
+        return []
+    value = _integer_tensor(name, grids, "(n, 3)")
+    if value.dim() != 2 or value.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (n, 3), one (t, h, w) per grid, got {tuple(value.shape)}")
+    rows = [tuple(g) for g in value.tolist()]
+    for i, (t, h, w) in enumerate(rows):
+        if t < 1 or h < m or w < m:
+            raise ValueError(
+                f"{name}[{i}] = {[t, h, w]}: t must be >= 1 and h, w >= spatial_merge_size = {m} "
+                "(patches before merging)"
+            )
+    return rows
+
+
+def _host_time_scales(value: object, videos: int) -> Tensor:
+    """``(n_videos,)`` time scales, finite and ``>= 0``; float32 unless given as a float tensor."""
+    if value is None:
+        return torch.ones(videos)
+    if isinstance(value, Tensor):
+        if value.dtype == torch.bool or value.is_complex():
+            raise TypeError(f"video_time_scale must be a real tensor, got dtype {value.dtype}")
+        scales = value.to(_CPU)
+        scales = scales if scales.is_floating_point() else scales.float()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        scales = torch.tensor(float(value))
+    elif isinstance(value, (list, tuple)) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        scales = torch.tensor([float(v) for v in value])
+    else:
+        raise TypeError(
+            f"video_time_scale must be a number, a list of numbers or a (n_videos,) tensor, got {short(value)}"
+        )
+    if scales.dim() == 0:
+        scales = scales.expand(videos)
+    if tuple(scales.shape) != (videos,):
+        raise ValueError(
+            f"video_time_scale must be a number or have shape (n_videos,) = ({videos},) (one per row of "
+            f"video_grid_thw), got shape {tuple(scales.shape)}"
+        )
+    bad = ~(torch.isfinite(scales) & (scales >= 0))
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"video_time_scale must be finite and >= 0, got {float(scales[i])} for video {i}")
+    return scales

@@ -1,0 +1,354 @@
+"""mrope_positions: equal to transformers' Qwen2-VL / Qwen2.5-VL ``get_rope_index`` on whole tensors
+(random layouts of text, images and videos, left padding, video time scales), packed documents equal
+to each document alone, and the rotation of the model's own rotary module on those positions."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+import torch
+
+import posenc
+from posenc.functional import axes_last, mrope_positions
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
+from transformers.models.qwen2_vl import modeling_qwen2_vl as hf2  # noqa: E402
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+TEXT, IMAGE, VIDEO = 0, 1, 2
+MODELS = {
+    "qwen2_vl": (hf2.Qwen2VLModel, transformers.Qwen2VLConfig),
+    "qwen2_5_vl": (hf25.Qwen2_5_VLModel, transformers.Qwen2_5_VLConfig),
+}
+
+
+def _get_rope_index(model: str, token_types, **kwargs):
+    """transformers' own get_rope_index, called on its default config (no weights, nothing downloaded)."""
+    cls, config_cls = MODELS[model]
+    host = types.SimpleNamespace(config=config_cls())
+    host.get_vision_position_ids = types.MethodType(cls.get_vision_position_ids, host)
+    if model == "qwen2_vl":
+        kwargs.pop("second_per_grid_ts", None)
+    return cls.get_rope_index(host, token_types, token_types, **kwargs)
+
+
+def _document(gen: torch.Generator, merge: int = 2) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """(token types, image grids, video grids) of one random document: text runs between images and videos."""
+    kinds, images, videos = [], [], []
+    for _ in range(int(torch.randint(1, 5, (1,), generator=gen))):
+        kinds += [TEXT] * int(torch.randint(1, 4, (1,), generator=gen))
+        kind = int(torch.randint(0, 3, (1,), generator=gen))
+        if kind == TEXT:
+            continue
+        t = 1 if kind == IMAGE else int(torch.randint(1, 4, (1,), generator=gen))
+        h, w = (merge * int(torch.randint(1, 4, (1,), generator=gen)) for _ in range(2))
+        (images if kind == IMAGE else videos).append([t, h, w])
+        kinds += [kind] * (t * (h // merge) * (w // merge))
+    return kinds, images, videos
+
+
+def _batch(gen: torch.Generator, rows: int, *, pad: bool):
+    """Rows of random documents, left padded to one length; the inputs of both functions."""
+    docs = [_document(gen) for _ in range(rows)]
+    t = max(len(d[0]) for d in docs) + (2 if pad else 0)
+    token_types = torch.zeros(rows, t, dtype=torch.long)
+    mask = torch.zeros(rows, t, dtype=torch.long)
+    for r, (kinds, _, _) in enumerate(docs):
+        token_types[r, t - len(kinds) :] = torch.tensor(kinds)
+        mask[r, t - len(kinds) :] = 1
+    grids = {}
+    for name, i in (("image_grid_thw", 1), ("video_grid_thw", 2)):
+        found = [g for d in docs for g in d[i]]
+        if found:
+            grids[name] = torch.tensor(found)
+    seconds = (
+        torch.rand(len(grids.get("video_grid_thw", [])), generator=gen) * 2
+    )  # float32, as processors give
+    return token_types, mask, grids, seconds
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("pad", [False, True])
+def test_equals_get_rope_index(model, pad):
+    gen = torch.Generator().manual_seed(0)
+    tokens_per_second = getattr(MODELS[model][1]().vision_config, "tokens_per_second", None)
+    for _ in range(12):
+        token_types, mask, grids, seconds = _batch(gen, 3, pad=pad)
+        if not grids:
+            continue
+        masks = {"attention_mask": mask} if pad else {}
+        want = _get_rope_index(model, token_types, second_per_grid_ts=seconds, **grids, **masks)
+        scale = seconds * tokens_per_second if model == "qwen2_5_vl" else None
+        got = mrope_positions(token_types, **grids, video_time_scale=scale, spatial_merge_size=2, **masks)
+        assert got[0].dtype == got[1].dtype == torch.long
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+def test_video_time_scale_as_qwen2_5_vl():
+    # 3 merged frames at 0.37 s per grid and 4 tokens per second: time 0, 1.48 -> 1, 2.96 -> 2 (floored)
+    token_types = torch.tensor([[0] + [2] * 3 + [0]])
+    grid = torch.tensor([[3, 2, 2]])
+    want, deltas = _get_rope_index(
+        "qwen2_5_vl", token_types, video_grid_thw=grid, second_per_grid_ts=torch.tensor([0.37])
+    )
+    got, got_deltas = mrope_positions(
+        token_types, video_grid_thw=grid, video_time_scale=torch.tensor([0.37]) * 4
+    )
+    assert got.tolist() == want.tolist() == [[[0, 1, 2, 3, 2]], [[0, 1, 1, 1, 2]], [[0, 1, 1, 1, 2]]]
+    assert got_deltas.tolist() == deltas.tolist() == [[-1]]
+    # a number stands for every video
+    assert torch.equal(mrope_positions(token_types, video_grid_thw=grid, video_time_scale=1.48)[0], got)
+
+
+def test_text_only_is_plain_positions():
+    positions, deltas = mrope_positions(torch.zeros(2, 5, dtype=torch.int32))
+    assert torch.equal(positions, torch.arange(5).expand(3, 2, 5))
+    assert deltas.tolist() == [[0], [0]]
+
+
+def test_left_padding_gives_the_positions_of_the_row_alone():
+    gen = torch.Generator().manual_seed(1)
+    kinds, images, videos = _document(gen)
+    grids = {
+        "image_grid_thw": torch.tensor(images or [[1, 2, 2]]),
+        "video_grid_thw": torch.tensor(videos or [[1, 2, 2]]),
+    }
+    kinds += [1] * (0 if images else 1) + [0] + [2] * (0 if videos else 1)
+    alone, alone_delta = mrope_positions(torch.tensor([kinds]), **grids)
+    padded = torch.tensor([[0, 0, 0, *kinds]])
+    mask = torch.tensor([[0, 0, 0] + [1] * len(kinds)])
+    positions, deltas = mrope_positions(padded, **grids, attention_mask=mask)
+    assert torch.equal(positions[..., 3:], alone) and not positions[..., :3].any()  # padding at 0
+    assert torch.equal(deltas, alone_delta)
+
+
+def test_packed_documents_each_as_if_alone():
+    gen = torch.Generator().manual_seed(2)
+    docs = [_document(gen) for _ in range(4)]
+    while not any(d[1] or d[2] for d in docs):
+        docs = [_document(gen) for _ in range(4)]
+    rows = ([docs[0], docs[1]], [docs[2], docs[3], docs[0]])
+    t = max(sum(len(d[0]) for d in row) for row in rows) + 1
+    token_types = torch.zeros(2, t, dtype=torch.long)
+    packed_mask = torch.zeros(
+        2, t, dtype=torch.long
+    )  # LlamaFactory's packed mask: 1, 1, 2, 2, 2, 0 (padding)
+    for r, row in enumerate(rows):
+        at = 0
+        for n, (kinds, _, _) in enumerate(row):
+            token_types[r, at : at + len(kinds)] = torch.tensor(kinds)
+            packed_mask[r, at : at + len(kinds)] = n + 1
+            at += len(kinds)
+    grids = {}
+    for name, i in (("image_grid_thw", 1), ("video_grid_thw", 2)):
+        found = [g for row in rows for d in row for g in d[i]]
+        grids[name] = torch.tensor(found) if found else None
+    scale = (
+        torch.rand(len(grids["video_grid_thw"]) if grids["video_grid_thw"] is not None else 0, generator=gen)
+        * 8
+    )
+    positions, deltas = mrope_positions(
+        token_types,
+        **grids,
+        video_time_scale=scale,
+        attention_mask=packed_mask != 0,
+        document_ids=packed_mask,
+    )
+    videos = 0
+    for r, row in enumerate(rows):
+        at = 0
+        for kinds, images, vids in row:
+            alone, delta = mrope_positions(
+                torch.tensor([kinds]),
+                image_grid_thw=torch.tensor(images) if images else None,
+                video_grid_thw=torch.tensor(vids) if vids else None,
+                video_time_scale=scale[videos : videos + len(vids)],
+            )
+            if images or vids:  # transformers needs a vision token
+                want, want_delta = _get_rope_index(
+                    "qwen2_5_vl",
+                    torch.tensor([kinds]),
+                    image_grid_thw=torch.tensor(images) if images else None,
+                    video_grid_thw=torch.tensor(vids) if vids else None,
+                    second_per_grid_ts=scale[videos : videos + len(vids)] / 4,
+                )
+                assert torch.equal(alone, want) and torch.equal(delta, want_delta)
+            videos += len(vids)
+            assert torch.equal(positions[:, r : r + 1, at : at + len(kinds)], alone)
+            at += len(kinds)
+        assert not positions[:, r, at:].any()  # right padding
+        # decoding continues the last document: next position = tokens so far + delta
+        assert int(deltas[r]) + at == int(alone.max()) + 1
+
+
+def test_adjacent_images_are_split_by_their_token_counts():
+    # two 1x2x4 images (1x2 tokens each at merge 2) with no text between: the second starts 2 later
+    positions, deltas = mrope_positions(
+        torch.tensor([[1, 1, 1, 1, 0]]), image_grid_thw=torch.tensor([[1, 2, 4]] * 2)
+    )
+    assert positions[:, 0].tolist() == [[0, 0, 2, 2, 4], [0, 0, 2, 2, 4], [0, 1, 2, 3, 4]]
+    assert deltas.tolist() == [[0]]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_positions_rotate_as_the_model(model):
+    """The positions through posenc's MRoPE equal the model's rotary module and apply function on them."""
+    gen = torch.Generator().manual_seed(3)
+    token_types, mask, grids, seconds = _batch(gen, 2, pad=True)
+    while not grids:
+        token_types, mask, grids, seconds = _batch(gen, 2, pad=True)
+    positions, _ = mrope_positions(token_types, **grids, video_time_scale=seconds * 4, attention_mask=mask)
+    head_dim, section = 32, [4, 6, 6]
+    module, config_cls = (
+        (hf2, transformers.Qwen2VLConfig) if model == "qwen2_vl" else (hf25, transformers.Qwen2_5_VLConfig)
+    )
+    text = config_cls(
+        text_config=dict(
+            hidden_size=64,
+            num_attention_heads=2,
+            head_dim=head_dim,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
+        )
+    ).text_config
+    rotary = next(
+        getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding") and "Vision" not in n
+    )
+    q, k = (torch.randn(2, 2, token_types.shape[1], head_dim, generator=gen) for _ in range(2))
+    cos, sin = rotary(text)(q, positions)
+    want = module.apply_rotary_pos_emb(q, k, cos, sin)
+    pos = axes_last(positions)
+    got = posenc.MRoPE(head_dim, mrope_section=section)(q, k, pos, pos)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(
+            a, b, atol=2e-5, rtol=0
+        )  # float64 (posenc) vs float32 (transformers) angles
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_results_on_the_device_of_the_tokens():
+    token_types = torch.tensor([[0, 1, 1, 0]], device="cuda")
+    positions, deltas = mrope_positions(token_types, image_grid_thw=torch.tensor([[1, 2, 4]], device="cuda"))
+    assert positions.device == deltas.device == token_types.device
+    assert (
+        positions.cpu().tolist()
+        == mrope_positions(token_types.cpu(), image_grid_thw=torch.tensor([[1, 2, 4]]))[0].tolist()
+    )
+
+
+G = torch.tensor([[1, 2, 4]])
+IMG = torch.tensor([[0, 1, 1, 0]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"token_types": [[0, 1]]}, TypeError, r"token_types must be an integer torch.Tensor .* got list"),
+        ({"token_types": torch.zeros(2, 3)}, TypeError, "token_types must have an integer dtype.*float32"),
+        (
+            {"token_types": torch.zeros(3, dtype=torch.long)},
+            ValueError,
+            r"token_types must have shape \(batch, seq\), got shape \(3,\)",
+        ),
+        (
+            {"token_types": torch.tensor([[0, 3]])},
+            ValueError,
+            r"0 \(text\), 1 \(image\) or 2 \(video\), got 3 at \(0, 1\)",
+        ),
+        (
+            {"token_types": IMG},
+            ValueError,
+            "image_grid_thw has 0 grids, but row 0 has more image tokens from token 1",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": torch.tensor([[1, 4, 4]])},
+            ValueError,
+            r"image_grid_thw\[0\] = \[1, 4, 4\] is 4 tokens at spatial_merge_size=2, but row 0 has a run of 2",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": torch.tensor([[1, 2, 4]] * 2)},
+            ValueError,
+            "image_grid_thw has 2 grids, but the tokens hold 1 images",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": torch.tensor([1, 2, 4])},
+            ValueError,
+            r"image_grid_thw must have shape \(n, 3\).*got \(3,\)",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": torch.tensor([[1, 1, 4]])},
+            ValueError,
+            r"image_grid_thw\[0\] = \[1, 1, 4\]: .*h, w >= spatial_merge_size = 2",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": torch.tensor([[1.0, 2, 4]])},
+            TypeError,
+            "image_grid_thw must have an integer dtype",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "spatial_merge_size": 0},
+            ValueError,
+            "spatial_merge_size must be a positive int, got 0",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "attention_mask": torch.ones(1, 3)},
+            ValueError,
+            r"attention_mask must have the shape of token_types \(1, 4\), got \(1, 3\)",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "attention_mask": [[1, 1, 1, 1]]},
+            TypeError,
+            "attention_mask must be a .* got list",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "document_ids": torch.zeros(5, dtype=torch.long)},
+            ValueError,
+            r"document_ids must have shape \(batch, seq\) = \(1, 4\) \(or \(seq,\)\), got \(5,\)",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "document_ids": torch.zeros(4)},
+            TypeError,
+            "document_ids must have an integer dtype",
+        ),
+        (
+            {"token_types": IMG, "video_grid_thw": G, "video_time_scale": [1.0, 2.0]},
+            ValueError,
+            r"video_time_scale must be a number or have shape \(n_videos,\) = \(1,\).*got shape \(2,\)",
+        ),
+        (
+            {"token_types": IMG, "video_grid_thw": G, "video_time_scale": -1.0},
+            ValueError,
+            "video_time_scale must be finite and >= 0, got -1.0 for video 0",
+        ),
+        (
+            {"token_types": IMG, "video_grid_thw": G, "video_time_scale": float("nan")},
+            ValueError,
+            "video_time_scale must be finite and >= 0, got nan",
+        ),
+        (
+            {"token_types": IMG, "video_grid_thw": G, "video_time_scale": "fast"},
+            TypeError,
+            "video_time_scale must be a number, a list of numbers or a .* got 'fast'",
+        ),
+    ],
+)
+def test_bad_inputs_name_argument_value_and_expectation(kwargs, error, match):
+    kwargs = dict(kwargs)
+    with pytest.raises(error, match=match):
+        mrope_positions(kwargs.pop("token_types"), **kwargs)
+
+
+def test_a_row_of_padding_only_and_documents_given_once_for_every_row():
+    token_types = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+    positions, deltas = mrope_positions(token_types, image_grid_thw=G, attention_mask=mask)
+    assert not positions[:, 1].any() and deltas[1].item() == 0
+    # (t,) document ids hold for every row: [0, 1, 1 | 0, 1] restarts at token 3
+    positions, deltas = mrope_positions(
+        token_types[:1], image_grid_thw=G, document_ids=torch.tensor([5, 5, 5, 6, 6])
+    )
+    assert positions[:, 0].tolist() == [[0, 1, 1, 0, 1], [0, 1, 1, 0, 1], [0, 1, 2, 0, 1]]
+    assert deltas.tolist() == [[2 - 5]]  # the last document's next position (2) minus the tokens (5)
