@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what __getattr__ provides, for type checkers and IDEs
         Sinusoidal2D,
         XPos,
     )
+    from .functional import mrope_positions
     from .hf import from_hf_config, from_hf_model
     from .masking import document_positions
     from .registry import Spec, available, build, describe, register
@@ -56,6 +57,7 @@ _HOME: dict[str, str] = {
     "document_positions": "masking",
     "from_hf_config": "hf",
     "from_hf_model": "hf",
+    "mrope_positions": "functional",
     **dict.fromkeys(("Spec", "available", "build", "describe", "register"), "registry"),
     **{sub: sub for sub in ("distributed", "functional", "hf", "nn", "registry")},
 }
