@@ -15,9 +15,9 @@ from torch import Tensor
 
 from .._checks import check_bool, check_int
 from ..functional.axial import mrope_axes
-from ..functional.rope_params import RopeParameters
+from ..functional.rope_freqs import RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
-from ._axis_rotary import _AxisRotary
+from .axial import _AxisRotary
 
 __all__ = ["MRoPE"]
 

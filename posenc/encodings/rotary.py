@@ -3,7 +3,7 @@
 The module (:class:`RoPE`) holds the settings and one bounded cos/sin table; its state
 (:class:`RotaryState`) holds the cos/sin rows of one forward pass, as gpt-fast's
 ``freqs_cis[input_pos]``. The math is in :mod:`posenc.functional.rotary` (cos/sin, the rotation)
-and :mod:`posenc.functional.rope_params` (the frequencies of each rope type, read from a Hugging Face
+and :mod:`posenc.functional.rope_freqs` (the frequencies of each rope type, read from a Hugging Face
 dict by :mod:`posenc.functional.rope_scaling`).
 
 Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of the
@@ -16,7 +16,7 @@ table's, dynamic NTK past its trained length — they are computed from the posi
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
 
 The state and the hooks that apply it (``_Rotary``: ``prepare_state``, ``encode_qk``, ``forward``,
-``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings._axis_rotary`),
+``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings.axial`),
 which differ only in their positions and in how they compute the cos/sin rows.
 
 Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width, ``r/2``
@@ -34,7 +34,7 @@ from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from .._positions import check_qk
 from ..base import PositionalEncoding
-from ..functional.rope_params import DynamicRope, LongRope, RopeParameters
+from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
 from ..state import PositionState
@@ -159,7 +159,7 @@ class _Rotary(PositionalEncoding):
 
     @property
     def rope_type(self) -> str:
-        """The scaling variant: one of :data:`~posenc.functional.rope_params.ROPE_TYPES`."""
+        """The scaling variant: one of :data:`~posenc.functional.rope_freqs.ROPE_TYPES`."""
         return self.params.rope_type
 
     @property
@@ -337,7 +337,7 @@ class RoPE(_Rotary):
         dividing ``h`` (grouped-query attention) -> the rotated ``(q, k)``, same shapes and dtypes.
 
     Attributes:
-        params: the validated :class:`~posenc.functional.rope_params.RopeParameters` (one
+        params: the validated :class:`~posenc.functional.rope_freqs.RopeParameters` (one
             dataclass per rope type).
         rope_type, rotary_dim, base, attention_scaling: read from ``params``.
         inv_freq: ``(s, r/2)`` frequencies (longrope: short and long), a float32 cache.
