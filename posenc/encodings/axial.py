@@ -94,8 +94,8 @@ class _AxisRotary(_Rotary):
     """Base of the multi-axis rotary encodings: positions with axes, a state, the hooks.
 
     Subclasses set ``head_dim``, ``layout``, ``num_axes`` and implement :meth:`_frequencies`
-    (float64 ``(r/2,)`` frequencies and ``(r/2,)`` axes), :meth:`_default_positions` and
-    :meth:`_check_positions`.
+    (float64 ``(r/2,)`` frequencies), :meth:`_axes` (the axis of each pair) and
+    :meth:`_default_positions`.
     """
 
     cache_names = ("inv_freq", "axis")
@@ -109,14 +109,17 @@ class _AxisRotary(_Rotary):
     one_d_positions: ClassVar[bool] = True
 
     def _init_caches(self, device: torch.device | str | None) -> None:
-        pairs = self._frequencies(torch.device("cpu"))[0].shape[0]
+        pairs = self._frequencies(torch.device("cpu")).shape[0]
         self.register_buffer("inv_freq", torch.empty(pairs, device=device), persistent=False)
         self.register_buffer("axis", torch.empty(pairs, dtype=torch.long, device=device), persistent=False)
         self.reset_caches()
 
-    def _frequencies(
-        self, device: torch.device, seq_len: int | Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
+        """``(r/2,)`` float64 frequencies on ``device`` (at length ``seq_len``: M-RoPE's scaling types)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _axes(self, device: torch.device) -> Tensor:
+        """``(r/2,)`` long: the axis each pair reads (constant: cached as the ``axis`` buffer)."""
         raise NotImplementedError  # pragma: no cover
 
     def reset_caches(self) -> None:
@@ -124,9 +127,8 @@ class _AxisRotary(_Rotary):
         device = self.inv_freq.device
         if device.type == "meta":
             return
-        inv_freq, axis = self._frequencies(device)
-        self.inv_freq = inv_freq.to(self.inv_freq.dtype)
-        self.axis = axis
+        self.inv_freq = self._frequencies(device).to(self.inv_freq.dtype)
+        self.axis = self._axes(device)
 
     # --- positions ---------------------------------------------------------------------------
 
@@ -208,18 +210,11 @@ class _AxisRotary(_Rotary):
             kp = qp if tq == tk else self._default_positions(tk, device)
         return qp, kp, None, None
 
-    def _rows(
-        self,
-        positions: Tensor,
-        start: int | None,
-        seq_len: int | Tensor | None,
-        end: int | None,
-        dtype: torch.dtype,
-    ) -> tuple[Tensor, Tensor]:
-        """cos and sin at ``positions``: ``(t, r/2)`` for ``(t, a)``, ``(b, 1, t, r/2)`` for ``(b, t, a)``
-        (``start`` and ``end`` are RoPE's table's, unused here)."""
+    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin at the positions of ``side``: ``(t, r/2)`` for ``(t, a)``, ``(b, 1, t, r/2)`` for ``(b, t, a)``."""
+        positions, _ = state._positions(side)
         device = positions.device
-        inv_freq, _ = self._frequencies(device, seq_len)
+        inv_freq = self._frequencies(device, state.seq_len)
         axis = self.axis.to(device)  # constant per module: the cached buffer, not recomputed per call
         inv_freq = inv_freq.to(torch.float64 if dtype == torch.float64 else wide_dtype(device))
         cos, sin = axial_cos_sin(positions, inv_freq, axis, self.attention_scaling, dtype=dtype)
@@ -332,13 +327,14 @@ class AxialRoPE(_AxisRotary):
             )
         self._init_caches(device)
 
-    def _frequencies(
-        self, device: torch.device, seq_len: int | Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
         # (checked at construction: no Python checks here, see checked_axial_frequencies)
-        return checked_axial_frequencies(
-            self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq, device
-        )
+        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
+        return checked_axial_frequencies(*args, device)[0]
+
+    def _axes(self, device: torch.device) -> Tensor:
+        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
+        return checked_axial_frequencies(*args, device)[1]
 
     def grid_positions(
         self,

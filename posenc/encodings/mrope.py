@@ -123,11 +123,11 @@ class MRoPE(_AxisRotary):
         for key in _MROPE_KEYS:
             scaling.pop(key, None)
 
-    def _frequencies(
-        self, device: torch.device, seq_len: int | Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        inv_freq = self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
-        return inv_freq, mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
+    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
+        return self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
+
+    def _axes(self, device: torch.device) -> Tensor:
+        return mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
