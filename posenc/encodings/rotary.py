@@ -425,7 +425,10 @@ class RoPE(_Rotary):
         long set past its trained length (a tensor under compile/export: picked without a Python
         branch), dynamic NTK's own past its trained length.
         """
-        (positions, start), seq_len, end = state._positions(side), state.seq_len, state.end
+        positions, start = (
+            (state.q_positions, state.q_start) if side == "q" else (state.k_positions, state.k_start)
+        )
+        seq_len, end = state.seq_len, state.end
         p, table, n, rows = self.params, self._cos_sin, positions.shape[-1], self._table_len
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
