@@ -15,9 +15,9 @@ from torch import Tensor
 
 from .._checks import check_bool, check_int
 from ..functional.axial import mrope_axes
-from ..functional.rope_params import RopeParameters
+from ..functional.rope_freqs import RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
-from ._axis_rotary import _AxisRotary
+from .axial import _AxisRotary
 
 __all__ = ["MRoPE"]
 
@@ -123,11 +123,11 @@ class MRoPE(_AxisRotary):
         for key in _MROPE_KEYS:
             scaling.pop(key, None)
 
-    def _frequencies(
-        self, device: torch.device, seq_len: int | Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        inv_freq = self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
-        return inv_freq, mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
+    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
+        return self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
+
+    def _axes(self, device: torch.device) -> Tensor:
+        return mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)

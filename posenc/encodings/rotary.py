@@ -3,7 +3,7 @@
 The module (:class:`RoPE`) holds the settings and one bounded cos/sin table; its state
 (:class:`RotaryState`) holds the cos/sin rows of one forward pass, as gpt-fast's
 ``freqs_cis[input_pos]``. The math is in :mod:`posenc.functional.rotary` (cos/sin, the rotation)
-and :mod:`posenc.functional.rope_params` (the frequencies of each rope type, read from a Hugging Face
+and :mod:`posenc.functional.rope_freqs` (the frequencies of each rope type, read from a Hugging Face
 dict by :mod:`posenc.functional.rope_scaling`).
 
 Once per forward, :meth:`RoPE.prepare` returns a :class:`RotaryState` with the cos/sin rows of the
@@ -16,7 +16,7 @@ table's, dynamic NTK past its trained length — they are computed from the posi
 angles: the same values, exact to one float32 rounding at any position, and no table ever grows.
 
 The state and the hooks that apply it (``_Rotary``: ``prepare_state``, ``encode_qk``, ``forward``,
-``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings._axis_rotary`),
+``rotate``) are shared with xPos and the multi-axis encodings (:mod:`posenc.encodings.axial`),
 which differ only in their positions and in how they compute the cos/sin rows.
 
 Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``dh`` head width, ``r/2``
@@ -34,7 +34,7 @@ from .._checks import check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from .._positions import check_qk
 from ..base import PositionalEncoding
-from ..functional.rope_params import DynamicRope, LongRope, RopeParameters
+from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
 from ..state import PositionState
@@ -80,7 +80,7 @@ class RotaryState(PositionState):
             encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="none"
         )
         self.seq_len, self.end = seq_len, end
-        self.q_cos, self.q_sin = encoding._rows(q_positions, q_start, seq_len, end, encoding.inv_freq.dtype)
+        self.q_cos, self.q_sin = encoding._rows(self, "q", encoding.inv_freq.dtype)
         self._k_rows: tuple[Tensor, Tensor] | None = None
         # (side, role, dtype) -> eager_rows(...): built by the first layer, used by every layer
         self._eager: dict[tuple[str, str, torch.dtype], tuple[Tensor, ...]] = {}
@@ -117,17 +117,16 @@ class RotaryState(PositionState):
         them by role). The caches' dtype; float64 rows from the formula for float64 inputs."""
         enc = self.encoding
         if dtype == torch.float64 and enc.inv_freq.dtype != dtype:
-            positions, start = (
-                (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
-            )
-            return enc._rows(positions, start, self.seq_len, self.end, dtype)
+            return enc._rows(self, side, dtype)
         if side == "q":
             return self.q_cos, self.q_sin
         if self._k_rows is None:
-            self._k_rows = enc._rows(
-                self.k_positions, self.k_start, self.seq_len, self.end, enc.inv_freq.dtype
-            )
+            self._k_rows = enc._rows(self, "k", enc.inv_freq.dtype)
         return self._k_rows
+
+    def _positions(self, side: str) -> tuple[Tensor, int | None]:
+        """The positions of ``side`` (``"q"`` or ``"k"``) and their first one when they are the default ones."""
+        return (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
 
     def _narrow_tables(self, rows: slice, cols: slice) -> None:
         self._eager = {}  # this is a shallow copy: never narrow the original's rows
@@ -159,7 +158,7 @@ class _Rotary(PositionalEncoding):
 
     @property
     def rope_type(self) -> str:
-        """The scaling variant: one of :data:`~posenc.functional.rope_params.ROPE_TYPES`."""
+        """The scaling variant: one of :data:`~posenc.functional.rope_freqs.ROPE_TYPES`."""
         return self.params.rope_type
 
     @property
@@ -177,14 +176,9 @@ class _Rotary(PositionalEncoding):
         """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
         return self.params.attention_scaling
 
-    def _rows(
-        self,
-        positions: Tensor,
-        start: int | None,
-        seq_len: int | Tensor | None,
-        end: int | None,
-        dtype: torch.dtype,
-    ) -> tuple[Tensor, Tensor]:
+    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin at the positions of ``side`` of ``state``, in ``dtype``: ``(t, r/2)``, or
+        ``(b, 1, t, r/2)`` for positions with a batch."""
         raise NotImplementedError  # pragma: no cover
 
     def prepare_state(
@@ -337,7 +331,7 @@ class RoPE(_Rotary):
         dividing ``h`` (grouped-query attention) -> the rotated ``(q, k)``, same shapes and dtypes.
 
     Attributes:
-        params: the validated :class:`~posenc.functional.rope_params.RopeParameters` (one
+        params: the validated :class:`~posenc.functional.rope_freqs.RopeParameters` (one
             dataclass per rope type).
         rope_type, rotary_dim, base, attention_scaling: read from ``params``.
         inv_freq: ``(s, r/2)`` frequencies (longrope: short and long), a float32 cache.
@@ -422,21 +416,19 @@ class RoPE(_Rotary):
         self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
         self.table_builds += 1
 
-    def _rows(
-        self,
-        positions: Tensor,
-        start: int | None,
-        seq_len: int | Tensor | None,
-        end: int | None,
-        dtype: torch.dtype,
-    ) -> tuple[Tensor, Tensor]:
-        """cos and sin at ``positions``: ``(t, r/2)`` for ``(t,)`` positions, ``(b, 1, t, r/2)`` for ``(b, t)``.
+    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin at the positions of ``side``: ``(t, r/2)`` for ``(t,)`` positions, ``(b, 1, t, r/2)`` for ``(b, t)``.
 
-        ``start``: the first position when they are the default consecutive ones; ``end``: one past
-        the largest position when known without a sync (eager), else ``None``. The frequencies are
-        picked by ``seq_len``: longrope's long set past its trained length (a tensor under
-        compile/export: picked without a Python branch), dynamic NTK's own past its trained length.
+        From the table when the call is eager (``state.end``, one past the largest position, is known
+        without a sync) and every position is inside it: a view for default consecutive positions
+        (``start``), else one gather. The frequencies are picked by ``state.seq_len``: longrope's
+        long set past its trained length (a tensor under compile/export: picked without a Python
+        branch), dynamic NTK's own past its trained length.
         """
+        positions, start = (
+            (state.q_positions, state.q_start) if side == "q" else (state.k_positions, state.k_start)
+        )
+        seq_len, end = state.seq_len, state.end
         p, table, n, rows = self.params, self._cos_sin, positions.shape[-1], self._table_len
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)

@@ -14,9 +14,15 @@ from .rotary import RoPE, RotaryState
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
 
 
-def xpos_zeta(rotary_dim: int, gamma: float, *, dtype: torch.dtype = torch.float64) -> Tensor:
+def xpos_zeta(
+    rotary_dim: int,
+    gamma: float,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """The decay base of each rotated pair: ``zeta_i = (2i / r + gamma) / (1 + gamma)``, ``(r/2,)``."""
-    i = torch.arange(0, rotary_dim, 2, dtype=torch.float64)
+    i = torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=device)
     return ((i / rotary_dim + gamma) / (1 + gamma)).to(dtype)
 
 
@@ -49,8 +55,8 @@ class XPosState(RotaryState):
                 f"gamma={enc.gamma}); use a larger scale_base, or float64 inputs"
             )
         cos, sin = super()._rows(side, role, dtype)
-        positions = self.q_positions if side == "q" else self.k_positions
-        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma).to(positions.device).log()
+        positions, _ = self._positions(side)
+        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma, device=positions.device).log()  # no CPU tensor
         power = positions.to(torch.float64)[..., None] * ((1.0 if role == "query" else -1.0) / enc.scale_base)
         scale = (power * log_zeta).exp().to(cos.dtype)  # (t, r/2) or (b, t, r/2), float64 exponent
         scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)

@@ -10,7 +10,6 @@ from .mrope_positions import *  # noqa: F403
 from .relative import *  # noqa: F403
 from .rope_freqs import *  # noqa: F403
 from .rope_layout import *  # noqa: F403
-from .rope_params import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .rotary import *  # noqa: F403
 from .shaw import *  # noqa: F403

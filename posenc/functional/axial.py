@@ -41,8 +41,8 @@ __all__ = [
     "resample_grid_table",
 ]
 
-#: Frequencies and axes are built on the CPU whatever the default device (a module constructed
-#: under ``with torch.device("meta")`` must still size its buffers), then moved by the caller.
+#: Frequencies and axes are built on the CPU when no device is given, whatever the default device
+#: (a module constructed under ``with torch.device("meta")`` must still size its buffers).
 _CPU = torch.device("cpu")
 
 FreqKind = Literal["lang", "pixel"]
@@ -134,11 +134,13 @@ def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]
     return tuple(axes_dim)
 
 
-def _pair_frequencies(pairs: int, width: int, freqs: FreqKind, base: float, max_freq: float) -> Tensor:
+def _pair_frequencies(
+    pairs: int, width: int, freqs: FreqKind, base: float, max_freq: float, device: torch.device
+) -> Tensor:
     if freqs == "lang":  # RoPE's base ** (-2i / width)
-        return base ** -(torch.arange(pairs, dtype=torch.float64, device=_CPU) * 2 / width)
+        return base ** -(torch.arange(pairs, dtype=torch.float64, device=device) * 2 / width)
     # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
-    return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=_CPU) * math.pi
+    return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=device) * math.pi
 
 
 def axial_frequencies(
@@ -186,19 +188,18 @@ def checked_axial_frequencies(
     """:func:`axial_frequencies` for arguments already checked (by a module's constructor).
 
     No Python-level checks: under ``torch.compile(dynamic=True)`` a module's float attributes may
-    be symbolic, and a ``math.isfinite`` on them would break the graph.
+    be symbolic, and a ``math.isfinite`` on them would break the graph. Built on ``device``: a
+    module computes them in every forward, and a copy from the CPU would wait for the GPU.
     """
-    n = len(widths)
+    n, where = len(widths), _CPU if device is None else torch.device(device)
     if axis_layout == "cat":
-        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq) for d in widths]
-        axis = [torch.full((d // 2,), j, dtype=torch.long, device=_CPU) for j, d in enumerate(widths)]
-        inv_freq, axis_of = torch.cat(inv), torch.cat(axis)
-    else:
-        r = sum(widths)
-        every = _pair_frequencies(r // 2, r, freqs, base, max_freq)
-        inv_freq = torch.cat([every[j::n] for j in range(n)])
-        axis_of = torch.arange(n, device=_CPU).repeat_interleave(widths[0] // 2)
-    return inv_freq.to(device), axis_of.to(device)
+        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq, where) for d in widths]
+        axis = [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
+        return torch.cat(inv), torch.cat(axis)
+    r = sum(widths)
+    every = _pair_frequencies(r // 2, r, freqs, base, max_freq, where)
+    inv_freq = torch.cat([every[j::n] for j in range(n)])
+    return inv_freq, torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
 
 
 def mrope_axes(mrope_section: Sequence[int], *, interleaved: bool = False) -> Tensor:

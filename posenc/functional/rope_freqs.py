@@ -1,11 +1,12 @@
-"""RoPE frequencies: plain RoPE and the scaling variants' formulas. No state.
+"""RoPE frequencies: the formulas, and one frozen dataclass per rope type (``rope_type``). No state.
 
-:func:`rope_inv_freq` (plain), :func:`linear_inv_freq`, :func:`dynamic_ntk_inv_freq`,
-:func:`yarn_inv_freq`, :func:`llama3_inv_freq`, :func:`longrope_inv_freq`,
-:func:`proportional_inv_freq`, :func:`ntk_inv_freq`, and the attention factors
-:func:`yarn_attention_factor`, :func:`longrope_attention_factor`. The per-type dataclasses that
-call them are in :mod:`posenc.functional.rope_params`; reading a Hugging Face dict into one is
-:mod:`posenc.functional.rope_scaling`.
+* :func:`rope_inv_freq` (plain RoPE), :func:`dynamic_ntk_inv_freq`, :func:`yarn_inv_freq`,
+  :func:`llama3_inv_freq`: the formulas a rope type's frequencies need beyond a line or two;
+* :class:`RopeParameters` (base and rotated width), subclassed by :class:`DefaultRope`,
+  :class:`LinearRope`, :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`,
+  :class:`LongRope`, :class:`ProportionalRope` and :class:`NtkRope`: each holds its settings and
+  gives its frequencies, ``params.inv_freq()``. They are built, and checked, by
+  :func:`posenc.functional.rope_scaling.resolve_rope_scaling` (reading a Hugging Face dict).
 
 Frequencies are computed in float64 by default: the angle ``position * inv_freq`` then stays
 exact at large positions (a float32 frequency is off by ``6e-8`` relative, 8e-3 rad at
@@ -17,26 +18,30 @@ Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "DefaultRope",
+    "DynamicRope",
+    "LinearRope",
+    "Llama3Rope",
+    "LongRope",
+    "NtkRope",
+    "ProportionalRope",
+    "RopeParameters",
+    "YarnRope",
     "dynamic_ntk_inv_freq",
-    "linear_inv_freq",
     "llama3_inv_freq",
-    "longrope_attention_factor",
-    "longrope_inv_freq",
-    "ntk_inv_freq",
-    "proportional_inv_freq",
     "rope_inv_freq",
-    "yarn_attention_factor",
     "yarn_inv_freq",
 ]
 
 Device = torch.device | str | None
+RopeType = Literal["default", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional", "ntk"]
 
 
 def _exponents(dim: int, dtype: torch.dtype, device: Device) -> Tensor:
@@ -58,15 +63,6 @@ def rope_inv_freq(
         ``(r/2,)`` inverse frequencies, the first equal to 1.
     """
     return 1.0 / (base ** _exponents(dim, dtype, device))
-
-
-def linear_inv_freq(dim: int, base: float, factor: float, **kwargs: Any) -> Tensor:
-    """Position interpolation (Chen et al., 2023; kaiokendev): every frequency divided by ``factor``.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies. ``kwargs`` go to :func:`rope_inv_freq`.
-    """
-    return rope_inv_freq(dim, base, **kwargs) / factor
 
 
 def dynamic_ntk_inv_freq(
@@ -102,23 +98,6 @@ def dynamic_ntk_inv_freq(
     return 1.0 / (scaled_base[..., None] ** _exponents(dim, dtype, length.device))
 
 
-def yarn_attention_factor(
-    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
-) -> float:
-    """YaRN's attention factor (Peng et al., 2023): ``0.1 * ln(factor) + 1`` (1 for ``factor <= 1``).
-
-    With both ``mscale`` and ``mscale_all_dim`` (DeepSeek-V2/V3) it is the ratio
-    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``, as in transformers.
-    """
-
-    def get_mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if mscale and mscale_all_dim:
-        return float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
-    return get_mscale(factor)
-
-
 def yarn_inv_freq(
     dim: int,
     base: float,
@@ -147,7 +126,8 @@ def yarn_inv_freq(
         dtype, device: of the result.
 
     Returns:
-        ``(r/2,)`` inverse frequencies. The attention factor is :func:`yarn_attention_factor`.
+        ``(r/2,)`` inverse frequencies. The attention factor is
+        :func:`~posenc.functional.rope_scaling.yarn_attention_factor`.
     """
 
     def correction_dim(rotations: float) -> float:
@@ -200,69 +180,206 @@ def llama3_inv_freq(
     return torch.where(is_medium, smoothed, scaled)
 
 
-def longrope_attention_factor(factor: float, original_max_len: int) -> float:
-    """LongRoPE's attention factor (Ding et al., 2024; Phi-3): ``sqrt(1 + ln(factor) / ln(L0))``, 1 if ``factor <= 1``."""
-    if factor <= 1.0:
-        return 1.0
-    return math.sqrt(1 + math.log(factor) / math.log(original_max_len))
+# --- one dataclass per rope type ---------------------------------------------------------------------
 
 
-def longrope_inv_freq(
-    dim: int,
-    base: float,
-    ext_factors: Sequence[float] | Sequence[Sequence[float]] | Tensor,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """LongRoPE's frequencies (Ding et al., 2024; transformers' ``"longrope"``): ``1 / (ext_i * base ** (2i/r))``.
+@dataclass(frozen=True, kw_only=True)
+class RopeParameters:
+    """What every RoPE variant has: the base and the rotated width. Subclassed once per rope type.
 
-    Args:
-        dim: the rotated width ``r``.
-        base: the wavelength base.
-        ext_factors: ``(..., r/2)`` per-pair factors (the short or the long list, or both stacked).
-        dtype, device: of the result.
+    Built by :func:`~posenc.functional.rope_scaling.resolve_rope_scaling`; :meth:`inv_freq` gives
+    the frequencies, :meth:`inv_freq_at` those of a sequence of a given length.
 
-    Returns:
-        ``(..., r/2)`` inverse frequencies.
+    Attributes:
+        base: the wavelength base (``rope_theta``).
+        rotary_dim: the number of rotated channels ``r`` (even).
+        rope_type: the class's type name, one of :data:`~posenc.functional.rope_scaling.ROPE_TYPES`.
+        attention_scaling: the factor multiplied into cos and sin (YaRN's and LongRoPE's
+            attention factor; 1 otherwise).
+        length_dependent: whether the frequencies depend on the sequence length (dynamic, longrope).
     """
-    ext = torch.as_tensor(ext_factors, dtype=dtype, device=device)
-    return 1.0 / (ext * base ** _exponents(dim, dtype, device))
+
+    rope_type: ClassVar[RopeType] = "default"
+    length_dependent: ClassVar[bool] = False
+
+    base: float = 10000.0
+    rotary_dim: int
+
+    @property
+    def attention_scaling(self) -> float:
+        return float(getattr(self, "attention_factor", 1.0))
+
+    def inv_freq(self, *, dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
+        """``(s, r/2)`` frequencies, one row per set: ``s = 2`` for longrope (short, long), else 1.
+
+        For ``"dynamic"`` this is the set used up to the trained length (plain RoPE's); see
+        :meth:`inv_freq_at` for longer sequences.
+        """
+        return self._formula(dtype, device).reshape(-1, self.rotary_dim // 2)
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        """The type's frequencies, ``(r/2,)`` (longrope: ``(2, r/2)``)."""
+        return rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)
+
+    def inv_freq_at(
+        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
+    ) -> Tensor:
+        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (``None``: up to the trained length).
+
+        Only dynamic and longrope depend on it: dynamic NTK's base grows past the trained length
+        (:func:`dynamic_ntk_inv_freq`), longrope takes its long factors past it (a tensor
+        ``seq_len``, under compile/export, picks them without a Python branch).
+        """
+        sets = self.inv_freq(dtype=dtype, device=device)
+        long = isinstance(self, LongRope) and seq_len is not None and seq_len > self.original_max_len
+        if isinstance(long, Tensor):
+            return torch.where(long.to(sets.device), sets[1], sets[0])
+        return sets[int(long)]
 
 
-def ntk_inv_freq(dim: int, base: float, factor: float, **kwargs: Any) -> Tensor:
-    """Static NTK-aware scaling (bloc97, 2023; vLLM's and x-transformers' "NTK"): a larger base.
+@dataclass(frozen=True, kw_only=True)
+class DefaultRope(RopeParameters):
+    """Plain RoPE (Su et al., 2021): ``inv_freq[i] = base ** (-2i / r)``."""
 
-    ``base' = base * factor ** (r / (r - 2))``: the highest frequency is kept and the lowest is
-    divided by ``factor``, so a model trained on ``L`` positions sees ``factor * L`` without
-    fine-tuning. ``kwargs`` go to :func:`rope_inv_freq`.
 
-    Returns:
-        ``(r/2,)`` inverse frequencies.
+@dataclass(frozen=True, kw_only=True)
+class LinearRope(RopeParameters):
+    """Position interpolation (``"linear"``; Chen et al., 2023; kaiokendev): every frequency divided by ``factor``."""
+
+    rope_type: ClassVar[RopeType] = "linear"
+    factor: float
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        return rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device) / self.factor
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicRope(RopeParameters):
+    """Dynamic NTK scaling (``"dynamic"``): plain RoPE up to ``original_max_len``, a larger base past it.
+
+    Attributes:
+        factor: the scaling factor.
+        original_max_len: the trained context length (the model's ``max_len``, transformers'
+            ``max_position_embeddings``).
     """
-    return rope_inv_freq(dim, base * factor ** (dim / (dim - 2)), **kwargs)
+
+    rope_type: ClassVar[RopeType] = "dynamic"
+    length_dependent: ClassVar[bool] = True
+    factor: float
+    original_max_len: int
+
+    def inv_freq_at(
+        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
+    ) -> Tensor:
+        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`)."""
+        length = 0 if seq_len is None else seq_len
+        args = (self.rotary_dim, self.base, self.factor, self.original_max_len, length)
+        return dynamic_ntk_inv_freq(*args, dtype=dtype, device=device)
 
 
-def proportional_inv_freq(
-    dim: int,
-    base: float,
-    fraction: float,
-    factor: float = 1.0,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Proportional RoPE (p-RoPE; Gemma 4's global layers, transformers' ``"proportional"``).
+@dataclass(frozen=True, kw_only=True)
+class YarnRope(RopeParameters):
+    """YaRN (``"yarn"``, Peng et al., 2023): NTK-by-parts frequencies (:func:`yarn_inv_freq`) and an attention factor.
+
+    Attributes:
+        factor, original_max_len: the extension factor and the trained context length.
+        beta_fast, beta_slow, truncate: the ramp between kept and interpolated pairs.
+        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`).
+    """
+
+    rope_type: ClassVar[RopeType] = "yarn"
+    factor: float
+    original_max_len: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        ramp = (self.factor, self.original_max_len, self.beta_fast, self.beta_slow, self.truncate)
+        return yarn_inv_freq(self.rotary_dim, self.base, *ramp, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Llama3Rope(RopeParameters):
+    """Llama 3.1's scaling (``"llama3"``, :func:`llama3_inv_freq`): high frequencies kept, low ones divided by ``factor``."""
+
+    rope_type: ClassVar[RopeType] = "llama3"
+    factor: float
+    original_max_len: int
+    low_freq_factor: float
+    high_freq_factor: float
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        bands = (self.factor, self.low_freq_factor, self.high_freq_factor, self.original_max_len)
+        return llama3_inv_freq(self.rotary_dim, self.base, *bands, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongRope(RopeParameters):
+    """LongRoPE (``"longrope"``, Ding et al., 2024; Phi-3): short factors up to ``original_max_len``, long ones past it.
+
+    Pair ``i`` turns at ``1 / (ext_i * base ** (2i/r))`` with ``ext`` the short or the long factors;
+    :meth:`inv_freq` gives both sets, ``(2, r/2)``.
+
+    Attributes:
+        short_factor, long_factor: ``r/2`` per-pair rescale factors each.
+        factor: the extension factor (``None`` when only the attention factor was given).
+        original_max_len: the trained context length.
+        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`).
+    """
+
+    rope_type: ClassVar[RopeType] = "longrope"
+    length_dependent: ClassVar[bool] = True
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    factor: float | None = None
+    original_max_len: int
+    attention_factor: float
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        ext = torch.as_tensor([self.short_factor, self.long_factor], dtype=dtype, device=device)
+        return 1.0 / (ext * self.base ** _exponents(self.rotary_dim, dtype, device))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProportionalRope(RopeParameters):
+    """Proportional RoPE (``"proportional"``, p-RoPE; Gemma 4's global layers): only a fraction of pairs rotate.
 
     The exponents run over the whole rotated width ``r`` (``base ** (-2i / r)``), but only the
     first ``int(fraction * r // 2)`` pairs rotate: the others get frequency 0 and pass through
     unchanged. Unlike a partial rotation (``rotary_dim``), the pairs stay ``r/2`` apart in the
     half layout. Every frequency is divided by ``factor``.
 
-    Returns:
-        ``(r/2,)`` inverse frequencies, the trailing ones 0.
+    Attributes:
+        fraction: the rotated fraction of the pairs (the dict's ``partial_rotary_factor``, in (0, 1]);
+            it does not shrink ``rotary_dim``.
+        factor: every frequency is divided by it (1 by default).
     """
-    rotated = int(fraction * dim // 2)
-    inv_freq = rope_inv_freq(dim, base, dtype=dtype, device=device) / factor
-    keep = torch.arange(dim // 2, device=inv_freq.device) < rotated
-    return torch.where(keep, inv_freq, torch.zeros_like(inv_freq))
+
+    rope_type: ClassVar[RopeType] = "proportional"
+    fraction: float = 1.0
+    factor: float = 1.0
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device) / self.factor
+        rotated = int(self.fraction * self.rotary_dim // 2)
+        keep = torch.arange(self.rotary_dim // 2, device=inv_freq.device) < rotated
+        return torch.where(keep, inv_freq, torch.zeros_like(inv_freq))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NtkRope(RopeParameters):
+    """Static NTK-aware scaling (``"ntk"``; bloc97, 2023; vLLM's and x-transformers'): a larger base.
+
+    ``base' = base * factor ** (r / (r - 2))``: the highest frequency is kept and the lowest is
+    divided by ``factor``, so a model trained on ``L`` positions sees ``factor * L`` without
+    fine-tuning.
+    """
+
+    rope_type: ClassVar[RopeType] = "ntk"
+    factor: float
+
+    def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
+        r = self.rotary_dim
+        return rope_inv_freq(r, self.base * self.factor ** (r / (r - 2)), dtype=dtype, device=device)

@@ -5,16 +5,10 @@
   :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
   :class:`ProportionalRope`, :class:`NtkRope`, all :class:`RopeParameters`); every check is
   raised here, before any tensor exists;
-* each dataclass (:mod:`posenc.functional.rope_params`) gives its frequencies,
-  ``params.inv_freq()``, from the formulas of :mod:`posenc.functional.rope_freqs`:
-  :func:`rope_inv_freq` (plain), :func:`linear_inv_freq`, :func:`dynamic_ntk_inv_freq`,
-  :func:`yarn_inv_freq`, :func:`llama3_inv_freq`, :func:`longrope_inv_freq`,
-  :func:`proportional_inv_freq`, :func:`ntk_inv_freq`, and the attention
-  factors :func:`yarn_attention_factor`, :func:`longrope_attention_factor`.
-
-Frequencies are computed in float64 by default: the angle ``position * inv_freq`` then stays
-exact at large positions (a float32 frequency is off by ``6e-8`` relative, 8e-3 rad at
-position 131072), and callers round once to their table dtype.
+* the attention factors a dict implies when it gives none: :func:`yarn_attention_factor`,
+  :func:`longrope_attention_factor`;
+* each dataclass (:mod:`posenc.functional.rope_freqs`, with the formulas) gives its
+  frequencies, ``params.inv_freq()``.
 
 Shape key: ``r`` rotated channels (``rotary_dim``), ``r/2`` rotated pairs.
 """
@@ -27,23 +21,57 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .rope_freqs import longrope_attention_factor, yarn_attention_factor
-from .rope_params import (
-    _CLASSES,
-    _TYPE_KEYS,
-    ROPE_TYPES,
+from .rope_freqs import (
     DefaultRope,
     DynamicRope,
+    LinearRope,
     Llama3Rope,
     LongRope,
+    NtkRope,
     ProportionalRope,
     RopeParameters,
     YarnRope,
 )
 
-__all__ = ["resolve_rope_scaling"]
+__all__ = ["ROPE_TYPES", "longrope_attention_factor", "resolve_rope_scaling", "yarn_attention_factor"]
 
 
+#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``).
+_CLASSES: dict[str, type[RopeParameters]] = {
+    cls.rope_type: cls
+    for cls in (
+        DefaultRope,
+        LinearRope,
+        DynamicRope,
+        YarnRope,
+        Llama3Rope,
+        LongRope,
+        ProportionalRope,
+        NtkRope,
+    )
+}
+#: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
+#: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
+ROPE_TYPES: tuple[str, ...] = tuple(_CLASSES)
+#: The dict keys each type reads besides rope_type/type, rope_theta, partial_rotary_factor
+#: (transformers' ``_validate_<type>_rope_parameters``); posenc.hf copies exactly these.
+_TYPE_KEYS: dict[str, frozenset[str]] = {
+    "default": frozenset(),
+    "linear": frozenset({"factor"}),
+    "dynamic": frozenset({"factor"}),
+    "yarn": frozenset(
+        "factor original_max_position_embeddings attention_factor beta_fast beta_slow mscale mscale_all_dim "
+        "truncate".split()
+    ),
+    "llama3": frozenset(
+        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}
+    ),
+    "longrope": frozenset(
+        {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"}
+    ),
+    "proportional": frozenset({"factor"}),
+    "ntk": frozenset({"factor"}),
+}
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
 MIN_FACTOR = 1e-6
 _COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
@@ -87,147 +115,139 @@ def _optional(
     return None if value is None else _number(key, value, positive=positive, minimum=minimum)
 
 
-def _factor_list(key: str, value: Any, pairs: int) -> tuple[float, ...]:
-    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-        raise TypeError(
-            f"scaling[{key!r}] must be a list of {pairs} numbers (rotary_dim / 2), got {type(value).__name__}"
-        )
-    if len(value) != pairs:
-        raise ValueError(f"scaling[{key!r}] must have {pairs} entries (rotary_dim / 2), got {len(value)}")
-    return tuple(_number(f"{key}[{i}]", v, minimum=MIN_FACTOR) for i, v in enumerate(value))
+def yarn_attention_factor(
+    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
+) -> float:
+    """YaRN's attention factor (Peng et al., 2023): ``0.1 * ln(factor) + 1`` (1 for ``factor <= 1``).
+
+    With both ``mscale`` and ``mscale_all_dim`` (DeepSeek-V2/V3) it is the ratio
+    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``, as in transformers.
+    """
+
+    def get_mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if mscale and mscale_all_dim:
+        return float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
+    return get_mscale(factor)
 
 
-class _Reader:
-    """The dict being read, the common settings already resolved, and the checks of the type keys."""
+def longrope_attention_factor(factor: float, original_max_len: int) -> float:
+    """LongRoPE's attention factor (Ding et al., 2024; Phi-3): ``sqrt(1 + ln(factor) / ln(L0))``, 1 if ``factor <= 1``."""
+    if factor <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original_max_len))
 
-    def __init__(self, scaling: dict[str, Any], rope_type: str, max_len: int | None) -> None:
-        self.scaling, self.rope_type, self.max_len = scaling, rope_type, max_len
 
-    def factor(self) -> float:
-        if self.scaling.get("factor") is None:
-            raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs a 'factor' (a number >= {MIN_FACTOR:g}), got "
-                f"{_shown(self.scaling)}"
+def _read_type(
+    scaling: dict[str, Any], kind: str, max_len: int | None, common: dict[str, Any]
+) -> RopeParameters:
+    """The dataclass of rope type ``kind`` from its keys in ``scaling``; ``common``: the checked base and rotary_dim."""
+
+    def needs(what: str) -> ValueError:
+        return ValueError(f"scaling with rope_type={kind!r} needs {what}")
+
+    def factor() -> float:
+        if scaling.get("factor") is None:
+            raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {_shown(scaling)}")
+        return _number("factor", scaling["factor"], minimum=MIN_FACTOR)
+
+    def required(key: str) -> float:
+        if scaling.get(key) is None:
+            raise needs(f"{key!r} (a number > 0), got {_shown(scaling)}")
+        return _number(key, scaling[key], positive=True)
+
+    def factor_list(key: str, pairs: int) -> tuple[float, ...]:
+        value = scaling.get(key)
+        if value is None:
+            raise needs(f"{key!r} (a list of {pairs} numbers)")
+        if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+            raise TypeError(
+                f"scaling[{key!r}] must be a list of {pairs} numbers (rotary_dim / 2), got {type(value).__name__}"
             )
-        return _number("factor", self.scaling["factor"], minimum=MIN_FACTOR)
+        if len(value) != pairs:
+            raise ValueError(f"scaling[{key!r}] must have {pairs} entries (rotary_dim / 2), got {len(value)}")
+        return tuple(_number(f"{key}[{i}]", v, minimum=MIN_FACTOR) for i, v in enumerate(value))
 
-    def original_len(self) -> int:
-        value = self.scaling.get("original_max_position_embeddings")
+    def original_len() -> int:
+        value = scaling.get("original_max_position_embeddings")
         if value is not None:
             return check_positive_int("scaling['original_max_position_embeddings']", value)
-        if self.max_len is None:
-            raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs the trained context length: give "
-                "scaling['original_max_position_embeddings'] or max_len"
+        if max_len is None:
+            raise needs(
+                "the trained context length: give scaling['original_max_position_embeddings'] or max_len"
             )
-        return self.max_len
+        return max_len
 
-    def required(self, key: str) -> float:
-        if self.scaling.get(key) is None:
-            raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs {key!r} (a number > 0), got {_shown(self.scaling)}"
-            )
-        return _number(key, self.scaling[key], positive=True)
-
-    def factor_list(self, key: str, pairs: int) -> tuple[float, ...]:
-        if self.scaling.get(key) is None:
-            raise ValueError(
-                f"scaling with rope_type={self.rope_type!r} needs {key!r} (a list of {pairs} numbers)"
-            )
-        return _factor_list(key, self.scaling[key], pairs)
-
-    def length_ratio(self, original: int) -> float | None:
+    def length_ratio(original: int) -> float | None:
         # transformers' rule for dicts without a factor (DeepSeek-V3, Phi-3): max_len / original
-        if self.max_len is not None and self.scaling.get("original_max_position_embeddings"):
-            return self.max_len / original
+        if max_len is not None and scaling.get("original_max_position_embeddings"):
+            return max_len / original
         return None
 
-
-def _read_type(reader: _Reader, common: dict[str, Any]) -> RopeParameters:
-    scaling, kind = reader.scaling, reader.rope_type
     if kind in ("dynamic", "ntk") and common["rotary_dim"] < 4:
         raise ValueError(
             f"rope_type={kind!r} needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
         )
-    if kind == "default":
-        return DefaultRope(**common)
+    fields: dict[str, Any] = {}
     if kind in ("linear", "ntk"):
-        return _CLASSES[kind](factor=reader.factor(), **common)  # type: ignore[call-arg]
-    if kind == "dynamic":
-        factor = reader.factor()
-        if reader.max_len is None:
-            raise ValueError(
-                "scaling with rope_type='dynamic' needs max_len (the trained context length, transformers' "
-                "max_position_embeddings)"
-            )
-        return DynamicRope(factor=factor, original_max_len=reader.max_len, **common)
-    if kind == "proportional":
+        fields = {"factor": factor()}
+    elif kind == "dynamic":
+        fields = {"factor": factor()}
+        if max_len is None:
+            raise needs("max_len (the trained context length, transformers' max_position_embeddings)")
+        fields["original_max_len"] = max_len
+    elif kind == "proportional":
         # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
-        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
         divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        return ProportionalRope(
-            fraction=float(fraction), factor=1.0 if divisor is None else divisor, **common
-        )
-    if kind == "yarn":
+        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
+        fields = {"fraction": float(fraction), "factor": 1.0 if divisor is None else divisor}
+    elif kind == "yarn":
         if common["base"] <= 1:
             raise ValueError(
                 f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
             )
-        original = reader.original_len()
-        ratio = reader.length_ratio(original) if scaling.get("factor") is None else None
-        factor = ratio if ratio is not None else reader.factor()
+        original = original_len()
+        ratio = length_ratio(original) if scaling.get("factor") is None else None
+        fields = {"factor": ratio if ratio is not None else factor(), "original_max_len": original}
         attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:
-            attention = yarn_attention_factor(
-                factor,
-                _optional(scaling, "mscale", minimum=0.0),
-                _optional(scaling, "mscale_all_dim", minimum=0.0),
-            )
-        return YarnRope(
-            factor=factor,
-            original_max_len=original,
-            # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
-            # (the ramp takes log(original / (2 pi beta)): both must be > 0)
-            beta_fast=_number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True),
-            beta_slow=_number("beta_slow", scaling.get("beta_slow") or 1.0, positive=True),
-            truncate=check_bool("scaling['truncate']", scaling.get("truncate", True)),
-            attention_factor=attention,
-            **common,
-        )
-    if kind == "llama3":
-        factor, original = reader.factor(), reader.original_len()
-        low, high = (reader.required(key) for key in ("low_freq_factor", "high_freq_factor"))
+            mscales = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
+            attention = yarn_attention_factor(fields["factor"], *mscales)
+        # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
+        # (the ramp takes log(original / (2 pi beta)): both must be > 0)
+        fields["beta_fast"] = _number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True)
+        fields["beta_slow"] = _number("beta_slow", scaling.get("beta_slow") or 1.0, positive=True)
+        fields["truncate"] = check_bool("scaling['truncate']", scaling.get("truncate", True))
+        fields["attention_factor"] = attention
+    elif kind == "llama3":
+        fields = {"factor": factor(), "original_max_len": original_len()}
+        low, high = (required(key) for key in ("low_freq_factor", "high_freq_factor"))
         if high < low:  # equal: no smooth band (Llama 4 Scout), as transformers and vLLM compute it
             raise ValueError(
                 "scaling['high_freq_factor'] must be greater than or equal to scaling['low_freq_factor'], got "
                 f"{high} and {low}"
             )
-        return Llama3Rope(
-            factor=factor, original_max_len=original, low_freq_factor=low, high_freq_factor=high, **common
-        )
-    # longrope
-    original = reader.original_len()
-    pairs = common["rotary_dim"] // 2
-    short, long = (reader.factor_list(key, pairs) for key in ("short_factor", "long_factor"))
-    extension = _optional(scaling, "factor", minimum=MIN_FACTOR)
-    if extension is None:
-        extension = reader.length_ratio(original)
-    attention = _optional(scaling, "attention_factor", positive=True)
-    if attention is None:
+        fields |= {"low_freq_factor": low, "high_freq_factor": high}
+    elif kind == "longrope":
+        original, pairs = original_len(), common["rotary_dim"] // 2
+        fields = {
+            "short_factor": factor_list("short_factor", pairs),
+            "long_factor": factor_list("long_factor", pairs),
+        }
+        extension = _optional(scaling, "factor", minimum=MIN_FACTOR)
         if extension is None:
-            raise ValueError(
-                "scaling with rope_type='longrope' needs 'factor' or 'attention_factor' (or max_len with "
-                "'original_max_position_embeddings', whose ratio is the factor)"
-            )
-        attention = longrope_attention_factor(extension, original)
-    return LongRope(
-        short_factor=short,
-        long_factor=long,
-        factor=extension,
-        original_max_len=original,
-        attention_factor=attention,
-        **common,
-    )
+            extension = length_ratio(original)
+        attention = _optional(scaling, "attention_factor", positive=True)
+        if attention is None:
+            if extension is None:
+                raise needs(
+                    "'factor' or 'attention_factor' (or max_len with 'original_max_position_embeddings', whose "
+                    "ratio is the factor)"
+                )
+            attention = longrope_attention_factor(extension, original)
+        fields |= {"factor": extension, "original_max_len": original, "attention_factor": attention}
+    return _CLASSES[kind](**fields, **common)
 
 
 def resolve_rope_scaling(
@@ -327,4 +347,4 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
             stacklevel=3,
         )
-    return _read_type(_Reader(scaling, rope_type, max_len), {"base": base, "rotary_dim": rotary_dim})
+    return _read_type(scaling, rope_type, max_len, {"base": base, "rotary_dim": rotary_dim})

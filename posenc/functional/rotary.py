@@ -8,7 +8,7 @@
   rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
 The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas) and
-:mod:`posenc.functional.rope_params` (one dataclass per rope type); reading a Hugging Face scaling
+:mod:`posenc.functional.rope_freqs` (one dataclass per rope type); reading a Hugging Face scaling
 dict is :mod:`posenc.functional.rope_scaling`.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` rotated channels

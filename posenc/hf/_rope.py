@@ -10,7 +10,7 @@ from typing import Any, Literal
 from .._checks import check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import MRoPE, RoPE
-from ..functional.rope_params import _TYPE_KEYS, ROPE_TYPES
+from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
 from ._read import Config, Convert, get, heads_and_head_dim
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)

@@ -490,7 +490,7 @@ def test_describe_shows_accepted_values_of_literal_options(capsys):
 
 
 def test_describe_names_what_build_fills_in_and_the_rope_types(capsys):
-    from posenc.functional.rope_params import ROPE_TYPES
+    from posenc.functional.rope_scaling import ROPE_TYPES
 
     code, stdout, _ = run(["describe", "t5"], capsys)
     assert code == 0 and "model size" not in stdout

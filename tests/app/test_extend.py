@@ -14,7 +14,7 @@ from posenc.app.cli import main
 from posenc.app.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend, scaling_for
 from posenc.app.study.extend import _with_scaling
 from posenc.encodings.rotary import RoPE
-from posenc.functional.rope_params import ROPE_TYPES
+from posenc.functional.rope_scaling import ROPE_TYPES
 
 
 @pytest.fixture(autouse=True)

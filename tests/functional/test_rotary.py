@@ -12,8 +12,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc.functional as F
-from posenc.functional.rope_freqs import dynamic_ntk_inv_freq, llama3_inv_freq, rope_inv_freq, yarn_inv_freq
-from posenc.functional.rope_params import (
+from posenc.functional.rope_freqs import (
     DefaultRope,
     DynamicRope,
     LinearRope,
@@ -21,6 +20,10 @@ from posenc.functional.rope_params import (
     LongRope,
     RopeParameters,
     YarnRope,
+    dynamic_ntk_inv_freq,
+    llama3_inv_freq,
+    rope_inv_freq,
+    yarn_inv_freq,
 )
 from posenc.functional.rope_scaling import resolve_rope_scaling
 from posenc.functional.rotary import apply_rotary, rope_cos_sin, rotary_reference
@@ -293,11 +296,10 @@ def test_base_given_once_or_equal_to_rope_theta():
 
 def test_public_names_are_posenc_functionals():
     import posenc.functional.rotary as rotary
-    from posenc.functional import rope_freqs, rope_params, rope_scaling
+    from posenc.functional import rope_freqs, rope_scaling
 
     assert rotary.__all__ == ["apply_rotary", "rope_cos_sin", "rotary_reference"]
-    for module in (rotary, rope_freqs, rope_params, rope_scaling):
+    for module in (rotary, rope_freqs, rope_scaling):
         for name in module.__all__:
             assert getattr(module, name) is getattr(F, name), name
-    assert set(rope_params._TYPE_KEYS) == set(rope_params.ROPE_TYPES)
-    assert rope_params._TYPE_KEYS["yarn"] == YarnRope.keys
+    assert set(rope_scaling._TYPE_KEYS) == set(rope_scaling.ROPE_TYPES)
