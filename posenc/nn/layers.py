@@ -21,10 +21,10 @@ from .._checks import check_bool, check_positive_int
 from .._positions import mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
-from ..cache import KVCache, describe_encoding
 from ..masking import check_window, document_positions
 from ..registry import build
 from ..state import PositionState
+from .cache import KVCache, describe_encoding
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:

@@ -17,9 +17,9 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_positive_float, check_positive_int
 from .._compat import check_values
 from ..base import PositionalEncoding
-from ..cache import KVCache
-from ..schedule import layer_specs, layer_windows, spec_key
+from .cache import KVCache
 from .layers import TransformerBlock, _build_encoding, _check_inputs, _check_mask, _prepare
+from .schedule import layer_specs, layer_windows, spec_key
 
 
 class TransformerLM(nn.Module):

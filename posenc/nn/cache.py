@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_int
-from ._compat import check_values
-from .base import PositionalEncoding
+from .._checks import check_int
+from .._compat import check_values
+from ..base import PositionalEncoding
 
 __all__ = ["KVCache", "describe_encoding"]
 
