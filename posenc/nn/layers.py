@@ -266,7 +266,19 @@ def _check_inputs(
             raise ValueError(f"{name} is on {value.device} but the input is on {x.device}; move it there")
     key_mask = None
     if attention_mask is not None:
-        key_mask = _check_mask(attention_mask, b, t if cache is None else cache.mask_length(layer, t))
+        length = t if cache is None else cache.mask_length(layer, t)
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(
+                f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}"
+            )
+        if attention_mask.is_floating_point():
+            raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+        if tuple(attention_mask.shape) != (b, length):
+            raise ValueError(
+                f"attention_mask must have shape (batch, cached + new tokens) = {(b, length)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        key_mask = attention_mask.bool()
     if document_ids is None:
         return key_mask, None, positions
     if cache is not None:
@@ -282,19 +294,6 @@ def _check_inputs(
     if positions is None and need_positions:
         positions = document_positions(document_ids)
     return key_mask, document_ids, positions
-
-
-def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
-    if not isinstance(attention_mask, Tensor):
-        raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
-    if attention_mask.is_floating_point():
-        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
-    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
-        raise ValueError(
-            f"attention_mask must have shape (batch, cached + new tokens) = {(batch, length)}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
-    return attention_mask.bool()
 
 
 class TransformerBlock(nn.Module):
