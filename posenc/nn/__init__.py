@@ -18,10 +18,10 @@ width, ``h`` heads, ``dh`` head width, ``v`` vocabulary.
 
 from __future__ import annotations
 
-from ..cache import KVCache, describe_encoding
-from ..schedule import layer_specs
+from .cache import KVCache, describe_encoding
 from .layers import MultiheadAttention, TransformerBlock
 from .model import TransformerLM
+from .schedule import layer_specs
 
 __all__ = [
     "KVCache",

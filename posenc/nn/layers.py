@@ -21,10 +21,10 @@ from .._checks import check_bool, check_positive_int
 from .._positions import mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
-from ..cache import KVCache, describe_encoding
-from ..masking import check_window, document_positions
+from ..masking import _check_ids, check_window, document_positions
 from ..registry import build
 from ..state import PositionState
+from .cache import KVCache, describe_encoding
 
 
 def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
@@ -158,16 +158,16 @@ class MultiheadAttention(nn.Module):
         q, k = state.encode_qk(q, k)
         causal = self.causal
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
-        filled = None if cache is None else cache.filled_mask(layer, t, x.device)
-        if cache is not None and filled is not None:
+        if cache is not None and cache.static:
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
             # keys are not the last of the slots, so causality by index would be wrong: where the
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
-            keep = filled[:, None, :]  # (1, 1, capacity)
+            cols = torch.arange(cache.capacity or 0, device=x.device)
+            fill = cache.fill_index(layer, x.device)
+            keep = (cols < fill + t)[None, None]  # (1, 1, capacity)
             if causal and self.window is None and not state.causal_only:
-                rows = cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
-                keep = keep & (torch.arange(filled.shape[-1], device=x.device) <= rows[:, None])
-                causal = False  # (1, t, capacity)
+                keep = (cols <= (fill + torch.arange(t, device=x.device))[:, None])[None]  # (1, t, capacity)
+                causal = False
             if key_mask is not None:
                 keep = keep & key_mask[:, None, :]
             attn_mask = keep[:, None]  # (b|1, 1, t|1, capacity)
@@ -212,12 +212,8 @@ def _prepare(
         return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
     cache.check_batch(layer, b)
     if positions is None and key_mask is not None:
-        every = mask_to_positions(key_mask)  # (b, tk): the new tokens are the last t, or at the fill index
-        if cache.static:
-            slots = cache.fill_index(layer, x.device) + torch.arange(t, device=x.device)
-            positions = every.index_select(1, slots)
-        else:
-            positions = every[:, every.shape[1] - t :]
+        # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
+        positions = mask_to_positions(key_mask).index_select(1, cache.slots(layer, t, x.device))
     if positions is None:
         positions = cache.next_positions(layer, t)
     if positions is None and not cache.static:  # the first call
@@ -270,20 +266,26 @@ def _check_inputs(
             raise ValueError(f"{name} is on {value.device} but the input is on {x.device}; move it there")
     key_mask = None
     if attention_mask is not None:
-        key_mask = _check_mask(attention_mask, b, t if cache is None else cache.mask_length(layer, t))
+        length = t if cache is None else cache.mask_length(layer, t)
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(
+                f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}"
+            )
+        if attention_mask.is_floating_point():
+            raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+        if tuple(attention_mask.shape) != (b, length):
+            raise ValueError(
+                f"attention_mask must have shape (batch, cached + new tokens) = {(b, length)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        key_mask = attention_mask.bool()
     if document_ids is None:
         return key_mask, None, positions
     if cache is not None:
         raise ValueError(
             "document_ids cannot be combined with a cache: decode each document with its own KVCache"
         )
-    if not isinstance(document_ids, Tensor):
-        raise TypeError(
-            f"document_ids must be a (batch, seq) integer tensor, got {type(document_ids).__name__}"
-        )
-    if document_ids.is_floating_point() or document_ids.is_complex() or document_ids.dtype == torch.bool:
-        raise TypeError(f"document_ids must have an integer dtype, got {document_ids.dtype}")
-    if document_ids.dim() == 1:
+    if _check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
         document_ids = document_ids.expand(b, -1)
     if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
         raise ValueError(
@@ -292,19 +294,6 @@ def _check_inputs(
     if positions is None and need_positions:
         positions = document_positions(document_ids)
     return key_mask, document_ids, positions
-
-
-def _check_mask(attention_mask: Tensor, batch: int, length: int) -> Tensor:
-    if not isinstance(attention_mask, Tensor):
-        raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
-    if attention_mask.is_floating_point():
-        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
-    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
-        raise ValueError(
-            f"attention_mask must have shape (batch, cached + new tokens) = {(batch, length)}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
-    return attention_mask.bool()
 
 
 class TransformerBlock(nn.Module):

@@ -17,9 +17,9 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_positive_float, check_positive_int
 from .._compat import check_values
 from ..base import PositionalEncoding
-from ..cache import KVCache
-from ..schedule import layer_specs, layer_windows, spec_key
-from .layers import TransformerBlock, _build_encoding, _check_inputs, _check_mask, _prepare
+from .cache import KVCache
+from .layers import TransformerBlock, _build_encoding, _check_inputs, _prepare
+from .schedule import layer_specs, layer_windows, spec_key
 
 
 class TransformerLM(nn.Module):
@@ -113,20 +113,13 @@ class TransformerLM(nn.Module):
         self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
+        options: dict[str, Any] = dict(
+            causal=causal, dropout=dropout, mlp_ratio=mlp_ratio, bias=bias, num_kv_heads=num_kv_heads
+        )
+        # The blocks hold no encoding (None): the model prepares each one's state once per forward.
         self.blocks = nn.ModuleList(
-            TransformerBlock(
-                d_model,
-                num_heads,
-                None,
-                causal=causal,
-                dropout=dropout,
-                mlp_ratio=mlp_ratio,
-                bias=bias,
-                num_kv_heads=num_kv_heads,
-                max_len=max_len,
-                window=self.windows[i],
-            )
-            for i in range(num_layers)
+            TransformerBlock(d_model, num_heads, None, max_len=max_len, window=w, **options)
+            for w in self.windows
         )
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -303,7 +296,7 @@ class TransformerLM(nn.Module):
         if max_new_tokens == 0:
             return input_ids
         b = input_ids.shape[0]
-        mask = None if attention_mask is None else _check_mask(attention_mask, b, input_ids.shape[1])
+        mask = attention_mask  # checked by the first forward, as (b, t)
         cache = KVCache()
         tokens = [input_ids]
         for _ in range(max_new_tokens):  # the prompt, then each new token

@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_int
-from ._compat import check_values
-from .base import PositionalEncoding
+from .._checks import check_int
+from .._compat import check_values
+from ..base import PositionalEncoding
 
 __all__ = ["KVCache", "describe_encoding"]
 
@@ -47,7 +47,7 @@ class KVCache:
     ``index_copy_`` at the fill index, a device tensor. A decode step then has the same tensor
     shapes at every step and never reads a value on the host, so it can be captured in a CUDA
     graph (``torch.compile(mode="reduce-overhead")``). Attention reads all ``n`` slots; the
-    slots past the filled length are masked out (:meth:`filled_mask`). An attention mask then
+    slots past the filled length are masked out. An attention mask then
     covers the ``n`` slots: ``(b, n)``. Writing past ``n`` tokens is an error (a
     ``ValueError`` on the CPU, a device-side assert elsewhere).
 
@@ -136,14 +136,6 @@ class KVCache:
         start = past.amax(dim=-1, keepdim=True) + 1 if past.shape[-1] else past.new_zeros(*past.shape[:-1], 1)
         return start + torch.arange(new, device=past.device)  # (1,) + (t,) is (t,); (b, 1) + (t,) is (b, t)
 
-    def filled_mask(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor | None:
-        """Static cache: ``(1, capacity)`` bool, True for the slots filled once ``new`` more tokens
-        are written (the keys attention may read); ``None`` for a growing cache. No host sync."""
-        if self.capacity is None:
-            return None
-        fill = self.fill_index(layer, device)
-        return (torch.arange(self.capacity, device=fill.device) < fill + new)[None]
-
     def fill_index(self, layer: int, device: torch.device | str | None = None) -> Tensor:
         """Static cache: the 0-d long tensor of filled slots of ``layer`` (zero before the first call)."""
         layer = self._check_layer(layer)
@@ -151,9 +143,15 @@ class KVCache:
             return self.fill[layer]
         return torch.zeros((), dtype=torch.long, device=device)
 
-    def _slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
-        """Static cache: the ``(t,)`` slots the ``new`` tokens of ``layer`` go to (a device tensor:
-        no host sync); too many tokens for the capacity are an error."""
+    def slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
+        """The ``(t,)`` key indices the ``new`` tokens of ``layer`` go to, after the cached ones.
+
+        A static cache reads its fill index as a device tensor (no host sync); too many tokens for
+        its capacity are an error.
+        """
+        if not self.static:
+            past = self.length(layer)
+            return torch.arange(past, past + new, device=device)
         capacity = self.capacity or 0
         if new > capacity:
             raise ValueError(f"{new} new tokens do not fit this KVCache(capacity={capacity})")
@@ -173,18 +171,20 @@ class KVCache:
 
         Returns:
             ``(b, tk)`` or ``(b, tk, a)`` (unbatched when both sides are); ``tk`` is the capacity
-            for a static cache, whose empty slots hold their slot index (see :meth:`filled_mask`).
+            for a static cache, whose empty slots hold their slot index (masked out by the attention).
         """
         layer = self._check_layer(layer)
-        cached = layer < len(self.positions)
+        past = self.positions[layer] if layer < len(self.positions) else self._empty(positions, axes)
         if not self.static:
-            return _join(self.positions[layer], positions, axes) if cached else positions
-        past = self.positions[layer] if cached else self._empty_positions(positions, axes)
-        slots = self._slots(layer, positions.shape[-2 if axes else -1], positions.device)
+            return _join(past, positions, axes)
+        slots = self.slots(layer, positions.shape[-2 if axes else -1], positions.device)
         return past.index_copy(1, slots, _rows(positions, past))
 
-    def _empty_positions(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
-        """Static cache: ``(b, capacity[, a])`` positions of empty slots, each its slot index."""
+    def _empty(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
+        """The positions of a layer before its first call: none for a growing cache; for a static
+        one ``(b, capacity[, a])``, each empty slot its slot index."""
+        if not self.static:
+            return positions.narrow(-2 if axes else -1, 0, 0)
         if batch is None:
             batch = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
         slots = torch.arange(self.capacity or 0, device=positions.device)
@@ -232,29 +232,25 @@ class KVCache:
                 f"layer {layer} updated before layer {len(self.keys)}: layers must be filled in order"
             )
         self.check_batch(layer, k.shape[0])
-        if layer == len(self.keys):
+        if layer == len(self.keys):  # the first call: empty (growing) or zero (static) buffers
+            n = self.capacity or 0
             self.encodings.append(encoding)
             self.axes.append(axes)
-            if not self.static:
-                self.keys.append(k)
-                self.values.append(v)
-                self.positions.append(positions)
-                return k, v, positions
-            b, n = k.shape[0], self.capacity or 0
-            self.keys.append(k.new_zeros(b, k.shape[1], n, k.shape[-1]))
-            self.values.append(v.new_zeros(b, v.shape[1], n, v.shape[-1]))
-            self.positions.append(self._empty_positions(positions, axes, b))
-            self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
-        elif not self.static:
+            self.keys.append(k.new_zeros(*k.shape[:2], n, k.shape[-1]))
+            self.values.append(v.new_zeros(*v.shape[:2], n, v.shape[-1]))
+            self.positions.append(self._empty(positions, axes, k.shape[0]))
+            if self.static:
+                self.fill.append(torch.zeros((), dtype=torch.long, device=k.device))
+        if not self.static:
             self.keys[layer] = torch.cat([self.keys[layer], k], dim=-2)
             self.values[layer] = torch.cat([self.values[layer], v], dim=-2)
             self.positions[layer] = _join(self.positions[layer], positions, self.axes[layer])
-            return self.keys[layer], self.values[layer], self.positions[layer]
-        slots = self._slots(layer, k.shape[-2], k.device)
-        self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
-        self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
-        self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))
-        self.fill[layer].add_(k.shape[-2])
+        else:
+            slots = self.slots(layer, k.shape[-2], k.device)
+            self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
+            self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
+            self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))
+            self.fill[layer].add_(k.shape[-2])
         return self.keys[layer], self.values[layer], self.positions[layer]
 
 

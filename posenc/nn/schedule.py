@@ -20,9 +20,9 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-from ._checks import check_positive_int
-from .base import PositionalEncoding
-from .registry import Spec, lookup, parse_spec
+from .._checks import check_positive_int
+from ..base import PositionalEncoding
+from ..registry import Spec, lookup, parse_spec
 
 __all__ = ["layer_specs", "layer_windows", "spec_key"]
 
