@@ -28,7 +28,6 @@ LEVELS = {
     "posenc.masking": 6,
     "posenc.attend": 6,
     "posenc._attention_paths": 6,
-    "posenc._weights": 6,
     "posenc._flex": 6,
     "posenc.distributed": 6,
     "posenc.nn": 7,
