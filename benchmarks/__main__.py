@@ -13,8 +13,8 @@ Other runs write beside them under another name (git ignores them)::
     .venv/bin/python -m benchmarks --only relative        # full-relative: Shaw and FIRE at 4096 and 16384
     .venv/bin/python -m benchmarks --quick --only relative,packed   # under a minute
 
-``--device cuda`` times RoPE on a GPU instead (:mod:`benchmarks.cuda`); without a GPU it says so
-and exits 2. Options: ``--only rope,bias,model,relative,packed`` (sections, comma-separated), ``--threads N`` (every
+``--device cuda`` times RoPE and biased causal attention on a GPU instead (:mod:`benchmarks.cuda`);
+without a GPU it says so and exits 2. Options: ``--only rope,bias,model,relative,packed`` (sections, comma-separated), ``--threads N`` (every
 section; default one thread each), ``--no-compile``, ``--no-memory``, ``--out DIR``, ``--name
 STEM``, and ``--posenc DIR`` to measure the posenc package in ``DIR`` instead of the installed
 one. Comparing the model forward of two commits::
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="cpu (default): the suite above; cuda: RoPE on a GPU timed with CUDA events, written to "
-        "cuda-<gpu>.md (exits 2 when no GPU is present)",
+        help="cpu (default): the suite above; cuda: RoPE and biased causal attention on a GPU timed with "
+        "CUDA events, written to cuda-<gpu>.md (exits 2 when no GPU is present)",
     )
     args = parser.parse_args(argv)
     if args.device == "cuda":

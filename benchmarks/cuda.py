@@ -1,34 +1,46 @@
-"""``python -m benchmarks --device cuda``: RoPE on a GPU, timed with CUDA events.
+"""``python -m benchmarks --device cuda``: RoPE and biased causal attention on a GPU.
 
-posenc's eager RoPE (``RoPE.prepare`` once per length, as a model does, then ``encode_qk``)
-against transformers' ``apply_rotary_pos_emb`` (cos/sin from ``LlamaRotaryEmbedding`` once, in the
-input dtype), and Liger-Kernel's Triton rope when it is installed (else the row says skipped).
-Each time is the median of CUDA-event timings after warm-up, reported beside a clone of q and k
-(the memory-bound floor). Results go to ``benchmarks/results/cuda-<gpu>.md`` with the GPU, driver,
-CUDA and torch versions.
+What is measured is in :mod:`benchmarks.cuda_cases`: RoPE (posenc eager and compiled,
+transformers eager and compiled, Liger-Kernel's and flash-attn's kernels when installed) at the
+CPU suite's shapes and (4, 32, 8192, 128), and causal ALiBi/T5/KERPLE/FIRE attention through every
+posenc path against bias-free SDPA, its FlashAttention kernel and flash-attn; float32 and
+bfloat16, forward and forward+backward.
+
+Each time is the median of CUDA-event timings after warm-up (the warm-up includes any compile);
+peak memory is ``torch.cuda.max_memory_allocated`` during one more call, above what was allocated
+before it (the inputs). Results go to ``benchmarks/results/cuda-<gpu>.md`` with the GPU, driver,
+CUDA and torch versions. A row that cannot run (a package not installed, a kernel refusing
+float32) says why instead of a time; an error in any row is reported in it, and the run goes on.
 
 Without a GPU the command says so and exits 2 (:func:`gpu_missing`): nothing is measured.
+:func:`run` also runs on ``device="cpu"`` at tiny shapes with a given clock (the tests), which
+executes every case's code without timing a GPU.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import importlib.metadata
 import re
 import statistics
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["gpu_missing", "run"]
+from .cuda_cases import ATTENTION_SHAPES, ROPE_SHAPES, Impl, Shape, Skip, attention_impls, rope_impls
 
-#: (b, h, t, dh) shapes and dtypes measured.
-SHAPES = [(1, 32, 2048, 128), (4, 32, 8192, 128)]
+__all__ = ["Row", "gpu_missing", "render", "run", "time_cuda"]
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-BASE = 10000.0
+PASSES = ("forward", "forward+backward")
+WARMUP, REPEATS = 5, 30
+MIB = 2**20
+
+Timer = Callable[[Callable[[], object]], float]
+Peak = Callable[[Callable[[], object]], "float | None"]
 
 
 def gpu_missing() -> str | None:
@@ -54,7 +66,7 @@ def _driver() -> str:
         return "unknown (nvidia-smi not found)"
 
 
-def time_cuda(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 30) -> float:
+def time_cuda(fn: Callable[[], object], *, warmup: int = WARMUP, repeats: int = REPEATS) -> float:
     """Median milliseconds of ``fn`` timed with CUDA events (after ``warmup`` untimed calls)."""
     for _ in range(warmup):
         fn()
@@ -70,84 +82,233 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 30) -
     return statistics.median(times)
 
 
-def _posenc(
-    head_dim: int, dtype: torch.dtype, t: int, device: torch.device
-) -> Callable[[Tensor, Tensor], Any]:
-    import posenc
-
-    state = posenc.RoPE(head_dim, base=BASE).to(device).prepare(t, device=device)
-    return state.encode_qk
-
-
-def _transformers(
-    head_dim: int, dtype: torch.dtype, t: int, device: torch.device
-) -> Callable[[Tensor, Tensor], Any]:
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
-
-    config = LlamaConfig(
-        hidden_size=8 * head_dim,
-        num_attention_heads=8,
-        head_dim=head_dim,
-        max_position_embeddings=t,
-        rope_parameters={"rope_type": "default", "rope_theta": BASE},
-    )
-    rotary = LlamaRotaryEmbedding(config).to(device)
-    cos, sin = rotary(torch.empty(0, dtype=dtype, device=device), torch.arange(t, device=device)[None])
-    return lambda q, k: apply_rotary_pos_emb(q, k, cos, sin)
+def peak_cuda(fn: Callable[[], object]) -> float:
+    """MiB that one call of ``fn`` allocates at its peak, above what was allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / MIB
 
 
-def _liger(
-    head_dim: int, dtype: torch.dtype, t: int, device: torch.device
-) -> Callable[[Tensor, Tensor], Any]:
-    from liger_kernel.transformers.rope import liger_rotary_pos_emb  # type: ignore[import-not-found]
+@dataclasses.dataclass
+class Row:
+    """One measured (or skipped) row: ``ms`` and ``ratio`` are ``None`` when ``note`` says why."""
 
-    inv_freq = BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
-    angles = torch.arange(t, device=device, dtype=torch.float64)[:, None] * inv_freq
-    emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos().to(dtype)[None], emb.sin().to(dtype)[None]
-    return lambda q, k: liger_rotary_pos_emb(q, k, cos, sin)
-
-
-IMPLEMENTATIONS: dict[str, tuple[str | None, Callable[..., Callable[[Tensor, Tensor], Any]]]] = {
-    "posenc RoPE (eager)": (None, _posenc),
-    "transformers apply_rotary_pos_emb (eager)": ("transformers", _transformers),
-    "Liger-Kernel liger_rotary_pos_emb": ("liger_kernel", _liger),
-}
+    section: str  # "rope" or "attention"
+    shape: Shape
+    dtype: str
+    pass_: str
+    label: str
+    ms: float | None = None
+    ratio: float | None = None  # time / the group's baseline (clone of q and k; bias-free SDPA)
+    peak_mib: float | None = None
+    max_diff: float | None = None  # forward only: max |output - the reference row's output|
+    note: str = ""
 
 
-def run(out_dir: Path, log: Callable[[str], None] = print) -> Path:
-    """Measure every implementation at every shape and dtype on ``cuda``; write and return the report."""
-    device = torch.device("cuda")
-    name = torch.cuda.get_device_name(device)
-    lines = [
-        "# RoPE on a GPU (q and k, forward), timed with CUDA events",
-        "",
-        f"- GPU: {name}; driver {_driver()}; CUDA {torch.version.cuda}; torch {torch.__version__}",
-        "- time: median of 30 CUDA-event timings after 5 warm-up calls; ratio: time / clone of q and k",
-        "",
-        "| shape (b, h, t, dh) | dtype | implementation | ms | × clone |",
-        "|---|---|---|---|---|",
-    ]
-    for shape in SHAPES:
-        for dtype_name, dtype in DTYPES.items():
-            q = torch.randn(shape, device=device, dtype=dtype)
-            k = torch.randn(shape, device=device, dtype=dtype)
-            clone = time_cuda(lambda q=q, k=k: (q.clone(), k.clone()))
-            lines.append(f"| {shape} | {dtype_name} | clone of q and k | {clone:.3f} | 1.00 |")
-            for label, (package, factory) in IMPLEMENTATIONS.items():
-                if package is not None and importlib.util.find_spec(package) is None:
-                    lines.append(f"| {shape} | {dtype_name} | {label} | skipped: {package} not installed | |")
-                    continue
-                apply = factory(shape[-1], dtype, shape[-2], device)
-                ms = time_cuda(lambda apply=apply, q=q, k=k: apply(q, k))
-                lines.append(f"| {shape} | {dtype_name} | {label} | {ms:.3f} | {ms / clone:.2f} |")
-                log(lines[-1])
-    if importlib.util.find_spec("flash_attn") is None:
-        lines += ["", "flash-attn: skipped (not installed)."]
+def _step(
+    apply: Callable[..., tuple[Tensor, ...]], inputs: tuple[Tensor, ...], params: list[Tensor], backward: bool
+):
+    """The timed call: the forward, or the forward and the gradients of inputs and parameters."""
+    if not backward:
+
+        def forward() -> object:
+            with torch.no_grad():
+                return apply(*inputs)
+
+        return forward
+    leaves = [*inputs, *params]
+    grads = [torch.randn_like(out) for out in apply(*inputs)]
+
+    def forward_backward() -> object:
+        return torch.autograd.grad(apply(*inputs), leaves, grads)
+
+    return forward_backward
+
+
+def _clone(q: Tensor, k: Tensor) -> tuple[Tensor, ...]:
+    return q.clone(), k.clone()
+
+
+def _measure_group(
+    section: str,
+    shape: Shape,
+    dtype_name: str,
+    pass_: str,
+    impls: list[Impl],
+    inputs: tuple[Tensor, ...],
+    device: torch.device,
+    timer: Timer,
+    peak: Peak,
+    compile_backend: str,
+    log: Callable[[str], None],
+) -> list[Row]:
+    backward = pass_ == "forward+backward"
+    rows: list[Row] = []
+    base_ms: float | None = None
+    reference: tuple[Tensor, ...] | None = None
+    if section == "rope":  # the memory-bound floor: a copy of q and k (and of their gradients)
+        base_ms = timer(_step(_clone, inputs, [], backward))
+        rows.append(Row(section, shape, dtype_name, pass_, "clone of q and k", base_ms, 1.0))
+    for impl in impls:
+        row = Row(section, shape, dtype_name, pass_, impl.label)
+        rows.append(row)
+        row.note = impl.missing() or ""
+        if row.note:
+            continue
+        try:
+            apply, params = impl.build(shape, DTYPES[dtype_name], device, compile_backend)
+            step = _step(apply, inputs, params, backward)
+            row.ms = timer(step)
+            row.peak_mib = peak(step)
+            if not backward:
+                with torch.no_grad():
+                    outputs = tuple(out.float() for out in apply(*inputs))
+                if impl.reference:
+                    reference = outputs
+                elif reference is not None:
+                    row.max_diff = max(
+                        (o - r).abs().max().item() for o, r in zip(outputs, reference, strict=True)
+                    )
+        except Skip as skip:
+            row.note = str(skip)
+        except Exception as exc:  # reported in the row; the other rows still run
+            row.note = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        if impl.baseline and row.ms is not None:
+            base_ms = row.ms
+        log(f"{section} {shape} {dtype_name} {pass_} | {impl.label} | {row.ms} ms | {row.note}")
+    for row in rows:
+        if row.ms is not None and base_ms:
+            row.ratio = row.ms / base_ms
+    return rows
+
+
+def measure(
+    device: torch.device,
+    *,
+    rope_shapes: Iterable[Shape] = ROPE_SHAPES,
+    attention_shapes: Iterable[Shape] = ATTENTION_SHAPES,
+    rope: list[Impl] | None = None,
+    attention: list[Impl] | None = None,
+    dtypes: Iterable[str] = DTYPES,
+    passes: Iterable[str] = PASSES,
+    timer: Timer = time_cuda,
+    peak: Peak = peak_cuda,
+    compile_backend: str = "inductor",
+    log: Callable[[str], None] = print,
+) -> list[Row]:
+    """Every row of both sections on ``device``."""
+    rope = rope_impls() if rope is None else rope
+    attention = attention_impls() if attention is None else attention
+    rows: list[Row] = []
+    for section, shapes, impls, count in (
+        ("rope", rope_shapes, rope, 2),
+        ("attention", attention_shapes, attention, 3),
+    ):
+        for shape in shapes:
+            for dtype_name in dtypes:
+                generator = torch.Generator().manual_seed(0)
+                drawn = [torch.randn(shape, generator=generator) for _ in range(count)]
+                for pass_ in passes:
+                    inputs = tuple(
+                        x.to(device, DTYPES[dtype_name]).requires_grad_(pass_ != "forward") for x in drawn
+                    )
+                    rows += _measure_group(
+                        section,
+                        shape,
+                        dtype_name,
+                        pass_,
+                        impls,
+                        inputs,
+                        device,
+                        timer,
+                        peak,
+                        compile_backend,
+                        log,
+                    )
+                    del inputs
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+    return rows
+
+
+def _cell(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def render(rows: list[Row], header: list[str]) -> str:
+    """The markdown report: ``header`` lines, then one table per section."""
+    titles = {
+        "rope": ("RoPE on q and k", "× clone"),
+        "attention": ("Causal attention with a position bias", "× SDPA (no bias)"),
+    }
+    lines = [*header]
+    for section, (title, ratio_name) in titles.items():
+        chosen = [r for r in rows if r.section == section]
+        if not chosen:
+            continue
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"| shape (b, h, t, dh) | dtype | pass | implementation | ms | {ratio_name} | peak MiB | max abs diff |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in chosen:
+            ms = _cell(r.ms, 3) if r.ms is not None else r.note
+            cells = [str(r.shape), r.dtype, r.pass_, r.label, ms, _cell(r.ratio, 2), _cell(r.peak_mib, 1)]
+            cells.append("" if r.max_diff is None else f"{r.max_diff:.2e}")
+            if r.ms is not None and r.note:
+                cells[4] += f" ({r.note})"
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(device: torch.device) -> tuple[str, list[str]]:
+    """(the device's name, the report's header lines)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        machine = f"GPU: {name}; driver {_driver()}; CUDA {torch.version.cuda}; torch {torch.__version__}"
     else:
-        lines += ["", "flash-attn is installed; its rotary kernel is not measured here yet."]
+        name = f"{device.type} smoke"
+        machine = f"device: {device} (a smoke run of the cases: not GPU figures); torch {torch.__version__}"
+    packages = ", ".join(
+        f"{p} {_version(p)}" for p in ("transformers", "triton", "liger-kernel", "flash-attn")
+    )
+    return name, [
+        "# posenc on a GPU: RoPE and biased causal attention",
+        "",
+        f"- {machine}",
+        f"- {packages}",
+        f"- time: median of {REPEATS} CUDA-event timings after {WARMUP} warm-up calls (compiles included in"
+        " the warm-up); peak MiB: torch.cuda.max_memory_allocated during one call, above the inputs",
+        "- max abs diff: forward outputs against the reference row (posenc's eager RoPE; posenc's"
+        " backend='sdpa' for each bias), in float32",
+        "- forward+backward: gradients of the inputs and of the encoding's parameters",
+    ]
+
+
+def run(
+    out_dir: Path, log: Callable[[str], None] = print, *, device: torch.device | None = None, **options
+) -> Path:
+    """Measure every row on ``device`` (default ``cuda``); write the report and return its path.
+
+    ``options`` go to :func:`measure` (shapes, implementations, dtypes, passes, timer, peak,
+    compile backend).
+    """
+    device = torch.device("cuda") if device is None else device
+    name, header = describe(device)
+    rows = measure(device, log=log, **options)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"cuda-{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-').lower()}.md"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(render(rows, header))
     return path

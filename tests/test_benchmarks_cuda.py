@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import cuda
+from benchmarks import cuda, cuda_cases
 from benchmarks.__main__ import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,3 +44,145 @@ def test_command_line_exit_status_without_gpu() -> None:
 def test_device_choice_is_checked() -> None:
     with pytest.raises(SystemExit):
         cli_main(["--device", "tpu"])
+
+
+# --- the GPU command's cases and report, exercised on the CPU under a fake clock ------------------
+
+TINY_ROPE = [(1, 2, 8, 8)]
+TINY_ATTENTION = [(1, 2, 16, 8)]
+
+
+def _fake_timer(fn) -> float:
+    fn()  # the case runs (forward, or forward and backward) once; nothing is timed
+    return 2.0
+
+
+def _smoke(tmp_path: Path, **options) -> tuple[Path, list[cuda.Row]]:
+    """One tiny run on the CPU: the rows, and the report written from them."""
+    rows: list[cuda.Row] = []
+    real_measure = cuda.measure
+
+    def keep(*args, **kwargs):
+        rows.extend(real_measure(*args, **kwargs))
+        return rows
+
+    options = {
+        "rope_shapes": TINY_ROPE,
+        "attention_shapes": TINY_ATTENTION,
+        "timer": _fake_timer,
+        "peak": lambda fn: None,
+        "compile_backend": "eager",  # dynamo traces every compiled case; no inductor build on the CPU
+        **options,
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cuda, "measure", keep)
+        path = cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), **options)
+    return path, rows
+
+
+def test_every_case_builds_and_runs_on_the_cpu_at_a_tiny_size(tmp_path: Path) -> None:
+    attention = cuda_cases.attention_impls(backends=("auto", "sdpa", "chunked"))  # flex: the slow test
+    path, rows = _smoke(tmp_path, attention=attention)
+    assert path == tmp_path / "cuda-cpu-smoke.md"
+    labels = {row.label for row in rows}
+    assert {impl.label for impl in cuda_cases.rope_impls()} <= labels
+    assert {impl.label for impl in attention} <= labels
+    for row in rows:
+        assert not row.note.startswith("error"), (row.label, row.note)
+        if row.note:  # only a package that is not installed may skip a row on the CPU
+            assert row.note.startswith("skipped:") and "not installed" in row.note, row
+            continue
+        assert row.ms == 2.0 and row.ratio == 1.0
+    for spec in cuda_cases.BIAS_SPECS:
+        assert any(r.label == f"posenc {spec} [chunked]" and r.pass_ == "forward+backward" for r in rows)
+    # forward outputs agree with the reference row: posenc's eager RoPE, posenc's sdpa path
+    checked = [r for r in rows if r.max_diff is not None]
+    expected = {
+        impl.label
+        for impl in [*cuda_cases.rope_impls(), *attention]
+        if not (impl.reference or impl.missing())
+    } - {"SDPA causal, no bias", "SDPA FlashAttention kernel, no bias"}  # (nothing to compare with)
+    assert {r.label for r in checked} == expected
+    for row in checked:
+        tolerance = 1e-5 if row.dtype == "float32" else 0.05  # bfloat16: an ulp of values ~4
+        assert row.max_diff <= tolerance, row
+    text = path.read_text()
+    assert "not GPU figures" in text and torch.__version__ in text
+    assert "## RoPE on q and k" in text and "## Causal attention with a position bias" in text
+
+
+@pytest.mark.slow
+def test_posenc_flex_paths_run_on_the_cpu(tmp_path: Path) -> None:
+    attention = cuda_cases.attention_impls(backends=("sdpa", "flex"))
+    # forward only: FlexAttention has no backward on the CPU (posenc says so; CUDA has one)
+    options = {"rope_shapes": [], "attention": attention, "dtypes": ["float32"], "passes": ["forward"]}
+    _, rows = _smoke(tmp_path, **options)
+    flex = [r for r in rows if r.label.endswith("[flex]")]
+    assert len(flex) == len(cuda_cases.BIAS_SPECS)
+    assert all(r.ms is not None for r in flex), [r.note for r in flex]
+    assert all(r.max_diff is not None and r.max_diff <= 1e-5 for r in flex), [r.max_diff for r in flex]
+
+
+def test_shapes_include_the_long_context_training_batch() -> None:
+    assert (4, 32, 8192, 128) in cuda_cases.ROPE_SHAPES
+    assert {"transformers apply_rotary_pos_emb (compiled)", "posenc RoPE (compiled)"} <= {
+        impl.label for impl in cuda_cases.rope_impls() if impl.compiled
+    }
+    requires = {impl.requires for impl in [*cuda_cases.rope_impls(), *cuda_cases.attention_impls()]}
+    assert {"liger_kernel", "flash_attn"} <= requires
+
+
+def test_report_writer_with_fake_timings() -> None:
+    shape = (4, 32, 8192, 128)
+    rows = [
+        cuda.Row("rope", shape, "bfloat16", "forward", "clone of q and k", 2.0, 1.0),
+        cuda.Row("rope", shape, "bfloat16", "forward", "posenc RoPE (eager)", 3.0, 1.5, 512.0, 0.0078125),
+        cuda.Row(
+            "rope", shape, "bfloat16", "forward", "Liger-Kernel liger_rotary_pos_emb", note="skipped: x"
+        ),
+        cuda.Row(
+            "attention", (1, 16, 8192, 64), "float32", "forward+backward", "posenc fire [flex]", 12.5, 1.25
+        ),
+        cuda.Row(
+            "attention",
+            (1, 16, 8192, 64),
+            "float32",
+            "forward",
+            "SDPA FlashAttention kernel",
+            note="skipped: y",
+        ),
+    ]
+    text = cuda.render(rows, ["# title", "", "- GPU: fake"])
+    lines = text.splitlines()
+    assert lines[:3] == ["# title", "", "- GPU: fake"]
+    assert (
+        "| (4, 32, 8192, 128) | bfloat16 | forward | posenc RoPE (eager) | 3.000 | 1.50 | 512.0 | 7.81e-03 |"
+        in lines
+    )
+    assert (
+        "| (4, 32, 8192, 128) | bfloat16 | forward | Liger-Kernel liger_rotary_pos_emb | skipped: x |  |  |  |"
+        in lines
+    )
+    assert (
+        "| (1, 16, 8192, 64) | float32 | forward+backward | posenc fire [flex] | 12.500 | 1.25 |  |  |"
+        in lines
+    )
+    assert (
+        "| (1, 16, 8192, 64) | float32 | forward | SDPA FlashAttention kernel | skipped: y |  |  |  |"
+        in lines
+    )
+    assert text.count("| shape (b, h, t, dh) |") == 2  # one table per section
+    assert "× clone" in text and "× SDPA (no bias)" in text
+    # a section without rows gets no table
+    assert "## Causal attention" not in cuda.render(rows[:3], [])
+
+
+def test_an_error_in_one_row_is_reported_and_the_others_still_run(tmp_path: Path) -> None:
+    def broken(*args):
+        raise RuntimeError("no kernel image is available\nsecond line")
+
+    rope = [*cuda_cases.rope_impls()[:1], cuda_cases.Impl("broken kernel", broken)]
+    _, rows = _smoke(tmp_path, rope=rope, attention_shapes=[], dtypes=["float32"], passes=["forward"])
+    by_label = {r.label: r for r in rows}
+    assert by_label["broken kernel"].note == "error: RuntimeError: no kernel image is available"
+    assert by_label["broken kernel"].ms is None and by_label["posenc RoPE (eager)"].ms == 2.0

@@ -99,7 +99,7 @@ def _coords(
 @pytest.mark.parametrize("rotate_half", [False, True])
 @pytest.mark.parametrize("grid_indexing", ["ij", "xy"])
 @pytest.mark.parametrize(("head_dim", "npt", "base"), [(32, 1, 10000.0), (16, 0, 100.0), (64, 5, 10000.0)])
-def test_timm_rotary_embedding_cat_as_eva(sincos, rotate_half, grid_indexing, head_dim, npt, base):
+def test_timm_rotary_embedding_cat_as_eva(sincos, rotate_half, grid_indexing, head_dim, npt, base, device):
     # EVA-02: RotaryEmbeddingCat(head_dim, in_pixels=False) on the patch grid, class/register tokens
     # unrotated; interleaved pairs unless rotate_half.
     grid = (3, 5)
@@ -110,16 +110,18 @@ def test_timm_rotary_embedding_cat_as_eva(sincos, rotate_half, grid_indexing, he
         feat_shape=list(grid),
         grid_indexing=grid_indexing,
         rotate_half=rotate_half,
-    )
+    ).to(device)
     layout = "half" if rotate_half else "interleaved"
-    rope = posenc.AxialRoPE(head_dim, base=base, layout=layout, grid_size=grid, num_prefix_tokens=npt)
-    q, k = torch.randn(2, 3, npt + 15, head_dim), torch.randn(2, 1, npt + 15, head_dim)
+    rope = posenc.AxialRoPE(head_dim, base=base, layout=layout, grid_size=grid, num_prefix_tokens=npt).to(
+        device
+    )
+    q, k = torch.randn(2, 3, npt + 15, head_dim).to(device), torch.randn(2, 1, npt + 15, head_dim).to(device)
     emb = timm_rope.get_embed()
     want = _eva_rotate(sincos, q, emb, npt, rotate_half), _eva_rotate(sincos, k, emb, npt, rotate_half)
     if grid_indexing == "ij":
         got = rope(q, k)  # the default positions: grid_size with its prefix tokens
     else:
-        coords = _coords(grid, npt, xy=True)
+        coords = _coords(grid, npt, xy=True).to(device)
         got = rope(q, k, coords, coords)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
@@ -252,7 +254,7 @@ def _torchtune_coords(side: int, *, append_cls: bool) -> torch.Tensor:
 
 @pytest.mark.parametrize("append_cls", [True, False])
 @pytest.mark.parametrize(("head_dim", "side", "tiles", "base"), [(32, 4, 1, 10000), (16, 3, 2, 500)])
-def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, base):
+def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, base, device):
     # Llama 3.2 / Llama 4 vision tower: dim = head_dim // 2 per axis, interleaved pairs, every tile
     # rotated the same way.
     tt = torchtune_pe.VisionRotaryPositionalEmbeddings(
@@ -262,11 +264,11 @@ def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, 
         dim=head_dim // 2,
         base=base,
         append_cls_token=append_cls,
-    )
-    rope = posenc.AxialRoPE(head_dim, base=float(base), layout="interleaved")
+    ).to(device)
+    rope = posenc.AxialRoPE(head_dim, base=float(base), layout="interleaved").to(device)
     s = tiles * (side * side + 1)
-    x = torch.randn(2, s, 3, head_dim)  # torchtune's (b, s, n_h, h_d)
+    x = torch.randn(2, s, 3, head_dim).to(device)  # torchtune's (b, s, n_h, h_d)
     want = tt(x)
-    coords = _torchtune_coords(side, append_cls=append_cls).repeat(tiles, 1)  # (s, 2)
+    coords = _torchtune_coords(side, append_cls=append_cls).repeat(tiles, 1).to(device)  # (s, 2)
     got = rope.rotate(x.transpose(1, 2), coords).transpose(1, 2)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)

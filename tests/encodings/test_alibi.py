@@ -33,14 +33,20 @@ HEAD_COUNTS = list(range(1, 33))
 
 
 def qk(
-    batch: int, heads: int, tq: int, tk: int, dtype: torch.dtype = torch.float32
+    batch: int,
+    heads: int,
+    tq: int,
+    tk: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(batch, heads, tq, 8, dtype=dtype), torch.randn(batch, heads, tk, 8, dtype=dtype)
+    q, k = torch.randn(batch, heads, tq, 8, dtype=dtype), torch.randn(batch, heads, tk, 8, dtype=dtype)
+    return q.to(device), k.to(device)
 
 
-def causal_keep(tq: int, tk: int) -> torch.Tensor:
+def causal_keep(tq: int, tk: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """(tq, tk) keep-mask for queries at the last tq of tk positions."""
-    return torch.ones(tq, tk, dtype=torch.bool).tril(diagonal=tk - tq)
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
 
 
 def masked_softmax(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -88,30 +94,33 @@ def test_slopes_follow_the_paper() -> None:
 
 
 @pytest.mark.parametrize("num_heads", [1, 5, 8, 12, 32])
-def test_key_only_bias_matches_mpt(num_heads: int) -> None:
+def test_key_only_bias_matches_mpt(num_heads: int, device: torch.device) -> None:
     # MPT's tensor is slope * (k - (T-1)): exactly the key-only form for default positions.
     t = 50
-    bias = ALiBi(num_heads, causal=True).attention_bias(*qk(1, num_heads, t, t))
+    bias = ALiBi(num_heads, causal=True).to(device).attention_bias(*qk(1, num_heads, t, t, device=device))
     assert bias.shape == (1, num_heads, 1, t)
-    torch.testing.assert_close(bias[0], build_mpt_alibi_tensor(num_heads, t).float(), **ONE_ULP)
+    mpt = build_mpt_alibi_tensor(num_heads, t, device=device).float()
+    torch.testing.assert_close(bias[0], mpt, **ONE_ULP)
 
 
 @pytest.mark.parametrize("num_heads", [1, 3, 6, 8, 16, 24])
-def test_key_only_bias_matches_bloom_with_padding(num_heads: int) -> None:
+def test_key_only_bias_matches_bloom_with_padding(num_heads: int, device: torch.device) -> None:
     torch.manual_seed(0)
     # Left and right padding: Bloom numbers the real tokens 0, 1, 2, ...
-    keep = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0, 0, 0]])
+    keep = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 0, 0, 0]], device=device)
     positions = posenc.mask_to_positions(keep)
     bloom = build_alibi_tensor(keep, num_heads, torch.float32).view(2, num_heads, 1, 10)  # slope * k_pos
-    ours = ALiBi(num_heads, causal=True)
-    bias = ours.attention_bias(*qk(2, num_heads, 10, 10), q_positions=positions, k_positions=positions)
+    ours = ALiBi(num_heads, causal=True).to(device)
+    bias = ours.attention_bias(
+        *qk(2, num_heads, 10, 10, device=device), q_positions=positions, k_positions=positions
+    )
     assert bias.shape == (2, num_heads, 1, 10)
     # Ours is slope * (k_pos - q_ref), q_ref the largest position of each row.
     q_ref = positions.amax(dim=-1).float().view(2, 1, 1, 1)
     torch.testing.assert_close(bias, bloom - ours.slopes.view(1, -1, 1, 1) * q_ref, rtol=1e-6, atol=1e-6)
     # And the attention weights are Bloom's, for real query rows under a causal + padding mask.
-    scores = torch.randn(2, num_heads, 10, 10)
-    mask = causal_keep(10, 10) & keep.bool()[:, None, None, :]
+    scores = torch.randn(2, num_heads, 10, 10).to(device)
+    mask = causal_keep(10, 10, device) & keep.bool()[:, None, None, :]
     real = keep.bool()[:, None, :, None].expand(2, num_heads, 10, 10)
     expected = masked_softmax(scores + bloom, mask)[real]
     torch.testing.assert_close(masked_softmax(scores + bias, mask)[real], expected, rtol=1e-5, atol=1e-6)
@@ -121,24 +130,26 @@ def test_key_only_bias_matches_bloom_with_padding(num_heads: int) -> None:
 
 
 @pytest.mark.parametrize("num_heads", [3, 8, 12])
-def test_symmetric_bias_matches_x_transformers(num_heads: int) -> None:
+def test_symmetric_bias_matches_x_transformers(num_heads: int, device: torch.device) -> None:
     # x-transformers always uses -m * |i - j| (causal models mask the upper triangle).
-    reference = AlibiPositionalBias(heads=num_heads)
-    symmetric = ALiBi(num_heads, causal=False)
+    reference = AlibiPositionalBias(heads=num_heads).to(device)
+    symmetric = ALiBi(num_heads, causal=False).to(device)
     for tq, tk in [(20, 20), (5, 30)]:
         expected = reference(tq, tk)  # (h, tq, tk); queries are the last tq of tk keys
         torch.testing.assert_close(
-            symmetric.attention_bias(*qk(1, num_heads, tq, tk))[0], expected, **ONE_ULP
+            symmetric.attention_bias(*qk(1, num_heads, tq, tk, device=device))[0], expected, **ONE_ULP
         )
         # The causal drop-in form agrees where the causal mask keeps scores (k <= q).
-        full = ALiBi(num_heads, causal=True)(torch.zeros(1, num_heads, tq, tk))[0]
-        keep = causal_keep(tq, tk).expand_as(full)
+        full = ALiBi(num_heads, causal=True).to(device)(torch.zeros(1, num_heads, tq, tk, device=device))[0]
+        keep = causal_keep(tq, tk, device).expand_as(full)
         torch.testing.assert_close(full[keep], expected[keep], **ONE_ULP)
     # Per-row (b, t) positions.
-    positions = torch.randint(0, 500, (2, 17))
+    positions = torch.randint(0, 500, (2, 17)).to(device)
     expected = reference.forward_custom_pos(positions)
     torch.testing.assert_close(
-        symmetric.attention_bias(*qk(2, num_heads, 17, 17), q_positions=positions, k_positions=positions),
+        symmetric.attention_bias(
+            *qk(2, num_heads, 17, 17, device=device), q_positions=positions, k_positions=positions
+        ),
         expected,
         **ONE_ULP,
     )

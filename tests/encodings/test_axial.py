@@ -18,32 +18,34 @@ logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
 @pytest.mark.parametrize("freqs", ["lang", "pixel"])
-def test_parity_with_rotary_embedding_torch_axial(freqs):
+def test_parity_with_rotary_embedding_torch_axial(freqs, device):
     ret = pytest.importorskip("rotary_embedding_torch")
     h, w, dim = 5, 7, 16  # dim channels per axis
-    ref = ret.RotaryEmbedding(dim, freqs_for=freqs, max_freq=12)
+    ref = ret.RotaryEmbedding(dim, freqs_for=freqs, max_freq=12).to(device)
     torch.manual_seed(0)
-    q = torch.randn(2, 3, h, w, 2 * dim)
+    q = torch.randn(2, 3, h, w, 2 * dim).to(device)
     want = ret.apply_rotary_emb(ref.get_axial_freqs(h, w), q).flatten(2, 3)
-    ours = posenc.AxialRoPE(2 * dim, freqs=freqs, layout="interleaved", max_freq=12.0, grid_size=(h, w))
+    ours = posenc.AxialRoPE(2 * dim, freqs=freqs, layout="interleaved", max_freq=12.0, grid_size=(h, w)).to(
+        device
+    )
     got = ours.rotate(q.flatten(2, 3))
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
-def test_parity_with_pixtral_2d_rotary():
+def test_parity_with_pixtral_2d_rotary(device):
     transformers = pytest.importorskip("transformers")
     from transformers.models.pixtral import modeling_pixtral as hf
 
     cfg = transformers.PixtralVisionConfig(
         hidden_size=64, num_attention_heads=2, head_dim=32, rope_theta=1000.0
     )
-    rotary = hf.PixtralVisionRotaryEmbedding(cfg)
-    coords = grid_positions((4, 6))  # (h, w) per patch, Pixtral's position_ids layout
+    rotary = hf.PixtralVisionRotaryEmbedding(cfg).to(device)
+    coords = grid_positions((4, 6)).to(device)  # (h, w) per patch, Pixtral's position_ids layout
     torch.manual_seed(1)
-    q, k = torch.randn(1, 2, 24, 32), torch.randn(1, 2, 24, 32)
+    q, k = torch.randn(1, 2, 24, 32).to(device), torch.randn(1, 2, 24, 32).to(device)
     cos, sin = rotary(q, coords)
     want = hf.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0)
-    ours = posenc.build("rope2d(axis_layout='alternate', base=1000.0)", head_dim=32)
+    ours = posenc.build("rope2d(axis_layout='alternate', base=1000.0)", head_dim=32).to(device)
     got = ours(q, k, coords, coords)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 

@@ -28,28 +28,29 @@ def test_adds_rows_of_weight():
     torch.testing.assert_close(pe.table(4), pe.weight[:4], **EXACT)
 
 
-def test_parity_with_hf_opt_learned_positions():
+def test_parity_with_hf_opt_learned_positions(device):
     from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 
-    hf = OPTLearnedPositionalEmbedding(16, 8)
-    pe = Learned(8, max_len=16, offset=2)
+    hf = OPTLearnedPositionalEmbedding(16, 8).to(device)
+    pe = Learned(8, max_len=16, offset=2).to(device)
     assert pe.weight.shape == hf.weight.shape == (18, 8)
     pe.load_state_dict(hf.state_dict())  # OPT's "embed_positions.weight" loads by name
-    mask = torch.ones(2, 7, dtype=torch.long)
+    mask = torch.ones(2, 7, dtype=torch.long, device=device)
     with torch.no_grad():
         expected = hf(mask)  # positions 0..6, rows 2..8
         expected_cached = hf(mask, cache_length=4)  # the last 3 of them (KV cache)
-        explicit = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+        explicit = torch.tensor([[3, 1, 4, 1, 5, 9, 2]], device=device)
         expected_explicit = hf(mask, position_ids=explicit)
-    zeros = torch.zeros(2, 7, 8)
+    zeros = torch.zeros(2, 7, 8, device=device)
     torch.testing.assert_close(pe(zeros), expected, **EXACT)
-    torch.testing.assert_close(pe(torch.zeros(2, 3, 8), torch.arange(4, 7)), expected_cached, **EXACT)
-    torch.testing.assert_close(pe(torch.zeros(1, 7, 8), explicit), expected_explicit, **EXACT)
+    got_cached = pe(torch.zeros(2, 3, 8, device=device), torch.arange(4, 7, device=device))
+    torch.testing.assert_close(got_cached, expected_cached, **EXACT)
+    torch.testing.assert_close(pe(torch.zeros(1, 7, 8, device=device), explicit), expected_explicit, **EXACT)
     # left padding: real tokens numbered from 0 as OPT does (its pad rows differ: it uses row 1)
-    left = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
+    left = torch.tensor([[0, 0, 1, 1, 1, 1, 1]], device=device)
     with torch.no_grad():
         expected_left = hf(left)
-    got_left = pe(torch.zeros(1, 7, 8), posenc.mask_to_positions(left))
+    got_left = pe(torch.zeros(1, 7, 8, device=device), posenc.mask_to_positions(left))
     torch.testing.assert_close(got_left[:, 2:], expected_left[:, 2:], **EXACT)
 
 

@@ -16,7 +16,7 @@ from posenc.functional import resample_grid_table
 logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def test_parity_with_hf_vit_interpolate_pos_encoding():
+def test_parity_with_hf_vit_interpolate_pos_encoding(device):
     transformers = pytest.importorskip("transformers")
     from transformers.models.vit import modeling_vit as hf
 
@@ -27,8 +27,9 @@ def test_parity_with_hf_vit_interpolate_pos_encoding():
         emb.position_embeddings.normal_()
     ours = posenc.Learned2D(16, 4, num_prefix_tokens=1)
     ours.load_state_dict({"weight": emb.position_embeddings[0]})
+    emb.to(device), ours.to(device)
     for height, width in ((48, 64), (16, 24), (32, 32)):
-        tokens = torch.zeros(1, 1 + (height // 8) * (width // 8), 16)
+        tokens = torch.zeros(1, 1 + (height // 8) * (width // 8), 16, device=device)
         want = emb.interpolate_pos_encoding(tokens, height, width)
         got = ours(tokens, grid=(height // 8, width // 8))
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)

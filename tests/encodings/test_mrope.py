@@ -77,15 +77,15 @@ def _hf_rotate(rotary, apply, q, k, pos):
     return apply(q, k, cos, sin)
 
 
-def test_qwen2_vl_parity_on_image_and_video_positions(qwen2):
+def test_qwen2_vl_parity_on_image_and_video_positions(qwen2, device):
     pos = _positions(qwen2)
     assert not torch.equal(pos[0], pos[1])  # a real multimodal layout, not text
     torch.manual_seed(0)
     q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 1, IDS.shape[1], HEAD_DIM)
-    ref_q, ref_k = _hf_rotate(
-        hf2.Qwen2VLRotaryEmbedding(qwen2.config.text_config), hf2.apply_rotary_pos_emb, q, k, pos
-    )
-    ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
+    q, k, pos = q.to(device), k.to(device), pos.to(device)
+    rotary = hf2.Qwen2VLRotaryEmbedding(qwen2.config.text_config).to(device)
+    ref_q, ref_k = _hf_rotate(rotary, hf2.apply_rotary_pos_emb, q, k, pos)
+    ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION).to(device)
     out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
     torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
     torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
@@ -99,7 +99,7 @@ def test_qwen2_vl_parity_on_image_and_video_positions(qwen2):
         {"rope_type": "dynamic", "factor": 2.0},
     ],
 )
-def test_qwen2_vl_parity_with_rope_types(qwen2, rope):
+def test_qwen2_vl_parity_with_rope_types(qwen2, rope, device):
     text = _text(**rope)
     text["max_position_embeddings"] = 16
     cfg = transformers.Qwen2VLConfig(
@@ -108,14 +108,17 @@ def test_qwen2_vl_parity_with_rope_types(qwen2, rope):
     pos = _positions(qwen2) + 20  # past max_position_embeddings: dynamic scales, yarn's factor shows
     torch.manual_seed(1)
     q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
-    ref_q, ref_k = _hf_rotate(hf2.Qwen2VLRotaryEmbedding(cfg), hf2.apply_rotary_pos_emb, q, k, pos)
+    q, k, pos = q.to(device), k.to(device), pos.to(device)
+    rotary = hf2.Qwen2VLRotaryEmbedding(cfg).to(device)
+    ref_q, ref_k = _hf_rotate(rotary, hf2.apply_rotary_pos_emb, q, k, pos)
     ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION, scaling=dict(cfg.rope_parameters), max_len=16)
+    ours.to(device)
     out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
     torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
     torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
 
 
-def test_qwen2_5_vl_parity_with_video_timing():
+def test_qwen2_5_vl_parity_with_video_timing(device):
     cfg = transformers.Qwen2_5_VLConfig(
         text_config=_text(),
         vision_config={**VISION, "out_hidden_size": 64, "intermediate_size": 16},
@@ -127,14 +130,16 @@ def test_qwen2_5_vl_parity_with_video_timing():
     pos, _ = model.get_rope_index(IDS, types, second_per_grid_ts=torch.tensor([0.5, 2.0]), **GRIDS)
     torch.manual_seed(2)
     q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
-    rotary = hf25.Qwen2_5_VLRotaryEmbedding(cfg.text_config)
+    q, k, pos = q.to(device), k.to(device), pos.to(device)
+    rotary = hf25.Qwen2_5_VLRotaryEmbedding(cfg.text_config).to(device)
     ref_q, ref_k = _hf_rotate(rotary, hf25.apply_rotary_pos_emb, q, k, pos)
-    out_q, out_k = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)(q, k, axes_last(pos), axes_last(pos))
+    ours = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION).to(device)
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
     torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
     torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
 
 
-def test_qwen3_vl_interleaved_parity(qwen2):
+def test_qwen3_vl_interleaved_parity(qwen2, device):
     section = [6, 5, 5]
     text = transformers.Qwen3VLTextConfig(
         **{
@@ -150,12 +155,17 @@ def test_qwen3_vl_interleaved_parity(qwen2):
     pos = _positions(qwen2) * 3  # larger and distinct per axis
     torch.manual_seed(3)
     q, k = torch.randn(2, 2, IDS.shape[1], HEAD_DIM), torch.randn(2, 2, IDS.shape[1], HEAD_DIM)
-    ref_q, ref_k = _hf_rotate(hf3.Qwen3VLTextRotaryEmbedding(text), hf3.apply_rotary_pos_emb, q, k, pos)
-    ours = posenc.build(f"mrope(mrope_section={section}, base=5000.0, interleaved=True)", head_dim=HEAD_DIM)
+    q, k, pos = q.to(device), k.to(device), pos.to(device)
+    rotary = hf3.Qwen3VLTextRotaryEmbedding(text).to(device)
+    ref_q, ref_k = _hf_rotate(rotary, hf3.apply_rotary_pos_emb, q, k, pos)
+    spec = f"mrope(mrope_section={section}, base=5000.0, interleaved=True)"
+    ours = posenc.build(spec, head_dim=HEAD_DIM).to(device)
     out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
     torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
     torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
-    chunked = posenc.MRoPE(HEAD_DIM, mrope_section=section, base=5000.0)(q, k, axes_last(pos), axes_last(pos))
+    chunked = posenc.MRoPE(HEAD_DIM, mrope_section=section, base=5000.0).to(device)(
+        q, k, axes_last(pos), axes_last(pos)
+    )
     assert (chunked[0] - ref_q).abs().max() > 1e-2  # the two layouts differ on these positions
 
 

@@ -37,9 +37,15 @@ def t5_attention(num_heads: int, num_buckets: int, max_distance: int, is_decoder
 
 
 def qk(
-    batch: int, heads: int, tq: int, tk: int, dtype: torch.dtype = torch.float32
+    batch: int,
+    heads: int,
+    tq: int,
+    tk: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(batch, heads, tq, 8, dtype=dtype), torch.randn(batch, heads, tk, 8, dtype=dtype)
+    q, k = torch.randn(batch, heads, tq, 8, dtype=dtype), torch.randn(batch, heads, tk, 8, dtype=dtype)
+    return q.to(device), k.to(device)
 
 
 def reference_bias(enc: RelativeBias, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
@@ -127,17 +133,17 @@ def test_buckets_match_transformers_for_any_valid_options(
     ("num_buckets", "max_distance", "tq", "tk"), [(32, 128, 300, 300), (16, 20, 1, 77), (8, 10, 17, 40)]
 )
 def test_bias_matches_t5_compute_bias(
-    is_decoder: bool, num_buckets: int, max_distance: int, tq: int, tk: int
+    is_decoder: bool, num_buckets: int, max_distance: int, tq: int, tk: int, device: torch.device
 ) -> None:
     torch.manual_seed(0)
-    reference = t5_attention(4, num_buckets, max_distance, is_decoder)
-    ours = RelativeBias(4, num_buckets, max_distance, causal=is_decoder)
+    reference = t5_attention(4, num_buckets, max_distance, is_decoder).to(device)
+    ours = RelativeBias(4, num_buckets, max_distance, causal=is_decoder).to(device)
     assert ours.bidirectional is not is_decoder
     # T5 checkpoints load by name.
     ours.load_state_dict({"relative_attention_bias.weight": reference.relative_attention_bias.weight})
     # T5's decoder at a cache step: queries are the last tq positions of tk.
     expected = reference.compute_bias(tq, tk, past_seen_tokens=tk - tq)
-    q, k = qk(2, 4, tq, tk)
+    q, k = qk(2, 4, tq, tk, device=device)
     bias = ours.attention_bias(q, k)
     torch.testing.assert_close(bias, expected, **EXACT)
     assert bias.shape == (1, 4, tq, tk) and bias.dtype == torch.float32
@@ -145,17 +151,23 @@ def test_bias_matches_t5_compute_bias(
 
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["default-positions", "explicit-positions"])
-def test_gradient_matches_t5(explicit: bool) -> None:
+def test_gradient_matches_t5(explicit: bool, device: torch.device) -> None:
     # Default positions take the Toeplitz fast path, explicit (t,) positions the index_select gather.
     torch.manual_seed(0)
-    reference = t5_attention(4, 32, 128, is_decoder=False)
-    ours = RelativeBias(4)
+    reference = t5_attention(4, 32, 128, is_decoder=False).to(device)
+    ours = RelativeBias(4).to(device)
     ours.load_state_dict(reference.state_dict(), strict=False)
-    upstream = torch.randn(1, 4, 50, 200)
+    upstream = torch.randn(1, 4, 50, 200).to(device)
     expected = reference.compute_bias(50, 200, past_seen_tokens=150)
     (expected * upstream).sum().backward()
-    positions = (torch.arange(150, 200), torch.arange(200)) if explicit else (None, None)
-    bias = ours.attention_bias(*qk(1, 4, 50, 200), q_positions=positions[0], k_positions=positions[1])
+    positions = (
+        (torch.arange(150, 200, device=device), torch.arange(200, device=device))
+        if explicit
+        else (None, None)
+    )
+    bias = ours.attention_bias(
+        *qk(1, 4, 50, 200, device=device), q_positions=positions[0], k_positions=positions[1]
+    )
     torch.testing.assert_close(bias, expected, **EXACT)
     (bias * upstream).sum().backward()
     grad = ours.relative_attention_bias.weight.grad
@@ -165,17 +177,18 @@ def test_gradient_matches_t5(explicit: bool) -> None:
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_bias_matches_x_transformers(causal: bool) -> None:
+def test_bias_matches_x_transformers(causal: bool, device: torch.device) -> None:
     torch.manual_seed(0)
     # x-transformers multiplies T5's bias by `scale` (it passes sqrt(dim_head)) and names
     # the decoder case `causal`; the buckets are T5's. Compare bias * scale.
     scale = 8**0.5
     reference = XRelativePositionBias(scale=scale, causal=causal, num_buckets=32, max_distance=64, heads=4)
-    ours = RelativeBias(4, 32, 64, causal=causal)
+    reference.to(device)
+    ours = RelativeBias(4, 32, 64, causal=causal).to(device)
     ours.load_state_dict(reference.state_dict())
     for tq, tk in [(100, 100), (7, 150)]:
         expected = reference(tq, tk)  # queries are the last tq of tk keys, as ours by default
-        bias = ours.attention_bias(*qk(1, 4, tq, tk))
+        bias = ours.attention_bias(*qk(1, 4, tq, tk, device=device))
         torch.testing.assert_close(bias[0] * scale, expected, **EXACT)
 
 

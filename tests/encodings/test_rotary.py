@@ -90,15 +90,15 @@ def llama_reference(scaling, base: float, positions: torch.Tensor, q, k):
         rope_theta=base,
         rope_scaling=dict(scaling) if scaling else None,
     )
-    embedding = LlamaRotaryEmbedding(config)
+    embedding = LlamaRotaryEmbedding(config).to(q.device)
     cos, sin = embedding(q, positions)
     return (*apply_rotary_pos_emb(q, k, cos, sin), embedding)
 
 
-def qk(b=2, h=4, t=40, d=HEAD_DIM, hk=None, dtype=torch.float32, seed=0):
+def qk(b=2, h=4, t=40, d=HEAD_DIM, hk=None, dtype=torch.float32, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, t, d, generator=g).to(dtype)
-    k = torch.randn(b, hk or h, t, d, generator=g).to(dtype)
+    q = torch.randn(b, h, t, d, generator=g).to(device, dtype)
+    k = torch.randn(b, hk or h, t, d, generator=g).to(device, dtype)
     return q, k
 
 
@@ -107,13 +107,13 @@ def qk(b=2, h=4, t=40, d=HEAD_DIM, hk=None, dtype=torch.float32, seed=0):
 
 @pytest.mark.parametrize("name", list(SCALINGS))
 @pytest.mark.parametrize("length", [100, 300])  # below and above the trained length MAX_LEN
-def test_matches_transformers_llama(name, length):
+def test_matches_transformers_llama(name, length, device):
     scaling = SCALINGS[name]
     base = 500000.0 if name == "llama3" else 10000.0
-    q, k = qk(t=length)
-    positions = torch.arange(length).expand(2, length)
+    q, k = qk(t=length, device=device)
+    positions = torch.arange(length, device=device).expand(2, length)
     q_ref, k_ref, embedding = llama_reference(scaling, base, positions, q, k)
-    rope = RoPE(HEAD_DIM, base=base, scaling=scaling, max_len=MAX_LEN)
+    rope = RoPE(HEAD_DIM, base=base, scaling=scaling, max_len=MAX_LEN).to(device)
     assert rope.attention_scaling == pytest.approx(embedding.attention_scaling, rel=1e-12)
     q_out, k_out = rope(q, k)
     assert_close(q_out, q_ref, **REF_ANGLE_TOL)
@@ -148,40 +148,40 @@ def test_inverse_frequencies_match_transformers(name):
 
 
 @pytest.mark.parametrize("length", [64, 65])  # longrope switches to the long factors past 64
-def test_longrope_switches_at_original_length_like_transformers(length):
+def test_longrope_switches_at_original_length_like_transformers(length, device):
     scaling = SCALINGS["longrope"]
-    q, k = qk(t=length)
-    positions = torch.arange(length)[None]
+    q, k = qk(t=length, device=device)
+    positions = torch.arange(length, device=device)[None]
     q_ref, k_ref, _ = llama_reference(scaling, 10000.0, positions, q, k)
-    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling)(q, k)
+    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling).to(device)(q, k)
     assert_close(q_out, q_ref, **REF_ANGLE_TOL)
     assert_close(k_out, k_ref, **REF_ANGLE_TOL)
 
 
-def test_dynamic_decode_step_uses_the_current_length():
+def test_dynamic_decode_step_uses_the_current_length(device):
     # One query at position 299 against keys 0..299: L = 300 > MAX_LEN, as HF's seq_len.
     scaling = SCALINGS["dynamic"]
-    q_all, k = qk(t=300)
+    q_all, k = qk(t=300, device=device)
     q = q_all[:, :, -1:]
-    positions = torch.arange(300)[None]
+    positions = torch.arange(300, device=device)[None]
     _, k_ref, _ = llama_reference(scaling, 10000.0, positions, k, k)
     q_ref, _, _ = llama_reference(scaling, 10000.0, positions, q_all, q_all)
-    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling, max_len=MAX_LEN)(q, k)
+    q_out, k_out = RoPE(HEAD_DIM, scaling=scaling, max_len=MAX_LEN).to(device)(q, k)
     assert_close(q_out, q_ref[:, :, -1:], **REF_ANGLE_TOL)
     assert_close(k_out, k_ref, **REF_ANGLE_TOL)
 
 
 @pytest.mark.parametrize("rotary_pct", [0.25, 0.5, 1.0])
-def test_partial_rotary_matches_gpt_neox(rotary_pct):
+def test_partial_rotary_matches_gpt_neox(rotary_pct, device):
     config = GPTNeoXConfig(
         hidden_size=HEAD_DIM * 4, num_attention_heads=4, rotary_pct=rotary_pct, max_position_embeddings=512
     )
-    embedding = GPTNeoXRotaryEmbedding(config)
-    q, k = qk(t=50)
-    positions = torch.arange(50)[None] + 200
+    embedding = GPTNeoXRotaryEmbedding(config).to(device)
+    q, k = qk(t=50, device=device)
+    positions = torch.arange(50, device=device)[None] + 200
     cos, sin = embedding(q, positions)
     q_ref, k_ref = neox_apply(q, k, cos, sin)
-    rope = RoPE(HEAD_DIM, rotary_dim=int(HEAD_DIM * rotary_pct))
+    rope = RoPE(HEAD_DIM, rotary_dim=int(HEAD_DIM * rotary_pct)).to(device)
     q_out, k_out = rope(q, k, positions, positions)
     assert_close(q_out, q_ref, **REF_ANGLE_TOL)
     assert_close(k_out, k_ref, **REF_ANGLE_TOL)
@@ -193,33 +193,33 @@ def test_partial_rotary_matches_gpt_neox(rotary_pct):
 
 
 @pytest.mark.parametrize("rotary_dim", [16, HEAD_DIM])
-def test_interleaved_matches_gptj(rotary_dim):
+def test_interleaved_matches_gptj(rotary_dim, device):
     # GPT-J works on (b, t, h, d) and rotates the first rotary_dim channels, pairs (2i, 2i+1).
-    q, _ = qk(t=30)
-    positions = torch.arange(30)[None].expand(2, 30) + 100
-    table = create_sinusoidal_positions(512, rotary_dim)
+    q, _ = qk(t=30, device=device)
+    positions = torch.arange(30, device=device)[None].expand(2, 30) + 100
+    table = create_sinusoidal_positions(512, rotary_dim).to(device)
     sincos = table[positions]
     sin, cos = torch.split(sincos, rotary_dim // 2, dim=-1)
     x = q.transpose(1, 2)
     expected = torch.cat((gptj_apply(x[..., :rotary_dim], sin, cos), x[..., rotary_dim:]), dim=-1).transpose(
         1, 2
     )
-    out = RoPE(HEAD_DIM, layout="interleaved", rotary_dim=rotary_dim).rotate(q, positions)
+    out = RoPE(HEAD_DIM, layout="interleaved", rotary_dim=rotary_dim).to(device).rotate(q, positions)
     assert_close(out, expected, **REF_ANGLE_TOL)
 
 
-def test_interleaved_matches_rotary_embedding_torch():
+def test_interleaved_matches_rotary_embedding_torch(device):
     from rotary_embedding_torch import RotaryEmbedding
 
-    reference = RotaryEmbedding(dim=HEAD_DIM)  # interleaved by default, base 10000
-    q, k = qk(t=100)
+    reference = RotaryEmbedding(dim=HEAD_DIM).to(device)  # interleaved by default, base 10000
+    q, k = qk(t=100, device=device)
     expected = reference.rotate_queries_or_keys(q)
-    out = RoPE(HEAD_DIM, layout="interleaved").rotate(q)
+    out = RoPE(HEAD_DIM, layout="interleaved").to(device).rotate(q)
     assert_close(out, expected, **REF_ANGLE_TOL)
     # rotary-embedding-torch's partial rotation: RotaryEmbedding(dim=r) on a wider head
-    reference = RotaryEmbedding(dim=16)
+    reference = RotaryEmbedding(dim=16).to(device)
     assert_close(
-        RoPE(HEAD_DIM, layout="interleaved", rotary_dim=16).rotate(k),
+        RoPE(HEAD_DIM, layout="interleaved", rotary_dim=16).to(device).rotate(k),
         reference.rotate_queries_or_keys(k),
         **REF_ANGLE_TOL,
     )

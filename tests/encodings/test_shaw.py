@@ -199,7 +199,7 @@ def test_gradients_through_attention_and_transformer_lm() -> None:
     assert enc.value_embeddings.weight.grad.abs().sum() > 0
 
 
-def test_wav2vec2_bert_relative_key_parity() -> None:
+def test_wav2vec2_bert_relative_key_parity(device: torch.device) -> None:
     """Wav2Vec2-BERT's relative_key mode (asymmetric clipping) equals posenc.attention with Shaw's key term."""
     torch.manual_seed(7)
     config = Wav2Vec2BertConfig(
@@ -214,7 +214,8 @@ def test_wav2vec2_bert_relative_key_parity() -> None:
     layer = Wav2Vec2BertSelfAttention(config).eval()
     shaw = posenc.build("shaw(max_distance=5, max_distance_right=2)", head_dim=8, num_heads=4, causal=False)
     shaw.load_state_dict({"key_embeddings.weight": layer.distance_embedding.weight})
-    x = torch.randn(2, 12, 32)
+    layer.to(device), shaw.to(device)
+    x = torch.randn(2, 12, 32).to(device)
     with torch.no_grad():
         expected = layer(x)[0]
 

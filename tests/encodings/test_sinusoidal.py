@@ -98,7 +98,7 @@ def test_explicit_positions_batched_and_offset():
 
 
 @pytest.mark.parametrize("hf_name", ["speech_to_text", "m2m_100"])
-def test_parity_with_hf_fairseq_style_embeddings(hf_name):
+def test_parity_with_hf_fairseq_style_embeddings(hf_name, device):
     if hf_name == "speech_to_text":
         from transformers.models.speech_to_text.modeling_speech_to_text import (
             Speech2TextSinusoidalPositionalEmbedding as HF,
@@ -106,18 +106,18 @@ def test_parity_with_hf_fairseq_style_embeddings(hf_name):
     else:
         from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding as HF
     padding_idx, dim = 1, 48
-    hf = HF(64, dim, padding_idx=padding_idx)
+    hf = HF(64, dim, padding_idx=padding_idx).to(device)
     # fairseq numbering: real tokens at padding_idx + 1, +2, ...; we get it from offset.
-    pe = Sinusoidal(dim, layout="concat", freq_spacing="tensor2tensor", offset=padding_idx + 1)
-    input_ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, padding_idx, padding_idx]])
+    pe = Sinusoidal(dim, layout="concat", freq_spacing="tensor2tensor", offset=padding_idx + 1).to(device)
+    input_ids = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, padding_idx, padding_idx]], device=device)
     with torch.no_grad():
         expected = hf(input_ids)
-    got = pe(torch.zeros(2, 6, dim), posenc.mask_to_positions(input_ids.ne(padding_idx)))
+    got = pe(torch.zeros(2, 6, dim, device=device), posenc.mask_to_positions(input_ids.ne(padding_idx)))
     real = input_ids.ne(padding_idx)
     torch.testing.assert_close(got[real], expected[real], **HF_FLOAT32_ANGLES)
     torch.testing.assert_close(got[0], expected[0], **HF_FLOAT32_ANGLES)  # an unpadded row, whole
     # HF's float32 angles are the less exact of the two, against the float64 formula
-    truth = torch.from_numpy(reference_1d(np.arange(2, 8), dim, 1e4, "concat", "tensor2tensor"))
+    truth = torch.from_numpy(reference_1d(np.arange(2, 8), dim, 1e4, "concat", "tensor2tensor")).to(device)
     assert (got[0].double() - truth).abs().max() <= (expected[0].double() - truth).abs().max()
 
 

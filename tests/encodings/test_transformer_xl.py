@@ -63,7 +63,7 @@ def reference_bias(q, k, xl: RelPosXL, q_pos, k_pos) -> torch.Tensor:
 @pytest.mark.parametrize("model", sorted(HF_MODULES))
 @pytest.mark.parametrize(("heads", "hidden", "length"), [(4, 32, 11), (2, 24, 7)])
 def test_attention_equals_transformers_relative_mode(
-    model: str, heads: int, hidden: int, length: int
+    model: str, heads: int, hidden: int, length: int, device: torch.device
 ) -> None:
     """The whole attention output of a random transformers self-attention (relative mode)."""
     config_class, attention_class, embedding_class = HF_MODULES[model]
@@ -77,6 +77,7 @@ def test_attention_equals_transformers_relative_mode(
     config._attn_implementation = "eager"
     layer = attention_class(config).eval()
     _randomise(layer, seed=heads)
+    layer.to(device)
     dh = hidden // heads
     xl = posenc.build("transformer_xl", num_heads=heads, head_dim=dh, d_model=hidden)
     xl.load_state_dict(
@@ -86,9 +87,10 @@ def test_attention_equals_transformers_relative_mode(
             "pos_bias_v": layer.pos_bias_v,
         }
     )
-    x = torch.randn(2, length, hidden, generator=torch.Generator().manual_seed(1))
+    xl.to(device)
+    x = torch.randn(2, length, hidden, generator=torch.Generator().manual_seed(1)).to(device)
     with torch.no_grad():
-        expected = layer(x, relative_position_embeddings=embedding_class(config)(x))[0]
+        expected = layer(x, relative_position_embeddings=embedding_class(config).to(device)(x))[0]
 
         def split(t: torch.Tensor) -> torch.Tensor:
             return t.view(2, length, heads, dh).transpose(1, 2)

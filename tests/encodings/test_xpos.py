@@ -22,16 +22,17 @@ def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("dim", "scale_base", "t"), [(8, 512, 16), (16, 8, 40), (32, 64, 7)])
-def test_scores_equal_rotary_embedding_torch(dim: int, scale_base: int, t: int) -> None:
+def test_scores_equal_rotary_embedding_torch(dim: int, scale_base: int, t: int, device: torch.device) -> None:
     torch.manual_seed(0)
-    reference = RotaryEmbedding(dim=dim, use_xpos=True, xpos_scale_base=scale_base)
-    q, k = torch.randn(2, 3, t, dim), torch.randn(2, 3, t, dim)
+    reference = RotaryEmbedding(dim=dim, use_xpos=True, xpos_scale_base=scale_base).to(device)
+    q, k = torch.randn(2, 3, t, dim).to(device), torch.randn(2, 3, t, dim).to(device)
     rq, rk = reference.rotate_queries_and_keys(q, k)
-    ours = posenc.build(f"xpos(layout='interleaved', scale_base={scale_base})", head_dim=dim, causal=True)
+    spec = f"xpos(layout='interleaved', scale_base={scale_base})"
+    ours = posenc.build(spec, head_dim=dim, causal=True).to(device)
     oq, ok = ours(q, k)
     # The causal entries (keys at or before the query): the only ones xPos is defined for; past the
     # diagonal the scale grows like zeta ** -((n - m) / scale_base) and float32 roundings with it.
-    keep = torch.ones(t, t, dtype=torch.bool).tril()
+    keep = torch.ones(t, t, dtype=torch.bool, device=device).tril()
     torch.testing.assert_close(scores(oq, ok)[..., keep], scores(rq, rk)[..., keep], **SCORES_FP32)
 
 

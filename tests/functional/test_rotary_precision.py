@@ -40,7 +40,7 @@ def _transformers(x: torch.Tensor, positions: torch.Tensor, layout: str) -> torc
         max_position_embeddings=int(positions.max()) + 1,
         rope_theta=10000.0,
     )
-    cos, sin = LlamaRotaryEmbedding(config)(x, positions.expand(x.shape[0], -1))
+    cos, sin = LlamaRotaryEmbedding(config).to(x.device)(x, positions.expand(x.shape[0], -1))
     if layout == "half":
         return apply_rotary_pos_emb(x, x, cos, sin)[0]
     pairs = HEAD_DIM // 2
@@ -68,26 +68,27 @@ def _paths(rope: posenc.RoPE, q: torch.Tensor, k: torch.Tensor, positions: torch
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_half_precision_error_is_at_most_transformers_on_every_path(dtype, layout):
+def test_half_precision_error_is_at_most_transformers_on_every_path(dtype, layout, device):
     """Against float64, every path's error is at most transformers' on the same inputs: the
     maximum over positions up to 4e6 (transformers' float32 angles dominate there), the RMS where
     both angles are exact (positions < 4096: one element's maximum is a coin toss, the RMS is not;
     see tests/hardening/test_precision.py)."""
-    rope = posenc.RoPE(HEAD_DIM, layout=layout)
+    rope = posenc.RoPE(HEAD_DIM, layout=layout).to(device)
     small = POSITIONS[POSITIONS < 4096]
     for seed in range(3):
         gen = torch.Generator().manual_seed(seed)
         for positions, which in ((POSITIONS, 0), (small, 1)):
             q = torch.randn(2, 4, positions.numel(), HEAD_DIM, generator=gen).to(dtype)
             k = torch.randn(2, 2, positions.numel(), HEAD_DIM, generator=gen).to(dtype)
+            on = [t.to(device) for t in (q, k, positions)]  # computed on device, compared on the CPU
             bound = [
-                _max_and_rms(_transformers(x, positions, layout), _reference(x, positions, layout))
-                for x in (q, k)
+                _max_and_rms(_transformers(x, on[2], layout).cpu(), _reference(x.cpu(), positions, layout))
+                for x in on[:2]
             ]
-            for name, outs in _paths(rope, q, k, positions):
+            for name, outs in _paths(rope, *on):
                 for x, out, theirs in zip((q, k), outs, bound, strict=True):
                     assert out.dtype == dtype
-                    ours = _max_and_rms(out, _reference(x, positions, layout))
+                    ours = _max_and_rms(out.cpu(), _reference(x, positions, layout))
                     assert ours[which] <= theirs[which], (name, seed, which, ours, theirs)
 
 

@@ -1,28 +1,11 @@
-"""Parametrizes the hardening tests over the registry table in :mod:`entries_table`, and over the
-devices of this machine: a test taking ``device`` runs on the CPU, and on ``cuda`` (``mps``)
-wherever torch sees one, so ``pytest`` on a GPU machine tests the GPU with no edits."""
+"""Parametrizes the hardening tests over the registry table in :mod:`entries_table` (the ``device``
+fixture, the CPU plus every accelerator torch sees, is in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from entries_table import SUBSETS, entries
-
-#: The devices a ``device`` test runs on: the CPU, and every accelerator torch sees here.
-DEVICES = ["cpu"] + [
-    name
-    for name, present in (
-        ("cuda", torch.cuda.is_available()),
-        ("mps", getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()),
-    )
-    if present
-]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request: pytest.FixtureRequest) -> torch.device:
-    """Each device of this machine in turn (a test's own ``parametrize("device", ...)`` overrides it)."""
-    return torch.device(request.param)
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,12 @@ from torch.func import functional_call
 import posenc
 
 
-def _f64(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return tuple(t.detach().double().requires_grad_(True) for t in tensors)
+def _f64(*tensors: torch.Tensor, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+    return tuple(t.detach().to(device, torch.float64).requires_grad_(True) for t in tensors)
+
+
+def _to(device: torch.device, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    return tuple(None if t is None else t.to(device) for t in tensors)
 
 
 POSITION_FORMS = {
@@ -24,32 +28,35 @@ POSITION_FORMS = {
 
 
 @pytest.mark.parametrize("form", list(POSITION_FORMS))
-def test_encode_qk_gradcheck(qk_entry: Entry, form: str) -> None:
-    rope = qk_entry.build()
-    q, k = _f64(*make_qk(qk_entry, 2, 5, 7, torch.float64, heads=4, kv_heads=2))
+def test_encode_qk_gradcheck(qk_entry: Entry, form: str, device: torch.device) -> None:
+    rope = qk_entry.build().to(device)
+    q, k = _f64(*make_qk(qk_entry, 2, 5, 7, torch.float64, heads=4, kv_heads=2), device=device)
     q_pos = POSITION_FORMS[form](2, 5)
     k_pos = POSITION_FORMS[form](2, 7)
     if q_pos is not None and k_pos is not None and form == "shared":
         k_pos = torch.arange(7) * 7
-    q_pos, k_pos = qk_entry.qk_positions(5, 7, q_pos, k_pos)  # on axes; explicit off an axial grid
+    q_pos, k_pos = _to(
+        device, *qk_entry.qk_positions(5, 7, q_pos, k_pos)
+    )  # on axes; explicit off an axial grid
     assert gradcheck(lambda q, k: rope.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), (q, k))
 
 
-def test_rope_second_derivatives(qk_entry: Entry) -> None:
+def test_rope_second_derivatives(qk_entry: Entry, device: torch.device) -> None:
     """Double backward (Hessian-vector products, gradient penalties) through the rotation."""
-    rope = qk_entry.build()
-    q, k = _f64(*make_qk(qk_entry, 1, 4, 4, torch.float64, heads=2))
-    q_pos, k_pos = qk_entry.qk_positions(4, 4, None, None)
+    rope = qk_entry.build().to(device)
+    q, k = _f64(*make_qk(qk_entry, 1, 4, 4, torch.float64, heads=2), device=device)
+    q_pos, k_pos = _to(device, *qk_entry.qk_positions(4, 4, None, None))
     assert gradgradcheck(lambda q, k: rope.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos), (q, k))
 
 
 @pytest.mark.parametrize("form", list(POSITION_FORMS))
-def test_encode_input_gradcheck_in_x(input_entry: Entry, form: str) -> None:
-    module = input_entry.build()
-    (x,) = _f64(make_input(input_entry, 2, 6, torch.float64))
+def test_encode_input_gradcheck_in_x(input_entry: Entry, form: str, device: torch.device) -> None:
+    module = input_entry.build().to(device)
+    (x,) = _f64(make_input(input_entry, 2, 6, torch.float64), device=device)
     positions = None if input_entry.fixed_len else POSITION_FORMS[form](2, 6)
     if positions is not None and input_entry.max_position is not None:
         positions = positions % (input_entry.max_position + 1)
+    (positions,) = _to(device, positions)
     assert gradcheck(lambda x: module.encode_input(x, positions), (x,))
 
 
@@ -142,14 +149,20 @@ ATTENTION_CASES = [
 
 
 @pytest.mark.parametrize(("spec", "backend", "causal"), ATTENTION_CASES)
-def test_attention_gradcheck(spec: str, backend: str, causal: bool) -> None:
-    encoding = posenc.build(spec, num_heads=2, head_dim=4, causal=causal).double()
+def test_attention_gradcheck(spec: str, backend: str, causal: bool, device: torch.device) -> None:
+    encoding = posenc.build(spec, num_heads=2, head_dim=4, causal=causal).double().to(device)
     gen = torch.Generator().manual_seed(0)
-    q, k, v = _f64(*(torch.randn(1, 2, t, 4, generator=gen, dtype=torch.float64) for t in (5, 6, 6)))
+    inputs = (torch.randn(1, 2, t, 4, generator=gen, dtype=torch.float64) for t in (5, 6, 6))
+    q, k, v = _f64(*inputs, device=device)
     call, params = _with_params(encoding, "attention")
     kwargs = {"causal": causal, "backend": backend, "chunk_size": 2}
     # fast_mode: one random direction per input instead of the full Jacobian (the chunked
     # path recomputes each chunk under checkpointing, so the full Jacobian takes ~15 s)
+    # nondet_tol: a GPU's atomic adds (T5's table gradient) may sum in another order on each run
+    nondet_tol = 0.0 if device.type == "cpu" else 1e-12
     assert gradcheck(
-        lambda q, k, v, *values: call((q, k, v), kwargs, values), (q, k, v, *params), fast_mode=True
+        lambda q, k, v, *values: call((q, k, v), kwargs, values),
+        (q, k, v, *params),
+        fast_mode=True,
+        nondet_tol=nondet_tol,
     )

@@ -48,14 +48,17 @@ def _max_ulp_ratio(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, dt
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_rope_half_precision_error_is_within_an_ulp_up_to_131072(dtype: torch.dtype, layout: str) -> None:
+def test_rope_half_precision_error_is_within_an_ulp_up_to_131072(
+    dtype: torch.dtype, layout: str, device: torch.device
+) -> None:
     head_dim, base = 64, 500000.0
-    rope = posenc.RoPE(head_dim, base=base, layout=layout)
+    rope = posenc.RoPE(head_dim, base=base, layout=layout).to(device)
     gen = torch.Generator().manual_seed(0)
     t = POSITIONS.numel()
     q = torch.randn(1, 2, t, head_dim, generator=gen).to(dtype)
     k = torch.randn(1, 2, t, head_dim, generator=gen).to(dtype)
-    q_rot, k_rot = rope(q, k, POSITIONS, POSITIONS)
+    on = POSITIONS.to(device)
+    q_rot, k_rot = (out.cpu() for out in rope(q.to(device), k.to(device), on, on))
     for x, out in ((q, q_rot), (k, k_rot)):
         ref = _rope_reference(x.double(), POSITIONS, head_dim, base, layout)
         scale = x.double().abs().amax(-1, keepdim=True)
@@ -89,7 +92,7 @@ def _transformers_rope(x: torch.Tensor, positions: torch.Tensor, head_dim: int, 
         max_position_embeddings=int(positions.max()) + 1,
         rope_theta=base,
     )
-    cos, sin = LlamaRotaryEmbedding(config)(x, positions[None])
+    cos, sin = LlamaRotaryEmbedding(config).to(x.device)(x, positions[None])
     if layout == "half":
         return apply_rotary_pos_emb(x, x, cos, sin)[0]
     pairs = head_dim // 2
@@ -108,7 +111,9 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_rope_half_precision_error_is_at_most_transformers(dtype: torch.dtype, layout: str) -> None:
+def test_rope_half_precision_error_is_at_most_transformers(
+    dtype: torch.dtype, layout: str, device: torch.device
+) -> None:
     """The bound that lets the eager rotation round in the input dtype: against float64, posenc's
     error is at most transformers' on the same inputs, over positions up to 10^7, in every seed.
 
@@ -119,19 +124,25 @@ def test_rope_half_precision_error_is_at_most_transformers(dtype: torch.dtype, l
     to 11%, measured over 50 seeds), so that comparison uses the RMS error.
     """
     head_dim, base = 64, 10000.0
-    rope = posenc.RoPE(head_dim, base=base, layout=layout)
+    rope = posenc.RoPE(head_dim, base=base, layout=layout).to(device)
     positions = torch.cat((POSITIONS, HUGE_POSITIONS))
     small = POSITIONS[POSITIONS < 4096]
+
+    def both(x: torch.Tensor, at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """posenc's and transformers' rotations of ``x``, both computed on ``device``."""
+        x, at = x.to(device), at.to(device)
+        return rope.rotate(x, at).cpu(), _transformers_rope(x, at, head_dim, base, layout).cpu()
+
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(2, 4, positions.numel(), head_dim, generator=gen).to(dtype)
         ref = _rope_reference(x.double(), positions, head_dim, base, layout)
-        ours, theirs = rope.rotate(x, positions), _transformers_rope(x, positions, head_dim, base, layout)
+        ours, theirs = both(x, positions)
         assert _errors(ours, ref)[0] <= _errors(theirs, ref)[0]
 
         x = torch.randn(2, 16, small.numel(), head_dim, generator=gen).to(dtype)
         ref = _rope_reference(x.double(), small, head_dim, base, layout)
-        ours, theirs = rope.rotate(x, small), _transformers_rope(x, small, head_dim, base, layout)
+        ours, theirs = both(x, small)
         assert _errors(ours, ref)[1] <= _errors(theirs, ref)[1]
 
     # The bound fails for angles computed in the input dtype: it tells the known bug apart.
@@ -146,13 +157,13 @@ def test_rope_half_precision_error_is_at_most_transformers(dtype: torch.dtype, l
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("layout", ["interleaved", "concat"])
 def test_sinusoidal_half_precision_error_is_one_rounding_up_to_131072(
-    dtype: torch.dtype, layout: str
+    dtype: torch.dtype, layout: str, device: torch.device
 ) -> None:
     d_model = 64
-    pe = posenc.Sinusoidal(d_model, layout=layout)
+    pe = posenc.Sinusoidal(d_model, layout=layout).to(device)
     t = POSITIONS.numel()
     x = torch.randn(2, t, d_model, generator=torch.Generator().manual_seed(1)).to(dtype)
-    out = pe(x, POSITIONS)
+    out = pe(x.to(device), POSITIONS.to(device)).cpu()
     table64 = sinusoidal_table(POSITIONS, d_model, layout=layout, dtype=torch.float64)
     ref = x.double() + table64
     # two roundings: the table to the input dtype, then the sum
@@ -187,16 +198,18 @@ def test_cached_float32_tables_are_float64_rounded_once_up_to_131072() -> None:
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_rope_attention_scores_at_long_context(dtype: torch.dtype) -> None:
+def test_rope_attention_scores_at_long_context(dtype: torch.dtype, device: torch.device) -> None:
     """Scores between a query at 131072 and keys at every position: within rounding of float64."""
     head_dim = 64
-    rope = posenc.RoPE(head_dim, base=10000.0)
+    rope = posenc.RoPE(head_dim, base=10000.0).to(device)
     gen = torch.Generator().manual_seed(2)
     t = POSITIONS.numel()
     q = torch.randn(1, 1, 1, head_dim, generator=gen).to(dtype)
     k = torch.randn(1, 1, t, head_dim, generator=gen).to(dtype)
     q_pos = torch.tensor([131072])
-    q_rot, k_rot = rope(q, k, q_pos, POSITIONS)
+    q_rot, k_rot = (
+        out.cpu() for out in rope(q.to(device), k.to(device), q_pos.to(device), POSITIONS.to(device))
+    )
     scores = q_rot.double() @ k_rot.double().transpose(-1, -2)
     q_ref = _rope_reference(q.double(), q_pos, head_dim, 10000.0, "half")
     k_ref = _rope_reference(k.double(), POSITIONS, head_dim, 10000.0, "half")

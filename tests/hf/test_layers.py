@@ -88,11 +88,11 @@ def _record_qk(module: Any, query: torch.Tensor, key: torch.Tensor, *args: Any, 
 transformers.AttentionInterface.register("posenc_record_qk", _record_qk)
 
 
-def _run(model_cls: str, config: Any) -> None:
+def _run(model_cls: str, config: Any, device: torch.device | str = "cpu") -> None:
     torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(config).eval()
+    model = getattr(transformers, model_cls)(config).eval().to(device)
     with torch.no_grad():
-        model(input_ids=torch.randint(1, 64, (2, T)))
+        model(input_ids=torch.randint(1, 64, (2, T)).to(device))
 
 
 def _deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -262,12 +262,12 @@ def _rotary_layers(encodings: list[posenc.PositionalEncoding]) -> list[int]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_layers_match_the_model(case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layers_match_the_model(case: tuple, monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
     _, config_cls, kwargs, model_cls, fn, form = case
     config = getattr(transformers, config_cls)(**kwargs)
     module = importlib.import_module(getattr(transformers, model_cls).__module__)
     calls = _record(monkeypatch, module, fn)
-    _run(model_cls, config)
+    _run(model_cls, config, device)
 
     encodings = layer_encodings(config)
     assert len(encodings) == config.num_hidden_layers
@@ -276,7 +276,7 @@ def test_layers_match_the_model(case: tuple, monkeypatch: pytest.MonkeyPatch) ->
         per_layer = 2 if form == "single_bthd" else 1
         assert len(calls) == per_layer * len(rotary)
         for n, (args, out) in enumerate(calls):
-            rope = enc[rotary[n // per_layer]]
+            rope = enc[rotary[n // per_layer]].to(device)
             if form == "single_bthd":  # Gemma 4: q and k rotated one at a time, (b, t, h, d)
                 x = _bhtd(args[0])
                 got = rope.encode_qk(x, x)[0]

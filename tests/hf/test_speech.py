@@ -111,20 +111,21 @@ def _layer_output(model, layer: int, x: torch.Tensor, encoding: posenc.Positiona
 
 
 @pytest.mark.parametrize(("model_type", "mode"), list(MODELS))
-def test_each_layer_attention_equals_the_models(model_type: str, mode: str) -> None:
+def test_each_layer_attention_equals_the_models(model_type: str, mode: str, device: torch.device) -> None:
     model = MODELS[(model_type, mode)](mode)
     _randomise(model)
+    model.to(device)
     expected_class = posenc.ShawRelative if mode == "relative_key" else posenc.RelPosXL
-    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1)).to(device)
     outputs = []
     for layer in (0, LAYERS - 1):
-        encoding = from_hf_model(model, layer=layer)
+        encoding = from_hf_model(model, layer=layer).to(device)
         assert type(encoding) is expected_class
         expected, got = _layer_output(model, layer, x, encoding)
         torch.testing.assert_close(got, expected, **FP32)
         outputs.append(got)
     # another layer's tables give another output (each layer has its own)
-    wrong = _layer_output(model, 0, x, from_hf_model(model, layer=LAYERS - 1))[1]
+    wrong = _layer_output(model, 0, x, from_hf_model(model, layer=LAYERS - 1).to(device))[1]
     assert not torch.allclose(wrong, outputs[0], **FP32)
 
 
