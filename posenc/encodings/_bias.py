@@ -123,20 +123,19 @@ class PositionBias(PositionalEncoding):
     kind = "bias"
     state_class = PositionBiasState
     num_heads: int
+    causal: bool
     #: The bias depends on ``k_pos - q_pos`` alone (FIRE's does not: its normaliser reads ``q_pos``).
     by_distance: ClassVar[bool] = True
     #: Float temporaries per (query, key) pair beyond the bias (see :class:`~posenc.PositionState`).
     bias_scratch: int = 0
-
-    @property
-    def key_only(self) -> bool:
-        """Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only)."""
-        return False
+    #: With ``causal`` (read at each prepare), :meth:`attention_bias` returns the key-only form,
+    #: exact under a causal mask only (ALiBi).
+    key_only_when_causal: ClassVar[bool] = False
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
     ) -> PositionState:
-        form: BiasForm = "key" if self.key_only else "full"
+        form: BiasForm = "key" if self.key_only_when_causal and self.causal else "full"
         state = PositionBiasState(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form
         )
