@@ -38,11 +38,6 @@ __all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def _rows(positions: Tensor) -> Tensor:
-    """``(t,)`` or ``(b, t)`` positions as ``(1|b, t)``."""
-    return positions if positions.dim() == 2 else positions.unsqueeze(0)
-
-
 class PositionBiasState(PositionState):
     """The position state of a :class:`PositionBias`: positions, and T5's table looked up once.
 
@@ -76,7 +71,7 @@ class PositionBiasState(PositionState):
             return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
         qp = self.q_positions if q_positions is None else q_positions
         return self.encoding.dense_bias(
-            _rows(qp)[..., None], _rows(self.k_positions)[:, None], dtype, self.table
+            torch.atleast_2d(qp)[..., None], torch.atleast_2d(self.k_positions)[:, None], dtype, self.table
         )
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
@@ -226,7 +221,9 @@ class ContentBiasState(PositionState):
         """
         per_distance, key_term, lo, hi = self._terms(q, k)
         # the row of each (query, key) pair: (1|b, tq, tk)
-        index = clipped_distance_index(_rows(self.q_positions), _rows(self.k_positions), -lo, hi)
+        index = clipped_distance_index(
+            torch.atleast_2d(self.q_positions), torch.atleast_2d(self.k_positions), -lo, hi
+        )
         _, h, tq, n = per_distance.shape
         b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
         bias = per_distance.expand(b, h, tq, n).gather(

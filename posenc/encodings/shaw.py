@@ -173,13 +173,9 @@ class ShawRelative(PositionalEncoding):
 
     def _table(self, which: str) -> Tensor:
         """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable."""
-        emb = self.key_embeddings if which == "key" else self.value_embeddings
-        if emb is None:
-            raise ValueError("this ShawRelative has no value table (values=False)")
-        weight = emb.weight
-        if self.per_head:
-            return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1)
-        return weight
+        # (the callers check values=True before asking for the value table)
+        weight = cast(nn.Embedding, self.key_embeddings if which == "key" else self.value_embeddings).weight
+        return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1) if self.per_head else weight
 
     def forward(
         self,

@@ -211,16 +211,13 @@ class RelPosXL(PositionalEncoding):
         nn.init.xavier_uniform_(self.pos_bias_u)
         nn.init.xavier_uniform_(self.pos_bias_v)
 
-    def relative_embeddings(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``R`` at the distances ``k_pos - q_pos``: the sinusoid of ``-distances``, ``(n, d_model)``.
-
-        Angles are computed in float64 and rounded once to ``dtype``.
-        """
-        return sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
-
     def projected(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``W R`` per head at the distances ``k_pos - q_pos``: ``(n,) -> (h, n, dh)``, differentiable in ``W``."""
-        emb = self.relative_embeddings(distances, dtype)
+        """``W R`` per head at the distances ``k_pos - q_pos``: ``(n,) -> (h, n, dh)``, differentiable in ``W``.
+
+        ``R`` is the sinusoid of ``-distances``, ``(n, d_model)``, its angles computed in float64 and
+        rounded once to ``dtype``.
+        """
+        emb = sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
         proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
         return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 

@@ -63,4 +63,3 @@ def alibi_slopes(
     if closest != num_heads:
         slopes += _geometric_slopes(2 * closest, max_bias)[0::2][: num_heads - closest]
     return torch.tensor(slopes, dtype=torch.float64, device=device).to(dtype)
-
