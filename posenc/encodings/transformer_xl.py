@@ -39,10 +39,6 @@ class RelPosXLState(ContentBiasState):
 
     encoding: RelPosXL
 
-    @property
-    def bias_heads(self) -> int | None:
-        return self.encoding.num_heads
-
     def _window(self) -> tuple[int, int]:
         if self.q_len == 0 or self.k_len == 0:
             return 0, 0
