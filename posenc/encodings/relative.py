@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
-from ..functional.relative import check_relative_bucket_options, relative_bucket_of_distances
+from ..functional.relative import check_relative_bucket_options, relative_position_bucket
 from ._bias import BiasFn, PositionBias
 
 __all__ = ["RelativeBias"]
@@ -82,8 +82,12 @@ class RelativeBias(PositionBias):
         self.reset_parameters()
 
     def _buckets(self, device: torch.device | str | None) -> Tensor:
-        return relative_bucket_of_distances(
-            self.max_distance, bidirectional=self.bidirectional, num_buckets=self.num_buckets, device=device
+        # (n,): entry i is the bucket of k_pos - q_pos == i - max_distance, and (since buckets
+        # saturate there) of every relative position that clamps to it
+        d = self.max_distance
+        distances = torch.arange(-d, d + 1, device=device)
+        return relative_position_bucket(
+            distances, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=d
         )
 
     def reset_parameters(self) -> None:

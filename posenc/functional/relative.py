@@ -7,11 +7,9 @@ depends on the relative position ``k_pos - q_pos`` through a bucket: distances b
 distance of ``max_distance`` or more shares the last bucket.
 
 Because the buckets saturate at ``max_distance``, the bias depends only on
-``clamp(k_pos - q_pos, -max_distance, max_distance)``. The functions below use that: the
-bias of a head is a vector over the ``2 * max_distance + 1`` clamped distances, and a
+``clamp(k_pos - q_pos, -max_distance, max_distance)``. :class:`posenc.RelativeBias` uses that:
+the bias of a head is a vector over the ``2 * max_distance + 1`` clamped distances, and a
 ``(tq, tk)`` bias is a gather from it, with no bucketing (log, division) per score.
-
-Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``n`` = ``2 * max_distance + 1``.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from torch import Tensor
 
 from .._checks import MAX_DISTANCE, check_bool, check_distance, check_positive_int, short
 
-__all__ = ["check_relative_bucket_options", "relative_bucket_of_distances", "relative_position_bucket"]
+__all__ = ["check_relative_bucket_options", "relative_position_bucket"]
 
 
 def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -106,25 +104,3 @@ def relative_position_bucket(
     )
     if_large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp_max(num_buckets - 1)
     return offset + torch.where(is_small, distance, if_large)
-
-
-def relative_bucket_of_distances(
-    max_distance: int,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """The bucket of each clamped distance ``-max_distance .. max_distance``.
-
-    Entry ``i`` is the bucket of relative position ``i - max_distance``; since buckets
-    saturate at ``max_distance``, it is also the bucket of every relative position that
-    clamps to it.
-
-    Returns:
-        ``(n,)`` long tensor, ``n = 2 * max_distance + 1``.
-    """
-    distances = torch.arange(-max_distance, max_distance + 1, device=device)
-    return relative_position_bucket(
-        distances, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
-    )
