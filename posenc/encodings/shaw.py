@@ -237,8 +237,7 @@ class ShawRelative(PositionalEncoding):
             raise ValueError("which='value' needs values=True (this ShawRelative has no value table)")
         positions = torch.arange(length, device=self.key_embeddings.weight.device)
         index = clipped_distance_index(positions, positions, self.max_distance, self.right)
-        table = self._table(which)
-        return table[..., index, :]
+        return self._table(which)[..., index, :]
 
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"max_distance={self.max_distance}"]
