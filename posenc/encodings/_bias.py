@@ -25,10 +25,9 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor
 
-from .._compat import precise_dtype
+from .._compat import is_tracing, precise_dtype
 from .._positions import check_bias_qk, check_qk, check_scores
 from ..base import PositionalEncoding
-from ..functional.relative import position_indexer, toeplitz_by_distance
 from ..functional.shaw import clipped_distance_index
 from ..state import BiasForm, PositionState, ScoreMod
 
@@ -38,9 +37,52 @@ __all__ = ["ContentBiasState", "PositionBias", "PositionBiasState"]
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def _rows(positions: Tensor) -> Tensor:
-    """``(t,)`` or ``(b, t)`` positions as ``(1|b, t)``."""
-    return positions if positions.dim() == 2 else positions.unsqueeze(0)
+def _toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
+    """Spread values over ascending distances ``k_pos - q_pos`` into ``(tq, tk)``.
+
+    With consecutive positions a bias that depends only on ``k_pos - q_pos`` is a Toeplitz
+    matrix: ``out[i, j] = values[j - i + tq - 1]``. Windows of ``values`` (``unfold``) then one
+    flip of the rows write it in a single pass, with no ``(tq, tk)`` index tensor (about 2x
+    faster than a gather). Under ``torch.compile`` and
+    ``torch.export`` it gathers instead, so that one graph serves every length.
+
+    Args:
+        values: ``(..., tq + tk - 1)``, at the distances ``-(tq - 1) + s .. tk - 1 + s`` of
+            consecutive positions (``s = k_start - q_start``, see :meth:`~posenc.PositionState.distances`).
+        tq, tk: query and key lengths.
+
+    Returns:
+        ``(..., tq, tk)``, contiguous.
+    """
+    if is_tracing():
+        # unfold with a symbolic window size specialises it (one graph per length under
+        # torch.compile, a length constraint under torch.export); a gather of
+        # out[i, j] = values[j - i + tq - 1] keeps the length dynamic.
+        index = torch.arange(tk, device=values.device) - torch.arange(tq, device=values.device).unsqueeze(-1)
+        return values[..., index + (tq - 1)]
+    # unfold's row r starts at distance index r (increasing); query i needs start tq-1-i.
+    # flip may keep the window view's column-major strides when tq < tk: make it row-major.
+    return values.unfold(-1, tk, 1).flip(-2).contiguous()
+
+
+def _position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """A lookup ``(batch_index, token_index) -> position`` for use inside a FlexAttention ``score_mod``.
+
+    Args:
+        positions: ``(t,)``, ``(1, t)`` (shared by every batch row) or ``(b, t)`` integer positions.
+
+    Returns:
+        A function of two scalar index tensors; batch-independent positions ignore the batch index.
+    """
+    if positions.dim() == 1 or positions.shape[0] == 1:
+        shared = positions.reshape(-1)
+        return lambda b, i: shared[i]
+    # A flat index with the row length as a 0-d tensor, not positions[b, i] nor a Python int:
+    # with dynamic shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a
+    # captured tensor, and a captured int becomes a symbol that its code generator rejects.
+    length = torch.tensor(positions.shape[-1], device=positions.device)
+    flat = positions.reshape(-1)
+    return lambda b, i: flat[b * length + i]
 
 
 class PositionBiasState(PositionState):
@@ -73,10 +115,10 @@ class PositionBiasState(PositionState):
         """
         values = self.bias_by_distance(dtype) if q_positions is None else None
         if values is not None:
-            return toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
+            return _toeplitz_by_distance(values, self.q_len, self.k_len).unsqueeze(0)
         qp = self.q_positions if q_positions is None else q_positions
         return self.encoding.dense_bias(
-            _rows(qp)[..., None], _rows(self.k_positions)[:, None], dtype, self.table
+            torch.atleast_2d(qp)[..., None], torch.atleast_2d(self.k_positions)[:, None], dtype, self.table
         )
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
@@ -103,7 +145,7 @@ class PositionBiasState(PositionState):
         """A FlexAttention ``score_mod`` adding the dense bias inside the kernel (no ``(h, tq, tk)`` tensor)."""
         check_bias_qk(q, k, self.encoding.num_heads)
         fn = self.encoding.bias_fn(precise_dtype(q), self.table)
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        q_pos, k_pos = _position_indexer(self.q_positions), _position_indexer(self.k_positions)
 
         def position_bias_score_mod(
             score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
@@ -123,20 +165,19 @@ class PositionBias(PositionalEncoding):
     kind = "bias"
     state_class = PositionBiasState
     num_heads: int
+    causal: bool
     #: The bias depends on ``k_pos - q_pos`` alone (FIRE's does not: its normaliser reads ``q_pos``).
     by_distance: ClassVar[bool] = True
     #: Float temporaries per (query, key) pair beyond the bias (see :class:`~posenc.PositionState`).
     bias_scratch: int = 0
-
-    @property
-    def key_only(self) -> bool:
-        """Whether :meth:`attention_bias` returns the key-only form (exact under a causal mask only)."""
-        return False
+    #: With ``causal`` (read at each prepare), :meth:`attention_bias` returns the key-only form,
+    #: exact under a causal mask only (ALiBi).
+    key_only_when_causal: ClassVar[bool] = False
 
     def prepare_state(
         self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
     ) -> PositionState:
-        form: BiasForm = "key" if self.key_only else "full"
+        form: BiasForm = "key" if self.key_only_when_causal and self.causal else "full"
         state = PositionBiasState(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form
         )
@@ -187,6 +228,10 @@ class ContentBiasState(PositionState):
 
     encoding: Any  # ShawRelative or RelPosXL: num_heads, head_dim
 
+    @property
+    def bias_heads(self) -> int | None:
+        return self.encoding.num_heads
+
     def _window(self) -> tuple[int, int]:
         """``(lo, hi)``: the smallest and largest distance ``k_pos - q_pos`` the table holds."""
         raise NotImplementedError
@@ -227,7 +272,9 @@ class ContentBiasState(PositionState):
         """
         per_distance, key_term, lo, hi = self._terms(q, k)
         # the row of each (query, key) pair: (1|b, tq, tk)
-        index = clipped_distance_index(_rows(self.q_positions), _rows(self.k_positions), -lo, hi)
+        index = clipped_distance_index(
+            torch.atleast_2d(self.q_positions), torch.atleast_2d(self.k_positions), -lo, hi
+        )
         _, h, tq, n = per_distance.shape
         b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
         bias = per_distance.expand(b, h, tq, n).gather(
@@ -241,11 +288,11 @@ class ContentBiasState(PositionState):
         b, h, tq, n = per_distance.shape
         flat = per_distance.reshape(-1)
         keys = None if key_term is None else key_term.expand(b, h, 1, -1).reshape(-1)
-        # 0-d tensors, not Python ints: see posenc.functional.relative.position_indexer.
+        # 0-d tensors, not Python ints: see _position_indexer.
         heads, rows, width, tk, low, high = (
             per_distance.new_full((), x, dtype=torch.long) for x in (h, tq, n, k.shape[-2], lo, hi)
         )
-        q_pos, k_pos = position_indexer(self.q_positions), position_indexer(self.k_positions)
+        q_pos, k_pos = _position_indexer(self.q_positions), _position_indexer(self.k_positions)
         one_batch = b == 1
 
         def by_distance_score_mod(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_num_heads, check_positive_int
-from ..functional.alibi import alibi_slopes, check_alibi_options, linear_bias
+from .._checks import check_bool, check_num_heads, check_positive_float, check_positive_int
+from ..functional.alibi import alibi_slopes
 from ._bias import BiasFn, PositionBias
 
 __all__ = ["ALiBi", "FalconALiBi"]
@@ -62,6 +62,7 @@ class ALiBi(PositionBias):
     """
 
     cache_names = ("slopes",)
+    key_only_when_causal = True
     slopes: Tensor
 
     def __init__(
@@ -75,15 +76,10 @@ class ALiBi(PositionBias):
         super().__init__()
         self.num_heads = check_num_heads("num_heads", num_heads)
         self.causal = check_bool("causal", causal)
-        check_alibi_options(num_heads, max_bias)
-        self.max_bias = float(max_bias)
+        self.max_bias = check_positive_float("max_bias", max_bias)
         self.register_buffer(
             "slopes", alibi_slopes(num_heads, self.max_bias, device=device), persistent=False
         )
-
-    @property
-    def key_only(self) -> bool:  # follows causal, also when it is set after construction
-        return self.causal
 
     def reset_caches(self) -> None:
         """Rebuild the slopes (float32), e.g. after ``to_empty()`` from the meta device."""
@@ -97,10 +93,13 @@ class ALiBi(PositionBias):
         return self.slopes
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
-        # Causal: m * (k - q), the paper's form (positive past the diagonal, where the causal mask
-        # applies); bidirectional: -m * |k - q|.
-        slopes, symmetric = self._slopes(dtype), not self.causal
-        return lambda q, k, h: linear_bias(slopes[h], k - q, symmetric=symmetric)
+        # ALiBi's formula, the one place it is written. Causal: m * (k - q), the paper's form
+        # (positive past the diagonal, where the causal mask applies); bidirectional: -m * |k - q|.
+        # The distance is converted once, so it is exact up to 2^24 in float32.
+        slopes = self._slopes(dtype)
+        if self.causal:
+            return lambda q, k, h: slopes[h] * (k - q).to(slopes.dtype)
+        return lambda q, k, h: -slopes[h] * (k - q).to(slopes.dtype).abs()
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"

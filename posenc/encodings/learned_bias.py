@@ -73,10 +73,8 @@ class KERPLE(PositionBias):
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         log = self.kind_name == "log"
-        r1, r2 = (
-            self.r1.to(dtype).clamp(min=KERPLE_EPS),
-            self.r2.to(dtype).clamp(KERPLE_EPS, None if log else 2.0),
-        )
+        r1 = self.r1.to(dtype).clamp(min=KERPLE_EPS)
+        r2 = self.r2.to(dtype).clamp(KERPLE_EPS, None if log else 2.0)
 
         def kernel(q: Tensor, k: Tensor, h: Tensor) -> Tensor:
             d = (k - q).abs().to(dtype)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
-from ..functional.relative import check_relative_bucket_options, relative_bucket_of_distances
+from ..functional.relative import check_relative_bucket_options, relative_position_bucket
 from ._bias import BiasFn, PositionBias
 
 __all__ = ["RelativeBias"]
@@ -71,25 +71,23 @@ class RelativeBias(PositionBias):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_num_heads("num_heads", num_heads)
-        check_bool("causal", causal)
-        if bidirectional is not None:
-            check_bool("bidirectional", bidirectional)
-        bidirectional = (not causal) if bidirectional is None else bidirectional
-        check_relative_bucket_options(num_buckets, max_distance, bidirectional)
-        self.num_heads = num_heads
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        self.bidirectional = bidirectional
-        self.causal = causal
+        self.num_heads = check_num_heads("num_heads", num_heads)
+        self.causal = check_bool("causal", causal)
+        self.bidirectional = (not causal) if bidirectional is None else bidirectional
+        check_relative_bucket_options(num_buckets, max_distance, self.bidirectional)  # bidirectional too
+        self.num_buckets, self.max_distance = num_buckets, max_distance
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads, device=device, dtype=dtype)
         # An integer cache: the base class's _apply moves it and rebuilds it after to_empty().
         self.register_buffer("bucket_of_distance", self._buckets(device), persistent=False)
         self.reset_parameters()
 
     def _buckets(self, device: torch.device | str | None) -> Tensor:
-        return relative_bucket_of_distances(
-            self.max_distance, bidirectional=self.bidirectional, num_buckets=self.num_buckets, device=device
+        # (n,): entry i is the bucket of k_pos - q_pos == i - max_distance, and (since buckets
+        # saturate there) of every relative position that clamps to it
+        d = self.max_distance
+        distances = torch.arange(-d, d + 1, device=device)
+        return relative_position_bucket(
+            distances, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=d
         )
 
     def reset_parameters(self) -> None:
@@ -134,13 +132,12 @@ class RelativeBias(PositionBias):
     def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
         index = (k_pos - q_pos).clamp_(-self.max_distance, self.max_distance).add_(self.max_distance)
         table = cast(Tensor, table).to(dtype)
-        if index.shape[0] == 1:
-            # One index for every batch row: one index_select of the flat index, heads outermost
-            # (causal T5 through posenc.attention at T=2048 with explicit positions: ~15% faster).
-            return table.index_select(1, index.reshape(-1)).view(1, table.shape[0], *index.shape[1:])
-        # Two broadcast indices read (b, h, tq, tk) directly: no (h, tq, tk) index tensor.
-        heads = torch.arange(self.num_heads, device=index.device).view(1, -1, 1, 1)
-        return table[heads, index.unsqueeze(1)]
+        # One index_select of the flat (1|b, tq, tk) index, then heads outermost: no (h, tq, tk) index
+        # tensor, and faster than a gather (causal T5 through posenc.attention at T=2048 with explicit
+        # positions: ~15%; batch 2, T=1024: 64 ms against 88 ms for table[heads, index], one thread).
+        h, (b, tq, tk) = table.shape[0], index.shape
+        out = table.index_select(1, index.reshape(-1)).view(h, b, tq, tk)
+        return out.transpose(0, 1).contiguous().view(b, h, tq, tk)  # a copy for more than one batch row
 
     def extra_repr(self) -> str:
         return (

@@ -173,13 +173,9 @@ class ShawRelative(PositionalEncoding):
 
     def _table(self, which: str) -> Tensor:
         """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable."""
-        emb = self.key_embeddings if which == "key" else self.value_embeddings
-        if emb is None:
-            raise ValueError("this ShawRelative has no value table (values=False)")
-        weight = emb.weight
-        if self.per_head:
-            return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1)
-        return weight
+        # (the callers check values=True before asking for the value table)
+        weight = cast(nn.Embedding, self.key_embeddings if which == "key" else self.value_embeddings).weight
+        return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1) if self.per_head else weight
 
     def forward(
         self,
@@ -241,8 +237,7 @@ class ShawRelative(PositionalEncoding):
             raise ValueError("which='value' needs values=True (this ShawRelative has no value table)")
         positions = torch.arange(length, device=self.key_embeddings.weight.device)
         index = clipped_distance_index(positions, positions, self.max_distance, self.right)
-        table = self._table(which)
-        return table[..., index, :]
+        return self._table(which)[..., index, :]
 
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"max_distance={self.max_distance}"]

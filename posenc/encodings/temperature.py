@@ -19,26 +19,7 @@ from .._compat import precise_dtype
 from .._positions import check_qk, resolve_qk_positions
 from ..base import PositionalEncoding
 
-__all__ = ["QueryTemperature", "query_temperature"]
-
-
-def query_temperature(
-    positions: Tensor, floor_scale: float, attn_scale: float, *, dtype: torch.dtype
-) -> Tensor:
-    """The query scale of each position: ``log1p(floor((p + 1) / floor_scale)) * attn_scale + 1``.
-
-    Args:
-        positions: ``(t,)`` or ``(b, t)`` integer positions.
-        floor_scale: positions per step of the staircase (8192 in Llama 4).
-        attn_scale: the slope of the logarithm (0.1 in Llama 4).
-        dtype: of the result.
-
-    Returns:
-        ``positions.shape`` scales, ``>= 1``.
-    """
-    # float64 steps: (p + 1) / floor_scale is exact for any position a model sees
-    steps = torch.floor((positions.to(torch.float64) + 1.0) / floor_scale)
-    return (torch.log1p(steps) * attn_scale + 1.0).to(dtype)
+__all__ = ["QueryTemperature"]
 
 
 class QueryTemperature(PositionalEncoding):
@@ -90,7 +71,9 @@ class QueryTemperature(PositionalEncoding):
         check_qk(q, k)
         qp, _ = resolve_qk_positions(q, k, q_positions, k_positions)
         dtype = precise_dtype(q.dtype)
-        scale = query_temperature(qp, self.floor_scale, self.attn_scale, dtype=dtype)
+        # float64 steps: (p + 1) / floor_scale is exact for any position a model sees
+        steps = torch.floor((qp.to(torch.float64) + 1.0) / self.floor_scale)
+        scale = (torch.log1p(steps) * self.attn_scale + 1.0).to(dtype)  # (t,) or (b, t), >= 1
         # (t,) -> (t, 1); (b, t) -> (b, 1, t, 1): broadcast over heads and channels
         scale = scale[:, None, :, None] if scale.dim() == 2 else scale[:, None]
         return (q.to(dtype) * scale).to(q.dtype), k

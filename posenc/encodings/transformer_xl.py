@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .._checks import check_float_tensor, check_positive_float, check_positive_int
 from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding
-from ..functional.sinusoidal import sinusoidal_inv_freq, sinusoidal_table
+from ..functional.sinusoidal import sinusoidal_table
 from ..state import ScoreMod
 from ._bias import ContentBiasState
 
@@ -38,10 +38,6 @@ class RelPosXLState(ContentBiasState):
     """
 
     encoding: RelPosXL
-
-    @property
-    def bias_heads(self) -> int | None:
-        return self.encoding.num_heads
 
     def _window(self) -> tuple[int, int]:
         if self.q_len == 0 or self.k_len == 0:
@@ -89,12 +85,13 @@ class RelPosXLState(ContentBiasState):
         weight = enc.linear_pos.weight.to(dtype).view(h, dh, enc.d_model)
         p = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ weight  # (b, h, tq, d_model)
         alpha, beta = p[..., 0::2], p[..., 1::2]  # the sin and cos channels of R
-        inv_freq = sinusoidal_inv_freq(enc.d_model, enc.base, device=q.device)  # float64
+        half = enc.d_model // 2
 
         def sin_cos(positions: Tensor) -> tuple[Tensor, Tensor]:
-            angles = positions.to(torch.float64)[..., None] * inv_freq  # (t, F) or (b, t, F)
-            sin, cos = angles.sin().to(dtype), angles.cos().to(dtype)
-            return (sin[:, None], cos[:, None]) if sin.dim() == 3 else (sin, cos)  # heads axis
+            # [sin | cos] of the angles (float64, rounded once): (t, d_model) or (b, t, d_model)
+            table = sinusoidal_table(positions, enc.d_model, enc.base, "concat").to(dtype)
+            table = table[:, None] if table.dim() == 3 else table  # heads axis
+            return table[..., :half], table[..., half:]
 
         sin_a, cos_a = sin_cos(self.q_positions)
         sin_c, cos_c = sin_cos(self.k_positions)
@@ -211,16 +208,13 @@ class RelPosXL(PositionalEncoding):
         nn.init.xavier_uniform_(self.pos_bias_u)
         nn.init.xavier_uniform_(self.pos_bias_v)
 
-    def relative_embeddings(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``R`` at the distances ``k_pos - q_pos``: the sinusoid of ``-distances``, ``(n, d_model)``.
-
-        Angles are computed in float64 and rounded once to ``dtype``.
-        """
-        return sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
-
     def projected(self, distances: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``W R`` per head at the distances ``k_pos - q_pos``: ``(n,) -> (h, n, dh)``, differentiable in ``W``."""
-        emb = self.relative_embeddings(distances, dtype)
+        """``W R`` per head at the distances ``k_pos - q_pos``: ``(n,) -> (h, n, dh)``, differentiable in ``W``.
+
+        ``R`` is the sinusoid of ``-distances``, ``(n, d_model)``, its angles computed in float64 and
+        rounded once to ``dtype``.
+        """
+        emb = sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
         proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
         return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 

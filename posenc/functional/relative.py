@@ -7,31 +7,21 @@ depends on the relative position ``k_pos - q_pos`` through a bucket: distances b
 distance of ``max_distance`` or more shares the last bucket.
 
 Because the buckets saturate at ``max_distance``, the bias depends only on
-``clamp(k_pos - q_pos, -max_distance, max_distance)``. The functions below use that: the
-bias of a head is a vector over the ``2 * max_distance + 1`` clamped distances, and a
+``clamp(k_pos - q_pos, -max_distance, max_distance)``. :class:`posenc.RelativeBias` uses that:
+the bias of a head is a vector over the ``2 * max_distance + 1`` clamped distances, and a
 ``(tq, tk)`` bias is a gather from it, with no bucketing (log, division) per score.
-
-Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys, ``n`` = ``2 * max_distance + 1``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from .._checks import MAX_DISTANCE, check_bool, check_distance, check_positive_int, short
-from .._compat import is_tracing
 
-__all__ = [
-    "check_relative_bucket_options",
-    "position_indexer",
-    "relative_bucket_of_distances",
-    "relative_position_bucket",
-    "toeplitz_by_distance",
-]
+__all__ = ["check_relative_bucket_options", "relative_position_bucket"]
 
 
 def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -114,73 +104,3 @@ def relative_position_bucket(
     )
     if_large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp_max(num_buckets - 1)
     return offset + torch.where(is_small, distance, if_large)
-
-
-def relative_bucket_of_distances(
-    max_distance: int,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """The bucket of each clamped distance ``-max_distance .. max_distance``.
-
-    Entry ``i`` is the bucket of relative position ``i - max_distance``; since buckets
-    saturate at ``max_distance``, it is also the bucket of every relative position that
-    clamps to it.
-
-    Returns:
-        ``(n,)`` long tensor, ``n = 2 * max_distance + 1``.
-    """
-    distances = torch.arange(-max_distance, max_distance + 1, device=device)
-    return relative_position_bucket(
-        distances, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
-    )
-
-
-def toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
-    """Spread values over ascending distances ``k_pos - q_pos`` into ``(tq, tk)``.
-
-    With consecutive positions a bias that depends only on ``k_pos - q_pos`` is a Toeplitz
-    matrix: ``out[i, j] = values[j - i + tq - 1]``. Windows of ``values`` (``unfold``) then one
-    flip of the rows write it in a single pass, with no ``(tq, tk)`` index tensor (about 2x
-    faster than a gather). Under ``torch.compile`` and
-    ``torch.export`` it gathers instead, so that one graph serves every length.
-
-    Args:
-        values: ``(..., tq + tk - 1)``, at the distances ``-(tq - 1) + s .. tk - 1 + s`` of
-            consecutive positions (``s = k_start - q_start``, see :meth:`~posenc.PositionState.distances`).
-        tq, tk: query and key lengths.
-
-    Returns:
-        ``(..., tq, tk)``, contiguous.
-    """
-    if is_tracing():
-        # unfold with a symbolic window size specialises it (one graph per length under
-        # torch.compile, a length constraint under torch.export); a gather of
-        # out[i, j] = values[j - i + tq - 1] keeps the length dynamic.
-        index = torch.arange(tk, device=values.device) - torch.arange(tq, device=values.device).unsqueeze(-1)
-        return values[..., index + (tq - 1)]
-    # unfold's row r starts at distance index r (increasing); query i needs start tq-1-i.
-    # flip may keep the window view's column-major strides when tq < tk: make it row-major.
-    return values.unfold(-1, tk, 1).flip(-2).contiguous()
-
-
-def position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """A lookup ``(batch_index, token_index) -> position`` for use inside a FlexAttention ``score_mod``.
-
-    Args:
-        positions: ``(t,)``, ``(1, t)`` (shared by every batch row) or ``(b, t)`` integer positions.
-
-    Returns:
-        A function of two scalar index tensors; batch-independent positions ignore the batch index.
-    """
-    if positions.dim() == 1 or positions.shape[0] == 1:
-        shared = positions.reshape(-1)
-        return lambda b, i: shared[i]
-    # A flat index with the row length as a 0-d tensor, not positions[b, i] nor a Python int:
-    # with dynamic shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a
-    # captured tensor, and a captured int becomes a symbol that its code generator rejects.
-    length = torch.tensor(positions.shape[-1], device=positions.device)
-    flat = positions.reshape(-1)
-    return lambda b, i: flat[b * length + i]

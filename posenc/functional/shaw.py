@@ -76,11 +76,7 @@ def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
         weights of each distance are added up (``(b, h, tq, n)``), then times ``table``.
     """
     dtype = precise_dtype(probs)
-    b, h, tq, _ = probs.shape
-    n = table.shape[-2]
-    index = index.unsqueeze(0) if index.dim() == 2 else index
-    index = index.unsqueeze(1).expand(b, h, *index.shape[-2:])  # a (b, h, tq, tk) view, stride 0 over b, h
-    weights = probs.new_zeros(b, h, tq, n, dtype=dtype).scatter_add(
-        -1, index, probs.to(dtype)
-    )  # (b, h, tq, n)
+    b, h, tq, tk = probs.shape
+    index = index.unsqueeze(-3).expand(b, h, tq, tk)  # a view, stride 0 over h (and b for (tq, tk))
+    weights = probs.new_zeros(b, h, tq, table.shape[-2], dtype=dtype).scatter_add(-1, index, probs.to(dtype))
     return matmul_outside_autocast(weights, table.to(dtype)).to(probs.dtype)

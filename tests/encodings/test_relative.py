@@ -13,7 +13,7 @@ from x_transformers.x_transformers import RelativePositionBias as XRelativePosit
 
 import posenc
 from posenc.encodings.relative import RelativeBias
-from posenc.functional.relative import relative_bucket_of_distances, relative_position_bucket
+from posenc.functional.relative import relative_position_bucket
 
 # Our bias is a gather of the very table entries the references look up: bit-identical.
 EXACT = {"rtol": 0.0, "atol": 0.0}
@@ -72,9 +72,7 @@ def test_buckets_match_transformers(num_buckets: int, max_distance: int, bidirec
     )
     assert torch.equal(ours, expected)
     # The bucket depends only on the distance clamped to +-max_distance.
-    by_distance = relative_bucket_of_distances(
-        max_distance, bidirectional=bidirectional, num_buckets=num_buckets
-    )
+    by_distance = RelativeBias(1, num_buckets, max_distance, bidirectional).bucket_of_distance
     assert torch.equal(by_distance[relative.clamp(-max_distance, max_distance) + max_distance], expected)
 
 
@@ -117,9 +115,7 @@ def test_buckets_match_transformers_for_any_valid_options(
     kwargs = {"bidirectional": bidirectional, "num_buckets": num_buckets, "max_distance": max_distance}
     expected = T5Attention._relative_position_bucket(relative_position, **kwargs)
     assert torch.equal(relative_position_bucket(relative_position, **kwargs), expected)
-    by_distance = relative_bucket_of_distances(
-        max_distance, bidirectional=bidirectional, num_buckets=num_buckets
-    )
+    by_distance = RelativeBias(1, num_buckets, max_distance, bidirectional).bucket_of_distance
     assert torch.equal(
         by_distance[relative_position.clamp(-max_distance, max_distance) + max_distance], expected
     )
@@ -282,7 +278,7 @@ def test_to_bfloat16_keeps_integer_cache_and_float32_bias() -> None:
     ours = RelativeBias(4).to(torch.bfloat16)
     assert ours.bucket_of_distance.dtype == torch.long
     assert torch.equal(
-        ours.bucket_of_distance, relative_bucket_of_distances(128, bidirectional=True, num_buckets=32)
+        ours.bucket_of_distance, RelativeBias(1, 32, 128, bidirectional=True).bucket_of_distance
     )
     bias = ours.attention_bias(*qk(1, 4, 6, 6, torch.bfloat16))
     assert bias.dtype == torch.float32
@@ -298,7 +294,7 @@ def test_meta_device_then_to_empty_and_reset() -> None:
     ours.reset_caches()
     ours.reset_parameters()
     assert torch.equal(
-        ours.bucket_of_distance, relative_bucket_of_distances(40, bidirectional=True, num_buckets=16)
+        ours.bucket_of_distance, RelativeBias(1, 16, 40, bidirectional=True).bucket_of_distance
     )
     torch.testing.assert_close(
         ours.attention_bias(*qk(1, 4, 5, 5)),

@@ -23,7 +23,6 @@ import posenc
 import posenc._positions
 from posenc.functional import (
     alibi_slopes,
-    relative_bucket_of_distances,
     relative_position_bucket,
     sinusoidal_shift_map,
 )
@@ -491,9 +490,7 @@ def test_t5_buckets_monotone_capped_and_equal_to_t5(options) -> None:
     buckets = relative_position_bucket(relative, **options)
     reference = T5Attention._relative_position_bucket(relative, **options)
     torch.testing.assert_close(buckets, reference, rtol=0, atol=0)
-    by_distance = relative_bucket_of_distances(
-        max_distance, bidirectional=options["bidirectional"], num_buckets=options["num_buckets"]
-    )
+    by_distance = posenc.RelativeBias(1, **options).bucket_of_distance
     torch.testing.assert_close(
         by_distance[relative.clamp(-max_distance, max_distance) + max_distance], reference, rtol=0, atol=0
     )
