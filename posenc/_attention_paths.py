@@ -1,10 +1,12 @@
-"""The SDPA paths of :func:`posenc.attention`: one call, and query chunks.
+"""The SDPA paths of :func:`posenc.attention`: one call, query chunks, and the Toeplitz bias.
 
 * ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call with an optional
   float bias and boolean keep-mask (rows that see no key give zeros, never NaN);
 * ``_single``: the whole call at once (SDPA's own ``is_causal`` where there is no mask at all);
 * ``_chunked``: query chunks, each with its own bias and only the keys it can see
-  (:func:`over_query_chunks`, also the loop of :mod:`posenc._weights`).
+  (:func:`over_query_chunks`, also the loop of :mod:`posenc._weights`);
+* ``_toeplitz``: a bias that depends only on ``k_pos - q_pos``, read from its
+  ``(h, tq + tk - 1)`` values as a strided view, never materialised.
 
 Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` queries,
 ``tk`` keys, ``dh`` head width, ``dv`` value width.
@@ -20,7 +22,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from ._compat import is_tracing
-from .masking import Visibility
+from .masking import Visibility, visible
 from .state import PositionState
 
 #: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
@@ -168,16 +170,14 @@ def _chunked(
     dropout_p: float,
     scale: float | None,
     chunk: int,
-    checkpoint: bool = True,
 ) -> Tensor:
     """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
 
     Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
     ALiBi form is small near that chunk's diagonal), and reads only the keys it can see
-    (causality, a window, its documents: :meth:`Visibility.visible_range`). With ``checkpoint``,
-    when gradients are needed each chunk is checkpointed: its bias is recomputed in the backward
-    pass instead of being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk)
-    memory in all).
+    (causality, a window, its documents: :meth:`Visibility.visible_range`). When gradients are
+    needed each chunk is checkpointed: its bias is recomputed in the backward pass instead of
+    being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
     """
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -185,4 +185,59 @@ def _chunked(
         block = state.narrow(qs, ks)
         return lambda q_c, k_c, v_c: _sdpa(q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale)
 
-    return over_query_chunks(q, k, v, vis, chunk, checkpoint and needs_grad(q, k, v, state), chunk_fn)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
+
+
+def _toeplitz(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    values: Tensor,
+    vis: Visibility,
+    dropout_p: float,
+    scale: float | None,
+    chunk: int,
+) -> Tensor:
+    """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
+
+    With the queries of a chunk in reverse order, entry ``(i', j)`` of the chunk's bias is
+    ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
+    (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
+    causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
+    Each chunk reads only the keys it can see; none is checkpointed, since each chunk's mask is
+    a view of the small vector and SDPA keeps nothing of size ``(h, tq, tk)`` for the backward.
+
+    Args:
+        values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
+            (zeros for a window alone).
+        vis: index rules only (default positions, no user mask, no documents).
+        chunk: query rows per SDPA call (``tq`` for one call).
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    heads = values.shape[0]
+    if vis.causal or vis.window is not None:
+        # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
+        behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
+        values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
+    values = values.contiguous()
+    gqa = heads_differ(q, k)
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
+        end, lo = tq if qs.stop is None else qs.stop, ks.start or 0
+        strip = values[:, tq - end + lo :]  # from the entry of (last row, key lo)
+        mask = strip.as_strided(
+            (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
+            (0, strip.stride(0), 1, 1),
+        )
+        return lambda q_c, k_c, v_c: F.scaled_dot_product_attention(
+            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+        ).flip(2)
+
+    out = over_query_chunks(q, k, v, vis, chunk, False, chunk_fn)
+    if tq <= tk or not (vis.causal or vis.window is not None):
+        return out
+    # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
+    # A row before the keys (at < 0) sees none iff it does not see key 0.
+    at = torch.arange(tq, device=out.device)[:, None] + vis.offset
+    return out.masked_fill((at < 0) & ~visible(at, 0, vis.causal, vis.window), 0.0)

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import _chunked, _single, mask_dtype
+from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path
@@ -48,11 +48,10 @@ BIAS_BUDGET_BYTES = 64 * 2**20
 #: keeps the key-only ALiBi values small near every chunk's diagonal (a slope of at most
 #: ~0.7 times 64 rows stays below 45, where bfloat16 still resolves steps of 0.25).
 HALF_CAST_CHUNK = 64
-#: Query rows per chunk of a bias (at most). Each chunk's SDPA call reads only the keys its
-#: queries see, so causal work beyond the triangle is ~chunk/t, and a chunk's mask stays in
-#: cache: 256 measured about as fast as the strided Toeplitz view it replaced (causal ALiBi and
-#: T5, t=1024..4096, one thread, torch 2.13: 1.0-1.5x bias-free causal SDPA on a loaded 2-core box).
-BIAS_CHUNK = 256
+#: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
+#: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
+#: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
+TOEPLITZ_CHUNK = 512
 
 #: The encoding of ``encoding=None``: its state carries the positions the masks follow.
 _NOPE = NoPE()
@@ -96,13 +95,17 @@ def attention(
     no bias, no ``attn_mask``, causal, tq == tk    SDPA's own ``is_causal`` (flash kernel)
     causal with tq == 1 (one decoding step)        no causal mask at all (the query is the last)
     no bias, any other mask that fits              one SDPA call with a boolean mask
-    a bias (ALiBi, T5, ...)                        query chunks of at most :data:`BIAS_CHUNK` (256)
-                                                   rows: per chunk the bias at the chunk's positions
-                                                   and only the keys the chunk can see (causal ALiBi
-                                                   and T5: ~1.1-1.5x bias-free causal SDPA)
-    a larger dense mask than                       query chunks: memory O(chunk·tk); with gradients
-    :data:`BIAS_BUDGET_BYTES` (64 MiB; explicit    each chunk is checkpointed (bias recomputed in
-    positions or padding at long length, ...)      backward) where all chunks' masks would not fit
+    a bias that depends only on ``k - q`` (ALiBi,  Toeplitz: the bias of each distance, ``(h, tq +
+    T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
+                                                   (queries reversed), never materialised; causal
+                                                   calls run over query chunks of 512 that read only
+                                                   the keys they see: ~1.1x bias-free causal SDPA
+    any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
+    :data:`BIAS_BUDGET_BYTES` (64 MiB)             where masked)
+    a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
+    padding at long length, ...)                   positions and only the keys the chunk can see;
+                                                   memory O(chunk·tk); with gradients each chunk is
+                                                   checkpointed (bias recomputed in backward)
     ``backend="flex"``                             FlexAttention with the encoding's ``score_mod``
                                                    (compiled, inference only on the CPU)
     ============================================  =================================================
@@ -133,7 +136,8 @@ def attention(
     ``sliding_window``); bidirectional, ``|q_pos - k_pos| <= window // 2`` (ModernBERT's
     ``local_attention``). ``document_ids`` (packed documents) restricts each query to keys of
     its own document. Neither builds a ``(tq, tk)`` mask on the chunked path: each query chunk
-    builds the block of the keys it can see.
+    builds the block of the keys it can see. With a window at default positions and no other
+    mask, the Toeplitz path applies it as ``-inf`` at the distances outside the window.
 
     An encoding with a value term (:attr:`~posenc.PositionState.has_value_term`, e.g. Shaw's
     relative values) takes an explicit path over query chunks:
@@ -159,8 +163,8 @@ def attention(
             rotated in a KV cache); only the bias is applied.
         backend: ``"auto"`` (the table above), ``"sdpa"``, ``"chunked"`` or ``"flex"``.
         chunk_size: query rows per chunk on the chunked paths; ``None`` picks the largest that
-            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES` (at most :data:`BIAS_CHUNK` for
-            a bias).
+            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES` (:data:`TOEPLITZ_CHUNK` on
+            the Toeplitz path).
         window: a sliding window (a positive int, see above), or ``None`` for none.
         document_ids: ``(tk,)`` or ``(b, tk)`` integer ids of the keys' packed documents (a new
             document starts where the id changes); queries attend only within their document.
@@ -205,7 +209,8 @@ def attention(
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
     if state.bias_heads is not None:
-        # Every path, whatever its hooks check: never broadcast a bias built for another number of heads.
+        # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
+        # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
     if state.causal_only and not causal:
         name = type(state.encoding).__name__
@@ -232,8 +237,9 @@ def _dispatch(
     backend: Backend,
     chunk_size: int | None,
 ) -> Tensor:
-    """The path of :func:`attention` (its docstring's table), for encoded ``q`` and ``k``."""
+    """The path of :func:`attention` (the table in its docstring), for encoded ``q`` and ``k``."""
     b, h, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    form, dtype, window = state.bias_form, mask_dtype(q), vis.window
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -244,24 +250,38 @@ def _dispatch(
         return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows)
     if backend == "flex":
         return flex_attention_path(q, k, v, state, vis, scale)
-    if vis.causal and tq == 1 and vis.ranged and vis.window is None:
+    if vis.causal and tq == 1 and vis.ranged and window is None:
         # One decoding query is the last position: it sees every key, no mask is needed.
         vis.causal = False
-    if is_compiling() or backend == "sdpa":
+    tracing = is_compiling()
+    half_cast = q.dtype in (torch.float16, torch.bfloat16) and dtype == q.dtype and form != "none"
+    if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
+        values = None
+        if form != "none":
+            values = state.bias_by_distance(dtype)
+        elif window is not None:  # a window is a function of the distance too: zeros, -inf outside it
+            values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
+        # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
+        if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
+            ranged = vis.causal or window is not None
+            return _toeplitz(
+                q, k, v, values, vis, dropout_p, scale, (chunk_size or TOEPLITZ_CHUNK) if ranged else tq
+            )
+    if tracing or backend == "sdpa":
         return _single(q, k, v, state, vis, dropout_p, scale)
-    biased, dtype = state.bias_form != "none", mask_dtype(q)
-    # Query rows whose dense mask (the bias, or a padding, document or window mask joined with
-    # the causal one; a user's mask alone is dense already) fits the budget.
-    row_bytes = b * ((h if biased else 1) + state.bias_scratch) * tk * dtype.itemsize
-    budget_rows = max(1, BIAS_BUDGET_BYTES // max(1, row_bytes))
-    masked = biased or vis.structural or (vis.causal and vis.user is not None)
-    rows = chunk_size or budget_rows
-    if biased and chunk_size is None:  # a cast half-precision bias keeps its resolution in small chunks
-        rows = min(rows, HALF_CAST_CHUNK if dtype in (torch.float16, torch.bfloat16) else BIAS_CHUNK)
-    if backend == "chunked" or (masked and tq > rows):
-        # Checkpointed (bias recomputed in backward) only where all the chunks' masks pass the budget.
-        checkpoint = backend == "chunked" or tq > budget_rows
-        return _chunked(q, k, v, state, vis, dropout_p, scale, rows, checkpoint)
+    # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
+    # causal one) would pass the budget; a user's mask alone is dense already.
+    scratch = state.bias_scratch
+    dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * dtype.itemsize
+    large = dense_bytes > BIAS_BUDGET_BYTES and (
+        form != "none" or vis.structural or (vis.causal and vis.user is not None)
+    )
+    if backend == "chunked" or large or (half_cast and tq > HALF_CAST_CHUNK):
+        # The default chunk: one chunk's dense mask within the budget.
+        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
+        if half_cast and chunk_size is None:
+            rows = min(rows, HALF_CAST_CHUNK)
+        return _chunked(q, k, v, state, vis, dropout_p, scale, rows)
     return _single(q, k, v, state, vis, dropout_p, scale)
 
 

@@ -145,10 +145,11 @@ def _reach(first: Any, last: Any, causal: bool, window: int | Tensor | None) -> 
     return first - window // 2, last + window // 2
 
 
-def visible(q_pos: Tensor, k_pos: Tensor, causal: bool, window: int | Tensor | None) -> Tensor:
+def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tensor | None) -> Tensor:
     """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and a window (:func:`_reach`).
 
-    For the chunks' blocks and FlexAttention's ``mask_mod``; needs causality or a window.
+    For the chunks' blocks, the Toeplitz bias and FlexAttention's ``mask_mod``; needs causality or
+    a window.
     Comparisons of ``(.., r, 1)`` with ``(.., 1, c)`` give the bool block directly, never an int64
     ``(r, c)`` distance. ``window`` may be a 0-d tensor (FlexAttention: a new size does not recompile).
     """

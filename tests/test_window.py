@@ -84,7 +84,8 @@ def test_window_larger_than_the_sequence_changes_nothing():
 
 @pytest.mark.parametrize("name", ["alibi", "none"])
 def test_window_at_default_positions_reads_only_the_keys_each_chunk_sees(monkeypatch, name):
-    """Each chunk's mask is chunk-sized, and its keys are the window's, not all of them."""
+    """The Toeplitz path: each chunk's mask is a view of one (h, tq + tk - 1) vector, and its keys
+    are the window's, not all of them."""
     calls = []
     real_sdpa = F.scaled_dot_product_attention
 
@@ -99,7 +100,7 @@ def test_window_at_default_positions_reads_only_the_keys_each_chunk_sees(monkeyp
     assert len(calls) == 4
     # 16 queries with a window of 8 see 16 + 7 keys (fewer for the first chunk).
     assert sorted(tk for tk, _ in calls) == [16, 23, 23, 23], calls
-    assert all(nbytes <= 4 * 4 * 16 * 23 for _, nbytes in calls), calls
+    assert all(nbytes <= 4 * 4 * (64 + 64) for _, nbytes in calls), calls
     torch.testing.assert_close(out, reference(q, k, v, enc, causal=True, window=8), **TOL[torch.float32])
 
 
