@@ -196,7 +196,8 @@ def attention(
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
         batch = max(q.shape[0], k.shape[0])
         q, k, v = (t.expand(batch, *t.shape[1:]) for t in (q, k, v))
-    b, tq, tk = q.shape[0], q.shape[2], k.shape[2]
+    b, h, tq, _ = q.shape
+    tk = k.shape[-2]
     q_doc = k_doc = None
     if document_ids is not None:
         q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b, q.device)
@@ -223,23 +224,8 @@ def attention(
     vis = Visibility(tq, tk, q.device, attn_mask, causal, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    return _dispatch(q, k, v, state, vis, dropout_p, scale, backend, chunk_size)
-
-
-def _dispatch(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    backend: Backend,
-    chunk_size: int | None,
-) -> Tensor:
-    """The path of :func:`attention` (the table in its docstring), for encoded ``q`` and ``k``."""
-    b, h, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    form, dtype, window = state.bias_form, mask_dtype(q), vis.window
+    form = state.bias_form
+    dtype = mask_dtype(q)
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -250,7 +236,8 @@ def _dispatch(
         return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows)
     if backend == "flex":
         return flex_attention_path(q, k, v, state, vis, scale)
-    if vis.causal and tq == 1 and vis.ranged and window is None:
+
+    if vis.causal and tq == 1 and vis.ranged and vis.window is None:
         # One decoding query is the last position: it sees every key, no mask is needed.
         vis.causal = False
     tracing = is_compiling()
