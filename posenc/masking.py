@@ -149,9 +149,9 @@ def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tens
     """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and a window (:func:`_reach`).
 
     For the chunks' blocks, the Toeplitz bias and FlexAttention's ``mask_mod``; needs causality or
-    a window.
-    Comparisons of ``(.., r, 1)`` with ``(.., 1, c)`` give the bool block directly, never an int64
-    ``(r, c)`` distance. ``window`` may be a 0-d tensor (FlexAttention: a new size does not recompile).
+    a window. Comparisons of ``(.., r, 1)`` with ``(.., 1, c)`` give the bool block directly, never
+    an int64 ``(r, c)`` distance. ``window`` may be a 0-d tensor (FlexAttention: a new size does not
+    recompile).
     """
     low, high = _reach(q_pos, q_pos, causal, window)
     seen = k_pos <= high  # causal or a window: high is set
@@ -210,7 +210,10 @@ class Visibility:
         return self.by_index and self.q_doc is None
 
     def chunk_range(self, start: int, end: int) -> tuple[int, int]:
-        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule)."""
+        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
+
+        Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
+        """
         lo, hi = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)  # key indices
         return max(0, lo or 0), min(self.tk, self.tk if hi is None else hi + 1)
 
