@@ -1,7 +1,8 @@
 """Input checks of the hooks' tensors, and the resolution of query / key positions.
 
 :func:`check_input`, :func:`check_qk`, :func:`check_bias_qk` and :func:`check_scores` check the
-tensors an encoding's hooks receive; :func:`resolve_positions`, :func:`resolve_qk_positions` (and
+tensors an encoding's hooks receive, :func:`check_ids` integer positions and document ids;
+:func:`resolve_positions`, :func:`resolve_qk_positions` (and
 :func:`resolve_qk`, the same from lengths, which :meth:`~posenc.base.PositionalEncoding.prepare`
 uses) and :func:`mask_to_positions` turn optional positions into ``torch.long`` tensors.
 
@@ -65,6 +66,23 @@ def check_scores(scores: Tensor, num_heads: int) -> None:
         )
 
 
+def check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
+    """Check integer ``(t,)`` or ``(b, t)`` positions or ids, with ``t == length`` when given."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(ids).__name__}"
+        )
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    if ids.dim() not in (1, 2):
+        raise ValueError(
+            f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {ids.dim()}: {tuple(ids.shape)}"
+        )
+    if length is not None and ids.shape[-1] != length:
+        raise ValueError(f"{name} has length {ids.shape[-1]}, expected {length} (the sequence length)")
+    return ids
+
+
 def resolve_positions(
     positions: Tensor | None,
     length: int,
@@ -90,24 +108,13 @@ def resolve_positions(
     """
     if positions is None:
         return torch.arange(offset, offset + length, device=device, dtype=torch.long)
-    if not isinstance(positions, Tensor):
-        raise TypeError(
-            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(positions).__name__}"
-        )
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {positions.dtype}")
+    positions = check_ids(name, positions, length)
     if positions.dtype in _UNSIGNED_WIDE:
         # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
         # wrap negative and is refused below).
         positions = positions.to(torch.long)
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
-    if positions.dim() not in (1, 2):
-        raise ValueError(
-            f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {positions.dim()}: {tuple(positions.shape)}"
-        )
-    if positions.shape[-1] != length:
-        raise ValueError(f"{name} has length {positions.shape[-1]}, expected {length} (the sequence length)")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
         raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
     # A negative position must fail, not wrap around a table (a kernel assert off the CPU: no sync).

@@ -50,10 +50,10 @@ from torch import Tensor
 
 from ._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
 from ._compat import check_values
-from ._positions import resolve_positions
+from ._positions import check_ids, resolve_positions
 from .attend import attention
 from .base import PositionalEncoding
-from .masking import _check_ids, document_numbers
+from .masking import document_numbers
 
 __all__ = [
     "Balance",
@@ -110,15 +110,13 @@ def shard_positions(
             f"world_size={world_size} (a multiple of {pieces}); pad the sequence to a multiple of {pieces}"
         )
     chunk = seq_len // pieces
-    if balance == "contiguous":
-        return torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
-    head = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
-    tail_start = (2 * world_size - 1 - rank) * chunk
-    return torch.cat([head, torch.arange(tail_start, tail_start + chunk, device=device)])
+    mine = [rank] if balance == "contiguous" else [rank, pieces - 1 - rank]
+    return torch.cat([torch.arange(c * chunk, (c + 1) * chunk, device=device) for c in mine])
 
 
 def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.device) -> Tensor:
-    """``(seq_len,)``: the position of each token of the shards gathered in rank order."""
+    """``(seq_len,)``: where each token of the shards gathered in rank order goes in the sequence
+    (``gathered[..., order.argsort()]`` is in sequence order)."""
     return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
@@ -127,7 +125,7 @@ def _group_size_rank(
 ) -> tuple[int, int]:
     """``(world_size, rank)``: as given, else from the (initialised) process group."""
     if world_size is not None and rank is not None:
-        return check_positive_int("world_size", world_size), check_int("rank", rank, minimum=0)
+        return world_size, rank  # checked by shard_positions
     if world_size is not None or rank is not None:
         raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
     _require_process_group()
@@ -175,8 +173,7 @@ def shard_batch(
     if len(dims) != len(tensors):
         raise ValueError(f"seq_dims has {len(dims)} entries for {len(tensors)} tensors")
     for i, (t, d) in enumerate(zip(tensors, dims, strict=True)):
-        if isinstance(d, bool) or not isinstance(d, int) or not -t.dim() <= d < t.dim():
-            raise ValueError(f"seq_dims[{i}]={d!r} is not a dimension of a tensor of shape {tuple(t.shape)}")
+        _check_dim(f"seq_dims[{i}]", d, t)
     lengths = {t.shape[d] for t, d in zip(tensors, dims, strict=True)}
     if len(lengths) != 1:
         raise ValueError(
@@ -188,8 +185,14 @@ def shard_batch(
     return shards, positions
 
 
+def _check_dim(name: str, dim: object, t: Tensor) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -t.dim() <= dim < t.dim():
+        raise ValueError(f"{name}={dim!r} is not a dimension of a tensor of shape {tuple(t.shape)}")
+
+
 class _GatherSequence(torch.autograd.Function):
-    """All-gather along a sequence dim in rank order; backward sums every rank's gradient of this shard."""
+    """All shards of ``x`` along ``dim``, concatenated in rank order (``_GatherSequence.apply(x, dim,
+    group)``); backward sums every rank's gradient of this shard."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
@@ -212,11 +215,6 @@ class _GatherSequence(torch.autograd.Function):
         return out.movedim(0, ctx.dim), None, None
 
 
-def _gather(x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
-    """All shards of ``x`` along ``dim``, concatenated in rank order (differentiable)."""
-    return _GatherSequence.apply(x, dim, group)
-
-
 #: The dtypes a shard's shape check can name (any other is "other").
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
 
@@ -233,11 +231,8 @@ def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup
         shape = [] if t is None else list(t.shape)
         code = -1 if t is None else (_DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES))
         row += [len(shape), code, *shape, *[0] * (4 - len(shape))]
-    mine = torch.tensor(row, dtype=torch.long, device=device)
     world = dist.get_world_size(group)
-    rows = mine.new_empty(world * mine.numel())
-    dist.all_gather_single(rows, mine, group=group)
-    rows = rows.view(world, -1)
+    rows = _GatherSequence.apply(torch.tensor(row, dtype=torch.long, device=device), 0, group).view(world, -1)
 
     def describe(r: int) -> str:
         values = rows[r].tolist()  # only where check_values may read values (a CPU tensor)
@@ -337,26 +332,25 @@ def context_parallel_attention(
     _require_process_group()
 
     if document_ids is not None:  # checked here, before any communication
-        document_ids = _check_ids("document_ids", document_ids, tl).to(q.device)
+        document_ids = check_ids("document_ids", document_ids, tl).to(q.device)
 
     shapes = {"q": q, "k": k, "v": v, "positions": positions, "document_ids": document_ids}
     _check_same_shapes(shapes, group, q.device)
+    q_documents = key_documents = None
     if document_ids is not None:
         # Where each gathered token sits in the sequence (after the shape check, so that every
         # rank raises the same error for a length the balance cannot split, before any gather).
         world, me = dist.get_world_size(group), dist.get_rank(group)
         order = _sequence_order(world * tl, world, balance, q.device)
-    keys = _gather(k, 2, group)
-    values = _gather(v, 2, group)
-    key_positions = _gather(positions, positions.dim() - 1, group)
-    q_documents = key_documents = None
-    if document_ids is not None:
         # Number the documents over the whole sequence (runs of equal ids, in sequence order):
         # equal numbers then mean one document in the gathered (rank) order too.
-        gathered = _gather(document_ids, document_ids.dim() - 1, group)
+        gathered = _GatherSequence.apply(document_ids, document_ids.dim() - 1, group)
         # gathered[..., i] is token order[i] of the sequence.
         key_documents = document_numbers(gathered[..., torch.argsort(order)])[..., order]
         q_documents = key_documents[..., me * tl : (me + 1) * tl]
+    keys = _GatherSequence.apply(k, 2, group)
+    values = _GatherSequence.apply(v, 2, group)
+    key_positions = _GatherSequence.apply(positions, positions.dim() - 1, group)
     return attention(
         q,
         keys,
@@ -394,19 +388,12 @@ def unshard(
     """
     if not isinstance(tensor, Tensor):
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
-    if (
-        isinstance(seq_dim, bool)
-        or not isinstance(seq_dim, int)
-        or not -tensor.dim() <= seq_dim < tensor.dim()
-    ):
-        raise ValueError(f"seq_dim={seq_dim!r} is not a dimension of a tensor of shape {tuple(tensor.shape)}")
+    _check_dim("seq_dim", seq_dim, tensor)
     check_choice("balance", balance, _BALANCES)
     _require_process_group()
     seq_dim = seq_dim % tensor.dim()
     _check_same_shapes({"tensor": tensor}, group, tensor.device)
-    world = dist.get_world_size(group)
-    gathered = _gather(tensor, seq_dim, group)
-    t = gathered.shape[seq_dim]
-    order = _sequence_order(t, world, balance, tensor.device)
+    gathered = _GatherSequence.apply(tensor, seq_dim, group)
+    order = _sequence_order(gathered.shape[seq_dim], dist.get_world_size(group), balance, tensor.device)
     # gathered[..., i, ...] holds position order[i]: put each back at its position.
     return gathered.index_select(seq_dim, torch.argsort(order))

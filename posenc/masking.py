@@ -23,28 +23,16 @@ Shape key: ``b`` batch, ``tq`` queries, ``tk`` keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ._checks import check_positive_int
 from ._compat import can_sync
+from ._positions import check_ids
 
 __all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids", "visible"]
-
-
-def _check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
-    if not isinstance(ids, Tensor):
-        raise TypeError(
-            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(ids).__name__}"
-        )
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
-    if ids.dim() not in (1, 2):
-        raise ValueError(f"{name} must have shape (seq,) or (batch, seq), got shape {tuple(ids.shape)}")
-    if length is not None and ids.shape[-1] != length:
-        raise ValueError(f"{name} has length {ids.shape[-1]}, expected {length} (the sequence length)")
-    return ids
 
 
 def document_positions(document_ids: Tensor) -> Tensor:
@@ -61,7 +49,7 @@ def document_positions(document_ids: Tensor) -> Tensor:
     Returns:
         Long positions of the same shape: ``(t,)`` or ``(b, t)``.
     """
-    ids = _check_ids("document_ids", document_ids)
+    ids = check_ids("document_ids", document_ids)
     index = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
     if ids.shape[-1] == 0:
         return index.clone()
@@ -91,7 +79,7 @@ def document_numbers(document_ids: Tensor) -> Tensor:
     Returns:
         Long document numbers of the same shape.
     """
-    ids = _check_ids("document_ids", document_ids)
+    ids = check_ids("document_ids", document_ids)
     return _starts(ids).long().cumsum(dim=-1) - 1
 
 
@@ -109,7 +97,7 @@ def resolve_document_ids(
     Returns:
         ``(q_ids, k_ids)`` of shapes ``(tq,)``/``(b, tq)`` and ``(tk,)``/``(b, tk)``.
     """
-    k_ids = _check_ids("document_ids", document_ids, tk)
+    k_ids = check_ids("document_ids", document_ids, tk)
     pairs = [("document_ids", k_ids)]
     if q_document_ids is None:
         if tq > tk:
@@ -123,7 +111,7 @@ def resolve_document_ids(
             k_ids = document_numbers(k_ids)
         q_ids = k_ids[..., tk - tq :]
     else:
-        q_ids = _check_ids("q_document_ids", q_document_ids, tq)
+        q_ids = check_ids("q_document_ids", q_document_ids, tq)
         pairs.append(("q_document_ids", q_ids))
     for name, ids in pairs:
         if ids.dim() == 2 and ids.shape[0] not in (1, batch):
@@ -143,20 +131,31 @@ def _cols(x: Tensor) -> Tensor:
     return x.reshape(-1 if x.dim() == 2 else 1, 1, 1, x.shape[-1])
 
 
-def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tensor | None) -> Tensor:
-    """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and the window (broadcast).
+def _reach(first: Any, last: Any, causal: bool, window: int | Tensor | None) -> tuple[Any, Any]:
+    """The lowest and highest key position that queries at positions ``first..last`` may see by
+    causality and the window (``None``: unbounded); ints (index rule) or broadcast tensors.
 
-    The one formula of these rules (the chunks' blocks, the Toeplitz bias, FlexAttention's
-    ``mask_mod``): causal ``k_pos <= q_pos`` and ``q_pos - k_pos < window``; without causality
-    (a bidirectional window) ``|q_pos - k_pos| <= window // 2``. Comparisons of ``(.., r, 1)``
-    with ``(.., 1, c)`` give the bool block directly, never an int64 ``(r, c)`` distance.
-    ``window`` may be a 0-d tensor (FlexAttention: a new size does not recompile).
+    The one statement of these rules: causal ``k_pos <= q_pos`` and ``q_pos - k_pos < window``;
+    without causality (a bidirectional window) ``|q_pos - k_pos| <= window // 2``.
     """
-    if not causal:
-        half = 0 if window is None else window // 2
-        return (k_pos >= q_pos - half) & (k_pos <= q_pos + half)
-    seen = k_pos <= q_pos
-    return seen if window is None else seen & (k_pos > q_pos - window)
+    if causal:
+        return (None if window is None else first - window + 1), last
+    if window is None:
+        return None, None
+    return first - window // 2, last + window // 2
+
+
+def visible(q_pos: Tensor, k_pos: Tensor | int, causal: bool, window: int | Tensor | None) -> Tensor:
+    """Whether a query at ``q_pos`` sees a key at ``k_pos`` by causality and a window (:func:`_reach`).
+
+    For the chunks' blocks, the Toeplitz bias and FlexAttention's ``mask_mod``; needs causality or
+    a window. Comparisons of ``(.., r, 1)`` with ``(.., 1, c)`` give the bool block directly, never
+    an int64 ``(r, c)`` distance. ``window`` may be a 0-d tensor (FlexAttention: a new size does not
+    recompile).
+    """
+    low, high = _reach(q_pos, q_pos, causal, window)
+    seen = k_pos <= high  # causal or a window: high is set
+    return seen if low is None else seen & (k_pos >= low)
 
 
 @dataclass
@@ -215,15 +214,8 @@ class Visibility:
 
         Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
         """
-        first, last = start + self.offset, end - 1 + self.offset  # the rows' key indices
-        lo, hi = 0, self.tk
-        if self.causal:
-            hi = last + 1
-            if self.window is not None:
-                lo = first - self.window + 1
-        elif self.window is not None:
-            lo, hi = first - self.window // 2, last + self.window // 2 + 1
-        return max(0, lo), min(self.tk, hi)
+        lo, hi = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)  # key indices
+        return max(0, lo or 0), min(self.tk, self.tk if hi is None else hi + 1)
 
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
@@ -289,14 +281,9 @@ class Visibility:
             cols = torch.isin(self.k_doc[..., lo:hi].contiguous(), self.q_doc[..., start:end].contiguous())
         if self.positional and self.q_pos is not None and self.k_pos is not None:
             qp, kp = self.q_pos[..., start:end], self.k_pos[..., lo:hi]
-            first, last = qp.amin(dim=-1, keepdim=True), qp.amax(dim=-1, keepdim=True)
-            if self.causal:
-                near = kp <= last
-                if self.window is not None:
-                    near = near & (kp > first - self.window)
-            else:
-                half = (self.window or 0) // 2
-                near = (kp >= first - half) & (kp <= last + half)
+            low, high = _reach(qp.amin(-1, keepdim=True), qp.amax(-1, keepdim=True), self.causal, self.window)
+            near = kp <= high  # positional (causal or a window): high is set
+            near = near if low is None else near & (kp >= low)
             cols = near if cols is None else cols & near
         if cols is None:
             return lo, hi
