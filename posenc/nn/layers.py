@@ -18,10 +18,10 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
-from .._positions import mask_to_positions
+from .._positions import check_ids, mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
-from ..masking import _check_ids, check_window, document_positions
+from ..masking import check_window, document_positions
 from ..registry import build
 from ..state import PositionState
 from .cache import KVCache, describe_encoding
@@ -285,7 +285,7 @@ def _check_inputs(
         raise ValueError(
             "document_ids cannot be combined with a cache: decode each document with its own KVCache"
         )
-    if _check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
+    if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
         document_ids = document_ids.expand(b, -1)
     if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
         raise ValueError(
