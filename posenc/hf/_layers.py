@@ -369,18 +369,3 @@ def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
     none = NoPE()
     return [rope if t == "sliding_attention" else none for t in types]
-
-
-def deepseek(version: int) -> Convert:
-    """DeepSeek V2/V3 (MLA): RoPE over the ``qk_rope_head_dim`` channels (q_pe / k_pe), YaRN with mscale."""
-    d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
-
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
-        # V2 rotates complex pairs (interleaved); V3 does when rope_interleave (its default), else rotate_half
-        interleave = version == 2 or check_bool(
-            f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True)
-        )
-        return build_rope(cfg, model_type, d, head_dim, layout="interleaved" if interleave else "half")
-
-    return convert
