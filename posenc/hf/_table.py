@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
-from ._layers import cohere2, gemma3, gemma4, modernbert, nope_layers
+from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, gptj, mrope, rope
 from ._speech import speech
@@ -67,7 +67,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     ),
     "llama4_text": (
         nope_layers(
-            RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), "temperature"
+            RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), rope_flags, True
         ),
         (
             ("RoPE layers", "RoPE, interleaved layout, base 5e5"),
@@ -75,11 +75,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         ),
     ),
     "smollm3": (
-        nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), "none"),
+        nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), rope_flags),
         (("RoPE layers", "RoPE, half layout, base 2e6"), ("`no_rope_layers` 0 (every 4th)", "NoPE")),
     ),
     "cohere2": (
-        cohere2,
+        nope_layers(RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved"), sliding_layers),
         (("sliding_attention", "RoPE, interleaved layout, sliding window"), ("full_attention", "NoPE")),
     ),
     # M-RoPE (vision-language text models): positions (t, 3) or (b, t, 3); 1D positions = RoPE
