@@ -50,7 +50,8 @@ def from_hf_model(
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
     relative-bias table (from the first block of the chosen stack, which the other blocks
-    share), the learned tables of GPT-2, GPT-Neo, OPT and BART. Encodings without trained
+    share), the learned tables of GPT-2, GPT-Neo, OPT and BART, and of BERT-like encoders by rule
+    (``embeddings.position_embeddings``). Encodings without trained
     weights (RoPE, ALiBi, sinusoids) come back as :func:`from_hf_config` builds them.
 
     Args:
@@ -87,10 +88,16 @@ def from_hf_model(
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
     prefixes = _PREFIXES.get(model_type)
+    if prefixes is None and cfg.get("position_embedding_type") == "absolute":  # BERT-like, by rule
+        prefixes = {"encoder": "embeddings.position_embeddings."}
     if prefixes is None:
         return from_hf_config(cfg, layer=layer)
     if stack is None:
-        stack = "decoder" if cfg.get("is_decoder") or "encoder" not in prefixes else "encoder"
+        stack = (
+            "decoder"
+            if "encoder" not in prefixes or (cfg.get("is_decoder") and "decoder" in prefixes)
+            else "encoder"
+        )
     if stack not in prefixes:
         raise ValueError(
             f"{model_type} has no {stack} position weights; accepted stack: {', '.join(prefixes)}"
