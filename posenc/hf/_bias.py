@@ -114,3 +114,51 @@ def _sinusoidal(
         )
 
     return convert
+
+
+#: Where a BERT-like model departs from ``hidden_size`` columns with positions from row 0: the key of
+#: its width, and its offset: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens
+#: from row ``pad_token_id + 1``, counted in ``max_position_embeddings``) or a fixed number of leading
+#: rows kept beyond ``max_position_embeddings`` (Nyströmformer, MRA, YOSO: 2).
+_LEARNED: dict[str, tuple[str, str | int]] = {
+    **dict.fromkeys(
+        (
+            "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
+            "xlm-roberta xlm-roberta-xl"
+        ).split(),
+        ("hidden_size", "pad"),
+    ),
+    **dict.fromkeys(("albert", "convbert", "electra"), ("embedding_size", 0)),
+    "rembert": ("input_embedding_size", 0),
+    "distilbert": ("dim", 0),
+    **dict.fromkeys(("mra", "nystromformer", "yoso"), ("hidden_size", 2)),
+}
+
+
+def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """BERT-like encoders outside the table: ``position_embedding_type='absolute'`` -> :class:`Learned`.
+
+    ``max_position_embeddings`` rows of ``hidden_size`` (departures: :data:`_LEARNED`).
+
+    Raises:
+        ValueError: any other ``position_embedding_type`` (``'relative_key'``, ``'relative_key_query'``:
+            distance embeddings inside each attention, which posenc does not read from a config).
+    """
+    kind = cfg["position_embedding_type"]
+    if kind != "absolute":
+        raise ValueError(
+            f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
+            "attention layer, which posenc does not convert; accepted: 'absolute'"
+        )
+    width, offset = _LEARNED.get(model_type, ("hidden_size", 0))
+    d_model = positive_int(cfg, model_type, width)
+    rows = positive_int(cfg, model_type, "max_position_embeddings")
+    if offset != "pad":
+        return Learned(d_model, rows, offset=int(offset))
+    offset = check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id"), minimum=0) + 1
+    if rows <= offset:
+        raise ValueError(
+            f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "
+            f"(pad_token_id + 1 = {offset})"
+        )
+    return Learned(d_model, rows - offset, offset=offset)

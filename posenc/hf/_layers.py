@@ -10,7 +10,7 @@ layer of one setting.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
@@ -341,15 +341,16 @@ modernbert = two_bases(
 )
 
 
-def nope_layers(d: RopeDefaults, nope: Literal["none", "temperature"]) -> Convert:
-    """Llama 4 / SmolLM3: RoPE where ``no_rope_layers`` is 1; NoPE (Llama 4: query temperature) where 0."""
+def nope_layers(
+    d: RopeDefaults, rope_at: Callable[[Config, str], list[bool]], temperature: bool = False
+) -> Convert:
+    """RoPE in the layers ``rope_at`` marks, NoPE (with ``temperature``: Llama 4's query temperature) in the others."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-        flags = rope_flags(cfg, model_type)
-        head_dim = head_dim_of(cfg, model_type, d)
-        rope = build_rope(cfg, model_type, d, head_dim) if any(flags) else None
+        flags = rope_at(cfg, model_type)
+        rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d)) if any(flags) else None
         other: PositionalEncoding = NoPE()
-        if nope == "temperature" and check_bool(
+        if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)
         ):
             floor_scale = config_float(model_type, "floor_scale", get(cfg, "floor_scale", default=8192))
@@ -362,25 +363,7 @@ def nope_layers(d: RopeDefaults, nope: Literal["none", "temperature"]) -> Conver
     return convert
 
 
-def cohere2(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-    """Cohere 2: interleaved RoPE on sliding layers, none on full (global) layers."""
-    d = RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved")
+def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
+    """Cohere 2: True for the sliding layers (the only ones it rotates)."""
     types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
-    rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
-    none = NoPE()
-    return [rope if t == "sliding_attention" else none for t in types]
-
-
-def deepseek(version: int) -> Convert:
-    """DeepSeek V2/V3 (MLA): RoPE over the ``qk_rope_head_dim`` channels (q_pe / k_pe), YaRN with mscale."""
-    d = RopeDefaults(4096, 32, 2048) if version == 2 else RopeDefaults(7168, 128, 4096)
-
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
-        # V2 rotates complex pairs (interleaved); V3 does when rope_interleave (its default), else rotate_half
-        interleave = version == 2 or check_bool(
-            f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True)
-        )
-        return build_rope(cfg, model_type, d, head_dim, layout="interleaved" if interleave else "half")
-
-    return convert
+    return [t == "sliding_attention" for t in types]

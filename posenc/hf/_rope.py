@@ -35,7 +35,6 @@ class RopeDefaults:
     partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
-    params: Mapping[str, Any] | None = None  # the rope_parameters of a config without any (GPT-OSS)
 
 
 def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
@@ -77,7 +76,7 @@ def rope_parameters(
     """
     raw: Any = params
     if raw is None:  # the config's flat dict (the legacy rope_scaling first), else the class's default
-        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or d.params or {}
+        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
     params = dict(raw)

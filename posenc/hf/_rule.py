@@ -15,8 +15,9 @@ from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
+from ._bias import learned_by_field
 from ._layers import _nested, _per_type_rope, layer_types
-from ._read import Config, heads_and_head_dim
+from ._read import Config, get, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope
 from ._table import SUPPORTED_MODEL_TYPES
 
@@ -29,13 +30,17 @@ _INTERLEAVED = {
         "blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher".split(),
         "BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles",
     ),
+    "cohere": "Cohere: its rotate_half pairs neighbours",
     "cohere2_moe": "Cohere 2 MoE: Cohere's interleaved rotate_half, in every layer",
+    "deepseek_v2": "DeepSeek V2: rotates complex pairs (view_as_complex) and has no rope_interleave",
     **dict.fromkeys(("ernie4_5", "ernie4_5_moe"), "ERNIE 4.5: apply_rotary_pos_emb interleaves cos/sin"),
     "helium": "Helium: apply_rotary_pos_emb interleaves cos/sin",
     **dict.fromkeys(("glm", "glm4"), "GLM: interleaved pairs over the partial_rotary_factor channels"),
     "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
     **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
 }
+#: config classes whose ``rope_interleave`` defaults to True (DeepSeek-V3's own config.json leaves it out)
+_INTERLEAVE_BY_DEFAULT = frozenset({"deepseek_v3"})
 #: no posenc encoding computes what the model does
 _REFUSED = {
     "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
@@ -70,7 +75,8 @@ def by_rule(
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
     interleave = model_type in _INTERLEAVED or check_bool(
-        f"{model_type} config: rope_interleave", cfg.get("rope_interleave") or False
+        f"{model_type} config: rope_interleave",
+        get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
     d = _RULE_INTERLEAVED if interleave else _RULE
     unread = sorted(
@@ -86,6 +92,8 @@ def by_rule(
     raw: Any = cfg.get("rope_parameters")
     if raw is None:
         raw = cfg.get("rope_scaling")
+    if raw is None and cfg.get("rope_theta") is None and cfg.get("position_embedding_type") is not None:
+        return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
     if raw is None and cfg.get("rope_theta") is None:
         raise ValueError(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "

@@ -12,15 +12,10 @@ Their self-attention reads ``position_embeddings_type``:
 * ``"rotary"``: refused — these models rotate the hidden states *before* the q/k projections,
   which is not a rotation of queries and keys (no posenc encoding computes it).
 
-Every layer holds its own tables: :func:`speech_layer_weights` finds those of one layer.
+Every layer holds its own tables (:func:`posenc.hf.from_hf_model` with ``layer=i`` copies them).
 """
 
 from __future__ import annotations
-
-import re
-from collections.abc import Mapping
-
-from torch import Tensor
 
 from .._checks import check_int
 from ..base import PositionalEncoding
@@ -28,7 +23,7 @@ from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
 from ._read import Config, get, positive_int
 
-__all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count", "speech_layer_weights"]
+__all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type, default heads, default layers)
 SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, int, int]] = {
@@ -87,35 +82,3 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         minimum=0,
     )
     return ShawRelative(hidden // heads, max_distance=left, max_distance_right=right, num_heads=heads)
-
-
-#: Each encoding's parameters and the name of the same weight in the model's self-attention.
-_NAMES = {
-    ShawRelative: {"key_embeddings.weight": "distance_embedding.weight"},
-    RelPosXL: {name: name for name in ("linear_pos.weight", "pos_bias_u", "pos_bias_v")},
-}
-
-
-def speech_layer_weights(
-    encoding: PositionalEncoding, weights: Mapping[str, Tensor], model_type: str, layer: int
-) -> dict[str, Tensor]:
-    """The ``state_dict`` of ``encoding`` from the model's ``weights`` for (speech) encoder ``layer``.
-
-    The attention of layer ``i`` is found as ``...encoder.layers.{i}.self_attn.`` (the adapter's
-    and the text stacks' attentions have no position weights).
-
-    Raises:
-        ValueError: the model holds no such weights, or more than one set for that layer.
-    """
-    names = _NAMES.get(type(encoding))
-    if names is None:
-        return {}
-    first = next(iter(names.values()))
-    pattern = re.compile(rf"(?:^|.*\.)encoder\.layers\.{layer}\.self_attn\.{re.escape(first)}$")
-    prefixes = [key[: -len(first)] for key in weights if pattern.match(key)]
-    if len(prefixes) != 1:
-        raise ValueError(
-            f"{model_type}: expected one self-attention of encoder layer {layer} with {first!r}, found "
-            f"{prefixes or 'none'} (is position_embeddings_type in the config that of the loaded model?)"
-        )
-    return {ours: weights[prefixes[0] + theirs] for ours, theirs in names.items()}

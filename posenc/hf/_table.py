@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
-from ._layers import cohere2, deepseek, gemma3, gemma4, modernbert, nope_layers
+from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, gptj, mrope, rope
 from ._speech import speech
@@ -16,15 +16,6 @@ from ._speech import speech
 #: One line, or ``(layer type, line)`` rows where the layers differ.
 Summary = str | tuple[tuple[str, str], ...]
 
-_HALF = "RoPE, half layout"
-_GPT_OSS_ROPE = {
-    "rope_type": "yarn",
-    "factor": 32.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "truncate": False,
-    "original_max_position_embeddings": 4096,
-}
 _BART = (_learned(("d_model",), ("max_position_embeddings",), 1024, 1024, offset=2), "Learned, offset 2")
 _MARIAN = (_sinusoidal("paper", 1024, 1024), "Sinusoidal, concat layout, positions from 0")
 _QWEN2_VL = (
@@ -39,17 +30,7 @@ _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
 # Model types whose config classes share every default share a row's converter.
 # The conformer speech encoders (posenc.hf._speech) hold one set of learned tables per layer.
 _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
-    # RoPE, half-split layout (rotate_half), whole head
-    "llama": (rope(4096, 32, 2048), _HALF),
-    "mistral": (rope(4096, 32, 131072), _HALF),
-    "mixtral": (rope(4096, 32, 131072, theta=1e6), "RoPE, half layout, base 1e6"),
-    "qwen2": (rope(4096, 32, 32768), _HALF),
-    "qwen3": (rope(4096, 32, 32768, head_dim=128), "RoPE, half layout (head_dim 128 by default)"),
-    "gemma": (rope(3072, 16, 8192, head_dim=256), "RoPE, half layout (head_dim 256 by default)"),
-    "gemma2": (
-        rope(2304, 8, 8192, head_dim=256),
-        "RoPE, half layout (head_dim 256 by default), every layer; sliding window on alternate layers",
-    ),
+    # RoPE in models whose code departs from their fields (other RoPE models: posenc.hf._rule)
     "gemma3_text": (
         gemma3(RopeDefaults(2304, 8, 131072, head_dim=256), 6),
         (
@@ -86,7 +67,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     ),
     "llama4_text": (
         nope_layers(
-            RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), "temperature"
+            RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), rope_flags, True
         ),
         (
             ("RoPE layers", "RoPE, interleaved layout, base 5e5"),
@@ -94,24 +75,12 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         ),
     ),
     "smollm3": (
-        nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), "none"),
+        nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), rope_flags),
         (("RoPE layers", "RoPE, half layout, base 2e6"), ("`no_rope_layers` 0 (every 4th)", "NoPE")),
     ),
     "cohere2": (
-        cohere2,
+        nope_layers(RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved"), sliding_layers),
         (("sliding_attention", "RoPE, interleaved layout, sliding window"), ("full_attention", "NoPE")),
-    ),
-    "deepseek_v2": (
-        deepseek(2),
-        "RoPE over `qk_rope_head_dim` (q_pe / k_pe), interleaved, YaRN with mscale / mscale_all_dim",
-    ),
-    "deepseek_v3": (
-        deepseek(3),
-        "RoPE over `qk_rope_head_dim` (q_pe / k_pe), interleaved if `rope_interleave`, YaRN with mscale_all_dim",
-    ),
-    "gpt_oss": (
-        rope(2880, 64, 131072, theta=1.5e5, head_dim=64, params=_GPT_OSS_ROPE),
-        "RoPE, half layout, YaRN (`truncate=False`); sliding window on alternate layers",
     ),
     # M-RoPE (vision-language text models): positions (t, 3) or (b, t, 3); 1D positions = RoPE
     "qwen2_vl_text": _QWEN2_VL,
@@ -124,12 +93,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         mrope(RopeDefaults(2048, 16, 128000, theta=5e5), (24, 20, 20), interleaved=True),
         _QWEN3_VL,
     ),
-    "olmo": (rope(4096, 32, 2048), _HALF),
-    "starcoder2": (rope(3072, 24, 4096), _HALF),
-    "granite": (rope(4096, 32, 2048), _HALF),
-    "cohere": (rope(8192, 64, 8192, theta=5e5, layout="interleaved"), "RoPE, interleaved layout, base 5e5"),
-    # RoPE on the first channels of each head (partial rotary)
-    "phi": (rope(2048, 32, 2048, partial=0.5), "RoPE, half layout, partial_rotary_factor (0.5)"),
+    # legacy names: Phi-3's rope_type 'su' / 'yarn' (longrope), GPT-NeoX's rotary_pct / rotary_emb_base
     "phi3": (
         rope(
             3072,
@@ -141,8 +105,6 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         ),
         "RoPE, half layout, longrope",
     ),
-    "stablelm": (rope(2560, 32, 4096, partial=0.25), "RoPE, half layout, partial_rotary_factor (0.25)"),
-    "persimmon": (rope(4096, 64, 16384, partial=0.5), "RoPE, half layout, partial_rotary_factor (0.5)"),
     "gpt_neox": (
         rope(6144, 64, 2048, partial=0.25, theta_keys=("rotary_emb_base",), partial_keys=("rotary_pct",)),
         "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",

@@ -159,8 +159,9 @@ def from_hf_config(
     model types of posenc's table; any other text model is built from transformers 5's
     standardized fields (``rope_parameters``, flat or per layer type, ``rope_theta``,
     ``partial_rotary_factor``, ``head_dim``, ``max_position_embeddings``), and refused, naming the
-    field, where its config holds one posenc does not read (``qk_rope_head_dim``,
-    ``rope_interleave``, ``mrope_section``...) or lacks one it needs (``rope_theta``).
+    field, where its config holds one posenc does not read (``mrope_section``...) or lacks one it
+    needs (``rope_theta``); a BERT-like config with ``position_embedding_type='absolute'`` gives a
+    :class:`~posenc.Learned` table (RoBERTa's kin offset by ``pad_token_id + 1``).
 
     Learned weights (T5's bias table, GPT-2's ``wpe``) are not part of a config: the returned
     module is freshly initialised; load them with ``load_state_dict`` (the parameter names

@@ -2,7 +2,8 @@
 
 The encoding comes from the model's config (:func:`~posenc.hf.from_hf_config`); this module
 adds the weights a config does not hold (T5's relative-bias table, the learned tables of
-GPT-2, GPT-Neo, OPT and BART, each layer's relative tables of the conformer speech encoders), found in the model's ``state_dict`` by key suffix.
+GPT-2, GPT-Neo, OPT and BART, each layer's relative tables of the conformer speech encoders), found in
+the model's ``state_dict`` by key suffix.
 ``transformers`` is not imported: any object with ``.config`` and ``.state_dict()`` works.
 """
 
@@ -12,25 +13,34 @@ from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._read import config_dict
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count, speech_layer_weights
+from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
 
-#: Where each model type keeps its trained position weights, per stack, as a state_dict key suffix
-#: (the model's prefix, e.g. ``transformer.`` or ``model.``, may come before it).
-_WEIGHT_KEYS: dict[str, dict[str, str]] = {
-    "t5": {
-        "encoder": "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-        "decoder": "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-    },
-    "gpt2": {"decoder": "wpe.weight"},
-    "gpt_neo": {"decoder": "wpe.weight"},
-    "opt": {"decoder": "decoder.embed_positions.weight"},
-    "bart": {"encoder": "encoder.embed_positions.weight", "decoder": "decoder.embed_positions.weight"},
+#: Where each model type keeps its trained position weights, per stack: the state_dict key prefix of
+#: the module holding them (the model's own prefix, e.g. ``transformer.`` or ``model.``, may come
+#: before it; ``{layer}``: one set per layer). The parameter names after it are posenc's own, except
+#: those in :data:`_RENAMED`.
+_T5 = {
+    "encoder": "encoder.block.0.layer.0.SelfAttention.",
+    "decoder": "decoder.block.0.layer.0.SelfAttention.",
 }
-_WEIGHT_KEYS["mt5"] = _WEIGHT_KEYS["t5"]
-_WEIGHT_KEYS["mbart"] = _WEIGHT_KEYS["bart"]
+_BART = {"encoder": "encoder.embed_positions.", "decoder": "decoder.embed_positions."}
+# the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
+_SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
+_PREFIXES: dict[str, dict[str, str]] = {
+    "t5": _T5,
+    "mt5": _T5,
+    "gpt2": {"decoder": "wpe."},
+    "gpt_neo": {"decoder": "wpe."},
+    "opt": {"decoder": "decoder.embed_positions."},
+    "bart": _BART,
+    "mbart": _BART,
+    **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
+}
+#: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
+_RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 
 
 def from_hf_model(
@@ -40,7 +50,8 @@ def from_hf_model(
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
     relative-bias table (from the first block of the chosen stack, which the other blocks
-    share), the learned tables of GPT-2, GPT-Neo, OPT and BART. Encodings without trained
+    share), the learned tables of GPT-2, GPT-Neo, OPT and BART, and of BERT-like encoders by rule
+    (``embeddings.position_embeddings``). Encodings without trained
     weights (RoPE, ALiBi, sinusoids) come back as :func:`from_hf_config` builds them.
 
     Args:
@@ -76,48 +87,44 @@ def from_hf_model(
         raise ValueError(f"stack must be None, 'encoder' or 'decoder', got {stack!r}")
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
-    if model_type in SPEECH_MODEL_TYPES:
-        return _speech_layer(model_type, cfg, state_dict(), layer, stack)
-    keys = _WEIGHT_KEYS.get(model_type)
-    if keys is None:
+    prefixes = _PREFIXES.get(model_type)
+    if prefixes is None and cfg.get("position_embedding_type") == "absolute":  # BERT-like, by rule
+        prefixes = {"encoder": "embeddings.position_embeddings."}
+    if prefixes is None:
         return from_hf_config(cfg, layer=layer)
     if stack is None:
-        stack = "decoder" if cfg.get("is_decoder") or "encoder" not in keys else "encoder"
-    if stack not in keys:
-        raise ValueError(
-            f"{cfg['model_type']} has no {stack} position weights; accepted stack: {', '.join(keys)}"
+        stack = (
+            "decoder"
+            if "encoder" not in prefixes or (cfg.get("is_decoder") and "decoder" in prefixes)
+            else "encoder"
         )
+    if stack not in prefixes:
+        raise ValueError(
+            f"{model_type} has no {stack} position weights; accepted stack: {', '.join(prefixes)}"
+        )
+    prefix = prefixes[stack]
+    if "{layer}" in prefix:
+        if layer is None:
+            n = speech_layer_count(cfg, model_type)
+            raise ValueError(
+                f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
+            )
+        prefix = prefix.format(layer=layer)
     encoding = from_hf_config(cfg, layer=layer, causal=stack == "decoder")
-    suffix = keys[stack]
+    names = {name: _RENAMED.get(name, name) for name, _ in encoding.named_parameters()}
+    if not names:  # (a speech layer without position in attention: NoPE)
+        return encoding
     weights = state_dict()
-    found = [key for key in weights if key == suffix or key.endswith("." + suffix)]
-    bare = suffix.removeprefix(f"{stack}.")
-    if not found and bare in weights:  # the stack module itself (e.g. model.decoder of a T5)
-        found = [bare]
+    suffix = prefix + next(iter(names.values()))
+    found = [key[: -len(suffix)] for key in weights if key == suffix or key.endswith("." + suffix)]
+    if (
+        not found and suffix.removeprefix(f"{stack}.") in weights
+    ):  # the stack module itself (T5's model.decoder)
+        prefix, found = prefix.removeprefix(f"{stack}."), [""]
     if len(found) != 1:
         raise ValueError(
-            f"{cfg['model_type']}: expected one {stack} position weight ending in {suffix!r}, found {found or 'none'}"
+            f"{model_type}: expected one {stack} position weight ending in {suffix!r}, found "
+            f"{[f + suffix for f in found] or 'none'} (is the config that of the loaded model?)"
         )
-    (target,) = (name for name, _ in encoding.named_parameters())  # one table: `weight` or T5's embedding
-    encoding.load_state_dict({target: weights[found[0]]})
-    return encoding
-
-
-def _speech_layer(
-    model_type: str, cfg: dict[str, Any], weights: dict[str, Any], layer: int | None, stack: str | None
-) -> PositionalEncoding:
-    """The encoding of (speech) encoder layer ``layer`` of a conformer model, its tables loaded."""
-    if stack not in (None, "encoder"):
-        raise ValueError(
-            f"{model_type}: position weights live in the (speech) encoder only; accepted stack: encoder"
-        )
-    n = speech_layer_count(cfg, model_type)
-    if layer is None:
-        raise ValueError(
-            f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
-        )
-    encoding = from_hf_config(cfg, layer=layer)
-    loaded = speech_layer_weights(encoding, weights, model_type, layer)
-    if loaded:
-        encoding.load_state_dict(loaded)
+    encoding.load_state_dict({ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()})
     return encoding

@@ -182,6 +182,7 @@ def test_errors_name_the_layer_and_the_mode() -> None:
         state_dict = model.state_dict
 
     with pytest.raises(
-        ValueError, match=r"expected one self-attention of encoder layer 1 with 'linear_pos\.weight'"
+        ValueError,
+        match=r"expected one encoder position weight ending in 'encoder\.layers\.1\.self_attn\.",
     ):
         from_hf_model(Mismatch(), layer=1)

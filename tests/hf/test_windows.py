@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from posenc.hf import SUPPORTED_MODEL_TYPES, layer_windows
+from posenc.hf._layers import _WINDOWS
 
 transformers = pytest.importorskip("transformers")
 from transformers import AttentionInterface  # noqa: E402
@@ -45,7 +46,7 @@ AttentionMaskInterface.register("posenc_mask_capture", eager_mask)
 
 _MOE = {"num_experts": 2, "num_local_experts": 2, "num_experts_per_tok": 1}
 _MROPE = {"rope_parameters": {"rope_type": "default", "mrope_section": [1, 1, 2]}}
-# (model_type, config kwargs): every table model whose attention can slide, with and without
+# (model_type, config kwargs): every model with a window rule (posenc.hf._layers._WINDOWS), with and without
 # the fields that switch windows on, and a few that never slide although their config says so.
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("mistral", {"sliding_window": 3}),
@@ -120,8 +121,8 @@ def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: di
     masks = _model_masks(config, bidirectional)
     minimal = {"model_type": model_type, "num_hidden_layers": LAYERS, **kwargs}
     forms = [config, config.to_dict(), minimal]
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        # outside the table a config class may derive layer_types in code: dicts without them are refused
+    if model_type not in SUPPORTED_MODEL_TYPES and model_type not in _WINDOWS:
+        # without a window rule a config class may derive layer_types in code: dicts without them are refused
         for form in [f for f in forms[1:] if f.get("layer_types") is None]:
             with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
                 layer_windows(form)
@@ -133,7 +134,7 @@ def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: di
             assert torch.equal(mask, want), (model_type, kwargs, type(form).__name__, layer, windows)
 
 
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+@pytest.mark.parametrize("model_type", sorted({*SUPPORTED_MODEL_TYPES, *_WINDOWS}))
 def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> None:
     """A bare ``config.json`` dict, the config object and its ``to_dict()`` give the same windows."""
     config = transformers.AutoConfig.for_model(model_type)
