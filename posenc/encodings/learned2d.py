@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_choice, check_int, check_positive_float
+from .._checks import check_bool, check_choice, check_int, check_positive_float, short
 from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
 from ._patches import add_patch_table, input_grid, patch_grid
@@ -29,8 +29,12 @@ class Learned2D(PositionalEncoding):
     At another grid size the grid part is resampled as an image with ``d`` channels
     (:func:`posenc.functional.resample_grid_table`: bicubic, ``align_corners=False``, as ViT's and
     DINOv2's ``interpolate_pos_encoding``; ``antialias=True`` as timm's ``resample_abs_pos_embed``),
-    the prefix rows unchanged. With ``interpolate=False`` a smaller grid takes the table's
-    top-left cells and a larger one is an error naming both sizes. :meth:`resize` makes a new
+    the prefix rows unchanged. ``interpolate_offset`` reproduces the DINOv2 authors' code
+    (``interpolate_pos_encoding`` in facebookresearch/dinov2, default 0.1 there): the grid is resized
+    by the scale factors ``(H + offset) / h``, ``(W + offset) / w`` instead of to the size ``(H, W)``,
+    which moves the sample points slightly (transformers' and timm's DINOv2 use 0). With
+    ``interpolate=False`` a smaller grid takes the table's top-left cells and a larger one is an
+    error naming both sizes. :meth:`resize` makes a new
     grid permanent (fine-tuning at a higher resolution).
 
     Args:
@@ -40,6 +44,8 @@ class Learned2D(PositionalEncoding):
         interpolate: resample for other grids (else crop, or refuse larger grids).
         mode: the resampling mode (``"bicubic"``, ``"bilinear"``, ``"nearest"``, ``"area"``).
         antialias: low-pass filter when shrinking (bicubic/bilinear only).
+        interpolate_offset: DINOv2's offset added to the new grid size in the scale factors,
+            in ``[0, 1)`` (0: resize to the size, as transformers and timm).
         init_std: standard deviation of the normal initialisation (0.02 as ViT).
         device, dtype: of the parameter.
 
@@ -61,6 +67,7 @@ class Learned2D(PositionalEncoding):
         interpolate: bool = True,
         mode: Mode = "bicubic",
         antialias: bool = False,
+        interpolate_offset: float = 0.0,
         init_std: float = 0.02,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -75,6 +82,14 @@ class Learned2D(PositionalEncoding):
         self.antialias = check_bool("antialias", antialias)
         if antialias and mode not in ("bicubic", "bilinear"):
             raise ValueError(f"antialias=True needs mode 'bicubic' or 'bilinear', got mode={mode!r}")
+        if isinstance(interpolate_offset, bool) or not isinstance(interpolate_offset, (int, float)):
+            kind = type(interpolate_offset).__name__
+            raise TypeError(f"interpolate_offset must be a float, got {short(interpolate_offset)} ({kind})")
+        if not 0 <= interpolate_offset < 1:  # also refuses NaN and inf; 1 or more would add a row or column
+            raise ValueError(
+                f"interpolate_offset must be a finite number in [0, 1), got {short(interpolate_offset)}"
+            )
+        self.interpolate_offset = float(interpolate_offset)
         self.init_std = check_positive_float("init_std", init_std)
         rows = self.num_prefix_tokens + math.prod(self.grid_size)
         self.weight = nn.Parameter(torch.empty(rows, d_model, device=device, dtype=dtype))
@@ -92,8 +107,21 @@ class Learned2D(PositionalEncoding):
     def _resampled(self, new: tuple[int, ...], interpolate: bool) -> Tensor:
         (h, w), (nh, nw), p = self.grid_size, new, self.num_prefix_tokens
         if new == self.grid_size or interpolate:
+            off = self.interpolate_offset
+            # F.interpolate's output size is floor(old * scale): a tiny offset can round below the new size
+            if off and (int(h * ((nh + off) / h)), int(w * ((nw + off) / w))) != new:
+                raise ValueError(
+                    f"interpolate_offset={off} resizes grid_size {self.grid_size} to fewer cells than grid {new} "
+                    "(floating-point rounding); use a larger offset such as DINOv2's 0.1"
+                )
             return resample_grid_table(
-                self.weight, (h, w), new, num_prefix_tokens=p, mode=self.mode, antialias=self.antialias
+                self.weight,
+                (h, w),
+                new,
+                num_prefix_tokens=p,
+                mode=self.mode,
+                antialias=self.antialias,
+                interpolate_offset=off,
             )
         if nh > h or nw > w:
             raise ValueError(
@@ -146,4 +174,5 @@ class Learned2D(PositionalEncoding):
         extra = f"{self.d_model}, grid_size={self.grid_size}, num_prefix_tokens={self.num_prefix_tokens}"
         if not self.interpolate:
             extra += ", interpolate=False"
-        return extra + f", mode={self.mode!r}, antialias={self.antialias}"
+        extra += f", mode={self.mode!r}, antialias={self.antialias}"
+        return extra + (f", interpolate_offset={self.interpolate_offset}" if self.interpolate_offset else "")

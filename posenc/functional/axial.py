@@ -257,6 +257,7 @@ def resample_grid_table(
     mode: str = "bicubic",
     antialias: bool = False,
     align_corners: bool | None = False,
+    interpolate_offset: float = 0.0,
 ) -> Tensor:
     """Resample a ``(p + h*w, d)`` position table to another grid, prefix rows kept as they are.
 
@@ -287,6 +288,10 @@ def resample_grid_table(
     body = table[p:].to(work).reshape(1, h, w, -1).permute(0, 3, 1, 2)  # (1, d, h, w)
     if mode in ("nearest", "area", "nearest-exact"):
         align_corners = None
-    body = F.interpolate(body, size=(nh, nw), mode=mode, align_corners=align_corners, antialias=antialias)
+    # DINOv2's interpolate_offset > 0: scale factors (n + offset) / old given instead of the size
+    scale = ((nh + interpolate_offset) / h, (nw + interpolate_offset) / w) if interpolate_offset else None
+    body = F.interpolate(
+        body, None if scale else (nh, nw), scale, mode=mode, align_corners=align_corners, antialias=antialias
+    )
     body = body.permute(0, 2, 3, 1).reshape(nh * nw, -1).to(table.dtype)
     return torch.cat((table[:p], body))

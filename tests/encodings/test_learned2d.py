@@ -1,5 +1,5 @@
-"""Learned2D: ViT's interpolate_pos_encoding parity, timm-style antialias, identity at its own
-size, resize, the no-interpolation limit, errors."""
+"""Learned2D: ViT's and DINOv2's interpolate_pos_encoding parity (DINOv2's interpolate_offset),
+timm-style antialias, identity at its own size, resize, the no-interpolation limit, errors."""
 
 from __future__ import annotations
 
@@ -33,6 +33,85 @@ def test_parity_with_hf_vit_interpolate_pos_encoding(device):
         want = emb.interpolate_pos_encoding(tokens, height, width)
         got = ours(tokens, grid=(height // 8, width // 8))
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def dinov2_authors_interpolate(table, grid, new_grid, *, prefix, offset, antialias=False):
+    """The DINOv2 authors' resampling, written here from their formula (facebookresearch/dinov2,
+    dinov2/models/vision_transformer.py, DinoVisionTransformer.interpolate_pos_encoding): the
+    grid is resized in float32 by scale factors ``(new + offset) / old`` when ``interpolate_offset``
+    is set, else to the size; bicubic; the prefix rows kept. Generalised to a non-square table."""
+    (h, w), (nh, nw) = grid, new_grid
+    if (h, w) == (nh, nw):
+        return table
+    image = table[prefix:].float().reshape(1, h, w, -1).permute(0, 3, 1, 2)
+    how = {"scale_factor": ((nh + offset) / h, (nw + offset) / w)} if offset else {"size": (nh, nw)}
+    image = F.interpolate(image, mode="bicubic", antialias=antialias, **how)
+    assert image.shape[-2:] == (nh, nw)
+    return torch.cat((table[:prefix], image.permute(0, 2, 3, 1).reshape(nh * nw, -1).to(table.dtype)))
+
+
+@pytest.mark.parametrize(("grid", "prefix"), [((4, 4), 1), ((6, 4), 2)])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_interpolate_offset_matches_the_dinov2_authors_code(grid, prefix, antialias):
+    torch.manual_seed(4)
+    pe = posenc.Learned2D(8, grid, num_prefix_tokens=prefix, interpolate_offset=0.1, antialias=antialias)
+    table = pe.weight.detach()
+    for new in ((7, 9), (2, 3), (3, 5), (9, 4), grid):  # up, down, non-square, mixed, own size
+        want = dinov2_authors_interpolate(table, grid, new, prefix=prefix, offset=0.1, antialias=antialias)
+        x = torch.randn(2, prefix + new[0] * new[1], 8)
+        torch.testing.assert_close(pe(x, grid=new), x + want, atol=1e-6, rtol=0)
+        got = resample_grid_table(
+            table, grid, new, num_prefix_tokens=prefix, antialias=antialias, interpolate_offset=0.1
+        )
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+        if new != grid:  # the offset moves the sample points: not the same as resizing to the size
+            plain = dinov2_authors_interpolate(table, grid, new, prefix=prefix, offset=0, antialias=antialias)
+            assert (want - plain).abs().max() > 1e-4
+    pe.resize((5, 7))
+    torch.testing.assert_close(
+        pe.weight.detach(),
+        dinov2_authors_interpolate(table, grid, (5, 7), prefix=prefix, offset=0.1, antialias=antialias),
+    )
+
+
+def test_offset_zero_matches_hf_dinov2_interpolate_pos_encoding():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.dinov2 import modeling_dinov2 as hf
+
+    cfg = transformers.Dinov2Config(
+        hidden_size=16,
+        image_size=32,
+        patch_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    emb = hf.Dinov2Embeddings(cfg).eval()
+    torch.manual_seed(5)
+    with torch.no_grad():
+        emb.position_embeddings.normal_()
+    ours = posenc.Learned2D(16, 4, num_prefix_tokens=1)
+    ours.load_state_dict({"weight": emb.position_embeddings[0]})
+    table = ours.weight.detach()
+    for height, width in ((48, 64), (16, 24), (40, 16), (32, 32)):
+        new = (height // 8, width // 8)
+        want = emb.interpolate_pos_encoding(torch.zeros(1, 1 + new[0] * new[1], 16), height, width)[0]
+        torch.testing.assert_close(ours.table(new), want, atol=1e-6, rtol=0)
+        reference = dinov2_authors_interpolate(table, (4, 4), new, prefix=1, offset=0)
+        torch.testing.assert_close(reference, want, atol=1e-6, rtol=0)
+
+
+def test_interpolate_offset_repr_spec_and_rounding_error():
+    pe = posenc.build("learned2d(grid_size=(4, 5), num_prefix_tokens=1, interpolate_offset=0.1)", d_model=8)
+    assert pe.interpolate_offset == 0.1
+    assert repr(pe).endswith("antialias=False, interpolate_offset=0.1)")
+    assert "interpolate_offset" not in repr(posenc.Learned2D(8, 4))
+    tiny = posenc.Learned2D(8, 7, interpolate_offset=1e-20)  # F.interpolate's floor(7 * 61/7) is 60
+    with pytest.raises(
+        ValueError, match=r"interpolate_offset=1e-20 resizes grid_size \(7, 7\) to fewer cells"
+    ):
+        tiny.table((61, 61))
+    assert tiny.table((8, 8)).shape == (64, 8)
 
 
 def test_antialias_matches_interpolate_and_own_size_is_identity():
@@ -105,6 +184,36 @@ def test_state_dict_dtype_meta():
         ({"grid_size": 4, "mode": "cubic"}, ValueError, "mode must be one of"),
         ({"grid_size": 4, "mode": "nearest", "antialias": True}, ValueError, "antialias=True needs"),
         ({"grid_size": 4, "interpolate": 1}, TypeError, "interpolate must be a bool"),
+        (
+            {"grid_size": 4, "interpolate_offset": -0.1},
+            ValueError,
+            r"interpolate_offset must be .* \[0, 1\), got -0.1",
+        ),
+        (
+            {"grid_size": 4, "interpolate_offset": 1},
+            ValueError,
+            r"interpolate_offset must be .* \[0, 1\), got 1",
+        ),
+        (
+            {"grid_size": 4, "interpolate_offset": float("nan")},
+            ValueError,
+            "interpolate_offset must be a finite.*nan",
+        ),
+        (
+            {"grid_size": 4, "interpolate_offset": float("inf")},
+            ValueError,
+            "interpolate_offset must be a finite.*inf",
+        ),
+        (
+            {"grid_size": 4, "interpolate_offset": "0.1"},
+            TypeError,
+            r"interpolate_offset must be a float, got '0.1' \(str\)",
+        ),
+        (
+            {"grid_size": 4, "interpolate_offset": True},
+            TypeError,
+            "interpolate_offset must be a float, got True",
+        ),
     ],
 )
 def test_constructor_errors(kwargs, error, match):
