@@ -55,6 +55,31 @@ _REFUSED = {
     ),
 }
 
+#: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
+#: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": {"head_dim": 256},
+    "gemma2": {"head_dim": 256},
+    "qwen3": {"head_dim": 128},
+    "phi": {"partial_rotary_factor": 0.5},
+    "persimmon": {"partial_rotary_factor": 0.5},
+    "stablelm": {"partial_rotary_factor": 0.25},
+    "deepseek_v2": {"qk_rope_head_dim": 64},
+    "deepseek_v3": {"qk_rope_head_dim": 64},
+    "gpt_oss": {
+        "head_dim": 64,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 150000.0,
+        },
+    },
+}
+
 _RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
 _RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
 _READ = frozenset(
@@ -71,6 +96,7 @@ def by_rule(
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
     family = model_type.removesuffix(" text_config").removesuffix("_text")
+    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave

@@ -1308,3 +1308,27 @@ def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
     }
     with pytest.raises(ValueError, match="'low_freq_factor', which rope_type 'linear' does not read"):
         from_hf_config(llama)
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    ["gemma", "gemma2", "qwen3", "phi", "persimmon", "stablelm", "deepseek_v2", "deepseek_v3", "gpt_oss"],
+)
+def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
+    """A config.json dict that leaves out head_dim / partial_rotary_factor / qk_rope_head_dim / the rope dict
+    converts as transformers loads it (the class default), not to the standard value."""
+    transformers = pytest.importorskip("transformers")
+    minimal = {
+        "model_type": model_type,
+        "hidden_size": 256,  # 64 per head: no class default above is hidden_size // num_attention_heads
+        "num_attention_heads": 4,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+    }
+    if model_type == "gpt_oss":
+        del minimal["rope_theta"]  # its class default is a YaRN rope dict
+    config = transformers.AutoConfig.for_model(**minimal)
+    from_dict, from_object = from_hf_config(minimal), from_hf_config(config)
+    assert repr(from_dict) == repr(from_object)
+    q = torch.randn(1, 4, 5, from_object.head_dim, dtype=torch.float64)
+    torch.testing.assert_close(from_dict(q, q), from_object(q, q), rtol=0, atol=0)
