@@ -97,6 +97,12 @@ def by_rule(
     """
     family = model_type.removesuffix(" text_config").removesuffix("_text")
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
+    if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "
+            "model, whose rotary works on a grid of patches (2D) that the standardized fields do not describe; "
+            "build posenc.AxialRoPE for it"
+        )
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave

@@ -1332,3 +1332,17 @@ def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
     assert repr(from_dict) == repr(from_object)
     q = torch.randn(1, 4, 5, from_object.head_dim, dtype=torch.float64)
     torch.testing.assert_close(from_dict(q, q), from_object(q, q), rtol=0, atol=0)
+
+
+def test_a_vision_tower_is_refused_by_rule():
+    """DINOv3's ViT rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
+    config = {
+        "model_type": "dinov3_vit",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "rope_theta": 100.0,
+        "patch_size": 16,
+        "image_size": 224,
+    }
+    with pytest.raises(ValueError, match="patch_size and image_size, a vision model"):
+        from_hf_config(config)
