@@ -7,9 +7,9 @@
 * :func:`apply_rotary` — the checked entry point: partial rotation, and in eager mode the same
   rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
-The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas) and
-:mod:`posenc.functional.rope_freqs` (one dataclass per rope type); reading a Hugging Face scaling
-dict is :mod:`posenc.functional.rope_scaling`.
+The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas, one dataclass per rope
+type); reading a Hugging Face scaling dict is :mod:`posenc.functional.rope_scaling`. The inverse
+(conjugate) rotation is the same call with ``-sin``.
 
 Shape key: ``b`` batch, ``h`` heads, ``t`` sequence, ``dh`` head width, ``r`` rotated channels
 (``rotary_dim``), ``r/2`` rotated pairs.

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from posenc.app import hf_zoo  # noqa: E402
 
 #: One model type per kind of answer: by posenc's table, by rule, refused, no text rotary embedding.
-TYPES = "llama,seed_oss,dbrx,bert"
+TYPES = "phi3,seed_oss,dbrx,bert"
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -34,7 +34,7 @@ def test_the_table_says_how_each_type_is_matched_or_why_it_is_refused(capsys):
     )
     assert "matched 2, refused 1, mismatched 0, not built 0" in out
     rows = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.splitlines()[3:] if line[:1].strip()}
-    assert rows["llama"] == ["matched", "by table"]
+    assert rows["phi3"] == ["matched", "by table"]
     assert rows["seed_oss"] == ["matched", "by rule"]
     assert rows["dbrx"][0] == "refused" and "'num_attention_heads'" in rows["dbrx"][1]
     assert "1 other model type has no text rotary embedding, not checked here: bert." in out
@@ -62,12 +62,12 @@ def test_all_adds_what_from_hf_config_makes_of_the_other_types(capsys):
     )
     assert "\nopt         converted  Learned(64, max_len=64, offset=2)\n" in rest  # OPT's offset of 2
     assert "\nbert        refused    model_type 'bert' is not supported" in rest
-    code, out, _ = run(["models", "--types", "gpt2,llama", "--all", "--json"], capsys)
+    code, out, _ = run(["models", "--types", "gpt2,phi3", "--all", "--json"], capsys)
     data = json.loads(out)
     assert data["no_text_rotary_converted"] == {
         "gpt2": {"outcome": "converted", "detail": "Learned(64, max_len=64)"}
     }
-    assert data["model_types"]["llama"] == {"outcome": "matched", "detail": "table"}
+    assert data["model_types"]["phi3"] == {"outcome": "matched", "detail": "table"}
 
 
 @pytest.mark.parametrize(
