@@ -135,6 +135,21 @@ _LEARNED: dict[str, tuple[str, str | int]] = {
 }
 
 
+#: Model types whose transformers 5 code always adds the absolute table and nothing else: their config
+#: class dropped ``position_embedding_type``, so a 5.x config object of them says nothing about positions.
+_ABSOLUTE_ONLY = frozenset(
+    "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert "
+    "mobilebert ernie".split()
+)
+
+
+def absolute_table(cfg: Config, model_type: str) -> bool:
+    """Whether ``cfg`` describes a BERT-like learned table (by its field, or by its model type in 5.x)."""
+    return cfg.get("position_embedding_type") is not None or (
+        model_type in _ABSOLUTE_ONLY and cfg.get("rope_theta") is None and cfg.get("rope_parameters") is None
+    )
+
+
 def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """BERT-like encoders outside the table: ``position_embedding_type='absolute'`` -> :class:`Learned`.
 
@@ -144,7 +159,7 @@ def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> Posit
         ValueError: any other ``position_embedding_type`` (``'relative_key'``, ``'relative_key_query'``:
             distance embeddings inside each attention, which posenc does not read from a config).
     """
-    kind = cfg["position_embedding_type"]
+    kind = cfg.get("position_embedding_type") or "absolute"  # absent: transformers 5's absolute-only code
     if kind != "absolute":
         raise ValueError(
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
-from ._bias import learned_by_field
+from ._bias import absolute_table, learned_by_field
 from ._layers import _nested, _per_type_rope, layer_types
 from ._read import Config, get, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope
@@ -124,7 +124,7 @@ def by_rule(
     raw: Any = cfg.get("rope_parameters")
     if raw is None:
         raw = cfg.get("rope_scaling")
-    if raw is None and cfg.get("rope_theta") is None and cfg.get("position_embedding_type") is not None:
+    if raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type):
         return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
     if raw is None and cfg.get("rope_theta") is None:
         raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ..base import PositionalEncoding
+from ._bias import absolute_table
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 from .configs import from_hf_config
@@ -88,7 +89,11 @@ def from_hf_model(
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
     prefixes = _PREFIXES.get(model_type)
-    if prefixes is None and cfg.get("position_embedding_type") == "absolute":  # BERT-like, by rule
+    if (
+        prefixes is None
+        and absolute_table(cfg, model_type)
+        and cfg.get("position_embedding_type") in (None, "absolute")
+    ):
         prefixes = {"encoder": "embeddings.position_embeddings."}
     if prefixes is None:
         return from_hf_config(cfg, layer=layer)

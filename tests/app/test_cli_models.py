@@ -53,15 +53,16 @@ def test_json_and_markdown_are_the_zoo_survey(capsys):
 
 
 def test_all_adds_what_from_hf_config_makes_of_the_other_types(capsys):
-    code, out, _ = run(["models", "--types", "gpt2,opt,bert,llama", "--all"], capsys)
+    code, out, _ = run(["models", "--types", "gpt2,opt,bert,deberta,llama", "--all"], capsys)
     assert code == 0
-    rest = out[out.index("3 model types without a text rotary embedding") :]
+    rest = out[out.index("4 model types without a text rotary embedding") :]
     assert (
         "NOT checked against the model's code" in rest
-        and "converted 2, refused 1, error 0, not built 0" in rest
+        and "converted 3, refused 1, error 0, not built 0" in rest
     )
     assert "\nopt         converted  Learned(64, max_len=64, offset=2)\n" in rest  # OPT's offset of 2
-    assert "\nbert        refused    model_type 'bert' is not supported" in rest
+    assert "\nbert        converted  Learned(64, max_len=64)\n" in rest
+    assert "\ndeberta     refused    model_type 'deberta' is not supported" in rest
     code, out, _ = run(["models", "--types", "gpt2,phi3", "--all", "--json"], capsys)
     data = json.loads(out)
     assert data["no_text_rotary_converted"] == {

@@ -24,6 +24,7 @@ import torch
 
 import posenc
 from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config, from_hf_model
+from posenc.hf._bias import _ABSOLUTE_ONLY
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
@@ -52,10 +53,11 @@ def _has_table(model_type: str) -> bool:
     )
 
 
-def _case(model_type: str) -> tuple[str, str]:
+def _case(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
     """(outcome, detail) for one model type with a learned ``embeddings.position_embeddings`` table.
 
-    The config is read as a transformers 4 ``config.json`` holds it: with ``position_embedding_type``.
+    With ``as_v4`` the config is read as a transformers 4 ``config.json`` holds it: with
+    ``position_embedding_type``; else the installed transformers' config object as it is.
     """
     try:
         with warnings.catch_warnings():
@@ -81,6 +83,8 @@ def _case(model_type: str) -> tuple[str, str]:
     old = SimpleNamespace(
         config={**model.config.to_dict(), "position_embedding_type": "absolute"}, state_dict=model.state_dict
     )
+    if not as_v4:
+        old = model
     try:
         pe = from_hf_model(old)
     except ValueError as err:
@@ -113,3 +117,12 @@ def test_bert_like_encoders_by_rule() -> None:
 def test_relative_position_embedding_types_are_refused_by_name(kind: str) -> None:
     with pytest.raises(ValueError, match=f"position_embedding_type='{kind}'"):
         from_hf_config({"model_type": "bert", **TINY, "position_embedding_type": kind})
+
+
+@pytest.mark.parametrize("model_type", sorted(_ABSOLUTE_ONLY))
+def test_absolute_only_types_convert_from_the_installed_config_object(model_type: str) -> None:
+    """transformers 5 dropped ``position_embedding_type`` from these config classes (their code always adds
+    the absolute table): the config object as it is converts to the same rows."""
+    if "position_embedding_type" in CONFIG_MAPPING[model_type]().to_dict():
+        pytest.skip("this transformers still declares position_embedding_type")
+    assert _case(model_type, as_v4=False) == ("matched", "")
