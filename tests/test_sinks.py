@@ -261,3 +261,67 @@ def test_misuse(sinks, err, match):
     q, k, v = qkv()
     with pytest.raises(err, match=match):
         attention(q, k, v, sinks=sinks)
+
+
+# --- posenc.nn: a learned sink per head ----------------------------------------------------------------------
+
+
+def test_layer_holds_zero_sinks_and_passes_them_to_attention():
+    from posenc.nn import MultiheadAttention
+
+    torch.manual_seed(0)
+    layer = MultiheadAttention(32, 4, "alibi", causal=True, attention_sinks=True).eval()
+    assert isinstance(layer.sinks, torch.nn.Parameter) and torch.equal(layer.sinks, torch.zeros(4))
+    assert "attention_sinks=True" in repr(layer)
+    plain = MultiheadAttention(32, 4, "alibi", causal=True).eval()
+    assert plain.sinks is None
+    missing = plain.load_state_dict(layer.state_dict(), strict=False)
+    assert missing.unexpected_keys == ["sinks"]
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        layer.sinks.fill_(-1e4)  # a sink that takes no weight: the layer without sinks
+        torch.testing.assert_close(layer(x), plain(x))
+        layer.sinks.copy_(sink_logits())
+        q, k, v = (p(x).view(2, 5, -1, 8).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+        out = reference(q, k, v, layer.encoding, layer.sinks, causal=True)
+        torch.testing.assert_close(
+            layer(x), layer.out_proj(out.transpose(1, 2).reshape(2, 5, 32)), **TOL[torch.float32]
+        )
+
+
+@pytest.mark.parametrize("capacity", [None, 16])
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5", "shaw"])
+def test_lm_decode_with_a_kv_cache_matches_the_full_forward(position, capacity):
+    from posenc.nn import KVCache, TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(
+        32, 32, 2, 4, position=position, max_len=64, num_kv_heads=2, attention_sinks=True
+    ).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.sinks.normal_()
+    ids = torch.randint(0, 32, (2, 9))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache(capacity=capacity)
+        steps = [model(ids[:, :6], cache=cache)] + [
+            model(ids[:, i : i + 1], cache=cache) for i in range(6, 9)
+        ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_lm_sinks_learn():
+    from posenc.nn import TransformerLM
+
+    model = TransformerLM(32, 32, 2, 4, position="rope", attention_sinks=True)
+    model(torch.randint(0, 32, (2, 7))).logsumexp(-1).mean().backward()
+    for block in model.blocks:
+        assert block.attn.sinks.grad is not None and block.attn.sinks.grad.abs().sum() > 0
+
+
+def test_attention_sinks_must_be_a_bool():
+    from posenc.nn import TransformerLM
+
+    with pytest.raises(TypeError, match="attention_sinks"):
+        TransformerLM(32, 32, 1, 4, attention_sinks="yes")
