@@ -161,14 +161,18 @@ def test_decode_gqa_windows_and_documents(name, backend, case):
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
 
 
-def test_toeplitz_path_with_sinks_over_many_chunks():
+def test_toeplitz_path_with_sinks_over_many_chunks(monkeypatch):
     """A distance bias at default positions takes the Toeplitz path; chunks of 4 over 13 queries."""
+    calls = []
+    toeplitz = posenc.attend._toeplitz
+    monkeypatch.setattr(posenc.attend, "_toeplitz", lambda *a: calls.append(1) or toeplitz(*a))
     enc = make("alibi", False, torch.float32)
     q, k, v = qkv(tq=13, tk=13)
     sinks = sink_logits()
     for causal in (True, False):
         out = attention(q, k, v, enc, causal=causal, chunk_size=4, sinks=sinks)
         torch.testing.assert_close(out, reference(q, k, v, enc, sinks, causal=causal), **TOL[torch.float32])
+    assert len(calls) == 2
 
 
 def test_zero_sinks_at_minus_infinity_are_no_sinks():
@@ -185,13 +189,14 @@ def test_half_precision_sinks_in_float32_scores():
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("backend", ["auto", "chunked"])
+@pytest.mark.parametrize("masked", [True, False])  # without a mask, alibi takes the Toeplitz path
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
 @pytest.mark.parametrize("name", ["none", "alibi", "shaw"])
-def test_gradcheck_wrt_sinks(name, backend):
+def test_gradcheck_wrt_sinks(name, backend, masked):
     enc = make(name, True, torch.float64)
     q, k, v = qkv(b=1, h=4, h_kv=2, tq=3, tk=4, dh=8, dtype=torch.float64)
     sinks = torch.tensor([0.3, -0.5, 0.0, 1.0], dtype=torch.float64, requires_grad=True)
-    mask = torch.tensor([True, True, False, True])[None, None, None]
+    mask = torch.tensor([True, True, False, True])[None, None, None] if masked else None
 
     def f(s: Tensor) -> Tensor:
         return attention(q, k, v, enc, causal=True, attn_mask=mask, backend=backend, chunk_size=2, sinks=s)
