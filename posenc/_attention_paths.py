@@ -46,11 +46,11 @@ def heads_differ(q: Tensor, k: Tensor) -> bool:
     return False
 
 
-def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState) -> bool:
-    """Whether this call builds a graph: inputs or the encoding's parameters need gradients."""
+def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState, sinks: Tensor | None = None) -> bool:
+    """Whether this call builds a graph: inputs, sinks or the encoding's parameters need gradients."""
     if not torch.is_grad_enabled():
         return False
-    if q.requires_grad or k.requires_grad or v.requires_grad:
+    if q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad):
         return True
     return any(p.requires_grad for p in state.encoding.parameters())
 
@@ -120,21 +120,48 @@ def _sdpa(
     keep: Tensor | None,
     dropout_p: float,
     scale: float | None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """One SDPA call with an optional float ``bias`` (already in the mask dtype) and boolean ``keep`` mask.
 
     Rows of ``keep`` with no key at all are opened for the kernel (so that no backend produces
-    NaN) and their outputs set to zero afterwards.
+    NaN) and their outputs set to zero afterwards (with ``sinks`` they see only the sink: zero too).
+    ``sinks`` (``(h,)``): one more key per head whose value is zero and whose bias is ``sinks[h]``.
     """
     dead = None
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)
         keep = keep | dead
     mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        q, k, v, mask = with_sink(q, k, v, mask, sinks)
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
     )
     return out if dead is None else out.masked_fill(dead, 0.0)
+
+
+def with_sink(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sinks: Tensor) -> tuple[Tensor, ...]:
+    """``k``, ``v`` and ``mask`` with one more key per head: key and value zero, bias ``sinks[h]``.
+
+    Softmax over the scores and this key is the attention-sink softmax (gpt-oss): the sink takes
+    weight ``exp(s_h) / (exp(s_h) + sum_j exp(score_j))`` and adds nothing to the output. The mask
+    becomes a float one, ``(b|1, h, tq, tk + 1)``, in :func:`mask_dtype` (boolean masks as 0/-inf).
+    """
+    dtype = mask_dtype(q)
+    h, tq, tk = q.shape[1], q.shape[2], k.shape[2]
+    if mask is None:
+        mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
+    elif mask.dtype == torch.bool:
+        mask = torch.zeros((), dtype=dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    rows = mask.shape[0]
+    mask = torch.cat(
+        [mask.to(dtype).expand(rows, h, tq, tk), sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)],
+        dim=-1,
+    )
+    k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+    v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+    return q, k, v, mask
 
 
 def _bias(state: PositionState, q: Tensor, k: Tensor) -> Tensor | None:
@@ -151,6 +178,7 @@ def _single(
     vis: Visibility,
     dropout_p: float,
     scale: float | None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
     bias = _bias(state, q, k)
@@ -163,11 +191,12 @@ def _single(
         and vis.window is None
         and vis.user is None
         and vis.tq == vis.tk
+        and sinks is None  # the sink is a column of the mask
     ):
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
         )
-    return _sdpa(q, k, v, bias, vis.block(slice(None), slice(None)), dropout_p, scale)
+    return _sdpa(q, k, v, bias, vis.block(slice(None), slice(None)), dropout_p, scale, sinks)
 
 
 def _chunked(
@@ -179,6 +208,7 @@ def _chunked(
     dropout_p: float,
     scale: float | None,
     chunk: int,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
 
@@ -192,9 +222,11 @@ def _chunked(
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep = vis.block(qs, ks)
         block = state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _sdpa(q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale)
+        return lambda q_c, k_c, v_c: _sdpa(
+            q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale, sinks
+        )
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
 
 
 def _toeplitz(
@@ -206,6 +238,7 @@ def _toeplitz(
     dropout_p: float,
     scale: float | None,
     chunk: int,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
 
@@ -221,6 +254,8 @@ def _toeplitz(
             (zeros for a window alone).
         vis: index rules only (default positions, no user mask, no documents).
         chunk: query rows per SDPA call (``tq`` for one call).
+        sinks: ``(h,)`` sink logits: each chunk's mask is then materialised with the sink column
+            (:func:`with_sink`), ``(h, chunk, keys + 1)``.
     """
     tq, tk = q.shape[-2], k.shape[-2]
     heads = values.shape[0]
@@ -239,11 +274,26 @@ def _toeplitz(
             (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
             (0, strip.stride(0), 1, 1),
         )
+        if sinks is not None:
+
+            def with_sinks(q_c: Tensor, k_c: Tensor, v_c: Tensor) -> Tensor:
+                q_c, k_c, v_c, full = with_sink(q_c.flip(2), k_c, v_c, mask, sinks)
+                return F.scaled_dot_product_attention(
+                    q_c, k_c, v_c, attn_mask=full, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+                ).flip(2)
+
+            return with_sinks
         return lambda q_c, k_c, v_c: F.scaled_dot_product_attention(
             q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
         ).flip(2)
 
-    out = over_query_chunks(q, k, v, vis, chunk, False, chunk_fn)
+    # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
+    grad = (
+        sinks is not None
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (q, k, v, values, sinks))
+    )
+    out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
     if tq <= tk or not (vis.causal or vis.window is not None):
         return out
     # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
@@ -261,6 +311,7 @@ def weighted_attention(
     dropout_p: float,
     scale: float | None,
     chunk: int,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention through explicit weights, over query chunks of ``chunk`` rows.
 
@@ -273,6 +324,8 @@ def weighted_attention(
         dropout_p: dropout on the weights.
         scale: score scale; ``None`` means ``1 / sqrt(dh)``.
         chunk: query rows per chunk.
+        sinks: ``(h,)`` sink logits: one more logit per row of the softmax, whose weight is then
+            dropped (its value is zero), as gpt-oss's ``eager_attention_forward``.
 
     Returns:
         ``(b, h, tq, dv)`` in ``q``'s dtype.
@@ -281,13 +334,20 @@ def weighted_attention(
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale)
+        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale, sinks)
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state), chunk_fn)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
 
 
 def _weights_chunk(
-    q: Tensor, k: Tensor, v: Tensor, state: PositionState, keep: Tensor | None, dropout_p: float, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: PositionState,
+    keep: Tensor | None,
+    dropout_p: float,
+    scale: float,
+    sinks: Tensor | None,
 ) -> Tensor:
     """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
     work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
@@ -304,7 +364,11 @@ def _weights_chunk(
         # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
         dead = ~keep.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~(keep | dead), float("-inf"))
-    probs = scores.softmax(dim=-1)
+    if sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
+        sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
     if dead is not None:
         probs = probs.masked_fill(dead, 0.0)
     if dropout_p > 0:

@@ -72,6 +72,17 @@ def _compiled(name: str, device: torch.device) -> Callable[..., Any]:
     return _COMPILED[key]
 
 
+def lse_supported(device: torch.device) -> bool:
+    """Whether compiled FlexAttention returns its log-sum-exp on ``device`` (not on the CPU, torch 2.13)."""
+    return device.type != "cpu"
+
+
+def _lse_request() -> Any:
+    from torch.nn.attention.flex_attention import AuxRequest
+
+    return AuxRequest(lse=True)
+
+
 def _recompile_limit() -> Any:
     """A context raising dynamo's recompile limit to :data:`RECOMPILE_LIMIT` (never lowering it)."""
     import torch._dynamo.config as dynamo_config
@@ -197,6 +208,7 @@ def flex_attention_path(
     state: PositionState,
     vis: Visibility,
     scale: float | None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """FlexAttention with the encoding's ``score_mod`` and a ``BlockMask`` of ``vis``.
 
@@ -205,11 +217,13 @@ def flex_attention_path(
         state: the encoding's state (its ``score_mod``).
         vis: which keys each query may see.
         scale: score scale, ``None`` for ``1 / sqrt(dh)``.
+        sinks: ``(h,)`` sink logits: the output is scaled by ``sigmoid(lse - sinks[h])``, the
+            weight the keys keep next to the sink (exact: ``lse`` is FlexAttention's log-sum-exp).
 
     Returns:
         ``(b, h, tq, dv)``; query rows that see no key are zero, as on the other paths.
     """
-    if needs_grad(q, k, v, state) and q.device.type == "cpu":
+    if needs_grad(q, k, v, state, sinks) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
@@ -227,4 +241,19 @@ def flex_attention_path(
     # FlexAttention gives zeros for a query row whose keys are all masked by the block mask
     # (its log-sum-exp is -inf), the value every other path gives.
     with _recompile_limit():
-        return flex(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        if sinks is None:
+            return flex(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+        out, aux = flex(
+            q,
+            k,
+            v,
+            score_mod=mod,
+            block_mask=block_mask,
+            scale=scale,
+            enable_gqa=gqa,
+            return_aux=_lse_request(),
+        )
+    # The keys keep exp(lse) / (exp(lse) + exp(s)) of the weight. A row that sees no key has
+    # lse = -inf: weight 0, and its output is zero already.
+    keys = torch.sigmoid(aux.lse - sinks.to(aux.lse.dtype).view(1, -1, 1))
+    return (out.to(keys.dtype) * keys.unsqueeze(-1)).to(out.dtype)

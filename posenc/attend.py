@@ -16,6 +16,7 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Literal
 
@@ -25,7 +26,7 @@ from torch import Tensor
 from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
-from ._flex import flex_attention_path
+from ._flex import flex_attention_path, lse_supported
 from ._positions import check_bias_qk, check_qk
 from .base import PositionalEncoding
 from .encodings.none import NoPE
@@ -74,6 +75,7 @@ def attention(
     window: int | None = None,
     document_ids: Tensor | None = None,
     q_document_ids: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Scaled dot-product attention with a position encoding applied through its hooks.
 
@@ -143,6 +145,19 @@ def attention(
     ``probs = softmax(q kᵀ · scale + bias + mask)`` (with dropout), then
     ``probs @ v + value_term(probs)``; memory O(chunk·tk) (:func:`posenc._attention_paths.weighted_attention`).
 
+    ``sinks`` (attention sinks, one learned logit ``s_h`` per head, as in gpt-oss): each row's
+    softmax also runs over ``s_h``, whose value row is zero, so
+    ``out = sum_j p_j v_j`` with ``p = softmax([score_1, ..., score_tk, s_h])``; the keys' weights
+    sum to less than one. Every path applies it exactly: the SDPA paths (one call, query chunks,
+    Toeplitz) append one key per head whose key and value are zero and whose additive bias is
+    ``s_h`` (the mask is then a float one, so a bias-free causal call does not take SDPA's own
+    ``is_causal``; a Toeplitz chunk's mask is materialised), the explicit-weights path adds the
+    logit to its softmax, and FlexAttention scales its output by ``sigmoid(lse - s_h)`` (on the
+    CPU, whose compiled FlexAttention cannot return ``lse``, ``backend="flex"`` with sinks runs
+    the ``"auto"`` paths instead). A query
+    row that sees no key returns zeros, as without sinks. A key-only bias (causal ALiBi's) is
+    replaced by the full one: its per-row shift would move the sink's weight.
+
     Args:
         q: ``(b, h, tq, dh)`` queries.
         k: ``(b, h_kv, tk, dh)`` keys; ``h`` must be a multiple of ``h_kv`` (grouped-query
@@ -172,23 +187,26 @@ def attention(
             at 0 in each document (:func:`posenc.document_positions`), so that each document
             is encoded as if it were alone.
         q_document_ids: ``(tq,)`` or ``(b, tq)`` ids of the queries' documents.
+        sinks: ``(h,)`` float sink logits, one per query head (any float dtype, on ``q``'s
+            device; applied in the scores' float dtype, differentiable), or ``None`` for none.
 
     Returns:
         ``(b, h, tq, dv)``, the dtype of ``q``.
 
     Raises:
         TypeError: a non-tensor, non-float or mixed-dtype input, a non-boolean ``attn_mask``,
-            ``causal`` or ``qk_encoded``, non-integer document ids or ``window``, or an
-            ``encoding`` of another type.
+            ``causal`` or ``qk_encoded``, non-integer document ids or ``window``, a non-tensor or
+            non-float ``sinks``, or an ``encoding`` of another type.
         ValueError: wrong ranks, mismatched shapes (``v`` vs ``k``, heads, head width, batch),
             an ``attn_mask`` that is not 4-D or does not broadcast, bad ``dropout_p``/``scale``/
-            ``backend``/``chunk_size``/``window``, positions given with a state, positions, masks
-            or ids on another device than ``q``, or ``backend="flex"`` where it cannot run.
+            ``backend``/``chunk_size``/``window``, ``sinks`` not of shape ``(h,)``, positions given
+            with a state, positions, masks, ids or ``sinks`` on another device than ``q``, or ``backend="flex"`` where it cannot run.
     """
     _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size)
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
+    _check_sinks(sinks, q)
     for name, t in (("q_positions", q_positions), ("k_positions", k_positions), ("attn_mask", attn_mask)):
         if isinstance(t, Tensor) and t.device != q.device:  # torch's own error would not name it
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
@@ -212,6 +230,11 @@ def attention(
         # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
         # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
+    if sinks is not None and state.bias_form == "key":
+        # A key-only bias differs from the full one by a constant per query row, which the softmax
+        # ignores but a sink's logit does not: the sinks need the full bias.
+        state = copy.copy(state)
+        state.bias_form = "full"
     if state.causal_only and not causal:
         name = type(state.encoding).__name__
         raise ValueError(
@@ -232,9 +255,11 @@ def attention(
                 f"the attention weights); use backend='auto'"
             )
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))  # float32 weights
-        return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows)
+        return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
     if backend == "flex":
-        return flex_attention_path(q, k, v, state, vis, scale)
+        if sinks is None or lse_supported(q.device):
+            return flex_attention_path(q, k, v, state, vis, scale, sinks)
+        backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
     if vis.causal and tq == 1 and vis.ranged and vis.window is None:
         # One decoding query is the last position: it sees every key, no mask is needed.
@@ -249,26 +274,36 @@ def attention(
             values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
-            ranged = vis.causal or window is not None
+            # With sinks each chunk's mask is materialised: chunks bound its size.
+            chunked = vis.causal or window is not None or sinks is not None
             return _toeplitz(
-                q, k, v, values, vis, dropout_p, scale, (chunk_size or TOEPLITZ_CHUNK) if ranged else tq
+                q,
+                k,
+                v,
+                values,
+                vis,
+                dropout_p,
+                scale,
+                (chunk_size or TOEPLITZ_CHUNK) if chunked else tq,
+                sinks,
             )
     if tracing or backend == "sdpa":
-        return _single(q, k, v, state, vis, dropout_p, scale)
+        return _single(q, k, v, state, vis, dropout_p, scale, sinks)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
     # causal one) would pass the budget; a user's mask alone is dense already.
     scratch = state.bias_scratch
-    dense_bytes = b * ((h if form != "none" else 1) + scratch) * tq * tk * dtype.itemsize
+    per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
+    dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
-        form != "none" or vis.structural or (vis.causal and vis.user is not None)
+        per_head or vis.structural or (vis.causal and vis.user is not None)
     )
     if backend == "chunked" or large or (half_cast and tq > HALF_CAST_CHUNK):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
         if half_cast and chunk_size is None:
             rows = min(rows, HALF_CAST_CHUNK)
-        return _chunked(q, k, v, state, vis, dropout_p, scale, rows)
-    return _single(q, k, v, state, vis, dropout_p, scale)
+        return _chunked(q, k, v, state, vis, dropout_p, scale, rows, sinks)
+    return _single(q, k, v, state, vis, dropout_p, scale, sinks)
 
 
 def _check_inputs(
@@ -331,6 +366,21 @@ def _check_inputs(
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
     ):
         raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+
+
+def _check_sinks(sinks: Tensor | None, q: Tensor) -> None:
+    """``sinks`` is ``None`` or a float ``(h,)`` tensor on ``q``'s device (shapes only: no host sync)."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
+        kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
+    if tuple(sinks.shape) != (q.shape[1],):
+        raise ValueError(
+            f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
+        )
+    if sinks.device != q.device:
+        raise ValueError(f"sinks is on {sinks.device} but q is on {q.device}; move it to q's device")
 
 
 def _state(

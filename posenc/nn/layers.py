@@ -53,6 +53,8 @@ class MultiheadAttention(nn.Module):
         head_dim: width per head (default ``d_model // num_heads``).
         max_len: the longest sequence, handed to the encoding (required by ``"learned"``).
         window: a sliding window (see :func:`posenc.attention`), or ``None`` for global attention.
+        attention_sinks: a learned sink logit per query head (gpt-oss), :attr:`sinks`
+            ``(num_heads,)`` initialised to zeros and passed to :func:`posenc.attention`.
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -70,6 +72,7 @@ class MultiheadAttention(nn.Module):
         head_dim: int | None = None,
         max_len: int | None = None,
         window: int | None = None,
+        attention_sinks: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -87,6 +90,7 @@ class MultiheadAttention(nn.Module):
         if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         check_bool("causal", causal)
+        check_bool("attention_sinks", attention_sinks)
         self.window = check_window(window)
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
@@ -97,12 +101,15 @@ class MultiheadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.out_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
         self.out_dropout = nn.Dropout(dropout)
+        #: One learned sink logit per query head (``attention_sinks=True``), else ``None``.
+        self.sinks = nn.Parameter(torch.zeros(num_heads)) if attention_sinks else None
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}"
             + ("" if self.window is None else f", window={self.window}")
+            + ("" if self.sinks is None else ", attention_sinks=True")
         )
 
     def forward(
@@ -187,6 +194,7 @@ class MultiheadAttention(nn.Module):
             qk_encoded=True,
             window=self.window,
             document_ids=document_ids,
+            sinks=self.sinks,
         )
         return self.out_dropout(self.out_proj(rearrange(out, "b h t dh -> b t (h dh)")))
 
@@ -312,6 +320,7 @@ class TransformerBlock(nn.Module):
         max_len: handed to the encoding.
         norm_eps: LayerNorm epsilon.
         window: a sliding window for the attention, or ``None``.
+        attention_sinks: a learned sink logit per head in the attention (:class:`MultiheadAttention`).
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -330,6 +339,7 @@ class TransformerBlock(nn.Module):
         max_len: int | None = None,
         norm_eps: float = 1e-5,
         window: int | None = None,
+        attention_sinks: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
@@ -346,6 +356,7 @@ class TransformerBlock(nn.Module):
             num_kv_heads=num_kv_heads,
             max_len=max_len,
             window=window,
+            attention_sinks=attention_sinks,
         )
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.mlp = nn.Sequential(

@@ -67,6 +67,8 @@ class TransformerLM(nn.Module):
             enter at std 1 whatever ``s`` is. With ``s = sqrt(d_model)`` this is the paper's
             setting, which puts tokens on the scale of a unit-amplitude table such as the
             sinusoidal one; with a tied head the head's weights are those same embeddings.
+        attention_sinks: a learned sink logit per head in every layer's attention (gpt-oss;
+            :func:`posenc.attention`'s ``sinks``), initialised to zeros.
 
     Shape:
         ``forward(input_ids)``: ``(b, t)`` long ``-> (b, t, v)`` logits.
@@ -88,6 +90,7 @@ class TransformerLM(nn.Module):
         tie_embeddings: bool = True,
         window: int | list[int | None] | None = None,
         embed_scale: float | None = None,
+        attention_sinks: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
@@ -114,7 +117,12 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
         options: dict[str, Any] = dict(
-            causal=causal, dropout=dropout, mlp_ratio=mlp_ratio, bias=bias, num_kv_heads=num_kv_heads
+            causal=causal,
+            dropout=dropout,
+            mlp_ratio=mlp_ratio,
+            bias=bias,
+            num_kv_heads=num_kv_heads,
+            attention_sinks=attention_sinks,
         )
         # The blocks hold no encoding (None): the model prepares each one's state once per forward.
         self.blocks = nn.ModuleList(

@@ -243,11 +243,30 @@ def test_per_layer_schedule_without_sync(mode: str) -> None:
         _lm_paths(_model("rope*1 + llama4_nope", device), device)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_attention_sinks_without_sync(mode: str) -> None:
+    """Learned attention sinks (``attention_sinks=True``) on every LM path, the decode steps included."""
+    with _where(mode) as device:
+        for spec in ("rope", "alibi", "shaw"):
+            _lm_paths(_model(spec, device, attention_sinks=True), device)
+
+
 def test_backward_without_sync() -> None:
     """Training: a forward and backward on the accelerator's path make no host sync (on the CPU:
     backward on fake CUDA needs a real device)."""
-    for spec in ("rope", "alibi", "t5", "learned", "transformer_xl", "fire", "shaw", "llama4_nope"):
-        model = _model(spec, torch.device("cpu")).train()
+    for spec in (
+        "rope",
+        "alibi",
+        "t5",
+        "learned",
+        "transformer_xl",
+        "fire",
+        "shaw",
+        "llama4_nope",
+        "rope+sinks",
+    ):
+        name, _, sinks = spec.partition("+")
+        model = _model(name, torch.device("cpu"), attention_sinks=bool(sinks)).train()
         ids = _ids(torch.device("cpu"))
         pad = torch.ones(B, T, dtype=torch.bool)
         pad[1, :2] = False
@@ -261,12 +280,17 @@ def test_backward_without_sync() -> None:
 # --- the static cache: what a CUDA graph captures -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", ["rope", "alibi", "t5", "sinusoidal", "mrope", "transformer_xl", "xpos"])
+@pytest.mark.parametrize(
+    "spec",
+    ["rope", "alibi", "t5", "sinusoidal", "mrope", "transformer_xl", "xpos", "rope+sinks", "alibi+sinks"],
+)
 def test_static_decode_step_is_capturable(spec: str) -> None:
     """No host sync, and the same operations on the same shapes at every step: a decode step with
-    ``KVCache(capacity=n)`` could be captured once in a CUDA graph and replayed."""
+    ``KVCache(capacity=n)`` could be captured once in a CUDA graph and replayed (``+sinks``: with
+    learned attention sinks)."""
     cpu = torch.device("cpu")
-    model = _model(spec, cpu)
+    name, _, sinks = spec.partition("+")
+    model = _model(name, cpu, attention_sinks=bool(sinks))
     ids = _ids(cpu, T + 3)
     cache = KVCache(capacity=16)
     model(ids[:, :T], cache=cache)
