@@ -15,6 +15,8 @@ from ._read import Config, Convert, get, heads_and_head_dim
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)
 _COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+# model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
+_NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
 __all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope", "rope_parameters"]
 
@@ -97,6 +99,13 @@ def rope_parameters(
     base = config_float(model_type, theta_key, base)
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
+    ntk_alpha = rope_type == "dynamic" and bool(params.get("alpha")) and model_type in _NTK_ALPHA
+    if ntk_alpha:
+        # Hunyuan's code reads a "dynamic" dict with a fixed `alpha` as a larger static base,
+        # theta * alpha ** (d / (d - 2)): posenc's "ntk" with factor alpha. It reads no other key.
+        params = {key: params[key] for key in ("rope_theta", "partial_rotary_factor") if key in params}
+        params |= {"rope_type": "ntk", "factor": raw["alpha"]}
+        rope_type = "ntk"
     if rope_type not in ROPE_TYPES:
         raise ValueError(
             f"{model_type} config: rope_type {rope_type!r} is not supported (in {where}); supported: {', '.join(ROPE_TYPES)}"
@@ -114,6 +123,8 @@ def rope_parameters(
     partial = config_float(model_type, partial_key, default if partial is None else partial)
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
+    if ntk_alpha and partial != 1.0:  # its base exponent spans the whole head, posenc's the rotated part
+        raise ValueError(f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported")
     if rope_type == "proportional":
         scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
         if params.get("factor") is not None:

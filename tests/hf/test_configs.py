@@ -786,6 +786,22 @@ def test_phi3_longrope_equals_the_models_rotation(monkeypatch):
 
 
 @requires_transformers
+@pytest.mark.parametrize("model_type", ["hunyuan_v1_dense", "hunyuan_v1_moe"])
+def test_hunyuan_ntk_alpha_equals_the_models_rotation(monkeypatch, model_type):
+    """Hunyuan's checkpoints say "dynamic" with a fixed alpha: a static NTK base, yarn keys unread."""
+    scaling = {"rope_type": "dynamic", "rope_theta": 1e4, "alpha": 1000.0, "factor": 1.0, "beta_fast": 32}
+    config = transformers.AutoConfig.for_model(
+        model_type, **_DECODER, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        rope_parameters=scaling,
+    )  # fmt: skip
+    _check_rope_inside(monkeypatch, config, torch.arange(40))
+    assert from_hf_config(config.to_dict()).scaling == from_hf_config(config).scaling
+    # other models' code reads no alpha: still refused, naming it
+    with pytest.raises(ValueError, match="'alpha'"):
+        from_hf_config({**_hf_config("llama").to_dict(), "rope_parameters": scaling})
+
+
+@requires_transformers
 def test_gpt_neox_partial_rotary_settings_are_carried_over():
     rope = from_hf_config(_hf_config("gpt_neox"))
     assert (rope.head_dim, rope.rotary_dim, rope.base) == (16, 8, 5000.0)
