@@ -252,7 +252,9 @@ def test_model_compiles_fullgraph_without_recompiling_per_length(position):
     torch._dynamo.reset()
     counters.clear()
     model = make_model(position)
-    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    # aot_eager traces and guards as inductor does, without its C++ build (10 s for RoPE's model);
+    # inductor compiles the model in the next test (-m slow)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
     with torch.no_grad():
         for t in (7, 10, 13):
             x = ids(t=t, seed=t)

@@ -62,7 +62,9 @@ def _case(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = CONFIG_MAPPING[model_type](**TINY)
+            # tiny sub-configs too: a multimodal parent's default vision tower (ViT-g) takes 11 s to build
+            subs = {key: dict(TINY) for key in getattr(CONFIG_MAPPING[model_type], "sub_configs", None) or {}}
+            config = CONFIG_MAPPING[model_type](**TINY, **subs)
         model = transformers.AutoModel.from_config(config).eval()
         table = next(m for n, m in model.named_modules() if n.endswith("embeddings.position_embeddings"))
     except Exception as err:  # (the tiny sizes do not fit this architecture)
