@@ -96,6 +96,10 @@ class MRoPE(_AxisRotary):
         self.params: RopeParameters = resolve_rope_scaling(
             rest, head_dim=head_dim, base=base, max_len=max_len
         )
+        if self.params.query_scale_beta:
+            raise ValueError(
+                "scaling['llama_4_scaling_beta'] (Ministral 3's query scaling) is RoPE's: MRoPE has none"
+            )
         self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
         if sum(mrope_section) != pairs:

@@ -39,7 +39,7 @@ from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
 from ..state import PositionState
 
-__all__ = ["RoPE", "RotaryState"]
+__all__ = ["QueryScaledState", "RoPE", "RotaryState"]
 
 
 class RotaryState(PositionState):
@@ -135,6 +135,23 @@ class RotaryState(PositionState):
             self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
 
 
+class QueryScaledState(RotaryState):
+    """RoPE's rows, the queries' times Ministral 3's ``1 + beta * log(1 + floor(p / L))``
+    (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are.
+    Scaling the rows scales the rotated query: the rotation is linear."""
+
+    by_role = True  # keys at the queries' positions are not scaled
+    encoding: RoPE
+
+    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        cos, sin = super()._rows(side, role, dtype)
+        if role == "key":
+            return cos, sin
+        scale = self.encoding.params.query_scale(self._positions(side)[0]).to(cos.dtype)[..., None]
+        scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, 1) -> (b, 1, t, 1)
+        return cos * scale, sin * scale
+
+
 class _Rotary(PositionalEncoding):
     """What every rotary encoding shares: the hooks, each one :class:`RotaryState` applied once.
 
@@ -214,7 +231,8 @@ class _Rotary(PositionalEncoding):
             else:
                 flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
                 seq_len = flat.max() + 1 if flat.numel() else None
-        return self.state_class(
+        state_class = QueryScaledState if self.params.query_scale_beta else self.state_class
+        return state_class(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
         )
 
@@ -254,7 +272,8 @@ class _Rotary(PositionalEncoding):
         return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
 
     def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Rotate one tensor (queries or keys) by its positions.
+        """Rotate one tensor (queries or keys) by its positions (not xPos or ``llama_4_scaling_beta``,
+        which scale queries and keys differently: ``encode_qk`` rotates them together).
 
         For ``"dynamic"`` and ``"longrope"`` the length ``L`` is ``max(positions) + 1`` of this
         tensor alone; rotate queries and keys together with :meth:`encode_qk` when their
@@ -269,6 +288,11 @@ class _Rotary(PositionalEncoding):
             ``(b, h, t, dh)`` rotated, same dtype.
         """
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
+        if self.state_class.by_role or self.params.query_scale_beta:
+            raise ValueError(
+                f"{type(self).__name__} scales queries and keys differently: rotate them together with "
+                "encode_qk(q, k)"
+            )
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         t = x.shape[-2]
@@ -369,6 +393,11 @@ class RoPE(_Rotary):
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
         self.length_dependent = self.params.length_dependent
+        if self.params.query_scale_beta and self.params.rotary_dim != head_dim:
+            raise ValueError(
+                "scaling['llama_4_scaling_beta'] scales whole queries; with rotary_dim="
+                f"{self.params.rotary_dim} < head_dim={head_dim} the unrotated channels would not be"
+            )
         self.head_dim = head_dim
         self.layout = layout
         self.scaling = dict(scaling) if scaling is not None else None
@@ -396,6 +425,8 @@ class RoPE(_Rotary):
             parts.append(f"rotary_dim={self.rotary_dim}")
         if self.rope_type != "default":
             parts.append(f"rope_type={self.rope_type!r}")
+        if self.params.query_scale_beta:
+            parts.append(f"llama_4_scaling_beta={self.params.query_scale_beta:g}")
         if self.max_len is not None:
             parts.append(f"max_len={self.max_len}")
         return ", ".join(parts)

@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_float_tensor, check_positive_float
+from .._checks import check_bool, check_positive_float
 from .rotary import RoPE, RotaryState
 
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
@@ -143,17 +143,6 @@ class XPos(RoPE):
         limit = 0.875 * min(math.log(info.max), -math.log(info.tiny))
         smallest_zeta = self.gamma / (1 + self.gamma)  # zeta_0 of xpos_zeta, in Python: no tensor read
         return int(limit * self.scale_base / -math.log(smallest_zeta))
-
-    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Not available: xPos scales queries and keys in opposite directions.
-
-        Raises:
-            ValueError: always; use :meth:`encode_qk` (or ``xpos(q, k)``).
-        """
-        check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        raise ValueError(
-            "xpos scales queries up and keys down: rotate them together with xpos(q, k) / encode_qk"
-        )
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, scale_base={self.scale_base}, gamma={self.gamma}"

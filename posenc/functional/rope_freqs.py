@@ -197,6 +197,8 @@ class RopeParameters:
         attention_scaling: the factor multiplied into cos and sin (YaRN's and LongRoPE's
             attention factor; 1 otherwise).
         length_dependent: whether the frequencies depend on the sequence length (dynamic, longrope).
+        query_scale_beta, query_scale_len: Mistral 3's query scaling by position (the dict's
+            ``llama_4_scaling_beta`` and ``original_max_position_embeddings``; beta 0: none).
     """
 
     rope_type: ClassVar[RopeType] = "default"
@@ -204,6 +206,14 @@ class RopeParameters:
 
     base: float = 10000.0
     rotary_dim: int
+    query_scale_beta: float = 0.0
+    query_scale_len: int = 1
+
+    def query_scale(self, positions: Tensor) -> Tensor:
+        """``1 + beta * log(1 + floor(p / query_scale_len))`` at each position, float64, same shape:
+        what Ministral 3 multiplies its queries by (transformers' ``get_llama_4_attn_scale``)."""
+        steps = torch.floor(positions.to(torch.float64) / self.query_scale_len)
+        return 1.0 + self.query_scale_beta * torch.log1p(steps)
 
     @property
     def attention_scaling(self) -> float:

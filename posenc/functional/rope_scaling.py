@@ -74,7 +74,7 @@ _TYPE_KEYS: dict[str, frozenset[str]] = {
 }
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
 MIN_FACTOR = 1e-6
-_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 
 
 # --- reading a Hugging Face dict -------------------------------------------------------------------
@@ -268,8 +268,9 @@ def resolve_rope_scaling(
     it, else ``max_len`` (transformers fills it from ``max_position_embeddings`` the same
     way); ``dynamic`` uses ``max_len`` (transformers' ``max_position_embeddings``). A yarn or
     longrope dict without ``factor`` uses ``max_len / original_max_position_embeddings``,
-    as transformers does for DeepSeek-V3 and Phi-3. Keys the variant does not read are
-    ignored with a warning, as transformers does.
+    as transformers does for DeepSeek-V3 and Phi-3. ``llama_4_scaling_beta`` (Ministral 3,
+    any rope type) scales queries by position (:meth:`RopeParameters.query_scale`). Keys the
+    variant does not read are ignored with a warning, as transformers does.
 
     Args:
         scaling: the dict, or ``None`` for plain RoPE.
@@ -339,7 +340,18 @@ def resolve_rope_scaling(
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be <= head_dim={head_dim}, got {rotary_dim}")
 
-    reads = _TYPE_KEYS[rope_type]
+    common: dict[str, Any] = {"base": base, "rotary_dim": rotary_dim}
+    beta = _optional(scaling, "llama_4_scaling_beta", minimum=0.0)
+    if beta:  # Ministral 3 / Mistral 4: queries scaled by position, from the trained length
+        length = scaling.get("original_max_position_embeddings", max_len)
+        if length is None:
+            raise ValueError(
+                "scaling['llama_4_scaling_beta'] needs the trained context length: give "
+                "scaling['original_max_position_embeddings'] or max_len"
+            )
+        length = check_positive_int("scaling['original_max_position_embeddings']", length)
+        common |= {"query_scale_beta": beta, "query_scale_len": length}
+    reads = _TYPE_KEYS[rope_type] | ({"original_max_position_embeddings"} if beta else set())
     unread = sorted(set(scaling) - _COMMON_KEYS - reads)
     if unread:
         warnings.warn(
@@ -347,4 +359,4 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
             stacklevel=3,
         )
-    return _read_type(scaling, rope_type, max_len, {"base": base, "rotary_dim": rotary_dim})
+    return _read_type(scaling, rope_type, max_len, common)

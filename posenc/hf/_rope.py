@@ -13,8 +13,9 @@ from ..encodings import MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
 from ._read import Config, Convert, get, heads_and_head_dim
 
-# keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction)
-_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+# keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
+# query scaling)
+_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
@@ -110,7 +111,21 @@ def rope_parameters(
         raise ValueError(
             f"{model_type} config: rope_type {rope_type!r} is not supported (in {where}); supported: {', '.join(ROPE_TYPES)}"
         )
-    unread = sorted(set(params) - _COMMON - _TYPE_KEYS[rope_type])
+    max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
+    if params.get("max_position_embeddings") in (None, max_pos):  # Ministral 3 copies it in, unread there
+        params.pop("max_position_embeddings", None)
+    beta = params.get("llama_4_scaling_beta")
+    if beta and params.get("original_max_position_embeddings") is None:
+        raise ValueError(  # (its attention reads the dict's own value)
+            f"{model_type} config: {where} has 'llama_4_scaling_beta' but no 'original_max_position_embeddings', "
+            "which the model's query scaling divides by"
+        )
+    unread = sorted(
+        set(params)
+        - _COMMON
+        - _TYPE_KEYS[rope_type]
+        - ({"original_max_position_embeddings"} if beta else set())
+    )
     if unread:
         raise ValueError(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
@@ -124,7 +139,9 @@ def rope_parameters(
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
     if ntk_alpha and partial != 1.0:  # its base exponent spans the whole head, posenc's the rotated part
-        raise ValueError(f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported")
+        raise ValueError(
+            f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported"
+        )
     if rope_type == "proportional":
         scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
         if params.get("factor") is not None:
@@ -135,9 +152,12 @@ def rope_parameters(
             f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
+    # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
+    query_scale = (
+        {k: params[k] for k in ("llama_4_scaling_beta", "original_max_position_embeddings")} if beta else {}
+    )
     if rope_type == "default":
-        return base, partial, {}
-    max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
+        return base, partial, query_scale
     scaling = {"rope_type": rope_type}
     for key in sorted(_TYPE_KEYS[rope_type]):
         if params.get(key) is not None:
@@ -162,7 +182,18 @@ def rope_parameters(
             scaling["factor"] = max_pos / original
     if rope_type != "longrope" and scaling.get("factor") is None:
         raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in {where}")
-    return base, partial, scaling
+    if (
+        query_scale
+        and scaling.setdefault(
+            "original_max_position_embeddings", query_scale["original_max_position_embeddings"]
+        )
+        != query_scale["original_max_position_embeddings"]
+    ):
+        raise ValueError(
+            f"{model_type} config: the top-level original_max_position_embeddings differs from {where}'s, which "
+            "its query scaling (llama_4_scaling_beta) reads: posenc's RoPE has one"
+        )
+    return base, partial, scaling | query_scale
 
 
 def build_rope(

@@ -225,6 +225,44 @@ def test_interleaved_matches_rotary_embedding_torch(device):
     )
 
 
+def test_llama_4_scaling_beta_scales_only_the_queries_by_position():
+    """Ministral 3: queries times ``1 + beta * log(1 + floor(p / L))`` (transformers'
+    get_llama_4_attn_scale), keys as plain RoPE: in one call, a prepared state, a decode step
+    (keys at the query's position) and a traced program."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    rope = RoPE(HEAD_DIM, scaling={**yarn, "llama_4_scaling_beta": 0.1})
+    plain = RoPE(HEAD_DIM, scaling=yarn)
+    q, k = qk(t=30, hk=2)
+    positions = torch.stack([torch.arange(30), torch.arange(30) + 17])  # (b, t): a cache offset in row 1
+    scale = (1 + 0.1 * torch.log(1 + torch.floor(positions / 8)))[:, None, :, None]
+    want_q, want_k = plain.encode_qk(q, k, q_positions=positions, k_positions=positions)
+    want_q = want_q * scale
+    state = rope.prepare(30, q_positions=positions, k_positions=positions, batch=2)
+    compiled = torch.compile(rope.encode_qk, fullgraph=True, backend="aot_eager")
+    for got_q, got_k in (
+        rope.encode_qk(q, k, q_positions=positions, k_positions=positions),
+        state.encode_qk(q, k),
+        compiled(q, k, q_positions=positions, k_positions=positions),
+    ):
+        assert_close(got_q, want_q, **F32_TOL)
+        assert_close(got_k, want_k, **F32_TOL)
+    last = positions[:, -1:]
+    got_q, got_k = rope.encode_qk(q[..., -1:, :], k[..., -1:, :], q_positions=last, k_positions=last)
+    assert_close(got_q, want_q[..., -1:, :], **F32_TOL)
+    assert_close(got_k, want_k[..., -1:, :], **F32_TOL)
+    assert "llama_4_scaling_beta=0.1" in repr(rope)
+    with pytest.raises(ValueError, match="rotate them together"):
+        rope.rotate(q)
+    with pytest.raises(ValueError, match="needs the trained context length"):
+        RoPE(HEAD_DIM, scaling={"llama_4_scaling_beta": 0.1})
+    with pytest.raises(ValueError, match=r"scales whole queries; with rotary_dim=32 < head_dim=64"):
+        RoPE(HEAD_DIM, rotary_dim=32, scaling={**yarn, "llama_4_scaling_beta": 0.1})
+    with pytest.raises(ValueError, match=r"scaling\['llama_4_scaling_beta'\] must be >= 0, got -1"):
+        RoPE(HEAD_DIM, scaling={**yarn, "llama_4_scaling_beta": -1})
+    with pytest.raises(ValueError, match="MRoPE has none"):
+        posenc.MRoPE(HEAD_DIM, mrope_section=[8, 12, 12], scaling={**yarn, "llama_4_scaling_beta": 0.1})
+
+
 # --- the paper's properties ------------------------------------------------------------------------
 
 

@@ -255,6 +255,32 @@ def test_unsupported_model_type_names_it_and_lists_the_supported():
         ),
         (
             {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "llama_4_scaling_beta": 0.1},
+            },
+            {},
+            ValueError,
+            "has 'llama_4_scaling_beta' but no 'original_max_position_embeddings'",
+        ),
+        (
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "original_max_position_embeddings": 32,
+                "rope_parameters": {
+                    **{"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "llama_4_scaling_beta": 0.1},
+                    "original_max_position_embeddings": 64,
+                },
+            },
+            {},
+            ValueError,
+            "the top-level original_max_position_embeddings differs from rope_parameters's",
+        ),
+        (
+            {
                 "model_type": "falcon",
                 "hidden_size": 64,
                 "num_attention_heads": 4,
@@ -799,6 +825,42 @@ def test_hunyuan_ntk_alpha_equals_the_models_rotation(monkeypatch, model_type):
     # other models' code reads no alpha: still refused, naming it
     with pytest.raises(ValueError, match="'alpha'"):
         from_hf_config({**_hf_config("llama").to_dict(), "rope_parameters": scaling})
+
+
+@requires_transformers
+def test_ministral3_query_scaling_equals_what_reaches_the_models_attention(monkeypatch):
+    """Ministral 3 multiplies its rotated queries by 1 + beta * log(1 + floor(p / L)) (its rope dict's
+    llama_4_scaling_beta and original_max_position_embeddings): compared at the attention's inputs."""
+    config = transformers.AutoConfig.for_model(
+        "ministral3", **_DECODER, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    )  # fmt: skip
+    config.rope_parameters |= {"original_max_position_embeddings": 8, "factor": 4.0}
+    config._attn_implementation = "eager"
+    model = transformers.AutoModel.from_config(config).eval()
+    module = sys.modules[type(model).__module__]
+    rotated = _spy_rotary(monkeypatch, model)
+    attended: list = []
+    eager = module.eager_attention_forward
+
+    def spy(layer, query, key, *args, **kwargs):
+        attended.append((query, key))
+        return eager(layer, query, key, *args, **kwargs)
+
+    monkeypatch.setattr(module, "eager_attention_forward", spy)
+    positions = torch.stack([torch.arange(40), torch.arange(40) + 7])  # up to 46: scales up to 1.18
+    with torch.no_grad():
+        model(
+            input_ids=torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(0)),
+            position_ids=positions,
+        )
+    (q_in, k_in, *_), _ = rotated[0]
+    for rope in (from_hf_config(config), from_hf_config(config.to_dict())):
+        q, k = rope.encode_qk(q_in, k_in, q_positions=positions, k_positions=positions)
+        torch.testing.assert_close(q, attended[0][0], **ROPE_TOL)
+        torch.testing.assert_close(k, attended[0][1], **ROPE_TOL)
+    assert not torch.allclose(
+        q, rotated[0][1][0], **ROPE_TOL
+    )  # (the scaling is seen: it is not RoPE's alone)
 
 
 @requires_transformers
