@@ -8,12 +8,12 @@ tokens have the same position on all three axes, where M-RoPE is plain RoPE.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_int
+from .._checks import check_bool, check_choice, check_int
 from ..functional.axial import mrope_axes
 from ..functional.rope_freqs import RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
@@ -37,7 +37,9 @@ class MRoPE(_AxisRotary):
     * interleaved (``interleaved=True``, Qwen3-VL): pairs cycle t, h, w up to ``3 * section[j]``,
       the remainder temporal (see :func:`posenc.functional.mrope_axes`).
 
-    Rotation pairs channel ``i`` with ``i + dh/2`` (``rotate_half``), as transformers does.
+    Rotation pairs channel ``i`` with ``i + r/2`` (``layout="half"``, ``rotate_half``, as the
+    Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4V, HunYuan V4 VL); pair
+    ``i`` follows the same axis in both.
 
     Positions: integer ``(t, 3)`` or ``(b, t, 3)`` (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
@@ -52,6 +54,7 @@ class MRoPE(_AxisRotary):
             Qwen2-VL's proportions: ``3/8`` of the pairs to height and to width, the rest to time.
         base: the wavelength base (``rope_theta``); a ``rope_theta`` in ``scaling`` must agree.
         interleaved: Qwen3-VL's interleaved sections.
+        layout: ``"half"`` or ``"interleaved"`` channel pairs, as :class:`~posenc.RoPE`.
         scaling: a Hugging Face ``rope_parameters`` dict (``rope_type`` and its keys; its
             ``mrope_section``/``mrope_interleaved``, if present, must agree with the arguments).
         max_len: transformers' ``max_position_embeddings``: the trained length of ``"dynamic"``,
@@ -71,6 +74,7 @@ class MRoPE(_AxisRotary):
         base: float = 10000.0,
         interleaved: bool = False,
         scaling: dict[str, Any] | None = None,
+        layout: Literal["half", "interleaved"] = "half",
         max_len: int | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -111,7 +115,8 @@ class MRoPE(_AxisRotary):
             raise ValueError(
                 f"interleaved=True needs three sections (t, h, w), got mrope_section={list(mrope_section)}"
             )
-        self.head_dim, self.layout = head_dim, "half"
+        check_choice("layout", layout, ("half", "interleaved"))
+        self.head_dim, self.layout = head_dim, layout
         self.mrope_section = tuple(mrope_section)
         self.num_axes = len(mrope_section)
         self.scaling = dict(scaling) if scaling is not None else None
@@ -144,6 +149,8 @@ class MRoPE(_AxisRotary):
         ]
         if self.interleaved:
             parts.append("interleaved=True")
+        if self.layout != "half":
+            parts.append(f"layout={self.layout!r}")
         if self.rope_type != "default":
             parts.append(f"rope_type={self.rope_type!r}")
         return ", ".join(parts)

@@ -217,12 +217,15 @@ def build_rope(
     if max_len is not None:
         check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
     if mrope_section is not None:
+        if partial != 1.0:  # (Qwen3.5: the sections cover the rotated part of each head)
+            scaling = {**scaling, "partial_rotary_factor": partial}
         try:
             return MRoPE(
                 head_dim,
                 mrope_section=mrope_section,
                 base=base,
                 interleaved=interleaved,
+                layout=d.layout if layout is None else layout,
                 scaling=scaling or None,
                 max_len=max_len,
             )

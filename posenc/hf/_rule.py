@@ -18,7 +18,7 @@ from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_by_field
 from ._layers import _nested, _per_type_rope, layer_types
 from ._read import Config, get, heads_and_head_dim
-from ._rope import RopeDefaults, build_rope
+from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
 
 __all__ = ["by_rule"]
@@ -38,21 +38,33 @@ _INTERLEAVED = {
     **dict.fromkeys(("glm", "glm4"), "GLM: interleaved pairs over the partial_rotary_factor channels"),
     "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
     **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
+    **dict.fromkeys(
+        ("glm4v", "glm4v_moe", "glm_image", "glm_ocr"),
+        "GLM-V: M-RoPE over neighbouring pairs (rotate_half_llm)",
+    ),
+    "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
 }
 #: config classes whose ``rope_interleave`` defaults to True (DeepSeek-V3's own config.json leaves it out)
 _INTERLEAVE_BY_DEFAULT = frozenset({"deepseek_v3"})
 #: no posenc encoding computes what the model does
 _REFUSED = {
     "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
+    "ernie4_5_vl_moe": "ERNIE 4.5 VL orders its M-RoPE sections (h, w, t) and pairs them its own way",
     **dict.fromkeys(
-        (
-            "cohere_compass cosmos3_edge ernie4_5_vl_moe glm4v glm4v_moe glm_image glm_ocr hunyuan_vl hy_v4_vl "
-            "paddleocr_vl qwen2_5_omni qwen2_5_omni_talker qwen2_5_omni_thinker qwen3_5 qwen3_5_moe "
-            "qwen3_omni_moe qwen3_omni_moe_talker qwen3_omni_moe_thinker qwen4_exp neomme"
-        ).split(),
-        "its text model applies M-RoPE with sections its code sets (posenc reads M-RoPE for the Qwen-VL types "
-        "in its table only)",
+        "cohere_compass hunyuan_vl neomme qwen4_exp".split(),
+        "its text model applies M-RoPE with sections its code sets in a way posenc's MRoPE does not (per layer "
+        "type, or sections that do not cover the rotated pairs)",
     ),
+}
+
+#: Vision-language text models whose code applies M-RoPE: the ``mrope_section`` it uses when
+#: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
+#: chunked (Qwen2-VL's); the rest is read from the fields as for any RoPE model.
+_MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
+    **dict.fromkeys(("qwen3_5", "qwen3_5_moe"), ((11, 11, 10), True)),
+    **dict.fromkeys(("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe"), ((24, 20, 20), True)),
+    **dict.fromkeys(("paddleocr_vl", "qwen2_5_omni"), ((16, 24, 24), False)),
+    **dict.fromkeys(("glm4v", "glm4v_moe", "glm_image", "glm_ocr"), ((8, 12, 12), False)),
 }
 
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
@@ -106,7 +118,7 @@ def by_rule(
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
-    interleave = model_type in _INTERLEAVED or check_bool(
+    interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave",
         get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
@@ -131,6 +143,9 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+    if family in _MROPE:
+        default, interleaved = _MROPE[family]
+        return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
     if not (isinstance(raw, Mapping) and any(isinstance(v, Mapping) for v in raw.values())):
         return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
     types = layer_types(cfg, model_type)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.functional import axes_last, mrope_axes
+from posenc.functional import axes_last, mrope_axes, rope_layout_permutation
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
@@ -193,6 +193,29 @@ def test_text_positions_equal_rope(interleaved):
     )
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_interleaved_pairs_are_the_half_layout_with_channels_permuted(interleaved, qwen2):
+    """GLM-4V / HunYuan V4 VL pair channels (2i, 2i+1): pair i keeps its frequency and axis, so the
+    rotation is the half layout's on channels reordered by rope_layout_permutation (a partial head too)."""
+    pos = axes_last(_positions(qwen2))  # (b, t, 3)
+    torch.manual_seed(6)
+    q, k = torch.randn(2, 4, pos.shape[1], HEAD_DIM), torch.randn(2, 2, pos.shape[1], HEAD_DIM)
+    for rotary_dim in (HEAD_DIM, HEAD_DIM // 2):
+        kwargs = {
+            "base": 500.0,
+            "interleaved": interleaved,
+            "scaling": {"partial_rotary_factor": rotary_dim / HEAD_DIM},
+        }
+        section = [s * rotary_dim // HEAD_DIM for s in SECTION]
+        half = posenc.MRoPE(HEAD_DIM, mrope_section=section, **kwargs)
+        pairs = posenc.MRoPE(HEAD_DIM, mrope_section=section, layout="interleaved", **kwargs)
+        to_half = rope_layout_permutation(HEAD_DIM, rotary_dim, to="half")
+        back = torch.argsort(to_half)
+        want = [x[..., back] for x in half.encode_qk(q[..., to_half], k[..., to_half], k_positions=pos)]
+        torch.testing.assert_close(pairs.encode_qk(q, k, k_positions=pos), tuple(want), atol=1e-6, rtol=0)
+    assert "layout='interleaved'" in repr(pairs)
+
+
 def test_attention_and_kv_cache_decoding_equal_full_forward(qwen2):
     pos = axes_last(_positions(qwen2))  # (b, t, 3)
     mrope = posenc.MRoPE(HEAD_DIM, mrope_section=SECTION)
@@ -232,6 +255,11 @@ def test_caches_state_dict_dtype_copy():
         ({"mrope_section": [4, 6, 6], "interleaved": "yes"}, TypeError, "interleaved must be a bool"),
         ({"mrope_section": "4,6,6"}, TypeError, "mrope_section must be a list"),
         ({"mrope_section": [4, 6, 6], "scaling": {"mrope_section": [6, 5, 5]}}, ValueError, "conflicts"),
+        (
+            {"mrope_section": [4, 6, 6], "layout": "neox"},
+            ValueError,
+            r"layout must be one of \['half', 'interleaved'\], got 'neox'",
+        ),
     ],
 )
 def test_constructor_errors(kwargs, error, match):
