@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import warnings
 from collections import Counter
 from collections.abc import Iterable
@@ -51,6 +52,9 @@ POSITIONS = {
     "offset": torch.arange(T)[None].repeat(2, 1) + 37,
     "batched": torch.stack([torch.arange(T), torch.tensor([3, 9, 10, 11, 40, 41])]),
 }
+#: M-RoPE models (a rotary module with ``mrope_section``) also rotate at distinct (t, h, w) positions, (3, b, t):
+#: with the same position on every axis M-RoPE equals RoPE, which would hide a plain-RoPE conversion.
+AXES = torch.stack([POSITIONS["batched"], POSITIONS["batched"] // 2, POSITIONS["batched"] % 4])
 TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 
@@ -67,6 +71,22 @@ def _rotary_classes(module: Any) -> list[type]:
         ):
             found.append(obj)
     return sorted(found, key=lambda c: ("Text" not in c.__name__, len(c.__name__)))
+
+
+def _used_rotary(module: Any, config_class: type) -> type | None:
+    """The rotary class the model of ``config_class`` builds (``self.rotary_emb = X(`` in its source):
+    a module may define several (Qwen3-Omni: an M-RoPE one for the talker, a plain one for its code
+    predictor), which the names alone do not tell apart."""
+    for obj in vars(module).values():
+        if (
+            isinstance(obj, type)
+            and getattr(obj, "config_class", None) is config_class
+            and "__init__" in vars(obj)
+        ):
+            found = re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(obj.__init__))
+            if found and isinstance(getattr(module, found.group(1), None), type):
+                return getattr(module, found.group(1))
+    return None
 
 
 def _reference(
@@ -120,6 +140,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     classes = _rotary_classes(module)
     if not classes:
         return "", ""
+    used = _used_rotary(module, config_class)
+    classes = [used, *(c for c in classes if c is not used)] if used else classes
     if not hasattr(module, "apply_rotary_pos_emb"):
         return "not built", "no apply_rotary_pos_emb in its modeling module"
     try:
@@ -145,8 +167,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         gen = torch.Generator().manual_seed(0)
         head_dim = _head_dim(text, rotary)
         q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
+        cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
         for layer_type in types:
-            for name, pos in POSITIONS.items():
+            for name, pos in cases.items():
                 references[layer_type, name] = _reference(module, text, rotary, q, k, pos, layer_type)
     except Exception as err:
         return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
@@ -162,7 +185,13 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             enc = encodings[layer]
             if not isinstance(enc, (posenc.RoPE, posenc.MRoPE)):
                 return "mismatched", f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates"
-            for name, pos in POSITIONS.items():
+            for name, pos in cases.items():
+                if name == "axes" and not isinstance(enc, posenc.MRoPE):
+                    return (
+                        "mismatched",
+                        f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates by (t, h, w)",
+                    )
+                pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (3, b, t) -> (b, t, 3)
                 q_ref, k_ref = references[layer_type, name]
                 r = enc.head_dim
                 if r > q_ref.shape[-1] or not (

@@ -62,8 +62,10 @@ _REFUSED = {
 #: chunked (Qwen2-VL's); the rest is read from the fields as for any RoPE model.
 _MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe"), ((11, 11, 10), True)),
-    **dict.fromkeys(("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe"), ((24, 20, 20), True)),
-    **dict.fromkeys(("paddleocr_vl", "qwen2_5_omni"), ((16, 24, 24), False)),
+    **dict.fromkeys(
+        ("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe", "qwen3_omni_moe_talker"), ((24, 20, 20), True)
+    ),
+    **dict.fromkeys(("paddleocr_vl", "qwen2_5_omni", "qwen2_5_omni_talker"), ((16, 24, 24), False)),
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm_image", "glm_ocr"), ((8, 12, 12), False)),
 }
 
