@@ -83,7 +83,7 @@ def _used_rotary(module: Any, config_class: type) -> type | None:
             and getattr(obj, "config_class", None) is config_class
             and "__init__" in vars(obj)
         ):
-            found = re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(obj.__init__))
+            found = re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(vars(obj)["__init__"]))
             if found and isinstance(getattr(module, found.group(1), None), type):
                 return getattr(module, found.group(1))
     return None

@@ -19,10 +19,10 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_float_tensor, check_positive_float, check_positive_int
+from .._checks import check_choice, check_float_tensor, check_positive_float, check_positive_int
 from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding
-from ..functional.sinusoidal import sinusoidal_table
+from ..functional.sinusoidal import Layout, sinusoidal_table
 from ..state import ScoreMod
 from ._bias import ContentBiasState
 
@@ -84,8 +84,11 @@ class RelPosXLState(ContentBiasState):
         h, dh = q.shape[1], q.shape[-1]
         weight = enc.linear_pos.weight.to(dtype).view(h, dh, enc.d_model)
         p = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ weight  # (b, h, tq, d_model)
-        alpha, beta = p[..., 0::2], p[..., 1::2]  # the sin and cos channels of R
         half = enc.d_model // 2
+        # the sin and cos channels of R
+        alpha, beta = (
+            (p[..., 0::2], p[..., 1::2]) if enc.layout == "interleaved" else (p[..., :half], p[..., half:])
+        )
 
         def sin_cos(positions: Tensor) -> tuple[Tensor, Tensor]:
             # [sin | cos] of the angles (float64, rounded once): (t, d_model) or (b, t, d_model)
@@ -139,7 +142,9 @@ class RelPosXL(PositionalEncoding):
         score_ij = ((q_i + u) · k_j + (q_i + v) · (W R_{i-j})) / sqrt(dh)
 
     ``R_r`` is the sinusoid of the distance ``r = q_pos - k_pos`` (positive for keys to the
-    left), width ``d_model``, interleaved ``[sin(r ω_0), cos(r ω_0), sin(r ω_1), ...]`` with
+    left), width ``d_model``, interleaved ``[sin(r ω_0), cos(r ω_0), sin(r ω_1), ...]`` (those
+    models') or, with ``layout="concat"``, ``[sin(r ω) | cos(r ω)]`` (the Transformer-XL authors'
+    code: their checkpoints' ``r_net`` loads into :attr:`linear_pos` as it is), with
     ``ω_i = base^(-2i/d_model)``; ``W`` (:attr:`linear_pos`, no bias) projects it to every head.
     The hook :meth:`attention_bias` returns ``(u · k_j + (q_i + v) · W R_{i-j}) / sqrt(dh)``
     for the attention to add to its scaled scores ``q_i · k_j / sqrt(dh)`` (with another
@@ -155,6 +160,7 @@ class RelPosXL(PositionalEncoding):
         head_dim: the head width ``dh``.
         d_model: the sinusoid's width (the model width in those models); default ``h * dh``.
         base: the sinusoid's wavelength base (10000).
+        layout: ``"interleaved"`` or ``"concat"``: the order of ``R``'s sin and cos channels.
         device, dtype: of the parameters.
 
     Attributes:
@@ -183,11 +189,14 @@ class RelPosXL(PositionalEncoding):
         head_dim: int,
         d_model: int | None = None,
         base: float = 10000.0,
+        layout: Layout = "interleaved",
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        check_choice("layout", layout, ("interleaved", "concat"))
+        self.layout = layout
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.head_dim = check_positive_int("head_dim", head_dim)
         width = num_heads * head_dim if d_model is None else check_positive_int("d_model", d_model)
@@ -214,7 +223,7 @@ class RelPosXL(PositionalEncoding):
         ``R`` is the sinusoid of ``-distances``, ``(n, d_model)``, its angles computed in float64 and
         rounded once to ``dtype``.
         """
-        emb = sinusoidal_table(-distances, self.d_model, self.base, "interleaved").to(dtype)
+        emb = sinusoidal_table(-distances, self.d_model, self.base, self.layout).to(dtype)
         proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
         return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 
@@ -249,4 +258,6 @@ class RelPosXL(PositionalEncoding):
         parts = [f"num_heads={self.num_heads}", f"head_dim={self.head_dim}", f"d_model={self.d_model}"]
         if self.base != 10000.0:
             parts.append(f"base={self.base}")
+        if self.layout != "interleaved":
+            parts.append(f"layout={self.layout!r}")
         return ", ".join(parts)

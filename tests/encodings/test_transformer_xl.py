@@ -118,6 +118,46 @@ def test_bias_equals_the_formula_in_float64(explicit: bool) -> None:
     torch.testing.assert_close(bias, reference_bias(q, k, xl, q_pos, k_pos), **FP64)
 
 
+def _authors_scores(q, k, r_net, r_w_bias, r_r_bias, base=10000.0):
+    """The Transformer-XL authors' RelPartialLearnableMultiHeadAttn scores (Dai et al., 2019, their
+    pytorch/mem_transformer.py), re-typed: [sin | cos] of the distances klen-1 .. 0, AC + BD and
+    the _rel_shift that aligns BD. Tensors (len, batch, heads, dh), as theirs."""
+    qlen, klen, d_model = q.shape[0], k.shape[0], r_net.in_features
+    inv_freq = 1 / (base ** (torch.arange(0.0, d_model, 2.0, dtype=torch.float64) / d_model))
+    sinusoid = torch.outer(torch.arange(klen - 1, -1, -1.0, dtype=torch.float64), inv_freq)
+    r_head_k = r_net(torch.cat([sinusoid.sin(), sinusoid.cos()], -1)).view(klen, *q.shape[2:])
+    ac = torch.einsum("ibnd,jbnd->ijbn", q + r_w_bias, k)
+    bd = torch.einsum("ibnd,jnd->ijbn", q + r_r_bias, r_head_k)
+    padded = torch.cat([bd.new_zeros(qlen, 1, *bd.shape[2:]), bd], 1).view(klen + 1, qlen, *bd.shape[2:])
+    return (ac + padded[1:].view_as(bd)) / math.sqrt(q.shape[-1])  # (qlen, klen, b, h)
+
+
+def test_concat_layout_equals_the_transformer_xl_authors_attention() -> None:
+    """layout="concat" loads their checkpoints' r_net, r_w_bias, r_r_bias as they are; queries after a
+    memory of 4 keys, compared where their causal mask keeps the scores."""
+    torch.manual_seed(6)
+    heads, dh, mem, qlen = 3, 4, 4, 5
+    xl = RelPosXL(heads, dh, layout="concat").double()
+    _randomise(xl, seed=7)
+    q, k = (
+        torch.randn(2, heads, qlen, dh, dtype=torch.float64),
+        torch.randn(2, heads, mem + qlen, dh, dtype=torch.float64),
+    )
+    ours = q @ k.transpose(-1, -2) / math.sqrt(dh) + xl.attention_bias(q, k)  # queries at mem .. mem+qlen-1
+    theirs = _authors_scores(
+        q.permute(2, 0, 1, 3), k.permute(2, 0, 1, 3), xl.linear_pos, xl.pos_bias_u, xl.pos_bias_v
+    ).permute(2, 3, 0, 1)
+    keep = torch.arange(mem + qlen)[None, :] <= torch.arange(mem, mem + qlen)[:, None]
+    torch.testing.assert_close(ours[..., keep], theirs[..., keep], **FP64)
+    interleaved = RelPosXL(heads, dh).double()  # the same weights, R's channels in the other order
+    interleaved.load_state_dict(xl.state_dict())
+    other = q @ k.transpose(-1, -2) / math.sqrt(dh) + interleaved.attention_bias(q, k)
+    assert not torch.allclose(other[..., keep], theirs[..., keep], **FP64)
+    assert "layout='concat'" in repr(xl)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        RelPosXL(heads, dh, layout="sin_cos")
+
+
 def test_per_row_positions_and_grouped_query_heads() -> None:
     torch.manual_seed(4)
     xl = RelPosXL(4, 8)
@@ -227,12 +267,14 @@ def test_compiles_without_graph_breaks() -> None:
     torch.testing.assert_close(compiled(q, k, v), run(q, k, v), **FP32)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (4, 2)])
-def test_traced_form_equals_the_distance_table(heads: int, kv_heads: int) -> None:
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "layout"), [(4, 4, "interleaved"), (4, 2, "interleaved"), (4, 2, "concat")]
+)
+def test_traced_form_equals_the_distance_table(heads: int, kv_heads: int, layout: str) -> None:
     """Traced programs use the angle-addition form (no data-dependent number of distances); it
     gives the per-distance table's bias for explicit, batched, far and unordered positions."""
     torch.manual_seed(0)
-    xl = posenc.RelPosXL(num_heads=heads, head_dim=8, d_model=48).double()
+    xl = posenc.RelPosXL(num_heads=heads, head_dim=8, d_model=48, layout=layout).double()
     q, k = (
         torch.randn(2, heads, 5, 8, dtype=torch.float64),
         torch.randn(2, kv_heads, 7, 8, dtype=torch.float64),
