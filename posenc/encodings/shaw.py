@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int
+from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int, short
 from .._compat import precise_dtype
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index, matmul_outside_autocast, shaw_value_term
@@ -53,7 +53,7 @@ class ShawState(ContentBiasState):
 
     @property
     def has_value_term(self) -> bool:
-        return self.encoding.values
+        return bool(self.encoding.values)
 
     def value_term(self, probs: Tensor) -> Tensor | None:
         """The value term ``Σ_j probs[i, j] a^V(clip(j - i))``, to add to ``probs @ v``.
@@ -105,13 +105,15 @@ class ShawRelative(PositionalEncoding):
         max_distance_right: the clip for keys after the query (asymmetric form), ``>= 0``.
         num_heads: attention heads; required with ``per_head``, else only recorded.
         per_head: one table per head instead of one shared by the heads (the paper shares).
-        values: also learn ``a^V`` and add the value term to the attention output.
+        values: also learn ``a^V`` and add the value term to the attention output; ``"shared"``:
+            the value term reads the key table (``a^V = a^K``, OpenNMT-py's one
+            ``relative_positions_embeddings``: its checkpoints load into :attr:`key_embeddings`).
         device, dtype: of the tables.
 
     Attributes:
         key_embeddings: ``nn.Embedding(n, dh)`` (``(n, h * dh)`` per head); row ``r`` is distance
             ``r - max_distance``.
-        value_embeddings: likewise, with ``values=True`` (else ``None``).
+        value_embeddings: likewise, with ``values=True`` (else ``None``; ``"shared"``: none of its own).
 
     Shape:
         ``attention_bias(q, k)``: ``(b, h, tq, dh), (b, h_kv, tk, dh) -> (b, h, tq, tk)``, float32
@@ -138,7 +140,7 @@ class ShawRelative(PositionalEncoding):
         max_distance_right: int | None = None,
         num_heads: int | None = None,
         per_head: bool = False,
-        values: bool = False,
+        values: bool | Literal["shared"] = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -155,13 +157,17 @@ class ShawRelative(PositionalEncoding):
         self.num_distances = max_distance + self.right + 1
         self.num_heads = None if num_heads is None else check_positive_int("num_heads", num_heads)
         self.per_head = check_bool("per_head", per_head)
-        self.values = check_bool("values", values)
+        if values != "shared" and not isinstance(values, bool):
+            raise TypeError(
+                f"values must be a bool or 'shared', got {short(values)} ({type(values).__name__})"
+            )
+        self.values = values
         if per_head and num_heads is None:
             raise ValueError("per_head=True needs num_heads (one table per head), got num_heads=None")
         width = head_dim * (num_heads if per_head and num_heads else 1)
         self.key_embeddings = nn.Embedding(self.num_distances, width, device=device, dtype=dtype)
         self.value_embeddings = (
-            nn.Embedding(self.num_distances, width, device=device, dtype=dtype) if values else None
+            nn.Embedding(self.num_distances, width, device=device, dtype=dtype) if values is True else None
         )
         self.reset_parameters()
 
@@ -174,7 +180,8 @@ class ShawRelative(PositionalEncoding):
     def _table(self, which: str) -> Tensor:
         """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable."""
         # (the callers check values=True before asking for the value table)
-        weight = cast(nn.Embedding, self.key_embeddings if which == "key" else self.value_embeddings).weight
+        table = self.key_embeddings if which == "key" or self.values == "shared" else self.value_embeddings
+        weight = cast(nn.Embedding, table).weight
         return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1) if self.per_head else weight
 
     def forward(
@@ -245,5 +252,5 @@ class ShawRelative(PositionalEncoding):
             parts.append(f"max_distance_right={self.max_distance_right}")
         if self.per_head:
             parts.append(f"num_heads={self.num_heads}, per_head=True")
-        parts.append(f"values={self.values}")
+        parts.append(f"values={self.values!r}")
         return ", ".join(parts)

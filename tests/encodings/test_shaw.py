@@ -38,9 +38,10 @@ def reference_attention(
         e = e.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
     alpha = e.softmax(-1)
     z = alpha @ v
-    if shaw.values:
-        assert shaw.value_embeddings is not None
-        a_v = shaw.value_embeddings.weight.double()[rel]
+    if shaw.values:  # "shared": OpenNMT-py's relations_values read the key table
+        table = shaw.key_embeddings if shaw.values == "shared" else shaw.value_embeddings
+        assert table is not None
+        a_v = table.weight.double()[rel]
         z = z + torch.einsum("bhij,ijd->bhid", alpha, a_v)
     return z
 
@@ -63,7 +64,7 @@ def shaw_inputs(tq=6, tk=6, b=2, h=3, dh=8, dtype=torch.float64, seed=0):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("values", [False, True])
+@pytest.mark.parametrize("values", [False, True, "shared"])
 @pytest.mark.parametrize(("left", "right"), [(2, None), (3, 1), (0, None), (9, 9)])
 def test_hooks_equal_the_paper_in_float64(causal: bool, values: bool, left: int, right: int | None) -> None:
     torch.manual_seed(0)
@@ -75,8 +76,8 @@ def test_hooks_equal_the_paper_in_float64(causal: bool, values: bool, left: int,
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("values", [False, True])
-def test_posenc_attention_equals_the_paper(causal: bool, values: bool) -> None:
+@pytest.mark.parametrize("values", [False, True, "shared"])
+def test_posenc_attention_equals_the_paper(causal: bool, values: bool | str) -> None:
     torch.manual_seed(1)
     shaw = ShawRelative(8, max_distance=2, max_distance_right=3, values=values)
     q, k, v = shaw_inputs(tq=7, tk=7, dtype=torch.float32)
@@ -147,6 +148,18 @@ def test_seed_table_equals_relative_embeddings() -> None:
     # Past K + 1 the seed indexes out of range; posenc clips to the end rows.
     table = shaw.relative_embeddings(9)
     torch.testing.assert_close(table[0, 8], shaw.key_embeddings.weight[10], rtol=0, atol=0)
+
+
+def test_shared_table_is_one_parameter_for_both_terms() -> None:
+    """values="shared" (OpenNMT-py): the state dict holds the key table only, and the value term's
+    gradient reaches it."""
+    shaw = ShawRelative(8, max_distance=2, values="shared")
+    assert list(shaw.state_dict()) == ["key_embeddings.weight"] and "values='shared'" in repr(shaw)
+    q, k, v = shaw_inputs(tq=5, tk=5, dtype=torch.float32)
+    probs = torch.rand(2, 3, 5, 5).softmax(-1)
+    (grad,) = torch.autograd.grad(shaw.value_term(probs).sum(), shaw.key_embeddings.weight)
+    assert grad.abs().sum() > 0
+    torch.testing.assert_close(shaw.relative_embeddings(4, which="value"), shaw.relative_embeddings(4))
 
 
 def test_per_head_tables() -> None:
@@ -246,7 +259,7 @@ def test_bad_input() -> None:
         ShawRelative(8, max_distance=-1)
     with pytest.raises(ValueError, match="max_distance_right must be >= 0"):
         ShawRelative(8, max_distance_right=-2)
-    with pytest.raises(TypeError, match="values must be a bool"):
+    with pytest.raises(TypeError, match="values must be a bool or 'shared', got 'yes'"):
         ShawRelative(8, values="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="per_head=True needs num_heads"):
         ShawRelative(8, per_head=True)
