@@ -238,7 +238,11 @@ class AxialRoPE(_AxisRotary):
       frequency set for the whole head, even frequencies to rows, odd ones to columns;
     * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
       ``freqs="pixel"``: ``pi * linspace(1, max_freq / 2)`` on coordinates in ``[-1, 1]``
-      (rotary-embedding-torch ``freqs_for="pixel"``).
+      (rotary-embedding-torch ``freqs_for="pixel"``); ``freqs="period"``: ``2 pi / base ** (2i /
+      width)`` on cell centres in ``(-1, 1)`` (DINOv3, ``base=100``, ``layout="half"``; its
+      ``normalize_coords="max"``/``"min"`` are :func:`~posenc.functional.grid_positions`'
+      ``normalize``; its training-time coordinate augmentation and ``min_period``/``max_period``
+      are not built).
 
     Positions are coordinates ``(t, a)`` or ``(b, t, a)``, integer **or float** in every layout
     (the formula is continuous: pixel coordinates, and index coordinates rescaled for another
@@ -253,7 +257,7 @@ class AxialRoPE(_AxisRotary):
             through); default ``head_dim`` split equally over ``num_axes``.
         num_axes: the number of axes when ``axes_dim`` is not given (default 2).
         base: the wavelength base of ``"lang"`` frequencies (Flux 10000, EVA 10000, Pixtral 10000).
-        freqs: ``"lang"`` or ``"pixel"``.
+        freqs: ``"lang"``, ``"pixel"`` or ``"period"``.
         axis_layout: ``"cat"`` or ``"alternate"``.
         layout: channel pairing, as :class:`~posenc.RoPE`: ``"half"`` or ``"interleaved"``.
         max_freq: the highest ``"pixel"`` frequency (rotary-embedding-torch's ``max_freq``).
@@ -285,7 +289,7 @@ class AxialRoPE(_AxisRotary):
         *,
         num_axes: int | None = None,
         base: float = 10000.0,
-        freqs: Literal["lang", "pixel"] = "lang",
+        freqs: Literal["lang", "pixel", "period"] = "lang",
         axis_layout: Literal["cat", "alternate"] = "cat",
         layout: Literal["half", "interleaved"] = "half",
         max_freq: float = 10.0,
@@ -321,9 +325,9 @@ class AxialRoPE(_AxisRotary):
         self.grid_size = None if grid_size is None else check_grid(grid_size, "grid_size", axes=self.num_axes)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         self.ref_grid = None if ref_grid is None else check_grid(ref_grid, "ref_grid", axes=self.num_axes)
-        if self.ref_grid is not None and freqs == "pixel":
+        if self.ref_grid is not None and freqs != "lang":
             raise ValueError(
-                "ref_grid rescales index coordinates; freqs='pixel' coordinates already span [-1, 1]"
+                f"ref_grid rescales index coordinates; freqs={freqs!r} coordinates already span [-1, 1]"
             )
         self._init_caches(device)
 
@@ -346,8 +350,8 @@ class AxialRoPE(_AxisRotary):
         """The coordinates of ``grid`` (default ``grid_size``) as this encoding reads them.
 
         ``num_prefix_tokens`` (default: the constructor's) zero rows first, then the cells row-major: integer indices
-        (``"lang"``), scaled to ``ref_grid`` when one was given (float), or pixel coordinates in
-        ``[-1, 1]`` (``"pixel"``).
+        (``"lang"``), scaled to ``ref_grid`` when one was given (float), pixel coordinates in
+        ``[-1, 1]`` (``"pixel"``), or cell centres in ``(-1, 1)`` (``"period"``).
 
         Returns:
             ``(p + prod(grid), a)`` coordinates.
@@ -358,7 +362,7 @@ class AxialRoPE(_AxisRotary):
         return grid_positions(
             grid,
             num_prefix_tokens=self.num_prefix_tokens if num_prefix_tokens is None else num_prefix_tokens,
-            kind="pixel" if self.freqs == "pixel" else "index",
+            kind="index" if self.freqs == "lang" else "pixel" if self.freqs == "pixel" else "center",
             ref_grid=None if self.ref_grid is None or tuple(grid) == self.ref_grid else self.ref_grid,
             device=device if device is not None else self.inv_freq.device,
         )

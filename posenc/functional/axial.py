@@ -45,9 +45,10 @@ __all__ = [
 #: (a module constructed under ``with torch.device("meta")`` must still size its buffers).
 _CPU = torch.device("cpu")
 
-FreqKind = Literal["lang", "pixel"]
+FreqKind = Literal["lang", "pixel", "period"]
 AxisLayout = Literal["cat", "alternate"]
-GridKind = Literal["index", "pixel"]
+GridKind = Literal["index", "pixel", "center"]
+Normalize = Literal["separate", "max", "min"]
 
 
 def axes_last(position_ids: Tensor) -> Tensor:
@@ -69,6 +70,7 @@ def grid_positions(
     *,
     num_prefix_tokens: int = 0,
     kind: GridKind = "index",
+    normalize: Normalize = "separate",
     ref_grid: Sequence[int] | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
@@ -82,7 +84,11 @@ def grid_positions(
         grid: ``(h, w)``, ``(t, h, w)`` or any number of axis sizes.
         num_prefix_tokens: leading rows at coordinate 0.
         kind: ``"index"``: integer indices ``0 .. s-1`` per axis; ``"pixel"``: ``s`` evenly
-            spaced floats in ``[-1, 1]`` per axis (rotary-embedding-torch's ``freqs_for="pixel"``).
+            spaced floats in ``[-1, 1]`` per axis (rotary-embedding-torch's ``freqs_for="pixel"``);
+            ``"center"``: the cell centres ``2 (i + 0.5) / n - 1`` (DINOv3), in ``(-1, 1)`` when ``n`` is
+            the axis's own size.
+        normalize: ``"center"`` only, DINOv3's ``normalize_coords``: ``n`` is each axis's size
+            (``"separate"``), or the largest (``"max"``) or smallest (``"min"``) of the sizes.
         ref_grid: ``"index"`` only: rescale each axis so that this grid spans the reference grid
             the model was trained at, ``i * ref / s`` (EVA / timm ``ref_feat_shape``): a model
             trained on 16×16 patches sees 32×32 patches at half steps. Gives float coordinates.
@@ -94,20 +100,25 @@ def grid_positions(
     """
     sizes = check_grid(grid)
     check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
-    check_choice("kind", kind, ("index", "pixel"))
+    check_choice("kind", kind, ("index", "pixel", "center"))
+    check_choice("normalize", normalize, ("separate", "max", "min"))
     if ref_grid is not None:
         ref = check_grid(ref_grid)
         if kind != "index":
-            raise ValueError("ref_grid rescales index coordinates; pixel coordinates already span [-1, 1]")
+            raise ValueError(f"ref_grid rescales index coordinates; {kind} coordinates already span [-1, 1]")
         if len(ref) != len(sizes):
             raise ValueError(f"ref_grid={tuple(ref)} must have one size per axis of grid={sizes}")
-    floats = kind == "pixel" or ref_grid is not None
+    floats = kind != "index" or ref_grid is not None
+    span = {"max": max(sizes), "min": min(sizes)}.get(normalize)
     if dtype is None:
         dtype = torch.float32 if floats else torch.long
     axes = []
     for i, s in enumerate(sizes):
         if kind == "pixel":
             axes.append(torch.linspace(-1.0, 1.0, s, dtype=torch.float64, device=device))
+        elif kind == "center":
+            centres = torch.arange(0.5, s, dtype=torch.float64, device=device)
+            axes.append(2.0 * centres / (span or s) - 1.0)
         elif ref_grid is not None:
             axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
         else:
@@ -137,8 +148,9 @@ def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]
 def _pair_frequencies(
     pairs: int, width: int, freqs: FreqKind, base: float, max_freq: float, device: torch.device
 ) -> Tensor:
-    if freqs == "lang":  # RoPE's base ** (-2i / width)
-        return base ** -(torch.arange(pairs, dtype=torch.float64, device=device) * 2 / width)
+    if freqs != "pixel":  # RoPE's base ** (-2i / width); DINOv3's "period" 2 pi / base ** (2i / width)
+        lang = base ** -(torch.arange(pairs, dtype=torch.float64, device=device) * 2 / width)
+        return lang if freqs == "lang" else 2 * math.pi * lang
     # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
     return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=device) * math.pi
 
@@ -162,12 +174,13 @@ def axial_frequencies(
       form one block (all axes equal width).
 
     Frequencies: ``"lang"`` ``base ** (-2i / width)``; ``"pixel"``
-    ``pi * linspace(1, max_freq / 2, pairs)`` (rotary-embedding-torch), for coordinates in [-1, 1].
+    ``pi * linspace(1, max_freq / 2, pairs)`` (rotary-embedding-torch), for coordinates in [-1, 1];
+    ``"period"`` ``2 pi / base ** (2i / width)`` (DINOv3's periods; its base is 100), for cell centres.
 
     Returns:
         ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
     """
-    check_choice("freqs", freqs, ("lang", "pixel"))
+    check_choice("freqs", freqs, ("lang", "pixel", "period"))
     check_choice("axis_layout", axis_layout, ("cat", "alternate"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)

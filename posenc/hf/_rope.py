@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._checks import check_positive_int
+from .._checks import check_int, check_positive_int
 from ..base import PositionalEncoding
-from ..encodings import MRoPE, RoPE
+from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
 from ._read import Config, Convert, get, heads_and_head_dim
 
@@ -19,7 +19,7 @@ _COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor",
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
-__all__ = ["RopeDefaults", "build_rope", "config_float", "gptj", "mrope", "rope", "rope_parameters"]
+__all__ = ["RopeDefaults", "build_rope", "config_float", "dinov3", "gptj", "mrope", "rope", "rope_parameters"]
 
 
 @dataclass(frozen=True)
@@ -289,6 +289,34 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
         layout="interleaved",
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,
         max_len=get(cfg, "n_positions", "max_position_embeddings", default=2048),
+    )
+
+
+def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
+    CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
+    # (the head width is hidden_size // heads in its code: no head_dim key)
+    _, head_dim = heads_and_head_dim(cfg, model_type, head_dim_keys=(), default_heads=6, default_width=384)
+
+    def pair(key: str, default: int) -> tuple[int, int]:
+        value = get(cfg, key, default=default)
+        sides = list(value) if isinstance(value, (list, tuple)) else [value, value]
+        if len(sides) != 2:
+            raise ValueError(f"{model_type} config: {key} must be an int or (height, width), got {value!r}")
+        return check_positive_int(f"{model_type} config: {key}", sides[0]), check_positive_int(
+            f"{model_type} config: {key}", sides[1]
+        )
+
+    (image_h, image_w), (patch_h, patch_w) = pair("image_size", 224), pair("patch_size", 16)
+    registers = check_int(
+        f"{model_type} config: num_register_tokens", get(cfg, "num_register_tokens", default=0), minimum=0
+    )
+    return AxialRoPE(
+        head_dim,
+        freqs="period",
+        base=config_float(model_type, "rope_theta", get(cfg, "rope_theta", default=100.0)),
+        grid_size=(image_h // patch_h, image_w // patch_w),
+        num_prefix_tokens=1 + registers,
     )
 
 

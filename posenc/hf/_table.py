@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
-from ._rope import RopeDefaults, gptj, mrope, rope
+from ._rope import RopeDefaults, dinov3, gptj, mrope, rope
 from ._speech import speech
 
 #: One line, or ``(layer type, line)`` rows where the layers differ.
@@ -108,6 +108,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "gpt_neox": (
         rope(6144, 64, 2048, partial=0.25, theta_keys=("rotary_emb_base",), partial_keys=("rotary_pct",)),
         "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",
+    ),
+    # vision: DINOv3's 2D RoPE (its code reads rope_theta, image_size, patch_size, num_register_tokens)
+    "dinov3_vit": (
+        dinov3,
+        "AxialRoPE, `freqs='period'` (base `rope_theta`, 100) on patch centres, prefix tokens unrotated",
     ),
     "gptj": _GPTJ,
     "codegen": _GPTJ,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import logging
 
 import pytest
@@ -73,6 +74,39 @@ def test_eva_layout_and_reference_grid_interpolation():
     got = rope.rotate(x, coords)
     torch.testing.assert_close(got[..., 1:, :], patches, atol=ATOL, rtol=0)
     torch.testing.assert_close(got[..., :1, :], x[..., :1, :])  # the class token is not rotated
+
+
+@pytest.mark.parametrize("normalize", ["separate", "max", "min"])
+def test_dinov3_periods_and_patch_centres_equal_the_authors_formula(normalize):
+    """DINOv3's RopePositionEmbedding (base mode, no augmentation), re-typed: centres (i + 0.5) / n
+    mapped to [-1, 1] with n per normalize_coords, angles 2 pi * coord / base ** (2i / (dh / 2)),
+    [y freqs | x freqs] tiled twice, rotate_half; on a non-square grid after a class token."""
+    dh, base, (h, w) = 16, 100.0, (3, 5)
+    n_h, n_w = {"separate": (h, w), "max": (w, w), "min": (h, h)}[normalize]
+    centres = (
+        torch.stack(
+            torch.meshgrid(
+                torch.arange(0.5, h, dtype=torch.float64) / n_h,
+                torch.arange(0.5, w, dtype=torch.float64) / n_w,
+                indexing="ij",
+            ),
+            -1,
+        ).flatten(0, 1)
+        * 2
+        - 1
+    )
+    periods = base ** (2 * torch.arange(dh // 4, dtype=torch.float64) / (dh // 2))
+    angles = (2 * math.pi * centres[:, :, None] / periods).flatten(1, 2).tile(2)  # (hw, dh)
+    x = torch.randn(1, 2, 1 + h * w, dh, dtype=torch.float64)
+    patches = x[..., 1:, :]
+    half = torch.cat((-patches[..., dh // 2 :], patches[..., : dh // 2]), -1)
+    want = torch.cat((x[..., :1, :], patches * angles.cos() + half * angles.sin()), -2)
+    rope = posenc.AxialRoPE(dh, freqs="period", base=base)
+    coords = grid_positions(
+        (h, w), num_prefix_tokens=1, kind="center", normalize=normalize, dtype=torch.float64
+    )
+    got, _ = rope.encode_qk(x, x, q_positions=coords, k_positions=coords)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
 def test_flux_axes_dim_blocks():

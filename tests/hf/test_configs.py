@@ -571,7 +571,8 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
-OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES]
+VISION_MODEL_TYPES = ["dinov3_vit"]  # proven below against its own RoPE module
+OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here
 # (DeepSeek V2/V3 and GPT-OSS, also by rule, are proven in tests/hf/test_layers.py).
@@ -861,6 +862,31 @@ def test_ministral3_query_scaling_equals_what_reaches_the_models_attention(monke
     assert not torch.allclose(
         q, rotated[0][1][0], **ROPE_TOL
     )  # (the scaling is seen: it is not RoPE's alone)
+
+
+@requires_transformers
+def test_dinov3_equals_its_rope_on_patches_at_any_resolution():
+    """DINOv3ViT: 2D RoPE on patch centres in (-1, 1), CLS and register tokens unrotated; at its
+    image size and at another, non-square one (its code recomputes the centres from the pixels)."""
+    from transformers.models.dinov3_vit import modeling_dinov3_vit as hf
+
+    config = transformers.DINOv3ViTConfig(
+        hidden_size=64, num_attention_heads=2, num_register_tokens=4, image_size=64
+    )
+    module = hf.DINOv3ViTRopePositionEmbedding(config).eval()
+    for rope in (from_hf_config(config), from_hf_config(config.to_dict())):
+        assert isinstance(rope, posenc.AxialRoPE) and rope.num_prefix_tokens == 5
+        for height, width in ((64, 64), (96, 48)):
+            cos, sin = module(torch.zeros(1, 3, height, width))
+            gen = torch.Generator().manual_seed(height)
+            q, k = (torch.randn(2, 2, 5 + cos.shape[0], 32, generator=gen) for _ in range(2))
+            coords = rope.grid_positions((height // 16, width // 16))
+            ours = rope.encode_qk(q, k, q_positions=coords, k_positions=coords)
+            torch.testing.assert_close(ours, hf.apply_rotary_pos_emb(q, k, cos, sin), **ROPE_TOL)
+    # a bare config.json gets the config class's defaults
+    assert repr(from_hf_config({"model_type": "dinov3_vit"})) == repr(
+        from_hf_config(transformers.DINOv3ViTConfig())
+    )
 
 
 @requires_transformers
