@@ -1439,9 +1439,9 @@ def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
 
 
 def test_a_vision_tower_is_refused_by_rule():
-    """DINOv3's ViT rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
+    """Pixtral's vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
     config = {
-        "model_type": "dinov3_vit",
+        "model_type": "pixtral",
         "hidden_size": 64,
         "num_attention_heads": 4,
         "rope_theta": 100.0,
