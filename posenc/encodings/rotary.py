@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal, cast
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_float_tensor
+from .._checks import check_bool, check_choice, check_float_tensor
 from .._compat import can_sync, is_tracing
 from .._positions import check_qk
 from ..base import PositionalEncoding
@@ -271,9 +271,13 @@ class _Rotary(PositionalEncoding):
         """The drop-in call: ``q, k = rope(q, k)``; the same as :meth:`encode_qk`."""
         return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
 
-    def rotate(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+    def rotate(self, x: Tensor, positions: Tensor | None = None, *, conjugate: bool = False) -> Tensor:
         """Rotate one tensor (queries or keys) by its positions (not xPos or ``llama_4_scaling_beta``,
         which scale queries and keys differently: ``encode_qk`` rotates them together).
+
+        ``conjugate=True`` rotates by minus the angles (cos and −sin, an attention factor kept): the
+        inverse rotation when the factor is 1, as DeepSeek V4 applies to its attention output at the
+        query positions to undo the rotation its values carry (its keys are its values).
 
         For ``"dynamic"`` and ``"longrope"`` the length ``L`` is ``max(positions) + 1`` of this
         tensor alone; rotate queries and keys together with :meth:`encode_qk` when their
@@ -296,8 +300,11 @@ class _Rotary(PositionalEncoding):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         t = x.shape[-2]
-        state = self._state(t, t, x.shape[0], x.device, positions, None)
-        return cast(RotaryState, state)._rotate(x, "q", "query")
+        state = cast(RotaryState, self._state(t, t, x.shape[0], x.device, positions, None))
+        if check_bool("conjugate", conjugate):
+            cos, sin = state._rows("q", "query", x.dtype)
+            return _rotate(x, cos, -sin, self.layout)
+        return state._rotate(x, "q", "query")
 
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.

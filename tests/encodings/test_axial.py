@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import copy
-import math
 import logging
+import math
 
 import pytest
 import torch

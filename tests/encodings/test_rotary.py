@@ -225,6 +225,29 @@ def test_interleaved_matches_rotary_embedding_torch(device):
     )
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_conjugate_rotation_undoes_the_rotation_and_negates_the_angles(layout):
+    """rotate(..., conjugate=True): cos and -sin (DeepSeek V4's attention-output rotation). With no
+    attention factor it is the inverse; with YaRN's factor s it is s * R(-angle), as transformers'
+    apply_rotary_pos_emb(x, cos, -sin); partial heads keep their other channels; multi-axis too."""
+    x = torch.randn(2, 3, 9, HEAD_DIM, dtype=torch.float64)
+    positions = torch.tensor([[4, 0, 9, 100, 3, 3, 7, 1, 50], list(range(9))])
+    rope = RoPE(HEAD_DIM, layout=layout, rotary_dim=48)
+    assert_close(rope.rotate(rope.rotate(x, positions), positions, conjugate=True), x, atol=1e-12, rtol=0)
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    config = LlamaConfig(hidden_size=4 * HEAD_DIM, num_attention_heads=4, max_position_embeddings=128,
+                         rope_parameters={**scaling, "rope_theta": 10000.0})  # fmt: skip
+    cos, sin = LlamaRotaryEmbedding(config)(x.float(), positions)
+    want, _ = apply_rotary_pos_emb(x.float(), x.float(), cos, -sin)  # transformers' layout is "half"
+    got = RoPE(HEAD_DIM, scaling=scaling, max_len=128).rotate(x.float(), positions, conjugate=True)
+    assert_close(got, want, **REF_ANGLE_TOL)  # (their angles are float32 products)
+    axial = posenc.AxialRoPE(16, grid_size=(3, 3))
+    y = torch.randn(1, 2, 9, 16, dtype=torch.float64)
+    assert_close(axial.rotate(axial.rotate(y), conjugate=True), y, atol=1e-12, rtol=0)
+    with pytest.raises(TypeError, match="conjugate must be a bool"):
+        rope.rotate(x, conjugate=1)
+
+
 def test_llama_4_scaling_beta_scales_only_the_queries_by_position():
     """Ministral 3: queries times ``1 + beta * log(1 + floor(p / L))`` (transformers'
     get_llama_4_attn_scale), keys as plain RoPE: in one call, a prepared state, a decode step

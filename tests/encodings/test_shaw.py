@@ -155,7 +155,6 @@ def test_shared_table_is_one_parameter_for_both_terms() -> None:
     gradient reaches it."""
     shaw = ShawRelative(8, max_distance=2, values="shared")
     assert list(shaw.state_dict()) == ["key_embeddings.weight"] and "values='shared'" in repr(shaw)
-    q, k, v = shaw_inputs(tq=5, tk=5, dtype=torch.float32)
     probs = torch.rand(2, 3, 5, 5).softmax(-1)
     (grad,) = torch.autograd.grad(shaw.value_term(probs).sum(), shaw.key_embeddings.weight)
     assert grad.abs().sum() > 0
