@@ -142,20 +142,20 @@ def rope_parameters(
         raise ValueError(
             f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported"
         )
+    # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
+    query_scale = (
+        {k: params[k] for k in ("llama_4_scaling_beta", "original_max_position_embeddings")} if beta else {}
+    )
     if rope_type == "proportional":
         scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
         if params.get("factor") is not None:
             scaling["factor"] = params["factor"]
-        return base, 1.0, scaling
+        return base, 1.0, scaling | query_scale
     if d.partial is None and partial != 1.0:
         raise ValueError(
             f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
-    # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
-    query_scale = (
-        {k: params[k] for k in ("llama_4_scaling_beta", "original_max_position_embeddings")} if beta else {}
-    )
     if rope_type == "default":
         return base, partial, query_scale
     scaling = {"rope_type": rope_type}

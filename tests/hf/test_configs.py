@@ -828,6 +828,27 @@ def test_hunyuan_ntk_alpha_equals_the_models_rotation(monkeypatch, model_type):
         from_hf_config({**_hf_config("llama").to_dict(), "rope_parameters": scaling})
 
 
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "default"},
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "proportional", "partial_rotary_factor": 0.5},
+        {"rope_type": "yarn", "factor": 4.0},
+    ],
+)
+def test_llama_4_scaling_beta_is_carried_with_every_rope_type(scaling):
+    params = {
+        **scaling,
+        "rope_theta": 1e4,
+        "llama_4_scaling_beta": 0.1,
+        "original_max_position_embeddings": 8,
+    }
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "rope_parameters": params}
+    rope = from_hf_config(config)
+    assert (rope.params.query_scale_beta, rope.params.query_scale_len) == (0.1, 8)
+
+
 @requires_transformers
 def test_ministral3_query_scaling_equals_what_reaches_the_models_attention(monkeypatch):
     """Ministral 3 multiplies its rotated queries by 1 + beta * log(1 + floor(p / L)) (its rope dict's
