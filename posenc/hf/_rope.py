@@ -11,7 +11,7 @@ from .._checks import check_int, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
-from ._read import Config, Convert, get, heads_and_head_dim
+from ._read import Config, Convert, get, heads_and_head_dim, positive_int
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
 # query scaling)
@@ -19,7 +19,17 @@ _COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor",
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
-__all__ = ["RopeDefaults", "build_rope", "config_float", "dinov3", "gptj", "mrope", "rope", "rope_parameters"]
+__all__ = [
+    "RopeDefaults",
+    "build_rope",
+    "config_float",
+    "dinov3",
+    "gptj",
+    "mrope",
+    "pixtral",
+    "rope",
+    "rope_parameters",
+]
 
 
 @dataclass(frozen=True)
@@ -317,6 +327,30 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         base=config_float(model_type, "rope_theta", get(cfg, "rope_theta", default=100.0)),
         grid_size=(image_h // patch_h, image_w // patch_w),
         num_prefix_tokens=1 + registers,
+    )
+
+
+def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
+    ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
+    _, head_dim = heads_and_head_dim(
+        cfg, model_type, default_heads=16, default_width=1024, default_head_dim=64
+    )
+    params = cfg.get("rope_parameters") or {}
+    axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
+    if not axial or set(params) - {"rope_type", "rope_theta"}:
+        raise ValueError(
+            f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
+        )
+    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=10000.0))
+    side = positive_int(cfg, model_type, "image_size", default=1024) // positive_int(
+        cfg, model_type, "patch_size", default=16
+    )
+    return AxialRoPE(
+        head_dim,
+        axis_layout="alternate",
+        base=config_float(model_type, "rope_theta", theta),
+        grid_size=(side, side),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
-from ._rope import RopeDefaults, dinov3, gptj, mrope, rope
+from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
 from ._speech import speech
 
 #: One line, or ``(layer type, line)`` rows where the layers differ.
@@ -113,6 +113,10 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "dinov3_vit": (
         dinov3,
         "AxialRoPE, `freqs='period'` (base `rope_theta`, 100) on patch centres, prefix tokens unrotated",
+    ),
+    "pixtral": (
+        pixtral,
+        "AxialRoPE, `axis_layout='alternate'` (even frequencies to rows), base `rope_theta`",
     ),
     "gptj": _GPTJ,
     "codegen": _GPTJ,

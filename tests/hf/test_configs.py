@@ -571,7 +571,7 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
-VISION_MODEL_TYPES = ["dinov3_vit"]  # proven below against its own RoPE module
+VISION_MODEL_TYPES = ["dinov3_vit", "pixtral"]  # proven below against their own RoPE modules
 OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here
@@ -908,6 +908,31 @@ def test_dinov3_equals_its_rope_on_patches_at_any_resolution():
     assert repr(from_hf_config({"model_type": "dinov3_vit"})) == repr(
         from_hf_config(transformers.DINOv3ViTConfig())
     )
+
+
+@requires_transformers
+def test_pixtral_equals_its_rope_on_packed_images():
+    """Pixtral's vision encoder: alternating 2D frequencies on (row, column) of each image's patches;
+    two images of different sizes packed in one sequence, as its encoder concatenates them."""
+    from transformers.models.pixtral import modeling_pixtral as hf
+
+    config = transformers.PixtralVisionConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=32, image_size=64
+    )
+    module = hf.PixtralVisionRotaryEmbedding(config)
+    coords = torch.cat([posenc.functional.grid_positions((4, 3)), posenc.functional.grid_positions((2, 4))])
+    q, k = (torch.randn(1, 2, 20, 32, generator=torch.Generator().manual_seed(i)) for i in range(2))
+    cos, sin = module(q, coords)
+    for rope in (from_hf_config(config), from_hf_config(config.to_dict())):
+        ours = rope.encode_qk(q, k, q_positions=coords, k_positions=coords)
+        torch.testing.assert_close(ours, hf.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0), **ROPE_TOL)
+    assert repr(from_hf_config({"model_type": "pixtral"})) == repr(
+        from_hf_config(transformers.PixtralVisionConfig())
+    )
+    with pytest.raises(ValueError, match="rope_parameters must be"):
+        from_hf_config(
+            {"model_type": "pixtral", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+        )
 
 
 @requires_transformers
@@ -1460,9 +1485,9 @@ def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
 
 
 def test_a_vision_tower_is_refused_by_rule():
-    """Pixtral's vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
+    """MLCD's vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
     config = {
-        "model_type": "pixtral",
+        "model_type": "mlcd_vision_model",
         "hidden_size": 64,
         "num_attention_heads": 4,
         "rope_theta": 100.0,
