@@ -28,9 +28,10 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 class MRoPE(_AxisRotary):
     """M-RoPE: RoPE whose rotated pairs follow the temporal, height or width position.
 
-    The frequencies are RoPE's for the whole head (``base ** (-2i / dh)``, or those of the
-    ``scaling`` rope type, with its attention factor, exactly as :class:`~posenc.RoPE`); the pairs
-    are split by ``mrope_section`` (pairs per axis, summing to ``head_dim / 2``):
+    The frequencies are RoPE's for the rotated width ``r`` (``base ** (-2i / r)``, or those of the
+    ``scaling`` rope type, with its attention factor, exactly as :class:`~posenc.RoPE`); ``r`` is the
+    whole head unless ``scaling`` has a ``partial_rotary_factor`` (Qwen3.5 rotates a quarter; the other
+    channels pass through). The pairs are split by ``mrope_section`` (pairs per axis, summing to ``r / 2``):
 
     * chunked (``interleaved=False``, Qwen2-VL, Qwen2.5-VL): the first ``section[0]`` pairs turn
       with the temporal position, the next ``section[1]`` with the height, the rest with the width;
@@ -147,6 +148,8 @@ class MRoPE(_AxisRotary):
             f"mrope_section={list(self.mrope_section)}",
             f"base={self.base}",
         ]
+        if self.rotary_dim != self.head_dim:
+            parts.append(f"rotary_dim={self.rotary_dim}")
         if self.interleaved:
             parts.append("interleaved=True")
         if self.layout != "half":
