@@ -15,8 +15,9 @@ from typing import Any
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
+from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import _nested, _per_type_rope, layer_types
+from ._layers import _nested, _per_type_rope, _required_count, layer_types
 from ._read import Config, get, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -56,6 +57,11 @@ _REFUSED = {
         "type, or sections that do not cover the rotated pairs)",
     ),
 }
+
+#: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer
+#: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
+#: and a missing list is NoPE every 4th layer counted back from the last (Muse, its config class's default)
+_LAYER_THETA = {"granite_swa": True, "granitemoe_swa": True, "muse_glimmer": False, "muse_spark": False}
 
 #: Vision-language text models whose code applies M-RoPE: the ``mrope_section`` it uses when
 #: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
@@ -125,10 +131,11 @@ def by_rule(
         get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
     d = _RULE_INTERLEAVED if interleave else _RULE
+    read = _READ | ({"layer_rope_theta"} if family in _LAYER_THETA else set())
     unread = sorted(
         key
         for key, value in cfg.items()
-        if ("rope" in key or "rotary" in key) and key not in _READ and value is not None
+        if ("rope" in key or "rotary" in key) and key not in read and value is not None
     )
     if unread:
         raise ValueError(
@@ -145,6 +152,8 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+    if family in _LAYER_THETA:
+        return _layer_thetas(cfg, model_type, d, own_base=_LAYER_THETA[family])
     if family in _MROPE:
         default, interleaved = _MROPE[family]
         return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
@@ -157,6 +166,34 @@ def by_rule(
         )
     params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
     return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type))
+
+
+def _layer_thetas(
+    cfg: Config, model_type: str, d: RopeDefaults, *, own_base: bool
+) -> list[PositionalEncoding]:
+    """One encoding per layer from ``layer_rope_theta`` (see :data:`_LAYER_THETA`): RoPE, or NoPE for 0."""
+    count = _required_count(cfg, model_type)
+    raw = cfg.get("rope_parameters") or {}
+    base = get(raw, "rope_theta", default=cfg.get("rope_theta")) if isinstance(raw, Mapping) else None
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None and not own_base:
+        thetas = [0 if (count - 1 - i) % 4 == 0 else base for i in range(count)]
+    if thetas is None:
+        thetas = [base] * count
+    if not isinstance(thetas, (list, tuple)) or len(thetas) != count:
+        raise ValueError(
+            f"{model_type} config: layer_rope_theta must be a list of {count} bases (one per layer, 0: NoPE), got {thetas!r}"
+        )
+    if not own_base and any(t and t != base for t in thetas):
+        raise ValueError(
+            f"{model_type} config: layer_rope_theta={list(thetas)} gives a base other than rope_theta={base}, but "
+            f"{model_type}'s code rotates every RoPE layer at rope_theta (it reads only which entries are 0)"
+        )
+    head_dim, built = _head_dim(cfg, model_type), {}
+    for theta in {t for t in thetas if t}:
+        params = {**raw, "rope_theta": theta} if isinstance(raw, Mapping) else raw
+        built[theta] = build_rope({**cfg, "rope_parameters": params}, model_type, d, head_dim)
+    return [built[t] if t else NoPE() for t in thetas]
 
 
 def _head_dim(cfg: Config, model_type: str) -> int:

@@ -936,6 +936,56 @@ def test_pixtral_equals_its_rope_on_packed_images():
 
 
 @requires_transformers
+def test_granite_swa_rotates_each_layer_at_its_own_base_and_nope_at_zero(monkeypatch):
+    """Granite SWA's layer_rope_theta: a base per layer, 0 for NoPE; each RoPE layer equals the
+    rotation the model computes for that base, and the NoPE layers get no position embeddings there."""
+    from transformers.models.granite_swa import modeling_granite_swa as hf
+
+    thetas = [1e4, 0, 5e5, 1e4]
+    config = transformers.AutoConfig.for_model(
+        "granite_swa", **{**_DECODER, "num_hidden_layers": 4}, hidden_size=64, num_attention_heads=4,
+        num_key_value_heads=2, layer_rope_theta=thetas,
+    )  # fmt: skip
+    for form in (config, config.to_dict()):
+        layers = posenc.hf.layer_encodings(form)
+        assert [type(e).__name__ for e in layers] == ["RoPE", "NoPE", "RoPE", "RoPE"]
+        assert [e.base for e in layers if isinstance(e, posenc.RoPE)] == [1e4, 5e5, 1e4]
+    model = transformers.AutoModel.from_config(config).eval()
+    seen: list = []
+    for layer in model.layers:
+        layer.register_forward_pre_hook(
+            lambda m, a, kw: seen.append(kw.get("position_embeddings")), with_kwargs=True
+        )
+    q, k = (torch.randn(1, 4, 9, 16, generator=torch.Generator().manual_seed(i)) for i in range(2))
+    with torch.no_grad():
+        model(input_ids=torch.arange(9)[None])
+    for encoding, embeddings in zip(posenc.hf.layer_encodings(config), seen, strict=True):
+        if isinstance(encoding, posenc.NoPE):
+            assert embeddings is None
+            continue
+        cos, sin = embeddings
+        torch.testing.assert_close(
+            encoding.encode_qk(q, k), hf.apply_rotary_pos_emb(q, k, cos, sin), **ROPE_TOL
+        )
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["muse_glimmer_text", "muse_spark_text"])
+def test_muse_nope_every_fourth_layer_from_the_last_and_one_base(model_type):
+    """Muse rotates at the global rope_theta wherever layer_rope_theta is not 0; a dict without the list
+    gets its config class's default (NoPE every 4th layer counted back from the last)."""
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=6)
+    flat = config.to_dict()
+    del flat["layer_rope_theta"]
+    for form in (config, config.to_dict(), flat):
+        kinds = [type(e).__name__ for e in posenc.hf.layer_encodings(form)]
+        assert kinds == ["RoPE", "NoPE", "RoPE", "RoPE", "RoPE", "NoPE"], kinds
+    other = {**config.to_dict(), "layer_rope_theta": [5.0, 0, 1e4, 1e4, 1e4, 0]}
+    with pytest.raises(ValueError, match="reads only which entries are 0"):
+        posenc.hf.layer_encodings(other)
+
+
+@requires_transformers
 def test_gpt_neox_partial_rotary_settings_are_carried_over():
     rope = from_hf_config(_hf_config("gpt_neox"))
     assert (rope.head_dim, rope.rotary_dim, rope.base) == (16, 8, 5000.0)
