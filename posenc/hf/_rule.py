@@ -62,6 +62,7 @@ _REFUSED = {
 #: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
 #: and a missing list is NoPE every 4th layer counted back from the last (Muse, its config class's default)
 _LAYER_THETA = {"granite_swa": True, "granitemoe_swa": True, "muse_glimmer": False, "muse_spark": False}
+# (Molmo 2 too varies RoPE by layer: its rope_scaling_layers take the dict's scaling, the others its base alone)
 
 #: Vision-language text models whose code applies M-RoPE: the ``mrope_section`` it uses when
 #: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
@@ -131,7 +132,14 @@ def by_rule(
         get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
     d = _RULE_INTERLEAVED if interleave else _RULE
-    read = _READ | ({"layer_rope_theta"} if family in _LAYER_THETA else set())
+    per_layer_key = (
+        "layer_rope_theta"
+        if family in _LAYER_THETA
+        else "rope_scaling_layers"
+        if family == "molmo2"
+        else None
+    )
+    read = _READ | ({per_layer_key} if per_layer_key else set())
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -152,8 +160,8 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if family in _LAYER_THETA:
-        return _layer_thetas(cfg, model_type, d, own_base=_LAYER_THETA[family])
+    if family in _LAYER_THETA or family == "molmo2":
+        return _layer_rope(cfg, model_type, d, family)
     if family in _MROPE:
         default, interleaved = _MROPE[family]
         return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
@@ -168,32 +176,50 @@ def by_rule(
     return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type))
 
 
-def _layer_thetas(
-    cfg: Config, model_type: str, d: RopeDefaults, *, own_base: bool
-) -> list[PositionalEncoding]:
-    """One encoding per layer from ``layer_rope_theta`` (see :data:`_LAYER_THETA`): RoPE, or NoPE for 0."""
+def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:
+    """One encoding per layer for the models whose code varies RoPE by layer (:data:`_LAYER_THETA`, Molmo 2)."""
     count = _required_count(cfg, model_type)
-    raw = cfg.get("rope_parameters") or {}
-    base = get(raw, "rope_theta", default=cfg.get("rope_theta")) if isinstance(raw, Mapping) else None
-    thetas = cfg.get("layer_rope_theta")
-    if thetas is None and not own_base:
-        thetas = [0 if (count - 1 - i) % 4 == 0 else base for i in range(count)]
-    if thetas is None:
-        thetas = [base] * count
-    if not isinstance(thetas, (list, tuple)) or len(thetas) != count:
-        raise ValueError(
-            f"{model_type} config: layer_rope_theta must be a list of {count} bases (one per layer, 0: NoPE), got {thetas!r}"
-        )
-    if not own_base and any(t and t != base for t in thetas):
-        raise ValueError(
-            f"{model_type} config: layer_rope_theta={list(thetas)} gives a base other than rope_theta={base}, but "
-            f"{model_type}'s code rotates every RoPE layer at rope_theta (it reads only which entries are 0)"
-        )
+    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    base = get(raw, "rope_theta", default=cfg.get("rope_theta"))
+    if (
+        family == "molmo2"
+    ):  # the dict's RoPE in rope_scaling_layers (default all), its base unscaled elsewhere
+        scaled = cfg.get("rope_scaling_layers")
+        scaled = range(count) if scaled is None else scaled
+        if not isinstance(scaled, (list, tuple, range)) or not all(isinstance(i, int) for i in scaled):
+            raise TypeError(
+                f"{model_type} config: rope_scaling_layers must be a list of layer indices, got {scaled!r}"
+            )
+        plain = {"rope_type": "default", "rope_theta": base}
+        per_layer: list[Mapping | None] = [raw if i in scaled else plain for i in range(count)]
+    else:
+        thetas = cfg.get("layer_rope_theta")
+        if thetas is None:
+            own = _LAYER_THETA[family]
+            thetas = [base if own or (count - 1 - i) % 4 else 0 for i in range(count)]
+        if not isinstance(thetas, (list, tuple)) or len(thetas) != count:
+            raise ValueError(
+                f"{model_type} config: layer_rope_theta must be a list of {count} bases (one per layer, 0: NoPE), "
+                f"got {thetas!r}"
+            )
+        if not _LAYER_THETA[family] and any(t and t != base for t in thetas):
+            raise ValueError(
+                f"{model_type} config: layer_rope_theta={list(thetas)} gives a base other than rope_theta={base}, "
+                f"but {model_type}'s code rotates every RoPE layer at rope_theta (it reads only which entries are 0)"
+            )
+        per_layer = [{**raw, "rope_theta": t} if t else None for t in thetas]
     head_dim, built = _head_dim(cfg, model_type), {}
-    for theta in {t for t in thetas if t}:
-        params = {**raw, "rope_theta": theta} if isinstance(raw, Mapping) else raw
-        built[theta] = build_rope({**cfg, "rope_parameters": params}, model_type, d, head_dim)
-    return [built[t] if t else NoPE() for t in thetas]
+    layers: list[PositionalEncoding] = []
+    for i, params in enumerate(per_layer):
+        key = None if params is None else repr(sorted(params.items()))
+        if key is not None and key not in built:
+            built[key] = build_rope(
+                cfg, model_type, d, head_dim, params=params, where=f"layer {i}'s rope_parameters"
+            )
+        layers.append(NoPE() if key is None else built[key])
+    return layers
 
 
 def _head_dim(cfg: Config, model_type: str) -> int:

@@ -970,6 +970,29 @@ def test_granite_swa_rotates_each_layer_at_its_own_base_and_nope_at_zero(monkeyp
 
 
 @requires_transformers
+def test_molmo2_scales_rope_only_in_its_rope_scaling_layers():
+    from transformers.models.molmo2 import modeling_molmo2 as hf
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 1e4}
+    config = transformers.AutoConfig.for_model(
+        "molmo2_text", **{**_DECODER, "num_hidden_layers": 3}, hidden_size=64, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, rope_parameters=yarn,
+        rope_scaling_layers=[0, 2],
+    )  # fmt: skip
+    positions = torch.arange(40)[None]
+    q, k = (torch.randn(1, 4, 40, 16, generator=torch.Generator().manual_seed(i)) for i in range(2))
+    want = {
+        scaled: hf.apply_rotary_pos_emb(q, k, *hf.Molmo2RotaryEmbedding(config, scaled=scaled)(q, positions))
+        for scaled in (True, False)
+    }
+    for form in (config, config.to_dict()):
+        for i, encoding in enumerate(posenc.hf.layer_encodings(form)):
+            got = encoding.encode_qk(q, k, q_positions=positions[0], k_positions=positions[0])
+            torch.testing.assert_close(got, want[i != 1], **ROPE_TOL)
+    assert not torch.allclose(want[True][0], want[False][0], **ROPE_TOL)
+
+
+@requires_transformers
 @pytest.mark.parametrize("model_type", ["muse_glimmer_text", "muse_spark_text"])
 def test_muse_nope_every_fourth_layer_from_the_last_and_one_base(model_type):
     """Muse rotates at the global rope_theta wherever layer_rope_theta is not 0; a dict without the list
