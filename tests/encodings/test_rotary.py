@@ -274,6 +274,15 @@ def test_llama_4_scaling_beta_scales_only_the_queries_by_position():
     assert_close(got_q, want_q[..., -1:, :], **F32_TOL)
     assert_close(got_k, want_k[..., -1:, :], **F32_TOL)
     assert "llama_4_scaling_beta=0.1" in repr(rope)
+    # a model's KV-cache decoding (queries scaled, cached keys not) equals its full forward
+    model = posenc.nn.TransformerLM(
+        50, 64, 2, 4, position=RoPE(16, scaling={**yarn, "llama_4_scaling_beta": 0.5})
+    )
+    ids, cache = torch.randint(0, 50, (2, 12)), posenc.nn.KVCache()
+    steps = [model.eval()(ids[:, :5], cache=cache)] + [
+        model(ids[:, t : t + 1], cache=cache) for t in range(5, 12)
+    ]
+    assert_close(torch.cat(steps, 1), model(ids), **F32_TOL)
     with pytest.raises(ValueError, match="rotate them together"):
         rope.rotate(q)
     with pytest.raises(ValueError, match="needs the trained context length"):
