@@ -13,7 +13,7 @@ from typing import Literal
 
 from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
-from ..encodings import ALiBi, Learned, RelativeBias, Sinusoidal
+from ..encodings import ALiBi, Learned, Learned2D, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
 from ._read import Config, Convert, config_dict, get, heads_and_head_dim, positive_int
 from ._rope import RopeDefaults, build_rope, head_dim_of
@@ -81,6 +81,20 @@ def _learned(
         d_model = positive_int(cfg, model_type, *width, default=default_width)
         max_len = positive_int(cfg, model_type, *length, default=default_length)
         return Learned(d_model, max_len, offset=offset)
+
+    return convert
+
+
+def _learned_grid(prefix: int, image: int, patch: int) -> Convert:
+    """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
+    patch_size`` square grid, resampled bicubic for other grids as their ``interpolate_pos_encoding``."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        d_model = positive_int(cfg, model_type, "hidden_size", default=768)
+        side = positive_int(cfg, model_type, "image_size", default=image) // positive_int(
+            cfg, model_type, "patch_size", default=patch
+        )
+        return Learned2D(d_model, side, num_prefix_tokens=prefix)
 
     return convert
 

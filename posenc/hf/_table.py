@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._bias import _bloom, _falcon, _learned, _mpt, _sinusoidal, _t5
+from ._bias import _bloom, _falcon, _learned, _learned_grid, _mpt, _sinusoidal, _t5
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
@@ -109,6 +109,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         rope(6144, 64, 2048, partial=0.25, theta_keys=("rotary_emb_base",), partial_keys=("rotary_pct",)),
         "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",
     ),
+    # vision: ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
+    "vit": (_learned_grid(1, 224, 16), "Learned2D, class token first, bicubic resampling"),
+    "deit": (_learned_grid(2, 224, 16), "Learned2D, class and distillation tokens first, bicubic resampling"),
+    "dinov2": (_learned_grid(1, 224, 14), "Learned2D, class token first, bicubic resampling (offset 0)"),
+    "siglip_vision_model": (_learned_grid(0, 224, 16), "Learned2D, no prefix token, bicubic resampling"),
     # vision: DINOv3's 2D RoPE (its code reads rope_theta, image_size, patch_size, num_register_tokens)
     "dinov3_vit": (
         dinov3,

@@ -39,7 +39,11 @@ _PREFIXES: dict[str, dict[str, str]] = {
     "bart": _BART,
     "mbart": _BART,
     **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
+    **{name: {"encoder": "embeddings."} for name in ("vit", "deit", "dinov2")},  # a (1, p + n, d) parameter
+    "siglip_vision_model": {"encoder": "embeddings.position_embedding."},
 }
+#: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
+_VIT_TABLES = frozenset({"vit", "deit", "dinov2"})
 #: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 
@@ -116,7 +120,8 @@ def from_hf_model(
             )
         prefix = prefix.format(layer=layer)
     encoding = from_hf_config(cfg, layer=layer, causal=stack == "decoder")
-    names = {name: _RENAMED.get(name, name) for name, _ in encoding.named_parameters()}
+    renamed = {**_RENAMED, "weight": "position_embeddings"} if model_type in _VIT_TABLES else _RENAMED
+    names = {name: renamed.get(name, name) for name, _ in encoding.named_parameters()}
     if not names:  # (a speech layer without position in attention: NoPE)
         return encoding
     weights = state_dict()
@@ -131,5 +136,8 @@ def from_hf_model(
             f"{model_type}: expected one {stack} position weight ending in {suffix!r}, found "
             f"{[f + suffix for f in found] or 'none'} (is the config that of the loaded model?)"
         )
-    encoding.load_state_dict({ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()})
+    tables = {ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()}
+    if model_type in _VIT_TABLES:
+        tables = {ours: table.squeeze(0) for ours, table in tables.items()}  # (1, p + n, d) -> (p + n, d)
+    encoding.load_state_dict(tables)
     return encoding

@@ -571,7 +571,8 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
-VISION_MODEL_TYPES = ["dinov3_vit", "pixtral"]  # proven below against their own RoPE modules
+# proven below against their own RoPE modules and position tables
+VISION_MODEL_TYPES = ["deit", "dinov2", "dinov3_vit", "pixtral", "siglip_vision_model", "vit"]
 OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here
@@ -1006,6 +1007,35 @@ def test_muse_nope_every_fourth_layer_from_the_last_and_one_base(model_type):
     other = {**config.to_dict(), "layer_rope_theta": [5.0, 0, 1e4, 1e4, 1e4, 0]}
     with pytest.raises(ValueError, match="reads only which entries are 0"):
         posenc.hf.layer_encodings(other)
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("model_type", "prefix"), [("vit", 1), ("deit", 2), ("dinov2", 1), ("siglip_vision_model", 0)]
+)
+def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_type, prefix):
+    """ViT, DeiT, DINOv2, SigLIP: from_hf_model copies the trained table; at another image size the
+    grid is resampled as the model's own interpolate_pos_encoding does (prefix rows kept)."""
+    config = transformers.AutoConfig.for_model(
+        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        image_size=32, patch_size=8,
+    )  # fmt: skip
+    model = transformers.AutoModel.from_config(config).eval()
+    embeddings = model.embeddings
+    with torch.no_grad():
+        for name, weight in embeddings.named_parameters():
+            if "position" in name:
+                weight.normal_(generator=torch.Generator().manual_seed(3))
+    encoding = posenc.hf.from_hf_model(model)
+    assert isinstance(encoding, posenc.Learned2D) and encoding.num_prefix_tokens == prefix
+    for height, width in ((32, 32), (48, 64), (16, 40)):
+        grid = (height // 8, width // 8)
+        tokens = torch.zeros(1, prefix + grid[0] * grid[1], 32)
+        want = embeddings.interpolate_pos_encoding(tokens, height, width)[0]
+        torch.testing.assert_close(encoding.table(grid), want, atol=1e-6, rtol=0)
+    assert repr(from_hf_config({"model_type": model_type})) == repr(
+        from_hf_config(transformers.AutoConfig.for_model(model_type))
+    )
 
 
 @requires_transformers
