@@ -36,7 +36,8 @@ class MRoPE(_AxisRotary):
     * chunked (``interleaved=False``, Qwen2-VL, Qwen2.5-VL): the first ``section[0]`` pairs turn
       with the temporal position, the next ``section[1]`` with the height, the rest with the width;
     * interleaved (``interleaved=True``, Qwen3-VL): pairs cycle t, h, w up to ``3 * section[j]``,
-      the remainder temporal (see :func:`posenc.functional.mrope_axes`).
+      the remainder temporal (see :func:`posenc.functional.mrope_axes`); as in transformers, the
+      sections need not sum to ``r / 2`` there (e.g. ``[11, 11, 10]`` on a 128-pair head).
 
     Rotation pairs channel ``i`` with ``i + r/2`` (``layout="half"``, ``rotate_half``, as the
     Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4V, HunYuan V4 VL); pair
@@ -107,7 +108,7 @@ class MRoPE(_AxisRotary):
             )
         self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
-        if sum(mrope_section) != pairs:
+        if not interleaved and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
             raise ValueError(
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected head_dim / 2 = "
                 f"{pairs} (one entry per axis: temporal, height, width)"
@@ -137,7 +138,8 @@ class MRoPE(_AxisRotary):
         return self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
 
     def _axes(self, device: torch.device) -> Tensor:
-        return mrope_axes(self.mrope_section, interleaved=self.interleaved).to(device)
+        pairs = self.params.rotary_dim // 2
+        return mrope_axes(self.mrope_section, interleaved=self.interleaved, pairs=pairs).to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)

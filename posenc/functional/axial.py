@@ -215,8 +215,10 @@ def checked_axial_frequencies(
     return inv_freq, torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
 
 
-def mrope_axes(mrope_section: Sequence[int], *, interleaved: bool = False) -> Tensor:
-    """The axis (0 temporal, 1 height, 2 width) of each rotated pair of M-RoPE, ``(sum(section),)``.
+def mrope_axes(
+    mrope_section: Sequence[int], *, interleaved: bool = False, pairs: int | None = None
+) -> Tensor:
+    """The axis (0 temporal, 1 height, 2 width) of each rotated pair of M-RoPE, ``(pairs,)``.
 
     * chunked (Qwen2-VL, Qwen2.5-VL): the first ``section[0]`` pairs follow the temporal
       position, the next ``section[1]`` the height, the last ``section[2]`` the width;
@@ -224,12 +226,16 @@ def mrope_axes(mrope_section: Sequence[int], *, interleaved: bool = False) -> Te
       ``i mod 3 == 1`` and ``i < 3 * section[1]``, width when ``i mod 3 == 2`` and
       ``i < 3 * section[2]``, else time — so every axis spans low and high frequencies.
 
-    Any number of sections works for the chunked form; the interleaved one takes three.
+    Any number of sections works for the chunked form; the interleaved one takes three, over ``pairs``
+    pairs (default ``sum(section)``; transformers' recomposition writes height and width into the
+    temporal angles only where those indices exist, so the sections need not sum to the pairs).
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
     sections, n = list(mrope_section), len(mrope_section)
     if interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)
-        axes = [i % n if i < n * sections[i % n] else 0 for i in range(sum(sections))]
+        axes = [
+            i % n if i < n * sections[i % n] else 0 for i in range(sum(sections) if pairs is None else pairs)
+        ]
     else:
         axes = [j for j, s in enumerate(sections) for _ in range(s)]
     return torch.tensor(axes, dtype=torch.long, device=_CPU)

@@ -52,9 +52,9 @@ _REFUSED = {
     "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
     "ernie4_5_vl_moe": "ERNIE 4.5 VL orders its M-RoPE sections (h, w, t) and pairs them its own way",
     **dict.fromkeys(
-        "cohere_compass hunyuan_vl neomme qwen4_exp".split(),
-        "its text model applies M-RoPE with sections its code sets in a way posenc's MRoPE does not (per layer "
-        "type, or sections that do not cover the rotated pairs)",
+        "cohere_compass hunyuan_vl neomme".split(),
+        "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
+        "recomposition of the angles)",
     ),
 }
 
@@ -68,7 +68,7 @@ _LAYER_THETA = {"granite_swa": True, "granitemoe_swa": True, "muse_glimmer": Fal
 #: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
 #: chunked (Qwen2-VL's); the rest is read from the fields as for any RoPE model.
 _MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
-    **dict.fromkeys(("qwen3_5", "qwen3_5_moe"), ((11, 11, 10), True)),
+    **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen4_exp"), ((11, 11, 10), True)),
     **dict.fromkeys(
         ("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe", "qwen3_omni_moe_talker"), ((24, 20, 20), True)
     ),

@@ -1546,7 +1546,7 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         ({"rope_parameters": {"full_attention": {"rope_theta": 1.0}}}, "'layer_types' is missing"),
         ({"num_attention_heads": None}, "missing 'num_attention_heads'"),
         ({"model_type": "nanochat"}, "minus the angle"),
-        ({"model_type": "qwen4_exp", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
+        ({"model_type": "hunyuan_vl", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
     ],
 )
 def test_a_model_outside_the_table_refuses_what_it_cannot_read(extra, match):
