@@ -26,3 +26,12 @@ DEVICES = ["cpu"] + [
 def device(request: pytest.FixtureRequest) -> torch.device:
     """Each device of this machine in turn (only ``cpu``, unparametrized, without an accelerator)."""
     return torch.device(getattr(request, "param", "cpu"))
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (modules of tiny tensors use it through their ``pytestmark``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

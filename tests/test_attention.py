@@ -28,13 +28,8 @@ TOL = {torch.float32: F32_TOL, torch.float64: F64_TOL}
 DIMS = {"d_model": 32, "num_heads": 4, "head_dim": 8, "max_len": 128}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def registered_classes() -> list[str]:

@@ -18,13 +18,8 @@ F32_TOL = {"atol": 2e-5, "rtol": 2e-5}
 HEADS, HEAD_DIM = 4, 16
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(name: str, causal: bool) -> posenc.PositionalEncoding:

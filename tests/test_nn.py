@@ -17,13 +17,8 @@ LOGITS_TOL = {"atol": 1e-5, "rtol": 1e-5}
 VOCAB, D, LAYERS, HEADS, MAX_LEN = 61, 32, 2, 4, 64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # The config strings the issue names; swapping them changes nothing else.

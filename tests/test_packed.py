@@ -16,13 +16,8 @@ LENGTHS = [[5, 3, 6], [2, 9, 3]]
 T = 14
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def packed_ids(lengths=LENGTHS, first_id=40, unique=False) -> torch.Tensor:

@@ -22,12 +22,8 @@ TOL = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float64: {"atol": 1e-1
 DIMS = {"d_model": 32, "num_heads": 4, "head_dim": 8, "max_len": 128}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(name: str, causal: bool, dtype: torch.dtype) -> posenc.PositionalEncoding | None:

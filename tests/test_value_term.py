@@ -23,13 +23,8 @@ K = 3  # clipping distance
 DH = 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class TinyShaw(PositionalEncoding):

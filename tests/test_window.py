@@ -12,14 +12,8 @@ import posenc
 from posenc.attend import attention
 from posenc.masking import Visibility
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def hf_mask(mask_function, tq: int, tk: int) -> torch.Tensor:

@@ -198,6 +198,10 @@ class _Rotary(PositionalEncoding):
         ``(b, 1, t, r/2)`` for positions with a batch."""
         raise NotImplementedError  # pragma: no cover
 
+    def _state_type(self) -> type[RotaryState]:
+        """:attr:`state_class`, or :class:`QueryScaledState` where the parameters scale queries (Ministral 3)."""
+        return QueryScaledState if self.params.query_scale_beta else self.state_class
+
     def prepare_state(
         self,
         q_positions: Tensor,
@@ -231,8 +235,7 @@ class _Rotary(PositionalEncoding):
             else:
                 flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
                 seq_len = flat.max() + 1 if flat.numel() else None
-        state_class = QueryScaledState if self.params.query_scale_beta else self.state_class
-        return state_class(
+        return self._state_type()(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
         )
 
@@ -292,7 +295,7 @@ class _Rotary(PositionalEncoding):
             ``(b, h, t, dh)`` rotated, same dtype.
         """
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        if self.state_class.by_role or self.params.query_scale_beta:
+        if self._state_type().by_role:
             raise ValueError(
                 f"{type(self).__name__} scales queries and keys differently: rotate them together with "
                 "encode_qk(q, k)"
