@@ -100,7 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu (default): the suite above; cuda: RoPE and biased causal attention on a GPU timed with "
         "CUDA events, written to cuda-<gpu>.md (exits 2 when no GPU is present)",
     )
+    parser.add_argument(
+        "--cuda-only",
+        choices=("rope", "attention"),
+        default=None,
+        help="with --device cuda: measure one section only (written to cuda-<gpu>-<section>.md)",
+    )
     args = parser.parse_args(argv)
+    if args.cuda_only is not None and args.device != "cuda":
+        parser.error("--cuda-only needs --device cuda")
     if args.device == "cuda":
         from .cuda import gpu_missing, run
 
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing is not None:
             print(f"python -m benchmarks --device cuda: {missing}; nothing was measured.", file=sys.stderr)
             return 2
-        print(f"\nwrote {run(args.out)}")
+        print(f"\nwrote {run(args.out, only=args.cuda_only)}")
         return 0
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")

@@ -198,8 +198,11 @@ def measure(
     peak: Peak = peak_cuda,
     compile_backend: str = "inductor",
     log: Callable[[str], None] = print,
+    progress: Callable[[list[Row]], None] | None = None,
+    only: str | None = None,
 ) -> list[Row]:
-    """Every row of both sections on ``device``."""
+    """Every row of both sections (or of the section ``only``) on ``device``; ``progress`` gets the
+    rows so far after each group."""
     rope = rope_impls() if rope is None else rope
     attention = attention_impls() if attention is None else attention
     rows: list[Row] = []
@@ -207,6 +210,8 @@ def measure(
         ("rope", rope_shapes, rope, 2),
         ("attention", attention_shapes, attention, 3),
     ):
+        if only not in (None, section):
+            continue
         for shape in shapes:
             for dtype_name in dtypes:
                 generator = torch.Generator().manual_seed(0)
@@ -231,6 +236,8 @@ def measure(
                     del inputs
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
+                    if progress is not None:
+                        progress(rows)
     return rows
 
 
@@ -303,12 +310,18 @@ def run(
     """Measure every row on ``device`` (default ``cuda``); write the report and return its path.
 
     ``options`` go to :func:`measure` (shapes, implementations, dtypes, passes, timer, peak,
-    compile backend).
+    compile backend, ``only`` one section: then the file is ``cuda-<gpu>-<section>.md``).
     """
     device = torch.device("cuda") if device is None else device
     name, header = describe(device)
-    rows = measure(device, log=log, **options)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"cuda-{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-').lower()}.md"
+    stem = "-".join(filter(None, ["cuda", name, options.get("only")]))
+    path = out_dir / f"{re.sub(r'[^A-Za-z0-9]+', '-', stem).strip('-').lower()}.md"
+    # rewritten after every group, so a run stopped part way (a time limit, a crash) keeps what it
+    # measured, marked as such; the last write drops the mark
+    unfinished = [*header, "- **unfinished**: the run stopped before every row below was measured"]
+    rows = measure(
+        device, log=log, progress=lambda rows: path.write_text(render(rows, unfinished)), **options
+    )
     path.write_text(render(rows, header))
     return path

@@ -65,6 +65,11 @@ class Skip(Exception):
     """Raised by a builder for a case its implementation does not support (the row says why)."""
 
 
+def _gpu_only(device: torch.device, what: str) -> None:
+    if device.type != "cuda":
+        raise Skip(f"skipped: {what} runs on a CUDA GPU only")
+
+
 def _half_only(dtype: torch.dtype, device: torch.device, what: str) -> None:
     if device.type == "cuda" and dtype not in (torch.float16, torch.bfloat16):
         raise Skip(f"skipped: {what} takes float16/bfloat16 only")
@@ -151,6 +156,7 @@ def _transformers_rope(compiled: bool) -> Callable[..., tuple[Apply, list[Tensor
 def _liger_rope(
     shape: Shape, dtype: torch.dtype, device: torch.device, backend: str
 ) -> tuple[Apply, list[Tensor]]:
+    _gpu_only(device, "Liger-Kernel's Triton kernel")
     from liger_kernel.transformers.rope import liger_rotary_pos_emb  # type: ignore[import-not-found]
 
     cos, sin = _llama_cos_sin(shape, dtype, device)
@@ -160,6 +166,7 @@ def _liger_rope(
 def _flash_attn_rope(
     shape: Shape, dtype: torch.dtype, device: torch.device, backend: str
 ) -> tuple[Apply, list[Tensor]]:
+    _gpu_only(device, "flash-attn's Triton kernel")
     from flash_attn.layers.rotary import apply_rotary_emb  # type: ignore[import-not-found]
 
     head_dim, t = shape[-1], shape[-2]

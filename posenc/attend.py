@@ -44,10 +44,6 @@ Backend = Literal["auto", "sdpa", "chunked", "flex"]
 #: query chunks instead, so that memory stays O(chunk * tk) (64 MiB is a (8, 1448, 1448)
 #: float32 bias: large enough that small and medium calls take the single SDPA call).
 BIAS_BUDGET_BYTES = 64 * 2**20
-#: Query rows per chunk when a half-precision bias has to be cast to the input dtype: it
-#: keeps the key-only ALiBi values small near every chunk's diagonal (a slope of at most
-#: ~0.7 times 64 rows stays below 45, where bfloat16 still resolves steps of 0.25).
-HALF_CAST_CHUNK = 64
 #: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
 #: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
 #: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
@@ -119,9 +115,9 @@ def attention(
 
     Biases are handed to SDPA in float32 (float64 for float64 inputs) where the kernel adds
     a float32 mask to half-precision scores (the CPU kernels do); elsewhere the bias is cast
-    to the input dtype and, for half precision, queries run in chunks of
-    :data:`HALF_CAST_CHUNK` with the bias asked per chunk, so that its values near each
-    chunk's diagonal stay small and keep their resolution far out (positions ~100k).
+    to the input dtype, and for half precision in its full form (relative distances, exact near
+    every diagonal), never ALiBi's key-only one (whose large values would lose the steps between
+    neighbouring keys).
 
     Causal masking follows positions: key ``j`` is visible to query ``i`` iff
     ``k_pos[j] <= q_pos[i]`` (per batch row for ``(b, t)`` positions), so a shard of queries
@@ -230,9 +226,13 @@ def attention(
         # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
         # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
-    if sinks is not None and state.bias_form == "key":
+    dtype = mask_dtype(q)
+    if state.bias_form == "key" and (sinks is not None or dtype.itemsize < 4):
         # A key-only bias differs from the full one by a constant per query row, which the softmax
-        # ignores but a sink's logit does not: the sinks need the full bias.
+        # ignores but a sink's logit does not: the sinks need the full bias. Cast to half precision
+        # (a GPU kernel's mask dtype) its values, large far from the last query, lose the steps
+        # between neighbouring keys (ALiBi, t=2048, bfloat16: outputs off by 3.6); the full form's
+        # are exact near every diagonal.
         state = copy.copy(state)
         state.bias_form = "full"
     if state.causal_only and not causal:
@@ -247,7 +247,6 @@ def attention(
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
     form = state.bias_form
-    dtype = mask_dtype(q)
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -297,11 +296,9 @@ def attention(
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         per_head or vis.structural or (vis.causal and vis.user is not None)
     )
-    if backend == "chunked" or large or (half_cast and tq > HALF_CAST_CHUNK):
+    if backend == "chunked" or large:
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
-        if half_cast and chunk_size is None:
-            rows = min(rows, HALF_CAST_CHUNK)
         return _chunked(q, k, v, state, vis, dropout_p, scale, rows, sinks)
     return _single(q, k, v, state, vis, dropout_p, scale, sinks)
 

@@ -92,6 +92,9 @@ class PositionalEncoding(nn.Module):
     registry_name: ClassVar[str | None] = None
     #: Non-persistent cache buffers that follow the device but keep a float32/float64 dtype.
     cache_names: ClassVar[tuple[str, ...]] = ()
+    #: Those of :attr:`cache_names` kept in float64 whatever ``.to()`` asks (float32 on MPS, which
+    #: has no float64): exact inputs of a formula, read in a forward instead of copied from the host.
+    float64_caches: ClassVar[tuple[str, ...]] = ()
     #: The :class:`PositionState` subclass that holds this encoding's tables and implements its
     #: attention hooks: the base class's hooks build it (:meth:`prepare`) and apply it once, so each
     #: hook is written once, on the state. ``None``: the hooks are the module's own (or no-ops).
@@ -323,12 +326,19 @@ class PositionalEncoding(nn.Module):
         ref = next(iter(caches.values()))
         probe = fn(torch.empty(0, dtype=ref.dtype, device=ref.device))
         dtype = precise_dtype(probe.dtype) if probe.is_floating_point() else torch.float32
-        from_meta = ref.device.type == "meta" and probe.device.type != "meta"
-        rebuild = from_meta or any(c.dtype != dtype for c in caches.values() if c.is_floating_point())
         device = probe.device
+        exact = torch.float32 if device.type == "mps" else torch.float64
+
+        def target(name: str, c: Tensor) -> torch.dtype:
+            if not c.is_floating_point():
+                return c.dtype
+            return exact if name in self.float64_caches else dtype
+
+        from_meta = ref.device.type == "meta" and device.type != "meta"
+        rebuild = from_meta or any(c.dtype != target(n, c) for n, c in caches.items())
         for name, c in caches.items():
-            target = dtype if c.is_floating_point() else c.dtype
-            new = torch.empty(c.shape, dtype=target, device=device) if rebuild else c.to(device)
+            target_dtype = target(name, c)
+            new = torch.empty(c.shape, dtype=target_dtype, device=device) if rebuild else c.to(device)
             self._buffers[name] = new
         if rebuild and device.type != "meta":
             self.reset_caches()

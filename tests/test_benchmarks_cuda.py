@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -89,8 +90,9 @@ def test_every_case_builds_and_runs_on_the_cpu_at_a_tiny_size(tmp_path: Path) ->
     assert {impl.label for impl in attention} <= labels
     for row in rows:
         assert not row.note.startswith("error"), (row.label, row.note)
-        if row.note:  # only a package that is not installed may skip a row on the CPU
-            assert row.note.startswith("skipped:") and "not installed" in row.note, row
+        if row.note:  # on the CPU only a package not installed, or a GPU-only kernel, skips a row
+            assert row.note.startswith("skipped:"), row
+            assert "not installed" in row.note or "CUDA GPU only" in row.note, row
             continue
         assert row.ms == 2.0 and row.ratio == 1.0
     for spec in cuda_cases.BIAS_SPECS:
@@ -100,7 +102,7 @@ def test_every_case_builds_and_runs_on_the_cpu_at_a_tiny_size(tmp_path: Path) ->
     expected = {
         impl.label
         for impl in [*cuda_cases.rope_impls(), *attention]
-        if not (impl.reference or impl.missing())
+        if not (impl.reference or impl.missing() or impl.requires in ("liger_kernel", "flash_attn"))
     } - {"SDPA causal, no bias", "SDPA FlashAttention kernel, no bias"}  # (nothing to compare with)
     assert {r.label for r in checked} == expected
     for row in checked:
@@ -186,3 +188,38 @@ def test_an_error_in_one_row_is_reported_and_the_others_still_run(tmp_path: Path
     by_label = {r.label: r for r in rows}
     assert by_label["broken kernel"].note == "error: RuntimeError: no kernel image is available"
     assert by_label["broken kernel"].ms is None and by_label["posenc RoPE (eager)"].ms == 2.0
+
+
+def test_a_run_stopped_part_way_keeps_what_it_measured(tmp_path: Path) -> None:
+    """The report is rewritten after every group: a run killed by a time limit keeps its rows,
+    marked unfinished; a finished run has no mark."""
+    groups = 0
+
+    def stop_after_two(fn) -> float:
+        nonlocal groups
+        fn()
+        groups += 1
+        if groups > 2 * 3:  # the third group's first timing (a group: the clone and two rows)
+            raise KeyboardInterrupt
+        return 2.0
+
+    rope = [impl for impl in cuda_cases.rope_impls() if impl.label == "posenc RoPE (eager)"]
+    rope.append(dataclasses.replace(rope[0], label="again", reference=False))
+    options = {"rope": rope, "attention": [], "rope_shapes": TINY_ROPE, "peak": lambda fn: None}
+    with pytest.raises(KeyboardInterrupt):
+        cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), timer=stop_after_two, **options)
+    text = (tmp_path / "cuda-cpu-smoke.md").read_text()
+    assert "**unfinished**" in text
+    assert text.count("| posenc RoPE (eager) | 2.000 |") == 2  # two groups measured, none lost
+    path = cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), timer=_fake_timer, **options)
+    assert "unfinished" not in path.read_text()
+
+
+def test_one_section_only_goes_to_its_own_file(tmp_path: Path) -> None:
+    path, rows = _smoke(
+        tmp_path, only="attention", attention=cuda_cases.attention_impls(("alibi",), ("sdpa",))
+    )
+    assert path == tmp_path / "cuda-cpu-smoke-attention.md"
+    assert rows and {row.section for row in rows} == {"attention"}
+    with pytest.raises(SystemExit):
+        cli_main(["--cuda-only", "rope"])  # without --device cuda

@@ -80,7 +80,7 @@ def _position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
     # A flat index with the row length as a 0-d tensor, not positions[b, i] nor a Python int:
     # with dynamic shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a
     # captured tensor, and a captured int becomes a symbol that its code generator rejects.
-    length = torch.tensor(positions.shape[-1], device=positions.device)
+    length = torch.full((), positions.shape[-1], device=positions.device)  # a fill, not a host copy
     flat = positions.reshape(-1)
     return lambda b, i: flat[b * length + i]
 

@@ -382,9 +382,12 @@ class RoPE(_Rotary):
         q, k = state.encode_qk(q, k)                # ... and in every layer
     """
 
-    cache_names = ("inv_freq", "_cos_sin")
+    cache_names = ("inv_freq", "_cos_sin", "_inv_freq64")
+    # the formula's frequencies (explicit positions on an accelerator) without a copy from the host
+    float64_caches = ("_inv_freq64",)
     has_table = True
     _cos_sin: Tensor
+    _inv_freq64: Tensor
 
     def __init__(
         self,
@@ -417,6 +420,11 @@ class RoPE(_Rotary):
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
         sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
         self.register_buffer("inv_freq", torch.empty(sets, pairs, device=device), persistent=False)
+        on = torch.device(device) if device is not None else torch.get_default_device()
+        exact = torch.float32 if on.type == "mps" else torch.float64
+        self.register_buffer(
+            "_inv_freq64", torch.empty(sets, pairs, dtype=exact, device=device), persistent=False
+        )
         self.register_buffer(
             "_cos_sin", torch.empty(2, sets * self._table_len, pairs, device=device), persistent=False
         )
@@ -454,6 +462,7 @@ class RoPE(_Rotary):
         positions = torch.arange(self.cached_len, device=table.device)
         cos, sin = rope_cos_sin(positions, inv_freq[:, None, :], self.attention_scaling, dtype=table.dtype)
         self.inv_freq = inv_freq.to(table.dtype)
+        self._inv_freq64 = inv_freq.to(self._inv_freq64.dtype)
         self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
         self.table_builds += 1
 
@@ -487,7 +496,8 @@ class RoPE(_Rotary):
             else:
                 cos, sin = table[:, positions + offset].unbind(0)  # one gather
         else:
-            inv_freq = p.inv_freq_at(seq_len, device=positions.device)
+            sets = self._inv_freq64 if self._inv_freq64.device == positions.device else None
+            inv_freq = p.inv_freq_at(seq_len, device=positions.device, sets=sets)
             cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype)
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)

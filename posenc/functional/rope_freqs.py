@@ -232,15 +232,22 @@ class RopeParameters:
         return rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)
 
     def inv_freq_at(
-        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
+        self,
+        seq_len: Tensor | int | None,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: Device = None,
+        sets: Tensor | None = None,
     ) -> Tensor:
         """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (``None``: up to the trained length).
 
         Only dynamic and longrope depend on it: dynamic NTK's base grows past the trained length
         (:func:`dynamic_ntk_inv_freq`), longrope takes its long factors past it (a tensor
-        ``seq_len``, under compile/export, picks them without a Python branch).
+        ``seq_len``, under compile/export, picks them without a Python branch). ``sets``:
+        :meth:`inv_freq` already on the device (a module's cache), instead of computed here
+        (longrope's factors would be copied from the host).
         """
-        sets = self.inv_freq(dtype=dtype, device=device)
+        sets = self.inv_freq(dtype=dtype, device=device) if sets is None else sets
         long = isinstance(self, LongRope) and seq_len is not None and seq_len > self.original_max_len
         if isinstance(long, Tensor):
             return torch.where(long.to(sets.device), sets[1], sets[0])
@@ -279,9 +286,15 @@ class DynamicRope(RopeParameters):
     original_max_len: int
 
     def inv_freq_at(
-        self, seq_len: Tensor | int | None, *, dtype: torch.dtype = torch.float64, device: Device = None
+        self,
+        seq_len: Tensor | int | None,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: Device = None,
+        sets: Tensor | None = None,
     ) -> Tensor:
-        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`)."""
+        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`;
+        ``sets`` is not needed: computed on the device)."""
         length = 0 if seq_len is None else seq_len
         args = (self.rotary_dim, self.base, self.factor, self.original_max_len, length)
         return dynamic_ntk_inv_freq(*args, dtype=dtype, device=device)

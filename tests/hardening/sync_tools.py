@@ -63,9 +63,7 @@ class SyncCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         if _is_sync(func, args, kwargs):
-            frames = [f for f in traceback.extract_stack() if "/posenc/" in f.filename.replace("\\", "/")]
-            where = f"{frames[-1].filename.split('posenc')[-1]}:{frames[-1].lineno}" if frames else "?"
-            self.syncs.append(f"{func} at {where}")
+            self.syncs.append(f"{func} at {_posenc_frame()}")
         out = func(*args, **kwargs)
         if self.shapes is not None:
             flat = out if isinstance(out, (tuple, list)) else (out,)
@@ -73,6 +71,46 @@ class SyncCounter(TorchDispatchMode):
                 (str(func), tuple(tuple(t.shape) for t in flat if isinstance(t, torch.Tensor)))
             )
         return out
+
+
+def _posenc_frame() -> str:
+    frames = [f for f in traceback.extract_stack() if "/posenc/" in f.filename.replace("\\", "/")]
+    return f"{frames[-1].filename.split('posenc')[-1]}:{frames[-1].lineno}" if frames else "?"
+
+
+class HostToDevice(TorchDispatchMode):
+    """Records every copy of a CPU tensor onto an accelerator made by posenc outside a module's
+    construction (``__init__``, ``reset_caches``), and where in posenc it happens.
+
+    On a GPU such a copy (``torch.tensor(list, device=...)``, ``cpu_tensor.to(device)``) waits for
+    the stream (pageable memory), which ``torch.cuda.set_sync_debug_mode("error")`` reports and a
+    CUDA graph cannot capture. A 0-d CPU tensor mixed into an accelerator op is a scalar argument,
+    not a copy, and is not recorded. Copies with no posenc frame (the test's own inputs) are not
+    recorded.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__  # type: ignore[attr-defined]
+        source = target = None
+        if name == "_to_copy" and isinstance(args[0], torch.Tensor):
+            source, target = args[0].device, kwargs.get("device") or args[0].device
+        elif name == "copy_" and isinstance(args[1], torch.Tensor):
+            source, target = args[1].device, args[0].device
+        if (
+            source is not None
+            and torch.device(source).type == "cpu"
+            and torch.device(target).type != "cpu"
+            and _posenc_frame() != "?"
+        ):
+            frames = [f for f in traceback.extract_stack() if "/posenc/" in f.filename.replace("\\", "/")]
+            if not any(f.name in ("__init__", "reset_caches") for f in frames):  # building a module
+                self.copies.append(f"{func} at {_posenc_frame()}")
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ On the CPU these run the CPU; on a GPU machine they also run ``cuda`` with no ed
 and ``posenc.attention`` on the device agree with the CPU, the outputs and caches stay on the
 device, and a ``TransformerLM`` decodes (growing and static caches) to its full forward, trains
 to the CPU's gradients, and on CUDA runs forward and decode with
-``torch.cuda.set_sync_debug_mode("error")``: a host sync fails the test.
+``torch.cuda.set_sync_debug_mode("error")``: a host sync fails the test. On CUDA a static-cache
+decode step is also captured in a CUDA graph and replayed.
 """
 
 from __future__ import annotations
@@ -99,17 +100,12 @@ def test_attention_on_device_matches_the_cpu(attention_entry: Entry, device: tor
     keep[0, ..., :2] = False
     q_pos, k_pos = entry.qk_positions(length, length, None, None)
     on = [None if t is None else t.to(device) for t in (q_pos, k_pos)]
+    d_q, d_k, d_v = q.to(device), k.to(device), v.to(device)  # copies from the host: before _no_sync
     for mask in (None, keep):
+        d_mask = None if mask is None else mask.to(device)
         with _no_sync(device):
             out = posenc.attention(
-                q.to(device),
-                k.to(device),
-                v.to(device),
-                module,
-                causal=causal,
-                attn_mask=None if mask is None else mask.to(device),
-                q_positions=on[0],
-                k_positions=on[1],
+                d_q, d_k, d_v, module, causal=causal, attn_mask=d_mask, q_positions=on[0], k_positions=on[1]
             )
         ref = posenc.attention(
             q, k, v, cpu, causal=causal, attn_mask=mask, q_positions=q_pos, k_positions=k_pos
@@ -138,13 +134,13 @@ def test_transformer_lm_on_device(spec: str, device: torch.device) -> None:
     ids = torch.randint(0, 50, (2, 10))
     pad = torch.ones(2, 10, dtype=torch.bool)
     pad[0, :3] = False
+    d_ids, d_pad = ids.to(device), pad.to(device)  # copies from the host (and back): outside _no_sync
     with torch.no_grad():
         full = cpu(ids)
         with _no_sync(device):
-            _same(model(ids.to(device)), full, device)
-            _same(model(ids.to(device), attention_mask=pad.to(device)), cpu(ids, attention_mask=pad), device)
+            outs = model(d_ids), model(d_ids, attention_mask=d_pad)
+        _same(outs, (full, cpu(ids, attention_mask=pad)), device)
         for cache in (KVCache(), KVCache(capacity=12)):
-            d_ids = ids.to(device)
             steps = [model(d_ids[:, :6], cache=cache)]
             with _no_sync(device):
                 steps += [model(d_ids[:, i : i + 1], cache=cache) for i in range(6, 10)]
@@ -157,6 +153,34 @@ def test_transformer_lm_on_device(spec: str, device: torch.device) -> None:
     for (name, a), b in zip(model.named_parameters(), cpu.parameters(), strict=True):
         assert a.grad is not None and b.grad is not None, name
         torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="capturing a CUDA graph needs a CUDA GPU")
+@pytest.mark.parametrize("spec", LM_SPECS)
+def test_static_cache_decode_step_replays_as_a_cuda_graph(spec: str) -> None:
+    """One decode step on a static cache, captured once in a CUDA graph and replayed for every next
+    token, gives the full forward's logits (capture itself fails on any host sync)."""
+    torch.manual_seed(0)
+    model = TransformerLM(50, 32, 2, 4, position=spec, max_len=64).eval().cuda()
+    ids = torch.randint(0, 50, (2, 12), device="cuda")
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache(capacity=16)
+        model(ids[:, :6], cache=cache)
+        token = ids[:, 6:7].clone()  # the graph's input: each replay reads the token copied here
+        side = torch.cuda.Stream()  # warm up off the default stream, as torch.cuda.graph needs
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            steps = [model(token, cache=cache)]  # token 6, eager
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = model(token, cache=cache)  # recorded, not run: the cache still holds 7 tokens
+        for i in range(7, 12):
+            token.copy_(ids[:, i : i + 1])
+            graph.replay()
+            steps.append(logits.clone())
+    torch.testing.assert_close(torch.cat(steps, dim=1), full[:, 6:], **TOL)
 
 
 def test_device_fixture_lists_this_machine(device: torch.device) -> None:

@@ -38,15 +38,17 @@ def _float_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: b for n, b in module.named_buffers() if b.is_floating_point()}
 
 
-def _hook_outputs(module: posenc.PositionalEncoding, entry: Entry, dtype: torch.dtype, length: int = 40):
+def _hook_outputs(
+    module: posenc.PositionalEncoding, entry: Entry, dtype: torch.dtype, length: int = 40, device: str = "cpu"
+):
     """Every hook's output on fixed random inputs (positions past the initial tables included)."""
     torch.manual_seed(0)
-    x = make_input(entry, 2, length, dtype)
-    q, k = make_qk(entry, 2, length, length, dtype)
+    x = make_input(entry, 2, length, dtype).to(device)
+    q, k = (t.to(device) for t in make_qk(entry, 2, length, length, dtype))
     positions = None
     if entry.fixed_len is None:
         top = entry.max_position or entry.position_limit or 20_000
-        positions = torch.linspace(0, top - 1, steps=length).long()
+        positions = torch.linspace(0, top - 1, steps=length).long().to(device)
     q_pos, k_pos = entry.qk_positions(length, length, positions, positions)  # on axes
     outs = [
         module.encode_input(x, positions),
@@ -107,7 +109,7 @@ def test_to_accelerator_moves_caches_and_matches_cpu(entry: Entry, device: str) 
     module.to(device)
     for name, t in (*module.named_parameters(), *module.named_buffers()):
         assert t.device.type == device, f"{name} stayed on {t.device}"
-    got = _hook_outputs(module, entry, torch.float32)
+    got = _hook_outputs(module, entry, torch.float32, device=device)
     for e, g in zip(expected, got, strict=True):
         # accelerator sin/cos/matmul round differently from the CPU's: float32 round-off
         torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)

@@ -7,7 +7,9 @@ a static-cache decode step, padded and packed batches, a per-layer schedule):
 * **fake CUDA** (a CUDA build of torch, no GPU needed): under ``FakeTensorMode`` the modules and
   inputs claim to be on ``cuda``, so mixing in a CPU tensor fails as on a GPU and a host sync
   (``.item()``, ``int(t)``, ``bool(t)``, ``nonzero``, ``.tolist()``) raises. Skipped, with the
-  reason, on the CPU wheel. Backward needs a real device there: it is covered on the CPU.
+  reason, on the CPU wheel. Backward needs a real device there: it is covered on the CPU. A copy
+  of a CPU tensor onto the device inside a forward (``torch.tensor(list, device=...)``) fails the
+  test too: on a GPU it waits for the stream, and a CUDA graph cannot capture it.
 * **counted on the CPU** (any torch): inside :func:`posenc._compat.accelerator_paths` CPU tensors
   take the code an accelerator takes, and a dispatch mode counts the operations that would wait
   for the device: zero, forward and backward. The counter also proves that a static-cache decode
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 from entries_table import ENTRIES, Entry, drop_in_call, make_input, make_qk
-from sync_tools import CUDA_BUILD, NO_CUDA_BUILD_REASON, SyncCounter, fake_cuda
+from sync_tools import CUDA_BUILD, NO_CUDA_BUILD_REASON, HostToDevice, SyncCounter, fake_cuda
 
 import posenc
 from posenc._compat import accelerator_paths
@@ -52,8 +54,9 @@ def _where(mode: str) -> Iterator[torch.device]:
     if mode == "fake-cuda":
         if not CUDA_BUILD:
             pytest.skip(NO_CUDA_BUILD_REASON)
-        with fake_cuda() as device:
+        with fake_cuda() as device, HostToDevice() as copies:
             yield device
+        assert copies.copies == [], "host-to-device copies in a forward:\n" + "\n".join(copies.copies)
     else:
         with _counted():
             yield torch.device("cpu")

@@ -81,7 +81,7 @@ def _with_params(encoding: posenc.PositionalEncoding, hook: str):
     """``(function of the parameter values, their float64 leaves)`` for gradcheck."""
     wrapper = _Hook(encoding, hook)
     names = [n for n, _ in wrapper.named_parameters()]
-    leaves = _f64(*(p for _, p in wrapper.named_parameters()))
+    leaves = tuple(_f64(p, device=p.device)[0] for _, p in wrapper.named_parameters())
     buffers = dict(wrapper.named_buffers())
 
     def call(args: tuple, kwargs: dict, values: tuple) -> torch.Tensor:
