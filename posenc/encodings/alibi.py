@@ -36,8 +36,10 @@ class ALiBi(PositionBias):
     ``i_max`` is the largest query position (per batch row). The key-only form differs from
     the full causal form by ``m * (i_max - i)``, constant along each query row, so it gives the
     same softmax wherever a causal mask hides the keys after each query, without an
-    ``(h, tq, tk)`` tensor; its values are smallest next to the last query, which keeps them
-    precise at long context. It is not a causal mask itself: the attention still masks.
+    ``(h, tq, tk)`` tensor; its values are smallest next to the last query and grow with the
+    distance from it, so :func:`posenc.attention` uses it over query chunks only (one call over
+    all queries, or a half-precision mask, takes the full form). It is not a causal mask itself:
+    the attention still masks.
 
     Args:
         num_heads: attention heads; ``q.shape[1]`` must equal it.
