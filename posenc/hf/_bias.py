@@ -85,16 +85,17 @@ def _learned(
     return convert
 
 
-def _learned_grid(prefix: int, image: int, patch: int) -> Convert:
+def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = False) -> Convert:
     """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
-    patch_size`` square grid, resampled bicubic for other grids as their ``interpolate_pos_encoding``."""
+    patch_size`` square grid, resampled bicubic (``antialias`` when shrinking) for other grids as
+    their ``interpolate_pos_encoding``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=768)
         side = positive_int(cfg, model_type, "image_size", default=image) // positive_int(
             cfg, model_type, "patch_size", default=patch
         )
-        return Learned2D(d_model, side, num_prefix_tokens=prefix)
+        return Learned2D(d_model, side, num_prefix_tokens=prefix, antialias=antialias)
 
     return convert
 

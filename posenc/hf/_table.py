@@ -113,6 +113,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "vit": (_learned_grid(1, 224, 16), "Learned2D, class token first, bicubic resampling"),
     "deit": (_learned_grid(2, 224, 16), "Learned2D, class and distillation tokens first, bicubic resampling"),
     "dinov2": (_learned_grid(1, 224, 14), "Learned2D, class token first, bicubic resampling (offset 0)"),
+    "dinov2_with_registers": (
+        _learned_grid(1, 224, 16, antialias=True),
+        "Learned2D, class token first (the register tokens come after the table is added: none of their "
+        "own), bicubic antialiased resampling",
+    ),
     "siglip_vision_model": (_learned_grid(0, 224, 16), "Learned2D, no prefix token, bicubic resampling"),
     # vision: DINOv3's 2D RoPE (its code reads rope_theta, image_size, patch_size, num_register_tokens)
     "dinov3_vit": (

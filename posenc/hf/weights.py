@@ -30,6 +30,8 @@ _T5 = {
 _BART = {"encoder": "encoder.embed_positions.", "decoder": "decoder.embed_positions."}
 # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
 _SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
+#: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
+_VIT_TABLES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers"})
 _PREFIXES: dict[str, dict[str, str]] = {
     "t5": _T5,
     "mt5": _T5,
@@ -39,11 +41,9 @@ _PREFIXES: dict[str, dict[str, str]] = {
     "bart": _BART,
     "mbart": _BART,
     **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
-    **{name: {"encoder": "embeddings."} for name in ("vit", "deit", "dinov2")},  # a (1, p + n, d) parameter
+    **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     "siglip_vision_model": {"encoder": "embeddings.position_embedding."},
 }
-#: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
-_VIT_TABLES = frozenset({"vit", "deit", "dinov2"})
 #: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 

@@ -572,7 +572,9 @@ LAYERED_MODEL_TYPES = [
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
 # proven below against their own RoPE modules and position tables
-VISION_MODEL_TYPES = ["deit", "dinov2", "dinov3_vit", "pixtral", "siglip_vision_model", "vit"]
+VISION_MODEL_TYPES = [
+    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "pixtral", "siglip_vision_model", "vit",
+]  # fmt: skip
 OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here
@@ -1011,10 +1013,11 @@ def test_muse_nope_every_fourth_layer_from_the_last_and_one_base(model_type):
 
 @requires_transformers
 @pytest.mark.parametrize(
-    ("model_type", "prefix"), [("vit", 1), ("deit", 2), ("dinov2", 1), ("siglip_vision_model", 0)]
+    ("model_type", "prefix"),
+    [("vit", 1), ("deit", 2), ("dinov2", 1), ("dinov2_with_registers", 1), ("siglip_vision_model", 0)],
 )
 def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_type, prefix):
-    """ViT, DeiT, DINOv2, SigLIP: from_hf_model copies the trained table; at another image size the
+    """ViT, DeiT, DINOv2 (with registers too: they take no position), SigLIP: from_hf_model copies the trained table; at another image size the
     grid is resampled as the model's own interpolate_pos_encoding does (prefix rows kept)."""
     config = transformers.AutoConfig.for_model(
         model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
