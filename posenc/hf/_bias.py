@@ -8,6 +8,7 @@ takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Literal
 
@@ -98,6 +99,20 @@ def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = Fals
         return Learned2D(d_model, side, num_prefix_tokens=prefix, antialias=antialias)
 
     return convert
+
+
+def _siglip2(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """SigLIP 2's NaFlex table (:class:`~posenc.Learned2D`): ``num_patches`` rows, a square grid, resized
+    per image to its patch grid as the model's ``resize_positional_embeddings`` does (bilinear,
+    antialiased); no prefix token."""
+    d_model = positive_int(cfg, model_type, "hidden_size", default=768)
+    patches = positive_int(cfg, model_type, "num_patches", default=256)
+    side = math.isqrt(patches)
+    if side * side != patches:
+        raise ValueError(
+            f"{model_type} config: num_patches must be a square (a side x side grid), got {patches}"
+        )
+    return Learned2D(d_model, side, num_prefix_tokens=0, mode="bilinear", antialias=True)
 
 
 def _sinusoidal(

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._bias import _bloom, _falcon, _learned, _learned_grid, _mpt, _sinusoidal, _t5
+from ._bias import _bloom, _falcon, _learned, _learned_grid, _mpt, _siglip2, _sinusoidal, _t5
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
@@ -119,6 +119,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         "own), bicubic antialiased resampling",
     ),
     "siglip_vision_model": (_learned_grid(0, 224, 16), "Learned2D, no prefix token, bicubic resampling"),
+    "siglip2_vision_model": (
+        _siglip2,
+        "Learned2D, a `num_patches` square grid, no prefix token, resized per image (`spatial_shapes`) "
+        "bilinear antialiased",
+    ),
     # vision: DINOv3's 2D RoPE (its code reads rope_theta, image_size, patch_size, num_register_tokens)
     "dinov3_vit": (
         dinov3,

@@ -42,7 +42,10 @@ _PREFIXES: dict[str, dict[str, str]] = {
     "mbart": _BART,
     **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
-    "siglip_vision_model": {"encoder": "embeddings.position_embedding."},
+    **{
+        name: {"encoder": "embeddings.position_embedding."}
+        for name in ("siglip_vision_model", "siglip2_vision_model")
+    },
 }
 #: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}

@@ -573,7 +573,8 @@ MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "q
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
 # proven below against their own RoPE modules and position tables
 VISION_MODEL_TYPES = [
-    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "pixtral", "siglip_vision_model", "vit",
+    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "pixtral", "siglip_vision_model",
+    "siglip2_vision_model", "vit",
 ]  # fmt: skip
 OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
@@ -1038,6 +1039,32 @@ def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_
         torch.testing.assert_close(encoding.table(grid), want, atol=1e-6, rtol=0)
     assert repr(from_hf_config({"model_type": model_type})) == repr(
         from_hf_config(transformers.AutoConfig.for_model(model_type))
+    )
+
+
+@requires_transformers
+def test_siglip2_table_is_copied_and_resized_per_image_as_the_model_does():
+    """SigLIP 2 (NaFlex): from_hf_model copies the num_patches table; Learned2D.table((h, w)) is the
+    model's resize_positional_embeddings for an image of h x w patches (bilinear, antialiased), for
+    grids larger, smaller and of other aspect than the table."""
+    config = transformers.AutoConfig.for_model(
+        "siglip2_vision_model", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, num_patches=64,
+    )  # fmt: skip
+    model = transformers.AutoModel.from_config(config).eval()
+    embeddings = model.embeddings
+    with torch.no_grad():
+        embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
+    encoding = posenc.hf.from_hf_model(model)
+    assert isinstance(encoding, posenc.Learned2D) and encoding.num_prefix_tokens == 0
+    table = embeddings.position_embedding.weight.reshape(8, 8, 32)
+    for grid in ((8, 8), (12, 16), (3, 5), (16, 4)):
+        want = embeddings.resize_positional_embeddings(table, torch.tensor([grid]), grid[0] * grid[1])[0]
+        torch.testing.assert_close(encoding.table(grid), want, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="num_patches must be a square"):
+        from_hf_config({"model_type": "siglip2_vision_model", "num_patches": 60})
+    assert repr(from_hf_config({"model_type": "siglip2_vision_model"})) == repr(
+        from_hf_config(transformers.AutoConfig.for_model("siglip2_vision_model"))
     )
 
 
