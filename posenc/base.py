@@ -92,8 +92,8 @@ class PositionalEncoding(nn.Module):
     registry_name: ClassVar[str | None] = None
     #: Non-persistent cache buffers that follow the device but keep a float32/float64 dtype.
     cache_names: ClassVar[tuple[str, ...]] = ()
-    #: Those of :attr:`cache_names` kept in float64 whatever ``.to()`` asks (float32 on MPS, which
-    #: has no float64): exact inputs of a formula, read in a forward instead of copied from the host.
+    #: Those of :attr:`cache_names` kept in float64 whatever ``.to()`` asks: exact inputs of a
+    #: formula, read in a forward instead of copied from the host.
     float64_caches: ClassVar[tuple[str, ...]] = ()
     #: The :class:`PositionState` subclass that holds this encoding's tables and implements its
     #: attention hooks: the base class's hooks build it (:meth:`prepare`) and apply it once, so each
@@ -327,12 +327,11 @@ class PositionalEncoding(nn.Module):
         probe = fn(torch.empty(0, dtype=ref.dtype, device=ref.device))
         dtype = precise_dtype(probe.dtype) if probe.is_floating_point() else torch.float32
         device = probe.device
-        exact = torch.float32 if device.type == "mps" else torch.float64
 
         def target(name: str, c: Tensor) -> torch.dtype:
             if not c.is_floating_point():
                 return c.dtype
-            return exact if name in self.float64_caches else dtype
+            return torch.float64 if name in self.float64_caches else dtype
 
         from_meta = ref.device.type == "meta" and device.type != "meta"
         rebuild = from_meta or any(c.dtype != target(n, c) for n, c in caches.items())

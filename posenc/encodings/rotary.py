@@ -420,10 +420,8 @@ class RoPE(_Rotary):
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
         sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
         self.register_buffer("inv_freq", torch.empty(sets, pairs, device=device), persistent=False)
-        on = torch.device(device) if device is not None else torch.get_default_device()
-        exact = torch.float32 if on.type == "mps" else torch.float64
         self.register_buffer(
-            "_inv_freq64", torch.empty(sets, pairs, dtype=exact, device=device), persistent=False
+            "_inv_freq64", torch.empty(sets, pairs, dtype=torch.float64, device=device), persistent=False
         )
         self.register_buffer(
             "_cos_sin", torch.empty(2, sets * self._table_len, pairs, device=device), persistent=False
@@ -462,7 +460,7 @@ class RoPE(_Rotary):
         positions = torch.arange(self.cached_len, device=table.device)
         cos, sin = rope_cos_sin(positions, inv_freq[:, None, :], self.attention_scaling, dtype=table.dtype)
         self.inv_freq = inv_freq.to(table.dtype)
-        self._inv_freq64 = inv_freq.to(self._inv_freq64.dtype)
+        self._inv_freq64 = inv_freq
         self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
         self.table_builds += 1
 

@@ -62,7 +62,9 @@ _REFUSED = {
 #: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
 #: and a missing list is NoPE every 4th layer counted back from the last (Muse, its config class's default)
 _LAYER_THETA = {"granite_swa": True, "granitemoe_swa": True, "muse_glimmer": False, "muse_spark": False}
-# (Molmo 2 too varies RoPE by layer: its rope_scaling_layers take the dict's scaling, the others its base alone)
+#: The per-layer field of each model whose code varies RoPE by layer: the above, and Molmo 2 (its
+#: rope_scaling_layers take the dict's scaling, the other layers its base alone)
+_PER_LAYER_KEY = {**dict.fromkeys(_LAYER_THETA, "layer_rope_theta"), "molmo2": "rope_scaling_layers"}
 
 #: Vision-language text models whose code applies M-RoPE: the ``mrope_section`` it uses when
 #: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
@@ -132,14 +134,7 @@ def by_rule(
         get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
     d = _RULE_INTERLEAVED if interleave else _RULE
-    per_layer_key = (
-        "layer_rope_theta"
-        if family in _LAYER_THETA
-        else "rope_scaling_layers"
-        if family == "molmo2"
-        else None
-    )
-    read = _READ | ({per_layer_key} if per_layer_key else set())
+    read = _READ | {_PER_LAYER_KEY[family]} if family in _PER_LAYER_KEY else _READ
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -160,7 +155,7 @@ def by_rule(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if family in _LAYER_THETA or family == "molmo2":
+    if family in _PER_LAYER_KEY:
         return _layer_rope(cfg, model_type, d, family)
     if family in _MROPE:
         default, interleaved = _MROPE[family]
@@ -177,15 +172,14 @@ def by_rule(
 
 
 def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:
-    """One encoding per layer for the models whose code varies RoPE by layer (:data:`_LAYER_THETA`, Molmo 2)."""
+    """One encoding per layer for the models whose code varies RoPE by layer (:data:`_PER_LAYER_KEY`)."""
     count = _required_count(cfg, model_type)
     raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
     base = get(raw, "rope_theta", default=cfg.get("rope_theta"))
-    if (
-        family == "molmo2"
-    ):  # the dict's RoPE in rope_scaling_layers (default all), its base unscaled elsewhere
+    if family == "molmo2":
+        # the dict's RoPE in rope_scaling_layers (default all), its base unscaled elsewhere
         scaled = cfg.get("rope_scaling_layers")
         scaled = range(count) if scaled is None else scaled
         if not isinstance(scaled, (list, tuple, range)) or not all(isinstance(i, int) for i in scaled):
