@@ -121,7 +121,7 @@ def _lookup(t: Tensor) -> Callable[..., Tensor]:
     t = _row_major(t)
     flat = t.reshape(-1)
     strides = [
-        torch.tensor(0 if size == 1 else stride, device=t.device)
+        torch.full((), 0 if size == 1 else stride, device=t.device)  # a fill, not a host copy
         for size, stride in zip(t.shape, t.stride(), strict=True)
     ]
 
@@ -161,7 +161,7 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
             q_at, k_at = _rows_of(vis.q_pos), _rows_of(vis.k_pos)
             per_batch = vis.q_pos.dim() == 2 or vis.k_pos.dim() == 2
         else:
-            offset = torch.tensor(vis.offset, device=vis.device)
+            offset = torch.full((), vis.offset, device=vis.device)
 
             def q_at(b: Tensor, i: Tensor) -> Tensor:
                 return i + offset
@@ -170,7 +170,7 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
                 return j
 
         causal = vis.causal
-        window = None if vis.window is None else torch.tensor(vis.window, device=vis.device)
+        window = None if vis.window is None else torch.full((), vis.window, device=vis.device)
         rules.append(lambda b, h, i, j: visible(q_at(b, i), k_at(b, j), causal, window))
     if vis.q_doc is not None and vis.k_doc is not None:
         q_doc, k_doc = _rows_of(vis.q_doc), _rows_of(vis.k_doc)

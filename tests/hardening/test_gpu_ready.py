@@ -254,6 +254,21 @@ def test_attention_sinks_without_sync(mode: str) -> None:
             _lm_paths(_model(spec, device, attention_sinks=True), device)
 
 
+@needs_cuda_build
+def test_flex_block_mask_without_a_host_copy() -> None:
+    """FlexAttention's block mask (``backend="flex"``) takes its constants (offset, window, the
+    strides of the user's mask) as device fills, not copies from the host. Flex itself needs a
+    compile, which fake tensors do not run: its mask is built here on its own."""
+    from posenc._flex import flex_block_mask
+    from posenc.masking import Visibility
+
+    with fake_cuda() as device, HostToDevice() as copies:
+        user = torch.ones(1, 1, 8, 8, dtype=torch.bool, device=device)
+        vis = Visibility(tq=8, tk=8, device=device, user=user, causal=True, window=4)
+        assert flex_block_mask(vis, 1, 2) is not None
+    assert copies.copies == [], copies.copies
+
+
 def test_backward_without_sync() -> None:
     """Training: a forward and backward on the accelerator's path make no host sync (on the CPU:
     backward on fake CUDA needs a real device)."""
