@@ -241,8 +241,8 @@ class AxialRoPE(_AxisRotary):
       (rotary-embedding-torch ``freqs_for="pixel"``); ``freqs="period"``: ``2 pi / base ** (2i /
       width)`` on cell centres in ``(-1, 1)`` (DINOv3, ``base=100``, ``layout="half"``; its
       ``normalize_coords="max"``/``"min"`` are :func:`~posenc.functional.grid_positions`'
-      ``normalize``; its training-time coordinate augmentation and ``min_period``/``max_period``
-      are not built).
+      ``normalize``; its training-time coordinate augmentation is :meth:`grid_positions`'
+      ``shift``/``jitter``/``rescale``; its ``min_period``/``max_period`` are not built).
 
     Positions are coordinates ``(t, a)`` or ``(b, t, a)``, integer **or float** in every layout
     (the formula is continuous: pixel coordinates, and index coordinates rescaled for another
@@ -346,12 +346,19 @@ class AxialRoPE(_AxisRotary):
         *,
         num_prefix_tokens: int | None = None,
         device: torch.device | str | None = None,
+        shift: float | None = None,
+        jitter: float | None = None,
+        rescale: float | None = None,
+        generator: torch.Generator | None = None,
     ) -> Tensor:
         """The coordinates of ``grid`` (default ``grid_size``) as this encoding reads them.
 
         ``num_prefix_tokens`` (default: the constructor's) zero rows first, then the cells row-major: integer indices
         (``"lang"``), scaled to ``ref_grid`` when one was given (float), pixel coordinates in
-        ``[-1, 1]`` (``"pixel"``), or cell centres in ``(-1, 1)`` (``"period"``).
+        ``[-1, 1]`` (``"pixel"``), or cell centres in ``(-1, 1)`` (``"period"``). ``shift``,
+        ``jitter``, ``rescale`` and ``generator``: DINOv3's training-time augmentation of float
+        coordinates (see :func:`~posenc.functional.grid_positions`); give the result as positions
+        at each training step, as DINOv3 does in training mode.
 
         Returns:
             ``(p + prod(grid), a)`` coordinates.
@@ -365,6 +372,10 @@ class AxialRoPE(_AxisRotary):
             kind="index" if self.freqs == "lang" else "pixel" if self.freqs == "pixel" else "center",
             ref_grid=None if self.ref_grid is None or tuple(grid) == self.ref_grid else self.ref_grid,
             device=device if device is not None else self.inv_freq.device,
+            shift=shift,
+            jitter=jitter,
+            rescale=rescale,
+            generator=generator,
         )
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +72,10 @@ def grid_positions(
     kind: GridKind = "index",
     normalize: Normalize = "separate",
     ref_grid: Sequence[int] | None = None,
+    shift: float | None = None,
+    jitter: float | None = None,
+    rescale: float | None = None,
+    generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
@@ -92,6 +96,13 @@ def grid_positions(
         ref_grid: ``"index"`` only: rescale each axis so that this grid spans the reference grid
             the model was trained at, ``i * ref / s`` (EVA / timm ``ref_feat_shape``): a model
             trained on 16×16 patches sees 32×32 patches at half steps. Gives float coordinates.
+        shift, jitter, rescale: DINOv3's training-time augmentation of float coordinates (its
+            ``pos_embed_shift``/``_jitter``/``_rescale``), drawn afresh at each call in this
+            order and in ``dtype``, as its code draws them (the same values for the same random
+            state): add one uniform offset in ``[-shift, shift]`` per axis, multiply by one
+            log-uniform factor in ``[1/jitter, jitter]`` per axis, then by one in
+            ``[1/rescale, rescale]`` for all axes. Prefix rows stay at 0. ``None``: not applied.
+        generator: the random generator of the augmentation (default: torch's global one).
         dtype: default ``torch.long`` for plain indices, else ``torch.float32``.
         device: of the result.
 
@@ -123,9 +134,34 @@ def grid_positions(
             axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
         else:
             axes.append(torch.arange(s, device=device))
-    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes))
+    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes)).to(dtype)
+    if shift is not None or jitter is not None or rescale is not None:
+        coords = _augment(coords, shift, jitter, rescale, generator)
     prefix = torch.zeros(num_prefix_tokens, len(sizes), dtype=coords.dtype, device=coords.device)
-    return torch.cat((prefix, coords)).to(dtype)
+    return torch.cat((prefix, coords))
+
+
+def _augment(
+    coords: Tensor, shift: float | None, jitter: float | None, rescale: float | None, generator: Any
+) -> Tensor:
+    """DINOv3's random shift, per-axis jitter and rescale of ``(n, a)`` float coordinates."""
+    if not coords.is_floating_point():
+        raise ValueError("shift, jitter and rescale move float coordinates: use kind='center' or 'pixel'")
+
+    def draw(size: int, bound: float) -> Tensor:
+        out = torch.empty(1, size, dtype=coords.dtype, device=coords.device)
+        return out.uniform_(-bound, bound, generator=generator)
+
+    if shift is not None:
+        coords = coords + draw(coords.shape[-1], check_positive_float("shift", shift))
+    for name, value, size in (("jitter", jitter, coords.shape[-1]), ("rescale", rescale, 1)):
+        if value is not None:
+            if check_positive_float(name, value) < 1:
+                raise ValueError(
+                    f"{name} must be a float >= 1 (a log-uniform factor in [1/{name}, {name}]), got {value}"
+                )
+            coords = coords * draw(size, math.log(value)).exp()
+    return coords
 
 
 def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]:

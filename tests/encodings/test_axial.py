@@ -216,3 +216,33 @@ def test_compiled_equals_eager():
     coords = rope.grid_positions()
     compiled = torch.compile(lambda q, c: rope(q, q, c, c), fullgraph=True)
     torch.testing.assert_close(compiled(q, coords), rope(q, q, coords, coords))
+
+
+def test_dinov3_training_augmentation_equals_its_code_for_the_same_random_state():
+    """DINOv3ViT in training mode shifts, jitters and rescales its patch centres at random:
+    ``grid_positions(..., shift=, jitter=, rescale=)`` draws the same values from the same state."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.dinov3_vit import modeling_dinov3_vit as hf
+
+    config = transformers.DINOv3ViTConfig(
+        hidden_size=64, num_attention_heads=2, num_register_tokens=2, image_size=64,
+        pos_embed_shift=0.1, pos_embed_jitter=1.5, pos_embed_rescale=2.0,
+    )  # fmt: skip
+    module = hf.DINOv3ViTRopePositionEmbedding(config).train()
+    rope = posenc.hf.from_hf_config(config)
+    augment = {"shift": 0.1, "jitter": 1.5, "rescale": 2.0}
+    q, k = (torch.randn(2, 2, 3 + 4 * 2, 32, generator=torch.Generator().manual_seed(i)) for i in range(2))
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        cos, sin = module(torch.zeros(1, 3, 64, 32))
+        torch.manual_seed(seed)
+        coords = rope.grid_positions((4, 2), **augment)
+        ours = rope.encode_qk(q, k, q_positions=coords, k_positions=coords)
+        torch.testing.assert_close(ours, hf.apply_rotary_pos_emb(q, k, cos, sin), atol=1e-5, rtol=1e-5)
+    assert torch.equal(coords[:3], torch.zeros(3, 2))  # class and register tokens stay unrotated
+    gen = torch.Generator().manual_seed(0)
+    assert not torch.equal(rope.grid_positions((4, 2), generator=gen, **augment), coords)
+    with pytest.raises(ValueError, match=r"jitter must be a float >= 1 .* got 0.5"):
+        grid_positions((4, 2), kind="center", jitter=0.5)
+    with pytest.raises(ValueError, match="use kind='center' or 'pixel'"):
+        grid_positions((4, 2), shift=0.1)
