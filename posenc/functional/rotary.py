@@ -58,17 +58,11 @@ def cos_sin_of(
 ) -> tuple[Tensor, Tensor]:
     """``cos`` and ``sin`` of ``angles`` ``(...)``, times ``attention_scaling``, rounded once to ``dtype``.
 
-    Traced, the rows must be computed once, not in every consumer: inductor inlines a pointwise
-    producer into each consumer's loop, which recomputed the float64 trig for every head of q and
-    of k. On the CPU a stack is a buffer inductor computes once (3-7x faster, single thread, torch
-    2.13); on a GPU inductor inlines the stack too, so under ``torch.compile`` there the rows are one
-    opaque op, :func:`_cos_sin_rows` (bfloat16 (4, 32, 8192, 128) on an H200: the compiled rotation
-    took 3x as long without it; ``benchmarks/results/cuda-*-rope.md``). Non-strict ``torch.export``
-    (its default, and ONNX's) keeps the plain ops; a strict export on a GPU records the op.
+    Traced, they are two views of one ``(2, ...)`` tensor: inductor inlines a pointwise producer
+    into each consumer's loop, and the float64 cos/sin of the ``(t, r/2)`` angles were recomputed
+    for every head of q and of k, 3-7x slower than the rotation itself (single thread, torch
+    2.13). A stack is a buffer inductor computes once.
     """
-    if angles.device.type == "cuda" and torch.compiler.is_dynamo_compiling():
-        cos, sin = _cos_sin_rows(angles, attention_scaling, dtype or angles.dtype).unbind(0)
-        return cos, sin
     cos, sin = angles.cos(), angles.sin()
     if attention_scaling != 1.0:
         cos, sin = cos * attention_scaling, sin * attention_scaling
@@ -77,17 +71,6 @@ def cos_sin_of(
     if is_tracing():
         cos, sin = torch.stack((cos, sin)).unbind(0)
     return cos, sin
-
-
-@torch.library.custom_op("posenc::cos_sin_rows", mutates_args=())
-def _cos_sin_rows(angles: Tensor, attention_scaling: float, dtype: torch.dtype) -> Tensor:
-    """``(2, ...)``: :func:`cos_sin_of` of ``angles`` ``(...)``, stacked, as one op a compiler cannot inline."""
-    return torch.stack(cos_sin_of(angles, attention_scaling, dtype))
-
-
-@_cos_sin_rows.register_fake
-def _(angles: Tensor, attention_scaling: float, dtype: torch.dtype) -> Tensor:
-    return angles.new_empty((2, *angles.shape), dtype=dtype)
 
 
 def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:

@@ -683,30 +683,6 @@ def test_compiled_rotation_is_one_kernel(layout, dtype):
         assert_close(got, want, **(F32_TOL if dtype == torch.float32 else {"atol": 2e-2, "rtol": 0}))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="inductor's GPU code needs a CUDA GPU")
-@pytest.mark.parametrize("scaling", [None, SCALINGS["yarn"]], ids=["default", "yarn"])
-def test_compiled_rotation_on_cuda_computes_the_rows_once(scaling):
-    """On a GPU the cos/sin rows are one op before the rotation (which stays one kernel for q and k),
-    not float64 trig recomputed inside it for every head; the result equals eager."""
-    import re
-
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
-    rope = RoPE(HEAD_DIM, scaling=scaling, max_len=64).cuda()
-    compiled = torch.compile(rope.encode_qk, fullgraph=True)
-    q, k = (x.cuda() for x in qk(t=37, dtype=torch.bfloat16))
-    with torch.no_grad():
-        out, codes = run_and_get_code(compiled, q, k)
-    code = "\n".join(codes)
-    assert len(re.findall(r"= torch\.ops\.posenc\.cos_sin_rows\.default\(", code)) == 1, code
-    kernels = re.findall(r"def (triton_\w+)\(", code)
-    assert len(kernels) <= 2, kernels  # the angles (t, r/2); the rotation of q and k
-    assert "libdevice.cos" not in code and "libdevice.sin" not in code
-    for got, want in zip(out, rope.encode_qk(q, k), strict=True):
-        assert_close(got, want, atol=2e-2, rtol=0)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "layout", "prepared", "explicit"),
