@@ -23,7 +23,7 @@ from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
 
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 
