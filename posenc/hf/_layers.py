@@ -203,9 +203,7 @@ def _nested(
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
     """
-    raw = cfg.get("rope_parameters")
-    if raw is None:
-        raw = cfg.get("rope_scaling")
+    raw = get(cfg, "rope_parameters", "rope_scaling")
     if raw is not None and not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
     if raw and all(isinstance(v, Mapping) for v in raw.values()):

@@ -152,9 +152,7 @@ def by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
-    raw: Any = cfg.get("rope_parameters")
-    if raw is None:
-        raw = cfg.get("rope_scaling")
+    raw: Any = get(cfg, "rope_parameters", "rope_scaling")
     if raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type):
         return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
     if raw is None and cfg.get("rope_theta") is None:

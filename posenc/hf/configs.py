@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from ..base import PositionalEncoding
+from ._layers import _required_count as required_count
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import Convert, config_dict
 from ._rule import by_rule
-from ._speech import SPEECH_MODEL_TYPES, speech, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
     _DEFAULT_TEXT,
@@ -156,9 +157,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     built, cfg, model_type = _layers(config, causal)
     if isinstance(built, list):
         return built
-    n = layer_count(cfg, model_type)
-    if n is None:
-        raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
+    n = required_count(cfg, model_type)
     if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
         return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
     return [built] * n
@@ -189,8 +188,6 @@ def layer_windows(config: Any) -> list[int | None]:
 
 
 def _windows(cfg: dict[str, Any], model_type: str, config: Any) -> list[int | None]:
-    if model_type in SPEECH_MODEL_TYPES:  # full (bidirectional) attention in every layer
-        return [None] * speech_layer_count(cfg, model_type)
     # a config object outside the table: what its class declares decides, as transformers' mask helpers
     declared = None
     if not isinstance(config, Mapping):
