@@ -68,7 +68,7 @@ def _resolve(config: Any) -> list[_Stack]:
             config = cfg = {**cfg, "text_config": {}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
     if not any(cfg.get(k) is not None for k in ("rope_parameters", "rope_scaling", "rope_theta")):
-        fields += [pair for pair in _STACK_FIELDS if all(cfg.get(f) is not None for f in pair)]
+        fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
         for field in fields[0]:
