@@ -23,7 +23,7 @@ from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 __all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
 
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 
@@ -203,9 +203,7 @@ def _nested(
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
     """
-    raw = cfg.get("rope_parameters")
-    if raw is None:
-        raw = cfg.get("rope_scaling")
+    raw = get(cfg, "rope_parameters", "rope_scaling")
     if raw is not None and not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
     if raw and all(isinstance(v, Mapping) for v in raw.values()):

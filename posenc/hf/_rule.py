@@ -103,6 +103,12 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The standard names under those a config.json keeps (its class's attribute_map: DBRX; Moonshine's decoder)
+_ALIASES = {
+    "num_attention_heads": ("n_heads", "decoder_num_attention_heads"),
+    "hidden_size": ("d_model",),
+    "max_position_embeddings": ("max_seq_len",),
+}
 _RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
 _RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
 _READ = frozenset(
@@ -118,8 +124,9 @@ def by_rule(
     Raises:
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
-    family = model_type.removesuffix(" text_config").removesuffix("_text")
-    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
+    family = model_type.split(" ")[0].removesuffix("_text")  # ("qwen2_5_omni thinker_config text_config")
+    aliases = {key: get(cfg, *names) for key, names in _ALIASES.items() if get(cfg, *names) is not None}
+    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
         raise ValueError(
             f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "
@@ -145,9 +152,7 @@ def by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
-    raw: Any = cfg.get("rope_parameters")
-    if raw is None:
-        raw = cfg.get("rope_scaling")
+    raw: Any = get(cfg, "rope_parameters", "rope_scaling")
     if raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type):
         return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
     if raw is None and cfg.get("rope_theta") is None:

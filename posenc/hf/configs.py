@@ -14,14 +14,18 @@ against ``transformers`` itself).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from ..base import PositionalEncoding
+from ._layers import _required_count as required_count
 from ._layers import layer_count
 from ._layers import layer_windows as _layer_windows
 from ._read import Convert, config_dict
 from ._rule import by_rule
-from ._speech import SPEECH_MODEL_TYPES, speech, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
     _DEFAULT_TEXT,
@@ -40,8 +44,16 @@ __all__ = [
 ]
 
 
-def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
-    """The config as a dict (the text model's for a multimodal config), its model_type and converter."""
+#: Where a parent config keeps its text model (as transformers' get_text_config; Qwen2.5-Omni: its thinker's
+#: text_config), and the stacks of an encoder-decoder parent without RoPE fields of its own (T5Gemma, Dia).
+_TEXT_FIELDS = ("text_config", "thinker_config")
+_STACK_FIELDS = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
+#: A resolved config: the parent's field it came from (None: itself), dict, model_type, converter, object.
+_Stack = tuple[str | None, dict[str, Any], str, Convert, Any]
+
+
+def _resolve(config: Any) -> list[_Stack]:
+    """The config (a multimodal one's text model; each stack of an encoder-decoder parent) and its converter."""
     cfg = config_dict(config)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -51,21 +63,54 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
         )
     if model_type in _TEXT_MODEL_TYPES and cfg.get("text_config") is None:
         if model_type in _FLAT_TEXT:
-            cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if k != "model_type"}}
+            config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if k != "model_type"}}
         elif model_type in _DEFAULT_TEXT:
-            cfg = {**cfg, "text_config": {}}
-    if model_type not in _CONVERTERS and cfg.get("text_config") is not None:
-        text = config_dict(cfg["text_config"])
-        if text.get("model_type") is None:
-            text["model_type"] = _TEXT_MODEL_TYPES.get(model_type, f"{model_type} text_config")
-        cfg, model_type = text, text["model_type"]
+            config = cfg = {**cfg, "text_config": {}}
+    fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
+    if not any(cfg.get(k) is not None for k in ("rope_parameters", "rope_scaling", "rope_theta")):
+        fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
+    if model_type not in _CONVERTERS and fields:
+        stacks: list[_Stack] = []
+        for field in fields[0]:
+            sub = cfg[field] if isinstance(config, Mapping) else getattr(config, field, cfg[field])
+            if isinstance(sub, Mapping) and sub.get("model_type") is None:
+                sub = {**sub, "model_type": _TEXT_MODEL_TYPES.get(model_type, f"{model_type} {field}")}
+            stacks += [(field if len(fields[0]) > 1 else s[0], *s[1:]) for s in _resolve(sub)]
+        return stacks
     if model_type in _TEXT_MODEL_TYPES:
         raise ValueError(
             f"model_type {model_type!r} is not supported without its 'text_config' (the {_TEXT_MODEL_TYPES[model_type]} "
             "model it wraps)"
         )
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
-    return cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule
+    return [
+        (None, cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule, config)
+    ]
+
+
+def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
+    """Refuse an encoder-decoder parent whose stacks differ in ``what`` (per stack, one entry per layer):
+    encodings differ in their repr (type, settings) or buffers (tables), other entries by ``==``."""
+
+    def same(a: Any, b: Any) -> bool:
+        if not isinstance(a, torch.nn.Module):
+            return bool(a == b)
+        ba, bb = dict(a.named_buffers()), dict(b.named_buffers())
+        return repr(a) == repr(b) and ba.keys() == bb.keys() and all(torch.equal(ba[n], bb[n]) for n in ba)
+
+    (field, *_), first = stacks[0], per_layer[0]
+    for (other, *_), value in zip(stacks[1:], per_layer[1:], strict=True):
+        i = next((i for i, (x, y) in enumerate(zip(first, value, strict=False)) if not same(x, y)), None)
+        if i is not None or len(first) != len(value):
+            detail = (
+                f"{len(first)} vs {len(value)} layers"
+                if i is None
+                else f"layer {i}: {first[i]!r} vs {value[i]!r}"
+            )
+            raise ValueError(
+                f"this encoder-decoder config's {field} and {other} differ in their {what} ({detail}): pass "
+                f"config.{field} or config.{other} (config[{field!r}] or config[{other!r}] of a config.json dict)"
+            )
 
 
 def _layers(
@@ -73,8 +118,12 @@ def _layers(
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
-    cfg, model_type, converter = _resolve(config)
-    return converter(cfg, model_type, causal), cfg, model_type
+    stacks = _resolve(config)
+    built = [(convert(cfg, model_type, causal), cfg, model_type) for _, cfg, model_type, convert, _ in stacks]
+    if len(built) > 1:  # an encoder-decoder parent: one answer where its stacks agree
+        per_layer = [b if isinstance(b, list) else [b] * (layer_count(cfg, t) or 1) for b, cfg, t in built]
+        _agree(stacks, per_layer, "position encodings")
+    return built[-1]
 
 
 def layer_encodings(config: Any, *, causal: bool | None = None) -> list[PositionalEncoding]:
@@ -95,7 +144,8 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
 
     Args:
         config: a ``transformers`` config object or a ``config.json`` dict (multimodal configs
-            are read through ``text_config``).
+            are read through ``text_config``; an encoder-decoder config through both stacks, which
+            must agree: T5Gemma's ``encoder`` / ``decoder``, Dia's ``encoder_config`` / ``decoder_config``).
         causal: as in :func:`from_hf_config`.
 
     Returns:
@@ -107,9 +157,7 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
     built, cfg, model_type = _layers(config, causal)
     if isinstance(built, list):
         return built
-    n = layer_count(cfg, model_type)
-    if n is None:
-        raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
+    n = required_count(cfg, model_type)
     if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
         return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
     return [built] * n
@@ -133,14 +181,17 @@ def layer_windows(config: Any) -> list[int | None]:
     Returns:
         ``num_hidden_layers`` entries.
     """
-    cfg, model_type, _ = _resolve(config)
-    if model_type in SPEECH_MODEL_TYPES:  # full (bidirectional) attention in every layer
-        return [None] * speech_layer_count(cfg, model_type)
+    stacks = _resolve(config)
+    windows = [_windows(cfg, model_type, obj) for _, cfg, model_type, _, obj in stacks]
+    _agree(stacks, windows, "sliding windows")
+    return windows[-1]
+
+
+def _windows(cfg: dict[str, Any], model_type: str, config: Any) -> list[int | None]:
     # a config object outside the table: what its class declares decides, as transformers' mask helpers
-    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else None
     declared = None
-    if text is not None:
-        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(text), name)}
+    if not isinstance(config, Mapping):
+        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(config), name)}
     return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS, declared=declared)
 
 
@@ -189,7 +240,8 @@ def from_hf_config(
             standardized fields (the message names the field), an unsupported ``rope_type`` or a
             ``rope_parameters`` key it does not read, layers that differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
-            or sizes that do not fit.
+            sizes that do not fit, or an encoder-decoder config whose stacks differ (the message names the
+            sub-configs to pass instead).
         TypeError: ``config`` is neither a config object nor a mapping; ``causal`` not a bool;
             a size in the config is not an int; a number (``rope_theta``) or flag (``alibi``) of
             the wrong type — strings and truthy non-bools are refused, naming the key.

@@ -103,7 +103,13 @@ def from_hf_model(
     ):
         prefixes = {"encoder": "embeddings.position_embeddings."}
     if prefixes is None:
-        return from_hf_config(cfg, layer=layer)
+        encoding = from_hf_config(cfg, layer=layer)
+        if any(True for _ in encoding.parameters()):  # (BERT2BERT's parent: the stacks' own models hold them)
+            raise ValueError(
+                f"{model_type}: posenc does not know where this model keeps its position weights; pass the model "
+                "of one stack (model.encoder, model.decoder)"
+            )
+        return encoding
     if stack is None:
         stack = (
             "decoder"

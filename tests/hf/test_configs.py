@@ -1325,6 +1325,22 @@ def test_from_hf_model_loads_t5_bias_tables_per_stack():
 
 
 @requires_transformers
+def test_from_hf_model_of_an_encoder_decoder_parent_takes_the_weights_of_one_stack():
+    """BERT2BERT: the stacks agree (one Learned table each), but the parent holds two tables: not one."""
+    bert = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+    )
+    model = transformers.EncoderDecoderModel(
+        transformers.EncoderDecoderConfig.from_encoder_decoder_configs(bert, bert)
+    )
+    assert isinstance(from_hf_config(model.config), posenc.Learned)
+    with pytest.raises(ValueError, match=r"pass the model of one stack \(model.encoder, model.decoder\)"):
+        from_hf_model(model)
+    expected = model.decoder.bert.embeddings.position_embeddings.weight
+    torch.testing.assert_close(from_hf_model(model.decoder).weight, expected, atol=0, rtol=0)
+
+
+@requires_transformers
 @pytest.mark.parametrize(
     ("model_class", "model_type", "table"),
     [

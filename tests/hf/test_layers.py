@@ -346,6 +346,70 @@ def test_multimodal_configs_read_text_config() -> None:
     assert isinstance(from_hf_config(llama4, layer=3), QueryTemperature)
 
 
+def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
+    """T5Gemma's encoder / decoder (Dia's *_config): one encoding where the stacks agree, the model's own
+    rotation; refused, naming the fields to pass, where they differ."""
+    from transformers.models.t5gemma import modeling_t5gemma
+
+    params = {"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "original_max_position_embeddings": 16}
+    stack = {
+        **SMALL,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "rope_parameters": params,
+        "sliding_window": WINDOW,
+        "max_position_embeddings": 64,  # factor 4 over 16 (transformers warns otherwise)
+    }
+    config = transformers.T5GemmaConfig(encoder=stack, decoder=stack)
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 2, T, 16, generator=gen) for _ in range(2))
+    positions = torch.stack([torch.arange(T), torch.arange(T) + 37])
+    for form in (config, config.to_dict()):
+        rope = from_hf_config(form)
+        assert layer_windows(form) == [WINDOW, None] * 2
+        for sub in (config.encoder, config.decoder):
+            cos, sin = modeling_t5gemma.T5GemmaRotaryEmbedding(sub)(q, positions)
+            q_ref, k_ref = modeling_t5gemma.apply_rotary_pos_emb(q, k, cos, sin)
+            q_ours, k_ours = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+            torch.testing.assert_close((q_ours, k_ours), (q_ref, k_ref), atol=ATOL, rtol=1e-5)
+    other = {**stack, "rope_parameters": {**params, "rope_theta": 1e4}}
+    for differ, what in ((other, "position encodings"), ({**stack, "sliding_window": 4}, "sliding windows")):
+        config = transformers.T5GemmaConfig(encoder=stack, decoder=differ)
+        with pytest.raises(
+            ValueError, match=f"encoder and decoder differ in their {what}.*config.encoder or con"
+        ):
+            (layer_encodings if what == "position encodings" else layer_windows)(config.to_dict())
+    assert from_hf_config(config.decoder).base == 5e5  # a stack on its own
+    with pytest.raises(
+        ValueError,
+        match=r"layer 0: .*max_len=1024\) vs .*max_len=3072\)\): pass config.encoder_config or config.decoder_config",
+    ):
+        from_hf_config(transformers.DiaConfig().to_dict())
+
+
+def test_parents_and_field_names_read_as_their_config_class() -> None:
+    """Qwen2.5-Omni's text model under thinker_config.text_config; DBRX's n_heads / d_model / max_seq_len
+    and Moonshine's decoder heads in a config.json dict, as their classes' attribute_map reads them."""
+    text = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_parameters": {"rope_theta": 5e4, "mrope_section": [4, 6, 6]},
+    }
+    omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": text}}
+    assert repr(from_hf_config(omni)) == "MRoPE(head_dim=32, mrope_section=[4, 6, 6], base=50000.0)"
+    for config in (
+        transformers.DbrxConfig(d_model=64, n_heads=4, max_seq_len=128),
+        transformers.MoonshineConfig(),
+    ):
+        ours = from_hf_config(config.to_dict())
+        assert repr(ours) == repr(from_hf_config(config)) and torch.equal(
+            ours.inv_freq, from_hf_config(config).inv_freq
+        )
+    assert repr(
+        from_hf_config(transformers.DbrxConfig(d_model=64, n_heads=4, max_seq_len=128).to_dict())
+    ) == ("RoPE(head_dim=16, base=10000.0, layout='half', max_len=128)")
+
+
 def test_legacy_v4_keys() -> None:
     # Gemma 3's v4 config.json: rope_theta / rope_local_base_freq / rope_scaling on the global layers
     cfg = {
