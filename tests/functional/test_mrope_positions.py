@@ -352,3 +352,151 @@ def test_a_row_of_padding_only_and_documents_given_once_for_every_row():
     )
     assert positions[:, 0].tolist() == [[0, 1, 1, 0, 1], [0, 1, 1, 0, 1], [0, 1, 2, 0, 1]]
     assert deltas.tolist() == [[2 - 5]]  # the last document's next position (2) minus the tokens (5)
+
+
+# --- Qwen2.5-Omni: time-aligned videos, audio, and videos with their audio interleaved
+from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hfo  # noqa: E402
+from transformers.models.qwen2_5_omni import processing_qwen2_5_omni as hfo_proc  # noqa: E402
+
+AUDIO = 3
+_THINKER = transformers.Qwen2_5OmniThinkerConfig()
+# the thinker's config has no vision start/end ids in transformers 5.24 (its checkpoints' config.json do)
+_TALKER = transformers.Qwen2_5OmniTalkerConfig()
+OMNI_IDS = {
+    "text": 1000,
+    IMAGE: _THINKER.image_token_id,
+    VIDEO: _THINKER.video_token_id,
+    AUDIO: _THINKER.audio_token_id,
+    "vision_start": _TALKER.vision_start_token_id,
+    "vision_end": _TALKER.vision_end_token_id,
+    "audio_start": _THINKER.audio_start_token_id,
+    "audio_end": _THINKER.audio_end_token_id,
+}
+RATE, CHUNK = _THINKER.position_id_per_seconds, _THINKER.seconds_per_chunk  # 25 positions a second, 2 s
+
+
+def _omni_get_rope_index(input_ids, **kwargs):
+    """Qwen2.5-Omni thinker's own get_rope_index on its default config (no weights)."""
+    cls = hfo.Qwen2_5OmniPreTrainedModelForConditionalGeneration
+    fields = {
+        k: getattr(_THINKER, k)
+        for k in ("image_token_id", "video_token_id", "audio_token_id", "audio_start_token_id")
+    }
+    config = types.SimpleNamespace(
+        **fields,
+        vision_start_token_id=OMNI_IDS["vision_start"],
+        position_id_per_seconds=RATE,
+        seconds_per_chunk=CHUNK,
+    )
+    host = types.SimpleNamespace(config=config, spatial_merge_size=_THINKER.vision_config.spatial_merge_size)
+    for name in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
+        setattr(host, name, types.MethodType(getattr(cls, name), host))
+    return cls.get_rope_index(host, input_ids, **kwargs)
+
+
+def _interleaved(grid: list[int], seconds: float, audio: int) -> list[int]:
+    """The token types of a video with its audio as Qwen2.5-Omni's processor lays them out (its own chunking)."""
+    t, h, w = grid
+    frames = torch.arange(t).repeat_interleave((h // 2) * (w // 2)).double().numpy() * seconds * RATE
+    chunks = int(RATE * CHUNK)
+    chunked = hfo_proc.Qwen2_5OmniProcessor.get_chunked_index
+    video, sound = chunked(None, frames, chunks), chunked(None, torch.arange(audio).numpy(), chunks)
+    kinds: list[int] = []
+    for j in range(max(len(video), len(sound))):
+        for kind, spans in ((VIDEO, video), (AUDIO, sound)):
+            if j < len(spans):
+                kinds += [kind] * (spans[j][1] - spans[j][0])
+    return kinds
+
+
+def _omni_document(gen: torch.Generator, audio_in_video: bool):
+    """(token ids, image grids, video grids, seconds per grid, audio feature lengths) of one random document."""
+    ids, images, videos, seconds, audios = [], [], [], [], []
+    pick = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+    for _ in range(pick(1, 5)):
+        ids += [OMNI_IDS["text"]] * pick(1, 4)
+        kind = pick(0, 4)
+        if kind == IMAGE:
+            images.append([1, 2 * pick(1, 3), 2 * pick(1, 3)])
+            count = images[-1][1] * images[-1][2] // 4
+            ids += [OMNI_IDS["vision_start"], *[OMNI_IDS[IMAGE]] * count, OMNI_IDS["vision_end"]]
+        elif kind == AUDIO or (kind == VIDEO and audio_in_video):
+            n = pick(1, 160)  # audio tokens: 25 a second
+            audios.append(4 * n)  # feature frames: ((4n - 1) // 2 + 1 - 2) // 2 + 1 = n tokens
+            body = [OMNI_IDS[AUDIO]] * n
+            if kind == VIDEO:
+                videos.append([pick(1, 5), 2 * pick(1, 3), 2 * pick(1, 3)])
+                seconds.append(float(torch.rand((), generator=gen) * 2.5))
+                body = [OMNI_IDS[k] for k in _interleaved(videos[-1], seconds[-1], n)]
+                body = [OMNI_IDS["vision_start"], OMNI_IDS["audio_start"], *body, OMNI_IDS["audio_end"]]
+                ids += [*body, OMNI_IDS["vision_end"]]
+            else:
+                ids += [OMNI_IDS["audio_start"], *body, OMNI_IDS["audio_end"]]
+        elif kind == VIDEO:
+            videos.append([pick(1, 5), 2 * pick(1, 3), 2 * pick(1, 3)])
+            seconds.append(float(torch.rand((), generator=gen) * 2.5))
+            count = videos[-1][0] * videos[-1][1] * videos[-1][2] // 4
+            ids += [OMNI_IDS["vision_start"], *[OMNI_IDS[VIDEO]] * count, OMNI_IDS["vision_end"]]
+    return ids, images, videos, seconds, audios
+
+
+def _omni_types(input_ids: torch.Tensor) -> torch.Tensor:
+    """transformers' mm_token_type_ids: 1 image, 2 video, 3 audio, 0 the rest."""
+    token_types = torch.zeros_like(input_ids)
+    for kind in (IMAGE, VIDEO, AUDIO):
+        token_types[input_ids == OMNI_IDS[kind]] = kind
+    return token_types
+
+
+def _omni_batch(docs, pad: int):
+    """Left-padded (input_ids, mask) and the inputs both functions share, from documents."""
+    t = max(len(d[0]) for d in docs) + pad
+    input_ids = torch.zeros(len(docs), t, dtype=torch.long)
+    mask = torch.zeros(len(docs), t, dtype=torch.long)
+    for r, d in enumerate(docs):
+        input_ids[r, t - len(d[0]) :] = torch.tensor(d[0])
+        mask[r, t - len(d[0]) :] = 1
+    grids = {
+        name: torch.tensor([g for d in docs for g in d[i]]) if any(d[i] for d in docs) else None
+        for name, i in (("image_grid_thw", 1), ("video_grid_thw", 2))
+    }
+    seconds = torch.tensor([s for d in docs for s in d[3]])  # float32, as the processor gives
+    audio_seqlens = torch.tensor([a for d in docs for a in d[4]], dtype=torch.long)
+    return input_ids, mask, grids, seconds, audio_seqlens
+
+
+@pytest.mark.parametrize("use_audio_in_video", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_equals_qwen2_5_omni_get_rope_index(use_audio_in_video, rows):
+    """Text, images, time-aligned videos, audio and (use_audio_in_video) videos interleaved with their
+    audio, one row or three left padded: whole tensors equal to Qwen2.5-Omni's own, but for the padding,
+    which it sets to 1."""
+    gen = torch.Generator().manual_seed(4)
+    checked, pad = 0, rows > 1
+    for _ in range(16):
+        docs = [_omni_document(gen, use_audio_in_video) for _ in range(rows)]
+        input_ids, mask, grids, seconds, audio_seqlens = _omni_batch(docs, 2 if pad else 0)
+        if grids["image_grid_thw"] is None and grids["video_grid_thw"] is None:
+            continue  # transformers needs a grid to go past plain text positions
+        masks = {"attention_mask": mask} if pad else {}
+        want, want_deltas = _omni_get_rope_index(
+            input_ids,
+            **grids,
+            **masks,
+            use_audio_in_video=use_audio_in_video,
+            audio_seqlens=audio_seqlens,
+            second_per_grids=seconds,
+        )
+        got, deltas = mrope_positions(
+            _omni_types(input_ids),
+            **grids,
+            **masks,
+            position_id_per_seconds=RATE,
+            second_per_grids=seconds,
+            use_audio_in_video=use_audio_in_video,
+        )
+        assert torch.equal(want.masked_fill(mask == 0, 1), want)  # transformers' padding: 1
+        assert torch.equal(got, want.masked_fill(mask == 0, 0))
+        assert torch.equal(deltas, want_deltas)
+        checked += 1
+    assert checked >= 10
