@@ -500,3 +500,188 @@ def test_equals_qwen2_5_omni_get_rope_index(use_audio_in_video, rows):
         assert torch.equal(deltas, want_deltas)
         checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    ("seconds", "want"),
+    [
+        # frames at 0 s and 1 s: both in the first 2 s chunk, before the audio; the run ends with audio, so
+        # the end markers follow the audio (12) although the second frame sits at time 27
+        (1.0, [0, 1, 1, 2, 27, *range(2, 12), 12, 12, 13]),
+        # frames at 0 s and 2 s: two chunks, the audio between; the run ends with the frame at 52
+        (2.0, [0, 1, 1, 2, *range(2, 12), 52, 53, 53, 54]),
+    ],
+)
+def test_video_with_its_audio_by_hand(seconds, want):
+    """A 2-frame video of 1 token a frame with 10 audio tokens: the start markers share one position, as do
+    the end markers; video time = frame * seconds * 25; audio = 1 position per token from the video's start."""
+    grid = torch.tensor([[2, 2, 2]])
+    body = _interleaved([2, 2, 2], seconds, 10)
+    text, start, end = OMNI_IDS["text"], OMNI_IDS["vision_start"], OMNI_IDS["vision_end"]
+    ids = [
+        text,
+        start,
+        OMNI_IDS["audio_start"],
+        *(OMNI_IDS[k] for k in body),
+        OMNI_IDS["audio_end"],
+        end,
+        text,
+    ]
+    input_ids = torch.tensor([ids])
+    seconds_t = torch.tensor([seconds])
+    got, deltas = mrope_positions(
+        _omni_types(input_ids),
+        video_grid_thw=grid,
+        position_id_per_seconds=25,
+        second_per_grids=seconds_t,
+        use_audio_in_video=True,
+    )
+    assert got[0, 0].tolist() == want
+    assert got[1, 0].tolist() == [
+        p if k != VIDEO else 2 for p, k in zip(want, _omni_types(input_ids)[0], strict=True)
+    ]
+    expected = _omni_get_rope_index(
+        input_ids,
+        video_grid_thw=grid,
+        use_audio_in_video=True,
+        audio_seqlens=torch.tensor([40]),
+        second_per_grids=seconds_t,
+    )
+    assert torch.equal(got, expected[0]) and torch.equal(deltas, expected[1])
+    assert deltas.item() == max(want) + 1 - len(ids)
+
+
+def test_qwen2_5_omni_text_and_audio_only():
+    """No image or video: transformers' plain positions (its other branch), audio tokens count as text."""
+    gen = torch.Generator().manual_seed(5)
+    docs = [_omni_document(gen, False) for _ in range(4)]
+    docs = [d for d in docs if not d[1] and not d[2]] + [
+        ([1000] * 3, [], [], [], []),
+        ([1000, *[OMNI_IDS[AUDIO]] * 4], [], [], [], [8]),
+    ]
+    input_ids, mask, _, _, _ = _omni_batch(docs, 1)
+    want, want_deltas = _omni_get_rope_index(input_ids, attention_mask=mask)
+    got, deltas = mrope_positions(_omni_types(input_ids), attention_mask=mask, position_id_per_seconds=25)
+    assert (_omni_types(input_ids) == AUDIO).any()
+    assert torch.equal(got, want.masked_fill(mask == 0, 0)) and torch.equal(deltas, want_deltas)
+
+
+def test_qwen2_5_omni_packed_documents_each_as_if_alone():
+    gen = torch.Generator().manual_seed(20)
+    docs = [_omni_document(gen, True) for _ in range(3)]
+    ids = torch.tensor([[t for d in docs for t in d[0]] + [0]])  # one row of 3 documents and 1 padding token
+    doc_ids = torch.tensor([[n + 1 for n, d in enumerate(docs) for _ in d[0]] + [0]])
+    assert all(d[2] and d[4] for d in docs)  # every document holds videos with their audio
+    grids, seconds = _omni_batch(docs, 0)[2:4]
+    kwargs = dict(position_id_per_seconds=25, use_audio_in_video=True)
+    positions, deltas = mrope_positions(
+        _omni_types(ids),
+        **grids,
+        second_per_grids=seconds,
+        attention_mask=doc_ids != 0,
+        document_ids=doc_ids,
+        **kwargs,
+    )
+    at, videos = 0, 0
+    for d in docs:
+        alone, _ = mrope_positions(
+            _omni_types(torch.tensor([d[0]])),
+            image_grid_thw=torch.tensor(d[1]) if d[1] else None,
+            video_grid_thw=torch.tensor(d[2]) if d[2] else None,
+            second_per_grids=seconds[videos : videos + len(d[2])],
+            **kwargs,
+        )
+        assert torch.equal(positions[:, :, at : at + len(d[0])], alone)
+        at, videos = at + len(d[0]), videos + len(d[2])
+    assert int(deltas) + at == int(alone.max()) + 1  # decoding continues the last document
+    assert not positions[:, 0, -1].any()
+
+
+V = torch.tensor([[2, 2, 2]])
+AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 1 audio token, markers
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"token_types": AV, "use_audio_in_video": True},
+            ValueError,
+            "use_audio_in_video=True is Qwen2.5-Omni's: give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 25, "video_time_scale": 1.0},
+            ValueError,
+            "video_time_scale is Qwen2.5-VL's; with position_id_per_seconds give second_per_grids",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "second_per_grids": 1.0},
+            ValueError,
+            "second_per_grids is Qwen2.5-Omni's: give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 0},
+            ValueError,
+            "position_id_per_seconds must be a finite number > 0, got 0",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 25, "use_audio_in_video": 1},
+            TypeError,
+            "use_audio_in_video must be a bool, got 1",
+        ),
+        (
+            {
+                "token_types": AV,
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "second_per_grids": [-1.0],
+            },
+            ValueError,
+            "second_per_grids must be finite and >= 0, got -1.0 for video 0",
+        ),
+        (
+            {"token_types": torch.tensor([[0, 4]]), "position_id_per_seconds": 25},
+            ValueError,
+            r"0 \(text\), 1 \(image\), 2 \(video\) or 3 \(audio\), got 4 at \(0, 1\)",
+        ),
+        (
+            {"token_types": torch.tensor([[0, 3]])},
+            ValueError,
+            "got 3 at .*audio tokens are Qwen2.5-Omni's: give position_id_per_seconds",
+        ),
+        (
+            {
+                "token_types": AV[:, 1:],
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            r"the video with its audio at row 0, token 1 needs 2 text tokens \(its start markers\) just before",
+        ),
+        (
+            {
+                "token_types": AV[:, :-1],
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            "the video with its audio at row 0, token 2 needs .* 2 \\(its end markers\\) just after it",
+        ),
+        (
+            {
+                "token_types": torch.tensor([[0, 0, 2, 3, 2, 2, 0, 0]]),
+                "video_grid_thw": torch.tensor([[2, 2, 2], [1, 2, 2]]),
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            r"one video with its audio, but the one at row 0, token 2 holds the tokens of video_grid_thw\[0:2\]",
+        ),
+    ],
+)
+def test_bad_omni_inputs_name_argument_value_and_expectation(kwargs, error, match):
+    kwargs = dict(kwargs)
+    with pytest.raises(error, match=match):
+        mrope_positions(kwargs.pop("token_types"), **kwargs)
