@@ -162,16 +162,15 @@ def mrope_positions(
         ):
             if restart:  # a new document: back to 0
                 p, last_doc = 0, start
-            run = kinds[start:end]
-            mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((run != kind).any())
+            mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((kinds[start:end] != kind).any())
             if kind in (TEXT, AUDIO) and not mixed:
-                offsets = torch.arange(end - start)
-                if start == free - 2:  # the end markers of a video with audio: one position
+                offsets = torch.arange(p, p + end - start)
+                if start == free - 2:  # the end markers of a video with its audio: one position
                     offsets[1:] -= 1
-                pieces.append((offsets + p).expand(3, -1))
-                p += int(offsets[-1]) + 1
+                pieces.append(offsets.expand(3, -1))
+                p = int(offsets[-1]) + 1 if start == free - 2 else p + end - start
                 continue
-            p0 = p
+            places = index[start:end]  # (tokens,) where the run's image or video tokens are in the row
             if mixed:
                 if (
                     start - 2 < max(last_doc, free)
@@ -188,25 +187,24 @@ def mrope_positions(
                 pieces[-1] = pieces[-1].clone()  # the start markers: one position
                 pieces[-1][:, -1] -= 1
                 p0 = p = p - 1
-                kind = VIDEO
+                kind, vision = VIDEO, kinds[start:end] == VIDEO
+                places = places[vision]
             name = "image_grid_thw" if kind == IMAGE else "video_grid_thw"
-            vision = run == kind  # (run,) the image or video tokens of the run
-            places = index[start:end][vision]  # (tokens,) where they are in the row
             tokens, first = len(places), used[kind]
             grid_pieces: list[Tensor] = []
             while tokens:
-                n, at = used[kind], int(places[-tokens])  # at: the grid's first token
+                n = used[kind]
                 if n == len(grids[kind]):
                     raise ValueError(
                         f"{name} has {n} grids, but row {row} has more {name[:5]} tokens from token "
-                        f"{at} on (one grid per image or video, in order)"
+                        f"{int(places[-tokens])} on (one grid per image or video, in order)"
                     )
                 gt, gh, gw = grids[kind][n]
                 count = gt * (gh // m) * (gw // m)
                 if count > tokens:
                     raise ValueError(
                         f"{name}[{n}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but row "
-                        f"{row} has a run of {tokens} {name[:5]} tokens from token {at}"
+                        f"{row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
                     )
                 grid = _grid(gt, gh // m, gw // m, p, factors[kind][n])
                 grid_pieces.append(grid)
@@ -222,8 +220,8 @@ def mrope_positions(
                     f"but the one at row {row}, token {int(index[start])} holds the tokens of "
                     f"video_grid_thw[{first}:{used[VIDEO]}]"
                 )
-            audio = torch.arange(p0, p0 + len(run) - len(grid_pieces[0][0])).expand(3, -1)
-            piece = torch.empty(3, len(run), dtype=torch.long)
+            audio = torch.arange(p0, p0 + end - start - len(places)).expand(3, -1)
+            piece = torch.empty(3, end - start, dtype=torch.long)
             piece[:, vision], piece[:, ~vision] = grid_pieces[0], audio
             pieces.append(piece)
             if not vision[-1]:  # ends with audio: what follows starts after the audio
