@@ -1,6 +1,7 @@
 """mrope_positions: equal to transformers' Qwen2-VL / Qwen2.5-VL ``get_rope_index`` on whole tensors
-(random layouts of text, images and videos, left padding, video time scales), packed documents equal
-to each document alone, and the rotation of the model's own rotary module on those positions."""
+(random layouts of text, images and videos, left padding, video time scales) and to Qwen2.5-Omni's
+(time-aligned videos, audio, videos interleaved with their audio), packed documents equal to each
+document alone, and the rotation of the model's own rotary module on those positions."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import posenc
 from posenc.functional import axes_last, mrope_positions
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hfo  # noqa: E402
+from transformers.models.qwen2_5_omni import processing_qwen2_5_omni as hfo_proc  # noqa: E402
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
 from transformers.models.qwen2_vl import modeling_qwen2_vl as hf2  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
-TEXT, IMAGE, VIDEO = 0, 1, 2
+TEXT, IMAGE, VIDEO, AUDIO = 0, 1, 2, 3
 MODELS = {
     "qwen2_vl": (hf2.Qwen2VLModel, transformers.Qwen2VLConfig),
     "qwen2_5_vl": (hf25.Qwen2_5_VLModel, transformers.Qwen2_5_VLConfig),
@@ -355,10 +358,6 @@ def test_a_row_of_padding_only_and_documents_given_once_for_every_row():
 
 
 # --- Qwen2.5-Omni: time-aligned videos, audio, and videos with their audio interleaved
-from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hfo  # noqa: E402
-from transformers.models.qwen2_5_omni import processing_qwen2_5_omni as hfo_proc  # noqa: E402
-
-AUDIO = 3
 _THINKER = transformers.Qwen2_5OmniThinkerConfig()
 # the thinker's config has no vision start/end ids in transformers 5.24 (its checkpoints' config.json do)
 _TALKER = transformers.Qwen2_5OmniTalkerConfig()
