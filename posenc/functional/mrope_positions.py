@@ -1,4 +1,4 @@
-"""M-RoPE positions of a multimodal sequence: text, images and videos (Qwen2-VL, Qwen2.5-VL).
+"""M-RoPE positions of text, image, video and audio tokens (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni).
 
 :func:`mrope_positions` gives the ``(3, b, t)`` temporal/height/width positions that
 transformers' ``get_rope_index`` gives on the same inputs, and the same rope deltas, and also
@@ -8,12 +8,20 @@ LlamaFactory#7754).
 
 The rule, per document, reading its tokens left to right from position ``p = 0``:
 
-* a text token sits at ``(p, p, p)``, then ``p += 1``;
+* a text token, and (Qwen2.5-Omni) an audio token, sits at ``(p, p, p)``, then ``p += 1``;
 * an image or video of ``(gt, gh, gw)`` patches is ``gt * (gh // m) * (gw // m)`` tokens after
   ``m x m`` patches are merged (``m = spatial_merge_size``), in ``(time, row, column)`` order; the
   token at ``(i, j, k)`` sits at ``(p + floor(i * s), p + j, p + k)``, with ``s`` the video's time
   scale (1 for images), then ``p += max(gh, gw) // m`` (transformers 5's rule: what follows a
-  video starts after its largest spatial side even where its time positions reach further).
+  video starts after its largest spatial side even where its time positions reach further);
+* time-aligned (Qwen2.5-Omni, ``position_id_per_seconds = r`` given): ``s`` is the video's
+  seconds per merged frame times ``r`` (``r`` for images), and ``p`` becomes one past the grid's
+  largest position on any axis, its time included;
+* with ``use_audio_in_video``, a video and its audio are one run of interleaved video and audio
+  tokens: its video tokens, in order, take the grid positions above and its ``a`` audio tokens,
+  in order, ``p, ..., p + a - 1``; ``p`` becomes one past the largest position of the kind of the
+  run's last token; and the 2 text tokens before the run (vision and audio start) share one
+  position, as do the 2 after it (audio and vision end).
 
 Shape key: ``b`` batch, ``t`` tokens, ``n`` images or videos.
 """
@@ -25,11 +33,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .._checks import check_positive_int, short
+from .._checks import check_bool, check_positive_float, check_positive_int, short
 
 __all__ = ["mrope_positions"]
 
-TEXT, IMAGE, VIDEO = 0, 1, 2
+TEXT, IMAGE, VIDEO, AUDIO = 0, 1, 2, 3  # transformers' mm_token_type_ids
 _CPU = torch.device("cpu")
 
 
@@ -42,16 +50,22 @@ def mrope_positions(
     spatial_merge_size: int = 2,
     attention_mask: Tensor | None = None,
     document_ids: Tensor | None = None,
+    position_id_per_seconds: float | None = None,
+    second_per_grids: float | Sequence[float] | Tensor | None = None,
+    use_audio_in_video: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """The M-RoPE positions of text, image and video tokens, as Qwen2-VL's ``get_rope_index``.
+    """The M-RoPE positions of text, image, video and audio tokens, as Qwen2-VL's ``get_rope_index``.
 
     Equal to transformers' ``Qwen2VLModel.get_rope_index`` and ``Qwen2_5_VLModel.get_rope_index``
-    (Wang et al., 2024, "Qwen2-VL"; Bai et al., 2025, "Qwen2.5-VL") on the same inputs, plus
-    packed documents. Feed ``posenc.functional.axes_last(positions)`` to :class:`~posenc.MRoPE`.
+    (Wang et al., 2024, "Qwen2-VL"; Bai et al., 2025, "Qwen2.5-VL") on the same inputs and, given
+    ``position_id_per_seconds``, to Qwen2.5-Omni's thinker ``get_rope_index`` (Xu et al., 2025,
+    "Qwen2.5-Omni"), plus packed documents. Feed ``posenc.functional.axes_last(positions)`` to
+    :class:`~posenc.MRoPE`.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
     ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their
-    token counts. Padding (``attention_mask == 0``) is skipped and gets position 0 on every axis.
+    token counts. Padding (``attention_mask == 0``) is skipped and gets position 0 on every axis
+    (Qwen2.5-Omni's own puts 1 there; attention masks it either way).
 
     Runs on the host, like transformers' own: the token types are read value by value, so the
     inputs are copied to the CPU once and the results moved to ``token_types.device`` (one host
@@ -59,7 +73,9 @@ def mrope_positions(
 
     Args:
         token_types: ``(b, t)`` integer tensor: 0 for text, 1 for an image token, 2 for a video
-            token (transformers' ``mm_token_type_ids``).
+            token, 3 for an audio token (with ``position_id_per_seconds`` only) (transformers'
+            ``mm_token_type_ids``). The audio tokens are counted here, so Qwen2.5-Omni's
+            ``audio_seqlens`` is not needed.
         image_grid_thw: ``(n_images, 3)`` integer ``(t, h, w)`` patch grid of each image, before
             merging (the processor's ``image_grid_thw``).
         video_grid_thw: ``(n_videos, 3)`` the same for each video.
@@ -74,6 +90,16 @@ def mrope_positions(
             :func:`posenc.masking.document_positions`; each restarts at position 0, as if alone.
             A packed attention mask like ``[1, 1, 2, 2, 2, 0]`` is
             ``attention_mask=mask != 0, document_ids=mask``.
+        position_id_per_seconds: Qwen2.5-Omni's time alignment (its config field, 25): temporal
+            positions per second of video, one per audio token; turns on the time-aligned rule of
+            the module docstring. ``None``: Qwen2-VL / Qwen2.5-VL.
+        second_per_grids: with ``position_id_per_seconds``: seconds per merged frame of each video,
+            a number for all or ``(n_videos,)`` (the processor's ``video_second_per_grid``, used in
+            float32 as transformers does). ``None``: 1.0, the processor's default (2 frames / 2 fps).
+        use_audio_in_video: Qwen2.5-Omni's flag: a run of adjacent video and audio tokens is one
+            video with its audio, interleaved in the processor's time chunks, between 2 start and 2
+            end text tokens. The interleaving is read from the token types, so ``seconds_per_chunk``
+            is not needed.
 
     Returns:
         ``(positions, deltas)``: long ``(3, b, t)`` temporal, height and width positions, and long
@@ -81,13 +107,36 @@ def mrope_positions(
         when packed), so that decoding continues at ``number of tokens so far + delta``, as
         transformers does with its ``rope_deltas``.
     """
-    types, keep, docs = _host_tokens(token_types, attention_mask, document_ids)
+    omni = position_id_per_seconds is not None
+    if check_bool("use_audio_in_video", use_audio_in_video) and not omni:
+        raise ValueError(
+            "use_audio_in_video=True is Qwen2.5-Omni's: give position_id_per_seconds too (25 in its config)"
+        )
+    types, keep, docs = _host_tokens(token_types, attention_mask, document_ids, AUDIO if omni else VIDEO)
     m = check_positive_int("spatial_merge_size", spatial_merge_size)
     grids = {
         IMAGE: _host_grids("image_grid_thw", image_grid_thw, m),
         VIDEO: _host_grids("video_grid_thw", video_grid_thw, m),
     }
-    scales = _host_time_scales(video_time_scale, len(grids[VIDEO]))
+    # the factors of each grid's time index, applied one at a time as transformers does
+    factors: dict[int, list[tuple[Tensor | float, ...]]]
+    if omni:
+        rate = check_positive_float("position_id_per_seconds", position_id_per_seconds)
+        if video_time_scale is not None:
+            raise ValueError(
+                "video_time_scale is Qwen2.5-VL's; with position_id_per_seconds give second_per_grids "
+                f"(seconds per merged frame), got video_time_scale={short(video_time_scale)}"
+            )
+        seconds = _host_time_scales("second_per_grids", second_per_grids, len(grids[VIDEO])).float()
+        factors = {IMAGE: [(rate,)] * len(grids[IMAGE]), VIDEO: [(s, rate) for s in seconds]}
+    else:
+        if second_per_grids is not None:
+            raise ValueError(
+                "second_per_grids is Qwen2.5-Omni's: give position_id_per_seconds too, or for Qwen2.5-VL "
+                f"video_time_scale = second_per_grid_ts * tokens_per_second; got {short(second_per_grids)}"
+            )
+        scales = _host_time_scales("video_time_scale", video_time_scale, len(grids[VIDEO]))
+        factors = {IMAGE: [()] * len(grids[IMAGE]), VIDEO: [(s,) for s in scales]}
     b, t = types.shape
     positions = torch.zeros(3, b, t, dtype=torch.long)
     deltas = torch.zeros(b, 1, dtype=torch.long)
@@ -95,45 +144,89 @@ def mrope_positions(
     for row in range(b):
         index = keep[row].nonzero().flatten()  # (tokens,) the row's non-padding token indices
         kinds, ids = types[row].index_select(0, index), docs[row].index_select(0, index)
-        # a run: adjacent tokens of one kind in one document
+        # a run: adjacent tokens of one kind in one document (a video and its audio: one run)
         new_doc = torch.zeros(len(index) + 1, dtype=torch.bool)
         new_doc[1:-1] = ids[1:] != ids[:-1]
         cut = new_doc.clone()
         cut[0] = cut[-1] = True
-        cut[1:-1] |= kinds[1:] != kinds[:-1]
+        change = kinds[1:] != kinds[:-1]
+        if use_audio_in_video:
+            av = (kinds == VIDEO) | (kinds == AUDIO)
+            change &= ~(av[1:] & av[:-1])
+        cut[1:-1] |= change
         bounds = cut.nonzero().flatten().tolist()
         pieces: list[Tensor] = []
-        p = last_doc = 0
+        p = last_doc = free = 0  # free: where the text after the last video with audio ends its markers
         for start, end, kind, restart in zip(
             bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), new_doc[bounds[:-1]].tolist(), strict=True
         ):
             if restart:  # a new document: back to 0
                 p, last_doc = 0, start
-            if kind == TEXT:
-                pieces.append(torch.arange(p, p + end - start).expand(3, -1))
-                p += end - start
+            mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((kinds[start:end] != kind).any())
+            if kind in (TEXT, AUDIO) and not mixed:
+                offsets = torch.arange(p, p + end - start)
+                if start == free - 2:  # the end markers of a video with its audio: one position
+                    offsets[1:] -= 1
+                pieces.append(offsets.expand(3, -1))
+                p = int(offsets[-1]) + 1 if start == free - 2 else p + end - start
                 continue
+            places = index[start:end]  # (tokens,) where the run's image or video tokens are in the row
+            if mixed:
+                if (
+                    start - 2 < max(last_doc, free)
+                    or end + 2 > len(index)
+                    or new_doc[end : end + 2].any()
+                    or (kinds[start - 2 : start] != TEXT).any()
+                    or (kinds[end : end + 2] != TEXT).any()
+                ):
+                    raise ValueError(
+                        f"use_audio_in_video=True: the video with its audio at row {row}, token "
+                        f"{int(index[start])} needs 2 text tokens (its start markers) just before it and 2 "
+                        "(its end markers) just after it, in its document"
+                    )
+                pieces[-1] = pieces[-1].clone()  # the start markers: one position
+                pieces[-1][:, -1] -= 1
+                p0 = p = p - 1
+                kind, vision = VIDEO, kinds[start:end] == VIDEO
+                places = places[vision]
             name = "image_grid_thw" if kind == IMAGE else "video_grid_thw"
-            tokens = end - start
+            tokens, first = len(places), used[kind]
+            grid_pieces: list[Tensor] = []
             while tokens:
                 n = used[kind]
                 if n == len(grids[kind]):
                     raise ValueError(
                         f"{name} has {n} grids, but row {row} has more {name[:5]} tokens from token "
-                        f"{int(index[end - tokens])} on (one grid per image or video, in order)"
+                        f"{int(places[-tokens])} on (one grid per image or video, in order)"
                     )
                 gt, gh, gw = grids[kind][n]
                 count = gt * (gh // m) * (gw // m)
                 if count > tokens:
                     raise ValueError(
                         f"{name}[{n}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but row "
-                        f"{row} has a run of {tokens} {name[:5]} tokens from token {int(index[end - tokens])}"
+                        f"{row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
                     )
-                scale = scales[n] if kind == VIDEO else None
-                pieces.append(_grid(gt, gh // m, gw // m, p, scale))
-                p += max(gh, gw) // m
+                grid = _grid(gt, gh // m, gw // m, p, factors[kind][n])
+                grid_pieces.append(grid)
+                p = int(grid.max()) + 1 if omni else p + max(gh, gw) // m
                 used[kind] += 1
                 tokens -= count
+            if not mixed:
+                pieces += grid_pieces
+                continue
+            if len(grid_pieces) != 1:
+                raise ValueError(
+                    f"use_audio_in_video=True: a run of video and audio tokens is one video with its audio, "
+                    f"but the one at row {row}, token {int(index[start])} holds the tokens of "
+                    f"video_grid_thw[{first}:{used[VIDEO]}]"
+                )
+            audio = torch.arange(p0, p0 + end - start - len(places)).expand(3, -1)
+            piece = torch.empty(3, end - start, dtype=torch.long)
+            piece[:, vision], piece[:, ~vision] = grid_pieces[0], audio
+            pieces.append(piece)
+            if not vision[-1]:  # ends with audio: what follows starts after the audio
+                p = p0 + audio.shape[1]
+            free = end + 2
         if pieces:
             row_positions = torch.cat(pieces, dim=1)  # (3, tokens)
             positions[:, row].index_copy_(1, index, row_positions)
@@ -148,11 +241,12 @@ def mrope_positions(
     return positions.to(device), deltas.to(device)
 
 
-def _grid(t: int, h: int, w: int, start: int, scale: Tensor | None) -> Tensor:
+def _grid(t: int, h: int, w: int, start: int, factors: tuple[Tensor | float, ...]) -> Tensor:
     """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first."""
     time = torch.arange(t)
-    if scale is not None:
-        time = (time * scale).long()  # rounds toward 0 in the scale's dtype, as transformers does
+    for factor in factors:
+        time = time * factor
+    time = time.long()  # rounds toward 0 in the factors' dtype, as transformers does
     axes = torch.meshgrid(time, torch.arange(h), torch.arange(w), indexing="ij")
     return torch.stack(axes).reshape(3, -1) + start
 
@@ -168,18 +262,23 @@ def _integer_tensor(name: str, value: object, shape: str) -> Tensor:
 
 
 def _host_tokens(
-    token_types: object, attention_mask: object, document_ids: object
+    token_types: object, attention_mask: object, document_ids: object, top: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(types, keep, docs)``: ``(b, t)`` CPU tensors, checked."""
+    """``(types, keep, docs)``: ``(b, t)`` CPU tensors, checked; token types ``0..top``."""
     types = _integer_tensor("token_types", token_types, "(batch, seq)")
     if types.dim() != 2:
         raise ValueError(f"token_types must have shape (batch, seq), got shape {tuple(types.shape)}")
-    bad = (types < TEXT) | (types > VIDEO)
+    bad = (types < TEXT) | (types > top)
     if bad.any():
         at = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(
-            f"token_types must hold 0 (text), 1 (image) or 2 (video), got {int(types[at])} at {at}"
+        value = int(types[at])
+        accepted = (
+            "0 (text), 1 (image), 2 (video) or 3 (audio)"
+            if top == AUDIO
+            else "0 (text), 1 (image) or 2 (video)"
         )
+        hint = " (audio tokens are Qwen2.5-Omni's: give position_id_per_seconds)" if value == AUDIO else ""
+        raise ValueError(f"token_types must hold {accepted}, got {value} at {at}{hint}")
     shape = tuple(types.shape)
     if attention_mask is None:
         keep = torch.ones(shape, dtype=torch.bool)
@@ -222,13 +321,13 @@ def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
     return rows
 
 
-def _host_time_scales(value: object, videos: int) -> Tensor:
+def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
     """``(n_videos,)`` time scales, finite and ``>= 0``; float32 unless given as a float tensor."""
     if value is None:
         return torch.ones(videos)
     if isinstance(value, Tensor):
         if value.dtype == torch.bool or value.is_complex():
-            raise TypeError(f"video_time_scale must be a real tensor, got dtype {value.dtype}")
+            raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
         scales = value.to(_CPU)
         scales = scales if scales.is_floating_point() else scales.float()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -239,17 +338,17 @@ def _host_time_scales(value: object, videos: int) -> Tensor:
         scales = torch.tensor([float(v) for v in value])
     else:
         raise TypeError(
-            f"video_time_scale must be a number, a list of numbers or a (n_videos,) tensor, got {short(value)}"
+            f"{name} must be a number, a list of numbers or a (n_videos,) tensor, got {short(value)}"
         )
     if scales.dim() == 0:
         scales = scales.expand(videos)
     if tuple(scales.shape) != (videos,):
         raise ValueError(
-            f"video_time_scale must be a number or have shape (n_videos,) = ({videos},) (one per row of "
+            f"{name} must be a number or have shape (n_videos,) = ({videos},) (one per row of "
             f"video_grid_thw), got shape {tuple(scales.shape)}"
         )
     bad = ~(torch.isfinite(scales) & (scales >= 0))
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ValueError(f"video_time_scale must be finite and >= 0, got {float(scales[i])} for video {i}")
+        raise ValueError(f"{name} must be finite and >= 0, got {float(scales[i])} for video {i}")
     return scales

@@ -1,6 +1,7 @@
 """mrope_positions: equal to transformers' Qwen2-VL / Qwen2.5-VL ``get_rope_index`` on whole tensors
-(random layouts of text, images and videos, left padding, video time scales), packed documents equal
-to each document alone, and the rotation of the model's own rotary module on those positions."""
+(random layouts of text, images and videos, left padding, video time scales) and to Qwen2.5-Omni's
+(time-aligned videos, audio, videos interleaved with their audio), packed documents equal to each
+document alone, and the rotation of the model's own rotary module on those positions."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import posenc
 from posenc.functional import axes_last, mrope_positions
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hfo  # noqa: E402
+from transformers.models.qwen2_5_omni import processing_qwen2_5_omni as hfo_proc  # noqa: E402
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
 from transformers.models.qwen2_vl import modeling_qwen2_vl as hf2  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
-TEXT, IMAGE, VIDEO = 0, 1, 2
+TEXT, IMAGE, VIDEO, AUDIO = 0, 1, 2, 3
 MODELS = {
     "qwen2_vl": (hf2.Qwen2VLModel, transformers.Qwen2VLConfig),
     "qwen2_5_vl": (hf25.Qwen2_5_VLModel, transformers.Qwen2_5_VLConfig),
@@ -352,3 +355,332 @@ def test_a_row_of_padding_only_and_documents_given_once_for_every_row():
     )
     assert positions[:, 0].tolist() == [[0, 1, 1, 0, 1], [0, 1, 1, 0, 1], [0, 1, 2, 0, 1]]
     assert deltas.tolist() == [[2 - 5]]  # the last document's next position (2) minus the tokens (5)
+
+
+# --- Qwen2.5-Omni: time-aligned videos, audio, and videos with their audio interleaved
+_THINKER = transformers.Qwen2_5OmniThinkerConfig()
+# the thinker's config has no vision start/end ids in transformers 5.24 (its checkpoints' config.json do)
+_TALKER = transformers.Qwen2_5OmniTalkerConfig()
+OMNI_IDS = {
+    "text": 1000,
+    IMAGE: _THINKER.image_token_id,
+    VIDEO: _THINKER.video_token_id,
+    AUDIO: _THINKER.audio_token_id,
+    "vision_start": _TALKER.vision_start_token_id,
+    "vision_end": _TALKER.vision_end_token_id,
+    "audio_start": _THINKER.audio_start_token_id,
+    "audio_end": _THINKER.audio_end_token_id,
+}
+RATE, CHUNK = _THINKER.position_id_per_seconds, _THINKER.seconds_per_chunk  # 25 positions a second, 2 s
+
+
+def _omni_get_rope_index(input_ids, **kwargs):
+    """Qwen2.5-Omni thinker's own get_rope_index on its default config (no weights)."""
+    cls = hfo.Qwen2_5OmniPreTrainedModelForConditionalGeneration
+    fields = {
+        k: getattr(_THINKER, k)
+        for k in ("image_token_id", "video_token_id", "audio_token_id", "audio_start_token_id")
+    }
+    config = types.SimpleNamespace(
+        **fields,
+        vision_start_token_id=OMNI_IDS["vision_start"],
+        position_id_per_seconds=RATE,
+        seconds_per_chunk=CHUNK,
+    )
+    host = types.SimpleNamespace(config=config, spatial_merge_size=_THINKER.vision_config.spatial_merge_size)
+    for name in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
+        setattr(host, name, types.MethodType(getattr(cls, name), host))
+    return cls.get_rope_index(host, input_ids, **kwargs)
+
+
+def _interleaved(grid: list[int], seconds: float, audio: int) -> list[int]:
+    """The token types of a video with its audio as Qwen2.5-Omni's processor lays them out (its own chunking)."""
+    t, h, w = grid
+    frames = torch.arange(t).repeat_interleave((h // 2) * (w // 2)).double().numpy() * seconds * RATE
+    chunks = int(RATE * CHUNK)
+    chunked = hfo_proc.Qwen2_5OmniProcessor.get_chunked_index
+    video, sound = chunked(None, frames, chunks), chunked(None, torch.arange(audio).numpy(), chunks)
+    kinds: list[int] = []
+    for j in range(max(len(video), len(sound))):
+        for kind, spans in ((VIDEO, video), (AUDIO, sound)):
+            if j < len(spans):
+                kinds += [kind] * (spans[j][1] - spans[j][0])
+    return kinds
+
+
+def _omni_document(gen: torch.Generator, audio_in_video: bool):
+    """(token ids, image grids, video grids, seconds per grid, audio feature lengths) of one random document."""
+    ids, images, videos, seconds, audios = [], [], [], [], []
+    pick = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+    for _ in range(pick(1, 5)):
+        ids += [OMNI_IDS["text"]] * pick(1, 4)
+        kind = pick(0, 4)
+        if kind == IMAGE:
+            images.append([1, 2 * pick(1, 3), 2 * pick(1, 3)])
+            count = images[-1][1] * images[-1][2] // 4
+            ids += [OMNI_IDS["vision_start"], *[OMNI_IDS[IMAGE]] * count, OMNI_IDS["vision_end"]]
+        elif kind == AUDIO or (kind == VIDEO and audio_in_video):
+            n = pick(1, 160)  # audio tokens: 25 a second
+            audios.append(4 * n)  # feature frames: ((4n - 1) // 2 + 1 - 2) // 2 + 1 = n tokens
+            body = [OMNI_IDS[AUDIO]] * n
+            if kind == VIDEO:
+                videos.append([pick(1, 5), 2 * pick(1, 3), 2 * pick(1, 3)])
+                seconds.append(float(torch.rand((), generator=gen) * 2.5))
+                body = [OMNI_IDS[k] for k in _interleaved(videos[-1], seconds[-1], n)]
+                body = [OMNI_IDS["vision_start"], OMNI_IDS["audio_start"], *body, OMNI_IDS["audio_end"]]
+                ids += [*body, OMNI_IDS["vision_end"]]
+            else:
+                ids += [OMNI_IDS["audio_start"], *body, OMNI_IDS["audio_end"]]
+        elif kind == VIDEO:
+            videos.append([pick(1, 5), 2 * pick(1, 3), 2 * pick(1, 3)])
+            seconds.append(float(torch.rand((), generator=gen) * 2.5))
+            count = videos[-1][0] * videos[-1][1] * videos[-1][2] // 4
+            ids += [OMNI_IDS["vision_start"], *[OMNI_IDS[VIDEO]] * count, OMNI_IDS["vision_end"]]
+    return ids, images, videos, seconds, audios
+
+
+def _omni_types(input_ids: torch.Tensor) -> torch.Tensor:
+    """transformers' mm_token_type_ids: 1 image, 2 video, 3 audio, 0 the rest."""
+    token_types = torch.zeros_like(input_ids)
+    for kind in (IMAGE, VIDEO, AUDIO):
+        token_types[input_ids == OMNI_IDS[kind]] = kind
+    return token_types
+
+
+def _omni_batch(docs, pad: int):
+    """Left-padded (input_ids, mask) and the inputs both functions share, from documents."""
+    t = max(len(d[0]) for d in docs) + pad
+    input_ids = torch.zeros(len(docs), t, dtype=torch.long)
+    mask = torch.zeros(len(docs), t, dtype=torch.long)
+    for r, d in enumerate(docs):
+        input_ids[r, t - len(d[0]) :] = torch.tensor(d[0])
+        mask[r, t - len(d[0]) :] = 1
+    grids = {
+        name: torch.tensor([g for d in docs for g in d[i]]) if any(d[i] for d in docs) else None
+        for name, i in (("image_grid_thw", 1), ("video_grid_thw", 2))
+    }
+    seconds = torch.tensor([s for d in docs for s in d[3]])  # float32, as the processor gives
+    audio_seqlens = torch.tensor([a for d in docs for a in d[4]], dtype=torch.long)
+    return input_ids, mask, grids, seconds, audio_seqlens
+
+
+@pytest.mark.parametrize("use_audio_in_video", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_equals_qwen2_5_omni_get_rope_index(use_audio_in_video, rows):
+    """Text, images, time-aligned videos, audio and (use_audio_in_video) videos interleaved with their
+    audio, one row or three left padded: whole tensors equal to Qwen2.5-Omni's own, but for the padding,
+    which it sets to 1."""
+    gen = torch.Generator().manual_seed(4)
+    checked, pad = 0, rows > 1
+    for _ in range(16):
+        docs = [_omni_document(gen, use_audio_in_video) for _ in range(rows)]
+        input_ids, mask, grids, seconds, audio_seqlens = _omni_batch(docs, 2 if pad else 0)
+        if grids["image_grid_thw"] is None and grids["video_grid_thw"] is None:
+            continue  # transformers needs a grid to go past plain text positions
+        masks = {"attention_mask": mask} if pad else {}
+        want, want_deltas = _omni_get_rope_index(
+            input_ids,
+            **grids,
+            **masks,
+            use_audio_in_video=use_audio_in_video,
+            audio_seqlens=audio_seqlens,
+            second_per_grids=seconds,
+        )
+        got, deltas = mrope_positions(
+            _omni_types(input_ids),
+            **grids,
+            **masks,
+            position_id_per_seconds=RATE,
+            second_per_grids=seconds,
+            use_audio_in_video=use_audio_in_video,
+        )
+        assert torch.equal(want.masked_fill(mask == 0, 1), want)  # transformers' padding: 1
+        assert torch.equal(got, want.masked_fill(mask == 0, 0))
+        assert torch.equal(deltas, want_deltas)
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    ("seconds", "want"),
+    [
+        # frames at 0 s and 1 s: both in the first 2 s chunk, before the audio; the run ends with audio, so
+        # the end markers follow the audio (12) although the second frame sits at time 27
+        (1.0, [0, 1, 1, 2, 27, *range(2, 12), 12, 12, 13]),
+        # frames at 0 s and 2 s: two chunks, the audio between; the run ends with the frame at 52
+        (2.0, [0, 1, 1, 2, *range(2, 12), 52, 53, 53, 54]),
+    ],
+)
+def test_video_with_its_audio_by_hand(seconds, want):
+    """A 2-frame video of 1 token a frame with 10 audio tokens: the start markers share one position, as do
+    the end markers; video time = frame * seconds * 25; audio = 1 position per token from the video's start."""
+    grid = torch.tensor([[2, 2, 2]])
+    body = _interleaved([2, 2, 2], seconds, 10)
+    text, start, end = OMNI_IDS["text"], OMNI_IDS["vision_start"], OMNI_IDS["vision_end"]
+    ids = [
+        text,
+        start,
+        OMNI_IDS["audio_start"],
+        *(OMNI_IDS[k] for k in body),
+        OMNI_IDS["audio_end"],
+        end,
+        text,
+    ]
+    input_ids = torch.tensor([ids])
+    seconds_t = torch.tensor([seconds])
+    got, deltas = mrope_positions(
+        _omni_types(input_ids),
+        video_grid_thw=grid,
+        position_id_per_seconds=25,
+        second_per_grids=seconds_t,
+        use_audio_in_video=True,
+    )
+    assert got[0, 0].tolist() == want
+    assert got[1, 0].tolist() == [
+        p if k != VIDEO else 2 for p, k in zip(want, _omni_types(input_ids)[0], strict=True)
+    ]
+    expected = _omni_get_rope_index(
+        input_ids,
+        video_grid_thw=grid,
+        use_audio_in_video=True,
+        audio_seqlens=torch.tensor([40]),
+        second_per_grids=seconds_t,
+    )
+    assert torch.equal(got, expected[0]) and torch.equal(deltas, expected[1])
+    assert deltas.item() == max(want) + 1 - len(ids)
+
+
+def test_qwen2_5_omni_text_and_audio_only():
+    """No image or video: transformers' plain positions (its other branch), audio tokens count as text."""
+    gen = torch.Generator().manual_seed(5)
+    docs = [_omni_document(gen, False) for _ in range(4)]
+    docs = [d for d in docs if not d[1] and not d[2]] + [
+        ([1000] * 3, [], [], [], []),
+        ([1000, *[OMNI_IDS[AUDIO]] * 4], [], [], [], [8]),
+    ]
+    input_ids, mask, _, _, _ = _omni_batch(docs, 1)
+    want, want_deltas = _omni_get_rope_index(input_ids, attention_mask=mask)
+    got, deltas = mrope_positions(_omni_types(input_ids), attention_mask=mask, position_id_per_seconds=25)
+    assert (_omni_types(input_ids) == AUDIO).any()
+    assert torch.equal(got, want.masked_fill(mask == 0, 0)) and torch.equal(deltas, want_deltas)
+
+
+def test_qwen2_5_omni_packed_documents_each_as_if_alone():
+    gen = torch.Generator().manual_seed(20)
+    docs = [_omni_document(gen, True) for _ in range(3)]
+    ids = torch.tensor([[t for d in docs for t in d[0]] + [0]])  # one row of 3 documents and 1 padding token
+    doc_ids = torch.tensor([[n + 1 for n, d in enumerate(docs) for _ in d[0]] + [0]])
+    assert all(d[2] and d[4] for d in docs)  # every document holds videos with their audio
+    grids, seconds = _omni_batch(docs, 0)[2:4]
+    kwargs = dict(position_id_per_seconds=25, use_audio_in_video=True)
+    positions, deltas = mrope_positions(
+        _omni_types(ids),
+        **grids,
+        second_per_grids=seconds,
+        attention_mask=doc_ids != 0,
+        document_ids=doc_ids,
+        **kwargs,
+    )
+    at, videos = 0, 0
+    for d in docs:
+        alone, _ = mrope_positions(
+            _omni_types(torch.tensor([d[0]])),
+            image_grid_thw=torch.tensor(d[1]) if d[1] else None,
+            video_grid_thw=torch.tensor(d[2]) if d[2] else None,
+            second_per_grids=seconds[videos : videos + len(d[2])],
+            **kwargs,
+        )
+        assert torch.equal(positions[:, :, at : at + len(d[0])], alone)
+        at, videos = at + len(d[0]), videos + len(d[2])
+    assert int(deltas) + at == int(alone.max()) + 1  # decoding continues the last document
+    assert not positions[:, 0, -1].any()
+
+
+V = torch.tensor([[2, 2, 2]])
+AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 1 audio token, markers
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"token_types": AV, "use_audio_in_video": True},
+            ValueError,
+            "use_audio_in_video=True is Qwen2.5-Omni's: give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 25, "video_time_scale": 1.0},
+            ValueError,
+            "video_time_scale is Qwen2.5-VL's; with position_id_per_seconds give second_per_grids",
+        ),
+        (
+            {"token_types": IMG, "image_grid_thw": G, "second_per_grids": 1.0},
+            ValueError,
+            "second_per_grids is Qwen2.5-Omni's: give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 0},
+            ValueError,
+            "position_id_per_seconds must be a finite number > 0, got 0",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 25, "use_audio_in_video": 1},
+            TypeError,
+            "use_audio_in_video must be a bool, got 1",
+        ),
+        (
+            {
+                "token_types": AV,
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "second_per_grids": [-1.0],
+            },
+            ValueError,
+            "second_per_grids must be finite and >= 0, got -1.0 for video 0",
+        ),
+        (
+            {"token_types": torch.tensor([[0, 4]]), "position_id_per_seconds": 25},
+            ValueError,
+            r"0 \(text\), 1 \(image\), 2 \(video\) or 3 \(audio\), got 4 at \(0, 1\)",
+        ),
+        (
+            {"token_types": torch.tensor([[0, 3]])},
+            ValueError,
+            "got 3 at .*audio tokens are Qwen2.5-Omni's: give position_id_per_seconds",
+        ),
+        (
+            {
+                "token_types": AV[:, 1:],
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            r"the video with its audio at row 0, token 1 needs 2 text tokens \(its start markers\) just before",
+        ),
+        (
+            {
+                "token_types": AV[:, :-1],
+                "video_grid_thw": V,
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            "the video with its audio at row 0, token 2 needs .* 2 \\(its end markers\\) just after it",
+        ),
+        (
+            {
+                "token_types": torch.tensor([[0, 0, 2, 3, 2, 2, 0, 0]]),
+                "video_grid_thw": torch.tensor([[2, 2, 2], [1, 2, 2]]),
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            r"one video with its audio, but the one at row 0, token 2 holds the tokens of video_grid_thw\[0:2\]",
+        ),
+    ],
+)
+def test_bad_omni_inputs_name_argument_value_and_expectation(kwargs, error, match):
+    kwargs = dict(kwargs)
+    with pytest.raises(error, match=match):
+        mrope_positions(kwargs.pop("token_types"), **kwargs)
