@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention import ENCODINGS, TOL, make, qkv, reference
+from test_attend import ENCODINGS, TOL, make, qkv, reference
 from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 
 import posenc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention import ENCODINGS, TOL, make, qkv, reference
+from test_attend import ENCODINGS, TOL, make, qkv, reference
 from transformers import masking_utils
 
 import posenc
