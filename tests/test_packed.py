@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from nn.test_model import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 from test_attend import ENCODINGS, TOL, make, qkv, reference
-from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 
 import posenc
 from posenc.attend import attention

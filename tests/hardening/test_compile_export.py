@@ -160,5 +160,5 @@ def test_export_transformer_lm(position: str) -> None:
             torch.testing.assert_close(program.module()(ids), model(ids), rtol=0, atol=COMPILE_ATOL)
 
 
-# Compiling a whole TransformerLM without recompiles per length is tests/test_nn.py's
+# Compiling a whole TransformerLM without recompiles per length is tests/nn/test_model.py's
 # test_model_compiles_fullgraph_without_recompiling_per_length (every encoding under -m slow).
