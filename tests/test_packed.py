@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from nn.test_model import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
+from nn.models import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
 from test_attend import ENCODINGS, TOL, make, qkv, reference
 
 import posenc
