@@ -161,3 +161,18 @@ def test_per_layer_model_with_windows_compiles_and_exports():
             model, (short,), dynamic_shapes=({1: torch.export.Dim("t", min=2, max=512)},)
         )
         torch.testing.assert_close(program.module()(long), model(long), **LOGITS_TOL)
+
+
+def test_model_per_layer_window_decodes_like_the_full_forward():
+    torch.manual_seed(0)
+    model = posenc.nn.TransformerLM(61, 32, 3, 4, position="rope", window=[4, None, 2]).eval()
+    ids = torch.randint(0, 61, (2, 12))
+    full = model(ids)
+    cache = posenc.nn.KVCache()
+    steps = [model(ids[:, :5], cache=cache)] + [model(ids[:, i : i + 1], cache=cache) for i in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    # A window changes the outputs past it.
+    plain = posenc.nn.TransformerLM(61, 32, 3, 4, position="rope").eval()
+    plain.load_state_dict(model.state_dict())
+    assert not torch.allclose(plain(ids)[:, 6:], full[:, 6:])
+    torch.testing.assert_close(plain(ids)[:, :2], full[:, :2])
