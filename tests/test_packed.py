@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attention import ENCODINGS, TOL, make, qkv, reference
-from test_nn import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
+from nn.models import LM_ENCODINGS, LOGITS_TOL, VOCAB, make_model
+from test_attend import ENCODINGS, TOL, make, qkv, reference
 
 import posenc
 from posenc.attend import attention

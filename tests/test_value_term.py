@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention import qkv
+from test_attend import qkv
 from torch import Tensor, nn
 
 from posenc._positions import resolve_qk_positions

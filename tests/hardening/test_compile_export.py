@@ -110,7 +110,7 @@ def test_compile_fullgraph_with_bounded_recompiles(main_entry: Entry) -> None:
 #: The rows compiled with inductor in the default run, one per kind (additive, bias); the others
 #: run with -m slow. The rotary kind's default inductor test is tests/encodings/test_rotary.py's
 #: test_compiles_fullgraph_once_for_all_lengths (the prepared state, two layers, YaRN), the
-#: attention path's tests/test_attention.py's test_compiles_fullgraph_without_recompiling_per_length.
+#: attention path's tests/test_attend.py's test_compiles_fullgraph_without_recompiling_per_length.
 INDUCTOR_DEFAULT = ("sinusoidal", "t5-causal")
 
 
@@ -160,5 +160,5 @@ def test_export_transformer_lm(position: str) -> None:
             torch.testing.assert_close(program.module()(ids), model(ids), rtol=0, atol=COMPILE_ATOL)
 
 
-# Compiling a whole TransformerLM without recompiles per length is tests/test_nn.py's
+# Compiling a whole TransformerLM without recompiles per length is tests/nn/test_model.py's
 # test_model_compiles_fullgraph_without_recompiling_per_length (every encoding under -m slow).

@@ -691,3 +691,74 @@ def test_per_head_bias_specs_cover_the_known_encodings():
     found = {spec.split("(")[0] for spec in per_head_bias_specs()}
     assert {"alibi", "kerple", "fire", "shaw"} <= found
     assert found & {"t5", "relative_bias"} and found & {"transformer_xl", "relpos_xl"}
+
+
+# --- sliding windows ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_window_matches_reference(name, causal, backend):
+    enc = make(name, causal)
+    q, k, v = qkv(tq=13, tk=13)
+    out = attention(q, k, v, enc, causal=causal, window=4, backend=backend, chunk_size=5)
+    expected = reference(q, k, v, enc, causal=causal, window=4)
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "rope", "none"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_with_explicit_positions_padding_and_decoding(name, causal):
+    enc = make(name, causal)
+    q, k, v = qkv(tq=5, tk=12)
+    positions = torch.stack([torch.arange(3, 15), torch.arange(12) * 2])  # (b, tk), per row
+    keep = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+    keep[0, ..., :2] = False
+    for kwargs in ({}, {"k_positions": positions}, {"attn_mask": keep}):
+        out = attention(q, k, v, enc, causal=causal, window=3, backend="chunked", chunk_size=2, **kwargs)
+        expected = reference(q, k, v, enc, causal=causal, window=3, **kwargs)
+        torch.testing.assert_close(out, expected, **TOL[torch.float32])
+
+
+def test_window_larger_than_the_sequence_changes_nothing():
+    enc = make("alibi", True)
+    q, k, v = qkv(tq=9, tk=9)
+    torch.testing.assert_close(
+        attention(q, k, v, enc, causal=True, window=100), attention(q, k, v, enc, causal=True)
+    )
+
+
+@pytest.mark.parametrize("name", ["alibi", "none"])
+def test_window_at_default_positions_reads_only_the_keys_each_chunk_sees(monkeypatch, name):
+    """The Toeplitz path: each chunk's mask is a view of one (h, tq + tk - 1) vector, and its keys
+    are the window's, not all of them."""
+    calls = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy_sdpa(q, k, v, attn_mask=None, **kwargs):
+        calls.append((k.shape[-2], attn_mask.untyped_storage().nbytes()))
+        return real_sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
+    enc = make(name, True) if name != "none" else None
+    q, k, v = qkv(tq=64, tk=64)
+    out = attention(q, k, v, enc, causal=True, window=8, chunk_size=16)
+    assert len(calls) == 4
+    # 16 queries with a window of 8 see 16 + 7 keys (fewer for the first chunk).
+    assert sorted(tk for tk, _ in calls) == [16, 23, 23, 23], calls
+    assert all(nbytes <= 4 * 4 * (64 + 64) for _, nbytes in calls), calls
+    torch.testing.assert_close(out, reference(q, k, v, enc, causal=True, window=8), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize(
+    ("window", "error", "match"),
+    [
+        (0, ValueError, r"window must be a positive int, got 0"),
+        (2.0, TypeError, r"window must be a positive int"),
+    ],
+)
+def test_bad_window(window, error, match):
+    q, k, v = qkv()
+    with pytest.raises(error, match=match):
+        attention(q, k, v, None, causal=True, window=window)

@@ -1,0 +1,179 @@
+"""posenc.nn.KVCache: decoding with the cache equals the full forward (dynamic and static caches,
+padding, explicit positions), and a cache that does not fit the call is refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nn.models import HEADS, LM_ENCODINGS, LOGITS_TOL, VOCAB, D, ids, make_model
+from posenc.nn import KVCache, MultiheadAttention, TransformerLM
+
+# tiny tensors: one thread (on a loaded 2-core machine, thread contention costs 100x)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("position", LM_ENCODINGS)
+def test_decode_step_by_step_equals_full_forward(position):
+    model = make_model(position)
+    x = ids(t=12)
+    full = model(x)
+    cache = KVCache()
+    steps = [model(x[:, :5], cache=cache)]  # a prompt, then one token at a time
+    steps += [model(x[:, i : i + 1], cache=cache) for i in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
+    assert len(cache) == 12
+
+
+@pytest.mark.parametrize("position", LM_ENCODINGS)
+def test_decode_with_left_padding_equals_unpadded(position):
+    """A left-padded batch decoded with a cache gives each sequence's own logits."""
+    model = make_model(position)
+    a, b = ids(b=1, t=8, seed=3)[0], ids(b=1, t=5, seed=4)[0]
+    batch = torch.stack([a, torch.cat([torch.zeros(3, dtype=torch.long), b])])
+    mask = torch.tensor([[True] * 8, [False] * 3 + [True] * 5])
+    cache = KVCache()
+    prompt = model(batch[:, :6], attention_mask=mask[:, :6], cache=cache)
+    steps = [prompt] + [
+        model(batch[:, i : i + 1], attention_mask=mask[:, : i + 1], cache=cache) for i in range(6, 8)
+    ]
+    out = torch.cat(steps, dim=1)
+    torch.testing.assert_close(out[0], model(a[None])[0], **LOGITS_TOL)
+    torch.testing.assert_close(out[1, 3:], model(b[None])[0], **LOGITS_TOL)
+
+
+# --- hard to misuse (issue 12) ------------------------------------------------------------------
+
+
+def test_cache_of_another_model_or_encoding_is_refused():
+    two = TransformerLM(VOCAB, D, 2, HEADS, position="rope")
+    three = TransformerLM(VOCAB, D, 3, HEADS, position="rope")
+    cache = KVCache()
+    two(ids(), cache=cache)
+    with pytest.raises(ValueError, match=r"filled by a model with 2 layers, but this model has num_layers=3"):
+        three(ids(t=1), cache=cache)
+    rope = MultiheadAttention(D, HEADS, "rope", causal=True)
+    alibi = MultiheadAttention(D, HEADS, "alibi", causal=True)
+    cache = KVCache()
+    x = torch.randn(2, 5, D)
+    rope(x, cache=cache)
+    with pytest.raises(ValueError, match=r"layer 0 of this KVCache holds keys encoded by RoPE.*not by ALiBi"):
+        alibi(x[:, :1], cache=cache)
+    with pytest.raises(ValueError, match=r"layer must be >= 0, got -1"):
+        rope(x, cache=cache, layer=-1)
+    with pytest.raises(TypeError, match=r"layer must be an int"):
+        rope(x, cache=cache, layer=True)
+
+
+# --- the KV cache: no silent wrong results; a static cache ------------------------------------------------
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5", "learned", "mrope"])
+def test_default_positions_continue_an_explicit_position_prefill(position):
+    """A prompt prefilled at positions 40..49, then a step with default positions: the new token
+    is at 50 (the largest cached position + 1), not at 10 (the cache length), where causality by
+    position would hide the whole prompt from it (positions below the learned table's 64)."""
+    model = make_model(position).eval()
+    x = ids(t=11)
+    start = torch.arange(40, 50)
+    full = model(x, positions=torch.arange(40, 51))
+    cache = KVCache()
+    model(x[:, :10], positions=start, cache=cache)
+    step = model(x[:, 10:], cache=cache)
+    torch.testing.assert_close(step, full[:, 10:], **LOGITS_TOL)
+    # per row: each continues from its own largest position
+    rows = torch.stack([torch.arange(40, 50), torch.arange(3, 13)])
+    cache = KVCache()
+    model(x[:, :10], positions=rows, cache=cache)
+    step = model(x[:, 10:], cache=cache)
+    expected = model(x, positions=torch.cat([rows, torch.tensor([[50], [13]])], dim=1))[:, 10:]
+    torch.testing.assert_close(step, expected, **LOGITS_TOL)
+
+
+def test_mrope_continues_from_the_largest_position_on_any_axis():
+    """Qwen-VL's rule: text after an image continues from the largest position on any axis + 1."""
+    model = make_model("mrope").eval()
+    x = ids(b=1, t=5)
+    grid = torch.tensor([[0, 0, 0], [1, 1, 1], [1, 1, 2], [1, 2, 1], [1, 2, 2]])  # text, then a 2x2 image
+    cache = KVCache()
+    model(x[:, :4], positions=grid[:4], cache=cache)
+    assert cache.next_positions(0, 2).tolist() == [3, 4]
+    step = model(x[:, 4:], cache=cache)
+    text = torch.tensor([[3, 3, 3]])
+    expected = model(x, positions=torch.cat([grid[:4], text]))[:, 4:]
+    torch.testing.assert_close(step, expected, **LOGITS_TOL)
+
+
+@pytest.mark.parametrize("capacity", [None, 10])
+def test_mrope_decodes_explicit_text_positions_per_row(capacity):
+    """(b, t) text positions of an M-RoPE model (the same on every axis), decoded with either cache."""
+    model = make_model("mrope").eval()
+    x = ids(t=8)
+    rows = torch.stack([torch.arange(8), torch.arange(3, 11)])
+    cache = KVCache(capacity=capacity)
+    steps = [
+        model(x[:, :5], positions=rows[:, :5], cache=cache),
+        model(x[:, 5:], positions=rows[:, 5:], cache=cache),
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(x, positions=rows), **LOGITS_TOL)
+
+
+def test_cache_of_another_batch_size_is_refused():
+    model = make_model("rope")
+    cache = KVCache()
+    model(ids(b=2, t=4), cache=cache)
+    with pytest.raises(
+        ValueError, match=r"holds a batch of 2 sequences, but the new tokens have batch size 3"
+    ):
+        model(ids(b=3, t=1), cache=cache)
+    layer = MultiheadAttention(D, HEADS, "alibi", causal=True)
+    cache = KVCache()
+    layer(torch.randn(2, 3, D), cache=cache)
+    with pytest.raises(ValueError, match=r"batch of 2 sequences, but the new tokens have batch size 1"):
+        layer(torch.randn(1, 1, D), cache=cache)
+
+
+@pytest.mark.parametrize("position", [*LM_ENCODINGS, "rope*1 + none"])
+def test_static_cache_decodes_to_the_full_forward(position):
+    """KVCache(capacity=n): the same logits as the full forward, plain and left-padded, with shapes
+    fixed by the capacity."""
+    model = make_model(position).eval()
+    x = ids(t=9)
+    full = model(x)
+    cache = KVCache(capacity=12)
+    steps = [model(x[:, :5], cache=cache)] + [model(x[:, i : i + 1], cache=cache) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
+    assert len(cache) == 9 and cache.static and cache.keys[0].shape[-2] == 12
+    assert cache.positions[0].shape[:2] == (2, 12)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, :3] = False
+    padded = model(x, attention_mask=mask)
+    slots = torch.zeros(2, 12, dtype=torch.bool)
+    slots[:, :9] = mask
+    cache = KVCache(capacity=12)
+    steps = [model(x[:, :5], attention_mask=slots, cache=cache)]
+    steps += [model(x[:, i : i + 1], attention_mask=slots, cache=cache) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1)[mask], padded[mask], **LOGITS_TOL)
+
+
+def test_static_cache_overflow_and_sizes_are_errors():
+    model = make_model("rope")
+    cache = KVCache(capacity=4)
+    model(ids(t=3), cache=cache)
+    with pytest.raises(ValueError, match=r"KVCache\(capacity=4\) holds 3 tokens: 2 more do not fit"):
+        model(ids(t=2), cache=cache)
+    with pytest.raises(ValueError, match=r"5 new tokens do not fit this KVCache\(capacity=4\)"):
+        model(ids(t=5), cache=KVCache(capacity=4))
+    with pytest.raises(ValueError, match=r"attention_mask must have shape .* = \(2, 4\)"):
+        model(ids(t=1), attention_mask=torch.ones(2, 4 + 1, dtype=torch.bool), cache=KVCache(capacity=4))
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        KVCache(capacity=0)
+
+
+def test_axial_positions_of_a_square_batch_are_axes_with_a_cache():
+    """AxialRoPE reads a rank-2 tensor as (t, a), also when b == t == a: the cache must not take it
+    as (b, t) text positions (M-RoPE's reading of that square case)."""
+    layer = MultiheadAttention(D, HEADS, "rope_axial", causal=True).eval()
+    x = torch.randn(2, 2, D)
+    coords = torch.tensor([[0, 1], [2, 3]])  # token 0 at (0, 1), token 1 at (2, 3)
+    torch.testing.assert_close(layer(x, positions=coords, cache=KVCache()), layer(x, positions=coords))
