@@ -40,8 +40,7 @@ _INTERLEAVED = {
     "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
     **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
     **dict.fromkeys(
-        ("glm4v", "glm4v_moe", "glm_image", "glm_ocr"),
-        "GLM-V: M-RoPE over neighbouring pairs (rotate_half_llm)",
+        ("glm4v", "glm_ocr"), "GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)"
     ),
     "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
 }
