@@ -124,6 +124,37 @@ def _head_dim(text: Any, rotary: Any) -> int:
     return head_dim or (width // heads if heads and width else dim)
 
 
+def _fit_mrope(text: Any, cls: type) -> Any:
+    """The rotary module of ``text`` made tiny (a composite config keeps a full-size text model) with
+    its ``mrope_section`` scaled to the tiny head's rotated pairs, written into ``rope_parameters``
+    (the model's default sections fill a full head: Qwen2-VL's [16, 24, 24] is 64 pairs)."""
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads"):
+        setattr(text, key, TINY[key])
+    if getattr(text, "head_dim", None):
+        text.head_dim = TINY["hidden_size"] // TINY["num_attention_heads"]
+    rotary = cls(text)
+    pairs, section = rotary.inv_freq.shape[-1], list(rotary.mrope_section)
+    scaled = [s * pairs // sum(section) for s in section]
+    text.rope_parameters["mrope_section"] = [scaled[0] + pairs - sum(scaled), *scaled[1:]]
+    return cls(text)
+
+
+def _references(module: Any, text: Any, rotary: Any) -> tuple:
+    """The layer types, random q and k, the position cases and the model's rotated (q, k) of each."""
+    takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
+    gen = torch.Generator().manual_seed(0)
+    head_dim = _head_dim(text, rotary)
+    q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
+    cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
+    references = {
+        (layer_type, name): _reference(module, text, rotary, q, k, pos, layer_type)
+        for layer_type in types
+        for name, pos in cases.items()
+    }
+    return types, q, k, cases, references
+
+
 def check_model_type(model_type: str) -> tuple[str, str]:
     """``(outcome, detail)`` for one model type, or ``("", "")`` when it has no text rotary embedding.
 
@@ -160,19 +191,16 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     if rotary is None:
         return "not built", reason
-    references = {}
     try:
-        takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
-        types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
-        gen = torch.Generator().manual_seed(0)
-        head_dim = _head_dim(text, rotary)
-        q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
-        cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
-        for layer_type in types:
-            for name, pos in cases.items():
-                references[layer_type, name] = _reference(module, text, rotary, q, k, pos, layer_type)
+        types, q, k, cases, references = _references(module, text, rotary)
     except Exception as err:
-        return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
+        try:  # M-RoPE sized for a full head: fit the text model and its sections to the tiny head, once
+            if not hasattr(rotary, "mrope_section"):
+                raise
+            rotary = _fit_mrope(text, type(rotary))
+            types, q, k, cases, references = _references(module, text, rotary)
+        except Exception:
+            return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
     for form in (config, config.to_dict()):
         try:
             encodings = layer_encodings(form)
