@@ -1617,6 +1617,27 @@ def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
     torch.testing.assert_close(from_dict(q, q), from_object(q, q), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "model_type", ["diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text"]
+)
+def test_gemma4_kin_rotate_their_full_layers_over_the_global_head_dim(model_type):
+    """By rule, as Gemma 4 by table: the config object's per_layer_config (which its class builds from
+    global_head_dim, default 512) widens the full layers; a config.json dict without per_layer_config
+    takes that default, as transformers loads it; the sliding layers keep head_dim."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=6, head_dim=64)
+    without = {k: v for k, v in config.to_dict().items() if k != "per_layer_config"}
+    from_object, from_dict = layer_encodings(config), layer_encodings(without)
+    assert [e.head_dim for e in from_object] == [64] * 5 + [512]
+    assert [repr(e) for e in from_dict] == [repr(e) for e in from_object]
+
+
+def test_a_per_layer_config_that_overrides_rope_is_refused():
+    config = {**RULE_BASE, "num_hidden_layers": 2, "per_layer_config": {"1": {"rope_theta": 5.0}}}
+    with pytest.raises(ValueError, match=r"per_layer_config\[1\] overrides 'rope_theta'"):
+        layer_encodings(config)
+
+
 def test_a_vision_tower_is_refused_by_rule():
     """MLCD's vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
     config = {
