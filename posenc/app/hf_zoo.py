@@ -114,7 +114,10 @@ def _reference(
         return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
 
 
-def _head_dim(text: Any, rotary: Any) -> int:
+def _head_dim(text: Any, rotary: Any, layer_type: Any) -> int:
+    per_layer = getattr(text, "per_layer_config", None)  # (Gemma 4: a head width per layer type)
+    if per_layer is not None and layer_type is not None:
+        return per_layer[layer_type].head_dim
     try:
         head_dim = getattr(text, "head_dim", None)
     except Exception:  # (Gemma 4: a per-layer attribute)
@@ -140,19 +143,18 @@ def _fit_mrope(text: Any, cls: type) -> Any:
 
 
 def _references(module: Any, text: Any, rotary: Any) -> tuple:
-    """The layer types, random q and k, the position cases and the model's rotated (q, k) of each."""
+    """The layer types, the position cases and, for each, random (q, k) as wide as that layer type's
+    head and the model's rotation of them."""
     takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
     types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
     gen = torch.Generator().manual_seed(0)
-    head_dim = _head_dim(text, rotary)
-    q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
     cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
-    references = {
-        (layer_type, name): _reference(module, text, rotary, q, k, pos, layer_type)
-        for layer_type in types
-        for name, pos in cases.items()
-    }
-    return types, q, k, cases, references
+    references = {}
+    for layer_type in types:
+        q, k = (torch.randn(2, 2, T, _head_dim(text, rotary, layer_type), generator=gen) for _ in range(2))
+        for name, pos in cases.items():
+            references[layer_type, name] = (q, k, *_reference(module, text, rotary, q, k, pos, layer_type))
+    return types, cases, references
 
 
 def check_model_type(model_type: str) -> tuple[str, str]:
@@ -192,13 +194,13 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     if rotary is None:
         return "not built", reason
     try:
-        types, q, k, cases, references = _references(module, text, rotary)
+        types, cases, references = _references(module, text, rotary)
     except Exception as err:
         try:  # M-RoPE sized for a full head: fit the text model and its sections to the tiny head, once
             if not hasattr(rotary, "mrope_section"):
                 raise
             rotary = _fit_mrope(text, type(rotary))
-            types, q, k, cases, references = _references(module, text, rotary)
+            types, cases, references = _references(module, text, rotary)
         except Exception:
             return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
     for form in (config, config.to_dict()):
@@ -220,7 +222,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                         f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates by (t, h, w)",
                     )
                 pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (3, b, t) -> (b, t, 3)
-                q_ref, k_ref = references[layer_type, name]
+                q, k, q_ref, k_ref = references[layer_type, name]
                 r = enc.head_dim
                 if r > q_ref.shape[-1] or not (
                     torch.equal(q_ref[..., r:], q[..., r:]) and torch.equal(k_ref[..., r:], k[..., r:])
