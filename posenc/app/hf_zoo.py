@@ -46,6 +46,8 @@ TINY: dict[str, Any] = {
     "num_hidden_layers": 2,
     "max_position_embeddings": 64,
 }
+#: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
+FIT = {"rotary_dim": 16}
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -106,6 +108,16 @@ def _reference(
         apply = module.apply_rotary_pos_emb_interleave  # DeepSeek V3: pairs in, halves out
     if list(inspect.signature(apply).parameters)[1] == "cos":  # one tensor at a time (Gemma 3n)
         return apply(q, cos, sin), apply(k, cos, sin)
+    if list(inspect.signature(apply).parameters)[1] == "sin":  # GPT-J, CodeGen: apply(x, sin, cos)
+        r = 2 * out[0].shape[-1]  # their rotary module's (sin, cos) are half as wide as the rotated channels
+
+        def rotate(
+            x: torch.Tensor,
+        ) -> torch.Tensor:  # x as (b, t, h, d); its first r channels, as their attention
+            x = x.transpose(1, 2)
+            return torch.cat([apply(x[..., :r], *out), x[..., r:]], -1).transpose(1, 2)
+
+        return rotate(q), rotate(k)
     try:
         return apply(q, k, cos, sin)
     except RuntimeError:  # partial rotary: the model passes only the rotated channels
@@ -180,7 +192,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = config_class(**TINY)
+            config = config_class(**TINY, **{k: v for k, v in FIT.items() if hasattr(config_class, k)})
         text = config.get_text_config()
     except Exception as err:  # (the tiny config does not fit this architecture)
         return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
