@@ -218,6 +218,13 @@ def _nested(
                 )
         return legacy({}) | {name: dict(value) for name, value in raw.items()}
     if raw and any(isinstance(v, Mapping) for v in raw.values()):
+        for name, value in raw.items():
+            if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
+                raise ValueError(
+                    f"{model_type} config: rope_parameters[{name!r}] is None: those layers do not rotate, and "
+                    "what the model's code does there instead (Beam scales its queries by position) is not "
+                    "in the config; posenc does not convert it"
+                )
         raise ValueError(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
             "give one dict per layer type"

@@ -1632,6 +1632,21 @@ def test_gemma4_kin_rotate_their_full_layers_over_the_global_head_dim(model_type
     assert [repr(e) for e in from_dict] == [repr(e) for e in from_object]
 
 
+def test_a_layer_type_whose_rope_parameters_are_none_is_refused_by_name():
+    """Beam's full layers: no RoPE, a query scale by position that no config field describes."""
+    config = {
+        **RULE_BASE,
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": None,
+        },
+    }
+    with pytest.raises(ValueError, match=r"rope_parameters\['full_attention'\] is None"):
+        layer_encodings(config)
+
+
 def test_a_per_layer_config_that_overrides_rope_is_refused():
     config = {**RULE_BASE, "num_hidden_layers": 2, "per_layer_config": {"1": {"rope_theta": 5.0}}}
     with pytest.raises(ValueError, match=r"per_layer_config\[1\] overrides 'rope_theta'"):
