@@ -159,6 +159,11 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     head and the model's rotation of them."""
     takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
     types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
+    params = getattr(text, "rope_parameters", None) or {}
+    if any(isinstance(v, dict) for v in params.values()):  # per layer type: the types with a RoPE dict
+        types = [t for t in types if isinstance(params.get(t), dict)]  # (Beam's None: NoPE; LFM3's conv)
+    if not types:
+        raise ValueError(f"no layer type of the tiny config rotates ({getattr(text, 'layer_types', None)})")
     gen = torch.Generator().manual_seed(0)
     cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
     references = {}
@@ -167,6 +172,17 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
         for name, pos in cases.items():
             references[layer_type, name] = (q, k, *_reference(module, text, rotary, q, k, pos, layer_type))
     return types, cases, references
+
+
+def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
+    """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused."""
+    try:
+        layer_encodings(config)
+    except ValueError as err:
+        return "refused", str(err)
+    except Exception:  # (reported as not built: there is no rotation to compare with)
+        pass
+    return "not built", reason
 
 
 def check_model_type(model_type: str) -> tuple[str, str]:
@@ -204,7 +220,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         except Exception as err:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     if rotary is None:
-        return "not built", reason
+        return _unbuilt(config, reason)
     try:
         types, cases, references = _references(module, text, rotary)
     except Exception as err:
@@ -214,7 +230,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             rotary = _fit_mrope(text, type(rotary))
             types, cases, references = _references(module, text, rotary)
         except Exception:
-            return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
+            return _unbuilt(config, f"reference rotation: {type(err).__name__}: {str(err)[:80]}")
     for form in (config, config.to_dict()):
         try:
             encodings = layer_encodings(form)
