@@ -49,6 +49,9 @@ def _resolve(config: Any) -> tuple[dict[str, Any], str, Convert]:
             f"config has no 'model_type' (got {model_type!r}); a config.json dict must carry it. "
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+    if cfg.get("text_config") is None and cfg.get("thinker_config") is not None:
+        # Qwen2.5-Omni, Qwen3-Omni: the text model is the thinker's (transformers' get_text_config)
+        cfg = {"model_type": model_type, "text_config": config_dict(cfg["thinker_config"]).get("text_config")}
     if model_type in _TEXT_MODEL_TYPES and cfg.get("text_config") is None:
         if model_type in _FLAT_TEXT:
             cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if k != "model_type"}}

@@ -1632,6 +1632,23 @@ def test_gemma4_kin_rotate_their_full_layers_over_the_global_head_dim(model_type
     assert [repr(e) for e in from_dict] == [repr(e) for e in from_object]
 
 
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_an_omni_config_is_read_through_its_thinker(model_type):
+    """As transformers' get_text_config: the text model of Qwen2.5-Omni / Qwen3-Omni is thinker_config.text_config."""
+    text = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_parameters": {"rope_theta": 1e6, "mrope_section": [4, 6, 6]},
+    }
+    outer = {
+        "model_type": model_type,
+        "thinker_config": {"model_type": f"{model_type}_thinker", "text_config": text},
+    }
+    inner = {**text, "model_type": f"{model_type} text_config"}
+    assert repr(from_hf_config(outer)) == repr(from_hf_config(inner))
+    assert isinstance(from_hf_config(outer), posenc.MRoPE)
+
+
 def test_a_layer_type_whose_rope_parameters_are_none_is_refused_by_name():
     """Beam's full layers: no RoPE, a query scale by position that no config field describes."""
     config = {
