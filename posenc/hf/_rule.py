@@ -43,6 +43,11 @@ _INTERLEAVED = {
         ("glm4v", "glm_ocr"), "GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)"
     ),
     "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
+    **dict.fromkeys(
+        "axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
+        "MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has "
+        "no rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)",
+    ),
 }
 #: config classes whose ``rope_interleave`` defaults to True (DeepSeek-V3's own config.json leaves it out)
 _INTERLEAVE_BY_DEFAULT = frozenset({"deepseek_v3"})

@@ -1558,6 +1558,9 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         {**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True}
     )  # DeepSeek's MLA fields
     assert (mla.head_dim, mla.layout) == (16, "interleaved")
+    for always in ("deepseek_v32", "axk2", "glm_moe_dsa", "longcat_flash"):  # no rope_interleave field
+        rope = from_hf_config({**RULE_BASE, "model_type": always, "qk_rope_head_dim": 16})
+        assert (rope.head_dim, rope.layout) == (16, "interleaved"), always
 
 
 @pytest.mark.parametrize(
