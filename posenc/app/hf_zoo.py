@@ -46,6 +46,8 @@ TINY: dict[str, Any] = {
     "num_hidden_layers": 2,
     "max_position_embeddings": 64,
 }
+#: The model's apply function: the first of these its modeling module defines.
+APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotary_emb")
 #: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
 FIT = {"rotary_dim": 16}
 T = 6
@@ -100,12 +102,23 @@ def _reference(
         out = rotary(q, pos, **kwargs)
     except (RuntimeError, IndexError, ValueError):
         out = rotary(q, pos[None].expand(3, -1, -1), **kwargs)  # M-RoPE: (3, b, t) positions
+    apply = next(getattr(module, name) for name in APPLY if hasattr(module, name))
+    if getattr(text, "rope_interleave", True) and hasattr(module, "apply_rotary_pos_emb_interleave"):
+        apply = (
+            module.apply_rotary_pos_emb_interleave
+        )  # DeepSeek V3: pairs in, halves out (always, without the field)
+    if isinstance(out, torch.Tensor) and out.is_complex():  # DeepSeek V2, Llama 4: e^(i angle) per pair
+        r = 2 * out.shape[-1]  # (MLA: the model passes only q_pe / k_pe, the first r channels here)
+        try:
+            q_rot, k_rot = apply(q[..., :r], k[..., :r], out)
+        except RuntimeError:  # Llama 4: q, k as (b, t, h, d)
+            q_rot, k_rot = (
+                x.transpose(1, 2) for x in apply(*(x[..., :r].transpose(1, 2) for x in (q, k)), out)
+            )
+        return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise TypeError(f"the rotary module returns {type(out).__name__}, not (cos, sin)")
     cos, sin = out
-    apply = module.apply_rotary_pos_emb
-    if getattr(text, "rope_interleave", False) and hasattr(module, "apply_rotary_pos_emb_interleave"):
-        apply = module.apply_rotary_pos_emb_interleave  # DeepSeek V3: pairs in, halves out
     if list(inspect.signature(apply).parameters)[1] == "cos":  # one tensor at a time (Gemma 3n)
         return apply(q, cos, sin), apply(k, cos, sin)
     if list(inspect.signature(apply).parameters)[1] == "sin":  # GPT-J, CodeGen: apply(x, sin, cos)
@@ -128,7 +141,7 @@ def _reference(
 
 def _head_dim(text: Any, rotary: Any, layer_type: Any) -> int:
     per_layer = getattr(text, "per_layer_config", None)  # (Gemma 4: a head width per layer type)
-    if per_layer is not None and layer_type is not None:
+    if per_layer is not None and layer_type is not None and getattr(per_layer[layer_type], "head_dim", None):
         return per_layer[layer_type].head_dim
     try:
         head_dim = getattr(text, "head_dim", None)
@@ -175,7 +188,8 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
 
 
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
-    """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused."""
+    """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
+    Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
     try:
         layer_encodings(config)
     except ValueError as err:
@@ -203,8 +217,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         return "", ""
     used = _used_rotary(module, config_class)
     classes = [used, *(c for c in classes if c is not used)] if used else classes
-    if not hasattr(module, "apply_rotary_pos_emb"):
-        return "not built", "no apply_rotary_pos_emb in its modeling module"
+    if not any(hasattr(module, name) for name in APPLY):
+        return "not built", f"none of {', '.join(APPLY)} in its modeling module"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -212,6 +226,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         text = config.get_text_config()
     except Exception as err:  # (the tiny config does not fit this architecture)
         return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
+    used = used or _used_rotary(module, type(text))  # (a composite config: the rotary of its text model)
     rotary = None
     for cls in classes:
         try:
@@ -220,7 +235,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         except Exception as err:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     if rotary is None:
-        return _unbuilt(config, reason)
+        return _unbuilt(config, reason) if used else ("not built", reason)
     try:
         types, cases, references = _references(module, text, rotary)
     except Exception as err:
@@ -230,7 +245,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             rotary = _fit_mrope(text, type(rotary))
             types, cases, references = _references(module, text, rotary)
         except Exception:
-            return _unbuilt(config, f"reference rotation: {type(err).__name__}: {str(err)[:80]}")
+            reason = f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
+            return _unbuilt(config, reason) if used else ("not built", reason)
     for form in (config, config.to_dict()):
         try:
             encodings = layer_encodings(form)
