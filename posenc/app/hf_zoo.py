@@ -1,16 +1,20 @@
 """Every installed transformers model type with a text rotary embedding, checked against posenc.
 
 For each ``model_type`` in ``CONFIG_MAPPING_NAMES`` whose modeling module defines a text
-``*RotaryEmbedding`` and an ``apply_rotary_pos_emb``, a tiny config is built (nothing downloaded,
-no model instantiated); the model's own rotary module gives ``(cos, sin)`` for default, offset and
-batched ``position_ids`` (for each of its layer types), its ``apply_rotary_pos_emb`` rotates random
-q/k, and posenc's encoding of a layer of that type (from the config object and from its
-``to_dict()``) must give the same rotated q/k, or the same q·k scores where the model permutes
-channels (DeepSeek's interleaved pairs come out de-interleaved).
+``*RotaryEmbedding`` and an apply function (:data:`APPLY`), a tiny config is built (nothing downloaded,
+no model instantiated; the class defaults where its other parts reject the tiny sizes); the model's
+own rotary module gives ``(cos, sin)`` (or complex ``e^(i angle)``) for default, offset and batched
+``position_ids`` (for each of its layer types, q/k as wide as that type's head), plus distinct
+``(t, h, w)`` positions ``(3, b, t)`` for M-RoPE (whose default sections, sized for a full head, are
+scaled to the tiny one and written into ``rope_parameters``); its apply function rotates random q/k,
+and posenc's encoding of a layer of that type (from the config object and from its ``to_dict()``)
+must give the same rotated q/k, or the same q·k scores where the model permutes channels
+(DeepSeek's interleaved pairs come out de-interleaved).
 
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
-refused (posenc raised ValueError, naming the field); mismatched (a bug); not built (the tiny config
-or the rotary module could not be made, with the reason).
+refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
+the text model but posenc refuses its config anyway); mismatched (a bug); not built (the config or
+the rotary module could not be made, with the reason).
 
 Used by ``tests/hf/test_zoo.py`` (which fails on any mismatch and keeps ``docs/hf_coverage.md``) and
 by ``posenc models``. Needs ``transformers``; uses posenc's public API only.
@@ -332,7 +336,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "",
         f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
         "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
-        "positions, per layer type, from the config object and from its `config.json` dict",
+        "positions (and distinct (t, h, w) positions for M-RoPE), per layer type, from the config object and",
+        "from its `config.json` dict",
         "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
         "",
         "| outcome | model types |",
