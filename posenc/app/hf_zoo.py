@@ -107,10 +107,9 @@ def _reference(
     except (RuntimeError, IndexError, ValueError):
         out = rotary(q, pos[None].expand(3, -1, -1), **kwargs)  # M-RoPE: (3, b, t) positions
     apply = next(getattr(module, name) for name in APPLY if hasattr(module, name))
+    # DeepSeek V3: pairs in, halves out (where rope_interleave says so, or always where there is no such field)
     if getattr(text, "rope_interleave", True) and hasattr(module, "apply_rotary_pos_emb_interleave"):
-        apply = (
-            module.apply_rotary_pos_emb_interleave
-        )  # DeepSeek V3: pairs in, halves out (always, without the field)
+        apply = module.apply_rotary_pos_emb_interleave
     if isinstance(out, torch.Tensor) and out.is_complex():  # DeepSeek V2, Llama 4: e^(i angle) per pair
         r = 2 * out.shape[-1]  # (MLA: the model passes only q_pe / k_pe, the first r channels here)
         try:
@@ -128,9 +127,7 @@ def _reference(
     if list(inspect.signature(apply).parameters)[1] == "sin":  # GPT-J, CodeGen: apply(x, sin, cos)
         r = 2 * out[0].shape[-1]  # their rotary module's (sin, cos) are half as wide as the rotated channels
 
-        def rotate(
-            x: torch.Tensor,
-        ) -> torch.Tensor:  # x as (b, t, h, d); its first r channels, as their attention
+        def rotate(x: torch.Tensor) -> torch.Tensor:  # their attention's x: (b, t, h, d), first r channels
             x = x.transpose(1, 2)
             return torch.cat([apply(x[..., :r], *out), x[..., r:]], -1).transpose(1, 2)
 
@@ -229,10 +226,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             warnings.simplefilter("ignore")
             try:
                 config = config_class(**TINY, **fit)
-            except (
-                Exception
-            ):  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types): its defaults
-                config = config_class(**fit)
+            except Exception:  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types)
+                config = config_class(**fit)  # its defaults
         text = config.get_text_config()
     except Exception as err:
         return "not built", f"config: {type(err).__name__}: {str(err)[:80]}"
