@@ -53,7 +53,7 @@ TINY: dict[str, Any] = {
 #: The model's apply function: the first of these its modeling module defines.
 APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotary_emb")
 #: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
-FIT = {"rotary_dim": 16}
+FIT: dict[str, Any] = {"rotary_dim": 16}
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -220,7 +220,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     classes = [used, *(c for c in classes if c is not used)] if used else classes
     if not any(hasattr(module, name) for name in APPLY):
         return "not built", f"none of {', '.join(APPLY)} in its modeling module"
-    fit = {k: v for k, v in FIT.items() if hasattr(config_class, k)}
+    fit: dict[str, Any] = {k: v for k, v in FIT.items() if hasattr(config_class, k)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
