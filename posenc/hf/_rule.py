@@ -242,5 +242,12 @@ def _head_dim(cfg: Config, model_type: str) -> int:
                 "its code rotates is not read from these fields alone"
             )
         return check_positive_int(f"{model_type} config: qk_rope_head_dim", cfg["qk_rope_head_dim"])
-    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
-    return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]
+    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it); n_heads / d_model:
+    # the names DBRX's config.json keeps (its class's attribute_map reads them as the standard ones)
+    return heads_and_head_dim(
+        cfg,
+        model_type,
+        heads=("num_attention_heads", "n_heads"),
+        width=("hidden_size", "d_model"),
+        head_dim_keys=("head_dim", "kv_channels"),
+    )[1]

@@ -1652,6 +1652,14 @@ def test_an_omni_config_is_read_through_its_thinker(model_type):
     assert isinstance(from_hf_config(outer), posenc.MRoPE)
 
 
+def test_dbrx_config_json_names_its_sizes_n_heads_and_d_model():
+    """DBRX's config.json keeps n_heads / d_model (its class maps the standard names onto them)."""
+    rope = from_hf_config(
+        {"model_type": "dbrx", "d_model": 256, "n_heads": 4, "rope_parameters": {"rope_theta": 5e5}}
+    )
+    assert (rope.head_dim, rope.base) == (64, 5e5)
+
+
 def test_a_layer_type_whose_rope_parameters_are_none_is_refused_by_name():
     """Beam's full layers: no RoPE, a query scale by position that no config field describes."""
     config = {
