@@ -1,16 +1,20 @@
 """Every installed transformers model type with a text rotary embedding, checked against posenc.
 
 For each ``model_type`` in ``CONFIG_MAPPING_NAMES`` whose modeling module defines a text
-``*RotaryEmbedding`` and an ``apply_rotary_pos_emb``, a tiny config is built (nothing downloaded,
-no model instantiated); the model's own rotary module gives ``(cos, sin)`` for default, offset and
-batched ``position_ids`` (for each of its layer types), its ``apply_rotary_pos_emb`` rotates random
-q/k, and posenc's encoding of a layer of that type (from the config object and from its
-``to_dict()``) must give the same rotated q/k, or the same q·k scores where the model permutes
-channels (DeepSeek's interleaved pairs come out de-interleaved).
+``*RotaryEmbedding`` and an apply function (:data:`APPLY`), a tiny config is built (nothing downloaded,
+no model instantiated; the class defaults where its other parts reject the tiny sizes); the model's
+own rotary module gives ``(cos, sin)`` (or complex ``e^(i angle)``) for default, offset and batched
+``position_ids`` (for each of its layer types, q/k as wide as that type's head), plus distinct
+``(t, h, w)`` positions ``(3, b, t)`` for M-RoPE (whose default sections, sized for a full head, are
+scaled to the tiny one and written into ``rope_parameters``); its apply function rotates random q/k,
+and posenc's encoding of a layer of that type (from the config object and from its ``to_dict()``)
+must give the same rotated q/k, or the same q·k scores where the model permutes channels
+(DeepSeek's interleaved pairs come out de-interleaved).
 
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
-refused (posenc raised ValueError, naming the field); mismatched (a bug); not built (the tiny config
-or the rotary module could not be made, with the reason).
+refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
+the text model but posenc refuses its config anyway); mismatched (a bug); not built (the config or
+the rotary module could not be made, with the reason).
 
 Used by ``tests/hf/test_zoo.py`` (which fails on any mismatch and keeps ``docs/hf_coverage.md``) and
 by ``posenc models``. Needs ``transformers``; uses posenc's public API only.
@@ -46,6 +50,10 @@ TINY: dict[str, Any] = {
     "num_hidden_layers": 2,
     "max_position_embeddings": 64,
 }
+#: The model's apply function: the first of these its modeling module defines.
+APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotary_emb")
+#: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
+FIT: dict[str, Any] = {"rotary_dim": 16}
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -98,14 +106,32 @@ def _reference(
         out = rotary(q, pos, **kwargs)
     except (RuntimeError, IndexError, ValueError):
         out = rotary(q, pos[None].expand(3, -1, -1), **kwargs)  # M-RoPE: (3, b, t) positions
+    apply = next(getattr(module, name) for name in APPLY if hasattr(module, name))
+    # DeepSeek V3: pairs in, halves out (where rope_interleave says so, or always where there is no such field)
+    if getattr(text, "rope_interleave", True) and hasattr(module, "apply_rotary_pos_emb_interleave"):
+        apply = module.apply_rotary_pos_emb_interleave
+    if isinstance(out, torch.Tensor) and out.is_complex():  # DeepSeek V2, Llama 4: e^(i angle) per pair
+        r = 2 * out.shape[-1]  # (MLA: the model passes only q_pe / k_pe, the first r channels here)
+        try:
+            q_rot, k_rot = apply(q[..., :r], k[..., :r], out)
+        except RuntimeError:  # Llama 4: q, k as (b, t, h, d)
+            q_rot, k_rot = (
+                x.transpose(1, 2) for x in apply(*(x[..., :r].transpose(1, 2) for x in (q, k)), out)
+            )
+        return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise TypeError(f"the rotary module returns {type(out).__name__}, not (cos, sin)")
     cos, sin = out
-    apply = module.apply_rotary_pos_emb
-    if getattr(text, "rope_interleave", False) and hasattr(module, "apply_rotary_pos_emb_interleave"):
-        apply = module.apply_rotary_pos_emb_interleave  # DeepSeek V3: pairs in, halves out
     if list(inspect.signature(apply).parameters)[1] == "cos":  # one tensor at a time (Gemma 3n)
         return apply(q, cos, sin), apply(k, cos, sin)
+    if list(inspect.signature(apply).parameters)[1] == "sin":  # GPT-J, CodeGen: apply(x, sin, cos)
+        r = 2 * out[0].shape[-1]  # their rotary module's (sin, cos) are half as wide as the rotated channels
+
+        def rotate(x: torch.Tensor) -> torch.Tensor:  # their attention's x: (b, t, h, d), first r channels
+            x = x.transpose(1, 2)
+            return torch.cat([apply(x[..., :r], *out), x[..., r:]], -1).transpose(1, 2)
+
+        return rotate(q), rotate(k)
     try:
         return apply(q, k, cos, sin)
     except RuntimeError:  # partial rotary: the model passes only the rotated channels
@@ -114,7 +140,10 @@ def _reference(
         return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
 
 
-def _head_dim(text: Any, rotary: Any) -> int:
+def _head_dim(text: Any, rotary: Any, layer_type: Any) -> int:
+    per_layer = getattr(text, "per_layer_config", None)  # (Gemma 4: a head width per layer type)
+    if per_layer is not None and layer_type is not None and getattr(per_layer[layer_type], "head_dim", None):
+        return per_layer[layer_type].head_dim
     try:
         head_dim = getattr(text, "head_dim", None)
     except Exception:  # (Gemma 4: a per-layer attribute)
@@ -122,6 +151,53 @@ def _head_dim(text: Any, rotary: Any) -> int:
     heads, width = getattr(text, "num_attention_heads", None), getattr(text, "hidden_size", None)
     dim = rotary.inv_freq.shape[-1] * 2 if hasattr(rotary, "inv_freq") else 32
     return head_dim or (width // heads if heads and width else dim)
+
+
+def _fit_mrope(text: Any, cls: type) -> Any:
+    """The rotary module of ``text`` made tiny (a composite config keeps a full-size text model) with
+    its ``mrope_section`` scaled to the tiny head's rotated pairs, written into ``rope_parameters``
+    (the model's default sections fill a full head: Qwen2-VL's [16, 24, 24] is 64 pairs)."""
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads"):
+        setattr(text, key, TINY[key])
+    if getattr(text, "head_dim", None):
+        text.head_dim = TINY["hidden_size"] // TINY["num_attention_heads"]
+    rotary = cls(text)
+    pairs, section = rotary.inv_freq.shape[-1], list(rotary.mrope_section)
+    scaled = [s * pairs // sum(section) for s in section]
+    text.rope_parameters["mrope_section"] = [scaled[0] + pairs - sum(scaled), *scaled[1:]]
+    return cls(text)
+
+
+def _references(module: Any, text: Any, rotary: Any) -> tuple:
+    """The layer types, the position cases and, for each, random (q, k) as wide as that layer type's
+    head and the model's rotation of them."""
+    takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
+    params = getattr(text, "rope_parameters", None) or {}
+    if any(isinstance(v, dict) for v in params.values()):  # per layer type: the types with a RoPE dict
+        types = [t for t in types if isinstance(params.get(t), dict)]  # (Beam's None: NoPE; LFM3's conv)
+    if not types:
+        raise ValueError(f"no layer type of the tiny config rotates ({getattr(text, 'layer_types', None)})")
+    gen = torch.Generator().manual_seed(0)
+    cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
+    references = {}
+    for layer_type in types:
+        q, k = (torch.randn(2, 2, T, _head_dim(text, rotary, layer_type), generator=gen) for _ in range(2))
+        for name, pos in cases.items():
+            references[layer_type, name] = (q, k, *_reference(module, text, rotary, q, k, pos, layer_type))
+    return types, cases, references
+
+
+def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
+    """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
+    Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
+    try:
+        layer_encodings(config)
+    except ValueError as err:
+        return "refused", str(err)
+    except Exception:  # (reported as not built: there is no rotation to compare with)
+        pass
+    return "not built", reason
 
 
 def check_model_type(model_type: str) -> tuple[str, str]:
@@ -142,15 +218,20 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         return "", ""
     used = _used_rotary(module, config_class)
     classes = [used, *(c for c in classes if c is not used)] if used else classes
-    if not hasattr(module, "apply_rotary_pos_emb"):
-        return "not built", "no apply_rotary_pos_emb in its modeling module"
+    if not any(hasattr(module, name) for name in APPLY):
+        return "not built", f"none of {', '.join(APPLY)} in its modeling module"
+    fit: dict[str, Any] = {k: v for k, v in FIT.items() if hasattr(config_class, k)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = config_class(**TINY)
+            try:
+                config = config_class(**TINY, **fit)
+            except Exception:  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types)
+                config = config_class(**fit)  # its defaults
         text = config.get_text_config()
-    except Exception as err:  # (the tiny config does not fit this architecture)
-        return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
+    except Exception as err:
+        return "not built", f"config: {type(err).__name__}: {str(err)[:80]}"
+    used = used or _used_rotary(module, type(text))  # (a composite config: the rotary of its text model)
     rotary = None
     for cls in classes:
         try:
@@ -159,20 +240,18 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         except Exception as err:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     if rotary is None:
-        return "not built", reason
-    references = {}
+        return _unbuilt(config, reason) if used else ("not built", reason)
     try:
-        takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
-        types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
-        gen = torch.Generator().manual_seed(0)
-        head_dim = _head_dim(text, rotary)
-        q, k = (torch.randn(2, 2, T, head_dim, generator=gen) for _ in range(2))
-        cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
-        for layer_type in types:
-            for name, pos in cases.items():
-                references[layer_type, name] = _reference(module, text, rotary, q, k, pos, layer_type)
+        types, cases, references = _references(module, text, rotary)
     except Exception as err:
-        return "not built", f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
+        try:  # M-RoPE sized for a full head: fit the text model and its sections to the tiny head, once
+            if not hasattr(rotary, "mrope_section"):
+                raise
+            rotary = _fit_mrope(text, type(rotary))
+            types, cases, references = _references(module, text, rotary)
+        except Exception:
+            reason = f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
+            return _unbuilt(config, reason) if used else ("not built", reason)
     for form in (config, config.to_dict()):
         try:
             encodings = layer_encodings(form)
@@ -192,7 +271,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                         f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates by (t, h, w)",
                     )
                 pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (3, b, t) -> (b, t, 3)
-                q_ref, k_ref = references[layer_type, name]
+                q, k, q_ref, k_ref = references[layer_type, name]
                 r = enc.head_dim
                 if r > q_ref.shape[-1] or not (
                     torch.equal(q_ref[..., r:], q[..., r:]) and torch.equal(k_ref[..., r:], k[..., r:])
@@ -252,7 +331,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "",
         f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
         "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
-        "positions, per layer type, from the config object and from its `config.json` dict",
+        "positions (and distinct (t, h, w) positions for M-RoPE), per layer type, from the config object and",
+        "from its `config.json` dict",
         "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
         "",
         "| outcome | model types |",

@@ -40,8 +40,8 @@ class MRoPE(_AxisRotary):
       sections need not sum to ``r / 2`` there (e.g. ``[11, 11, 10]`` on a 128-pair head).
 
     Rotation pairs channel ``i`` with ``i + r/2`` (``layout="half"``, ``rotate_half``, as the
-    Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4V, HunYuan V4 VL); pair
-    ``i`` follows the same axis in both.
+    Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4.1V, GLM-OCR, HunYuan V4
+    VL); pair ``i`` follows the same axis in both.
 
     Positions: integer ``(t, 3)`` or ``(b, t, 3)`` (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,

@@ -216,6 +216,13 @@ def _nested(
                 )
         return legacy({}) | {name: dict(value) for name, value in raw.items()}
     if raw and any(isinstance(v, Mapping) for v in raw.values()):
+        for name, value in raw.items():
+            if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
+                raise ValueError(
+                    f"{model_type} config: rope_parameters[{name!r}] is None: those layers do not rotate, and "
+                    "what the model's code does there instead (Beam scales its queries by position) is not "
+                    "in the config; posenc does not convert it"
+                )
         raise ValueError(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
             "give one dict per layer type"
@@ -307,26 +314,47 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     types[-1] = "full_attention"  # transformers forces the last layer global
     params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
     head_dim = head_dim_of(cfg, model_type, d)
+    dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
+    return _per_type_rope(cfg, model_type, d, types, params, dims)
+
+
+def layer_head_dims(
+    cfg: Config, model_type: str, types: list[str], head_dim: int, global_dim: int | None
+) -> list[int]:
+    """The head width of each layer: the ``head_dim`` of its entry in transformers' ``per_layer_config``
+    (sparse overrides by layer index, ``{"05": {"head_dim": 512}, ...}``), else ``head_dim``; without a
+    ``per_layer_config``, ``global_dim`` on the full-attention layers (the ``global_head_dim`` that
+    Gemma 4's config class and its kin turn into ``per_layer_config``) where it is not ``None``.
+
+    Raises:
+        ValueError: a ``per_layer_config`` whose keys are not layer indices, or that overrides a RoPE key.
+    """
     overrides = cfg.get("per_layer_config")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise TypeError(
             f"{model_type} config: per_layer_config must be a dict, got {type(overrides).__name__}"
         )
     try:
-        by_layer = {int(k): v for k, v in (overrides or {}).items()}
+        by_layer = {int(k): v or {} for k, v in (overrides or {}).items()}
     except (TypeError, ValueError):
         raise ValueError(
             f"{model_type} config: per_layer_config keys must be layer indices, got {sorted(map(str, overrides or {}))}"
         ) from None
-    global_dim = get(cfg, "global_head_dim", default=512)
+    for i, entry in by_layer.items():
+        rope_keys = sorted(key for key in entry if "rope" in key or "rotary" in key)
+        if rope_keys:
+            raise ValueError(
+                f"{model_type} config: per_layer_config[{i}] overrides {', '.join(map(repr, rope_keys))}, "
+                "which posenc does not read per layer"
+            )
     dims = []
     for i, name in enumerate(types):
-        if overrides is not None:  # transformers' serialised form: {"05": {"head_dim": 512}, ...}
-            dim = get(by_layer.get(i) or {}, "head_dim", default=head_dim)
+        if overrides is not None:
+            dim = get(by_layer.get(i, {}), "head_dim", default=head_dim)
         else:
-            dim = global_dim if name == "full_attention" else head_dim
+            dim = global_dim if global_dim is not None and name == "full_attention" else head_dim
         dims.append(check_positive_int(f"{model_type} config: head_dim of layer {i}", dim))
-    return _per_type_rope(cfg, model_type, d, types, params, dims)
+    return dims
 
 
 #: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.

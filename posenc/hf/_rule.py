@@ -17,7 +17,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import _nested, _per_type_rope, _required_count, layer_types
+from ._layers import _nested, _per_type_rope, _required_count, layer_head_dims, layer_types
 from ._read import Config, get, heads_and_head_dim
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -40,10 +40,14 @@ _INTERLEAVED = {
     "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
     **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
     **dict.fromkeys(
-        ("glm4v", "glm4v_moe", "glm_image", "glm_ocr"),
-        "GLM-V: M-RoPE over neighbouring pairs (rotate_half_llm)",
+        ("glm4v", "glm_ocr"), "GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)"
     ),
     "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
+    **dict.fromkeys(
+        "axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
+        "MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has "
+        "no rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)",
+    ),
 }
 #: config classes whose ``rope_interleave`` defaults to True (DeepSeek-V3's own config.json leaves it out)
 _INTERLEAVE_BY_DEFAULT = frozenset({"deepseek_v3"})
@@ -83,6 +87,9 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"head_dim": 256},
     "gemma2": {"head_dim": 256},
+    # Gemma 4's kin: their config classes turn global_head_dim (default 512) into per_layer_config
+    **{name: {"global_head_dim": 512} for name in ("diffusion_gemma_text", "embedding_gemma2_text")},
+    "gemma4_unified_text": {"global_head_dim": 512},
     "qwen3": {"head_dim": 128},
     "phi": {"partial_rotary_factor": 0.5},
     "persimmon": {"partial_rotary_factor": 0.5},
@@ -124,7 +131,7 @@ def by_rule(
     Raises:
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
-    family = model_type.split(" ")[0].removesuffix("_text")  # ("qwen2_5_omni thinker_config text_config")
+    family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")  # ("qwen2_5_omni_thinker text_config")
     aliases = {key: get(cfg, *names) for key, names in _ALIASES.items() if get(cfg, *names) is not None}
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
@@ -165,15 +172,22 @@ def by_rule(
     if family in _MROPE:
         default, interleaved = _MROPE[family]
         return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
+    head_dim = _head_dim(cfg, model_type)
     if not (isinstance(raw, Mapping) and any(isinstance(v, Mapping) for v in raw.values())):
-        return build_rope(cfg, model_type, d, _head_dim(cfg, model_type))
+        if cfg.get("per_layer_config") is None:
+            return build_rope(cfg, model_type, d, head_dim)
+        count = _required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
+        dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
+        built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
+        return [built[dim] for dim in dims] if len(built) > 1 else built[dims[0]]
     types = layer_types(cfg, model_type)
     if types is None:
         raise ValueError(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
     params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
-    return _per_type_rope(cfg, model_type, d, types, params, _head_dim(cfg, model_type))
+    dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
+    return _per_type_rope(cfg, model_type, d, types, params, dims)
 
 
 def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:

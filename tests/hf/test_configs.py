@@ -1574,6 +1574,9 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         {**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True}
     )  # DeepSeek's MLA fields
     assert (mla.head_dim, mla.layout) == (16, "interleaved")
+    for always in ("deepseek_v32", "axk2", "glm_moe_dsa", "longcat_flash"):  # no rope_interleave field
+        rope = from_hf_config({**RULE_BASE, "model_type": always, "qk_rope_head_dim": 16})
+        assert (rope.head_dim, rope.layout) == (16, "interleaved"), always
 
 
 @pytest.mark.parametrize(
@@ -1631,6 +1634,67 @@ def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
     assert repr(from_dict) == repr(from_object)
     q = torch.randn(1, 4, 5, from_object.head_dim, dtype=torch.float64)
     torch.testing.assert_close(from_dict(q, q), from_object(q, q), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "model_type", ["diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text"]
+)
+def test_gemma4_kin_rotate_their_full_layers_over_the_global_head_dim(model_type):
+    """By rule, as Gemma 4 by table: the config object's per_layer_config (which its class builds from
+    global_head_dim, default 512) widens the full layers; a config.json dict without per_layer_config
+    takes that default, as transformers loads it; the sliding layers keep head_dim."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=6, head_dim=64)
+    without = {k: v for k, v in config.to_dict().items() if k != "per_layer_config"}
+    from_object, from_dict = layer_encodings(config), layer_encodings(without)
+    assert [e.head_dim for e in from_object] == [64] * 5 + [512]
+    assert [repr(e) for e in from_dict] == [repr(e) for e in from_object]
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_an_omni_config_is_read_through_its_thinker(model_type):
+    """As transformers' get_text_config: the text model of Qwen2.5-Omni / Qwen3-Omni is thinker_config.text_config."""
+    text = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_parameters": {"rope_theta": 1e6, "mrope_section": [4, 6, 6]},
+    }
+    outer = {
+        "model_type": model_type,
+        "thinker_config": {"model_type": f"{model_type}_thinker", "text_config": text},
+    }
+    inner = {**text, "model_type": f"{model_type} text_config"}
+    assert repr(from_hf_config(outer)) == repr(from_hf_config(inner))
+    assert isinstance(from_hf_config(outer), posenc.MRoPE)
+
+
+def test_dbrx_config_json_names_its_sizes_n_heads_and_d_model():
+    """DBRX's config.json keeps n_heads / d_model (its class maps the standard names onto them)."""
+    rope = from_hf_config(
+        {"model_type": "dbrx", "d_model": 256, "n_heads": 4, "rope_parameters": {"rope_theta": 5e5}}
+    )
+    assert (rope.head_dim, rope.base) == (64, 5e5)
+
+
+def test_a_layer_type_whose_rope_parameters_are_none_is_refused_by_name():
+    """Beam's full layers: no RoPE, a query scale by position that no config field describes."""
+    config = {
+        **RULE_BASE,
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": None,
+        },
+    }
+    with pytest.raises(ValueError, match=r"rope_parameters\['full_attention'\] is None"):
+        layer_encodings(config)
+
+
+def test_a_per_layer_config_that_overrides_rope_is_refused():
+    config = {**RULE_BASE, "num_hidden_layers": 2, "per_layer_config": {"1": {"rope_theta": 5.0}}}
+    with pytest.raises(ValueError, match=r"per_layer_config\[1\] overrides 'rope_theta'"):
+        layer_encodings(config)
 
 
 def test_a_vision_tower_is_refused_by_rule():
