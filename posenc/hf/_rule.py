@@ -131,7 +131,8 @@ def by_rule(
     Raises:
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
-    family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")  # ("qwen2_5_omni_thinker text_config")
+    # "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent
+    family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
     aliases = {key: get(cfg, *names) for key, names in _ALIASES.items() if get(cfg, *names) is not None}
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
