@@ -135,6 +135,10 @@ def by_rule(
     family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
     aliases = {key: get(cfg, *names) for key, names in _ALIASES.items() if get(cfg, *names) is not None}
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
+    if family == "step3p7" and (
+        cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
+    ):
+        cfg = _step3p7_per_type(cfg, model_type)
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
         raise ValueError(
             f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "
@@ -189,6 +193,35 @@ def by_rule(
     params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
     return _per_type_rope(cfg, model_type, d, types, params, dims)
+
+
+def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Step 3.7's ``config.json``: ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
+    per layer) become ``rope_parameters`` per layer type, as its config class builds them; the layers of a
+    type must agree (the class takes the first one's), and a ``rope_scaling`` dict goes to full attention."""
+    types = layer_types(cfg, model_type)
+    if types is None:
+        raise ValueError(
+            f"{model_type} config: per-layer rope_theta / partial_rotary_factors need 'layer_types'"
+        )
+    per_type: dict[str, dict[str, Any]] = {t: {"rope_type": "default"} for t in types}
+    for name, key in (("rope_theta", "rope_theta"), ("partial_rotary_factors", "partial_rotary_factor")):
+        values = cfg.get(name)
+        if values is None:
+            continue
+        values = list(values) if isinstance(values, (list, tuple)) else [values] * len(types)
+        if len(values) != len(types):
+            raise ValueError(f"{model_type} config: {name} has {len(values)} entries for {len(types)} layers")
+        for layer_type, value in zip(types, values, strict=True):
+            if per_type[layer_type].setdefault(key, value) != value:
+                raise ValueError(
+                    f"{model_type} config: {name} differs between {layer_type!r} layers "
+                    f"({per_type[layer_type][key]} and {value}); its config class keeps one per layer type"
+                )
+    if isinstance(cfg.get("rope_scaling"), Mapping) and "full_attention" in per_type:
+        per_type["full_attention"].update(cfg["rope_scaling"])
+    dropped = ("rope_theta", "rope_scaling", "partial_rotary_factors")
+    return {**{k: v for k, v in cfg.items() if k not in dropped}, "rope_parameters": per_type}
 
 
 def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:

@@ -410,6 +410,29 @@ def test_parents_and_field_names_read_as_their_config_class() -> None:
     ) == ("RoPE(head_dim=16, base=10000.0, layout='half', max_len=128)")
 
 
+def test_step3p7_config_json_lists_per_layer_read_as_its_config_class() -> None:
+    """Step 3.7's config.json gives rope_theta and partial_rotary_factors per layer (and a rope_scaling for
+    full attention); its config class keeps one per layer type, and so does posenc, refusing lists whose
+    layers of one type disagree."""
+    raw = {
+        "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "num_hidden_layers": 4,
+        "max_position_embeddings": 64,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+        "rope_theta": [1e4, 5e6, 1e4, 5e6], "partial_rotary_factors": [1.0, 0.5, 1.0, 0.5],
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    }  # fmt: skip
+    config = transformers.Step3p7TextConfig(**raw)
+    ours = layer_encodings({"model_type": "step3p7_text", **raw})
+    assert repr(ours) == repr(layer_encodings(config))
+    assert (ours[1].base, ours[1].rotary_dim, ours[1].rope_type, ours[0].rotary_dim) == (5e6, 8, "linear", 16)
+    with pytest.raises(ValueError, match=r"partial_rotary_factors differs between 'full_attention' layers"):
+        layer_encodings(
+            {"model_type": "step3p7_text", **raw, "partial_rotary_factors": [1.0, 0.5, 1.0, 0.25]}
+        )
+    with pytest.raises(ValueError, match="rope_theta has 3 entries for 4 layers"):
+        layer_encodings({"model_type": "step3p7_text", **raw, "rope_theta": [1e4, 5e6, 1e4]})
+
+
 def test_legacy_v4_keys() -> None:
     # Gemma 3's v4 config.json: rope_theta / rope_local_base_freq / rope_scaling on the global layers
     cfg = {
