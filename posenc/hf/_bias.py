@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
@@ -146,31 +146,99 @@ def _sinusoidal(
     return convert
 
 
-#: Where a BERT-like model departs from ``hidden_size`` columns with positions from row 0: the key of
-#: its width, and its offset: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens
-#: from row ``pad_token_id + 1``, counted in ``max_position_embeddings``) or a fixed number of leading
-#: rows kept beyond ``max_position_embeddings`` (Nyströmformer, MRA, YOSO: 2).
-_LEARNED: dict[str, tuple[str, str | int]] = {
+class _Table(NamedTuple):
+    """Where a learned table outside posenc's table departs from BERT's ``hidden_size`` x
+    ``max_position_embeddings`` rows at ``embeddings.position_embeddings``, from row 0."""
+
+    #: the keys of its width and of its number of positions (the first one set is read)
+    width: tuple[str, ...] = ("hidden_size",)
+    length: tuple[str, ...] = ("max_position_embeddings",)
+    #: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens from row ``pad_token_id + 1``,
+    #: counted in the positions) or a fixed number of leading rows kept beyond them (OPT's kin, MRA: 2)
+    offset: str | int = 0
+    #: the config class's defaults of width and length, for a ``config.json`` that leaves them out
+    default: tuple[int | None, int | None] = (None, None)
+    #: the module holding the table (its state_dict key before ``weight``), and the stacks that have one
+    module: str = "embeddings.position_embeddings"
+    stacks: tuple[str, ...] = ("encoder",)
+
+
+_PAD = _Table(offset="pad")
+
+
+def _gpt(default: tuple[int, int], module: str = "wpe") -> _Table:
+    """GPT-2's kin: ``wpe`` (GPT-1: ``positions_embed``) of ``n_embd`` x ``n_positions``."""
+    width, length = ("n_embd", "hidden_size"), ("n_positions", "max_position_embeddings")
+    return _Table(width, length, default=default, module=module, stacks=("decoder",))
+
+
+def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
+    """BART's kin: each stack its own ``embed_positions`` of ``d_model`` x ``max_position_embeddings``."""
+    return _Table(
+        ("d_model",), offset=offset, default=default, module="embed_positions", stacks=("encoder", "decoder")
+    )
+
+
+#: Learned tables read by model type, outside posenc's table: BERT's kin (which a transformers 4 config names
+#: with ``position_embedding_type``), GPT-2's and BART's kin, and the text towers of CLIP-like models. The
+#: table is copied by :func:`posenc.hf.from_hf_model`; tests/hf/test_absolute.py checks each against the
+#: model's own forward pass.
+_LEARNED: dict[str, _Table] = {
     **dict.fromkeys(
         (
             "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
-            "xlm-roberta xlm-roberta-xl"
+            "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model"
         ).split(),
-        ("hidden_size", "pad"),
+        _PAD,
     ),
-    **dict.fromkeys(("albert", "convbert", "electra"), ("embedding_size", 0)),
-    "rembert": ("input_embedding_size", 0),
-    "distilbert": ("dim", 0),
-    **dict.fromkeys(("mra", "nystromformer", "yoso"), ("hidden_size", 2)),
+    **dict.fromkeys(("albert", "convbert", "electra"), _Table(width=("embedding_size",))),
+    "rembert": _Table(width=("input_embedding_size",)),
+    "distilbert": _Table(width=("dim",)),
+    **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
+    # GPT-2's kin: wpe (GPT-1: positions_embed)
+    "openai-gpt": _gpt((768, 512), module="positions_embed"),
+    "gpt_bigcode": _gpt((768, 1024)),
+    "imagegpt": _gpt((512, 1024)),
+    "biogpt": _Table(offset=2, default=(1024, 1024), module="embed_positions", stacks=("decoder",)),
+    "pp_formulanet_text": _Table(
+        width=("d_model",), offset=2, default=(None, 2560), module="embed_positions", stacks=("decoder",)
+    ),
+    # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
+    **dict.fromkeys(
+        ("xlm", "flaubert"), _Table(width=("emb_dim",), default=(2048, 512), module="position_embeddings")
+    ),
+    # BART's kin: each stack its own embed_positions
+    "mvp": _seq2seq((1024, 1024), offset=2),
+    "plbart": _seq2seq((768, 1024), offset=2),
+    "blenderbot": _seq2seq((2560, 128)),
+    "blenderbot-small": _seq2seq((512, 512)),
+    "bigbird_pegasus": _seq2seq((1024, 4096)),
+    # CLIP-like text towers
+    **{
+        name: _Table(default=default, module="embeddings.position_embedding")
+        for name, default in {
+            "clip_text_model": (512, 77),
+            "clipseg_text_model": (512, 77),
+            "groupvit_text_model": (256, 77),
+            "owlvit_text_model": (512, 16),
+            "owlv2_text_model": (512, 16),
+            "metaclip_2_text_model": (512, 77),
+            "siglip_text_model": (768, 64),
+            "siglip2_text_model": (768, 64),
+            "xclip_text_model": (512, 77),
+            "aimv2_text_model": (768, 77),
+        }.items()
+    },
 }
 
 
-#: Model types whose transformers 5 code always adds the absolute table and nothing else: their config
-#: class dropped ``position_embedding_type``, so a 5.x config object of them says nothing about positions.
+#: Model types whose transformers 5 code always adds the absolute table and nothing else, so that a 5.x config
+#: object says nothing about positions: BERT's kin (their config class dropped ``position_embedding_type``)
+#: and every :data:`_LEARNED` model outside BERT's family (whose config never had it).
 _ABSOLUTE_ONLY = frozenset(
     "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert "
-    "mobilebert ernie".split()
-)
+    "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model".split()
+) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
 
 
 def absolute_table(cfg: Config, model_type: str) -> bool:
@@ -183,7 +251,8 @@ def absolute_table(cfg: Config, model_type: str) -> bool:
 def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """BERT-like encoders outside the table: ``position_embedding_type='absolute'`` -> :class:`Learned`.
 
-    ``max_position_embeddings`` rows of ``hidden_size`` (departures: :data:`_LEARNED`).
+    ``max_position_embeddings`` rows of ``hidden_size`` (departures, and the learned tables of GPT-2's, BART's
+    and CLIP's kin outside posenc's table: :data:`_LEARNED`).
 
     Raises:
         ValueError: any other ``position_embedding_type`` (``'relative_key'``, ``'relative_key_query'``:
@@ -195,11 +264,11 @@ def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> Posit
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
             "attention layer, which posenc does not convert; accepted: 'absolute'"
         )
-    width, offset = _LEARNED.get(model_type, ("hidden_size", 0))
-    d_model = positive_int(cfg, model_type, width)
-    rows = positive_int(cfg, model_type, "max_position_embeddings")
-    if offset != "pad":
-        return Learned(d_model, rows, offset=int(offset))
+    table = _LEARNED.get(model_type, _Table())
+    d_model = positive_int(cfg, model_type, *table.width, default=table.default[0])
+    rows = positive_int(cfg, model_type, *table.length, default=table.default[1])
+    if table.offset != "pad":
+        return Learned(d_model, rows, offset=int(table.offset))
     offset = check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id"), minimum=0) + 1
     if rows <= offset:
         raise ValueError(
@@ -207,3 +276,11 @@ def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> Posit
             f"(pad_token_id + 1 = {offset})"
         )
     return Learned(d_model, rows - offset, offset=offset)
+
+
+def learned_table_prefixes(model_type: str) -> dict[str, str]:
+    """The state_dict key prefix of the learned table of a model :func:`learned_by_field` reads, per stack."""
+    table = _LEARNED.get(model_type, _Table())
+    if len(table.stacks) == 1:
+        return {table.stacks[0]: f"{table.module}."}
+    return {stack: f"{stack}.{table.module}." for stack in table.stacks}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ..base import PositionalEncoding
-from ._bias import absolute_table
+from ._bias import absolute_table, learned_table_prefixes
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 from .configs import from_hf_config
@@ -58,8 +58,9 @@ def from_hf_model(
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
     relative-bias table (from the first block of the chosen stack, which the other blocks
-    share), the learned tables of GPT-2, GPT-Neo, OPT and BART, and of BERT-like encoders by rule
-    (``embeddings.position_embeddings``). Encodings without trained
+    share), the learned tables of GPT-2, GPT-Neo, OPT and BART, of BERT-like encoders by rule
+    (``embeddings.position_embeddings``), and of the GPT-2, BART and CLIP-text kin read by model type
+    (``wpe``, ``embed_positions``, ``embeddings.position_embedding``...). Encodings without trained
     weights (RoPE, ALiBi, sinusoids) come back as :func:`from_hf_config` builds them.
 
     Args:
@@ -101,7 +102,7 @@ def from_hf_model(
         and absolute_table(cfg, model_type)
         and cfg.get("position_embedding_type") in (None, "absolute")
     ):
-        prefixes = {"encoder": "embeddings.position_embeddings."}
+        prefixes = learned_table_prefixes(model_type)
     if prefixes is None:
         encoding = from_hf_config(cfg, layer=layer)
         if any(True for _ in encoding.parameters()):  # (BERT2BERT's parent: the stacks' own models hold them)

@@ -1,18 +1,32 @@
-"""BERT-like encoders by rule: ``position_embedding_type='absolute'`` -> :class:`~posenc.Learned`.
+"""Every installed transformers text (or speech) model with an absolute position table, checked by rule.
 
-For each installed transformers model type whose config declares ``position_embedding_type``
-(``'absolute'`` by default) and which posenc does not convert by its table, a tiny random model is
-built from its config (nothing downloaded), its ``embeddings.position_embeddings`` output is
-recorded during a forward pass on token ids without padding, and posenc's encoding from
-:func:`~posenc.hf.from_hf_model` (the table copied from the model) must give the same rows.
+A model type is in the survey when its modeling source assigns a position table
+(:data:`TABLE`: ``self.position_embeddings = nn.Embedding(``, ``self.embed_positions =
+BartLearnedPositionalEmbedding(``, ``self.wpe = ...``, ``*SinusoidalPositionalEmbedding``...) and its
+config declares ``vocab_size`` (a text or speech-to-text model; vision towers: tests/encodings/test_learned2d.py
+and tests/hf/test_configs.py). For each, a tiny random model is built from its config (nothing
+downloaded), the table modules found by name (:data:`NAMES`) are hooked, and their output during a
+forward pass on token ids without padding is recorded; posenc's encoding from
+:func:`~posenc.hf.from_hf_model` (the learned table copied from the model; sinusoids as
+:func:`~posenc.hf.from_hf_config` builds them) must add the same rows, whole tensors. Models with a pad
+token run again on a batch padded on the left (row 0) and on the right (row 1), with its attention mask:
+every real token's row must be posenc's at :func:`posenc.mask_to_positions` (real tokens numbered from
+the first, whatever padding precedes them: RoBERTa's ``create_position_ids_from_input_ids``, fairseq's
+``make_positions``, OPT's mask cumsum) or at the token's index (BERT, BART), and the report says which.
+Padded tokens themselves are left out: the model gives them its row ``padding_idx`` (RoBERTa's and
+fairseq's kin) or their index's, posenc position 0's with ``mask_to_positions``; attention masks them.
 
 Outcomes: matched; refused (posenc raised ValueError naming the field); mismatched (fails the
-test); not built (the tiny model or its forward pass could not be made, with the reason).
+test); not built (the tiny model or its forward pass could not be made, with the reason). Types whose
+text forward never calls the table found in their source (it belongs to a vision tower) are listed apart.
+``python tests/hf/test_absolute.py`` writes the report, docs/hf_absolute_coverage.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import re
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -29,6 +43,10 @@ from posenc.hf._bias import _ABSOLUTE_ONLY
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
 
+#: The committed coverage report: `python tests/hf/test_absolute.py` writes it.
+REPORT = Path(__file__).resolve().parents[2] / "docs" / "hf_absolute_coverage.md"
+OUTCOMES = ("matched", "refused", "mismatched", "not built")
+#: One width (32) and one length (40) under every name the config classes use for them.
 TINY: dict[str, Any] = {
     "hidden_size": 32,
     "intermediate_size": 32,
@@ -36,83 +54,321 @@ TINY: dict[str, Any] = {
     "num_hidden_layers": 1,
     "max_position_embeddings": 40,
     "vocab_size": 99,
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 32,
+    "decoder_ffn_dim": 32,
+    "max_source_positions": 40,
+    "max_target_positions": 40,
 }
+#: Special tokens a class default puts outside the tiny vocabulary (Marian's pad 58100), brought inside it;
+#: a pad token where the class has none (ESM numbers positions from it), so that every model runs padded.
+SPECIAL = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
+#: Second tries for classes that reject the tiny sizes: their own layer count (GPT-Neo's attention_types,
+#: ProphetNet), an embedding as wide as the hidden states (SqueezeBERT).
+RETRIES: tuple[dict[str, Any], ...] = ({"num_hidden_layers": None}, {"embedding_size": 32})
 T = 7
+#: Sinusoids: the model computes its angles in float32, posenc in float64 (positions < 40 here).
+HF_FLOAT32_ANGLES = {"atol": 1e-5, "rtol": 0.0}
+#: The attribute names of absolute position tables in transformers' modeling code.
+NAMES = (
+    "position_embeddings",
+    "embed_positions",
+    "wpe",
+    "position_embedding",
+    "positions_embed",
+    "pos_emb",
+    "embed_pos",
+    "pos_embed",
+    "position_embedding_table",
+)
+#: A table assigned in the modeling source: an ``nn.Embedding`` or a ``*PositionalEmbedding(s)`` class.
+TABLE = re.compile(r"self\.(?:" + "|".join(NAMES) + r")\s*=\s*(nn\.Embedding|\w*PositionalEmbeddings?)\(")
+#: Mismatches whose fix lies in a module this survey does not own, with the fix; each must still mismatch
+#: (a fix then fails the test, to be removed from here).
+KNOWN: dict[str, str] = {
+    "esm": "ESM's config always carries rope_theta (1e4, read only with position_embedding_type='rotary'), and "
+    "posenc.hf._rule.by_rule builds RoPE from it before looking at position_embedding_type='absolute'",
+}
+_NOT_ABSOLUTE = ("Rotary", "Rel")  # relative and rotary modules under the same attribute names
 
 
-def _has_table(model_type: str) -> bool:
-    """Whether the model's code builds an ``nn.Embedding`` named ``position_embeddings`` (cheap: its source)."""
+def _source(model_type: str) -> str | None:
     module = CONFIG_MAPPING[model_type].__module__.replace("configuration_", "modeling_")
     try:
         spec = importlib.util.find_spec(module)
     except ModuleNotFoundError:
+        return None
+    return Path(spec.origin).read_text(encoding="utf-8") if spec is not None and spec.origin else None
+
+
+def _selected(model_type: str) -> bool:
+    """Whether the model's source assigns an absolute position table and its config has a vocabulary."""
+    src = _source(model_type)
+    if src is None or not any(not any(n in c for n in _NOT_ABSOLUTE) for c in TABLE.findall(src)):
         return False
-    origin = Path(spec.origin) if spec is not None and spec.origin else None
-    return origin is not None and "self.position_embeddings = nn.Embedding(" in origin.read_text(
-        encoding="utf-8"
-    )
+    return "vocab_size" in CONFIG_MAPPING[model_type]().to_dict()
 
 
-def _case(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
-    """(outcome, detail) for one model type with a learned ``embeddings.position_embeddings`` table.
+def _tiny_config(model_type: str, change: dict[str, Any]) -> Any:
+    """The class's config with the :data:`TINY` sizes (``change`` on top; ``None``: the class default)."""
+    cls = CONFIG_MAPPING[model_type]
+    sizes = {k: v for k, v in {**TINY, **change}.items() if v is not None}
+    # tiny sub-configs too: a multimodal parent's default vision tower (ViT-g) takes 11 s to build
+    subs = {key: dict(sizes) for key in getattr(cls, "sub_configs", None) or {}}
+    defaults = cls().to_dict()
+    special = {
+        key: value
+        for key, value in SPECIAL.items()
+        if key in defaults
+        and (
+            (defaults[key] is None and key == "pad_token_id")
+            or (isinstance(defaults[key], int) and defaults[key] >= TINY["vocab_size"])
+        )
+    }
+    return cls(**{**sizes, **special}, **subs)
 
-    With ``as_v4`` the config is read as a transformers 4 ``config.json`` holds it: with
-    ``position_embedding_type``; else the installed transformers' config object as it is.
-    """
+
+def _build(model_type: str) -> tuple[Any, Any]:
+    """The tiny config and model (eval mode), with :data:`RETRIES` where the class rejects the tiny sizes."""
+    first: Exception | None = None
+    for change in ({}, *RETRIES):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = _tiny_config(model_type, change)
+                model = _tiny_model(config).eval()
+        except Exception as err:  # (the tiny sizes do not fit this architecture)
+            first = first or err
+            continue
+        if hasattr(model, "set_default_language") and getattr(config, "languages", None):
+            model.set_default_language(config.languages[0])  # (X-MOD: one adapter per language)
+        return config, model
+    assert first is not None
+    raise first
+
+
+def _tiny_model(config: Any) -> Any:
+    """``AutoModel``'s model, else the modeling module's bare ``*Model`` for this config class (CLIP's text model)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # tiny sub-configs too: a multimodal parent's default vision tower (ViT-g) takes 11 s to build
-            subs = {key: dict(TINY) for key in getattr(CONFIG_MAPPING[model_type], "sub_configs", None) or {}}
-            config = CONFIG_MAPPING[model_type](**TINY, **subs)
-        model = transformers.AutoModel.from_config(config).eval()
-        table = next(m for n, m in model.named_modules() if n.endswith("embeddings.position_embeddings"))
-    except Exception as err:  # (the tiny sizes do not fit this architecture)
-        return "not built", f"tiny model: {type(err).__name__}: {str(err)[:80]}"
-    seen: list[torch.Tensor] = []
-    table.register_forward_hook(lambda module, args, out: seen.append(out))
-    pad = getattr(config, "pad_token_id", None)
-    pad = pad if isinstance(pad, int) else -1
-    ids = torch.randint(0, TINY["vocab_size"], (2, T), generator=torch.Generator().manual_seed(0))
-    ids[ids == pad] = (pad + 1) % TINY["vocab_size"]  # no padding: every token has a position
+        return transformers.AutoModel.from_config(config)
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise
+    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    found = sorted(
+        (c for c in vars(module).values() if isinstance(c, type) and c.__name__.endswith("Model")),
+        key=lambda c: len(c.__name__),
+    )
+    found = [c for c in found if getattr(c, "config_class", None) is type(config)]
+    if not found:
+        raise ValueError(f"no model class for {type(config).__name__}")
+    return found[0](config)
+
+
+def _tables(model: Any) -> dict[str, torch.nn.Module]:
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if name.split(".")[-1] in NAMES
+        and (
+            isinstance(module, torch.nn.Embedding)
+            or type(module).__name__.endswith(("Embedding", "Embeddings"))
+        )
+        and not any(n in type(module).__name__ for n in _NOT_ABSOLUTE)
+    }
+
+
+def _record(
+    model: Any, tables: dict[str, torch.nn.Module], ids: torch.Tensor, mask: torch.Tensor | None
+) -> dict:
+    """Each table's first output in a forward pass (of the decoder alone where the model needs other inputs)."""
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_hook(
+            lambda _m, _a, out, name=name: seen.setdefault(
+                name, out if isinstance(out, torch.Tensor) else out[0]
+            )
+        )
+        for name, module in tables.items()
+    ]
+    kwargs: dict[str, Any] = (
+        {"input_ids": ids} if mask is None else {"input_ids": ids, "attention_mask": mask}
+    )
+    if getattr(model.config, "is_encoder_decoder", False):
+        kwargs |= {f"decoder_{k}": v for k, v in kwargs.items()}
     try:
         with torch.no_grad():
-            model(input_ids=ids)
+            try:
+                model(**kwargs)
+            except Exception:
+                decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+                if decoder is None or decoder is model:
+                    raise
+                seen.clear()  # (a speech model needs its features: its text decoder on the ids alone)
+                decoder(**{k: v for k, v in kwargs.items() if not k.startswith("decoder_")})
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def _stack(name: str) -> str | None:
+    parts = name.split(".")
+    return next((s for s in ("decoder", "encoder") if any(s in p for p in parts)), None)
+
+
+def _encoding(model: Any, name: str, as_v4: bool) -> posenc.PositionalEncoding:
+    """posenc's encoding for the table at ``name``: a BERT-like's config read as a transformers 4
+    ``config.json`` holds it (with ``position_embedding_type``) when ``as_v4``; else the model as it is."""
+    cfg = model.config.to_dict()
+    if (
+        as_v4
+        and name.endswith("embeddings.position_embeddings")
+        and cfg["model_type"] not in SUPPORTED_MODEL_TYPES
+    ):
+        model = SimpleNamespace(
+            config={**cfg, "position_embedding_type": cfg.get("position_embedding_type", "absolute")},
+            state_dict=model.state_dict,
+        )
+    return from_hf_model(model, stack=_stack(name))
+
+
+def _same(pe: posenc.PositionalEncoding, ours: torch.Tensor, ref: torch.Tensor) -> bool:
+    if ref.shape[-1] != ours.shape[-1]:
+        return False
+    if isinstance(pe, posenc.Learned):  # the table itself, copied: equal
+        return torch.equal(ours, ref)
+    return torch.allclose(ours, ref, **HF_FLOAT32_ANGLES)
+
+
+def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
+    """(outcome, detail) for one model type (or ``("no text table", tables)``)."""
+    try:
+        config, model = _build(model_type)
+    except Exception as err:  # (the tiny sizes do not fit this architecture, nor the retries)
+        return "not built", f"tiny model: {type(err).__name__}: {str(err)[:80]}"
+    tables = _tables(model)
+    pad = getattr(config, "pad_token_id", None)
+    ids = torch.randint(3, TINY["vocab_size"], (2, T), generator=torch.Generator().manual_seed(0))
+    if isinstance(pad, int):
+        ids[ids == pad] = 3 if pad != 3 else 4  # no padding: every token has a position
+    try:
+        seen = _record(model, tables, ids, None)
     except Exception as err:
         return "not built", f"forward: {type(err).__name__}: {str(err)[:80]}"
+    if not seen:
+        return "no text table", ", ".join(f"`{n}`" for n in tables)
+    padded = None
+    if isinstance(pad, int):
+        keep = torch.ones(2, T, dtype=torch.bool)
+        keep[0, :2] = keep[1, -1] = False  # row 0 padded on the left, row 1 on the right
+        try:
+            padded = keep, _record(model, tables, ids.masked_fill(~keep, pad), keep.long())
+        except Exception as err:
+            return "not built", f"padded forward: {type(err).__name__}: {str(err)[:80]}"
+    results: list[tuple[str, str]] = []
+    for name, ref in seen.items():
+        try:
+            pe = _encoding(model, name, as_v4)
+        except ValueError as err:
+            results.append(("refused", f"`{name}`: {err}"))
+            continue
+        except RuntimeError as err:  # (load_state_dict: the table's shape is not the model's)
+            results.append(("mismatched", f"`{name}`: {str(err).splitlines()[-1].strip()}"))
+            continue
+        if not isinstance(pe, (posenc.Learned, posenc.Sinusoidal)):
+            results.append(("mismatched", f"`{name}`: posenc gives {type(pe).__name__}"))
+            continue
+        zeros = torch.zeros(2, T, pe.d_model)
+        # (Longformer pads its input to a whole attention window: the first T rows are the tokens')
+        if not _same(pe, pe.encode_input(zeros), ref[..., :T, :].expand_as(zeros)):
+            results.append(("mismatched", f"`{name}`: {pe!r}: the rows differ from the model's"))
+            continue
+        detail = f"`{name}`: {pe!r}"
+        if padded is not None and name in padded[1]:
+            keep, got = padded[0], padded[1][name][..., :T, :].expand_as(zeros)
+            numbering = {
+                "positions from the padding": pe.encode_input(zeros, posenc.mask_to_positions(keep)),
+                "positions by index": pe.encode_input(zeros),
+            }
+            found = next((how for how, ours in numbering.items() if _same(pe, ours[keep], got[keep])), None)
+            if found is None:
+                results.append(("mismatched", f"{detail}: padded batch: real tokens' rows differ"))
+                continue
+            detail += f"; padded: {found}"
+        results.append(("matched", detail))
+    outcome = next(o for o in ("mismatched", "refused", "matched") if any(r == o for r, _ in results))
+    return outcome, "; ".join(d for r, d in results if r == outcome)
 
-    # the model with its config as a transformers 4 config.json (the hub's) gives it
-    old = SimpleNamespace(
-        config={**model.config.to_dict(), "position_embedding_type": "absolute"}, state_dict=model.state_dict
-    )
-    if not as_v4:
-        old = model
-    try:
-        pe = from_hf_model(old)
-    except ValueError as err:
-        return "refused", str(err)
-    except RuntimeError as err:  # (load_state_dict: the table's shape is not the model's)
-        return "mismatched", str(err).splitlines()[-1].strip()
-    if not isinstance(pe, posenc.Learned):
-        return "mismatched", f"posenc gives {type(pe).__name__}"
-    ours = pe.encode_input(torch.zeros(2, T, pe.d_model))
-    # (Longformer pads its input to a whole attention window: the first T rows are the tokens')
-    ref = seen[0][..., :T, :].expand_as(ours) if seen and seen[0].shape[-1] == pe.d_model else None
-    if ref is None or not torch.equal(ours, ref):
-        return "mismatched", f"{pe!r}: the rows differ from the model's position embeddings"
-    return "matched", ""
+
+def survey() -> dict[str, tuple[str, str]]:
+    """Every selected model type of the installed transformers -> (outcome, detail)."""
+    return {t: check_model_type(t) for t in CONFIG_MAPPING_NAMES if _selected(t)}
 
 
-def test_bert_like_encoders_by_rule() -> None:
-    types = [t for t in CONFIG_MAPPING_NAMES if t not in SUPPORTED_MODEL_TYPES and _has_table(t)]
-    results = {t: _case(t) for t in types}
-    print("\n".join(f"{t}: {o} {d}" for t, (o, d) in sorted(results.items())))
-    assert not {t: d for t, (o, d) in results.items() if o == "mismatched"}
+def report(results: dict[str, tuple[str, str]]) -> str:
+    """The coverage as a Markdown page (what docs/hf_absolute_coverage.md holds)."""
+    counts = Counter(outcome for outcome, _ in results.values())
+
+    def cell(text: str) -> str:  # (posenc's refusals list every model type of its table: the start says why)
+        text = text.replace("|", "/").replace("\n", " ")
+        return text if len(text) <= 400 else text[:400] + " ..."
+
+    lines = [
+        "# Absolute position tables: model zoo coverage",
+        "",
+        f"Every model type of transformers {transformers.__version__} whose modeling code assigns a learned or",
+        "sinusoidal absolute position table (`position_embeddings`, `embed_positions`, `wpe`, `position_embedding`,",
+        "... as an `nn.Embedding` or a `*PositionalEmbedding` class) and whose config has a `vocab_size` (text and",
+        "speech-to-text models), built tiny: the table's output in a forward pass, whole tensors, against",
+        "`posenc.hf.from_hf_model` (the learned table copied; sinusoids from the config). Models with a pad token",
+        "also run on a batch padded on the left and on the right: every real token must get posenc's row at",
+        "`posenc.mask_to_positions(mask)` (\"positions from the padding\": RoBERTa's, fairseq's and OPT's kin)",
+        'or at its index ("positions by index"), as the model does. Padded tokens themselves are not compared:',
+        "the model adds its row `padding_idx` there (RoBERTa's and fairseq's kin), which no posenc position",
+        "addresses; attention masks them, so no real token sees them.",
+        "(`tests/hf/test_absolute.py`; written by `python tests/hf/test_absolute.py`.)",
+        "",
+        "| outcome | model types |",
+        "| --- | --- |",
+        *(f"| {o} | {counts[o]} |" for o in OUTCOMES),
+        "",
+        "| model type | outcome | table: posenc encoding, or why not |",
+        "| --- | --- | --- |",
+        *(
+            f"| `{t}` | {o} | {cell(d if t not in KNOWN else f'{d} (known: {KNOWN[t]})')} |"
+            for t, (o, d) in sorted(results.items())
+            if o in OUTCOMES
+        ),
+        "",
+        "The text forward of these never calls the table found in their source (a vision or audio tower's): "
+        + ", ".join(f"`{t}`" for t, (o, _) in sorted(results.items()) if o not in OUTCOMES)
+        + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def test_every_model_with_an_absolute_table() -> None:
+    results = survey()
+    text = report(results)
+    print(text)
+    mismatched = {t: d for t, (o, d) in results.items() if o == "mismatched"}
+    assert not mismatched.keys() - KNOWN.keys(), mismatched
+    assert not KNOWN.keys() - mismatched.keys(), "fixed: remove it from KNOWN"
     counts = Counter(o for o, _ in results.values())
     assert counts["matched"] >= 30, counts
     for model_type, (outcome, detail) in results.items():
         if outcome == "refused":
-            assert "'" in detail, (model_type, detail)  # names the field at fault
+            assert "'" in detail or "=" in detail, (model_type, detail)  # names the field at fault
+    if f"transformers {transformers.__version__} " in REPORT.read_text(encoding="utf-8"):
+        assert text == REPORT.read_text(encoding="utf-8"), (
+            f"{REPORT} is stale: python tests/hf/test_absolute.py"
+        )
 
 
 @pytest.mark.parametrize("kind", ["relative_key", "relative_key_query"])
@@ -127,4 +383,9 @@ def test_absolute_only_types_convert_from_the_installed_config_object(model_type
     the absolute table): the config object as it is converts to the same rows."""
     if "position_embedding_type" in CONFIG_MAPPING[model_type]().to_dict():
         pytest.skip("this transformers still declares position_embedding_type")
-    assert _case(model_type, as_v4=False) == ("matched", "")
+    assert check_model_type(model_type, as_v4=False)[0] == "matched"
+
+
+if __name__ == "__main__":
+    REPORT.write_text(report(survey()), encoding="utf-8")
+    print(f"wrote {REPORT}")
