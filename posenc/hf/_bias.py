@@ -201,7 +201,7 @@ _LEARNED: dict[str, _Table] = {
     "imagegpt": _gpt((512, 1024)),
     "biogpt": _Table(offset=2, default=(1024, 1024), module="embed_positions", stacks=("decoder",)),
     "pp_formulanet_text": _Table(
-        width=("d_model",), offset=2, default=(None, 2560), module="embed_positions", stacks=("decoder",)
+        width=("d_model",), offset=2, default=(512, 2560), module="embed_positions", stacks=("decoder",)
     ),
     # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
     **dict.fromkeys(

@@ -38,7 +38,7 @@ import torch
 
 import posenc
 from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config, from_hf_model
-from posenc.hf._bias import _ABSOLUTE_ONLY
+from posenc.hf._bias import _ABSOLUTE_ONLY, _LEARNED
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
@@ -384,6 +384,17 @@ def test_absolute_only_types_convert_from_the_installed_config_object(model_type
     if "position_embedding_type" in CONFIG_MAPPING[model_type]().to_dict():
         pytest.skip("this transformers still declares position_embedding_type")
     assert check_model_type(model_type, as_v4=False)[0] == "matched"
+
+
+@pytest.mark.parametrize(
+    "model_type", sorted(t for t, table in _LEARNED.items() if table.default != (None, None))
+)
+def test_a_config_json_leaving_out_the_sizes_takes_the_class_defaults(model_type: str) -> None:
+    """A ``config.json`` saved by transformers holds only what differs from its class: the width and length
+    it leaves out are the class's."""
+    assert repr(from_hf_config({"model_type": model_type})) == repr(
+        from_hf_config(CONFIG_MAPPING[model_type]())
+    )
 
 
 if __name__ == "__main__":
