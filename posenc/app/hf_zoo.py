@@ -54,6 +54,9 @@ TINY: dict[str, Any] = {
 APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotary_emb")
 #: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
 FIT: dict[str, Any] = {"rotary_dim": 16}
+#: Configs whose class default is a model without RoPE: the rotary variant (ESM-2; the default, ESM-1b's
+#: learned table, is surveyed by tests/hf/test_absolute.py).
+ROTARY_VARIANT: dict[str, dict[str, Any]] = {"esm": {"position_embedding_type": "rotary"}}
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -221,6 +224,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     if not any(hasattr(module, name) for name in APPLY):
         return "not built", f"none of {', '.join(APPLY)} in its modeling module"
     fit: dict[str, Any] = {k: v for k, v in FIT.items() if hasattr(config_class, k)}
+    fit.update(ROTARY_VARIANT.get(model_type, {}))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -300,7 +304,7 @@ def convert_model_type(model_type: str) -> tuple[str, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = CONFIG_MAPPING[model_type](**TINY)
+            config = CONFIG_MAPPING[model_type](**TINY, **ROTARY_VARIANT.get(model_type, {}))
     except Exception as err:  # (the tiny config does not fit this architecture)
         return "not built", f"tiny config: {type(err).__name__}: {str(err)[:80]}"
     try:

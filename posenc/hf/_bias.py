@@ -187,7 +187,7 @@ _LEARNED: dict[str, _Table] = {
     **dict.fromkeys(
         (
             "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
-            "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model"
+            "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm"
         ).split(),
         _PAD,
     ),

@@ -165,7 +165,10 @@ def by_rule(
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
     raw: Any = get(cfg, "rope_parameters", "rope_scaling")
-    if raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type):
+    # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
+    if cfg.get("position_embedding_type") == "absolute" or (
+        raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type)
+    ):
         return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
     if raw is None and cfg.get("rope_theta") is None:
         raise ValueError(

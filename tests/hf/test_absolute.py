@@ -89,10 +89,7 @@ NAMES = (
 TABLE = re.compile(r"self\.(?:" + "|".join(NAMES) + r")\s*=\s*(nn\.Embedding|\w*PositionalEmbeddings?)\(")
 #: Mismatches whose fix lies in a module this survey does not own, with the fix; each must still mismatch
 #: (a fix then fails the test, to be removed from here).
-KNOWN: dict[str, str] = {
-    "esm": "ESM's config always carries rope_theta (1e4, read only with position_embedding_type='rotary'), and "
-    "posenc.hf._rule.by_rule builds RoPE from it before looking at position_embedding_type='absolute'",
-}
+KNOWN: dict[str, str] = {}
 _NOT_ABSOLUTE = ("Rotary", "Rel")  # relative and rotary modules under the same attribute names
 
 

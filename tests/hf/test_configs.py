@@ -1709,3 +1709,14 @@ def test_a_vision_tower_is_refused_by_rule():
     }
     with pytest.raises(ValueError, match="patch_size and image_size, a vision model"):
         from_hf_config(config)
+
+
+@requires_transformers
+def test_esm_reads_its_position_embedding_type_not_its_rope_theta():
+    """ESM's config carries rope_theta whatever its position_embedding_type: 'absolute' (ESM-1b, the class
+    default) is a learned table numbered from the padding, 'rotary' (ESM-2) is RoPE."""
+    sizes = {"hidden_size": 64, "num_attention_heads": 2, "pad_token_id": 1, "max_position_embeddings": 40}
+    learned = from_hf_config(transformers.EsmConfig(**sizes))
+    assert isinstance(learned, posenc.Learned) and learned.offset == 2
+    rope = from_hf_config(transformers.EsmConfig(**sizes, position_embedding_type="rotary"))
+    assert isinstance(rope, posenc.RoPE) and rope.head_dim == 32
