@@ -16,7 +16,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, Convert, get, positive_int
+from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
@@ -203,9 +203,7 @@ def _nested(
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
     """
-    raw = get(cfg, "rope_parameters", "rope_scaling")
-    if raw is not None and not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    raw = rope_dict(cfg, model_type)
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         for name in raw:

@@ -11,7 +11,7 @@ from .._checks import check_int, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
-from ._read import Config, Convert, get, heads_and_head_dim, positive_int
+from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
 # query scaling)
@@ -87,11 +87,7 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    raw: Any = params
-    if raw is None:  # the config's flat dict (the legacy rope_scaling first), else the class's default
-        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
+    raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
     if nested:
@@ -365,9 +361,7 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         head_dim = head_dim_of(cfg, model_type, d)
-        raw: Any = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+        raw = rope_dict(cfg, model_type)
         params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
         if params.get("rope_type", params.get("type")) == "mrope":
             params["rope_type"] = "default"
