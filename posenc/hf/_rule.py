@@ -165,10 +165,8 @@ def by_rule(
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
     if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
-        if absolute_table(cfg, model_type):
-            return learned_by_field(
-                cfg, model_type, causal
-            )  # BERT-like: a learned table, or refused by its kind
+        if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
+            return learned_by_field(cfg, model_type, causal)
         raise ValueError(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
