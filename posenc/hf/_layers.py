@@ -20,7 +20,14 @@ from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-__all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
+__all__ = [
+    "LAYER_COUNT_KEYS",
+    "layer_count",
+    "layer_types",
+    "required_count",
+    "rope_flags",
+    "sliding_windows",
+]
 
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
@@ -41,7 +48,7 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     return None
 
 
-def _required_count(cfg: Config, model_type: str) -> int:
+def required_count(cfg: Config, model_type: str) -> int:
     n = layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
@@ -55,7 +62,7 @@ def layer_types(
     if cfg.get("layer_types") is None:
         if default is None:
             return None
-        return [default(i) for i in range(_required_count(cfg, model_type))]
+        return [default(i) for i in range(required_count(cfg, model_type))]
     types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
@@ -65,7 +72,7 @@ def layer_types(
 
 def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
     """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
-    n, values = _required_count(cfg, model_type), cfg[key]
+    n, values = required_count(cfg, model_type), cfg[key]
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
         raise TypeError(f"{model_type} config: {key} must be a list of {kind}, got {type(values).__name__}")
     if len(values) != n:
@@ -77,7 +84,7 @@ def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> l
 
 def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     """``no_rope_layers`` as transformers reads it: 1 (RoPE) or 0 (NoPE) per layer; default every 4th is NoPE."""
-    n = _required_count(cfg, model_type)
+    n = required_count(cfg, model_type)
     flags = cfg.get("no_rope_layers")
     if not flags:  # transformers: None or [] -> the default pattern
         interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
@@ -89,9 +96,7 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     return [bool(flag) for flag in flags]
 
 
-def layer_windows(
-    cfg: Config, model_type: str, *, known: bool = True, declared: set[str] | None = None
-) -> list[int | None]:
+def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -> list[int | None]:
     """The sliding window of each layer (``None``: attends to every key), transformers' rule.
 
     A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal, transformers'
@@ -104,13 +109,13 @@ def layer_windows(
     attention reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2).
     ``known``: ``model_type`` is in the conversion table, whose other models never slide
     (Qwen3-VL-MoE drops its ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
-    A model outside the table slides as its ``layer_types`` say. Without them, ``declared`` (the
-    fields a config object's class declares, ``None`` for a dict) decides: every layer when the
-    class declares ``sliding_window`` but no ``layer_types`` (transformers' generic rule), none when
-    it declares neither (the model does not read a stray ``sliding_window``); a dict's
-    ``sliding_window`` is refused, its class may derive the layer types in its own code.
+    A model outside the table slides as its ``layer_types`` say. Without them, the fields the class
+    of ``config`` (the config object, or the dict) declares decide, as in transformers' mask helpers:
+    every layer when the class declares ``sliding_window`` but no ``layer_types`` (transformers'
+    generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
+    a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
-    n = _required_count(cfg, model_type)
+    n = required_count(cfg, model_type)
     if model_type == "modernbert":
         local = positive_int(cfg, model_type, "local_attention", default=128)
         types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
@@ -124,15 +129,15 @@ def layer_windows(
     if rule == "none" or window is None:
         return [None] * n
     types = layer_types(cfg, model_type)
-    if types is None and rule == "any" and declared is not None and "layer_types" not in declared:
-        if "sliding_window" not in declared:
+    if types is None and rule == "any":
+        if isinstance(config, Mapping) or hasattr(type(config), "layer_types"):
+            raise ValueError(
+                f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not "
+                "in posenc's table and its config class may derive its layer types in its own code; pass the "
+                "config object (its to_dict() carries them) or give 'layer_types'"
+            )
+        if not hasattr(type(config), "sliding_window"):
             return [None] * n
-    elif types is None and rule == "any":
-        raise ValueError(
-            f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not in "
-            "posenc's table and its config class may derive its layer types in its own code; pass the config "
-            "object (its to_dict() carries them) or give 'layer_types'"
-        )
     if types is None:  # as the config class derives them when a config.json leaves them out
         if rule == "pattern":
             pattern = (

@@ -17,7 +17,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import _nested, _per_type_rope, _required_count, layer_head_dims, layer_types
+from ._layers import _nested, _per_type_rope, layer_head_dims, layer_types, required_count
 from ._read import Config, get, heads_and_head_dim, rope_dict
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -180,7 +180,7 @@ def by_rule(
     if not any(isinstance(v, Mapping) for v in rope_dict(cfg, model_type).values()):
         if cfg.get("per_layer_config") is None:
             return build_rope(cfg, model_type, d, head_dim)
-        count = _required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
+        count = required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
         dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
         built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
         return [built[dim] for dim in dims] if len(built) > 1 else built[dims[0]]
@@ -225,7 +225,7 @@ def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:
     """One encoding per layer for the models whose code varies RoPE by layer (:data:`_PER_LAYER_KEY`)."""
-    count = _required_count(cfg, model_type)
+    count = required_count(cfg, model_type)
     raw = rope_dict(cfg, model_type)
     base = get(raw, "rope_theta", default=cfg.get("rope_theta"))
     if family == "molmo2":

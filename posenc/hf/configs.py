@@ -20,9 +20,7 @@ from typing import Any
 import torch
 
 from ..base import PositionalEncoding
-from ._layers import _required_count as required_count
-from ._layers import layer_count
-from ._layers import layer_windows as _layer_windows
+from ._layers import layer_count, required_count, sliding_windows
 from ._read import Convert, config_dict
 from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
@@ -182,17 +180,9 @@ def layer_windows(config: Any) -> list[int | None]:
         ``num_hidden_layers`` entries.
     """
     stacks = _resolve(config)
-    windows = [_windows(cfg, model_type, obj) for _, cfg, model_type, _, obj in stacks]
+    windows = [sliding_windows(cfg, t, obj, known=t in _CONVERTERS) for _, cfg, t, _, obj in stacks]
     _agree(stacks, windows, "sliding windows")
     return windows[-1]
-
-
-def _windows(cfg: dict[str, Any], model_type: str, config: Any) -> list[int | None]:
-    # a config object outside the table: what its class declares decides, as transformers' mask helpers
-    declared = None
-    if not isinstance(config, Mapping):
-        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(config), name)}
-    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS, declared=declared)
 
 
 def from_hf_config(
