@@ -196,15 +196,18 @@ _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
 }
 
 
-def _nested(
+def per_type_rope(
     cfg: Config,
     model_type: str,
+    d: RopeDefaults,
     types: list[str],
-    legacy: Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]],
+    legacy: Callable[[dict[str, Any]], dict[str, dict[str, Any]]],
+    head_dims: Sequence[int] | int,
     *,
     any_names: bool = False,
-) -> dict[str, dict[str, Any]]:
-    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``.
+) -> Layers:
+    """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
+    type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
     """
@@ -217,8 +220,8 @@ def _nested(
                     f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
                     f"{', '.join(sorted(known))}"
                 )
-        return legacy({}) | {name: dict(value) for name, value in raw.items()}
-    if raw and any(isinstance(v, Mapping) for v in raw.values()):
+        params = legacy({}) | {name: dict(value) for name, value in raw.items()}
+    elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():
             if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
                 raise ValueError(
@@ -230,18 +233,8 @@ def _nested(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
             "give one dict per layer type"
         )
-    return legacy(dict(raw) if raw else None)
-
-
-def _per_type_rope(
-    cfg: Config,
-    model_type: str,
-    d: RopeDefaults,
-    types: list[str],
-    params: dict[str, dict[str, Any]],
-    head_dims: Sequence[int] | int,
-) -> Layers:
-    """One :class:`RoPE` per layer, built once per (layer type, head size)."""
+    else:
+        params = legacy(dict(raw))
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
@@ -273,8 +266,8 @@ def two_bases(
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         types = layer_types(cfg, model_type, pattern(cfg, model_type)) or []
 
-        def legacy(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-            flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
+        def legacy(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+            flat = {k: v for k, v in flat.items() if k != "rope_theta"}
             rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
             # each layer type's base comes from its legacy key (a flat dict's rope_theta is not read)
             return {
@@ -282,8 +275,7 @@ def two_bases(
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
             }
 
-        params = _nested(cfg, model_type, types, legacy)
-        return _per_type_rope(cfg, model_type, d, types, params, head_dim_of(cfg, model_type, d))
+        return per_type_rope(cfg, model_type, d, types, legacy, head_dim_of(cfg, model_type, d))
 
     return convert
 
@@ -315,10 +307,9 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
     types = layer_types(cfg, model_type, every_nth(6)) or []
     types[-1] = "full_attention"  # transformers forces the last layer global
-    params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
     head_dim = head_dim_of(cfg, model_type, d)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
-    return _per_type_rope(cfg, model_type, d, types, params, dims)
+    return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
 
 
 def layer_head_dims(

@@ -17,7 +17,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import _nested, _per_type_rope, layer_head_dims, layer_types, required_count
+from ._layers import layer_head_dims, layer_types, per_type_rope, required_count
 from ._read import Config, get, heads_and_head_dim, rope_dict
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -189,9 +189,8 @@ def by_rule(
         raise ValueError(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
-    params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
-    return _per_type_rope(cfg, model_type, d, types, params, dims)
+    return per_type_rope(cfg, model_type, d, types, lambda flat: {}, dims, any_names=True)
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
