@@ -17,7 +17,7 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ._read import Config, Convert, get, positive_int, rope_dict
-from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
+from ._rope import RopeDefaults, build_rope, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
 __all__ = [
@@ -373,11 +373,12 @@ def nope_layers(
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)
         ):
-            floor_scale = config_float(model_type, "floor_scale", get(cfg, "floor_scale", default=8192))
-            attn_scale = config_float(
-                model_type, "attn_scale", get(cfg, "attn_scale", default=0.1), minimum=-float("inf")
-            )  # (QueryTemperature refuses a negative slope)
-            other = QueryTemperature(floor_scale, attn_scale)
+            try:  # (QueryTemperature checks both numbers, and names them)
+                other = QueryTemperature(
+                    get(cfg, "floor_scale", default=8192), get(cfg, "attn_scale", default=0.1)
+                )
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"{model_type} config: {err}") from None
         return [rope if flag and rope is not None else other for flag in flags]
 
     return convert

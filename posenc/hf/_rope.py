@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._checks import check_int, check_positive_int
+from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
@@ -22,7 +21,6 @@ _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"}
 __all__ = [
     "RopeDefaults",
     "build_rope",
-    "config_float",
     "dinov3",
     "gptj",
     "mrope",
@@ -48,27 +46,6 @@ class RopeDefaults:
     partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
-
-
-def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
-    """``value`` (a config's ``key``) as a finite float ``> minimum``; bools and strings are refused.
-
-    Raises:
-        TypeError: not an int or float (``True``, ``"5e5"``, ``"abc"``); the key is named.
-        ValueError: too large for a float (``10**400``), not finite, or ``<= minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        shown = repr(value) if len(repr(value)) <= 100 else repr(value)[:97] + "..."
-        raise TypeError(f"{model_type} config: {key} must be a number, got {shown} ({type(value).__name__})")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise ValueError(
-            f"{model_type} config: {key} must be a finite number, got an int too large for a float"
-        ) from None
-    if not math.isfinite(number) or number <= minimum:
-        raise ValueError(f"{model_type} config: {key} must be a finite number > {minimum:g}, got {number}")
-    return number
 
 
 def rope_parameters(
@@ -103,7 +80,7 @@ def rope_parameters(
             f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
             f"for model_type {model_type!r}, which is not in its table"
         )
-    base = config_float(model_type, theta_key, base)
+    base = check_positive_float(f"{model_type} config: {theta_key}", base)
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
     ntk_alpha = rope_type == "dynamic" and bool(params.get("alpha")) and model_type in _NTK_ALPHA
@@ -141,7 +118,9 @@ def rope_parameters(
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
     partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
-    partial = config_float(model_type, partial_key, default if partial is None else partial)
+    partial = check_positive_float(
+        f"{model_type} config: {partial_key}", default if partial is None else partial
+    )
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
     if ntk_alpha and partial != 1.0:  # its base exponent spans the whole head, posenc's the rotated part
@@ -320,7 +299,7 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     return AxialRoPE(
         head_dim,
         freqs="period",
-        base=config_float(model_type, "rope_theta", get(cfg, "rope_theta", default=100.0)),
+        base=check_positive_float(f"{model_type} config: rope_theta", get(cfg, "rope_theta", default=100.0)),
         grid_size=(image_h // patch_h, image_w // patch_w),
         num_prefix_tokens=1 + registers,
     )
@@ -345,7 +324,7 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     return AxialRoPE(
         head_dim,
         axis_layout="alternate",
-        base=config_float(model_type, "rope_theta", theta),
+        base=check_positive_float(f"{model_type} config: rope_theta", theta),
         grid_size=(side, side),
     )
 
