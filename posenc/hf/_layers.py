@@ -118,8 +118,7 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
     n = required_count(cfg, model_type)
     if model_type == "modernbert":
         local = positive_int(cfg, model_type, "local_attention", default=128)
-        types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
-        return [local if t == "sliding_attention" else None for t in types or []]
+        return [local if t == "sliding_attention" else None for t in table_types(cfg, model_type)]
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     window = get(cfg, "sliding_window", default=default_window)
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
@@ -128,7 +127,7 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
         window = None
     if rule == "none" or window is None:
         return [None] * n
-    types = layer_types(cfg, model_type)
+    types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
     if types is None and rule == "any":
         if isinstance(config, Mapping) or hasattr(type(config), "layer_types"):
             raise ValueError(
@@ -139,12 +138,7 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
         if not hasattr(type(config), "sliding_window"):
             return [None] * n
     if types is None:  # as the config class derives them when a config.json leaves them out
-        if rule == "pattern":
-            pattern = (
-                _gemma_pattern(cfg, model_type, arg) if model_type in ("gemma3_text", "cohere2") else arg
-            )
-            types = [pattern(i) for i in range(n)]
-        elif rule == "smollm3":  # the NoPE layers slide
+        if rule == "smollm3":  # the NoPE layers slide
             types = [
                 "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
             ]
@@ -154,38 +148,49 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
             types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
         else:  # every layer reads sliding_window (Mistral; transformers' generic rule)
             types = ["sliding_attention"] * n
-    if model_type == "gemma4_text":
-        types[-1] = "full_attention"  # transformers forces the last layer global
     if "sliding_attention" not in types:
         return [None] * n
     window = check_positive_int(f"{model_type} config: sliding_window", window)
     return [window if t == "sliding_attention" else None for t in types]
 
 
-def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
-    # "full_attention" every `every` layers (the last of each group; ModernBERT: the first)
-    def kind(i: int) -> str:
-        full = i % every == 0 if first_full else (i + 1) % every == 0
-        return "full_attention" if full else "sliding_attention"
+#: The layer types a table model's config class derives when a config leaves out ``layer_types``: every
+#: ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the key its class reads.
+_PATTERNS: dict[str, tuple[int, str | None]] = {
+    **dict.fromkeys(("gemma2", "gpt_oss"), (2, None)),
+    "gemma3_text": (6, "sliding_window_pattern"),
+    "gemma3n_text": (5, None),
+    "gemma4_text": (6, None),
+    "cohere2": (4, "sliding_window_pattern"),
+    "modernbert": (3, "global_attn_every_n_layers"),
+}
 
-    return kind
 
+def table_types(cfg: Config, model_type: str) -> list[str]:
+    """The ``layer_types`` of a model in :data:`_PATTERNS`, else as its config class derives them."""
+    every, key = _PATTERNS[model_type]
+    every = positive_int(cfg, model_type, key, default=every) if key else every
+    shift = 0 if model_type == "modernbert" else 1
 
-def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
-    every = positive_int(cfg, model_type, "global_attn_every_n_layers", default=3)
-    return every_nth(every, first_full=True)
+    def kind(i: int) -> str:  # the last layer of each group of `every` is full (ModernBERT: the first)
+        return "sliding_attention" if (i + shift) % every else "full_attention"
+
+    types = layer_types(cfg, model_type, kind) or []  # (a list: it has a default)
+    if model_type == "gemma4_text":
+        types[-1] = "full_attention"  # transformers forces the last layer global
+    return types
 
 
 #: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
-#: ``sliding_window`` where a config.json leaves it out, and the rule's default (the layer pattern;
-#: Qwen: ``max_window_layers``).
+#: ``sliding_window`` where a config.json leaves it out, and the rule's default (Qwen: ``max_window_layers``;
+#: the patterns: :data:`_PATTERNS`).
 _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
-    "gemma2": ("pattern", 4096, every_nth(2)),
-    "gpt_oss": ("pattern", 128, every_nth(2)),
-    "gemma3_text": ("pattern", 4096, every_nth(6)),
-    "gemma3n_text": ("pattern", 512, every_nth(5)),
-    "gemma4_text": ("pattern", 512, every_nth(6)),
-    "cohere2": ("pattern", 4096, every_nth(4)),
+    "gemma2": ("pattern", 4096, None),
+    "gpt_oss": ("pattern", 128, None),
+    "gemma3_text": ("pattern", 4096, None),
+    "gemma3n_text": ("pattern", 512, None),
+    "gemma4_text": ("pattern", 512, None),
+    "cohere2": ("pattern", 4096, None),
     "qwen2": ("qwen", 4096, 28),
     "qwen3": ("qwen", 4096, 28),
     "qwen2_vl_text": ("qwen", 4096, 80),
@@ -250,7 +255,6 @@ def per_type_rope(
 
 def two_bases(
     d: RopeDefaults,
-    pattern: Callable[[Config, str], Callable[[int], str]],
     keys: tuple[str, str],
     defaults: tuple[float, float],
     *,
@@ -260,11 +264,11 @@ def two_bases(
 
     Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
     local base ``keys[1]`` on sliding layers (which ModernBERT also scales, ``scale_local``);
-    ``pattern(cfg, model_type)`` gives the layer types a config leaves out.
+    :func:`table_types` gives the layer types a config leaves out.
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-        types = layer_types(cfg, model_type, pattern(cfg, model_type)) or []
+        types = table_types(cfg, model_type)
 
         def legacy(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
             flat = {k: v for k, v in flat.items() if k != "rope_theta"}
@@ -280,20 +284,9 @@ def two_bases(
     return convert
 
 
-def gemma3(d: RopeDefaults, every: int) -> Convert:
+def gemma3(d: RopeDefaults) -> Convert:
     """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
-
-    def pattern(cfg: Config, model_type: str) -> Callable[[int], str]:
-        return _gemma_pattern(cfg, model_type, every_nth(every))
-
-    return two_bases(d, pattern, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
-
-
-def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) -> Callable[[int], str]:
-    every = cfg.get("sliding_window_pattern")
-    if every is None:
-        return default
-    return every_nth(check_positive_int(f"{model_type} config: sliding_window_pattern", every))
+    return two_bases(d, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
 
 
 _GEMMA4_ROPE = {
@@ -305,8 +298,7 @@ _GEMMA4_ROPE = {
 def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
-    types = layer_types(cfg, model_type, every_nth(6)) or []
-    types[-1] = "full_attention"  # transformers forces the last layer global
+    types = table_types(cfg, model_type)
     head_dim = head_dim_of(cfg, model_type, d)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
     return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
@@ -354,7 +346,6 @@ def layer_head_dims(
 #: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.
 modernbert = two_bases(
     RopeDefaults(768, 12, 8192),
-    _modernbert_default,
     ("global_rope_theta", "local_rope_theta"),
     (160_000.0, 10_000.0),
     scale_local=True,
@@ -386,5 +377,4 @@ def nope_layers(
 
 def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
     """Cohere 2: True for the sliding layers (the only ones it rotates)."""
-    types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
-    return [t == "sliding_attention" for t in types]
+    return [t == "sliding_attention" for t in table_types(cfg, model_type)]

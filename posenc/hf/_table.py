@@ -33,14 +33,14 @@ _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
 _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     # config.json keeps the legacy rope_local_base_freq / sliding_window_pattern its class converts
     "gemma3_text": (
-        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256), 6),
+        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256)),
         (
             _SLIDING,
             ("full_attention", "RoPE, half layout, base 1e6 and the scaling dict (linear ×8 in the 4B-27B)"),
         ),
     ),
     "gemma3n_text": (
-        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256), 5),
+        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256)),
         (_SLIDING, ("full_attention", "RoPE, half layout, base 1e6")),
     ),
     # its class derives layer_types (every 6th full, the last forced full) and per-type rope_parameters
