@@ -254,11 +254,7 @@ def per_type_rope(
 
 
 def two_bases(
-    d: RopeDefaults,
-    keys: tuple[str, str],
-    defaults: tuple[float, float],
-    *,
-    scale_local: bool,
+    d: RopeDefaults, keys: tuple[str, str], defaults: tuple[float, float], *, scale_local: bool
 ) -> Convert:
     """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
 

@@ -189,7 +189,6 @@ def build_rope(
     *,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
-    layout: Literal["half", "interleaved"] | None = None,
     mrope_section: list | None = None,
     interleaved: bool = False,
 ) -> RoPE | MRoPE:
@@ -210,7 +209,7 @@ def build_rope(
                 mrope_section=mrope_section,
                 base=base,
                 interleaved=interleaved,
-                layout=d.layout if layout is None else layout,
+                layout=d.layout,
                 scaling=scaling or None,
                 max_len=max_len,
             )
@@ -225,7 +224,7 @@ def build_rope(
     return RoPE(
         head_dim,
         base=base,
-        layout=d.layout if layout is None else layout,
+        layout=d.layout,
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,
         scaling=scaling or None,
         max_len=max_len,
@@ -283,14 +282,12 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     # (the head width is hidden_size // heads in its code: no head_dim key)
     _, head_dim = heads_and_head_dim(cfg, model_type, head_dim_keys=(), default_heads=6, default_width=384)
 
-    def pair(key: str, default: int) -> tuple[int, int]:
+    def pair(key: str, default: int) -> list[int]:
         value = get(cfg, key, default=default)
         sides = list(value) if isinstance(value, (list, tuple)) else [value, value]
         if len(sides) != 2:
             raise ValueError(f"{model_type} config: {key} must be an int or (height, width), got {value!r}")
-        return check_positive_int(f"{model_type} config: {key}", sides[0]), check_positive_int(
-            f"{model_type} config: {key}", sides[1]
-        )
+        return [check_positive_int(f"{model_type} config: {key}", side) for side in sides]
 
     (image_h, image_w), (patch_h, patch_w) = pair("image_size", 224), pair("patch_size", 16)
     registers = check_int(
