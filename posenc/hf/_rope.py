@@ -340,10 +340,8 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
         raw = rope_dict(cfg, model_type)
         params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
         if params.get("rope_type", params.get("type")) == "mrope":
-            params["rope_type"] = "default"
-            params.pop("type", None)
-        section = raw.get("mrope_section")
-        section = list(default_section) if section is None else section
+            params = {k: v for k, v in params.items() if k != "type"} | {"rope_type": "default"}
+        section = get(raw, "mrope_section", default=default_section)
         if not isinstance(section, (list, tuple)):
             raise TypeError(
                 f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"

@@ -229,8 +229,7 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
     base = get(raw, "rope_theta", default=cfg.get("rope_theta"))
     if family == "molmo2":
         # the dict's RoPE in rope_scaling_layers (default all), its base unscaled elsewhere
-        scaled = cfg.get("rope_scaling_layers")
-        scaled = range(count) if scaled is None else scaled
+        scaled = get(cfg, "rope_scaling_layers", default=range(count))
         if not isinstance(scaled, (list, tuple, range)) or not all(isinstance(i, int) for i in scaled):
             raise TypeError(
                 f"{model_type} config: rope_scaling_layers must be a list of layer indices, got {scaled!r}"

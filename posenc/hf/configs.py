@@ -21,7 +21,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ._layers import layer_count, required_count, sliding_windows
-from ._read import Convert, config_dict
+from ._read import Convert, config_dict, get
 from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
@@ -65,7 +65,7 @@ def _resolve(config: Any) -> list[_Stack]:
         elif model_type in _DEFAULT_TEXT:
             config = cfg = {**cfg, "text_config": {}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
-    if not any(cfg.get(k) is not None for k in ("rope_parameters", "rope_scaling", "rope_theta")):
+    if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
