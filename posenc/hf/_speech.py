@@ -32,7 +32,6 @@ SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, int, int]] = {
     "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative", 16, 24),
     "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key", 16, 24),
 }
-_TYPES = ("relative_key", "relative", None)
 
 
 def _mode(cfg: Config, model_type: str) -> str | None:
@@ -44,7 +43,7 @@ def _mode(cfg: Config, model_type: str) -> str | None:
             "projections (not the queries and keys), which no posenc encoding computes; supported: "
             "'relative_key', 'relative' or None"
         )
-    if mode not in _TYPES:
+    if mode not in ("relative_key", "relative", None):
         raise ValueError(
             f"{model_type} config: position_embeddings_type must be 'relative_key', 'relative' or None, got {mode!r}"
         )
