@@ -16,11 +16,18 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, Convert, get, positive_int
-from ._rope import RopeDefaults, build_rope, config_float, head_dim_of
+from ._read import Config, Convert, get, positive_int, rope_dict
+from ._rope import RopeDefaults, build_rope, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-__all__ = ["LAYER_COUNT_KEYS", "layer_count", "layer_types", "layer_windows", "rope_flags"]
+__all__ = [
+    "LAYER_COUNT_KEYS",
+    "layer_count",
+    "layer_types",
+    "required_count",
+    "rope_flags",
+    "sliding_windows",
+]
 
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
@@ -41,7 +48,7 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     return None
 
 
-def _required_count(cfg: Config, model_type: str) -> int:
+def required_count(cfg: Config, model_type: str) -> int:
     n = layer_count(cfg, model_type)
     if n is None:
         raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
@@ -55,7 +62,7 @@ def layer_types(
     if cfg.get("layer_types") is None:
         if default is None:
             return None
-        return [default(i) for i in range(_required_count(cfg, model_type))]
+        return [default(i) for i in range(required_count(cfg, model_type))]
     types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
@@ -65,7 +72,7 @@ def layer_types(
 
 def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
     """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
-    n, values = _required_count(cfg, model_type), cfg[key]
+    n, values = required_count(cfg, model_type), cfg[key]
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
         raise TypeError(f"{model_type} config: {key} must be a list of {kind}, got {type(values).__name__}")
     if len(values) != n:
@@ -77,7 +84,7 @@ def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> l
 
 def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     """``no_rope_layers`` as transformers reads it: 1 (RoPE) or 0 (NoPE) per layer; default every 4th is NoPE."""
-    n = _required_count(cfg, model_type)
+    n = required_count(cfg, model_type)
     flags = cfg.get("no_rope_layers")
     if not flags:  # transformers: None or [] -> the default pattern
         interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
@@ -89,9 +96,7 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     return [bool(flag) for flag in flags]
 
 
-def layer_windows(
-    cfg: Config, model_type: str, *, known: bool = True, declared: set[str] | None = None
-) -> list[int | None]:
+def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -> list[int | None]:
     """The sliding window of each layer (``None``: attends to every key), transformers' rule.
 
     A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal, transformers'
@@ -104,17 +109,16 @@ def layer_windows(
     attention reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2).
     ``known``: ``model_type`` is in the conversion table, whose other models never slide
     (Qwen3-VL-MoE drops its ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
-    A model outside the table slides as its ``layer_types`` say. Without them, ``declared`` (the
-    fields a config object's class declares, ``None`` for a dict) decides: every layer when the
-    class declares ``sliding_window`` but no ``layer_types`` (transformers' generic rule), none when
-    it declares neither (the model does not read a stray ``sliding_window``); a dict's
-    ``sliding_window`` is refused, its class may derive the layer types in its own code.
+    A model outside the table slides as its ``layer_types`` say. Without them, the fields the class
+    of ``config`` (the config object, or the dict) declares decide, as in transformers' mask helpers:
+    every layer when the class declares ``sliding_window`` but no ``layer_types`` (transformers'
+    generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
+    a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
-    n = _required_count(cfg, model_type)
+    n = required_count(cfg, model_type)
     if model_type == "modernbert":
         local = positive_int(cfg, model_type, "local_attention", default=128)
-        types = layer_types(cfg, model_type, _modernbert_default(cfg, model_type))
-        return [local if t == "sliding_attention" else None for t in types or []]
+        return [local if t == "sliding_attention" else None for t in table_types(cfg, model_type)]
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     window = get(cfg, "sliding_window", default=default_window)
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
@@ -123,23 +127,18 @@ def layer_windows(
         window = None
     if rule == "none" or window is None:
         return [None] * n
-    types = layer_types(cfg, model_type)
-    if types is None and rule == "any" and declared is not None and "layer_types" not in declared:
-        if "sliding_window" not in declared:
-            return [None] * n
-    elif types is None and rule == "any":
-        raise ValueError(
-            f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not in "
-            "posenc's table and its config class may derive its layer types in its own code; pass the config "
-            "object (its to_dict() carries them) or give 'layer_types'"
-        )
-    if types is None:  # as the config class derives them when a config.json leaves them out
-        if rule == "pattern":
-            pattern = (
-                _gemma_pattern(cfg, model_type, arg) if model_type in ("gemma3_text", "cohere2") else arg
+    types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
+    if types is None and rule == "any":
+        if isinstance(config, Mapping) or hasattr(type(config), "layer_types"):
+            raise ValueError(
+                f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not "
+                "in posenc's table and its config class may derive its layer types in its own code; pass the "
+                "config object (its to_dict() carries them) or give 'layer_types'"
             )
-            types = [pattern(i) for i in range(n)]
-        elif rule == "smollm3":  # the NoPE layers slide
+        if not hasattr(type(config), "sliding_window"):
+            return [None] * n
+    if types is None:  # as the config class derives them when a config.json leaves them out
+        if rule == "smollm3":  # the NoPE layers slide
             types = [
                 "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
             ]
@@ -149,38 +148,49 @@ def layer_windows(
             types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
         else:  # every layer reads sliding_window (Mistral; transformers' generic rule)
             types = ["sliding_attention"] * n
-    if model_type == "gemma4_text":
-        types[-1] = "full_attention"  # transformers forces the last layer global
     if "sliding_attention" not in types:
         return [None] * n
     window = check_positive_int(f"{model_type} config: sliding_window", window)
     return [window if t == "sliding_attention" else None for t in types]
 
 
-def every_nth(every: int, *, first_full: bool = False) -> Callable[[int], str]:
-    # "full_attention" every `every` layers (the last of each group; ModernBERT: the first)
-    def kind(i: int) -> str:
-        full = i % every == 0 if first_full else (i + 1) % every == 0
-        return "full_attention" if full else "sliding_attention"
+#: The layer types a table model's config class derives when a config leaves out ``layer_types``: every
+#: ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the key its class reads.
+_PATTERNS: dict[str, tuple[int, str | None]] = {
+    **dict.fromkeys(("gemma2", "gpt_oss"), (2, None)),
+    "gemma3_text": (6, "sliding_window_pattern"),
+    "gemma3n_text": (5, None),
+    "gemma4_text": (6, None),
+    "cohere2": (4, "sliding_window_pattern"),
+    "modernbert": (3, "global_attn_every_n_layers"),
+}
 
-    return kind
 
+def table_types(cfg: Config, model_type: str) -> list[str]:
+    """The ``layer_types`` of a model in :data:`_PATTERNS`, else as its config class derives them."""
+    every, key = _PATTERNS[model_type]
+    every = positive_int(cfg, model_type, key, default=every) if key else every
+    shift = 0 if model_type == "modernbert" else 1
 
-def _modernbert_default(cfg: Config, model_type: str) -> Callable[[int], str]:
-    every = positive_int(cfg, model_type, "global_attn_every_n_layers", default=3)
-    return every_nth(every, first_full=True)
+    def kind(i: int) -> str:  # the last layer of each group of `every` is full (ModernBERT: the first)
+        return "sliding_attention" if (i + shift) % every else "full_attention"
+
+    types = layer_types(cfg, model_type, kind) or []  # (a list: it has a default)
+    if model_type == "gemma4_text":
+        types[-1] = "full_attention"  # transformers forces the last layer global
+    return types
 
 
 #: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
-#: ``sliding_window`` where a config.json leaves it out, and the rule's default (the layer pattern;
-#: Qwen: ``max_window_layers``).
+#: ``sliding_window`` where a config.json leaves it out, and the rule's default (Qwen: ``max_window_layers``;
+#: the patterns: :data:`_PATTERNS`).
 _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
-    "gemma2": ("pattern", 4096, every_nth(2)),
-    "gpt_oss": ("pattern", 128, every_nth(2)),
-    "gemma3_text": ("pattern", 4096, every_nth(6)),
-    "gemma3n_text": ("pattern", 512, every_nth(5)),
-    "gemma4_text": ("pattern", 512, every_nth(6)),
-    "cohere2": ("pattern", 4096, every_nth(4)),
+    "gemma2": ("pattern", 4096, None),
+    "gpt_oss": ("pattern", 128, None),
+    "gemma3_text": ("pattern", 4096, None),
+    "gemma3n_text": ("pattern", 512, None),
+    "gemma4_text": ("pattern", 512, None),
+    "cohere2": ("pattern", 4096, None),
     "qwen2": ("qwen", 4096, 28),
     "qwen3": ("qwen", 4096, 28),
     "qwen2_vl_text": ("qwen", 4096, 80),
@@ -191,21 +201,22 @@ _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
 }
 
 
-def _nested(
+def per_type_rope(
     cfg: Config,
     model_type: str,
+    d: RopeDefaults,
     types: list[str],
-    legacy: Callable[[dict[str, Any] | None], dict[str, dict[str, Any]]],
+    legacy: Callable[[dict[str, Any]], dict[str, dict[str, Any]]],
+    head_dims: Sequence[int] | int,
     *,
     any_names: bool = False,
-) -> dict[str, dict[str, Any]]:
-    """One RoPE dict per layer type: the nested ``rope_parameters``, else ``legacy(flat)``.
+) -> Layers:
+    """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
+    type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
     """
-    raw = get(cfg, "rope_parameters", "rope_scaling")
-    if raw is not None and not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    raw = rope_dict(cfg, model_type)
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         for name in raw:
@@ -214,8 +225,8 @@ def _nested(
                     f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
                     f"{', '.join(sorted(known))}"
                 )
-        return legacy({}) | {name: dict(value) for name, value in raw.items()}
-    if raw and any(isinstance(v, Mapping) for v in raw.values()):
+        params = legacy({}) | {name: dict(value) for name, value in raw.items()}
+    elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():
             if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
                 raise ValueError(
@@ -227,18 +238,8 @@ def _nested(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
             "give one dict per layer type"
         )
-    return legacy(dict(raw) if raw else None)
-
-
-def _per_type_rope(
-    cfg: Config,
-    model_type: str,
-    d: RopeDefaults,
-    types: list[str],
-    params: dict[str, dict[str, Any]],
-    head_dims: Sequence[int] | int,
-) -> Layers:
-    """One :class:`RoPE` per layer, built once per (layer type, head size)."""
+    else:
+        params = legacy(dict(raw))
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
@@ -253,25 +254,20 @@ def _per_type_rope(
 
 
 def two_bases(
-    d: RopeDefaults,
-    pattern: Callable[[Config, str], Callable[[int], str]],
-    keys: tuple[str, str],
-    defaults: tuple[float, float],
-    *,
-    scale_local: bool,
+    d: RopeDefaults, keys: tuple[str, str], defaults: tuple[float, float], *, scale_local: bool
 ) -> Convert:
     """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
 
     Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
     local base ``keys[1]`` on sliding layers (which ModernBERT also scales, ``scale_local``);
-    ``pattern(cfg, model_type)`` gives the layer types a config leaves out.
+    :func:`table_types` gives the layer types a config leaves out.
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
-        types = layer_types(cfg, model_type, pattern(cfg, model_type)) or []
+        types = table_types(cfg, model_type)
 
-        def legacy(flat: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-            flat = {k: v for k, v in (flat or {}).items() if k != "rope_theta"}
+        def legacy(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+            flat = {k: v for k, v in flat.items() if k != "rope_theta"}
             rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
             # each layer type's base comes from its legacy key (a flat dict's rope_theta is not read)
             return {
@@ -279,26 +275,14 @@ def two_bases(
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
             }
 
-        params = _nested(cfg, model_type, types, legacy)
-        return _per_type_rope(cfg, model_type, d, types, params, head_dim_of(cfg, model_type, d))
+        return per_type_rope(cfg, model_type, d, types, legacy, head_dim_of(cfg, model_type, d))
 
     return convert
 
 
-def gemma3(d: RopeDefaults, every: int) -> Convert:
+def gemma3(d: RopeDefaults) -> Convert:
     """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
-
-    def pattern(cfg: Config, model_type: str) -> Callable[[int], str]:
-        return _gemma_pattern(cfg, model_type, every_nth(every))
-
-    return two_bases(d, pattern, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
-
-
-def _gemma_pattern(cfg: Config, model_type: str, default: Callable[[int], str]) -> Callable[[int], str]:
-    every = cfg.get("sliding_window_pattern")
-    if every is None:
-        return default
-    return every_nth(check_positive_int(f"{model_type} config: sliding_window_pattern", every))
+    return two_bases(d, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
 
 
 _GEMMA4_ROPE = {
@@ -310,12 +294,10 @@ _GEMMA4_ROPE = {
 def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
-    types = layer_types(cfg, model_type, every_nth(6)) or []
-    types[-1] = "full_attention"  # transformers forces the last layer global
-    params = _nested(cfg, model_type, types, lambda flat: _GEMMA4_ROPE)
+    types = table_types(cfg, model_type)
     head_dim = head_dim_of(cfg, model_type, d)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
-    return _per_type_rope(cfg, model_type, d, types, params, dims)
+    return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
 
 
 def layer_head_dims(
@@ -360,7 +342,6 @@ def layer_head_dims(
 #: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.
 modernbert = two_bases(
     RopeDefaults(768, 12, 8192),
-    _modernbert_default,
     ("global_rope_theta", "local_rope_theta"),
     (160_000.0, 10_000.0),
     scale_local=True,
@@ -379,11 +360,12 @@ def nope_layers(
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)
         ):
-            floor_scale = config_float(model_type, "floor_scale", get(cfg, "floor_scale", default=8192))
-            attn_scale = config_float(
-                model_type, "attn_scale", get(cfg, "attn_scale", default=0.1), minimum=-float("inf")
-            )  # (QueryTemperature refuses a negative slope)
-            other = QueryTemperature(floor_scale, attn_scale)
+            try:  # (QueryTemperature checks both numbers, and names them)
+                other = QueryTemperature(
+                    get(cfg, "floor_scale", default=8192), get(cfg, "attn_scale", default=0.1)
+                )
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"{model_type} config: {err}") from None
         return [rope if flag and rope is not None else other for flag in flags]
 
     return convert
@@ -391,5 +373,4 @@ def nope_layers(
 
 def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
     """Cohere 2: True for the sliding layers (the only ones it rotates)."""
-    types = layer_types(cfg, model_type, _gemma_pattern(cfg, model_type, every_nth(4))) or []
-    return [t == "sliding_attention" for t in types]
+    return [t == "sliding_attention" for t in table_types(cfg, model_type)]

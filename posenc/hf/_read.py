@@ -42,6 +42,19 @@ def get(cfg: Config, *names: str, default: Any = None) -> Any:
     return default
 
 
+def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
+    """The config's RoPE dict, flat or per layer type: the legacy ``rope_scaling`` wins over
+    ``rope_parameters`` as in transformers 5 (``rope_scaling or rope_parameters``); ``{}`` when neither.
+
+    Raises:
+        TypeError: it is not a dict.
+    """
+    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    return raw
+
+
 def positive_int(cfg: Config, model_type: str, *names: str, default: int | None = None) -> int:
     """The first of ``names`` (or ``default``), checked to be a positive int.
 

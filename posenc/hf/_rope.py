@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._checks import check_int, check_positive_int
+from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
-from ._read import Config, Convert, get, heads_and_head_dim, positive_int
+from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
 
 # keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
 # query scaling)
@@ -22,7 +21,6 @@ _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"}
 __all__ = [
     "RopeDefaults",
     "build_rope",
-    "config_float",
     "dinov3",
     "gptj",
     "mrope",
@@ -50,27 +48,6 @@ class RopeDefaults:
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
 
 
-def config_float(model_type: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
-    """``value`` (a config's ``key``) as a finite float ``> minimum``; bools and strings are refused.
-
-    Raises:
-        TypeError: not an int or float (``True``, ``"5e5"``, ``"abc"``); the key is named.
-        ValueError: too large for a float (``10**400``), not finite, or ``<= minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        shown = repr(value) if len(repr(value)) <= 100 else repr(value)[:97] + "..."
-        raise TypeError(f"{model_type} config: {key} must be a number, got {shown} ({type(value).__name__})")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise ValueError(
-            f"{model_type} config: {key} must be a finite number, got an int too large for a float"
-        ) from None
-    if not math.isfinite(number) or number <= minimum:
-        raise ValueError(f"{model_type} config: {key} must be a finite number > {minimum:g}, got {number}")
-    return number
-
-
 def rope_parameters(
     cfg: Config,
     model_type: str,
@@ -87,11 +64,7 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    raw: Any = params
-    if raw is None:  # the config's flat dict (the legacy rope_scaling first), else the class's default
-        raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: {where} must be a dict, got {type(raw).__name__}")
+    raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
     if nested:
@@ -107,7 +80,7 @@ def rope_parameters(
             f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
             f"for model_type {model_type!r}, which is not in its table"
         )
-    base = config_float(model_type, theta_key, base)
+    base = check_positive_float(f"{model_type} config: {theta_key}", base)
     rope_type = params.get("rope_type", params.get("type", "default"))
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
     ntk_alpha = rope_type == "dynamic" and bool(params.get("alpha")) and model_type in _NTK_ALPHA
@@ -145,7 +118,9 @@ def rope_parameters(
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
     partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
-    partial = config_float(model_type, partial_key, default if partial is None else partial)
+    partial = check_positive_float(
+        f"{model_type} config: {partial_key}", default if partial is None else partial
+    )
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
     if ntk_alpha and partial != 1.0:  # its base exponent spans the whole head, posenc's the rotated part
@@ -214,7 +189,6 @@ def build_rope(
     *,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
-    layout: Literal["half", "interleaved"] | None = None,
     mrope_section: list | None = None,
     interleaved: bool = False,
 ) -> RoPE | MRoPE:
@@ -235,7 +209,7 @@ def build_rope(
                 mrope_section=mrope_section,
                 base=base,
                 interleaved=interleaved,
-                layout=d.layout if layout is None else layout,
+                layout=d.layout,
                 scaling=scaling or None,
                 max_len=max_len,
             )
@@ -250,7 +224,7 @@ def build_rope(
     return RoPE(
         head_dim,
         base=base,
-        layout=d.layout if layout is None else layout,
+        layout=d.layout,
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,
         scaling=scaling or None,
         max_len=max_len,
@@ -308,14 +282,12 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     # (the head width is hidden_size // heads in its code: no head_dim key)
     _, head_dim = heads_and_head_dim(cfg, model_type, head_dim_keys=(), default_heads=6, default_width=384)
 
-    def pair(key: str, default: int) -> tuple[int, int]:
+    def pair(key: str, default: int) -> list[int]:
         value = get(cfg, key, default=default)
         sides = list(value) if isinstance(value, (list, tuple)) else [value, value]
         if len(sides) != 2:
             raise ValueError(f"{model_type} config: {key} must be an int or (height, width), got {value!r}")
-        return check_positive_int(f"{model_type} config: {key}", sides[0]), check_positive_int(
-            f"{model_type} config: {key}", sides[1]
-        )
+        return [check_positive_int(f"{model_type} config: {key}", side) for side in sides]
 
     (image_h, image_w), (patch_h, patch_w) = pair("image_size", 224), pair("patch_size", 16)
     registers = check_int(
@@ -324,7 +296,7 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     return AxialRoPE(
         head_dim,
         freqs="period",
-        base=config_float(model_type, "rope_theta", get(cfg, "rope_theta", default=100.0)),
+        base=check_positive_float(f"{model_type} config: rope_theta", get(cfg, "rope_theta", default=100.0)),
         grid_size=(image_h // patch_h, image_w // patch_w),
         num_prefix_tokens=1 + registers,
     )
@@ -349,7 +321,7 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     return AxialRoPE(
         head_dim,
         axis_layout="alternate",
-        base=config_float(model_type, "rope_theta", theta),
+        base=check_positive_float(f"{model_type} config: rope_theta", theta),
         grid_size=(side, side),
     )
 
@@ -365,15 +337,11 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         head_dim = head_dim_of(cfg, model_type, d)
-        raw: Any = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+        raw = rope_dict(cfg, model_type)
         params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
         if params.get("rope_type", params.get("type")) == "mrope":
-            params["rope_type"] = "default"
-            params.pop("type", None)
-        section = raw.get("mrope_section")
-        section = list(default_section) if section is None else section
+            params = {k: v for k, v in params.items() if k != "type"} | {"rope_type": "default"}
+        section = get(raw, "mrope_section", default=default_section)
         if not isinstance(section, (list, tuple)):
             raise TypeError(
                 f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"

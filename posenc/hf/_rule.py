@@ -17,8 +17,8 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import _nested, _per_type_rope, _required_count, layer_head_dims, layer_types
-from ._read import Config, get, heads_and_head_dim
+from ._layers import layer_head_dims, layer_types, per_type_rope, required_count
+from ._read import Config, get, heads_and_head_dim, rope_dict
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
 
@@ -116,8 +116,6 @@ _ALIASES = {
     "hidden_size": ("d_model",),
     "max_position_embeddings": ("max_seq_len",),
 }
-_RULE = RopeDefaults(None, None, None, theta=None, partial=1.0)
-_RULE_INTERLEAVED = RopeDefaults(None, None, None, theta=None, partial=1.0, layout="interleaved")
 _READ = frozenset(
     "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave".split()
 )
@@ -152,7 +150,9 @@ def by_rule(
         f"{model_type} config: rope_interleave",
         get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
     )
-    d = _RULE_INTERLEAVED if interleave else _RULE
+    d = RopeDefaults(
+        None, None, None, theta=None, partial=1.0, layout="interleaved" if interleave else "half"
+    )
     read = _READ | {_PER_LAYER_KEY[family]} if family in _PER_LAYER_KEY else _READ
     unread = sorted(
         key
@@ -164,13 +164,12 @@ def by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
-    raw: Any = get(cfg, "rope_parameters", "rope_scaling")
     # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
-    if cfg.get("position_embedding_type") == "absolute" or (
-        raw is None and cfg.get("rope_theta") is None and absolute_table(cfg, model_type)
-    ):
-        return learned_by_field(cfg, model_type, causal)  # BERT-like: a learned table, or refused by its kind
-    if raw is None and cfg.get("rope_theta") is None:
+    if cfg.get("position_embedding_type") == "absolute":
+        return learned_by_field(cfg, model_type, causal)
+    if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
+        if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
+            return learned_by_field(cfg, model_type, causal)
         raise ValueError(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
@@ -181,10 +180,10 @@ def by_rule(
         default, interleaved = _MROPE[family]
         return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
     head_dim = _head_dim(cfg, model_type)
-    if not (isinstance(raw, Mapping) and any(isinstance(v, Mapping) for v in raw.values())):
+    if not any(isinstance(v, Mapping) for v in rope_dict(cfg, model_type).values()):
         if cfg.get("per_layer_config") is None:
             return build_rope(cfg, model_type, d, head_dim)
-        count = _required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
+        count = required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
         dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
         built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
         return [built[dim] for dim in dims] if len(built) > 1 else built[dims[0]]
@@ -193,9 +192,8 @@ def by_rule(
         raise ValueError(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
-    params = _nested(cfg, model_type, types, lambda flat: {}, any_names=True)
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
-    return _per_type_rope(cfg, model_type, d, types, params, dims)
+    return per_type_rope(cfg, model_type, d, types, lambda flat: {}, dims, any_names=True)
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
@@ -229,15 +227,12 @@ def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> list[PositionalEncoding]:
     """One encoding per layer for the models whose code varies RoPE by layer (:data:`_PER_LAYER_KEY`)."""
-    count = _required_count(cfg, model_type)
-    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    count = required_count(cfg, model_type)
+    raw = rope_dict(cfg, model_type)
     base = get(raw, "rope_theta", default=cfg.get("rope_theta"))
     if family == "molmo2":
         # the dict's RoPE in rope_scaling_layers (default all), its base unscaled elsewhere
-        scaled = cfg.get("rope_scaling_layers")
-        scaled = range(count) if scaled is None else scaled
+        scaled = get(cfg, "rope_scaling_layers", default=range(count))
         if not isinstance(scaled, (list, tuple, range)) or not all(isinstance(i, int) for i in scaled):
             raise TypeError(
                 f"{model_type} config: rope_scaling_layers must be a list of layer indices, got {scaled!r}"
@@ -274,7 +269,7 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
 
 def _head_dim(cfg: Config, model_type: str) -> int:
     if cfg.get("qk_rope_head_dim") is not None:  # MLA: the rotated part of each head
-        params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        params = rope_dict(cfg, model_type)
         partial = [
             p.get("partial_rotary_factor") for p in (cfg, params, *params.values()) if isinstance(p, Mapping)
         ]

@@ -21,7 +21,7 @@ from .._checks import check_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
-from ._read import Config, get, positive_int
+from ._read import Config, get, heads_and_head_dim, positive_int
 
 __all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count"]
 
@@ -32,7 +32,6 @@ SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, int, int]] = {
     "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative", 16, 24),
     "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key", 16, 24),
 }
-_TYPES = ("relative_key", "relative", None)
 
 
 def _mode(cfg: Config, model_type: str) -> str | None:
@@ -44,7 +43,7 @@ def _mode(cfg: Config, model_type: str) -> str | None:
             "projections (not the queries and keys), which no posenc encoding computes; supported: "
             "'relative_key', 'relative' or None"
         )
-    if mode not in _TYPES:
+    if mode not in ("relative_key", "relative", None):
         raise ValueError(
             f"{model_type} config: position_embeddings_type must be 'relative_key', 'relative' or None, got {mode!r}"
         )
@@ -63,14 +62,11 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     mode = _mode(cfg, model_type)
     if mode is None:
         return NoPE()
-    heads = positive_int(cfg, model_type, heads_key, default=default_heads)
-    hidden = positive_int(cfg, model_type, "hidden_size", default=1024)
-    if hidden % heads:
-        raise ValueError(
-            f"{model_type} config: hidden_size={hidden} is not a multiple of {heads_key}={heads}"
-        )
+    heads, head_dim = heads_and_head_dim(
+        cfg, model_type, heads=(heads_key,), head_dim_keys=(), default_heads=default_heads, default_width=1024
+    )
     if mode == "relative":
-        return RelPosXL(heads, hidden // heads, d_model=hidden)
+        return RelPosXL(heads, head_dim, d_model=heads * head_dim)
     left = check_int(
         f"{model_type} config: left_max_position_embeddings",
         get(cfg, "left_max_position_embeddings", default=64),
@@ -81,4 +77,4 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         get(cfg, "right_max_position_embeddings", default=8),
         minimum=0,
     )
-    return ShawRelative(hidden // heads, max_distance=left, max_distance_right=right, num_heads=heads)
+    return ShawRelative(head_dim, max_distance=left, max_distance_right=right, num_heads=heads)

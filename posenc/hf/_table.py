@@ -27,21 +27,23 @@ _SLIDING = ("sliding_attention", "RoPE, half layout, base `rope_local_base_freq`
 _GPTJ = (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")
 _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
-# Model types whose config classes share every default share a row's converter.
-# The conformer speech encoders (posenc.hf._speech) hold one set of learned tables per layer.
+# Only models whose code (or config.json) departs from transformers 5's standardized RoPE fields, each
+# with the reason in a comment; every other text model is converted by rule (posenc.hf._rule). Model
+# types whose config classes share every default share a row's converter.
 _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
-    # RoPE in models whose code departs from their fields (other RoPE models: posenc.hf._rule)
+    # config.json keeps the legacy rope_local_base_freq / sliding_window_pattern its class converts
     "gemma3_text": (
-        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256), 6),
+        gemma3(RopeDefaults(2304, 8, 131072, head_dim=256)),
         (
             _SLIDING,
             ("full_attention", "RoPE, half layout, base 1e6 and the scaling dict (linear ×8 in the 4B-27B)"),
         ),
     ),
     "gemma3n_text": (
-        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256), 5),
+        gemma3(RopeDefaults(2048, 8, 32768, head_dim=256)),
         (_SLIDING, ("full_attention", "RoPE, half layout, base 1e6")),
     ),
+    # its class derives layer_types (every 6th full, the last forced full) and per-type rope_parameters
     "gemma4_text": (
         gemma4,
         (
@@ -52,6 +54,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
             ),
         ),
     ),
+    # legacy global_rope_theta / local_rope_theta; layer types from global_attn_every_n_layers
     "modernbert": (
         modernbert,
         (
@@ -65,6 +68,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
             ),
         ),
     ),
+    # no_rope_layers: NoPE layers (Llama 4: query temperature there), every 4th by default
     "llama4_text": (
         nope_layers(
             RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), rope_flags, True
@@ -78,11 +82,13 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), rope_flags),
         (("RoPE layers", "RoPE, half layout, base 2e6"), ("`no_rope_layers` 0 (every 4th)", "NoPE")),
     ),
+    # its code rotates only the sliding layers
     "cohere2": (
         nope_layers(RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved"), sliding_layers),
         (("sliding_attention", "RoPE, interleaved layout, sliding window"), ("full_attention", "NoPE")),
     ),
-    # M-RoPE (vision-language text models): positions (t, 3) or (b, t, 3); 1D positions = RoPE
+    # M-RoPE over whole heads (the rule would read partial_rotary_factor / rope_interleave, which their code
+    # does not), its class's mrope_section and sizes for a config.json: positions (t, 3) or (b, t, 3)
     "qwen2_vl_text": _QWEN2_VL,
     "qwen2_5_vl_text": _QWEN2_VL,
     "qwen3_vl_text": (
@@ -93,7 +99,8 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         mrope(RopeDefaults(2048, 16, 128000, theta=5e5), (24, 20, 20), interleaved=True),
         _QWEN3_VL,
     ),
-    # legacy names: Phi-3's rope_type 'su' / 'yarn' (longrope), GPT-NeoX's rotary_pct / rotary_emb_base
+    # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
+    # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base
     "phi3": (
         rope(
             3072,
@@ -109,7 +116,7 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         rope(6144, 64, 2048, partial=0.25, theta_keys=("rotary_emb_base",), partial_keys=("rotary_pct",)),
         "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",
     ),
-    # vision: ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
+    # vision (a 2D grid of patches, no text RoPE fields): ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
     "vit": (_learned_grid(1, 224, 16), "Learned2D, class token first, bicubic resampling"),
     "deit": (_learned_grid(2, 224, 16), "Learned2D, class and distillation tokens first, bicubic resampling"),
     "dinov2": (_learned_grid(1, 224, 14), "Learned2D, class token first, bicubic resampling (offset 0)"),
@@ -133,12 +140,15 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         pixtral,
         "AxialRoPE, `axis_layout='alternate'` (even frequencies to rows), base `rope_theta`",
     ),
+    # GPT-J / CodeGen: no rope fields; rotary_dim, and the base fixed in their code
     "gptj": _GPTJ,
     "codegen": _GPTJ,
+    # alibi=True replaces RoPE by ALiBi
     "falcon": (
         _falcon,
         "RoPE, half layout; with alibi=True, ALiBi with slopes / sqrt(head_dim) (FalconALiBi)",
     ),
+    # conformer speech encoders (posenc.hf._speech): position_embeddings_type, relative tables per layer
     "wav2vec2-bert": (
         speech,
         "ShawRelative (`relative_key`, left 64 / right 8) or RelPosXL (`relative`), per layer",
@@ -149,12 +159,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         speech,
         "speech encoder: ShawRelative (`relative_key`, left 64 / right 8), per layer",
     ),
-    # attention biases
+    # attention biases, and below tables added to the embeddings: no RoPE fields to read
     "t5": _T5,
     "mt5": _T5,
     "bloom": (_bloom, "ALiBi"),
     "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max"),
-    # added to the embeddings
     "gpt2": (
         _learned(("n_embd", "hidden_size"), ("n_positions", "max_position_embeddings"), 768, 1024),
         "Learned",

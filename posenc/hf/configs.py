@@ -20,10 +20,8 @@ from typing import Any
 import torch
 
 from ..base import PositionalEncoding
-from ._layers import _required_count as required_count
-from ._layers import layer_count
-from ._layers import layer_windows as _layer_windows
-from ._read import Convert, config_dict
+from ._layers import layer_count, required_count, sliding_windows
+from ._read import Convert, config_dict, get
 from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
@@ -67,7 +65,7 @@ def _resolve(config: Any) -> list[_Stack]:
         elif model_type in _DEFAULT_TEXT:
             config = cfg = {**cfg, "text_config": {}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
-    if not any(cfg.get(k) is not None for k in ("rope_parameters", "rope_scaling", "rope_theta")):
+    if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
@@ -182,17 +180,9 @@ def layer_windows(config: Any) -> list[int | None]:
         ``num_hidden_layers`` entries.
     """
     stacks = _resolve(config)
-    windows = [_windows(cfg, model_type, obj) for _, cfg, model_type, _, obj in stacks]
+    windows = [sliding_windows(cfg, t, obj, known=t in _CONVERTERS) for _, cfg, t, _, obj in stacks]
     _agree(stacks, windows, "sliding windows")
     return windows[-1]
-
-
-def _windows(cfg: dict[str, Any], model_type: str, config: Any) -> list[int | None]:
-    # a config object outside the table: what its class declares decides, as transformers' mask helpers
-    declared = None
-    if not isinstance(config, Mapping):
-        declared = {name for name in ("layer_types", "sliding_window") if hasattr(type(config), name)}
-    return _layer_windows(cfg, model_type, known=model_type in _CONVERTERS, declared=declared)
 
 
 def from_hf_config(
