@@ -125,7 +125,7 @@ def _sinusoidal(
     fixed_offset: int | None = None,
 ) -> Convert:
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, "d_model", "hidden_size", default=default_width)
+        d_model = positive_int(cfg, model_type, "d_model", "hidden_size", "embed_dim", default=default_width)
         if d_model % 2:
             raise ValueError(f"{model_type} config: d_model must be even for a sin/cos table, got {d_model}")
         max_len = get(cfg, *length, default=default_length)

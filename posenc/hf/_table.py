@@ -184,6 +184,12 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         f"{_T2T} pad_token_id + 1",
     ),
     "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
+    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    "kosmos_2_text_model": (
+        _sinusoidal("tensor2tensor", 2048, 2048, default_pad=1),
+        f"{_T2T} pad_token_id + 1",
+    ),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, fixed_offset=2), f"{_T2T} 2"),
 }
 

@@ -553,6 +553,24 @@ TINY: dict[str, dict] = {
         "d_model": 32,
         "max_position_embeddings": 48,
     },
+    "nllb-moe": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "encoder_ffn_dim": 32,
+        "decoder_ffn_dim": 32,
+        "num_experts": 2,
+        "max_position_embeddings": 48,
+    },
+    "kosmos_2_text_model": {
+        "layers": 1,
+        "vocab_size": 64,
+        "embed_dim": 32,
+        "ffn_dim": 32,
+        "attention_heads": 4,
+        "max_position_embeddings": 48,
+    },
     "xglm": {
         "num_layers": 1,
         "vocab_size": 64,
@@ -755,7 +773,15 @@ ROPE_MODEL_TYPES = [
 ]  # fmt: skip
 BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
 LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart"]
-SINUSOIDAL_MODEL_TYPES = ["marian", "pegasus", "speech_to_text", "m2m_100", "xglm"]
+SINUSOIDAL_MODEL_TYPES = [
+    "marian",
+    "pegasus",
+    "speech_to_text",
+    "m2m_100",
+    "nllb-moe",
+    "kosmos_2_text_model",
+    "xglm",
+]
 
 
 @requires_transformers
@@ -1281,7 +1307,7 @@ def test_marian_sinusoid_equals_the_models_table(model_type):
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", ["speech_to_text", "m2m_100", "xglm"])
+@pytest.mark.parametrize("model_type", ["speech_to_text", "m2m_100", "nllb-moe", "xglm"])
 def test_fairseq_sinusoid_equals_the_models_table(model_type):
     """Real tokens are numbered from padding_idx + 1 (XGLM: + 2), skipping padding, as mask_to_positions + offset."""
     model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
@@ -1292,7 +1318,7 @@ def test_fairseq_sinusoid_equals_the_models_table(model_type):
     if model_type == "speech_to_text":
         module = model.decoder.embed_positions
         expected = module(ids)
-    elif model_type == "m2m_100":
+    elif model_type in ("m2m_100", "nllb-moe"):
         outputs = _output_of(model.encoder.embed_positions)
         with torch.no_grad():
             model.encoder(input_ids=ids, attention_mask=mask.long())
