@@ -131,7 +131,7 @@ def by_rule(
     """
     # "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent
     family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
-    aliases = {key: get(cfg, *names) for key, names in _ALIASES.items() if get(cfg, *names) is not None}
+    aliases = {key: value for key, names in _ALIASES.items() if (value := get(cfg, *names)) is not None}
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))

@@ -105,7 +105,8 @@ def from_hf_model(
         prefixes = learned_table_prefixes(model_type)
     if prefixes is None:
         encoding = from_hf_config(cfg, layer=layer)
-        if any(True for _ in encoding.parameters()):  # (BERT2BERT's parent: the stacks' own models hold them)
+        # trained weights posenc cannot find (BERT2BERT's parent: the stacks' own models hold them)
+        if next(encoding.parameters(), None) is not None:
             raise ValueError(
                 f"{model_type}: posenc does not know where this model keeps its position weights; pass the model "
                 "of one stack (model.encoder, model.decoder)"

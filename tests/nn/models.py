@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_attend import ENCODINGS  # one name per encoding class that takes 1-D positions
 
-import posenc
 from posenc.nn import TransformerLM
-from posenc.registry import lookup
 
 # float32 logits of a 2-layer model computed two ways (cached vs full, padded vs alone):
 # the same math in a different order, a few ulps of values of order 1.
@@ -30,27 +29,8 @@ SPECS = [
 ]
 
 
-def registered_classes() -> list[str]:
-    """One name per registered class that builds from a language model's sizes with 1-D positions."""
-    names, seen = [], set()
-    dims = {"d_model": D, "num_heads": HEADS, "head_dim": D // HEADS, "max_len": MAX_LEN}
-    for name in posenc.available():
-        cls = lookup(name)
-        if cls in seen:
-            continue
-        seen.add(cls)
-        try:
-            posenc.build(name, **dims).prepare(4)
-        except ValueError as err:
-            if "missing required size" in str(err) or "positions of shape" in str(err):
-                continue  # a grid encoding (2-D positions, M-RoPE sections): not a 1-D LM's input
-            raise
-        names.append(name)
-    return names
-
-
 # Sinusoidal2D needs a 2D grid of patches: a language model's 1D positions are not its input.
-LM_ENCODINGS = [n for n in registered_classes() if n != "sinusoidal2d"] + [SPECS[3]]
+LM_ENCODINGS = [n for n in ENCODINGS if n != "sinusoidal2d"] + [SPECS[3]]
 
 
 def make_model(position, causal=True, seed=0, **kwargs) -> TransformerLM:
