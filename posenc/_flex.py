@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ._attention_paths import heads_differ, needs_grad
 from ._compat import is_compiling
+from .encodings._bias import _lookup, _row_major, _rows_of
 from .masking import Visibility, visible
 from .state import PositionState
 
@@ -91,52 +92,6 @@ def _recompile_limit() -> Any:
         return contextlib.nullcontext()
     limit = max(RECOMPILE_LIMIT, dynamo_config.recompile_limit)
     return dynamo_config.patch(recompile_limit=limit)
-
-
-def _row_major(x: Tensor) -> Tensor:
-    """``x`` with the canonical row-major strides (a copy only when it has others).
-
-    ``is_contiguous()`` ignores the strides of size-1 dims and dynamo does not, so the strides
-    themselves are compared: every call then meets the same stride guards.
-    """
-    expected, step = [], 1
-    for size in reversed(x.shape):
-        expected.append(step)
-        step *= size
-    if tuple(reversed(expected)) == x.stride():
-        return x
-    return x.clone(memory_format=torch.contiguous_format)
-
-
-def _lookup(t: Tensor) -> Callable[..., Tensor]:
-    """A lookup ``(*indices) -> t[indices]`` of scalar index tensors, for a ``mask_mod``.
-
-    One flat read of a view of ``t``, with its strides as 0-d tensors (0 on size-1 dims,
-    which broadcast): with dynamic shapes, torch's CPU FlexAttention fails to compile
-    multi-dimensional indexing of a captured tensor and rejects captured Python ints (they
-    become symbols). A *view* (not a new tensor) keeps the buffer's length an expression in
-    ``t``'s sizes; a fresh buffer of a new length breaks the C++ build of torch 2.13-2.15's
-    CPU kernel (``'cur_kvSplitSize7' was not declared``).
-    """
-    t = _row_major(t)
-    flat = t.reshape(-1)
-    strides = [
-        torch.full((), 0 if size == 1 else stride, device=t.device)  # a fill, not a host copy
-        for size, stride in zip(t.shape, t.stride(), strict=True)
-    ]
-
-    def read(*idx: Tensor) -> Tensor:
-        at = idx[0] * strides[0]
-        for i, s in zip(idx[1:], strides[1:], strict=True):
-            at = at + i * s
-        return flat[at]
-
-    return read
-
-
-def _rows_of(x: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """``(b, i) -> x[b, i]`` for ``(t,)`` or ``(1|b, t)`` per-token values (positions, ids)."""
-    return _lookup(x.reshape(-1 if x.dim() == 2 else 1, x.shape[-1]))
 
 
 def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:

@@ -65,24 +65,50 @@ def _toeplitz_by_distance(values: Tensor, tq: int, tk: int) -> Tensor:
     return values.unfold(-1, tk, 1).flip(-2).contiguous()
 
 
-def _position_indexer(positions: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """A lookup ``(batch_index, token_index) -> position`` for use inside a FlexAttention ``score_mod``.
+def _row_major(x: Tensor) -> Tensor:
+    """``x`` with the canonical row-major strides (a copy only when it has others).
 
-    Args:
-        positions: ``(t,)``, ``(1, t)`` (shared by every batch row) or ``(b, t)`` integer positions.
-
-    Returns:
-        A function of two scalar index tensors; batch-independent positions ignore the batch index.
+    ``is_contiguous()`` ignores the strides of size-1 dims and dynamo does not, so the strides
+    themselves are compared: every call then meets the same stride guards.
     """
-    if positions.dim() == 1 or positions.shape[0] == 1:
-        shared = positions.reshape(-1)
-        return lambda b, i: shared[i]
-    # A flat index with the row length as a 0-d tensor, not positions[b, i] nor a Python int:
-    # with dynamic shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a
-    # captured tensor, and a captured int becomes a symbol that its code generator rejects.
-    length = torch.full((), positions.shape[-1], device=positions.device)  # a fill, not a host copy
-    flat = positions.reshape(-1)
-    return lambda b, i: flat[b * length + i]
+    expected, step = [], 1
+    for size in reversed(x.shape):
+        expected.append(step)
+        step *= size
+    if tuple(reversed(expected)) == x.stride():
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+def _lookup(t: Tensor) -> Callable[..., Tensor]:
+    """A lookup ``(*indices) -> t[indices]`` of scalar index tensors, for a ``score_mod`` or ``mask_mod``.
+
+    One flat read of a view of ``t``, with its strides as 0-d tensors (0 on size-1 dims,
+    which broadcast): with dynamic shapes, torch's CPU FlexAttention fails to compile
+    multi-dimensional indexing of a captured tensor and rejects captured Python ints (they
+    become symbols). A *view* (not a new tensor) keeps the buffer's length an expression in
+    ``t``'s sizes; a fresh buffer of a new length breaks the C++ build of torch 2.13-2.15's
+    CPU kernel (``'cur_kvSplitSize7' was not declared``).
+    """
+    t = _row_major(t)
+    flat = t.reshape(-1)
+    strides = [
+        torch.full((), 0 if size == 1 else stride, device=t.device)  # a fill, not a host copy
+        for size, stride in zip(t.shape, t.stride(), strict=True)
+    ]
+
+    def read(*idx: Tensor) -> Tensor:
+        at = idx[0] * strides[0]
+        for i, s in zip(idx[1:], strides[1:], strict=True):
+            at = at + i * s
+        return flat[at]
+
+    return read
+
+
+def _rows_of(x: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """``(b, i) -> x[b, i]`` for ``(t,)`` or ``(1|b, t)`` per-token values (positions, ids)."""
+    return _lookup(x.reshape(-1 if x.dim() == 2 else 1, x.shape[-1]))
 
 
 class PositionBiasState(PositionState):
@@ -145,7 +171,7 @@ class PositionBiasState(PositionState):
         """A FlexAttention ``score_mod`` adding the dense bias inside the kernel (no ``(h, tq, tk)`` tensor)."""
         check_bias_qk(q, k, self.encoding.num_heads)
         fn = self.encoding.bias_fn(precise_dtype(q), self.table)
-        q_pos, k_pos = _position_indexer(self.q_positions), _position_indexer(self.k_positions)
+        q_pos, k_pos = _rows_of(self.q_positions), _rows_of(self.k_positions)
 
         def position_bias_score_mod(
             score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
@@ -285,24 +311,18 @@ class ContentBiasState(PositionState):
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         """A FlexAttention ``score_mod`` adding the same term, read from ``(b, h, tq, n)`` (and ``(b, h, tk)``)."""
         per_distance, key_term, lo, hi = self._terms(q, k)
-        b, h, tq, n = per_distance.shape
-        flat = per_distance.reshape(-1)
-        keys = None if key_term is None else key_term.expand(b, h, 1, -1).reshape(-1)
-        # 0-d tensors, not Python ints: see _position_indexer.
-        heads, rows, width, tk, low, high = (
-            per_distance.new_full((), x, dtype=torch.long) for x in (h, tq, n, k.shape[-2], lo, hi)
-        )
-        q_pos, k_pos = _position_indexer(self.q_positions), _position_indexer(self.k_positions)
-        one_batch = b == 1
+        term, keys = _lookup(per_distance), None if key_term is None else _lookup(key_term)
+        # 0-d tensors, not Python ints: see _lookup.
+        low, high = (per_distance.new_full((), x, dtype=torch.long) for x in (lo, hi))
+        q_pos, k_pos = _rows_of(self.q_positions), _rows_of(self.k_positions)
 
         def by_distance_score_mod(
             score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor
         ) -> Tensor:
             row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), low, high) - low
-            bh = (torch.zeros_like(bi) if one_batch else bi) * heads + head
-            term = flat[(bh * rows + q_idx) * width + row]
+            value = term(bi, head, q_idx, row)
             if keys is not None:
-                term = term + keys[bh * tk + kv_idx]
-            return score + term.to(score.dtype)
+                value = value + keys(bi, head, q_idx, kv_idx)
+            return score + value.to(score.dtype)
 
         return by_distance_score_mod

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_num_heads
 from .._compat import precise_dtype
 from ..functional.relative import check_relative_bucket_options, relative_position_bucket
-from ._bias import BiasFn, PositionBias
+from ._bias import BiasFn, PositionBias, _lookup
 
 __all__ = ["RelativeBias"]
 
@@ -121,13 +121,10 @@ class RelativeBias(PositionBias):
         return self.distance_table(precise_dtype(self.relative_attention_bias.weight))
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
-        # table[h, clamp(k - q) + max_distance], from a flat table and 0-d constants: with dynamic
-        # shapes, torch 2.13's CPU FlexAttention fails to compile 2-D indexing of a captured
-        # tensor, and captured Python ints become symbols that its code generator rejects.
+        # table[h, clamp(k - q) + max_distance], read flat inside a score_mod (see _lookup)
         table = cast(Tensor, table)
-        flat = table.to(dtype).reshape(-1)
-        width, reach = (table.new_full((), n, dtype=torch.long) for n in (table.shape[-1], self.max_distance))
-        return lambda q, k, h: flat[h * width + torch.clamp(k - q, -reach, reach) + reach]
+        read, reach = _lookup(table.to(dtype)), table.new_full((), self.max_distance, dtype=torch.long)
+        return lambda q, k, h: read(h, torch.clamp(k - q, -reach, reach) + reach)
 
     def dense_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype, table: Tensor | None) -> Tensor:
         index = (k_pos - q_pos).clamp_(-self.max_distance, self.max_distance).add_(self.max_distance)
