@@ -78,12 +78,6 @@ def lse_supported(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _lse_request() -> Any:
-    from torch.nn.attention.flex_attention import AuxRequest
-
-    return AuxRequest(lse=True)
-
-
 def _recompile_limit() -> Any:
     """A context raising dynamo's recompile limit to :data:`RECOMPILE_LIMIT` (never lowering it)."""
     import torch._dynamo.config as dynamo_config
@@ -115,15 +109,9 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
         if vis.q_pos is not None and vis.k_pos is not None:
             q_at, k_at = _rows_of(vis.q_pos), _rows_of(vis.k_pos)
             per_batch = vis.q_pos.dim() == 2 or vis.k_pos.dim() == 2
-        else:
+        else:  # the index rule: query row i at key index i + offset
             offset = torch.full((), vis.offset, device=vis.device)
-
-            def q_at(b: Tensor, i: Tensor) -> Tensor:
-                return i + offset
-
-            def k_at(b: Tensor, j: Tensor) -> Tensor:
-                return j
-
+            q_at, k_at = (lambda b, i: i + offset), (lambda b, j: j)
         causal = vis.causal
         window = None if vis.window is None else torch.full((), vis.window, device=vis.device)
         rules.append(lambda b, h, i, j: visible(q_at(b, i), k_at(b, j), causal, window))
@@ -178,6 +166,8 @@ def flex_attention_path(
     Returns:
         ``(b, h, tq, dv)``; query rows that see no key are zero, as on the other paths.
     """
+    from torch.nn.attention.flex_attention import AuxRequest
+
     if needs_grad(q, k, v, state, sinks) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
@@ -195,19 +185,12 @@ def flex_attention_path(
     gqa = heads_differ(q, k)
     # FlexAttention gives zeros for a query row whose keys are all masked by the block mask
     # (its log-sum-exp is -inf), the value every other path gives.
+    aux_request = {} if sinks is None else {"return_aux": AuxRequest(lse=True)}
     with _recompile_limit():
-        if sinks is None:
-            return flex(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
-        out, aux = flex(
-            q,
-            k,
-            v,
-            score_mod=mod,
-            block_mask=block_mask,
-            scale=scale,
-            enable_gqa=gqa,
-            return_aux=_lse_request(),
-        )
+        out = flex(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale, enable_gqa=gqa, **aux_request)
+    if sinks is None:
+        return out
+    out, aux = out
     # The keys keep exp(lse) / (exp(lse) + exp(s)) of the weight. A row that sees no key has
     # lse = -inf: weight 0, and its output is zero already.
     keys = torch.sigmoid(aux.lse - sinks.to(aux.lse.dtype).view(1, -1, 1))

@@ -111,6 +111,13 @@ def _rows_of(x: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
     return _lookup(x.reshape(-1 if x.dim() == 2 else 1, x.shape[-1]))
 
 
+def _add_to_scores(scores: Tensor, bias: Tensor, inputs: str) -> Tensor:
+    """``scores + bias`` in the bias' dtype, cast back to the scores'; ``inputs`` names what made the bias."""
+    if scores.shape[1:] != bias.shape[1:] or scores.shape[0] not in (1, bias.shape[0]):
+        raise ValueError(f"scores {tuple(scores.shape)} do not match {inputs} (expected {tuple(bias.shape)})")
+    return (scores.to(bias.dtype) + bias).to(scores.dtype)
+
+
 class PositionBiasState(PositionState):
     """The position state of a :class:`PositionBias`: positions, and T5's table looked up once.
 
@@ -172,13 +179,7 @@ class PositionBiasState(PositionState):
         check_bias_qk(q, k, self.encoding.num_heads)
         fn = self.encoding.bias_fn(precise_dtype(q), self.table)
         q_pos, k_pos = _rows_of(self.q_positions), _rows_of(self.k_positions)
-
-        def position_bias_score_mod(
-            score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            return score + fn(q_pos(b, q_idx), k_pos(b, kv_idx), h).to(score.dtype)
-
-        return position_bias_score_mod
+        return lambda score, b, h, i, j: score + fn(q_pos(b, i), k_pos(b, j), h).to(score.dtype)
 
 
 class PositionBias(PositionalEncoding):

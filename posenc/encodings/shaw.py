@@ -13,7 +13,7 @@ from .._compat import precise_dtype
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index, matmul_outside_autocast, shaw_value_term
 from ..state import ScoreMod
-from ._bias import ContentBiasState
+from ._bias import ContentBiasState, _add_to_scores
 
 __all__ = ["ShawRelative", "ShawState"]
 
@@ -215,14 +215,10 @@ class ShawRelative(PositionalEncoding):
             )
         check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
         check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
-        if scores.shape[:3] != q.shape[:3]:
-            raise ValueError(
-                f"scores {tuple(scores.shape)} and q {tuple(q.shape)} must agree in (batch, heads, q_len)"
-            )
         # Only the keys' length matters for the key term: a stand-in k of shape (b, 1, tk, dh).
         k = q.new_empty(q.shape[0], 1, scores.shape[-1], q.shape[-1])
         bias = cast(Tensor, self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions))
-        return (scores.to(bias.dtype) + bias).to(scores.dtype)
+        return _add_to_scores(scores, bias, f"q {tuple(q.shape)}")
 
     def relative_embeddings(self, length: int, which: str = "key") -> Tensor:
         """The seed's ``(length, length, dh)`` lookup: entry ``[i, j]`` is ``a(clip(j - i))``.

@@ -24,7 +24,7 @@ from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import Layout, sinusoidal_table
 from ..state import ScoreMod
-from ._bias import ContentBiasState
+from ._bias import ContentBiasState, _add_to_scores
 
 __all__ = ["RelPosXL", "RelPosXLState"]
 
@@ -122,11 +122,7 @@ class RelPosXLState(ContentBiasState):
         if not self._from_angles():
             return super().score_mod(q, k)
         dense = self.bias_from_angles(q, k)
-
-        def dense_score_mod(score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return score + dense[bi, head, q_idx, kv_idx].to(score.dtype)
-
-        return dense_score_mod
+        return lambda score, b, h, i, j: score + dense[b, h, i, j].to(score.dtype)
 
     def _from_angles(self) -> bool:
         # no data-dependent size in a traced program, and no host sync on an accelerator
@@ -247,12 +243,7 @@ class RelPosXL(PositionalEncoding):
         """
         check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
         bias = cast(Tensor, self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions))
-        if scores.shape[1:] != bias.shape[1:] or scores.shape[0] not in (1, bias.shape[0]):
-            raise ValueError(
-                f"scores {tuple(scores.shape)} do not match q {tuple(q.shape)} and k {tuple(k.shape)} "
-                f"(expected {tuple(bias.shape)})"
-            )
-        return (scores.to(bias.dtype) + bias).to(scores.dtype)
+        return _add_to_scores(scores, bias, f"q {tuple(q.shape)} and k {tuple(k.shape)}")
 
     def extra_repr(self) -> str:
         parts = [f"num_heads={self.num_heads}", f"head_dim={self.head_dim}", f"d_model={self.d_model}"]
