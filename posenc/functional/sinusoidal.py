@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_choice
+
 __all__ = [
     "sinusoidal_2d_table",
     "sinusoidal_3d_table",
@@ -61,8 +63,7 @@ def sinusoidal_inv_freq(
     if not (isinstance(base, (int, float)) and 0 < base < math.inf):
         raise ValueError(f"base must be a finite number > 0, got {base!r}")
     half = dim // 2
-    if freq_spacing not in ("paper", "tensor2tensor"):
-        raise ValueError(f"freq_spacing must be 'paper' or 'tensor2tensor', got {freq_spacing!r}")
+    check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
     if freq_spacing == "tensor2tensor" and half < 2:
         raise ValueError(
             f"freq_spacing='tensor2tensor' needs dim >= 4 (it divides by dim/2 - 1), got dim={dim}"
@@ -98,16 +99,11 @@ def sinusoidal_table(
     Returns:
         ``(..., dim)`` tensor on ``positions.device``.
     """
-    _check_layout(layout)
+    check_choice("layout", layout, ("interleaved", "concat"))
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., dim/2)
     # interleaved: (..., dim/2, 2) -> sin on even channels, cos on odd; concat: (..., 2, dim/2) -> [sin | cos]
     return torch.stack((angles.sin(), angles.cos()), dim=-1 if layout == "interleaved" else -2).flatten(-2)
-
-
-def _check_layout(layout: str) -> None:
-    if layout not in ("interleaved", "concat"):
-        raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
 
 
 def sinusoidal_shift_map(
@@ -133,7 +129,7 @@ def sinusoidal_shift_map(
     Returns:
         ``(dim, dim)`` matrix acting on row vectors.
     """
-    _check_layout(layout)
+    check_choice("layout", layout, ("interleaved", "concat"))
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
     angle = inv_freq * shift
     c, s = angle.cos(), angle.sin()
@@ -183,8 +179,7 @@ def sinusoidal_2d_table(
     """
     if not isinstance(dim, int) or dim < 4 or dim % 4:
         raise ValueError(f"dim must be divisible by 4 (sin and cos for rows and columns), got {dim!r}")
-    if order not in ORDERS_2D:
-        raise ValueError(f"order must be one of {list(ORDERS_2D)}, got {order!r}")
+    check_choice("order", order, ORDERS_2D)
     rows = torch.arange(height, dtype=dtype, device=device)
     cols = torch.arange(width, dtype=dtype, device=device)
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each

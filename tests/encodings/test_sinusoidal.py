@@ -146,7 +146,7 @@ def test_table_rejects_negative_positions():
 
 
 def test_functional_rejects_bad_arguments():
-    with pytest.raises(ValueError, match=r"layout must be 'interleaved' or 'concat', got 'halves'"):
+    with pytest.raises(ValueError, match=r"layout must be one of \['interleaved', 'concat'\], got 'halves'"):
         sinusoidal_shift_map(1, 8, layout="halves")
     with pytest.raises(ValueError, match=r"dim must be an even int >= 2 .* got 7"):
         sinusoidal_table(torch.arange(3), 7)
