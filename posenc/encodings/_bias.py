@@ -281,6 +281,12 @@ class ContentBiasState(PositionState):
                 f"for {self.q_len} queries and {self.k_len} keys"
             )
 
+    def _rows(self, lo: int, hi: int) -> Tensor:
+        """``(1|b, tq, tk)``: the row ``clamp(k_pos - q_pos, lo, hi) - lo`` of each (query, key) pair."""
+        return clipped_distance_index(
+            torch.atleast_2d(self.q_positions), torch.atleast_2d(self.k_positions), -lo, hi
+        )
+
     def _terms(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None, int, int]:
         """``(per_distance, key_term, lo, hi)`` for checked ``q`` and ``k``."""
         self._check(q, k)
@@ -298,10 +304,7 @@ class ContentBiasState(PositionState):
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
         per_distance, key_term, lo, hi = self._terms(q, k)
-        # the row of each (query, key) pair: (1|b, tq, tk)
-        index = clipped_distance_index(
-            torch.atleast_2d(self.q_positions), torch.atleast_2d(self.k_positions), -lo, hi
-        )
+        index = self._rows(lo, hi)
         _, h, tq, n = per_distance.shape
         b = max(per_distance.shape[0], index.shape[0], 1 if key_term is None else key_term.shape[0])
         bias = per_distance.expand(b, h, tq, n).gather(

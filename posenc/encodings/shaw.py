@@ -74,8 +74,7 @@ class ShawState(ContentBiasState):
                 f"num_heads={enc.num_heads}"
             )
         self._check_lengths(probs.shape[-2], probs.shape[-1])
-        index = clipped_distance_index(self.q_positions, self.k_positions, enc.max_distance, enc.right)
-        return shaw_value_term(probs, enc._table("value"), index)
+        return shaw_value_term(probs, enc._table("value"), self._rows(*self._window()))
 
 
 class ShawRelative(PositionalEncoding):
