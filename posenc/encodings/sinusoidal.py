@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_float
+from .._checks import check_int, check_positive_float
 from .._compat import can_sync, check_values, wide_dtype
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
@@ -91,8 +91,7 @@ class Sinusoidal(PositionalEncoding):
         check_int("d_model", d_model, minimum=2)
         if d_model % 2:
             raise ValueError(f"d_model must be even (sin/cos come in pairs), got {d_model}")
-        check_choice("layout", layout, ("interleaved", "concat"))
-        check_choice("freq_spacing", freq_spacing, ("paper", "tensor2tensor"))
+        # layout and freq_spacing: checked (same messages) by sinusoidal_table, which builds the table below
         if freq_spacing == "tensor2tensor" and d_model < 4:
             raise ValueError(f"freq_spacing='tensor2tensor' needs d_model >= 4, got d_model={d_model}")
         self.max_len = max_len if max_len is None else check_int("max_len", max_len, minimum=1)

@@ -13,10 +13,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_float
+from .._checks import check_int, check_positive_float
 from .._compat import wide_dtype
 from ..base import PositionalEncoding
-from ..functional.sinusoidal import ORDERS_2D, sinusoidal_2d_table, sinusoidal_3d_table
+from ..functional.sinusoidal import sinusoidal_2d_table, sinusoidal_3d_table
 from ._patches import add_patch_table, input_grid, patch_grid
 
 __all__ = ["Sinusoidal2D"]
@@ -81,7 +81,7 @@ class Sinusoidal2D(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        check_choice("order", order, ORDERS_2D)
+        # order: checked by sinusoidal_2d_table when the table is built below (or by _check_3d for video)
         self.order = order
         check_int("d_model", d_model, minimum=4)
         if d_model % 4:
