@@ -65,6 +65,7 @@ class ALiBi(PositionBias):
 
     cache_names = ("slopes",)
     key_only_when_causal = True
+    repr_names = ("num_heads", "causal", "max_bias")
     slopes: Tensor
 
     def __init__(
@@ -102,9 +103,6 @@ class ALiBi(PositionBias):
         if self.causal:
             return lambda q, k, h: slopes[h] * (k - q).to(slopes.dtype)
         return lambda q, k, h: -slopes[h] * (k - q).to(slopes.dtype).abs()
-
-    def extra_repr(self) -> str:
-        return f"num_heads={self.num_heads}, causal={self.causal}, max_bias={self.max_bias}"
 
 
 class FalconALiBi(ALiBi):

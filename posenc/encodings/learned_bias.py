@@ -115,6 +115,7 @@ class FIRE(PositionBias):
     """
 
     by_distance = False  # the normaliser reads the query position
+    repr_names = ("num_heads", "mlp_width", "init_threshold", "causal")
 
     def __init__(
         self,
@@ -201,9 +202,3 @@ class FIRE(PositionBias):
             return total
 
         return mlp
-
-    def extra_repr(self) -> str:
-        return (
-            f"num_heads={self.num_heads}, mlp_width={self.mlp_width}, init_threshold={self.init_threshold}, "
-            f"causal={self.causal}"
-        )

@@ -57,6 +57,7 @@ class RelativeBias(PositionBias):
     """
 
     cache_names = ("bucket_of_distance",)
+    repr_names = ("num_heads", "num_buckets", "max_distance", "bidirectional", "causal")
     bucket_of_distance: Tensor
 
     def __init__(
@@ -135,9 +136,3 @@ class RelativeBias(PositionBias):
         h, (b, tq, tk) = table.shape[0], index.shape
         out = table.index_select(1, index.reshape(-1)).view(h, b, tq, tk)
         return out.transpose(0, 1).contiguous().view(b, h, tq, tk)  # a copy for more than one batch row
-
-    def extra_repr(self) -> str:
-        return (
-            f"num_heads={self.num_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
-            f"bidirectional={self.bidirectional}, causal={self.causal}"
-        )
