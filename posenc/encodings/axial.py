@@ -23,14 +23,8 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._checks import check_choice, check_grid, check_int
-from .._compat import check_values, wide_dtype
-from ..functional.axial import (
-    axial_cos_sin,
-    axial_frequencies,
-    check_axis_widths,
-    checked_axial_frequencies,
-    grid_positions,
-)
+from .._compat import check_values
+from ..functional.axial import axial_frequencies, check_axis_widths, grid_positions
 from ..functional.rope_freqs import DefaultRope
 from ..state import PositionState
 from .rotary import RotaryState, _Rotary
@@ -93,12 +87,11 @@ class AxisRotaryState(RotaryState):
 class _AxisRotary(_Rotary):
     """Base of the multi-axis rotary encodings: positions with axes, a state, the hooks.
 
-    Subclasses set ``head_dim``, ``layout``, ``num_axes`` and implement :meth:`_frequencies`
-    (float64 ``(r/2,)`` frequencies), :meth:`_axes` (the axis of each pair) and
-    :meth:`_default_positions`.
+    Subclasses set ``head_dim``, ``layout``, ``params``, ``num_axes`` and implement :meth:`_pairs`
+    (the frequencies and the axis of each pair) and :meth:`_default_positions`.
     """
 
-    cache_names = ("inv_freq", "axis")
+    cache_names = ("inv_freq", "_inv_freq64", "axis")
     state_class = AxisRotaryState
     _generic_state_class = AxisRotaryState
     axis: Tensor
@@ -108,27 +101,24 @@ class _AxisRotary(_Rotary):
     float_positions: ClassVar[bool] = False
     one_d_positions: ClassVar[bool] = True
 
-    def _init_caches(self, device: torch.device | str | None) -> None:
-        pairs = self._frequencies(torch.device("cpu")).shape[0]
-        self.register_buffer("inv_freq", torch.empty(pairs, device=device), persistent=False)
-        self.register_buffer("axis", torch.empty(pairs, dtype=torch.long, device=device), persistent=False)
-        self.reset_caches()
+    def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
+        self.register_buffer(
+            "axis", torch.empty(shape[-1], dtype=torch.long, device=device), persistent=False
+        )
+        super()._init_caches(shape, device)
 
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        """``(r/2,)`` float64 frequencies on ``device`` (at length ``seq_len``: M-RoPE's scaling types)."""
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``(s, r/2)`` float64 frequencies and the ``(r/2,)`` long axis each pair reads, on ``device``."""
         raise NotImplementedError  # pragma: no cover
 
-    def _axes(self, device: torch.device) -> Tensor:
-        """``(r/2,)`` long: the axis each pair reads (constant: cached as the ``axis`` buffer)."""
-        raise NotImplementedError  # pragma: no cover
+    def _frequencies(self, device: torch.device) -> Tensor:
+        return self._pairs(device)[0]
 
     def reset_caches(self) -> None:
-        """Rebuild ``inv_freq`` (float32 copy, for inspection) and ``axis`` where they are now."""
-        device = self.inv_freq.device
-        if device.type == "meta":
-            return
-        self.inv_freq = self._frequencies(device).to(self.inv_freq.dtype)
-        self.axis = self._axes(device)
+        """Rebuild ``inv_freq`` (float32 ``(r/2,)``, for inspection), its float64 copy and ``axis`` where they are now."""
+        super().reset_caches()
+        self.inv_freq = self._inv_freq64[0].to(self.inv_freq.dtype)
+        self.axis = self._pairs(self.axis.device)[1]
 
     # --- positions ---------------------------------------------------------------------------
 
@@ -209,16 +199,6 @@ class _AxisRotary(_Rotary):
         if kp is None:
             kp = qp if tq == tk else self._default_positions(tk, device)
         return qp, kp, None, None
-
-    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin at the positions of ``side``: ``(t, r/2)`` for ``(t, a)``, ``(b, 1, t, r/2)`` for ``(b, t, a)``."""
-        positions, _ = state._positions(side)
-        device = positions.device
-        inv_freq = self._frequencies(device, state.seq_len)
-        axis = self.axis.to(device)  # constant per module: the cached buffer, not recomputed per call
-        inv_freq = inv_freq.to(torch.float64 if dtype == torch.float64 else wide_dtype(device))
-        cos, sin = axial_cos_sin(positions, inv_freq, axis, self.attention_scaling, dtype=dtype)
-        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
 
 
 class AxialRoPE(_AxisRotary):
@@ -329,16 +309,18 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"ref_grid rescales index coordinates; freqs={freqs!r} coordinates already span [-1, 1]"
             )
-        self._init_caches(device)
+        self._init_caches((self.rotary_dim // 2,), device)
 
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        # (checked at construction: no Python checks here, see checked_axial_frequencies)
-        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
-        return checked_axial_frequencies(*args, device)[0]
-
-    def _axes(self, device: torch.device) -> Tensor:
-        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
-        return checked_axial_frequencies(*args, device)[1]
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        inv_freq, axis = axial_frequencies(
+            self.axes_dim,
+            base=self.base,
+            freqs=self.freqs,
+            axis_layout=self.axis_layout,
+            max_freq=self.max_freq,
+            device=device,
+        )
+        return inv_freq[None], axis
 
     def grid_positions(
         self,

@@ -106,7 +106,6 @@ class MRoPE(_AxisRotary):
             raise ValueError(
                 "scaling['llama_4_scaling_beta'] (Ministral 3's query scaling) is RoPE's: MRoPE has none"
             )
-        self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
         if not interleaved and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
             raise ValueError(
@@ -122,7 +121,7 @@ class MRoPE(_AxisRotary):
         self.mrope_section = tuple(mrope_section)
         self.num_axes = len(mrope_section)
         self.scaling = dict(scaling) if scaling is not None else None
-        self._init_caches(device)
+        self._init_caches((self.rotary_dim // 2,), device)
 
     @staticmethod
     def _agree(scaling: dict[str, Any], section: Sequence[int]) -> None:
@@ -134,12 +133,9 @@ class MRoPE(_AxisRotary):
         for key in _MROPE_KEYS:
             scaling.pop(key, None)
 
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        return self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
-
-    def _axes(self, device: torch.device) -> Tensor:
-        pairs = self.params.rotary_dim // 2
-        return mrope_axes(self.mrope_section, interleaved=self.interleaved, pairs=pairs).to(device)
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        axes = mrope_axes(self.mrope_section, interleaved=self.interleaved, pairs=self.rotary_dim // 2)
+        return self.params.inv_freq(device=device), axes.to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
