@@ -13,7 +13,6 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys),
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import ClassVar, Literal
@@ -40,28 +39,8 @@ class AxisRotaryState(RotaryState):
 
     Attributes:
         q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` float32 rows of the queries.
-        q_start, k_start: token indices (``tk - tq`` and 0), not positions: masks follow the token
-            order, since positions with axes are not ordered (:meth:`distances` is ``None``).
+        q_start, k_start: token indices (``tk - tq`` and 0), not positions (:meth:`_AxisRotary._resolve`).
     """
-
-    def __init__(
-        self,
-        encoding: _Rotary,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None = None,
-        k_start: int | None = None,
-        seq_len: int | Tensor | None = None,
-        end: int | None = None,
-    ) -> None:
-        # q_start/k_start say "the index rule": positions with axes have no order (image tokens
-        # share positions), so causality and windows follow the token order, queries being the
-        # last tq of the tk keys (what posenc.attention does for default positions).
-        tq, tk = q_positions.shape[-2], k_positions.shape[-2]
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=max(tk - tq, 0), k_start=0, seq_len=seq_len
-        )
 
     @property
     def q_len(self) -> int:
@@ -75,12 +54,8 @@ class AxisRotaryState(RotaryState):
         return None  # positions with axes have no 1D distance
 
     def narrow(self, rows: slice, cols: slice) -> PositionState:
-        state = copy.copy(self)
-        state.q_positions = self.q_positions[..., rows, :]
-        state.k_positions = self.k_positions[..., cols, :]
-        state.q_start = (self.q_start or 0) + (rows.start or 0)
-        state.k_start = (self.k_start or 0) + (cols.start or 0)
-        state._narrow_tables(rows, cols)
+        state = super().narrow(rows, cols)  # the rows, the starts; then the positions' token axis
+        state.q_positions, state.k_positions = self.q_positions[..., rows, :], self.k_positions[..., cols, :]
         return state
 
 
@@ -187,8 +162,11 @@ class _AxisRotary(_Rotary):
         k_positions: Tensor | None,
     ) -> tuple[Tensor, Tensor, int | None, int | None]:
         """Queries' and keys' positions on ``device``; defaults as :func:`posenc._positions.resolve_qk_positions`
-        (keys at the defaults, queries the last ``tq`` of them), on axes. No starts: positions with axes
-        have no order (:class:`AxisRotaryState` sets token indices)."""
+        (keys at the defaults, queries the last ``tq`` of them), on axes.
+
+        The starts are token indices, not positions: positions with axes have no order (image tokens
+        share positions), so causality and windows follow the token order, queries being the last
+        ``tq`` of the ``tk`` keys (what :func:`posenc.attention` does for default positions)."""
         qp, kp = (p.to(device) if isinstance(p, Tensor) else p for p in (q_positions, k_positions))
         kp = None if kp is None else self._check_positions(kp, tk, batch, "k_positions")
         qp = None if qp is None else self._check_positions(qp, tq, batch, "q_positions")
@@ -198,7 +176,7 @@ class _AxisRotary(_Rotary):
             qp = kp[..., tk - tq :, :] if tq <= tk else self._default_positions(tq, device)
         if kp is None:
             kp = qp if tq == tk else self._default_positions(tk, device)
-        return qp, kp, None, None
+        return qp, kp, max(tk - tq, 0), 0
 
 
 class AxialRoPE(_AxisRotary):

@@ -262,7 +262,7 @@ class _Rotary(PositionalEncoding):
         end: int | None = None  # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
-        elif q_start is not None and k_start is not None:
+        elif q_start is not None and k_start is not None and self.axis is None:  # (axes: token indices)
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
         elif (self.length_dependent or self.has_table) and can_sync(q_positions):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
