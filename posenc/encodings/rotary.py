@@ -199,11 +199,6 @@ class _Rotary(PositionalEncoding):
         """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
         return self.params.attention_scaling
 
-    @property
-    def length_dependent(self) -> bool:
-        """Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'."""
-        return self.params.length_dependent
-
     def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
         """Register ``inv_freq`` (float32, ``shape``, for inspection) and ``_inv_freq64`` (the same
         frequencies, float64 ``(s, r/2)``: the formula's, read in a forward instead of copied from
@@ -264,11 +259,11 @@ class _Rotary(PositionalEncoding):
             pass  # no host sync in a traced program; no values on the meta device
         elif q_start is not None and k_start is not None and self.axis is None:  # (axes: token indices)
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif (self.length_dependent or self.has_table) and can_sync(q_positions):
+        elif (self.params.length_dependent or self.has_table) and can_sync(q_positions):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
             flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
             end = int(flat.max()) + 1 if flat.numel() else 0
-        if seq_len is None and self.length_dependent:
+        if seq_len is None and self.params.length_dependent:
             if end is not None:
                 seq_len = end
             else:
