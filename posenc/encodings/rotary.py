@@ -254,6 +254,11 @@ class _Rotary(PositionalEncoding):
                 call; give the whole sequence's length when the call sees only part of it (a chunk,
                 a context-parallel shard). Ignored by the other variants.
         """
+
+        def past_last() -> Tensor | None:  # one past the largest position of queries and keys
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            return flat.max() + 1 if flat.numel() else None
+
         end: int | None = None  # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
@@ -261,14 +266,9 @@ class _Rotary(PositionalEncoding):
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
         elif (self.params.length_dependent or self.has_table) and can_sync(q_positions):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-            end = int(flat.max()) + 1 if flat.numel() else 0
+            end = 0 if (last := past_last()) is None else int(last)
         if seq_len is None and self.params.length_dependent:
-            if end is not None:
-                seq_len = end
-            else:
-                flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-                seq_len = flat.max() + 1 if flat.numel() else None
+            seq_len = end if end is not None else past_last()
         return self.state_class(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
         )
@@ -507,14 +507,10 @@ class RoPE(_Rotary):
         )
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
-        if (
-            state.end is None  # traced (a traced program serves every length: no table, no size guard)
-            or state.end > rows
-            or ntk
-            or isinstance(long, Tensor)
-            or table.dtype != dtype
-            or table.device != positions.device
-        ):
+        # eager, every position inside the table (a traced program serves every length: no table, no
+        # size guard), the table's frequencies, dtype and device
+        fits = state.end is not None and state.end <= rows and not ntk and not isinstance(long, Tensor)
+        if not fits or table.dtype != dtype or table.device != positions.device:
             return super()._rows(state, side, dtype)
         offset = int(long) * rows
         if start is not None:
