@@ -137,7 +137,7 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
     else:
         pairs = torch.view_as_complex(part.to(rows[0].real.dtype).unflatten(-1, (-1, 2)).contiguous())
         out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
-    return _with_rest(out, x)
+    return out if part is x else _with_rest(out, x)
 
 
 def _with_rest(rotated: Tensor, x: Tensor) -> Tensor:
