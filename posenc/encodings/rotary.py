@@ -36,14 +36,7 @@ from .._positions import check_qk
 from ..base import PositionalEncoding
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
-from ..functional.rotary import (
-    RopeLayout,
-    apply_rotary,
-    eager_rows,
-    rope_cos_sin,
-    rotary_reference,
-    rotate_eager,
-)
+from ..functional.rotary import apply_rotary, eager_rows, rope_cos_sin, rotary_reference, rotate_eager
 from ..state import PositionState
 
 __all__ = ["RoPE", "RotaryState"]
@@ -165,7 +158,7 @@ class _Rotary(PositionalEncoding):
     # the formula's frequencies, exact, read in a forward instead of copied from the host
     float64_caches = ("_inv_freq64",)
     head_dim: int
-    layout: RopeLayout
+    layout: Literal["half", "interleaved"]
     inv_freq: Tensor
     _inv_freq64: Tensor
     #: ``(r/2,)`` long, the axis each pair reads (multi-axis encodings); ``None`` for 1D positions.
