@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.functional import axial_cos_sin, axial_frequencies, grid_positions
+from posenc.functional import axial_frequencies, grid_positions, rope_cos_sin
 
 # timm and torchtune build bands, coordinates and angles in float32; posenc computes angles in
 # float64 and rounds once. Index angles stay below ~40 rad here, so the float32 angle error is
@@ -172,7 +172,7 @@ def test_timm_build_rotary_pos_embed_with_grid_offset(sincos, rotate_half):
     )  # each (h*w, head_dim)
     coords = grid_positions(grid).double() + offset
     inv_freq, axis = axial_frequencies((head_dim // 2, head_dim // 2))
-    c, s = axial_cos_sin(coords, inv_freq, axis)  # (h*w, head_dim / 2)
+    c, s = rope_cos_sin(coords, inv_freq, dtype=torch.float32, axis=axis)  # (h*w, head_dim / 2)
     spread = (lambda t: torch.cat((t, t), -1)) if rotate_half else (lambda t: t.repeat_interleave(2, -1))
     torch.testing.assert_close(spread(c), cos, atol=1e-6, rtol=0)
     torch.testing.assert_close(spread(s), sin, atol=1e-6, rtol=0)

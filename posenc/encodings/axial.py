@@ -13,7 +13,6 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys),
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import ClassVar, Literal
@@ -23,14 +22,8 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._checks import check_choice, check_grid, check_int
-from .._compat import check_values, wide_dtype
-from ..functional.axial import (
-    axial_cos_sin,
-    axial_frequencies,
-    check_axis_widths,
-    checked_axial_frequencies,
-    grid_positions,
-)
+from .._compat import check_values
+from ..functional.axial import axial_frequencies, check_axis_widths, grid_positions
 from ..functional.rope_freqs import DefaultRope
 from ..state import PositionState
 from .rotary import RotaryState, _Rotary
@@ -46,28 +39,8 @@ class AxisRotaryState(RotaryState):
 
     Attributes:
         q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` float32 rows of the queries.
-        q_start, k_start: token indices (``tk - tq`` and 0), not positions: masks follow the token
-            order, since positions with axes are not ordered (:meth:`distances` is ``None``).
+        q_start, k_start: token indices (``tk - tq`` and 0), not positions (:meth:`_AxisRotary._resolve`).
     """
-
-    def __init__(
-        self,
-        encoding: _Rotary,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None = None,
-        k_start: int | None = None,
-        seq_len: int | Tensor | None = None,
-        end: int | None = None,
-    ) -> None:
-        # q_start/k_start say "the index rule": positions with axes have no order (image tokens
-        # share positions), so causality and windows follow the token order, queries being the
-        # last tq of the tk keys (what posenc.attention does for default positions).
-        tq, tk = q_positions.shape[-2], k_positions.shape[-2]
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=max(tk - tq, 0), k_start=0, seq_len=seq_len
-        )
 
     @property
     def q_len(self) -> int:
@@ -81,24 +54,19 @@ class AxisRotaryState(RotaryState):
         return None  # positions with axes have no 1D distance
 
     def narrow(self, rows: slice, cols: slice) -> PositionState:
-        state = copy.copy(self)
-        state.q_positions = self.q_positions[..., rows, :]
-        state.k_positions = self.k_positions[..., cols, :]
-        state.q_start = (self.q_start or 0) + (rows.start or 0)
-        state.k_start = (self.k_start or 0) + (cols.start or 0)
-        state._narrow_tables(rows, cols)
+        state = super().narrow(rows, cols)  # the rows, the starts; then the positions' token axis
+        state.q_positions, state.k_positions = self.q_positions[..., rows, :], self.k_positions[..., cols, :]
         return state
 
 
 class _AxisRotary(_Rotary):
     """Base of the multi-axis rotary encodings: positions with axes, a state, the hooks.
 
-    Subclasses set ``head_dim``, ``layout``, ``num_axes`` and implement :meth:`_frequencies`
-    (float64 ``(r/2,)`` frequencies), :meth:`_axes` (the axis of each pair) and
-    :meth:`_default_positions`.
+    Subclasses set ``head_dim``, ``layout``, ``params``, ``num_axes`` and implement :meth:`_pairs`
+    (the frequencies and the axis of each pair) and :meth:`_default_positions`.
     """
 
-    cache_names = ("inv_freq", "axis")
+    cache_names = ("inv_freq", "_inv_freq64", "axis")
     state_class = AxisRotaryState
     _generic_state_class = AxisRotaryState
     axis: Tensor
@@ -108,27 +76,24 @@ class _AxisRotary(_Rotary):
     float_positions: ClassVar[bool] = False
     one_d_positions: ClassVar[bool] = True
 
-    def _init_caches(self, device: torch.device | str | None) -> None:
-        pairs = self._frequencies(torch.device("cpu")).shape[0]
-        self.register_buffer("inv_freq", torch.empty(pairs, device=device), persistent=False)
-        self.register_buffer("axis", torch.empty(pairs, dtype=torch.long, device=device), persistent=False)
-        self.reset_caches()
+    def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
+        self.register_buffer(
+            "axis", torch.empty(shape[-1], dtype=torch.long, device=device), persistent=False
+        )
+        super()._init_caches(shape, device)
 
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        """``(r/2,)`` float64 frequencies on ``device`` (at length ``seq_len``: M-RoPE's scaling types)."""
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``(s, r/2)`` float64 frequencies and the ``(r/2,)`` long axis each pair reads, on ``device``."""
         raise NotImplementedError  # pragma: no cover
 
-    def _axes(self, device: torch.device) -> Tensor:
-        """``(r/2,)`` long: the axis each pair reads (constant: cached as the ``axis`` buffer)."""
-        raise NotImplementedError  # pragma: no cover
+    def _frequencies(self, device: torch.device) -> Tensor:
+        return self._pairs(device)[0]
 
     def reset_caches(self) -> None:
-        """Rebuild ``inv_freq`` (float32 copy, for inspection) and ``axis`` where they are now."""
-        device = self.inv_freq.device
-        if device.type == "meta":
-            return
-        self.inv_freq = self._frequencies(device).to(self.inv_freq.dtype)
-        self.axis = self._axes(device)
+        """Rebuild ``inv_freq`` (float32 ``(r/2,)``, for inspection), its float64 copy and ``axis`` where they are now."""
+        super().reset_caches()
+        self.inv_freq = self._inv_freq64[0].to(self.inv_freq.dtype)
+        self.axis = self._pairs(self.axis.device)[1]
 
     # --- positions ---------------------------------------------------------------------------
 
@@ -197,8 +162,11 @@ class _AxisRotary(_Rotary):
         k_positions: Tensor | None,
     ) -> tuple[Tensor, Tensor, int | None, int | None]:
         """Queries' and keys' positions on ``device``; defaults as :func:`posenc._positions.resolve_qk_positions`
-        (keys at the defaults, queries the last ``tq`` of them), on axes. No starts: positions with axes
-        have no order (:class:`AxisRotaryState` sets token indices)."""
+        (keys at the defaults, queries the last ``tq`` of them), on axes.
+
+        The starts are token indices, not positions: positions with axes have no order (image tokens
+        share positions), so causality and windows follow the token order, queries being the last
+        ``tq`` of the ``tk`` keys (what :func:`posenc.attention` does for default positions)."""
         qp, kp = (p.to(device) if isinstance(p, Tensor) else p for p in (q_positions, k_positions))
         kp = None if kp is None else self._check_positions(kp, tk, batch, "k_positions")
         qp = None if qp is None else self._check_positions(qp, tq, batch, "q_positions")
@@ -208,17 +176,7 @@ class _AxisRotary(_Rotary):
             qp = kp[..., tk - tq :, :] if tq <= tk else self._default_positions(tq, device)
         if kp is None:
             kp = qp if tq == tk else self._default_positions(tk, device)
-        return qp, kp, None, None
-
-    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin at the positions of ``side``: ``(t, r/2)`` for ``(t, a)``, ``(b, 1, t, r/2)`` for ``(b, t, a)``."""
-        positions, _ = state._positions(side)
-        device = positions.device
-        inv_freq = self._frequencies(device, state.seq_len)
-        axis = self.axis.to(device)  # constant per module: the cached buffer, not recomputed per call
-        inv_freq = inv_freq.to(torch.float64 if dtype == torch.float64 else wide_dtype(device))
-        cos, sin = axial_cos_sin(positions, inv_freq, axis, self.attention_scaling, dtype=dtype)
-        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+        return qp, kp, max(tk - tq, 0), 0
 
 
 class AxialRoPE(_AxisRotary):
@@ -329,16 +287,18 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"ref_grid rescales index coordinates; freqs={freqs!r} coordinates already span [-1, 1]"
             )
-        self._init_caches(device)
+        self._init_caches((self.rotary_dim // 2,), device)
 
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        # (checked at construction: no Python checks here, see checked_axial_frequencies)
-        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
-        return checked_axial_frequencies(*args, device)[0]
-
-    def _axes(self, device: torch.device) -> Tensor:
-        args = (self.axes_dim, self.base, self.freqs, self.axis_layout, self.max_freq)
-        return checked_axial_frequencies(*args, device)[1]
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        inv_freq, axis = axial_frequencies(
+            self.axes_dim,
+            base=self.base,
+            freqs=self.freqs,
+            axis_layout=self.axis_layout,
+            max_freq=self.max_freq,
+            device=device,
+        )
+        return inv_freq[None], axis
 
     def grid_positions(
         self,

@@ -7,7 +7,6 @@ tokens have the same position on all three axes, where M-RoPE is plain RoPE.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -96,7 +95,13 @@ class MRoPE(_AxisRotary):
             check_int(f"mrope_section[{i}]", s, minimum=1)
         rest = dict(scaling) if isinstance(scaling, dict) else scaling
         if isinstance(rest, dict):
-            self._agree(rest, mrope_section)
+            given = rest.get("mrope_section")
+            if given is not None and list(given) != list(mrope_section):
+                raise ValueError(
+                    f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(mrope_section)}"
+                )
+            for key in _MROPE_KEYS:
+                rest.pop(key, None)
             if rest.get("rope_type", rest.get("type")) == "mrope":  # Qwen2-VL's legacy {"type": "mrope"}
                 rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
         self.params: RopeParameters = resolve_rope_scaling(
@@ -106,7 +111,6 @@ class MRoPE(_AxisRotary):
             raise ValueError(
                 "scaling['llama_4_scaling_beta'] (Ministral 3's query scaling) is RoPE's: MRoPE has none"
             )
-        self.length_dependent = self.params.length_dependent
         pairs = self.params.rotary_dim // 2
         if not interleaved and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
             raise ValueError(
@@ -122,24 +126,11 @@ class MRoPE(_AxisRotary):
         self.mrope_section = tuple(mrope_section)
         self.num_axes = len(mrope_section)
         self.scaling = dict(scaling) if scaling is not None else None
-        self._init_caches(device)
+        self._init_caches((self.rotary_dim // 2,), device)
 
-    @staticmethod
-    def _agree(scaling: dict[str, Any], section: Sequence[int]) -> None:
-        given = scaling.get("mrope_section")
-        if given is not None and list(given) != list(section):
-            raise ValueError(
-                f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(section)}"
-            )
-        for key in _MROPE_KEYS:
-            scaling.pop(key, None)
-
-    def _frequencies(self, device: torch.device, seq_len: int | Tensor | None = None) -> Tensor:
-        return self.params.inv_freq_at(seq_len, device=device)  # (r/2,) float64
-
-    def _axes(self, device: torch.device) -> Tensor:
-        pairs = self.params.rotary_dim // 2
-        return mrope_axes(self.mrope_section, interleaved=self.interleaved, pairs=pairs).to(device)
+    def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        axes = mrope_axes(self.mrope_section, interleaved=self.interleaved, pairs=self.rotary_dim // 2)
+        return self.params.inv_freq(device=device), axes.to(device)
 
     def _default_positions(self, length: int, device: torch.device | str | None) -> Tensor:
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)

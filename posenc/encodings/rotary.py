@@ -36,10 +36,10 @@ from .._positions import check_qk
 from ..base import PositionalEncoding
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
-from ..functional.rotary import RopeLayout, _rotate, eager_rows, rope_cos_sin, rotate_eager
+from ..functional.rotary import apply_rotary, eager_rows, rope_cos_sin, rotary_reference, rotate_eager
 from ..state import PositionState
 
-__all__ = ["QueryScaledState", "RoPE", "RotaryState"]
+__all__ = ["RoPE", "RotaryState"]
 
 
 class RotaryState(PositionState):
@@ -62,8 +62,6 @@ class RotaryState(PositionState):
     """
 
     encoding: _Rotary
-    #: Whether queries and keys at the same positions take different rows (xPos's scales).
-    by_role: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -99,30 +97,40 @@ class RotaryState(PositionState):
             )
         # keys at the queries' positions: tq new keys with a KV cache, or the same positions
         k_side = "q" if self.key_positions(k)[0] is self.q_positions else "k"
-        return self._rotate(q, "q", "query"), self._rotate(k, k_side, "key")
+        # traced (compile/export: inductor fuses the formula) or another device: the formula
+        formula = is_tracing() or q.device.type not in ("cpu", "cuda")
+        return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
 
-    def _rotate(self, x: Tensor, side: str, role: str) -> Tensor:
+    def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         layout = self.encoding.layout
-        if is_tracing() or x.device.type not in ("cpu", "cuda"):  # traced: the formula, fused
-            return _rotate(x, *self._rows(side, role, x.dtype), layout)
-        key = (side, role if self.by_role else "", x.dtype)
+        if formula:
+            return rotary_reference(x, *self._rows(side, role, x.dtype), layout)
+        key = (side, role if self.encoding.by_role else "", x.dtype)
         rows = self._eager.get(key)
         if rows is None:
             rows = self._eager[key] = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
         return rotate_eager(x, rows, layout)
 
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype`` (xPos scales
-        them by role). The caches' dtype; float64 rows from the formula for float64 inputs."""
+        """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype``, times the
+        encoding's :meth:`~_Rotary._scale` of that role. The caches' dtype; float64 rows from the
+        formula for float64 inputs."""
         enc = self.encoding
         if dtype == torch.float64 and enc.inv_freq.dtype != dtype:
-            return enc._rows(self, side, dtype)
-        if side == "q":
-            return self.q_cos, self.q_sin
-        if self._k_rows is None:
-            self._k_rows = enc._rows(self, "k", enc.inv_freq.dtype)
-        return self._k_rows
+            cos, sin = enc._rows(self, side, dtype)
+        elif side == "q":
+            cos, sin = self.q_cos, self.q_sin
+        else:
+            if self._k_rows is None:
+                self._k_rows = enc._rows(self, "k", enc.inv_freq.dtype)
+            cos, sin = self._k_rows
+        scale = enc._scale(self, side, role, dtype) if enc.by_role else None
+        if scale is None:
+            return cos, sin
+        scale = scale.to(cos.dtype)
+        scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, ·) -> (b, 1, t, ·)
+        return cos * scale, sin * scale
 
     def _positions(self, side: str) -> tuple[Tensor, int | None]:
         """The positions of ``side`` (``"q"`` or ``"k"``) and their first one when they are the default ones."""
@@ -135,41 +143,32 @@ class RotaryState(PositionState):
             self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
 
 
-class QueryScaledState(RotaryState):
-    """RoPE's rows, the queries' times Ministral 3's ``1 + beta * log(1 + floor(p / L))``
-    (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are.
-    Scaling the rows scales the rotated query: the rotation is linear."""
-
-    by_role = True  # keys at the queries' positions are not scaled
-    encoding: RoPE
-
-    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        cos, sin = super()._rows(side, role, dtype)
-        if role == "key":
-            return cos, sin
-        scale = self.encoding.params.query_scale(self._positions(side)[0]).to(cos.dtype)[..., None]
-        scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, 1) -> (b, 1, t, 1)
-        return cos * scale, sin * scale
-
-
 class _Rotary(PositionalEncoding):
-    """What every rotary encoding shares: the hooks, each one :class:`RotaryState` applied once.
+    """What every rotary encoding shares: the hooks, each one :class:`RotaryState` applied once, and
+    the rows from the formula.
 
-    Subclasses set ``head_dim``, ``layout`` and the ``inv_freq`` cache, and give the positions
-    (:meth:`_resolve`), the cos/sin rows at positions (:meth:`_rows`) and the length of the
-    length-dependent variants (:attr:`length_dependent`).
+    Subclasses set ``head_dim``, ``layout``, ``params`` and the ``inv_freq``/``_inv_freq64`` caches
+    (:meth:`_init_caches`), and give the positions (:meth:`_resolve`); the multi-axis ones the
+    ``axis`` each pair reads.
     """
 
     kind = "rotary"
     state_class: ClassVar[type[RotaryState]] = RotaryState
+    cache_names: ClassVar[tuple[str, ...]] = ("inv_freq", "_inv_freq64")
+    # the formula's frequencies, exact, read in a forward instead of copied from the host
+    float64_caches = ("_inv_freq64",)
     head_dim: int
-    layout: RopeLayout
+    layout: Literal["half", "interleaved"]
     inv_freq: Tensor
+    _inv_freq64: Tensor
+    #: ``(r/2,)`` long, the axis each pair reads (multi-axis encodings); ``None`` for 1D positions.
+    axis: Tensor | None
 
     #: The validated settings: the base, the rotated width, the rope type and its frequencies.
     params: RopeParameters
-    #: Whether the frequencies depend on the sequence length (dynamic, longrope): ``params``'.
-    length_dependent: bool = False
+    #: Whether queries and keys at the same positions take different rows (:meth:`_scale`: xPos,
+    #: Ministral 3's query scaling).
+    by_role: bool = False
     #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
     has_table: ClassVar[bool] = False
 
@@ -193,14 +192,42 @@ class _Rotary(PositionalEncoding):
         """The factor multiplied into cos and sin (YaRN / LongRoPE attention factor; 1 otherwise)."""
         return self.params.attention_scaling
 
-    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin at the positions of ``side`` of ``state``, in ``dtype``: ``(t, r/2)``, or
-        ``(b, 1, t, r/2)`` for positions with a batch."""
-        raise NotImplementedError  # pragma: no cover
+    def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
+        """Register ``inv_freq`` (float32, ``shape``, for inspection) and ``_inv_freq64`` (the same
+        frequencies, float64 ``(s, r/2)``: the formula's, read in a forward instead of copied from
+        the host), then build every cache."""
+        self.register_buffer("inv_freq", torch.empty(shape, device=device), persistent=False)
+        sets = torch.empty(shape, dtype=torch.float64, device=device).reshape(-1, shape[-1])
+        self.register_buffer("_inv_freq64", sets, persistent=False)
+        self.reset_caches()
 
-    def _state_type(self) -> type[RotaryState]:
-        """:attr:`state_class`, or :class:`QueryScaledState` where the parameters scale queries (Ministral 3)."""
-        return QueryScaledState if self.params.query_scale_beta else self.state_class
+    def _frequencies(self, device: torch.device) -> Tensor:
+        """``(s, r/2)`` float64 frequencies on ``device``: one row per set (longrope: short, long)."""
+        return self.params.inv_freq(device=device)
+
+    def reset_caches(self) -> None:
+        """Rebuild the caches where they are now (e.g. after ``to_empty()``)."""
+        sets = self._frequencies(self._inv_freq64.device)
+        self._inv_freq64 = sets
+        self.inv_freq = sets.to(self.inv_freq.dtype)
+
+    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin at the positions of ``side`` of ``state``, in ``dtype``, from float64 angles:
+        ``(t, r/2)``, or ``(b, 1, t, r/2)`` for positions with a batch. The frequencies are picked by
+        ``state.seq_len`` (longrope's long set past its trained length, dynamic NTK's own)."""
+        positions, _ = state._positions(side)
+        device = positions.device  # the module's, unless it was not moved with the inputs
+        inv_freq = self.params.inv_freq_at(state.seq_len, device=device, sets=self._inv_freq64.to(device))
+        axis = None if self.axis is None else self.axis.to(device)
+        cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype, axis=axis)
+        # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
+        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+
+    def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
+        """Where :attr:`by_role`: the factor the rows of a ``role`` tensor at the positions of ``side``
+        are multiplied by, ``(t, ·)`` or ``(b, t, ·)`` (``None``: none). Scaling the rows scales the
+        rotated tensor: the rotation is linear."""
+        return None
 
     def prepare_state(
         self,
@@ -220,22 +247,22 @@ class _Rotary(PositionalEncoding):
                 call; give the whole sequence's length when the call sees only part of it (a chunk,
                 a context-parallel shard). Ignored by the other variants.
         """
+
+        def past_last() -> Tensor | None:  # one past the largest position of queries and keys
+            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            return flat.max() + 1 if flat.numel() else None
+
         end: int | None = None  # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
-        elif q_start is not None and k_start is not None:
+        elif q_start is not None and k_start is not None and self.axis is None:  # (axes: token indices)
             end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif (self.length_dependent or self.has_table) and can_sync(q_positions):
+        elif (self.params.length_dependent or self.has_table) and can_sync(q_positions):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-            end = int(flat.max()) + 1 if flat.numel() else 0
-        if seq_len is None and self.length_dependent:
-            if end is not None:
-                seq_len = end
-            else:
-                flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
-                seq_len = flat.max() + 1 if flat.numel() else None
-        return self._state_type()(
+            end = 0 if (last := past_last()) is None else int(last)
+        if seq_len is None and self.params.length_dependent:
+            seq_len = end if end is not None else past_last()
+        return self.state_class(
             self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
         )
 
@@ -295,7 +322,7 @@ class _Rotary(PositionalEncoding):
             ``(b, h, t, dh)`` rotated, same dtype.
         """
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        if self._state_type().by_role:
+        if self.by_role:
             raise ValueError(
                 f"{type(self).__name__} scales queries and keys differently: rotate them together with "
                 "encode_qk(q, k)"
@@ -304,10 +331,8 @@ class _Rotary(PositionalEncoding):
             raise ValueError(f"x has head_dim {x.shape[-1]}, expected head_dim={self.head_dim}")
         t = x.shape[-2]
         state = cast(RotaryState, self._state(t, t, x.shape[0], x.device, positions, None))
-        if check_bool("conjugate", conjugate):
-            cos, sin = state._rows("q", "query", x.dtype)
-            return _rotate(x, cos, -sin, self.layout)
-        return state._rotate(x, "q", "query")
+        cos, sin = state._rows("q", "query", x.dtype)
+        return apply_rotary(x, cos, -sin if check_bool("conjugate", conjugate) else sin, self.layout)
 
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.
@@ -382,12 +407,9 @@ class RoPE(_Rotary):
         q, k = state.encode_qk(q, k)                # ... and in every layer
     """
 
-    cache_names = ("inv_freq", "_cos_sin", "_inv_freq64")
-    # the formula's frequencies (explicit positions on an accelerator) without a copy from the host
-    float64_caches = ("_inv_freq64",)
+    cache_names = ("inv_freq", "_inv_freq64", "_cos_sin")
     has_table = True
     _cos_sin: Tensor
-    _inv_freq64: Tensor
 
     def __init__(
         self,
@@ -405,7 +427,6 @@ class RoPE(_Rotary):
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
-        self.length_dependent = self.params.length_dependent
         if self.params.query_scale_beta and self.params.rotary_dim != head_dim:
             raise ValueError(
                 "scaling['llama_4_scaling_beta'] scales whole queries; with rotary_dim="
@@ -415,18 +436,16 @@ class RoPE(_Rotary):
         self.layout = layout
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len
+        self.axis = None
+        self.by_role = bool(self.params.query_scale_beta)
         self.table_builds = 0
         trained = getattr(self.params, "original_max_len", None)
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
         sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
-        self.register_buffer("inv_freq", torch.empty(sets, pairs, device=device), persistent=False)
-        self.register_buffer(
-            "_inv_freq64", torch.empty(sets, pairs, dtype=torch.float64, device=device), persistent=False
-        )
         self.register_buffer(
             "_cos_sin", torch.empty(2, sets * self._table_len, pairs, device=device), persistent=False
         )
-        self.reset_caches()
+        self._init_caches((sets, pairs), device)
 
     # --- read-only views of the configuration -------------------------------------------------
 
@@ -455,12 +474,10 @@ class RoPE(_Rotary):
         The table is ``(2, s * cached_len, r/2)``: cos then sin of ``position * inv_freq`` for each
         frequency set (longrope: rows ``0 .. L-1`` short, ``L .. 2L-1`` long), from float64 angles.
         """
-        table = self._cos_sin
-        inv_freq = self.params.inv_freq(device=table.device)  # float64: exact angles
+        super().reset_caches()
+        table, inv_freq = self._cos_sin, self._inv_freq64[:, None, :]  # float64: exact angles
         positions = torch.arange(self.cached_len, device=table.device)
-        cos, sin = rope_cos_sin(positions, inv_freq[:, None, :], self.attention_scaling, dtype=table.dtype)
-        self.inv_freq = inv_freq.to(table.dtype)
-        self._inv_freq64 = inv_freq
+        cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=table.dtype)
         self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
         self.table_builds += 1
 
@@ -469,33 +486,34 @@ class RoPE(_Rotary):
 
         From the table when the call is eager (``state.end``, one past the largest position, is known
         without a sync) and every position is inside it: a view for default consecutive positions
-        (``start``), else one gather. The frequencies are picked by ``state.seq_len``: longrope's
-        long set past its trained length (a tensor under compile/export: picked without a Python
-        branch), dynamic NTK's own past its trained length.
+        (``start``), else one gather. Elsewhere from the formula (:meth:`_Rotary._rows`): past the
+        table, traced (a tensor ``seq_len`` picks longrope's set without a Python branch), dynamic
+        NTK past its trained length, another dtype or device than the table's.
         """
-        positions, start = (
-            (state.q_positions, state.q_start) if side == "q" else (state.k_positions, state.k_start)
+        positions, start = state._positions(side)
+        p, table, n, rows, seq_len = (
+            self.params,
+            self._cos_sin,
+            positions.shape[-1],
+            self._table_len,
+            state.seq_len,
         )
-        seq_len, end = state.seq_len, state.end
-        p, table, n, rows = self.params, self._cos_sin, positions.shape[-1], self._table_len
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
-        if (
-            end is not None  # eager (a traced program serves every length: no table, no size guard)
-            and end <= rows
-            and not ntk
-            and not isinstance(long, Tensor)
-            and table.dtype == dtype
-            and table.device == positions.device
-        ):
-            offset = int(long) * rows
-            if start is not None:
-                cos, sin = table[:, offset + start : offset + start + n].unbind(0)  # a view
-            else:
-                cos, sin = table[:, positions + offset].unbind(0)  # one gather
+        # eager, every position inside the table (a traced program serves every length: no table, no
+        # size guard), the table's frequencies, dtype and device
+        fits = state.end is not None and state.end <= rows and not ntk and not isinstance(long, Tensor)
+        if not fits or table.dtype != dtype or table.device != positions.device:
+            return super()._rows(state, side, dtype)
+        offset = int(long) * rows
+        if start is not None:
+            cos, sin = table[:, offset + start : offset + start + n].unbind(0)  # a view
         else:
-            sets = self._inv_freq64 if self._inv_freq64.device == positions.device else None
-            inv_freq = p.inv_freq_at(seq_len, device=positions.device, sets=sets)
-            cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype)
+            cos, sin = table[:, positions + offset].unbind(0)  # one gather
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+
+    def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
+        """Ministral 3's ``1 + beta * log(1 + floor(p / L))`` on the queries' rows
+        (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are."""
+        return None if role == "key" else self.params.query_scale(state._positions(side)[0])[..., None]

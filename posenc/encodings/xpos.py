@@ -27,13 +27,8 @@ def xpos_zeta(
 
 
 class XPosState(RotaryState):
-    """xPos's position state: RoPE's cos/sin rows, scaled by ``zeta ** (±position / scale_base)``.
-
-    Queries get ``zeta ** (m / scale_base)``, keys ``zeta ** (-n / scale_base)``, so that
-    ``q_m · k_n`` carries ``zeta ** ((m - n) / scale_base)``: a decay with distance for
-    causal attention (``n <= m``). The reference position is 0 for every call, so that keys
-    rotated in an earlier call (a KV cache) and queries of a later one still pair up.
-    """
+    """xPos's position state: RoPE's cos/sin rows, scaled by ``zeta ** (±position / scale_base)``
+    (:meth:`XPos._scale`), exact only in causal attention."""
 
     #: The decay grows without bound for keys after the query: exact only in causal attention.
     causal_only = True
@@ -41,26 +36,6 @@ class XPosState(RotaryState):
         "its decay grows without bound for keys after the query, and xPos has no bidirectional "
         "form; use RoPE (or another encoding) for bidirectional attention"
     )
-    by_role = True  # keys at the queries' positions are scaled the other way
-
-    encoding: XPos
-
-    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """The side's rows times ``zeta ** (±position / scale_base)``: + for queries, − for keys."""
-        enc = self.encoding
-        if self.end is not None and self.end - 1 > enc.max_position(dtype):
-            raise ValueError(
-                f"xpos: position {self.end - 1} is past {enc.max_position(dtype)}, the largest whose scale "
-                f"zeta ** (±position / scale_base) {dtype} holds (scale_base={enc.scale_base}, "
-                f"gamma={enc.gamma}); use a larger scale_base, or float64 inputs"
-            )
-        cos, sin = super()._rows(side, role, dtype)
-        positions, _ = self._positions(side)
-        log_zeta = xpos_zeta(enc.rotary_dim, enc.gamma, device=positions.device).log()  # no CPU tensor
-        power = positions.to(torch.float64)[..., None] * ((1.0 if role == "query" else -1.0) / enc.scale_base)
-        scale = (power * log_zeta).exp().to(cos.dtype)  # (t, r/2) or (b, t, r/2), float64 exponent
-        scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, r/2) -> (b, 1, t, r/2)
-        return cos * scale, sin * scale
 
 
 class XPos(RoPE):
@@ -134,6 +109,28 @@ class XPos(RoPE):
         super().__init__(
             head_dim, base=base, layout=layout, rotary_dim=rotary_dim, max_len=max_len, device=device
         )
+        self.by_role = True  # keys at the queries' positions are scaled the other way
+
+    def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
+        """``zeta ** (±position / scale_base)``, ``(t, r/2)`` or ``(b, t, r/2)``: + for queries, − for keys.
+
+        Queries get ``zeta ** (m / scale_base)``, keys ``zeta ** (-n / scale_base)``, so that
+        ``q_m · k_n`` carries ``zeta ** ((m - n) / scale_base)``: a decay with distance for
+        causal attention (``n <= m``). The reference position is 0 for every call, so that keys
+        rotated in an earlier call (a KV cache) and queries of a later one still pair up.
+        """
+        if state.end is not None and state.end - 1 > self.max_position(dtype):
+            raise ValueError(
+                f"xpos: position {state.end - 1} is past {self.max_position(dtype)}, the largest whose scale "
+                f"zeta ** (±position / scale_base) {dtype} holds (scale_base={self.scale_base}, "
+                f"gamma={self.gamma}); use a larger scale_base, or float64 inputs"
+            )
+        positions, _ = state._positions(side)
+        log_zeta = xpos_zeta(self.rotary_dim, self.gamma, device=positions.device).log()  # no CPU tensor
+        power = positions.to(torch.float64)[..., None] * (
+            (1.0 if role == "query" else -1.0) / self.scale_base
+        )
+        return (power * log_zeta).exp()  # float64 exponent
 
     def max_position(self, dtype: torch.dtype = torch.float32) -> int:
         """The largest position whose scales ``zeta_i ** (±position / scale_base)`` keep 7/8 of

@@ -11,7 +11,6 @@ them into ``(b, t, 3)``.
 * :func:`axial_frequencies` — the frequency and the axis of each rotated pair, for the
   per-axis-block (Flux, EVA, rotary-embedding-torch) and alternating (Pixtral) layouts;
 * :func:`mrope_axes` — the axis of each pair in M-RoPE, chunked (Qwen2-VL) or interleaved (Qwen3-VL);
-* :func:`axial_cos_sin` — cos/sin of ``coordinate[axis of pair] * frequency of pair``;
 * :func:`resample_grid_table` — a ``(p + h*w, d)`` table resampled to another grid
   (ViT/DINOv2/timm's bicubic ``interpolate_pos_encoding``).
 
@@ -29,11 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_choice, check_grid, check_int, check_positive_float
-from .rotary import cos_sin_of
 
 __all__ = [
     "axes_last",
-    "axial_cos_sin",
     "axial_frequencies",
     "check_axis_widths",
     "grid_positions",
@@ -223,23 +220,6 @@ def axial_frequencies(
     widths = list(axes_dim)
     if axis_layout == "alternate" and len(set(widths)) != 1:
         raise ValueError(f"axis_layout='alternate' needs equal widths per axis, got axes_dim={tuple(widths)}")
-    return checked_axial_frequencies(widths, base, freqs, axis_layout, max_freq, device)
-
-
-def checked_axial_frequencies(
-    widths: Sequence[int],
-    base: float,
-    freqs: FreqKind,
-    axis_layout: AxisLayout,
-    max_freq: float,
-    device: torch.device | str | None,
-) -> tuple[Tensor, Tensor]:
-    """:func:`axial_frequencies` for arguments already checked (by a module's constructor).
-
-    No Python-level checks: under ``torch.compile(dynamic=True)`` a module's float attributes may
-    be symbolic, and a ``math.isfinite`` on them would break the graph. Built on ``device``: a
-    module computes them in every forward, and a copy from the CPU would wait for the GPU.
-    """
     n, where = len(widths), _CPU if device is None else torch.device(device)
     if axis_layout == "cat":
         inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq, where) for d in widths]
@@ -275,32 +255,6 @@ def mrope_axes(
     else:
         axes = [j for j, s in enumerate(sections) for _ in range(s)]
     return torch.tensor(axes, dtype=torch.long, device=_CPU)
-
-
-def axial_cos_sin(
-    coords: Tensor,
-    inv_freq: Tensor,
-    axis: Tensor,
-    attention_scaling: float = 1.0,
-    *,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[Tensor, Tensor]:
-    """cos and sin of ``coords[..., axis[i]] * inv_freq[i]`` for every pair ``i``.
-
-    Angles are computed in ``inv_freq``'s dtype (float64 for exact angles) and rounded once.
-
-    Args:
-        coords: ``(..., t, a)`` integer or float coordinates.
-        inv_freq: ``(r/2,)`` frequencies.
-        axis: ``(r/2,)`` long, the axis each pair reads.
-        attention_scaling: multiplied into both (YaRN-style attention factor).
-        dtype: of the results.
-
-    Returns:
-        ``(cos, sin)``, each ``(..., t, r/2)``.
-    """
-    angles = coords.to(inv_freq.dtype).index_select(-1, axis) * inv_freq  # (..., t, r/2)
-    return cos_sin_of(angles, attention_scaling, dtype)
 
 
 def resample_grid_table(

@@ -1,6 +1,7 @@
 """Rotary position embedding (RoPE, Su et al., 2021): the angles and the rotation. No state.
 
-* :func:`rope_cos_sin` — cos and sin of ``position * inv_freq`` (times an attention factor);
+* :func:`rope_cos_sin` — cos and sin of ``position * inv_freq`` (times an attention factor), also
+  for positions with axes (multi-axis RoPE: each pair reads one coordinate);
 * :func:`rotary_reference` — the rotation as the paper writes it, in both layouts: ``"half"``
   (GPT-NeoX, Hugging Face Llama's ``rotate_half``) and ``"interleaved"`` (GPT-J, RoFormer,
   Meta Llama's complex form);
@@ -35,34 +36,32 @@ def rope_cos_sin(
     attention_scaling: float = 1.0,
     *,
     dtype: torch.dtype | None = None,
+    axis: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``cos`` and ``sin`` of the angles ``position * inv_freq``, times ``attention_scaling``.
 
     The angles are computed in ``inv_freq``'s dtype (pass float64 frequencies for exact
     angles at large positions) and the results rounded once to ``dtype``.
 
-    Args:
-        positions: ``(...)`` integer (or float) positions, e.g. ``(t,)`` or ``(b, t)``.
-        inv_freq: ``(r/2,)`` frequencies, or ``(..., r/2)`` broadcastable against positions.
-        attention_scaling: multiplied into both (YaRN / LongRoPE attention factor).
-        dtype: of the results; ``None`` keeps ``inv_freq``'s.
-
-    Returns:
-        ``(cos, sin)``, each ``(..., r/2)``.
-    """
-    return cos_sin_of(positions.to(inv_freq.dtype)[..., None] * inv_freq, attention_scaling, dtype)
-
-
-def cos_sin_of(
-    angles: Tensor, attention_scaling: float = 1.0, dtype: torch.dtype | None = None
-) -> tuple[Tensor, Tensor]:
-    """``cos`` and ``sin`` of ``angles`` ``(...)``, times ``attention_scaling``, rounded once to ``dtype``.
-
     Traced, they are two views of one ``(2, ...)`` tensor: inductor inlines a pointwise producer
     into each consumer's loop, and the float64 cos/sin of the ``(t, r/2)`` angles were recomputed
     for every head of q and of k, 3-7x slower than the rotation itself (single thread, torch
     2.13). A stack is a buffer inductor computes once.
+
+    Args:
+        positions: ``(...)`` integer (or float) positions, e.g. ``(t,)`` or ``(b, t)``; with
+            ``axis``, coordinates ``(..., t, a)`` (multi-axis RoPE: pair ``i`` turns by
+            ``coords[..., axis[i]] * inv_freq[i]``).
+        inv_freq: ``(r/2,)`` frequencies, or ``(..., r/2)`` broadcastable against positions.
+        attention_scaling: multiplied into both (YaRN / LongRoPE attention factor).
+        dtype: of the results; ``None`` keeps ``inv_freq``'s.
+        axis: ``(r/2,)`` long, the axis each pair reads; ``None`` for 1D positions.
+
+    Returns:
+        ``(cos, sin)``, each ``(..., r/2)`` (with ``axis``: ``(..., t, r/2)``).
     """
+    positions = positions.to(inv_freq.dtype)
+    angles = (positions[..., None] if axis is None else positions.index_select(-1, axis)) * inv_freq
     cos, sin = angles.cos(), angles.sin()
     if attention_scaling != 1.0:
         cos, sin = cos * attention_scaling, sin * attention_scaling
@@ -76,26 +75,26 @@ def cos_sin_of(
 def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
     """The rotation as the paper writes it: each pair ``(x1, x2) -> (x1 cos − x2 sin, x2 cos + x1 sin)``.
 
-    Su et al., 2021, eq. 34. ``x`` is only the rotated channels (width ``r``). This is what runs
-    under ``torch.compile`` and ``torch.export`` (inductor fuses it, with the cos/sin rows, into
-    one kernel) and what :func:`rotate_eager` is tested against.
+    Su et al., 2021, eq. 34. The first ``r = 2 * cos.shape[-1]`` channels rotate, the rest pass
+    through. This is what runs under ``torch.compile`` and ``torch.export`` (inductor fuses it,
+    with the cos/sin rows, into one kernel) and what :func:`rotate_eager` is tested against.
 
     Args:
-        x: ``(..., t, r)``.
+        x: ``(..., t, dh)``.
         cos, sin: ``(..., t, r/2)``, broadcastable against ``x``'s pairs.
         layout: ``"half"`` pairs channel ``i`` with ``i + r/2``; ``"interleaved"`` pairs ``2i`` with ``2i+1``.
 
     Returns:
-        ``(..., t, r)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
+        ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
-    wide = x.to(torch.promote_types(x.dtype, cos.dtype))
+    wide = x[..., : 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
     if layout == "half":
         x1, x2 = wide.chunk(2, dim=-1)
     else:
         x1, x2 = wide.unflatten(-1, (-1, 2)).unbind(-1)
     first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     out = torch.cat((first, second), -1) if layout == "half" else torch.stack((first, second), -1).flatten(-2)
-    return out.to(x.dtype)
+    return _with_rest(out.to(x.dtype), x)
 
 
 def eager_rows(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
@@ -136,20 +135,16 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
         cos, signed_sin = rows
         out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
     else:
-        (cis,) = rows
-        pairs = torch.view_as_complex(part.to(cis.real.dtype).unflatten(-1, (-1, 2)).contiguous())
-        out = torch.view_as_real(pairs * cis).flatten(-2).to(x.dtype)
-    return _with_rest(out, x)
+        pairs = torch.view_as_complex(part.to(rows[0].real.dtype).unflatten(-1, (-1, 2)).contiguous())
+        out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
+    return out if part is x else _with_rest(out, x)
 
 
 def _with_rest(rotated: Tensor, x: Tensor) -> Tensor:
     """The rotated channels ``(..., t, r)`` followed by those of ``x`` ``(..., t, dh)`` that pass through."""
-    rot = rotated.shape[-1]
-    return (
-        rotated
-        if rot == x.shape[-1]
-        else torch.cat((rotated, x[..., rot:].expand(*rotated.shape[:-1], -1)), -1)
-    )
+    if rotated.shape[-1] == x.shape[-1]:
+        return rotated
+    return torch.cat((rotated, x[..., rotated.shape[-1] :].expand(*rotated.shape[:-1], -1)), -1)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
@@ -192,12 +187,6 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half
         raise ValueError(
             f"cos/sin rotate {rot} channels (2 × {cos.shape[-1]} pairs) but x has only {x.shape[-1]}"
         )
-    return _rotate(x, cos, sin, layout)
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout) -> Tensor:
-    """:func:`apply_rotary` without the checks: :func:`rotate_eager` when eager on the CPU or a
-    CUDA device, else the formula (traced: inductor fuses it; the meta device)."""
     if not is_tracing() and x.device.type in ("cpu", "cuda"):
         return rotate_eager(x, eager_rows(cos, sin, x.dtype, layout), layout)
-    return _with_rest(rotary_reference(x[..., : 2 * cos.shape[-1]], cos, sin, layout), x)
+    return rotary_reference(x, cos, sin, layout)
