@@ -6,16 +6,14 @@ transformers' gpt-oss ``eager_attention_forward``, gradients w.r.t. the sinks, a
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from test_attend import reference as attend_reference
 from torch import Tensor
 
 import posenc
 import posenc._flex
 import posenc.attend
-from posenc._positions import resolve_qk_positions
 from posenc.attend import attention
 
 TOL = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float64: {"atol": 1e-10, "rtol": 1e-10}}
@@ -48,46 +46,11 @@ def sink_logits(h=4, dtype=torch.float32) -> Tensor:
     return torch.tensor([-1.0, 0.0, 1.5, 3.0][:h], dtype=dtype)
 
 
-def reference(q, k, v, enc, sinks, *, causal=False, attn_mask=None, window=None, docs=None) -> Tensor:
-    """out = sum_j p_j v_j, p = softmax([scores_j..., s_h]) in float64, written out (index positions)."""
-    dtype = q.dtype
-    qp, kp = resolve_qk_positions(q, k, None, None)
+def reference(q, k, v, enc, sinks, *, causal=False, docs=None, **kwargs) -> Tensor:
+    """test_attend's float64 reference with the sinks; ``docs``: packed documents, positions per document."""
     if docs is not None:
-        kp = posenc.document_positions(docs)
-        qp = kp[..., k.shape[-2] - q.shape[-2] :]
-    if enc is not None and enc.kind == "rotary":
-        q, k = enc.encode_qk(q, k, q_positions=qp, k_positions=kp)
-    q, k, v = q.double(), k.double(), v.double()
-    groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if isinstance(enc, (posenc.ALiBi, posenc.RelativeBias)):
-        scores = scores + enc(torch.zeros(scores.shape), q_positions=qp, k_positions=kp).double()
-    elif enc is not None:
-        bias = enc.double().attention_bias(q, k, q_positions=qp, k_positions=kp)
-        scores = scores if bias is None else scores + bias
-    tq, tk = scores.shape[-2:]
-    behind = (torch.arange(tq) + tk - tq)[:, None] - torch.arange(tk)[None, :]
-    keep = torch.ones(1, 1, tq, tk, dtype=torch.bool)
-    if causal:
-        keep = keep & (behind >= 0)
-        if window is not None:
-            keep = keep & (behind < window)
-    elif window is not None:
-        keep = keep & (behind.abs() <= window // 2)
-    if docs is not None:
-        keep = keep & (docs[:, None, tk - tq :, None] == docs[:, None, None, :])
-    if attn_mask is not None:
-        keep = keep & attn_mask
-    scores = scores.masked_fill(~keep, float("-inf"))
-    sink = sinks.double().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-    weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-    out = weights @ v
-    if enc is not None:
-        extra = enc.value_term(weights, q_positions=qp, k_positions=kp)
-        out = out if extra is None else out + extra.double()
-        enc.to(dtype)
-    return out.to(dtype)
+        kwargs.update(k_positions=posenc.document_positions(docs), k_docs=docs)
+    return attend_reference(q, k, v, enc, causal=causal, sinks=sinks, **kwargs)
 
 
 def dense_mask(b: int, tq: int, tk: int) -> Tensor:
@@ -106,7 +69,7 @@ ENCODINGS = ["none", "rope", "alibi", "t5", "shaw"]  # shaw: the explicit-weight
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("name", ENCODINGS)
 def test_matches_softmax_with_an_extra_logit(name, causal, mask, backend, dtype):
-    """auto: bias-free causal (no is_causal), Toeplitz (alibi/t5 without a mask) or one dense call."""
+    """auto: bias-free causal (no is_causal), causal alibi/t5 in chunks, or one dense call."""
     enc = make(name, causal, dtype)
     q, k, v = qkv(dtype=dtype)
     sinks = sink_logits(dtype=dtype)
@@ -157,18 +120,14 @@ def test_decode_gqa_windows_and_documents(name, backend, case):
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
 
 
-def test_toeplitz_path_with_sinks_over_many_chunks(monkeypatch):
-    """A distance bias at default positions takes the Toeplitz path; chunks of 4 over 13 queries."""
-    calls = []
-    toeplitz = posenc.attend._toeplitz
-    monkeypatch.setattr(posenc.attend, "_toeplitz", lambda *a: calls.append(1) or toeplitz(*a))
+@pytest.mark.parametrize("causal", [True, False])
+def test_distance_bias_with_sinks_over_many_chunks(causal):
+    """ALiBi at default positions, chunks of 4 over 13 queries (causal ones read only the keys they see)."""
     enc = make("alibi", False, torch.float32)
     q, k, v = qkv(tq=13, tk=13)
     sinks = sink_logits()
-    for causal in (True, False):
-        out = attention(q, k, v, enc, causal=causal, chunk_size=4, sinks=sinks)
-        torch.testing.assert_close(out, reference(q, k, v, enc, sinks, causal=causal), **TOL[torch.float32])
-    assert len(calls) == 2
+    out = attention(q, k, v, enc, causal=causal, chunk_size=4, sinks=sinks)
+    torch.testing.assert_close(out, reference(q, k, v, enc, sinks, causal=causal), **TOL[torch.float32])
 
 
 def test_zero_sinks_at_minus_infinity_are_no_sinks():
@@ -185,7 +144,7 @@ def test_half_precision_sinks_in_float32_scores():
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("masked", [True, False])  # without a mask, alibi takes the Toeplitz path
+@pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
 @pytest.mark.parametrize("name", ["none", "alibi", "shaw"])
 def test_gradcheck_wrt_sinks(name, backend, masked):
