@@ -220,8 +220,7 @@ def attention(
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
-    if state.bias_heads is not None:
-        # Every path, FlexAttention's too: never broadcast a bias built for another number of heads.
+    if state.bias_heads is not None:  # before any path: its hooks would name one chunk's shape
         check_bias_qk(q, k, state.bias_heads)
     dtype = mask_dtype(q)
     if sinks is not None or dtype.itemsize < 4:
@@ -239,10 +238,11 @@ def attention(
     # Explicit positions in the rules only where a side is not the default range.
     explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
     qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
-    vis = Visibility(tq, tk, q.device, attn_mask, causal, window, qp, kp, q_doc, k_doc)
+    # One decoding query at default positions is the last one: it sees every key, no causal mask is needed.
+    last = tq == 1 and qp is None and q_doc is None and window is None
+    vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    form = state.bias_form
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -256,15 +256,12 @@ def attention(
             return flex_attention_path(q, k, v, state, vis, scale, sinks)
         backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
-    if vis.causal and tq == 1 and vis.ranged and vis.window is None:
-        # One decoding query is the last position: it sees every key, no mask is needed.
-        vis.causal = False
     if is_compiling() or backend == "sdpa":
         return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
     # causal one) would pass the budget; a user's mask alone is dense already.
     scratch = state.bias_scratch
-    per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
+    per_head = state.bias_form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         per_head or vis.structural or (vis.causal and vis.user is not None)

@@ -170,8 +170,9 @@ class Visibility:
         window: the sliding window, or ``None``.
         q_pos, k_pos: explicit positions ``(t,)``/``(b, t)``; ``None`` for the index rule
             (default positions), where query row ``i`` sits at key index ``i + offset``.
-        offset: ``tk - tq`` (the index rule).
         q_doc, k_doc: document ids ``(t,)``/``(b, t)``, or ``None``.
+        offset: ``tk - tq`` (the index rule); by_index, positional, structural, ranged: set from the
+            rules (see the comments in :meth:`__post_init__`).
     """
 
     tq: int
@@ -185,29 +186,18 @@ class Visibility:
     q_doc: Tensor | None = None
     k_doc: Tensor | None = None
 
-    @property
-    def offset(self) -> int:
-        return self.tk - self.tq
-
-    @property
-    def by_index(self) -> bool:
-        """Positions are the default ones: the rules are about indices."""
-        return self.q_pos is None
-
-    @property
-    def positional(self) -> bool:
-        """Whether any rule depends on positions (causality or a window)."""
-        return self.causal or self.window is not None
-
-    @property
-    def structural(self) -> bool:
-        """Whether anything beyond the user's mask and index causality restricts the keys."""
-        return self.window is not None or self.q_doc is not None or (self.causal and not self.by_index)
-
-    @property
-    def ranged(self) -> bool:
-        """Whether each query chunk's visible keys are a range known from indices alone."""
-        return self.by_index and self.q_doc is None
+    def __post_init__(self) -> None:
+        self.offset = self.tk - self.tq
+        #: Positions are the default ones: the rules are about indices.
+        self.by_index = self.q_pos is None
+        #: Whether any rule depends on positions (causality or a window).
+        self.positional = self.causal or self.window is not None
+        #: Whether anything beyond the user's mask and index causality restricts the keys.
+        self.structural = (
+            self.window is not None or self.q_doc is not None or (self.causal and not self.by_index)
+        )
+        #: Whether each query chunk's visible keys are a range known from indices alone.
+        self.ranged = self.by_index and self.q_doc is None
 
     def chunk_range(self, start: int, end: int) -> tuple[int, int]:
         """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
