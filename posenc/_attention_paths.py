@@ -1,10 +1,13 @@
-"""The paths of :func:`posenc.attention`: SDPA (one call or query chunks) and explicit weights.
+"""The paths of :func:`posenc.attention`: SDPA (one call, query chunks, a Toeplitz bias) and explicit weights.
 
-* :func:`sdpa_attention`: :func:`torch.nn.functional.scaled_dot_product_attention` with the
-  state's bias and a boolean keep-mask (rows that see no key give zeros, never NaN), in one call
-  (SDPA's own ``is_causal`` where there is no mask at all) or over query chunks, each with its own
-  bias and only the keys it can see (:func:`over_query_chunks`, also the loop of
-  :func:`weighted_attention`);
+* ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call, the attention
+  sinks' column appended where there are sinks;
+* :func:`sdpa_attention`: the state's bias and a boolean keep-mask (rows that see no key give
+  zeros, never NaN), in one call (SDPA's own ``is_causal`` where there is no mask at all) or over
+  query chunks, each with its own bias and only the keys it can see (:func:`over_query_chunks`,
+  also the loop of :func:`weighted_attention`);
+* ``_toeplitz``: a bias that depends only on ``k_pos - q_pos``, read from its
+  ``(h, tq + tk - 1)`` values as a strided view, never materialised;
 * :func:`weighted_attention`: explicit weights, for encodings whose value term needs them (Shaw's
   relative values): ``out = probs @ v + value_term(probs)`` with
   ``probs = dropout(softmax(q kᵀ · scale + bias + mask))``, so the value term sees the same
@@ -19,7 +22,6 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -30,12 +32,12 @@ from einops import rearrange
 from torch import Tensor
 
 from ._compat import is_tracing, precise_dtype
-from .masking import Visibility
+from .masking import Visibility, visible
 from .state import PositionState
 
-#: ``one(q_c, k_c, v_c, block, keep)``: one chunk's attention, from its rows of q, its keys of k and v,
-#: the state narrowed to them and their keep-mask.
-ChunkFn = Callable[..., Tensor]
+#: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
+#: those rows of q and those keys of k and v.
+ChunkFn = Callable[[slice, slice], Callable[[Tensor, Tensor, Tensor], Tensor]]
 
 
 def heads_differ(q: Tensor, k: Tensor) -> bool:
@@ -69,22 +71,12 @@ def mask_dtype(q: Tensor) -> torch.dtype:
 
 
 def over_query_chunks(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    chunk: int,
-    sinks: Tensor | None,
-    one: ChunkFn,
+    q: Tensor, k: Tensor, v: Tensor, vis: Visibility, chunk: int, grad: bool, chunk_fn: ChunkFn
 ) -> Tensor:
     """Attention over query chunks of ``chunk`` rows, each reading only the keys it can see.
 
-    Each chunk gets the state narrowed to its queries and keys (so a key-only ALiBi form stays
-    small near the chunk's diagonal) and its block of the keep-mask, built outside the chunk's
-    computation. When gradients are needed each chunk is checkpointed: its bias and weights are
-    recomputed in the backward pass instead of being kept (O(tq * tk) memory in all otherwise).
-    Queries that see no key get zeros.
+    With ``grad`` each chunk is checkpointed (recomputed in the backward pass instead of keeping
+    its bias and weights). Queries that see no key get zeros.
 
     Traced (``torch.compile``, ``torch.export``) or under a ``torch.func`` transform, one call
     covers every query and key, without checkpointing: the chunk ranges are Python ints that
@@ -94,14 +86,13 @@ def over_query_chunks(
 
     Args:
         q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)``.
-        one: ``one(q_c, k_c, v_c, block_state, keep)`` is one chunk's ``(b, h, r, dv)``.
+        chunk_fn: ``chunk_fn(qs, ks)(q[:, :, qs], k[:, :, ks], v[:, :, ks])`` is one chunk's ``(b, h, r, dv)``.
 
     Returns:
         ``(b, h, tq, dv)``.
     """
     if is_tracing() or torch._C._are_functorch_transforms_active():
-        return one(q, k, v, state, vis.block(slice(None), slice(None)))
-    grad = needs_grad(q, k, v, state, sinks)
+        return chunk_fn(slice(None), slice(None))(q, k, v)
     outs = []
     # Longest key range first: each later chunk's blocks then fit in memory the earlier ones freed.
     # In rising order (causal ranges grow) glibc malloc kept every freed block and grew the heap:
@@ -111,7 +102,7 @@ def over_query_chunks(
             outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
             continue
         qs, ks = slice(start, end), slice(lo, hi)
-        one_chunk = functools.partial(one, block=state.narrow(qs, ks), keep=vis.block(qs, ks))
+        one_chunk = chunk_fn(qs, ks)
         args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
         if grad:
             outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
@@ -120,6 +111,38 @@ def over_query_chunks(
     if not outs:  # no queries
         return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
     return torch.cat(outs[::-1], dim=2)
+
+
+def _sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+    sinks: Tensor | None,
+) -> Tensor:
+    """One SDPA call with an optional ``mask`` (boolean keep-mask, or float bias with ``-inf``), and ``sinks``.
+
+    ``sinks`` (``(h,)``): one more key per head, key and value zero, whose bias is ``sinks[h]``: SDPA's
+    softmax is then the attention-sink softmax (gpt-oss), the sink taking weight
+    ``exp(s_h) / (exp(s_h) + sum_j exp(score_j))`` and adding nothing to the output. The mask becomes
+    a float one, ``(b|1, h, tq, tk + 1)``, in :func:`mask_dtype` (boolean masks as 0/-inf).
+    """
+    if sinks is not None:
+        dtype, (h, tq, tk) = mask_dtype(q), (q.shape[1], q.shape[2], k.shape[2])
+        if mask is None:
+            mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
+        elif mask.dtype == torch.bool:
+            mask = torch.zeros((), dtype=dtype, device=q.device).masked_fill(~mask, float("-inf"))
+        rows = mask.shape[0]
+        column = sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)
+        mask = torch.cat([mask.to(dtype).expand(rows, h, tq, tk), column], dim=-1)
+        k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+        v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
+    )
 
 
 def sdpa_attention(
@@ -133,49 +156,101 @@ def sdpa_attention(
     chunk: int | None,
     sinks: Tensor | None = None,
 ) -> Tensor:
-    """SDPA in one call (``chunk=None``) or over query chunks of ``chunk`` rows (:func:`over_query_chunks`).
+    """SDPA with the state's bias and ``vis``'s mask, in one call (``chunk=None``) or over query chunks.
 
-    The one call takes SDPA's own causal path where there is no mask at all, else an explicit one.
+    The one call takes SDPA's own causal path where there is no mask at all. Query chunks
+    (:func:`over_query_chunks`, O(chunk * tk) memory) ask the state for the bias at the chunk's own
+    query positions (so a key-only ALiBi form is small near that chunk's diagonal), and read only
+    the keys the chunk can see (causality, a window, its documents: :meth:`Visibility.visible_range`).
+    Rows that see no key give zeros, never NaN (with ``sinks`` they see only the sink: zero too).
     """
 
-    def one(q: Tensor, k: Tensor, v: Tensor, block: PositionState, keep: Tensor | None) -> Tensor:
-        """One SDPA call with the block's bias and the boolean ``keep`` mask (rows that see no key give
-        zeros, never NaN; with ``sinks`` they see only the sink: zero too)."""
-        bias = block.attention_bias(q, k)
-        mask = keep if bias is None else bias.to(mask_dtype(q))
-        dead = None
-        if keep is not None:  # rows without any key are opened for the kernel and zeroed after
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        keep, block = vis.block(qs, ks), state.narrow(qs, ks) if chunk else state
+
+        def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            bias = block.attention_bias(q, k)
+            mask = keep if bias is None else bias.to(mask_dtype(q))
+            if keep is None:
+                return _sdpa(q, k, v, mask, dropout_p, scale, sinks)
+            # Rows with no key at all are opened for the kernel (no backend then gives NaN), zeroed after.
             dead = ~keep.any(dim=-1, keepdim=True)
-            keep = keep | dead
-            mask = keep if bias is None else mask.masked_fill(~keep, float("-inf"))
-        if sinks is not None:
-            # One more key per head, key and value zero, whose bias is the sink's logit: SDPA's softmax
-            # is then the attention-sink softmax (gpt-oss), and the sink adds nothing to the output.
-            dtype, (h, tq, tk) = mask_dtype(q), (q.shape[1], q.shape[2], k.shape[2])
-            if mask is None:
-                mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
-            elif mask.dtype == torch.bool:
-                mask = torch.zeros((), dtype=dtype, device=q.device).masked_fill(~mask, float("-inf"))
-            rows = mask.shape[0]
-            column = sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)
-            mask = torch.cat([mask.to(dtype).expand(rows, h, tq, tk), column], dim=-1)
-            k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
-            v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
-        )
-        return out if dead is None else out.masked_fill(dead, 0.0)
+            mask = keep | dead if bias is None else mask.masked_fill(~(keep | dead), float("-inf"))
+            return _sdpa(q, k, v, mask, dropout_p, scale, sinks).masked_fill(dead, 0.0)
+
+        return one
 
     if chunk is not None:
-        return over_query_chunks(q, k, v, state, vis, chunk, sinks, one)
+        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
     # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
     # exporters): only a bias-free call with nothing but index causality takes it.
-    if state.bias_form == "none" and sinks is None and vis.causal and vis.ranged and vis.tq == vis.tk:
-        if vis.window is None and vis.user is None:
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
-            )
-    return one(q, k, v, state, vis.block(slice(None), slice(None)))
+    plain = state.bias_form == "none" and sinks is None and vis.window is None and vis.user is None
+    if plain and vis.causal and vis.ranged and vis.tq == vis.tk:
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
+        )
+    return chunk_fn(slice(None), slice(None))(q, k, v)
+
+
+def _toeplitz(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    values: Tensor,
+    vis: Visibility,
+    dropout_p: float,
+    scale: float | None,
+    chunk: int,
+    sinks: Tensor | None = None,
+) -> Tensor:
+    """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
+
+    With the queries of a chunk in reverse order, entry ``(i', j)`` of the chunk's bias is
+    ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
+    (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
+    causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
+    Each chunk reads only the keys it can see; none is checkpointed, since each chunk's mask is
+    a view of the small vector and SDPA keeps nothing of size ``(h, tq, tk)`` for the backward.
+
+    Args:
+        values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
+            (zeros for a window alone).
+        vis: index rules only (default positions, no user mask, no documents).
+        chunk: query rows per SDPA call (``tq`` for one call).
+        sinks: ``(h,)`` sink logits: each chunk's mask is then materialised with the sink column
+            (:func:`_sdpa`), ``(h, chunk, keys + 1)``.
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    heads = values.shape[0]
+    if vis.causal or vis.window is not None:
+        # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
+        behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
+        values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
+    values = values.contiguous()
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
+        end, lo = tq if qs.stop is None else qs.stop, ks.start or 0
+        strip = values[:, tq - end + lo :]  # from the entry of (last row, key lo)
+        mask = strip.as_strided(
+            (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
+            (0, strip.stride(0), 1, 1),
+        )
+        return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, dropout_p, scale, sinks).flip(2)
+
+    # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
+    grad = (
+        sinks is not None
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (q, k, v, values, sinks))
+    )
+    out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
+    if tq <= tk or not (vis.causal or vis.window is not None):
+        return out
+    # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
+    # A row before the keys (at < 0) sees none iff it does not see key 0.
+    at = torch.arange(tq, device=out.device)[:, None] + vis.offset
+    return out.masked_fill((at < 0) & ~visible(at, 0, vis.causal, vis.window), 0.0)
 
 
 def weighted_attention(
@@ -207,17 +282,20 @@ def weighted_attention(
         ``(b, h, tq, dv)`` in ``q``'s dtype.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    one = functools.partial(_weights_chunk, dropout_p=dropout_p, scale=scale, sinks=sinks)
-    return over_query_chunks(q, k, v, state, vis, chunk, sinks, one)
+
+    def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        keep, block = vis.block(qs, ks), state.narrow(qs, ks)
+        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale, sinks)
+
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
 
 
 def _weights_chunk(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    block: PositionState,
+    state: PositionState,
     keep: Tensor | None,
-    *,
     dropout_p: float,
     scale: float,
     sinks: Tensor | None,
@@ -229,7 +307,7 @@ def _weights_chunk(
     qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
     scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * scale
     scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
-    bias = block.attention_bias(q, k)
+    bias = state.attention_bias(q, k)
     if bias is not None:
         scores = scores + bias.to(work)
     dead = None
@@ -249,7 +327,7 @@ def _weights_chunk(
     probs = probs.to(v.dtype)
     pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
     out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
-    extra = block.value_term(probs)
+    extra = state.value_term(probs)
     if extra is not None:
         out = out + extra.to(out.dtype)
     return out

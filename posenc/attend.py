@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import mask_dtype, sdpa_attention, weighted_attention
+from ._attention_paths import _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path, lse_supported
@@ -44,11 +44,10 @@ Backend = Literal["auto", "sdpa", "chunked", "flex"]
 #: query chunks instead, so that memory stays O(chunk * tk) (64 MiB is a (8, 1448, 1448)
 #: float32 bias: large enough that small and medium calls take the single SDPA call).
 BIAS_BUDGET_BYTES = 64 * 2**20
-#: Query rows per SDPA call of a causal call with a float mask (a bias, sinks) or a window, at default
-#: positions. Each call reads the keys up to its last query (and from the window's first), so the work
-#: beyond the causal triangle is ~chunk/t, where one call with a dense mask does all of ``t * t``
-#: (causal ALiBi, t=2048, one thread: 6.8x bias-free causal SDPA in one call, 1.2-1.4x in chunks of 512).
-CAUSAL_CHUNK = 512
+#: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
+#: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
+#: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
+TOEPLITZ_CHUNK = 512
 
 #: The encoding of ``encoding=None``: its state carries the positions the masks follow.
 _NOPE = NoPE()
@@ -93,9 +92,11 @@ def attention(
     no bias, no ``attn_mask``, causal, tq == tk    SDPA's own ``is_causal`` (flash kernel)
     causal with tq == 1 (one decoding step)        no causal mask at all (the query is the last)
     no bias, any other mask that fits              one SDPA call with a boolean mask
-    causal with a bias or sinks, or a window, at   query chunks of :data:`CAUSAL_CHUNK` (512) rows
-    default positions, more than 512 queries       that read only the keys they see (causal ALiBi
-                                                   and T5: ~1.2x bias-free causal SDPA)
+    a bias that depends only on ``k - q`` (ALiBi,  Toeplitz: the bias of each distance, ``(h, tq +
+    T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
+                                                   (queries reversed), never materialised; causal
+                                                   calls run over query chunks of 512 that read only
+                                                   the keys they see: ~1.1x bias-free causal SDPA
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
     :data:`BIAS_BUDGET_BYTES` (64 MiB)             where masked)
     a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
@@ -132,7 +133,8 @@ def attention(
     ``sliding_window``); bidirectional, ``|q_pos - k_pos| <= window // 2`` (ModernBERT's
     ``local_attention``). ``document_ids`` (packed documents) restricts each query to keys of
     its own document. Neither builds a ``(tq, tk)`` mask on the chunked path: each query chunk
-    builds the block of the keys it can see.
+    builds the block of the keys it can see. With a window at default positions and no other
+    mask, the Toeplitz path applies it as ``-inf`` at the distances outside the window.
 
     An encoding with a value term (:attr:`~posenc.PositionState.has_value_term`, e.g. Shaw's
     relative values) takes an explicit path over query chunks:
@@ -142,10 +144,10 @@ def attention(
     ``sinks`` (attention sinks, one learned logit ``s_h`` per head, as in gpt-oss): each row's
     softmax also runs over ``s_h``, whose value row is zero, so
     ``out = sum_j p_j v_j`` with ``p = softmax([score_1, ..., score_tk, s_h])``; the keys' weights
-    sum to less than one. Every path applies it exactly: the SDPA paths (one call, query chunks)
-    append one key per head whose key and value are zero and whose additive bias is
+    sum to less than one. Every path applies it exactly: the SDPA paths (one call, query chunks,
+    Toeplitz) append one key per head whose key and value are zero and whose additive bias is
     ``s_h`` (the mask is then a float one, so a bias-free causal call does not take SDPA's own
-    ``is_causal``), the explicit-weights path adds the
+    ``is_causal``; a Toeplitz chunk's mask is materialised), the explicit-weights path adds the
     logit to its softmax, and FlexAttention scales its output by ``sigmoid(lse - s_h)`` (on the
     CPU, whose compiled FlexAttention cannot return ``lse``, ``backend="flex"`` with sinks runs
     the ``"auto"`` paths instead). A query
@@ -171,8 +173,8 @@ def attention(
             rotated in a KV cache); only the bias is applied.
         backend: ``"auto"`` (the table above), ``"sdpa"``, ``"chunked"`` or ``"flex"``.
         chunk_size: query rows per chunk on the chunked paths; ``None`` picks the largest that
-            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES`, at most :data:`CAUSAL_CHUNK`
-            for a causal float mask or a window at default positions.
+            keeps one chunk's mask within :data:`BIAS_BUDGET_BYTES` (:data:`TOEPLITZ_CHUNK` on
+            the Toeplitz path).
         window: a sliding window (a positive int, see above), or ``None`` for none.
         document_ids: ``(tk,)`` or ``(b, tk)`` integer ids of the keys' packed documents (a new
             document starts where the id changes); queries attend only within their document.
@@ -220,7 +222,9 @@ def attention(
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
-    if state.bias_heads is not None:  # before any path: its hooks would name one chunk's shape
+    if state.bias_heads is not None:
+        # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
+        # bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
     dtype = mask_dtype(q)
     if sinks is not None or dtype.itemsize < 4:
@@ -243,6 +247,7 @@ def attention(
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
+    form = state.bias_form
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -256,23 +261,42 @@ def attention(
             return flex_attention_path(q, k, v, state, vis, scale, sinks)
         backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
-    if is_compiling() or backend == "sdpa":
+    tracing = is_compiling()
+    half_cast = q.dtype in (torch.float16, torch.bfloat16) and dtype == q.dtype and form != "none"
+    if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
+        values = None
+        if form != "none":
+            values = state.bias_by_distance(dtype)
+        elif window is not None:  # a window is a function of the distance too: zeros, -inf outside it
+            values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
+        # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
+        if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
+            # With sinks each chunk's mask is materialised: chunks bound its size.
+            chunked = vis.causal or window is not None or sinks is not None
+            return _toeplitz(
+                q,
+                k,
+                v,
+                values,
+                vis,
+                dropout_p,
+                scale,
+                (chunk_size or TOEPLITZ_CHUNK) if chunked else tq,
+                sinks,
+            )
+    if tracing or backend == "sdpa":
         return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
     # causal one) would pass the budget; a user's mask alone is dense already.
     scratch = state.bias_scratch
-    per_head = state.bias_form != "none" or sinks is not None  # with sinks the mask is a float one per head
+    per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         per_head or vis.structural or (vis.causal and vis.user is not None)
     )
-    # The default chunk: one chunk's dense mask within the budget.
-    rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
-    # A causal float mask or a window at default positions: chunks that read only the keys they see.
-    narrow = vis.ranged and ((vis.causal and per_head) or vis.window is not None)
-    if narrow and chunk_size is None:
-        rows = min(rows, CAUSAL_CHUNK)
-    if backend == "chunked" or large or (narrow and tq > rows):
+    if backend == "chunked" or large:
+        # The default chunk: one chunk's dense mask within the budget.
+        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
         return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
     return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
 

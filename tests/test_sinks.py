@@ -69,7 +69,7 @@ ENCODINGS = ["none", "rope", "alibi", "t5", "shaw"]  # shaw: the explicit-weight
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("name", ENCODINGS)
 def test_matches_softmax_with_an_extra_logit(name, causal, mask, backend, dtype):
-    """auto: bias-free causal (no is_causal), causal alibi/t5 in chunks, or one dense call."""
+    """auto: bias-free causal (no is_causal), Toeplitz (alibi/t5 without a mask) or one dense call."""
     enc = make(name, causal, dtype)
     q, k, v = qkv(dtype=dtype)
     sinks = sink_logits(dtype=dtype)
@@ -120,14 +120,18 @@ def test_decode_gqa_windows_and_documents(name, backend, case):
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_distance_bias_with_sinks_over_many_chunks(causal):
-    """ALiBi at default positions, chunks of 4 over 13 queries (causal ones read only the keys they see)."""
+def test_toeplitz_path_with_sinks_over_many_chunks(monkeypatch):
+    """A distance bias at default positions takes the Toeplitz path; chunks of 4 over 13 queries."""
+    calls = []
+    toeplitz = posenc.attend._toeplitz
+    monkeypatch.setattr(posenc.attend, "_toeplitz", lambda *a: calls.append(1) or toeplitz(*a))
     enc = make("alibi", False, torch.float32)
     q, k, v = qkv(tq=13, tk=13)
     sinks = sink_logits()
-    out = attention(q, k, v, enc, causal=causal, chunk_size=4, sinks=sinks)
-    torch.testing.assert_close(out, reference(q, k, v, enc, sinks, causal=causal), **TOL[torch.float32])
+    for causal in (True, False):
+        out = attention(q, k, v, enc, causal=causal, chunk_size=4, sinks=sinks)
+        torch.testing.assert_close(out, reference(q, k, v, enc, sinks, causal=causal), **TOL[torch.float32])
+    assert len(calls) == 2
 
 
 def test_zero_sinks_at_minus_infinity_are_no_sinks():
@@ -144,7 +148,7 @@ def test_half_precision_sinks_in_float32_scores():
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("masked", [True, False])  # without a mask, alibi takes the Toeplitz path
 @pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
 @pytest.mark.parametrize("name", ["none", "alibi", "shaw"])
 def test_gradcheck_wrt_sinks(name, backend, masked):
