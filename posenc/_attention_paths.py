@@ -170,12 +170,12 @@ def sdpa_attention(
 
         def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             bias = block.attention_bias(q, k)
-            mask = keep if bias is None else bias.to(mask_dtype(q))
+            bias = None if bias is None else bias.to(mask_dtype(q))
             if keep is None:
-                return _sdpa(q, k, v, mask, dropout_p, scale, sinks)
+                return _sdpa(q, k, v, bias, dropout_p, scale, sinks)
             # Rows with no key at all are opened for the kernel (no backend then gives NaN), zeroed after.
             dead = ~keep.any(dim=-1, keepdim=True)
-            mask = keep | dead if bias is None else mask.masked_fill(~(keep | dead), float("-inf"))
+            mask = keep | dead if bias is None else bias.masked_fill(~(keep | dead), float("-inf"))
             return _sdpa(q, k, v, mask, dropout_p, scale, sinks).masked_fill(dead, 0.0)
 
         return one

@@ -199,14 +199,6 @@ class Visibility:
         #: Whether each query chunk's visible keys are a range known from indices alone.
         self.ranged = self.by_index and self.q_doc is None
 
-    def chunk_range(self, start: int, end: int) -> tuple[int, int]:
-        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
-
-        Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
-        """
-        lo, hi = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)  # key indices
-        return max(0, lo or 0), min(self.tk, self.tk if hi is None else hi + 1)
-
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
 
@@ -261,7 +253,10 @@ class Visibility:
         host sync per chunk, eager only), so that a chunk of one packed document or one window
         reads only those keys.
         """
-        lo, hi = self.chunk_range(start, end) if self.by_index else (0, self.tk)
+        lo, hi = 0, self.tk
+        if self.by_index:  # both bounds grow with the row: the first row gives lo, the last one hi
+            low, high = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)
+            lo, hi = max(0, low or 0), min(self.tk, self.tk if high is None else high + 1)
         if self.ranged or not can_sync(self.device) or hi <= lo:
             return lo, hi
         # Keys the chunk may see, bounded per key in O(b * tk) (not the O(chunk * tk) block): of
