@@ -223,8 +223,8 @@ def attention(
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
     if state.bias_heads is not None:
-        # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
-        # bias built for another number of heads.
+        # Every path, the Toeplitz one too (it never calls the hooks with q), before any chunk (whose
+        # shape the hooks would name): never broadcast a bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
     dtype = mask_dtype(q)
     if sinks is not None or dtype.itemsize < 4:
@@ -271,19 +271,10 @@ def attention(
             values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
-            # With sinks each chunk's mask is materialised: chunks bound its size.
+            # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
             chunked = vis.causal or window is not None or sinks is not None
-            return _toeplitz(
-                q,
-                k,
-                v,
-                values,
-                vis,
-                dropout_p,
-                scale,
-                (chunk_size or TOEPLITZ_CHUNK) if chunked else tq,
-                sinks,
-            )
+            rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
+            return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
     if tracing or backend == "sdpa":
         return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
