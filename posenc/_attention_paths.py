@@ -1,10 +1,11 @@
 """The paths of :func:`posenc.attention`: SDPA (one call, query chunks, a Toeplitz bias) and explicit weights.
 
-* ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call with an optional
-  float bias and boolean keep-mask (rows that see no key give zeros, never NaN);
-* ``_single``: the whole call at once (SDPA's own ``is_causal`` where there is no mask at all);
-* ``_chunked``: query chunks, each with its own bias and only the keys it can see
-  (:func:`over_query_chunks`, also the loop of :func:`weighted_attention`);
+* ``_sdpa``: one :func:`torch.nn.functional.scaled_dot_product_attention` call, the attention
+  sinks' column appended where there are sinks;
+* :func:`sdpa_attention`: the state's bias and a boolean keep-mask (rows that see no key give
+  zeros, never NaN), in one call (SDPA's own ``is_causal`` where there is no mask at all) or over
+  query chunks, each with its own bias and only the keys it can see (:func:`over_query_chunks`,
+  also the loop of :func:`weighted_attention`);
 * ``_toeplitz``: a bias that depends only on ``k_pos - q_pos``, read from its
   ``(h, tq + tk - 1)`` values as a strided view, never materialised;
 * :func:`weighted_attention`: explicit weights, for encodings whose value term needs them (Shaw's
@@ -116,61 +117,35 @@ def _sdpa(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    bias: Tensor | None,
-    keep: Tensor | None,
+    mask: Tensor | None,
     dropout_p: float,
     scale: float | None,
-    sinks: Tensor | None = None,
+    sinks: Tensor | None,
 ) -> Tensor:
-    """One SDPA call with an optional float ``bias`` (already in the mask dtype) and boolean ``keep`` mask.
+    """One SDPA call with an optional ``mask`` (boolean keep-mask, or float bias with ``-inf``), and ``sinks``.
 
-    Rows of ``keep`` with no key at all are opened for the kernel (so that no backend produces
-    NaN) and their outputs set to zero afterwards (with ``sinks`` they see only the sink: zero too).
-    ``sinks`` (``(h,)``): one more key per head whose value is zero and whose bias is ``sinks[h]``.
+    ``sinks`` (``(h,)``): one more key per head, key and value zero, whose bias is ``sinks[h]``: SDPA's
+    softmax is then the attention-sink softmax (gpt-oss), the sink taking weight
+    ``exp(s_h) / (exp(s_h) + sum_j exp(score_j))`` and adding nothing to the output. The mask becomes
+    a float one, ``(b|1, h, tq, tk + 1)``, in :func:`mask_dtype` (boolean masks as 0/-inf).
     """
-    dead = None
-    if keep is not None:
-        dead = ~keep.any(dim=-1, keepdim=True)
-        keep = keep | dead
-    mask = keep if bias is None else bias if keep is None else bias.masked_fill(~keep, float("-inf"))
     if sinks is not None:
-        q, k, v, mask = with_sink(q, k, v, mask, sinks)
-    out = F.scaled_dot_product_attention(
+        dtype, (h, tq, tk) = mask_dtype(q), (q.shape[1], q.shape[2], k.shape[2])
+        if mask is None:
+            mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
+        elif mask.dtype == torch.bool:
+            mask = torch.zeros((), dtype=dtype, device=q.device).masked_fill(~mask, float("-inf"))
+        rows = mask.shape[0]
+        column = sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)
+        mask = torch.cat([mask.to(dtype).expand(rows, h, tq, tk), column], dim=-1)
+        k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
+        v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+    return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
     )
-    return out if dead is None else out.masked_fill(dead, 0.0)
 
 
-def with_sink(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sinks: Tensor) -> tuple[Tensor, ...]:
-    """``k``, ``v`` and ``mask`` with one more key per head: key and value zero, bias ``sinks[h]``.
-
-    Softmax over the scores and this key is the attention-sink softmax (gpt-oss): the sink takes
-    weight ``exp(s_h) / (exp(s_h) + sum_j exp(score_j))`` and adds nothing to the output. The mask
-    becomes a float one, ``(b|1, h, tq, tk + 1)``, in :func:`mask_dtype` (boolean masks as 0/-inf).
-    """
-    dtype = mask_dtype(q)
-    h, tq, tk = q.shape[1], q.shape[2], k.shape[2]
-    if mask is None:
-        mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
-    elif mask.dtype == torch.bool:
-        mask = torch.zeros((), dtype=dtype, device=q.device).masked_fill(~mask, float("-inf"))
-    rows = mask.shape[0]
-    mask = torch.cat(
-        [mask.to(dtype).expand(rows, h, tq, tk), sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)],
-        dim=-1,
-    )
-    k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
-    v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
-    return q, k, v, mask
-
-
-def _bias(state: PositionState, q: Tensor, k: Tensor) -> Tensor | None:
-    """The state's bias for these (encoded) queries and keys, in :func:`mask_dtype`."""
-    bias = state.attention_bias(q, k)
-    return None if bias is None else bias.to(mask_dtype(q))
-
-
-def _single(
+def sdpa_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -178,55 +153,43 @@ def _single(
     vis: Visibility,
     dropout_p: float,
     scale: float | None,
+    chunk: int | None,
     sinks: Tensor | None = None,
 ) -> Tensor:
-    """One SDPA call: SDPA's own causal path where there is no mask at all, else an explicit one."""
-    bias = _bias(state, q, k)
-    # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
-    # exporters): only a bias-free call with nothing but index causality takes it.
-    if (
-        bias is None
-        and vis.causal
-        and vis.ranged
-        and vis.window is None
-        and vis.user is None
-        and vis.tq == vis.tk
-        and sinks is None  # the sink is a column of the mask
-    ):
-        return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
-        )
-    return _sdpa(q, k, v, bias, vis.block(slice(None), slice(None)), dropout_p, scale, sinks)
+    """SDPA with the state's bias and ``vis``'s mask, in one call (``chunk=None``) or over query chunks.
 
-
-def _chunked(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int,
-    sinks: Tensor | None = None,
-) -> Tensor:
-    """Attention over query chunks: the bias and mask of one chunk at a time, O(chunk * tk) memory.
-
-    Each chunk asks the state for its bias at the chunk's own query positions (so a key-only
-    ALiBi form is small near that chunk's diagonal), and reads only the keys it can see
-    (causality, a window, its documents: :meth:`Visibility.visible_range`). When gradients are
-    needed each chunk is checkpointed: its bias is recomputed in the backward pass instead of
-    being kept for it (SDPA would otherwise save every chunk's mask, O(tq * tk) memory in all).
+    The one call takes SDPA's own causal path where there is no mask at all. Query chunks
+    (:func:`over_query_chunks`, O(chunk * tk) memory) ask the state for the bias at the chunk's own
+    query positions (so a key-only ALiBi form is small near that chunk's diagonal), and read only
+    the keys the chunk can see (causality, a window, its documents: :meth:`Visibility.visible_range`).
+    Rows that see no key give zeros, never NaN (with ``sinks`` they see only the sink: zero too).
     """
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        keep = vis.block(qs, ks)
-        block = state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _sdpa(
-            q_c, k_c, v_c, _bias(block, q_c, k_c), keep, dropout_p, scale, sinks
-        )
+        keep, block = vis.block(qs, ks), state.narrow(qs, ks) if chunk else state
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+        def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            bias = block.attention_bias(q, k)
+            bias = None if bias is None else bias.to(mask_dtype(q))
+            if keep is None:
+                return _sdpa(q, k, v, bias, dropout_p, scale, sinks)
+            # Rows with no key at all are opened for the kernel (no backend then gives NaN), zeroed after.
+            dead = ~keep.any(dim=-1, keepdim=True)
+            mask = keep | dead if bias is None else bias.masked_fill(~(keep | dead), float("-inf"))
+            return _sdpa(q, k, v, mask, dropout_p, scale, sinks).masked_fill(dead, 0.0)
+
+        return one
+
+    if chunk is not None:
+        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+    # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
+    # exporters): only a bias-free call with nothing but index causality takes it.
+    plain = state.bias_form == "none" and sinks is None and vis.window is None and vis.user is None
+    if plain and vis.causal and vis.ranged and vis.tq == vis.tk:
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
+        )
+    return chunk_fn(slice(None), slice(None))(q, k, v)
 
 
 def _toeplitz(
@@ -255,7 +218,7 @@ def _toeplitz(
         vis: index rules only (default positions, no user mask, no documents).
         chunk: query rows per SDPA call (``tq`` for one call).
         sinks: ``(h,)`` sink logits: each chunk's mask is then materialised with the sink column
-            (:func:`with_sink`), ``(h, chunk, keys + 1)``.
+            (:func:`_sdpa`), ``(h, chunk, keys + 1)``.
     """
     tq, tk = q.shape[-2], k.shape[-2]
     heads = values.shape[0]
@@ -264,7 +227,6 @@ def _toeplitz(
         behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
         values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
     values = values.contiguous()
-    gqa = heads_differ(q, k)
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
@@ -274,18 +236,7 @@ def _toeplitz(
             (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
             (0, strip.stride(0), 1, 1),
         )
-        if sinks is not None:
-
-            def with_sinks(q_c: Tensor, k_c: Tensor, v_c: Tensor) -> Tensor:
-                q_c, k_c, v_c, full = with_sink(q_c.flip(2), k_c, v_c, mask, sinks)
-                return F.scaled_dot_product_attention(
-                    q_c, k_c, v_c, attn_mask=full, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-                ).flip(2)
-
-            return with_sinks
-        return lambda q_c, k_c, v_c: F.scaled_dot_product_attention(
-            q_c.flip(2), k_c, v_c, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-        ).flip(2)
+        return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, dropout_p, scale, sinks).flip(2)
 
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
     grad = (

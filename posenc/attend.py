@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import _chunked, _single, _toeplitz, mask_dtype, weighted_attention
+from ._attention_paths import _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path, lse_supported
@@ -223,8 +223,8 @@ def attention(
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
     if state.bias_heads is not None:
-        # Every path, the Toeplitz one too (it never calls the hooks with q): never broadcast a
-        # bias built for another number of heads.
+        # Every path, the Toeplitz one too (it never calls the hooks with q), before any chunk (whose
+        # shape the hooks would name): never broadcast a bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
     dtype = mask_dtype(q)
     if sinks is not None or dtype.itemsize < 4:
@@ -242,7 +242,9 @@ def attention(
     # Explicit positions in the rules only where a side is not the default range.
     explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
     qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
-    vis = Visibility(tq, tk, q.device, attn_mask, causal, window, qp, kp, q_doc, k_doc)
+    # One decoding query at default positions is the last one: it sees every key, no causal mask is needed.
+    last = tq == 1 and qp is None and q_doc is None and window is None
+    vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
     form = state.bias_form
@@ -259,9 +261,6 @@ def attention(
             return flex_attention_path(q, k, v, state, vis, scale, sinks)
         backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
-    if vis.causal and tq == 1 and vis.ranged and vis.window is None:
-        # One decoding query is the last position: it sees every key, no mask is needed.
-        vis.causal = False
     tracing = is_compiling()
     half_cast = q.dtype in (torch.float16, torch.bfloat16) and dtype == q.dtype and form != "none"
     if vis.user is None and vis.ranged and backend != "sdpa" and not half_cast:
@@ -272,21 +271,12 @@ def attention(
             values = q.new_zeros(1, tq + tk - 1, dtype=dtype)
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
-            # With sinks each chunk's mask is materialised: chunks bound its size.
+            # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
             chunked = vis.causal or window is not None or sinks is not None
-            return _toeplitz(
-                q,
-                k,
-                v,
-                values,
-                vis,
-                dropout_p,
-                scale,
-                (chunk_size or TOEPLITZ_CHUNK) if chunked else tq,
-                sinks,
-            )
+            rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
+            return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
     if tracing or backend == "sdpa":
-        return _single(q, k, v, _full_bias(state), vis, dropout_p, scale, sinks)
+        return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
     # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
     # causal one) would pass the budget; a user's mask alone is dense already.
     scratch = state.bias_scratch
@@ -298,8 +288,8 @@ def attention(
     if backend == "chunked" or large:
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
-        return _chunked(q, k, v, state, vis, dropout_p, scale, rows, sinks)
-    return _single(q, k, v, _full_bias(state), vis, dropout_p, scale, sinks)
+        return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
+    return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
 
 
 def _full_bias(state: PositionState) -> PositionState:

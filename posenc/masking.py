@@ -170,8 +170,9 @@ class Visibility:
         window: the sliding window, or ``None``.
         q_pos, k_pos: explicit positions ``(t,)``/``(b, t)``; ``None`` for the index rule
             (default positions), where query row ``i`` sits at key index ``i + offset``.
-        offset: ``tk - tq`` (the index rule).
         q_doc, k_doc: document ids ``(t,)``/``(b, t)``, or ``None``.
+        offset: ``tk - tq`` (the index rule); by_index, positional, structural, ranged: set from the
+            rules (see the comments in :meth:`__post_init__`).
     """
 
     tq: int
@@ -185,37 +186,18 @@ class Visibility:
     q_doc: Tensor | None = None
     k_doc: Tensor | None = None
 
-    @property
-    def offset(self) -> int:
-        return self.tk - self.tq
-
-    @property
-    def by_index(self) -> bool:
-        """Positions are the default ones: the rules are about indices."""
-        return self.q_pos is None
-
-    @property
-    def positional(self) -> bool:
-        """Whether any rule depends on positions (causality or a window)."""
-        return self.causal or self.window is not None
-
-    @property
-    def structural(self) -> bool:
-        """Whether anything beyond the user's mask and index causality restricts the keys."""
-        return self.window is not None or self.q_doc is not None or (self.causal and not self.by_index)
-
-    @property
-    def ranged(self) -> bool:
-        """Whether each query chunk's visible keys are a range known from indices alone."""
-        return self.by_index and self.q_doc is None
-
-    def chunk_range(self, start: int, end: int) -> tuple[int, int]:
-        """The key range ``[lo, hi)`` that query rows ``[start, end)`` may see (index rule).
-
-        Both bounds grow with the row, so the first row gives ``lo`` and the last one ``hi``.
-        """
-        lo, hi = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)  # key indices
-        return max(0, lo or 0), min(self.tk, self.tk if hi is None else hi + 1)
+    def __post_init__(self) -> None:
+        self.offset = self.tk - self.tq
+        #: Positions are the default ones: the rules are about indices.
+        self.by_index = self.q_pos is None
+        #: Whether any rule depends on positions (causality or a window).
+        self.positional = self.causal or self.window is not None
+        #: Whether anything beyond the user's mask and index causality restricts the keys.
+        self.structural = (
+            self.window is not None or self.q_doc is not None or (self.causal and not self.by_index)
+        )
+        #: Whether each query chunk's visible keys are a range known from indices alone.
+        self.ranged = self.by_index and self.q_doc is None
 
     def block(self, rows: slice, cols: slice) -> Tensor | None:
         """The keep-mask of queries ``rows`` and keys ``cols``: ``(b|1, h|1, r, c)`` bool, or ``None``.
@@ -271,7 +253,10 @@ class Visibility:
         host sync per chunk, eager only), so that a chunk of one packed document or one window
         reads only those keys.
         """
-        lo, hi = self.chunk_range(start, end) if self.by_index else (0, self.tk)
+        lo, hi = 0, self.tk
+        if self.by_index:  # both bounds grow with the row: the first row gives lo, the last one hi
+            low, high = _reach(start + self.offset, end - 1 + self.offset, self.causal, self.window)
+            lo, hi = max(0, low or 0), min(self.tk, self.tk if high is None else high + 1)
         if self.ranged or not can_sync(self.device) or hi <= lo:
             return lo, hi
         # Keys the chunk may see, bounded per key in O(b * tk) (not the O(chunk * tk) block): of

@@ -9,7 +9,7 @@ itself and ``build`` / ``describe``.
 Registration is explicit and reversible: :func:`register` (a class decorator),
 :func:`unregister`, and :func:`registered`, a context manager that undoes its registration
 on exit (for tests and notebooks). A name belongs to one class at a time: registering a
-different class under a taken name or alias raises, unless ``replace=True`` says so.
+different class under a taken name or alias raises (unregister that class first).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ _LOCK = threading.RLock()  # guards _REGISTRY against concurrent (un)registratio
 _REGISTRY: dict[str, type[PositionalEncoding]] = {}
 
 E = TypeVar("E", bound=type[PositionalEncoding])
+_ABSENT = object()
 
 
 def _qualified(cls: type) -> str:
@@ -66,20 +67,13 @@ def _names_of(cls: type) -> list[str]:
     return sorted((n for n, c in _REGISTRY.items() if c is cls), key=lambda n: (n != canonical, n))
 
 
-def _drop(cls: type[PositionalEncoding]) -> None:
-    for n in _names_of(cls):
-        del _REGISTRY[n]
-    cls.registry_name = None
-
-
-def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E]:
+def register(name: str, *aliases: str) -> Callable[[E], E]:
     """Class decorator: register an encoding under ``name`` and any ``aliases``.
 
     Names are case-insensitive. Registering the same class again is a no-op (new aliases are
     added; the first name stays the canonical one). A name or alias already registered to a
-    *different* class raises, unless ``replace=True``: then that class is unregistered under
-    all its names and every one of them, aliases included, goes to the new class, so that
-    ``"rope"`` and ``"rotary"`` never build two different classes.
+    *different* class raises: :func:`unregister` that class first to replace it (under all its
+    names, so that ``"rope"`` and ``"rotary"`` never build two different classes).
 
     Example::
 
@@ -90,11 +84,10 @@ def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E
     Args:
         name: the canonical name, a Python identifier.
         *aliases: other names for the same class.
-        replace: take the names from the class that holds them (one class at most).
 
     Raises:
         ValueError: a name is not an identifier, or is registered to another class (the
-            message names it) and ``replace`` is false.
+            message names it).
         TypeError: the decorated object is not a :class:`PositionalEncoding` subclass.
     """
     for n in (name, *aliases):
@@ -108,28 +101,17 @@ def register(name: str, *aliases: str, replace: bool = False) -> Callable[[E], E
                 f"register({names[0]!r}) decorates PositionalEncoding subclasses, got {short(cls)}"
             )
         with _LOCK:
-            owners = {n: _REGISTRY[n] for n in names if _REGISTRY.get(n, cls) is not cls}
-            others = list(dict.fromkeys(owners.values()))
-            if others and not replace:
-                n, old = next(iter(owners.items()))
-                raise ValueError(
-                    f"register: cannot register {_qualified(cls)} as {n!r}: that name is already registered to "
-                    f"{_qualified(old)} (names: {', '.join(_names_of(old))}). Choose another name, or pass "
-                    f"replace=True to replace {old.__name__} under all its names."
-                )
-            if len(others) > 1:
-                held = "; ".join(f"{_qualified(c)}: {', '.join(_names_of(c))}" for c in others)
-                raise ValueError(
-                    f"register(..., replace=True): the names {names} belong to several classes ({held}); "
-                    "replace one class at a time"
-                )
-            # The replaced class goes away under every name, so that an alias cannot keep building it.
-            taken = [n for old in others for n in _names_of(old)]
-            for old in others:
-                _drop(old)
+            for n in names:
+                old = _REGISTRY.get(n, cls)
+                if old is not cls:
+                    raise ValueError(
+                        f"register: cannot register {_qualified(cls)} as {n!r}: that name is already registered "
+                        f"to {_qualified(old)} (names: {', '.join(_names_of(old))}). Choose another name, or "
+                        f"replace {old.__name__} under all its names: posenc.registry.unregister({n!r}) first."
+                    )
             if not _names_of(cls):
                 cls.registry_name = names[0]  # the first name a class is registered under stays canonical
-            _REGISTRY.update(dict.fromkeys(names + taken, cls))
+            _REGISTRY.update(dict.fromkeys(names, cls))
         return cls
 
     return decorator
@@ -146,17 +128,19 @@ def unregister(name: str) -> type[PositionalEncoding]:
     """
     with _LOCK:
         cls = lookup(name)
-        _drop(cls)
+        for n in _names_of(cls):
+            del _REGISTRY[n]
+        cls.registry_name = None
     return cls
 
 
 @contextlib.contextmanager
-def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Iterator[E]:
-    """Register ``cls`` for the duration of a ``with`` block, then restore what was there.
+def registered(cls: E, name: str, *aliases: str) -> Iterator[E]:
+    """Register ``cls`` for the duration of a ``with`` block, then undo it.
 
-    Takes the arguments of :func:`register`; on exit the names involved (and, with
-    ``replace=True``, the class they were taken from) are back as they were, whatever
-    happened in the block. Registrations of other names made inside the block are kept.
+    Takes the arguments of :func:`register`; on exit the names it added are gone and the class's
+    canonical name is back as it was, whatever happened in the block. Registrations of other
+    names made inside the block are kept.
 
     Example::
 
@@ -164,26 +148,20 @@ def registered(cls: E, name: str, *aliases: str, replace: bool = False) -> Itera
             pe = posenc.build("my_pe", d_model=64)
     """
     with _LOCK:
-        before = dict(_REGISTRY)
-        classes = {cls, *before.values()}
-        canonical = {c: c.__dict__["registry_name"] for c in classes if "registry_name" in c.__dict__}
-        register(name, *aliases, replace=replace)(cls)
-        changed = [n for n in {*before, *_REGISTRY} if before.get(n) is not _REGISTRY.get(n)]
+        added = [n for n in dict.fromkeys(x.lower() for x in (name, *aliases)) if n not in _REGISTRY]
+        canonical = cls.__dict__.get("registry_name", _ABSENT)
+        register(name, *aliases)(cls)
     try:
         yield cls
     finally:
         with _LOCK:
-            for n in changed:
-                if n in before:
-                    _REGISTRY[n] = before[n]
-                else:
-                    _REGISTRY.pop(n, None)
-            involved: set[type[PositionalEncoding]] = {cls, *(before[n] for n in changed if n in before)}
-            for c in involved:  # the classes whose names changed
-                if c in canonical:
-                    c.registry_name = canonical[c]
-                elif "registry_name" in c.__dict__:
-                    delattr(c, "registry_name")
+            for n in added:
+                if _REGISTRY.get(n) is cls:
+                    del _REGISTRY[n]
+            if canonical is not _ABSENT:
+                cls.registry_name = canonical
+            elif "registry_name" in cls.__dict__:
+                delattr(cls, "registry_name")
 
 
 def available() -> list[str]:

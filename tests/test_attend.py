@@ -85,8 +85,12 @@ def reference(
     window: int | None = None,
     q_docs: Tensor | None = None,
     k_docs: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """softmax(q kᵀ · scale + bias + mask) v (+ value term) in float64, written out; fully masked rows give 0.
+
+    With ``sinks`` (``(h,)``) each row's softmax also runs over its head's sink logit, whose value
+    row is zero: ``p = softmax([scores..., s_h])[:-1]`` (gpt-oss).
 
     ALiBi and T5 act through their drop-in ``forward`` (``scores = enc(scores)``, which adds the
     FULL bias, not the key-only form) and rotary encodings through ``q, k = enc(q, k)``, so that
@@ -137,7 +141,12 @@ def reference(
     if attn_mask is not None:
         keep = keep & attn_mask
     scores = scores.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        sink = sinks.double().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        scores = torch.cat([scores, sink], dim=-1)
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    if sinks is not None:
+        weights = weights[..., :-1]
     out = weights @ v
     if enc is not None and not drop_in:
         extra = enc.value_term(weights, q_positions=qp, k_positions=kp)

@@ -198,26 +198,23 @@ def test_a_different_class_under_a_taken_name_or_alias_raises_and_changes_nothin
     message = str(info.value)
     assert "'rope'" in message or "'rotary'" in message
     assert "posenc.encodings.rotary.RoPE" in message and "test_registry" in message
-    assert "replace=True" in message
+    assert "unregister(" in message
     assert posenc.available() == before
     assert lookup("rope") is posenc.RoPE and lookup("rotary") is posenc.RoPE
     assert type(posenc.build("rotary", head_dim=16)) is posenc.RoPE
 
 
-def test_replace_moves_every_name_of_the_old_class_and_registered_restores_them():
-    with registered(RoPE, "rope", replace=True):
-        assert lookup("rope") is RoPE and lookup("rotary") is RoPE  # never two classes for one encoding
-        assert describe("rope")["aliases"] == ["rotary"]
-        assert posenc.RoPE.registry_name is None and RoPE.registry_name == "rope"
-    assert lookup("rope") is posenc.RoPE and lookup("rotary") is posenc.RoPE
-    assert describe("rotary")["name"] == "rope" and posenc.RoPE.registry_name == "rope"
-    assert "registry_name" not in RoPE.__dict__
-
-
-def test_replace_refuses_to_take_names_from_two_classes():
-    with pytest.raises(ValueError, match=r"several classes.*RoPE: rope, rotary.*ALiBi: alibi"):
-        posenc.register("rope", "alibi", replace=True)(RoPE)
-    assert lookup("rope") is posenc.RoPE and lookup("alibi") is posenc.ALiBi
+def test_unregister_then_register_replaces_every_name_and_registered_restores_them():
+    """Replacing a built-in: unregister it (all its names go), register the new class under them."""
+    unregister("rope")
+    try:
+        with registered(RoPE, "rope", "rotary"):
+            assert lookup("rope") is RoPE and lookup("rotary") is RoPE  # never two classes for one encoding
+            assert describe("rope")["aliases"] == ["rotary"] and RoPE.registry_name == "rope"
+        assert "rope" not in posenc.available() and "registry_name" not in RoPE.__dict__
+    finally:
+        posenc.register("rope", "rotary")(posenc.RoPE)
+    assert lookup("rotary") is posenc.RoPE and describe("rotary")["name"] == "rope"
 
 
 def test_register_refuses_non_encodings_and_non_identifiers():

@@ -6,16 +6,14 @@ transformers' gpt-oss ``eager_attention_forward``, gradients w.r.t. the sinks, a
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from test_attend import reference as attend_reference
 from torch import Tensor
 
 import posenc
 import posenc._flex
 import posenc.attend
-from posenc._positions import resolve_qk_positions
 from posenc.attend import attention
 
 TOL = {torch.float32: {"atol": 2e-5, "rtol": 2e-5}, torch.float64: {"atol": 1e-10, "rtol": 1e-10}}
@@ -48,46 +46,11 @@ def sink_logits(h=4, dtype=torch.float32) -> Tensor:
     return torch.tensor([-1.0, 0.0, 1.5, 3.0][:h], dtype=dtype)
 
 
-def reference(q, k, v, enc, sinks, *, causal=False, attn_mask=None, window=None, docs=None) -> Tensor:
-    """out = sum_j p_j v_j, p = softmax([scores_j..., s_h]) in float64, written out (index positions)."""
-    dtype = q.dtype
-    qp, kp = resolve_qk_positions(q, k, None, None)
+def reference(q, k, v, enc, sinks, *, causal=False, docs=None, **kwargs) -> Tensor:
+    """test_attend's float64 reference with the sinks; ``docs``: packed documents, positions per document."""
     if docs is not None:
-        kp = posenc.document_positions(docs)
-        qp = kp[..., k.shape[-2] - q.shape[-2] :]
-    if enc is not None and enc.kind == "rotary":
-        q, k = enc.encode_qk(q, k, q_positions=qp, k_positions=kp)
-    q, k, v = q.double(), k.double(), v.double()
-    groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if isinstance(enc, (posenc.ALiBi, posenc.RelativeBias)):
-        scores = scores + enc(torch.zeros(scores.shape), q_positions=qp, k_positions=kp).double()
-    elif enc is not None:
-        bias = enc.double().attention_bias(q, k, q_positions=qp, k_positions=kp)
-        scores = scores if bias is None else scores + bias
-    tq, tk = scores.shape[-2:]
-    behind = (torch.arange(tq) + tk - tq)[:, None] - torch.arange(tk)[None, :]
-    keep = torch.ones(1, 1, tq, tk, dtype=torch.bool)
-    if causal:
-        keep = keep & (behind >= 0)
-        if window is not None:
-            keep = keep & (behind < window)
-    elif window is not None:
-        keep = keep & (behind.abs() <= window // 2)
-    if docs is not None:
-        keep = keep & (docs[:, None, tk - tq :, None] == docs[:, None, None, :])
-    if attn_mask is not None:
-        keep = keep & attn_mask
-    scores = scores.masked_fill(~keep, float("-inf"))
-    sink = sinks.double().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-    weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-    out = weights @ v
-    if enc is not None:
-        extra = enc.value_term(weights, q_positions=qp, k_positions=kp)
-        out = out if extra is None else out + extra.double()
-        enc.to(dtype)
-    return out.to(dtype)
+        kwargs.update(k_positions=posenc.document_positions(docs), k_docs=docs)
+    return attend_reference(q, k, v, enc, causal=causal, sinks=sinks, **kwargs)
 
 
 def dense_mask(b: int, tq: int, tk: int) -> Tensor:
