@@ -20,78 +20,51 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .rope_freqs import (
-    DefaultRope,
-    DynamicRope,
-    LinearRope,
-    Llama3Rope,
-    LongRope,
-    NtkRope,
-    ProportionalRope,
-    RopeParameters,
-    YarnRope,
-)
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
+from .rope_freqs import RopeParameters
 
 __all__ = ["ROPE_TYPES", "longrope_attention_factor", "resolve_rope_scaling", "yarn_attention_factor"]
 
 
-#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``).
-_CLASSES: dict[str, type[RopeParameters]] = {
-    cls.rope_type: cls
-    for cls in (
-        DefaultRope,
-        LinearRope,
-        DynamicRope,
-        YarnRope,
-        Llama3Rope,
-        LongRope,
-        ProportionalRope,
-        NtkRope,
-    )
-}
+#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``): the
+#: subclasses of RopeParameters, in the order rope_freqs defines them.
+_CLASSES: dict[str, type[RopeParameters]] = {cls.rope_type: cls for cls in RopeParameters.__subclasses__()}
 #: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
 #: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
 ROPE_TYPES: tuple[str, ...] = tuple(_CLASSES)
+_ORIGINAL = "original_max_position_embeddings"
 #: The dict keys each type reads besides rope_type/type, rope_theta, partial_rotary_factor
 #: (transformers' ``_validate_<type>_rope_parameters``); posenc.hf copies exactly these.
 _TYPE_KEYS: dict[str, frozenset[str]] = {
-    "default": frozenset(),
-    "linear": frozenset({"factor"}),
-    "dynamic": frozenset({"factor"}),
-    "yarn": frozenset(
-        "factor original_max_position_embeddings attention_factor beta_fast beta_slow mscale mscale_all_dim "
-        "truncate".split()
-    ),
-    "llama3": frozenset(
-        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}
-    ),
-    "longrope": frozenset(
-        {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"}
-    ),
-    "proportional": frozenset({"factor"}),
-    "ntk": frozenset({"factor"}),
+    kind: frozenset(keys.split())
+    for kind, keys in {
+        "default": "",
+        "linear": "factor",
+        "dynamic": "factor",
+        "yarn": f"factor {_ORIGINAL} attention_factor beta_fast beta_slow mscale mscale_all_dim truncate",
+        "llama3": f"factor {_ORIGINAL} low_freq_factor high_freq_factor",
+        "longrope": f"short_factor long_factor factor {_ORIGINAL} attention_factor",
+        "proportional": "factor",
+        "ntk": "factor",
+    }.items()
 }
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
 MIN_FACTOR = 1e-6
 _COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 
 
+def _reads(rope_type: str, query_scale: bool) -> frozenset[str]:
+    """The keys a dict of ``rope_type`` is read for (``query_scale``: its trained length too, for Ministral 3)."""
+    return _COMMON_KEYS | _TYPE_KEYS[rope_type] | ({_ORIGINAL} if query_scale else frozenset())
+
+
 # --- reading a Hugging Face dict -------------------------------------------------------------------
-
-
-def _shown(value: Any) -> str:
-    # Error messages echo a value, cut short (a config may hold anything, e.g. a 10 MB string).
-    text = (
-        repr(value) if not isinstance(value, int) or abs(value) < 10**50 else "an int too large for a float"
-    )
-    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _number(key: str, value: Any, *, positive: bool = False, minimum: float | None = None) -> float:
     """``value`` as a finite float; ``positive``: ``> 0``; ``minimum``: ``>= minimum``. Bools and strings are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"scaling[{key!r}] must be a number, got {_shown(value)} ({type(value).__name__})")
+        raise TypeError(f"scaling[{key!r}] must be a number, got {short(value)} ({type(value).__name__})")
     try:
         value = float(value)
     except OverflowError:  # an int past the float range, e.g. 10**400
@@ -108,11 +81,9 @@ def _number(key: str, value: Any, *, positive: bool = False, minimum: float | No
     return value
 
 
-def _optional(
-    scaling: Mapping[str, Any], key: str, *, positive: bool = False, minimum: float | None = None
-) -> float | None:
+def _optional(scaling: Mapping[str, Any], key: str, **bounds: Any) -> float | None:
     value = scaling.get(key)
-    return None if value is None else _number(key, value, positive=positive, minimum=minimum)
+    return None if value is None else _number(key, value, **bounds)
 
 
 def yarn_attention_factor(
@@ -147,14 +118,9 @@ def _read_type(
     def needs(what: str) -> ValueError:
         return ValueError(f"scaling with rope_type={kind!r} needs {what}")
 
-    def factor() -> float:
-        if scaling.get("factor") is None:
-            raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {_shown(scaling)}")
-        return _number("factor", scaling["factor"], minimum=MIN_FACTOR)
-
     def required(key: str) -> float:
         if scaling.get(key) is None:
-            raise needs(f"{key!r} (a number > 0), got {_shown(scaling)}")
+            raise needs(f"{key!r} (a number > 0), got {short(scaling, 100)}")
         return _number(key, scaling[key], positive=True)
 
     def factor_list(key: str, pairs: int) -> tuple[float, ...]:
@@ -169,47 +135,41 @@ def _read_type(
             raise ValueError(f"scaling[{key!r}] must have {pairs} entries (rotary_dim / 2), got {len(value)}")
         return tuple(_number(f"{key}[{i}]", v, minimum=MIN_FACTOR) for i, v in enumerate(value))
 
-    def original_len() -> int:
-        value = scaling.get("original_max_position_embeddings")
-        if value is not None:
-            return check_positive_int("scaling['original_max_position_embeddings']", value)
-        if max_len is None:
-            raise needs(
-                "the trained context length: give scaling['original_max_position_embeddings'] or max_len"
-            )
-        return max_len
-
-    def length_ratio(original: int) -> float | None:
-        # transformers' rule for dicts without a factor (DeepSeek-V3, Phi-3): max_len / original
-        if max_len is not None and scaling.get("original_max_position_embeddings"):
-            return max_len / original
-        return None
-
     if kind in ("dynamic", "ntk") and common["rotary_dim"] < 4:
         raise ValueError(
             f"rope_type={kind!r} needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
         )
+    if kind == "yarn" and common["base"] <= 1:
+        raise ValueError(
+            f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
+        )
     fields: dict[str, Any] = {}
-    if kind in ("linear", "ntk"):
-        fields = {"factor": factor()}
-    elif kind == "dynamic":
-        fields = {"factor": factor()}
+    if kind == "dynamic":
         if max_len is None:
             raise needs("max_len (the trained context length, transformers' max_position_embeddings)")
         fields["original_max_len"] = max_len
-    elif kind == "proportional":
+    elif _ORIGINAL in _TYPE_KEYS[kind]:  # yarn, llama3, longrope: the dict's trained length, else max_len
+        if scaling.get(_ORIGINAL) is None and max_len is None:
+            raise needs(f"the trained context length: give scaling[{_ORIGINAL!r}] or max_len")
+        original = scaling.get(_ORIGINAL)
+        fields["original_max_len"] = (
+            max_len if original is None else check_positive_int(f"scaling[{_ORIGINAL!r}]", original)
+        )
+    factor = _optional(scaling, "factor", minimum=MIN_FACTOR) if kind != "default" else None
+    if factor is None and kind in ("yarn", "longrope") and max_len is not None and scaling.get(_ORIGINAL):
+        factor = (
+            max_len / fields["original_max_len"]
+        )  # transformers' rule for dicts without one (DeepSeek-V3, Phi-3)
+    if factor is None and kind not in ("default", "longrope", "proportional"):
+        raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
+    if kind != "default":
+        fields["factor"] = 1.0 if factor is None and kind == "proportional" else factor
+    if kind == "proportional":
         # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
-        divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
-        fields = {"fraction": float(fraction), "factor": 1.0 if divisor is None else divisor}
+        fields["fraction"] = float(
+            scaling.get("partial_rotary_factor") or 1.0
+        )  # (checked by resolve_rope_scaling)
     elif kind == "yarn":
-        if common["base"] <= 1:
-            raise ValueError(
-                f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
-            )
-        original = original_len()
-        ratio = length_ratio(original) if scaling.get("factor") is None else None
-        fields = {"factor": ratio if ratio is not None else factor(), "original_max_len": original}
         attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:
             mscales = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
@@ -221,7 +181,6 @@ def _read_type(
         fields["truncate"] = check_bool("scaling['truncate']", scaling.get("truncate", True))
         fields["attention_factor"] = attention
     elif kind == "llama3":
-        fields = {"factor": factor(), "original_max_len": original_len()}
         low, high = (required(key) for key in ("low_freq_factor", "high_freq_factor"))
         if high < low:  # equal: no smooth band (Llama 4 Scout), as transformers and vLLM compute it
             raise ValueError(
@@ -230,23 +189,18 @@ def _read_type(
             )
         fields |= {"low_freq_factor": low, "high_freq_factor": high}
     elif kind == "longrope":
-        original, pairs = original_len(), common["rotary_dim"] // 2
-        fields = {
-            "short_factor": factor_list("short_factor", pairs),
-            "long_factor": factor_list("long_factor", pairs),
+        fields |= {
+            key: factor_list(key, common["rotary_dim"] // 2) for key in ("short_factor", "long_factor")
         }
-        extension = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        if extension is None:
-            extension = length_ratio(original)
         attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:
-            if extension is None:
+            if factor is None:
                 raise needs(
                     "'factor' or 'attention_factor' (or max_len with 'original_max_position_embeddings', whose "
                     "ratio is the factor)"
                 )
-            attention = longrope_attention_factor(extension, original)
-        fields |= {"factor": extension, "original_max_len": original, "attention_factor": attention}
+            attention = longrope_attention_factor(factor, fields["original_max_len"])
+        fields["attention_factor"] = attention
     return _CLASSES[kind](**fields, **common)
 
 
@@ -351,12 +305,12 @@ def resolve_rope_scaling(
             )
         length = check_positive_int("scaling['original_max_position_embeddings']", length)
         common |= {"query_scale_beta": beta, "query_scale_len": length}
-    reads = _TYPE_KEYS[rope_type] | ({"original_max_position_embeddings"} if beta else set())
-    unread = sorted(set(scaling) - _COMMON_KEYS - reads)
+    reads = _reads(rope_type, bool(beta))
+    unread = sorted(set(scaling) - reads)
     if unread:
         warnings.warn(
             f"scaling: rope_type={rope_type!r} does not read the key(s) {unread}; they are ignored "
-            f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
+            f"(it reads {sorted(reads - {'type', 'llama_4_scaling_beta'})})",
             stacklevel=3,
         )
     return _read_type(scaling, rope_type, max_len, common)
