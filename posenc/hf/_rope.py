@@ -9,12 +9,9 @@ from typing import Any, Literal
 from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
-from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
+from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES, _reads
 from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
 
-# keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
-# query scaling)
-_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
@@ -97,18 +94,13 @@ def rope_parameters(
     max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
     if params.get("max_position_embeddings") in (None, max_pos):  # Ministral 3 copies it in, unread there
         params.pop("max_position_embeddings", None)
-    beta = params.get("llama_4_scaling_beta")
-    if beta and params.get("original_max_position_embeddings") is None:
+    beta, beta_len = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    if beta and beta_len is None:
         raise ValueError(  # (its attention reads the dict's own value)
             f"{model_type} config: {where} has 'llama_4_scaling_beta' but no 'original_max_position_embeddings', "
             "which the model's query scaling divides by"
         )
-    unread = sorted(
-        set(params)
-        - _COMMON
-        - _TYPE_KEYS[rope_type]
-        - ({"original_max_position_embeddings"} if beta else set())
-    )
+    unread = sorted(set(params) - _reads(rope_type, bool(beta)))
     if unread:
         raise ValueError(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
@@ -128,9 +120,7 @@ def rope_parameters(
             f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported"
         )
     # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
-    query_scale = (
-        {k: params[k] for k in ("llama_4_scaling_beta", "original_max_position_embeddings")} if beta else {}
-    )
+    query_scale = {"llama_4_scaling_beta": beta, "original_max_position_embeddings": beta_len} if beta else {}
     if rope_type == "proportional":
         scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
         if params.get("factor") is not None:
@@ -160,20 +150,10 @@ def rope_parameters(
                 "(or max_position_embeddings)"
             )
         scaling["original_max_position_embeddings"] = original
-        if scaling.get("factor") is None and rope_type in ("yarn", "longrope") and max_pos is not None:
-            # transformers' rule for configs without a factor (Phi-3, DeepSeek-V3): the context ratio.
-            check_positive_int(f"{model_type} config: original_max_position_embeddings", original)
-            check_positive_int(f"{model_type} config: max_position_embeddings", max_pos)
-            scaling["factor"] = max_pos / original
-    if rope_type != "longrope" and scaling.get("factor") is None:
+    # (yarn and longrope without one: the context ratio, max_len / original, which RoPE computes)
+    if rope_type not in ("yarn", "longrope") and scaling.get("factor") is None:
         raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in {where}")
-    if (
-        query_scale
-        and scaling.setdefault(
-            "original_max_position_embeddings", query_scale["original_max_position_embeddings"]
-        )
-        != query_scale["original_max_position_embeddings"]
-    ):
+    if query_scale and scaling.setdefault("original_max_position_embeddings", beta_len) != beta_len:
         raise ValueError(
             f"{model_type} config: the top-level original_max_position_embeddings differs from {where}'s, which "
             "its query scaling (llama_4_scaling_beta) reads: posenc's RoPE has one"
@@ -200,35 +180,21 @@ def build_rope(
     max_len = get(cfg, "max_position_embeddings", default=d.max_len)
     if max_len is not None:
         check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
-    if mrope_section is not None:
-        if partial != 1.0:  # (Qwen3.5: the sections cover the rotated part of each head)
-            scaling = {**scaling, "partial_rotary_factor": partial}
-        try:
-            return MRoPE(
-                head_dim,
-                mrope_section=mrope_section,
-                base=base,
-                interleaved=interleaved,
-                layout=d.layout,
-                scaling=scaling or None,
-                max_len=max_len,
-            )
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{model_type} config: {err}") from None
     rotary_dim = int(head_dim * partial)
-    if rotary_dim <= 0 or rotary_dim % 2:
+    if mrope_section is None and (rotary_dim <= 0 or rotary_dim % 2):
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
             "channels; accepted: a positive even number"
         )
-    return RoPE(
-        head_dim,
-        base=base,
-        layout=d.layout,
-        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        scaling=scaling or None,
-        max_len=max_len,
-    )
+    if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
+        scaling = {**scaling, "partial_rotary_factor": partial}
+    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}
+    try:
+        if mrope_section is not None:
+            return MRoPE(head_dim, mrope_section=mrope_section, interleaved=interleaved, **kw)
+        return RoPE(head_dim, rotary_dim=None if rotary_dim == head_dim else rotary_dim, **kw)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{model_type} config: {err}") from None
 
 
 def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
