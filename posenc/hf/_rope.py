@@ -9,7 +9,7 @@ from typing import Any, Literal
 from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
-from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES, _reads
+from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads
 from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
 
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
@@ -94,7 +94,7 @@ def rope_parameters(
     max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
     if params.get("max_position_embeddings") in (None, max_pos):  # Ministral 3 copies it in, unread there
         params.pop("max_position_embeddings", None)
-    beta, beta_len = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    beta, beta_len = params.get("llama_4_scaling_beta"), params.get(_ORIGINAL)
     if beta and beta_len is None:
         raise ValueError(  # (its attention reads the dict's own value)
             f"{model_type} config: {where} has 'llama_4_scaling_beta' but no 'original_max_position_embeddings', "
@@ -120,40 +120,31 @@ def rope_parameters(
             f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported"
         )
     # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
-    query_scale = {"llama_4_scaling_beta": beta, "original_max_position_embeddings": beta_len} if beta else {}
-    if rope_type == "proportional":
-        scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
-        if params.get("factor") is not None:
-            scaling["factor"] = params["factor"]
-        return base, 1.0, scaling | query_scale
-    if d.partial is None and partial != 1.0:
+    query_scale = {"llama_4_scaling_beta": beta, _ORIGINAL: beta_len} if beta else {}
+    if rope_type != "proportional" and d.partial is None and partial != 1.0:
         raise ValueError(
             f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
-    if rope_type == "default":
-        return base, partial, query_scale
-    scaling = {"rope_type": rope_type}
-    for key in sorted(_TYPE_KEYS[rope_type]):
-        if params.get(key) is not None:
-            scaling[key] = params[key]
-    if "original_max_position_embeddings" in _TYPE_KEYS[rope_type]:
+    keys = _TYPE_KEYS[rope_type]
+    scaling = {"rope_type": rope_type} | {k: params[k] for k in keys if params.get(k) is not None}
+    if rope_type == "proportional":  # p-RoPE: the fraction picks rotated pairs, not channels
+        scaling["partial_rotary_factor"], partial = partial, 1.0
+    if _ORIGINAL in keys:
         # A top-level original_max_position_embeddings wins over the dict's (transformers' Phi-3 rule,
         # which it applies to every model with that attribute); otherwise the trained length.
-        top = get(cfg, "original_max_position_embeddings", default=d.original_max)
-        original = (
-            top if top is not None else get(params, "original_max_position_embeddings", default=max_pos)
-        )
+        top = get(cfg, _ORIGINAL, default=d.original_max)
+        original = top if top is not None else get(params, _ORIGINAL, default=max_pos)
         if original is None:
             raise ValueError(
                 f"{model_type} config: rope_type {rope_type!r} needs original_max_position_embeddings "
                 "(or max_position_embeddings)"
             )
-        scaling["original_max_position_embeddings"] = original
+        scaling[_ORIGINAL] = original
     # (yarn and longrope without one: the context ratio, max_len / original, which RoPE computes)
-    if rope_type not in ("yarn", "longrope") and scaling.get("factor") is None:
+    if rope_type in ("linear", "dynamic", "llama3", "ntk") and scaling.get("factor") is None:
         raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in {where}")
-    if query_scale and scaling.setdefault("original_max_position_embeddings", beta_len) != beta_len:
+    if query_scale and scaling.setdefault(_ORIGINAL, beta_len) != beta_len:
         raise ValueError(
             f"{model_type} config: the top-level original_max_position_embeddings differs from {where}'s, which "
             "its query scaling (llama_4_scaling_beta) reads: posenc's RoPE has one"
