@@ -147,23 +147,23 @@ def mrope_positions(
         # runs: adjacent tokens of one kind in one document (a video and its audio: one run)
         new_doc = torch.zeros(n + 1, dtype=torch.bool)
         new_doc[1:-1] = ids[1:] != ids[:-1]
-        change = kinds[1:] != kinds[:-1]
-        if use_audio_in_video:
-            av = (kinds == VIDEO) | (kinds == AUDIO)
-            change &= ~(av[1:] & av[:-1])
-        cut = new_doc.clone()
-        cut[0] = cut[-1] = True
-        cut[1:-1] |= change
+        run_kinds = kinds.masked_fill(kinds == AUDIO, VIDEO) if use_audio_in_video else kinds
+        cut = torch.ones(n + 1, dtype=torch.bool)
+        cut[1:-1] = new_doc[1:-1] | (run_kinds[1:] != run_kinds[:-1])
         bounds = cut.nonzero().flatten().tolist()
-        # A video with its audio sits between 2 start and 2 end text markers; the second marker of
-        # each pair shares the position of the first (`same`), so text advances by one per other token.
-        same = torch.zeros(n, dtype=torch.bool)
-        free = 0  # the first token that may be a start marker (past the last video with audio's end markers)
-        runs = []
+        row_positions = torch.empty(3, n, dtype=torch.long)
+        same = torch.zeros(n, dtype=torch.bool)  # the second end marker of a video with its audio
+        p = last_doc = free = 0  # free: the first token that may be a start marker
         for start, end, kind in zip(bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), strict=True):
+            if new_doc[start]:  # a new document: back to 0
+                p, last_doc = 0, start
             mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((kinds[start:end] != kind).any())
-            runs.append((start, end, kind, mixed))
-            if mixed:
+            run = row_positions[:, start:end]  # (3, tokens) a view
+            if kind in (TEXT, AUDIO) and not mixed:  # one position per token, but one for 2 end markers
+                run[:] = p - 1 + torch.cumsum(~same[start:end], 0)
+                p = int(run[0, -1]) + 1
+                continue
+            if mixed:  # a video with its audio, between 2 start and 2 end text markers in its document
                 if (
                     start - 2 < free
                     or end + 2 > n
@@ -176,18 +176,8 @@ def mrope_positions(
                         f"{int(index[start])} needs 2 text tokens (its start markers) just before it and 2 "
                         "(its end markers) just after it, in its document"
                     )
-                same[start - 1] = same[end + 1] = True
-                free = end + 2
-        row_positions = torch.empty(3, n, dtype=torch.long)
-        p = last_doc = 0
-        for start, end, kind, mixed in runs:
-            if new_doc[start]:  # a new document: back to 0
-                p, last_doc = 0, start
-            run = row_positions[:, start:end]  # (3, tokens) a view
-            if kind in (TEXT, AUDIO) and not mixed:
-                run[:] = p - 1 + torch.cumsum(~same[start:end], 0)
-                p = int(run[0, -1]) + 1
-                continue
+                row_positions[:, start - 1] -= 1  # the 2 start markers share one position
+                p, same[end + 1], free = p - 1, True, end + 2
             vision = kinds[start:end] != AUDIO  # (tokens,) all but a video's audio
             kind = VIDEO if mixed else kind
             places = index[start:end][vision]  # where the run's image or video tokens are in the row
