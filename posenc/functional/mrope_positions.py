@@ -258,11 +258,8 @@ def _host_tokens(
     if bad.any():
         at = tuple(bad.nonzero()[0].tolist())
         value = int(types[at])
-        accepted = (
-            "0 (text), 1 (image), 2 (video) or 3 (audio)"
-            if top == AUDIO
-            else "0 (text), 1 (image) or 2 (video)"
-        )
+        *names, last = ["0 (text)", "1 (image)", "2 (video)", "3 (audio)"][: top + 1]
+        accepted = f"{', '.join(names)} or {last}"
         hint = " (audio tokens are Qwen2.5-Omni's: give position_id_per_seconds)" if value == AUDIO else ""
         raise ValueError(f"token_types must hold {accepted}, got {value} at {at}{hint}")
     shape = tuple(types.shape)
@@ -307,6 +304,10 @@ def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
     return rows
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
     """``(n_videos,)`` time scales, finite and ``>= 0``; float32 unless given as a float tensor."""
     if value is None:
@@ -316,12 +317,8 @@ def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
         scales = value.to(_CPU)
         scales = scales if scales.is_floating_point() else scales.float()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        scales = torch.tensor(float(value))
-    elif isinstance(value, (list, tuple)) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-    ):
-        scales = torch.tensor([float(v) for v in value])
+    elif _is_number(value) or (isinstance(value, (list, tuple)) and all(map(_is_number, value))):
+        scales = torch.tensor(value, dtype=torch.float32)
     else:
         raise TypeError(
             f"{name} must be a number, a list of numbers or a (n_videos,) tensor, got {short(value)}"
