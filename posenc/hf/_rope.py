@@ -108,10 +108,11 @@ def rope_parameters(
         )
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
-    default = 1.0 if d.partial is None else d.partial
-    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
+    default = get(
+        cfg, "partial_rotary_factor", *d.partial_keys, default=1.0 if d.partial is None else d.partial
+    )
     partial = check_positive_float(
-        f"{model_type} config: {partial_key}", default if partial is None else partial
+        f"{model_type} config: {partial_key}", get(params, "partial_rotary_factor", default=default)
     )
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
