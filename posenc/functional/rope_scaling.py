@@ -111,9 +111,10 @@ def longrope_attention_factor(factor: float, original_max_len: int) -> float:
 
 
 def _read_type(
-    scaling: dict[str, Any], kind: str, max_len: int | None, common: dict[str, Any]
+    scaling: dict[str, Any], kind: str, max_len: int | None, trained: int | None, common: dict[str, Any]
 ) -> RopeParameters:
-    """The dataclass of rope type ``kind`` from its keys in ``scaling``; ``common``: the checked base and rotary_dim."""
+    """The dataclass of rope type ``kind`` from its keys in ``scaling``; ``trained``: the checked trained
+    context length (the dict's, else ``max_len``); ``common``: the checked base and rotary_dim."""
 
     def needs(what: str) -> ValueError:
         return ValueError(f"scaling with rope_type={kind!r} needs {what}")
@@ -148,13 +149,10 @@ def _read_type(
         if max_len is None:
             raise needs("max_len (the trained context length, transformers' max_position_embeddings)")
         fields["original_max_len"] = max_len
-    elif _ORIGINAL in _TYPE_KEYS[kind]:  # yarn, llama3, longrope: the dict's trained length, else max_len
-        if scaling.get(_ORIGINAL) is None and max_len is None:
+    elif _ORIGINAL in _TYPE_KEYS[kind]:  # yarn, llama3, longrope
+        if trained is None:
             raise needs(f"the trained context length: give scaling[{_ORIGINAL!r}] or max_len")
-        original = scaling.get(_ORIGINAL)
-        fields["original_max_len"] = (
-            max_len if original is None else check_positive_int(f"scaling[{_ORIGINAL!r}]", original)
-        )
+        fields["original_max_len"] = trained
     factor = _optional(scaling, "factor", minimum=MIN_FACTOR) if kind != "default" else None
     if factor is None and kind in ("yarn", "longrope") and max_len is not None and scaling.get(_ORIGINAL):
         factor = (
@@ -255,13 +253,11 @@ def resolve_rope_scaling(
         base = check_positive_float("base", base)
     if max_len is not None:
         max_len = check_positive_int("max_len", max_len)
-    if scaling is None:
-        scaling = {}
-    if not isinstance(scaling, Mapping):
+    if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(
             f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}} or None, got {type(scaling).__name__}"
         )
-    scaling = dict(scaling)
+    scaling = dict(scaling or {})
 
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if "rope_type" in scaling and "type" in scaling and scaling["type"] != scaling["rope_type"]:
@@ -296,16 +292,17 @@ def resolve_rope_scaling(
 
     common: dict[str, Any] = {"base": base, "rotary_dim": rotary_dim}
     beta = _optional(scaling, "llama_4_scaling_beta", minimum=0.0)
-    if beta:  # Ministral 3 / Mistral 4: queries scaled by position, from the trained length
-        length = scaling.get("original_max_position_embeddings", max_len)
-        if length is None:
-            raise ValueError(
-                "scaling['llama_4_scaling_beta'] needs the trained context length: give "
-                "scaling['original_max_position_embeddings'] or max_len"
-            )
-        length = check_positive_int("scaling['original_max_position_embeddings']", length)
-        common |= {"query_scale_beta": beta, "query_scale_len": length}
     reads = _reads(rope_type, bool(beta))
+    # the trained context length: the dict's, where read, else max_len
+    original = scaling.get(_ORIGINAL) if _ORIGINAL in reads else None
+    trained = max_len if original is None else check_positive_int(f"scaling[{_ORIGINAL!r}]", original)
+    if beta:  # Ministral 3 / Mistral 4: queries scaled by position, from the trained length
+        if trained is None:
+            raise ValueError(
+                f"scaling['llama_4_scaling_beta'] needs the trained context length: give scaling[{_ORIGINAL!r}] "
+                "or max_len"
+            )
+        common |= {"query_scale_beta": beta, "query_scale_len": trained}
     unread = sorted(set(scaling) - reads)
     if unread:
         warnings.warn(
@@ -313,4 +310,4 @@ def resolve_rope_scaling(
             f"(it reads {sorted(reads - {'type', 'llama_4_scaling_beta'})})",
             stacklevel=3,
         )
-    return _read_type(scaling, rope_type, max_len, common)
+    return _read_type(scaling, rope_type, max_len, trained, common)

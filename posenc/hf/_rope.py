@@ -106,13 +106,12 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
+    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
-    default = get(
-        cfg, "partial_rotary_factor", *d.partial_keys, default=1.0 if d.partial is None else d.partial
-    )
+    default = 1.0 if d.partial is None else d.partial
     partial = check_positive_float(
-        f"{model_type} config: {partial_key}", get(params, "partial_rotary_factor", default=default)
+        f"{model_type} config: {partial_key}", default if partial is None else partial
     )
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
