@@ -124,8 +124,8 @@ def _read_type(
             raise needs(f"{key!r} (a number > 0), got {short(scaling, 100)}")
         return _number(key, scaling[key], positive=True)
 
-    def factor_list(key: str, pairs: int) -> tuple[float, ...]:
-        value = scaling.get(key)
+    def factor_list(key: str) -> tuple[float, ...]:
+        value, pairs = scaling.get(key), common["rotary_dim"] // 2
         if value is None:
             raise needs(f"{key!r} (a list of {pairs} numbers)")
         if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
@@ -154,21 +154,21 @@ def _read_type(
             raise needs(f"the trained context length: give scaling[{_ORIGINAL!r}] or max_len")
         fields["original_max_len"] = trained
     factor = _optional(scaling, "factor", minimum=MIN_FACTOR) if kind != "default" else None
+    # transformers' rule for yarn and longrope dicts without one (DeepSeek-V3, Phi-3): the context ratio
     if factor is None and kind in ("yarn", "longrope") and max_len is not None and scaling.get(_ORIGINAL):
-        factor = (
-            max_len / fields["original_max_len"]
-        )  # transformers' rule for dicts without one (DeepSeek-V3, Phi-3)
+        factor = max_len / fields["original_max_len"]
     if factor is None and kind not in ("default", "longrope", "proportional"):
         raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
     if kind != "default":
         fields["factor"] = 1.0 if factor is None and kind == "proportional" else factor
+    attention = (
+        _optional(scaling, "attention_factor", positive=True) if kind in ("yarn", "longrope") else None
+    )
     if kind == "proportional":
-        # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
-        fields["fraction"] = float(
-            scaling.get("partial_rotary_factor") or 1.0
-        )  # (checked by resolve_rope_scaling)
+        # p-RoPE: partial_rotary_factor (checked by resolve_rope_scaling) is the rotated fraction of the
+        # pairs; the exponents span rotary_dim
+        fields["fraction"] = float(scaling.get("partial_rotary_factor") or 1.0)
     elif kind == "yarn":
-        attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:
             mscales = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
             attention = yarn_attention_factor(fields["factor"], *mscales)
@@ -187,10 +187,7 @@ def _read_type(
             )
         fields |= {"low_freq_factor": low, "high_freq_factor": high}
     elif kind == "longrope":
-        fields |= {
-            key: factor_list(key, common["rotary_dim"] // 2) for key in ("short_factor", "long_factor")
-        }
-        attention = _optional(scaling, "attention_factor", positive=True)
+        fields |= {key: factor_list(key) for key in ("short_factor", "long_factor")}
         if attention is None:
             if factor is None:
                 raise needs(
