@@ -210,7 +210,12 @@ def test_llama3_bands():
     # high frequencies kept, low ones divided by the factor, the band between in between
     plain = rope_inv_freq(128, 500000.0)
     got = Llama3Rope(
-        rotary_dim=128, base=500000.0, factor=8.0, original_max_len=8192, low_freq_factor=1.0, high_freq_factor=4.0
+        rotary_dim=128,
+        base=500000.0,
+        factor=8.0,
+        original_max_len=8192,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
     ).inv_freq()[0]
     wavelen = 2 * math.pi / plain
     high, low = wavelen < 8192 / 4, wavelen > 8192 / 1

@@ -100,7 +100,9 @@ def scaling_for(method: str, factor: float, train_len: int, rotary_dim: int, bas
         }
     if method == "longrope":
         plain = rope_inv_freq(rotary_dim, base)
-        yarn = YarnRope(rotary_dim=rotary_dim, base=base, factor=factor, original_max_len=train_len, attention_factor=1.0)
+        yarn = YarnRope(
+            rotary_dim=rotary_dim, base=base, factor=factor, original_max_len=train_len, attention_factor=1.0
+        )
         long = (plain / yarn.inv_freq()[0]).tolist()
         return {
             "rope_type": "longrope",
