@@ -202,7 +202,7 @@ class YarnRope(RopeParameters):
         beta_fast, beta_slow: the rotation counts bounding the ramp (32 and 1 in the paper).
         truncate: round the ramp's ends outward to whole pair indices (transformers' default).
         attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`;
-            :func:`~posenc.functional.rope_scaling.yarn_attention_factor` when a dict gives none).
+            ``0.1 * ln(factor) + 1`` when a dict gives none).
     """
 
     rope_type: ClassVar[RopeType] = "yarn"

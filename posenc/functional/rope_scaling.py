@@ -5,8 +5,7 @@
   :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
   :class:`ProportionalRope`, :class:`NtkRope`, all :class:`RopeParameters`); every check is
   raised here, before any tensor exists;
-* the attention factors a dict implies when it gives none: :func:`yarn_attention_factor`,
-  :func:`longrope_attention_factor`;
+* the attention factors a dict implies when it gives none (YaRN's, LongRoPE's), computed there;
 * each dataclass (:mod:`posenc.functional.rope_freqs`, with the formulas) gives its
   frequencies, ``params.inv_freq()``.
 
@@ -23,7 +22,7 @@ from typing import Any
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
 from .rope_freqs import RopeParameters
 
-__all__ = ["ROPE_TYPES", "longrope_attention_factor", "resolve_rope_scaling", "yarn_attention_factor"]
+__all__ = ["ROPE_TYPES", "resolve_rope_scaling"]
 
 
 #: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``): the
@@ -86,28 +85,9 @@ def _optional(scaling: Mapping[str, Any], key: str, **bounds: Any) -> float | No
     return None if value is None else _number(key, value, **bounds)
 
 
-def yarn_attention_factor(
-    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
-) -> float:
-    """YaRN's attention factor (Peng et al., 2023): ``0.1 * ln(factor) + 1`` (1 for ``factor <= 1``).
-
-    With both ``mscale`` and ``mscale_all_dim`` (DeepSeek-V2/V3) it is the ratio
-    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``, as in transformers.
-    """
-
-    def get_mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if mscale and mscale_all_dim:
-        return float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
-    return get_mscale(factor)
-
-
-def longrope_attention_factor(factor: float, original_max_len: int) -> float:
-    """LongRoPE's attention factor (Ding et al., 2024; Phi-3): ``sqrt(1 + ln(factor) / ln(L0))``, 1 if ``factor <= 1``."""
-    if factor <= 1.0:
-        return 1.0
-    return math.sqrt(1 + math.log(factor) / math.log(original_max_len))
+def _mscale(factor: float, m: float = 1.0) -> float:
+    """YaRN's attention factor (Peng et al., 2023; transformers' ``get_mscale``): ``0.1 * m * ln(factor) + 1``, 1 if ``factor <= 1``."""
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
 
 def _read_type(
@@ -169,9 +149,10 @@ def _read_type(
         # pairs; the exponents span rotary_dim
         fields["fraction"] = float(scaling.get("partial_rotary_factor") or 1.0)
     elif kind == "yarn":
-        if attention is None:
-            mscales = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
-            attention = yarn_attention_factor(fields["factor"], *mscales)
+        if attention is None:  # with both mscales (DeepSeek-V2/V3) their ratio, as transformers
+            m, m_all = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
+            f = fields["factor"]
+            attention = _mscale(f, m) / _mscale(f, m_all) if m and m_all else _mscale(f)
         # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
         # (the ramp takes log(original / (2 pi beta)): both must be > 0)
         fields["beta_fast"] = _number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True)
@@ -194,7 +175,10 @@ def _read_type(
                     "'factor' or 'attention_factor' (or max_len with 'original_max_position_embeddings', whose "
                     "ratio is the factor)"
                 )
-            attention = longrope_attention_factor(factor, fields["original_max_len"])
+            # LongRoPE's (Ding et al., 2024; Phi-3): sqrt(1 + ln(factor) / ln(L0)), 1 if factor <= 1
+            attention = (
+                1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(fields["original_max_len"]))
+            )
         fields["attention_factor"] = attention
     return _CLASSES[kind](**fields, **common)
 
