@@ -182,9 +182,8 @@ class DynamicRope(RopeParameters):
         RoPE's), or a tensor of any shape ``(...)`` (e.g. ``positions.max() + 1``: the formula has
         no Python branch on it). ``sets`` is not needed: computed on the device."""
         r, factor, trained = self.rotary_dim, self.factor, self.original_max_len
-        length = (
-            torch.as_tensor(0 if seq_len is None else seq_len, device=device).to(dtype).clamp_min(trained)
-        )
+        length = torch.as_tensor(0 if seq_len is None else seq_len, device=device)
+        length = length.to(dtype).clamp_min(trained)
         scaled_base = self.base * (factor * length / trained - (factor - 1)) ** (r / (r - 2))
         return 1.0 / (scaled_base[..., None] ** _exponents(r, dtype, length.device))
 
@@ -214,13 +213,11 @@ class YarnRope(RopeParameters):
     attention_factor: float
 
     def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
-        r = self.rotary_dim
+        r, trained = self.rotary_dim, self.original_max_len
 
         def correction_dim(rotations: float) -> float:
             # the pair index whose wavelength fits `rotations` times into the trained context
-            return (r * math.log(self.original_max_len / (rotations * 2 * math.pi))) / (
-                2 * math.log(self.base)
-            )
+            return (r * math.log(trained / (rotations * 2 * math.pi))) / (2 * math.log(self.base))
 
         low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
         if self.truncate:
@@ -250,12 +247,8 @@ class Llama3Rope(RopeParameters):
     high_freq_factor: float
 
     def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
-        low, high, factor, trained = (
-            self.low_freq_factor,
-            self.high_freq_factor,
-            self.factor,
-            self.original_max_len,
-        )
+        low, high = self.low_freq_factor, self.high_freq_factor
+        factor, trained = self.factor, self.original_max_len
         inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)
         wavelen = 2 * math.pi / inv_freq
         scaled = torch.where(wavelen > trained / low, inv_freq / factor, inv_freq)

@@ -272,9 +272,8 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
             f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
         )
     theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=10000.0))
-    side = positive_int(cfg, model_type, "image_size", default=1024) // positive_int(
-        cfg, model_type, "patch_size", default=16
-    )
+    side = positive_int(cfg, model_type, "image_size", default=1024)
+    side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(
         head_dim,
         axis_layout="alternate",
