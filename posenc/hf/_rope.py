@@ -15,17 +15,6 @@ from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
 
-__all__ = [
-    "RopeDefaults",
-    "build_rope",
-    "dinov3",
-    "gptj",
-    "mrope",
-    "pixtral",
-    "rope",
-    "rope_parameters",
-]
-
 
 @dataclass(frozen=True)
 class RopeDefaults:
