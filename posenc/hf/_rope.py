@@ -116,7 +116,7 @@ def rope_parameters(
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
     keys = _TYPE_KEYS[rope_type]
-    scaling = {"rope_type": rope_type} | {k: params[k] for k in keys if params.get(k) is not None}
+    scaling = {"rope_type": rope_type} | {k: params[k] for k in sorted(keys) if params.get(k) is not None}
     if rope_type == "proportional":  # p-RoPE: the fraction picks rotated pairs, not channels
         scaling["partial_rotary_factor"], partial = partial, 1.0
     if _ORIGINAL in keys:
