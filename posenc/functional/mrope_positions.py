@@ -142,40 +142,32 @@ def mrope_positions(
     deltas = torch.zeros(b, 1, dtype=torch.long)
     used = {IMAGE: 0, VIDEO: 0}  # grids consumed so far, over the whole batch
     for row in range(b):
-        index = keep[row].nonzero().flatten()  # (tokens,) the row's non-padding token indices
-        kinds, ids = types[row].index_select(0, index), docs[row].index_select(0, index)
-        # a run: adjacent tokens of one kind in one document (a video and its audio: one run)
-        new_doc = torch.zeros(len(index) + 1, dtype=torch.bool)
+        index = keep[row].nonzero().flatten()  # (n,) the row's non-padding token indices
+        kinds, ids, n = types[row].index_select(0, index), docs[row].index_select(0, index), len(index)
+        # runs: adjacent tokens of one kind in one document (a video and its audio: one run)
+        new_doc = torch.zeros(n + 1, dtype=torch.bool)
         new_doc[1:-1] = ids[1:] != ids[:-1]
-        cut = new_doc.clone()
-        cut[0] = cut[-1] = True
-        change = kinds[1:] != kinds[:-1]
-        if use_audio_in_video:
-            av = (kinds == VIDEO) | (kinds == AUDIO)
-            change &= ~(av[1:] & av[:-1])
-        cut[1:-1] |= change
+        run_kinds = kinds.masked_fill(kinds == AUDIO, VIDEO) if use_audio_in_video else kinds
+        cut = torch.ones(n + 1, dtype=torch.bool)
+        cut[1:-1] = new_doc[1:-1] | (run_kinds[1:] != run_kinds[:-1])
         bounds = cut.nonzero().flatten().tolist()
-        pieces: list[Tensor] = []
-        p = last_doc = free = 0  # free: where the text after the last video with audio ends its markers
-        for start, end, kind, restart in zip(
-            bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), new_doc[bounds[:-1]].tolist(), strict=True
-        ):
-            if restart:  # a new document: back to 0
+        row_positions = torch.empty(3, n, dtype=torch.long)
+        same = torch.zeros(n, dtype=torch.bool)  # the second end marker of a video with its audio
+        p = last_doc = free = 0  # free: the first token that may be a start marker
+        for start, end, kind in zip(bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), strict=True):
+            if new_doc[start]:  # a new document: back to 0
                 p, last_doc = 0, start
             mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((kinds[start:end] != kind).any())
-            if kind in (TEXT, AUDIO) and not mixed:
-                offsets = torch.arange(p, p + end - start)
-                if start == free - 2:  # the end markers of a video with its audio: one position
-                    offsets[1:] -= 1
-                pieces.append(offsets.expand(3, -1))
-                p = int(offsets[-1]) + 1 if start == free - 2 else p + end - start
+            run = row_positions[:, start:end]  # (3, tokens) a view
+            if kind in (TEXT, AUDIO) and not mixed:  # one position per token, but one for 2 end markers
+                run[:] = p - 1 + torch.cumsum(~same[start:end], 0)
+                p = int(run[0, -1]) + 1
                 continue
-            places = index[start:end]  # (tokens,) where the run's image or video tokens are in the row
-            if mixed:
+            if mixed:  # a video with its audio, between 2 start and 2 end text markers in its document
                 if (
-                    start - 2 < max(last_doc, free)
-                    or end + 2 > len(index)
-                    or new_doc[end : end + 2].any()
+                    start - 2 < free
+                    or end + 2 > n
+                    or new_doc[start - 1 : end + 2].any()
                     or (kinds[start - 2 : start] != TEXT).any()
                     or (kinds[end : end + 2] != TEXT).any()
                 ):
@@ -184,53 +176,47 @@ def mrope_positions(
                         f"{int(index[start])} needs 2 text tokens (its start markers) just before it and 2 "
                         "(its end markers) just after it, in its document"
                     )
-                pieces[-1] = pieces[-1].clone()  # the start markers: one position
-                pieces[-1][:, -1] -= 1
-                p0 = p = p - 1
-                kind, vision = VIDEO, kinds[start:end] == VIDEO
-                places = places[vision]
+                row_positions[:, start - 1] -= 1  # the 2 start markers share one position
+                p, same[end + 1], free = p - 1, True, end + 2
+            vision = kinds[start:end] != AUDIO  # (tokens,) all but a video's audio
+            kind = VIDEO if mixed else kind
+            places = index[start:end][vision]  # where the run's image or video tokens are in the row
             name = "image_grid_thw" if kind == IMAGE else "video_grid_thw"
-            tokens, first = len(places), used[kind]
+            tokens, first, p0 = len(places), used[kind], p
             grid_pieces: list[Tensor] = []
             while tokens:
-                n = used[kind]
-                if n == len(grids[kind]):
+                n_grid = used[kind]
+                if n_grid == len(grids[kind]):
                     raise ValueError(
-                        f"{name} has {n} grids, but row {row} has more {name[:5]} tokens from token "
+                        f"{name} has {n_grid} grids, but row {row} has more {name[:5]} tokens from token "
                         f"{int(places[-tokens])} on (one grid per image or video, in order)"
                     )
-                gt, gh, gw = grids[kind][n]
+                gt, gh, gw = grids[kind][n_grid]
                 count = gt * (gh // m) * (gw // m)
                 if count > tokens:
                     raise ValueError(
-                        f"{name}[{n}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but row "
-                        f"{row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
+                        f"{name}[{n_grid}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but "
+                        f"row {row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
                     )
-                grid = _grid(gt, gh // m, gw // m, p, factors[kind][n])
-                grid_pieces.append(grid)
-                p = int(grid.max()) + 1 if omni else p + max(gh, gw) // m
+                grid_pieces.append(_grid(gt, gh // m, gw // m, p, factors[kind][n_grid]))
+                p = int(grid_pieces[-1].max()) + 1 if omni else p + max(gh, gw) // m
                 used[kind] += 1
                 tokens -= count
-            if not mixed:
-                pieces += grid_pieces
-                continue
-            if len(grid_pieces) != 1:
+            if mixed and len(grid_pieces) != 1:
                 raise ValueError(
                     f"use_audio_in_video=True: a run of video and audio tokens is one video with its audio, "
                     f"but the one at row {row}, token {int(index[start])} holds the tokens of "
                     f"video_grid_thw[{first}:{used[VIDEO]}]"
                 )
-            audio = torch.arange(p0, p0 + end - start - len(places)).expand(3, -1)
-            piece = torch.empty(3, end - start, dtype=torch.long)
-            piece[:, vision], piece[:, ~vision] = grid_pieces[0], audio
-            pieces.append(piece)
-            if not vision[-1]:  # ends with audio: what follows starts after the audio
-                p = p0 + audio.shape[1]
-            free = end + 2
-        if pieces:
-            row_positions = torch.cat(pieces, dim=1)  # (3, tokens)
+            run[:, vision] = torch.cat(grid_pieces, dim=1)
+            if mixed:  # its audio tokens, in order, from the run's first position
+                audio = int((~vision).sum())
+                run[:, ~vision] = torch.arange(p0, p0 + audio)
+                if not vision[-1]:  # ends with audio: what follows starts after the audio
+                    p = p0 + audio
+        if n:
             positions[:, row].index_copy_(1, index, row_positions)
-            deltas[row] = row_positions[:, last_doc:].max() + 1 - len(index)
+            deltas[row] = row_positions[:, last_doc:].max() + 1 - n
     for kind, name in ((IMAGE, "image_grid_thw"), (VIDEO, "video_grid_thw")):
         if used[kind] != len(grids[kind]):
             raise ValueError(
@@ -272,11 +258,8 @@ def _host_tokens(
     if bad.any():
         at = tuple(bad.nonzero()[0].tolist())
         value = int(types[at])
-        accepted = (
-            "0 (text), 1 (image), 2 (video) or 3 (audio)"
-            if top == AUDIO
-            else "0 (text), 1 (image) or 2 (video)"
-        )
+        *names, last = ["0 (text)", "1 (image)", "2 (video)", "3 (audio)"][: top + 1]
+        accepted = f"{', '.join(names)} or {last}"
         hint = " (audio tokens are Qwen2.5-Omni's: give position_id_per_seconds)" if value == AUDIO else ""
         raise ValueError(f"token_types must hold {accepted}, got {value} at {at}{hint}")
     shape = tuple(types.shape)
@@ -321,6 +304,10 @@ def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
     return rows
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
     """``(n_videos,)`` time scales, finite and ``>= 0``; float32 unless given as a float tensor."""
     if value is None:
@@ -330,12 +317,8 @@ def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
         scales = value.to(_CPU)
         scales = scales if scales.is_floating_point() else scales.float()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        scales = torch.tensor(float(value))
-    elif isinstance(value, (list, tuple)) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-    ):
-        scales = torch.tensor([float(v) for v in value])
+    elif _is_number(value) or (isinstance(value, (list, tuple)) and all(map(_is_number, value))):
+        scales = torch.tensor(value, dtype=torch.float32)
     else:
         raise TypeError(
             f"{name} must be a number, a list of numbers or a (n_videos,) tensor, got {short(value)}"

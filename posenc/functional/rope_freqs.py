@@ -1,11 +1,10 @@
 """RoPE frequencies: the formulas, and one frozen dataclass per rope type (``rope_type``). No state.
 
-* :func:`rope_inv_freq` (plain RoPE), :func:`dynamic_ntk_inv_freq`, :func:`yarn_inv_freq`,
-  :func:`llama3_inv_freq`: the formulas a rope type's frequencies need beyond a line or two;
+* :func:`rope_inv_freq`: plain RoPE's frequencies, which every other type rescales;
 * :class:`RopeParameters` (base and rotated width), subclassed by :class:`DefaultRope`,
   :class:`LinearRope`, :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`,
   :class:`LongRope`, :class:`ProportionalRope` and :class:`NtkRope`: each holds its settings and
-  gives its frequencies, ``params.inv_freq()``. They are built, and checked, by
+  gives its frequencies, ``params.inv_freq()`` (each type's formula is its own method). They are built, and checked, by
   :func:`posenc.functional.rope_scaling.resolve_rope_scaling` (reading a Hugging Face dict).
 
 Frequencies are computed in float64 by default: the angle ``position * inv_freq`` then stays
@@ -34,10 +33,7 @@ __all__ = [
     "ProportionalRope",
     "RopeParameters",
     "YarnRope",
-    "dynamic_ntk_inv_freq",
-    "llama3_inv_freq",
     "rope_inv_freq",
-    "yarn_inv_freq",
 ]
 
 Device = torch.device | str | None
@@ -63,121 +59,6 @@ def rope_inv_freq(
         ``(r/2,)`` inverse frequencies, the first equal to 1.
     """
     return 1.0 / (base ** _exponents(dim, dtype, device))
-
-
-def dynamic_ntk_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    max_len: int,
-    seq_len: Tensor | int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Dynamic NTK-aware scaling (bloc97 / emozilla; transformers' ``"dynamic"``).
-
-    The base grows with the sequence length ``L = max(seq_len, max_len)``:
-    ``base' = base * (factor * L / max_len - (factor - 1)) ** (r / (r - 2))``, so below
-    ``max_len`` the frequencies are plain RoPE's. ``L`` may be a tensor (e.g.
-    ``positions.max() + 1``): the formula has no Python branch on it.
-
-    Args:
-        dim: the rotated width ``r`` (even, >= 4).
-        base: the wavelength base.
-        factor: the scaling factor.
-        max_len: the trained context length (transformers' ``max_position_embeddings``).
-        seq_len: the current length, an int or a tensor of any shape ``(...)``.
-        dtype, device: of the result.
-
-    Returns:
-        ``(..., r/2)`` inverse frequencies.
-    """
-    length = torch.as_tensor(seq_len, device=device).to(dtype).clamp_min(float(max_len))
-    scaled_base = base * (factor * length / max_len - (factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (scaled_base[..., None] ** _exponents(dim, dtype, length.device))
-
-
-def yarn_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    original_max_len: int,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
-    truncate: bool = True,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """YaRN's "NTK-by-parts" frequencies (Peng et al., 2023; transformers' ``"yarn"``).
-
-    Pairs that turn more than ``beta_fast`` times over the trained context keep their
-    frequency (extrapolation), pairs that turn fewer than ``beta_slow`` times are divided by
-    ``factor`` (interpolation), with a linear ramp between the two pair indices.
-
-    Args:
-        dim: the rotated width ``r``.
-        base: the wavelength base.
-        factor: the context-extension factor.
-        original_max_len: the trained context length.
-        beta_fast, beta_slow: the rotation counts bounding the ramp (32 and 1 in the paper).
-        truncate: round the ramp's ends outward to whole pair indices (transformers' default).
-        dtype, device: of the result.
-
-    Returns:
-        ``(r/2,)`` inverse frequencies. The attention factor is
-        :func:`~posenc.functional.rope_scaling.yarn_attention_factor`.
-    """
-
-    def correction_dim(rotations: float) -> float:
-        # the pair index whose wavelength fits `rotations` times into the trained context
-        return (dim * math.log(original_max_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # as transformers: avoid dividing by zero in the ramp
-    ramp = ((torch.arange(dim // 2, dtype=dtype, device=device) - low) / (high - low)).clamp(0, 1)
-    extrapolation = rope_inv_freq(dim, base, dtype=dtype, device=device)
-    interpolation = extrapolation / factor
-    keep = 1 - ramp  # 1 where the frequency is kept, 0 where it is interpolated
-    return interpolation * (1 - keep) + extrapolation * keep
-
-
-def llama3_inv_freq(
-    dim: int,
-    base: float,
-    factor: float,
-    low_freq_factor: float,
-    high_freq_factor: float,
-    original_max_len: int,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: Device = None,
-) -> Tensor:
-    """Llama 3.1's frequency scaling (Meta, 2024; transformers' ``"llama3"``).
-
-    Wavelengths shorter than ``original_max_len / high_freq_factor`` are kept, those longer
-    than ``original_max_len / low_freq_factor`` are divided by ``factor``, and the band
-    between is interpolated smoothly (an empty band when ``high_freq_factor == low_freq_factor``).
-
-    Returns:
-        ``(r/2,)`` inverse frequencies.
-    """
-    inv_freq = rope_inv_freq(dim, base, dtype=dtype, device=device)
-    low_freq_wavelen = original_max_len / low_freq_factor
-    high_freq_wavelen = original_max_len / high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    if high_freq_factor == low_freq_factor:
-        return scaled  # an empty band (Llama 4 Scout: both 1): every frequency is kept or divided
-    smooth = (original_max_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
-    return torch.where(is_medium, smoothed, scaled)
 
 
 # --- one dataclass per rope type ---------------------------------------------------------------------
@@ -242,7 +123,7 @@ class RopeParameters:
         """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (``None``: up to the trained length).
 
         Only dynamic and longrope depend on it: dynamic NTK's base grows past the trained length
-        (:func:`dynamic_ntk_inv_freq`), longrope takes its long factors past it (a tensor
+        (:meth:`DynamicRope.inv_freq_at`), longrope takes its long factors past it (a tensor
         ``seq_len``, under compile/export, picks them without a Python branch). ``sets``:
         :meth:`inv_freq` already on the device (a module's cache), instead of computed here
         (longrope's factors would be copied from the host).
@@ -272,7 +153,11 @@ class LinearRope(RopeParameters):
 
 @dataclass(frozen=True, kw_only=True)
 class DynamicRope(RopeParameters):
-    """Dynamic NTK scaling (``"dynamic"``): plain RoPE up to ``original_max_len``, a larger base past it.
+    """Dynamic NTK scaling (``"dynamic"``; bloc97 / emozilla): plain RoPE up to ``original_max_len``, a larger base past it.
+
+    The base grows with the sequence length ``L = max(seq_len, original_max_len)``:
+    ``base' = base * (factor * L / original_max_len - (factor - 1)) ** (r / (r - 2))``, so below
+    ``original_max_len`` the frequencies are plain RoPE's.
 
     Attributes:
         factor: the scaling factor.
@@ -293,21 +178,30 @@ class DynamicRope(RopeParameters):
         device: Device = None,
         sets: Tensor | None = None,
     ) -> Tensor:
-        """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (see :func:`dynamic_ntk_inv_freq`;
-        ``sets`` is not needed: computed on the device)."""
-        length = 0 if seq_len is None else seq_len
-        args = (self.rotary_dim, self.base, self.factor, self.original_max_len, length)
-        return dynamic_ntk_inv_freq(*args, dtype=dtype, device=device)
+        """``(..., r/2)`` frequencies for a sequence of length ``seq_len``: an int, ``None`` (plain
+        RoPE's), or a tensor of any shape ``(...)`` (e.g. ``positions.max() + 1``: the formula has
+        no Python branch on it). ``sets`` is not needed: computed on the device."""
+        r, factor, trained = self.rotary_dim, self.factor, self.original_max_len
+        length = torch.as_tensor(0 if seq_len is None else seq_len, device=device)
+        length = length.to(dtype).clamp_min(trained)
+        scaled_base = self.base * (factor * length / trained - (factor - 1)) ** (r / (r - 2))
+        return 1.0 / (scaled_base[..., None] ** _exponents(r, dtype, length.device))
 
 
 @dataclass(frozen=True, kw_only=True)
 class YarnRope(RopeParameters):
-    """YaRN (``"yarn"``, Peng et al., 2023): NTK-by-parts frequencies (:func:`yarn_inv_freq`) and an attention factor.
+    """YaRN (``"yarn"``, Peng et al., 2023): "NTK-by-parts" frequencies and an attention factor.
+
+    Pairs that turn more than ``beta_fast`` times over the trained context keep their
+    frequency (extrapolation), pairs that turn fewer than ``beta_slow`` times are divided by
+    ``factor`` (interpolation), with a linear ramp between the two pair indices.
 
     Attributes:
         factor, original_max_len: the extension factor and the trained context length.
-        beta_fast, beta_slow, truncate: the ramp between kept and interpolated pairs.
-        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`).
+        beta_fast, beta_slow: the rotation counts bounding the ramp (32 and 1 in the paper).
+        truncate: round the ramp's ends outward to whole pair indices (transformers' default).
+        attention_factor: multiplied into cos and sin (also :attr:`attention_scaling`;
+            ``0.1 * ln(factor) + 1`` when a dict gives none).
     """
 
     rope_type: ClassVar[RopeType] = "yarn"
@@ -319,13 +213,32 @@ class YarnRope(RopeParameters):
     attention_factor: float
 
     def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
-        ramp = (self.factor, self.original_max_len, self.beta_fast, self.beta_slow, self.truncate)
-        return yarn_inv_freq(self.rotary_dim, self.base, *ramp, dtype=dtype, device=device)
+        r, trained = self.rotary_dim, self.original_max_len
+
+        def correction_dim(rotations: float) -> float:
+            # the pair index whose wavelength fits `rotations` times into the trained context
+            return (r * math.log(trained / (rotations * 2 * math.pi))) / (2 * math.log(self.base))
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, r - 1)
+        if low == high:
+            high += 0.001  # as transformers: avoid dividing by zero in the ramp
+        ramp = ((torch.arange(r // 2, dtype=dtype, device=device) - low) / (high - low)).clamp(0, 1)
+        extrapolation = rope_inv_freq(r, self.base, dtype=dtype, device=device)
+        keep = 1 - ramp  # 1 where the frequency is kept, 0 where it is interpolated
+        return extrapolation / self.factor * (1 - keep) + extrapolation * keep
 
 
 @dataclass(frozen=True, kw_only=True)
 class Llama3Rope(RopeParameters):
-    """Llama 3.1's scaling (``"llama3"``, :func:`llama3_inv_freq`): high frequencies kept, low ones divided by ``factor``."""
+    """Llama 3.1's scaling (``"llama3"``, Meta, 2024): high frequencies kept, low ones divided by ``factor``.
+
+    Wavelengths shorter than ``original_max_len / high_freq_factor`` are kept, those longer
+    than ``original_max_len / low_freq_factor`` are divided by ``factor``, and the band
+    between is interpolated smoothly (an empty band when ``high_freq_factor == low_freq_factor``).
+    """
 
     rope_type: ClassVar[RopeType] = "llama3"
     factor: float
@@ -334,8 +247,16 @@ class Llama3Rope(RopeParameters):
     high_freq_factor: float
 
     def _formula(self, dtype: torch.dtype, device: Device) -> Tensor:
-        bands = (self.factor, self.low_freq_factor, self.high_freq_factor, self.original_max_len)
-        return llama3_inv_freq(self.rotary_dim, self.base, *bands, dtype=dtype, device=device)
+        low, high = self.low_freq_factor, self.high_freq_factor
+        factor, trained = self.factor, self.original_max_len
+        inv_freq = rope_inv_freq(self.rotary_dim, self.base, dtype=dtype, device=device)
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > trained / low, inv_freq / factor, inv_freq)
+        if high == low:
+            return scaled  # an empty band (Llama 4 Scout: both 1): every frequency is kept or divided
+        smooth = (trained / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        return torch.where((wavelen >= trained / high) & (wavelen <= trained / low), smoothed, scaled)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,8 +5,7 @@
   :class:`DynamicRope`, :class:`YarnRope`, :class:`Llama3Rope`, :class:`LongRope`,
   :class:`ProportionalRope`, :class:`NtkRope`, all :class:`RopeParameters`); every check is
   raised here, before any tensor exists;
-* the attention factors a dict implies when it gives none: :func:`yarn_attention_factor`,
-  :func:`longrope_attention_factor`;
+* the attention factors a dict implies when it gives none (YaRN's, LongRoPE's), computed there;
 * each dataclass (:mod:`posenc.functional.rope_freqs`, with the formulas) gives its
   frequencies, ``params.inv_freq()``.
 
@@ -20,78 +19,51 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from .rope_freqs import (
-    DefaultRope,
-    DynamicRope,
-    LinearRope,
-    Llama3Rope,
-    LongRope,
-    NtkRope,
-    ProportionalRope,
-    RopeParameters,
-    YarnRope,
-)
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
+from .rope_freqs import RopeParameters
 
-__all__ = ["ROPE_TYPES", "longrope_attention_factor", "resolve_rope_scaling", "yarn_attention_factor"]
+__all__ = ["ROPE_TYPES", "resolve_rope_scaling"]
 
 
-#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``).
-_CLASSES: dict[str, type[RopeParameters]] = {
-    cls.rope_type: cls
-    for cls in (
-        DefaultRope,
-        LinearRope,
-        DynamicRope,
-        YarnRope,
-        Llama3Rope,
-        LongRope,
-        ProportionalRope,
-        NtkRope,
-    )
-}
+#: The dataclass of each rope type, by name (the shape of transformers' ``ROPE_INIT_FUNCTIONS``): the
+#: subclasses of RopeParameters, in the order rope_freqs defines them.
+_CLASSES: dict[str, type[RopeParameters]] = {cls.rope_type: cls for cls in RopeParameters.__subclasses__()}
 #: The ``rope_type`` values understood: transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``, and
 #: ``"ntk"`` (static NTK-aware scaling, as vLLM's and x-transformers').
 ROPE_TYPES: tuple[str, ...] = tuple(_CLASSES)
+_ORIGINAL = "original_max_position_embeddings"
 #: The dict keys each type reads besides rope_type/type, rope_theta, partial_rotary_factor
 #: (transformers' ``_validate_<type>_rope_parameters``); posenc.hf copies exactly these.
 _TYPE_KEYS: dict[str, frozenset[str]] = {
-    "default": frozenset(),
-    "linear": frozenset({"factor"}),
-    "dynamic": frozenset({"factor"}),
-    "yarn": frozenset(
-        "factor original_max_position_embeddings attention_factor beta_fast beta_slow mscale mscale_all_dim "
-        "truncate".split()
-    ),
-    "llama3": frozenset(
-        {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}
-    ),
-    "longrope": frozenset(
-        {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"}
-    ),
-    "proportional": frozenset({"factor"}),
-    "ntk": frozenset({"factor"}),
+    kind: frozenset(keys.split())
+    for kind, keys in {
+        "default": "",
+        "linear": "factor",
+        "dynamic": "factor",
+        "yarn": f"factor {_ORIGINAL} attention_factor beta_fast beta_slow mscale mscale_all_dim truncate",
+        "llama3": f"factor {_ORIGINAL} low_freq_factor high_freq_factor",
+        "longrope": f"short_factor long_factor factor {_ORIGINAL} attention_factor",
+        "proportional": "factor",
+        "ntk": "factor",
+    }.items()
 }
 #: The smallest scale factor accepted: below it the scaled frequencies overflow (``1e-320`` gives NaN).
 MIN_FACTOR = 1e-6
 _COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 
 
+def _reads(rope_type: str, query_scale: bool) -> frozenset[str]:
+    """The keys a dict of ``rope_type`` is read for (``query_scale``: its trained length too, for Ministral 3)."""
+    return _COMMON_KEYS | _TYPE_KEYS[rope_type] | ({_ORIGINAL} if query_scale else frozenset())
+
+
 # --- reading a Hugging Face dict -------------------------------------------------------------------
-
-
-def _shown(value: Any) -> str:
-    # Error messages echo a value, cut short (a config may hold anything, e.g. a 10 MB string).
-    text = (
-        repr(value) if not isinstance(value, int) or abs(value) < 10**50 else "an int too large for a float"
-    )
-    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _number(key: str, value: Any, *, positive: bool = False, minimum: float | None = None) -> float:
     """``value`` as a finite float; ``positive``: ``> 0``; ``minimum``: ``>= minimum``. Bools and strings are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"scaling[{key!r}] must be a number, got {_shown(value)} ({type(value).__name__})")
+        raise TypeError(f"scaling[{key!r}] must be a number, got {short(value)} ({type(value).__name__})")
     try:
         value = float(value)
     except OverflowError:  # an int past the float range, e.g. 10**400
@@ -108,57 +80,32 @@ def _number(key: str, value: Any, *, positive: bool = False, minimum: float | No
     return value
 
 
-def _optional(
-    scaling: Mapping[str, Any], key: str, *, positive: bool = False, minimum: float | None = None
-) -> float | None:
+def _optional(scaling: Mapping[str, Any], key: str, **bounds: Any) -> float | None:
     value = scaling.get(key)
-    return None if value is None else _number(key, value, positive=positive, minimum=minimum)
+    return None if value is None else _number(key, value, **bounds)
 
 
-def yarn_attention_factor(
-    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
-) -> float:
-    """YaRN's attention factor (Peng et al., 2023): ``0.1 * ln(factor) + 1`` (1 for ``factor <= 1``).
-
-    With both ``mscale`` and ``mscale_all_dim`` (DeepSeek-V2/V3) it is the ratio
-    ``get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)``, as in transformers.
-    """
-
-    def get_mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if mscale and mscale_all_dim:
-        return float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
-    return get_mscale(factor)
-
-
-def longrope_attention_factor(factor: float, original_max_len: int) -> float:
-    """LongRoPE's attention factor (Ding et al., 2024; Phi-3): ``sqrt(1 + ln(factor) / ln(L0))``, 1 if ``factor <= 1``."""
-    if factor <= 1.0:
-        return 1.0
-    return math.sqrt(1 + math.log(factor) / math.log(original_max_len))
+def _mscale(factor: float, m: float = 1.0) -> float:
+    """YaRN's attention factor (Peng et al., 2023; transformers' ``get_mscale``): ``0.1 * m * ln(factor) + 1``, 1 if ``factor <= 1``."""
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
 
 def _read_type(
-    scaling: dict[str, Any], kind: str, max_len: int | None, common: dict[str, Any]
+    scaling: dict[str, Any], kind: str, max_len: int | None, trained: int | None, common: dict[str, Any]
 ) -> RopeParameters:
-    """The dataclass of rope type ``kind`` from its keys in ``scaling``; ``common``: the checked base and rotary_dim."""
+    """The dataclass of rope type ``kind`` from its keys in ``scaling``; ``trained``: the checked trained
+    context length (the dict's, else ``max_len``); ``common``: the checked base and rotary_dim."""
 
     def needs(what: str) -> ValueError:
         return ValueError(f"scaling with rope_type={kind!r} needs {what}")
 
-    def factor() -> float:
-        if scaling.get("factor") is None:
-            raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {_shown(scaling)}")
-        return _number("factor", scaling["factor"], minimum=MIN_FACTOR)
-
     def required(key: str) -> float:
         if scaling.get(key) is None:
-            raise needs(f"{key!r} (a number > 0), got {_shown(scaling)}")
+            raise needs(f"{key!r} (a number > 0), got {short(scaling, 100)}")
         return _number(key, scaling[key], positive=True)
 
-    def factor_list(key: str, pairs: int) -> tuple[float, ...]:
-        value = scaling.get(key)
+    def factor_list(key: str) -> tuple[float, ...]:
+        value, pairs = scaling.get(key), common["rotary_dim"] // 2
         if value is None:
             raise needs(f"{key!r} (a list of {pairs} numbers)")
         if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
@@ -169,51 +116,43 @@ def _read_type(
             raise ValueError(f"scaling[{key!r}] must have {pairs} entries (rotary_dim / 2), got {len(value)}")
         return tuple(_number(f"{key}[{i}]", v, minimum=MIN_FACTOR) for i, v in enumerate(value))
 
-    def original_len() -> int:
-        value = scaling.get("original_max_position_embeddings")
-        if value is not None:
-            return check_positive_int("scaling['original_max_position_embeddings']", value)
-        if max_len is None:
-            raise needs(
-                "the trained context length: give scaling['original_max_position_embeddings'] or max_len"
-            )
-        return max_len
-
-    def length_ratio(original: int) -> float | None:
-        # transformers' rule for dicts without a factor (DeepSeek-V3, Phi-3): max_len / original
-        if max_len is not None and scaling.get("original_max_position_embeddings"):
-            return max_len / original
-        return None
-
     if kind in ("dynamic", "ntk") and common["rotary_dim"] < 4:
         raise ValueError(
             f"rope_type={kind!r} needs rotary_dim >= 4 (its base exponent is r/(r-2)), got {common['rotary_dim']}"
         )
+    if kind == "yarn" and common["base"] <= 1:
+        raise ValueError(
+            f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
+        )
     fields: dict[str, Any] = {}
-    if kind in ("linear", "ntk"):
-        fields = {"factor": factor()}
-    elif kind == "dynamic":
-        fields = {"factor": factor()}
+    if kind == "dynamic":
         if max_len is None:
             raise needs("max_len (the trained context length, transformers' max_position_embeddings)")
         fields["original_max_len"] = max_len
-    elif kind == "proportional":
-        # p-RoPE: partial_rotary_factor is the rotated fraction of the pairs; the exponents span rotary_dim
-        divisor = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        fraction = scaling.get("partial_rotary_factor") or 1.0  # (checked by resolve_rope_scaling)
-        fields = {"fraction": float(fraction), "factor": 1.0 if divisor is None else divisor}
+    elif _ORIGINAL in _TYPE_KEYS[kind]:  # yarn, llama3, longrope
+        if trained is None:
+            raise needs(f"the trained context length: give scaling[{_ORIGINAL!r}] or max_len")
+        fields["original_max_len"] = trained
+    factor = _optional(scaling, "factor", minimum=MIN_FACTOR) if kind != "default" else None
+    # transformers' rule for yarn and longrope dicts without one (DeepSeek-V3, Phi-3): the context ratio
+    if factor is None and kind in ("yarn", "longrope") and max_len is not None and scaling.get(_ORIGINAL):
+        factor = max_len / fields["original_max_len"]
+    if factor is None and kind not in ("default", "longrope", "proportional"):
+        raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
+    if kind != "default":
+        fields["factor"] = 1.0 if factor is None and kind == "proportional" else factor
+    attention = (
+        _optional(scaling, "attention_factor", positive=True) if kind in ("yarn", "longrope") else None
+    )
+    if kind == "proportional":
+        # p-RoPE: partial_rotary_factor (checked by resolve_rope_scaling) is the rotated fraction of the
+        # pairs; the exponents span rotary_dim
+        fields["fraction"] = float(scaling.get("partial_rotary_factor") or 1.0)
     elif kind == "yarn":
-        if common["base"] <= 1:
-            raise ValueError(
-                f"rope_type='yarn' needs a base (rope_theta) > 1 (its ramp divides by log(base)), got {common['base']}"
-            )
-        original = original_len()
-        ratio = length_ratio(original) if scaling.get("factor") is None else None
-        fields = {"factor": ratio if ratio is not None else factor(), "original_max_len": original}
-        attention = _optional(scaling, "attention_factor", positive=True)
-        if attention is None:
-            mscales = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
-            attention = yarn_attention_factor(fields["factor"], *mscales)
+        if attention is None:  # with both mscales (DeepSeek-V2/V3) their ratio, as transformers
+            m, m_all = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
+            f = fields["factor"]
+            attention = _mscale(f, m) / _mscale(f, m_all) if m and m_all else _mscale(f)
         # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
         # (the ramp takes log(original / (2 pi beta)): both must be > 0)
         fields["beta_fast"] = _number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True)
@@ -221,7 +160,6 @@ def _read_type(
         fields["truncate"] = check_bool("scaling['truncate']", scaling.get("truncate", True))
         fields["attention_factor"] = attention
     elif kind == "llama3":
-        fields = {"factor": factor(), "original_max_len": original_len()}
         low, high = (required(key) for key in ("low_freq_factor", "high_freq_factor"))
         if high < low:  # equal: no smooth band (Llama 4 Scout), as transformers and vLLM compute it
             raise ValueError(
@@ -230,23 +168,18 @@ def _read_type(
             )
         fields |= {"low_freq_factor": low, "high_freq_factor": high}
     elif kind == "longrope":
-        original, pairs = original_len(), common["rotary_dim"] // 2
-        fields = {
-            "short_factor": factor_list("short_factor", pairs),
-            "long_factor": factor_list("long_factor", pairs),
-        }
-        extension = _optional(scaling, "factor", minimum=MIN_FACTOR)
-        if extension is None:
-            extension = length_ratio(original)
-        attention = _optional(scaling, "attention_factor", positive=True)
+        fields |= {key: factor_list(key) for key in ("short_factor", "long_factor")}
         if attention is None:
-            if extension is None:
+            if factor is None:
                 raise needs(
                     "'factor' or 'attention_factor' (or max_len with 'original_max_position_embeddings', whose "
                     "ratio is the factor)"
                 )
-            attention = longrope_attention_factor(extension, original)
-        fields |= {"factor": extension, "original_max_len": original, "attention_factor": attention}
+            # LongRoPE's (Ding et al., 2024; Phi-3): sqrt(1 + ln(factor) / ln(L0)), 1 if factor <= 1
+            attention = (
+                1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(fields["original_max_len"]))
+            )
+        fields["attention_factor"] = attention
     return _CLASSES[kind](**fields, **common)
 
 
@@ -301,13 +234,11 @@ def resolve_rope_scaling(
         base = check_positive_float("base", base)
     if max_len is not None:
         max_len = check_positive_int("max_len", max_len)
-    if scaling is None:
-        scaling = {}
-    if not isinstance(scaling, Mapping):
+    if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(
             f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}} or None, got {type(scaling).__name__}"
         )
-    scaling = dict(scaling)
+    scaling = dict(scaling or {})
 
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if "rope_type" in scaling and "type" in scaling and scaling["type"] != scaling["rope_type"]:
@@ -342,21 +273,22 @@ def resolve_rope_scaling(
 
     common: dict[str, Any] = {"base": base, "rotary_dim": rotary_dim}
     beta = _optional(scaling, "llama_4_scaling_beta", minimum=0.0)
+    reads = _reads(rope_type, bool(beta))
+    # the trained context length: the dict's, where read, else max_len
+    original = scaling.get(_ORIGINAL) if _ORIGINAL in reads else None
+    trained = max_len if original is None else check_positive_int(f"scaling[{_ORIGINAL!r}]", original)
     if beta:  # Ministral 3 / Mistral 4: queries scaled by position, from the trained length
-        length = scaling.get("original_max_position_embeddings", max_len)
-        if length is None:
+        if trained is None:
             raise ValueError(
-                "scaling['llama_4_scaling_beta'] needs the trained context length: give "
-                "scaling['original_max_position_embeddings'] or max_len"
+                f"scaling['llama_4_scaling_beta'] needs the trained context length: give scaling[{_ORIGINAL!r}] "
+                "or max_len"
             )
-        length = check_positive_int("scaling['original_max_position_embeddings']", length)
-        common |= {"query_scale_beta": beta, "query_scale_len": length}
-    reads = _TYPE_KEYS[rope_type] | ({"original_max_position_embeddings"} if beta else set())
-    unread = sorted(set(scaling) - _COMMON_KEYS - reads)
+        common |= {"query_scale_beta": beta, "query_scale_len": trained}
+    unread = sorted(set(scaling) - reads)
     if unread:
         warnings.warn(
             f"scaling: rope_type={rope_type!r} does not read the key(s) {unread}; they are ignored "
-            f"(it reads {sorted(reads | {'rope_type', 'rope_theta', 'partial_rotary_factor'})})",
+            f"(it reads {sorted(reads - {'type', 'llama_4_scaling_beta'})})",
             stacklevel=3,
         )
-    return _read_type(scaling, rope_type, max_len, common)
+    return _read_type(scaling, rope_type, max_len, trained, common)

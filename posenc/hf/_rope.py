@@ -9,25 +9,11 @@ from typing import Any, Literal
 from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
-from ..functional.rope_scaling import _TYPE_KEYS, ROPE_TYPES
+from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads
 from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
 
-# keys every rope_type reads (the type itself, legacy "type", the base, the rotated fraction, Ministral 3's
-# query scaling)
-_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "llama_4_scaling_beta"})
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
-
-__all__ = [
-    "RopeDefaults",
-    "build_rope",
-    "dinov3",
-    "gptj",
-    "mrope",
-    "pixtral",
-    "rope",
-    "rope_parameters",
-]
 
 
 @dataclass(frozen=True)
@@ -97,27 +83,22 @@ def rope_parameters(
     max_pos = get(cfg, "max_position_embeddings", default=d.max_len)
     if params.get("max_position_embeddings") in (None, max_pos):  # Ministral 3 copies it in, unread there
         params.pop("max_position_embeddings", None)
-    beta = params.get("llama_4_scaling_beta")
-    if beta and params.get("original_max_position_embeddings") is None:
+    beta, beta_len = params.get("llama_4_scaling_beta"), params.get(_ORIGINAL)
+    if beta and beta_len is None:
         raise ValueError(  # (its attention reads the dict's own value)
             f"{model_type} config: {where} has 'llama_4_scaling_beta' but no 'original_max_position_embeddings', "
             "which the model's query scaling divides by"
         )
-    unread = sorted(
-        set(params)
-        - _COMMON
-        - _TYPE_KEYS[rope_type]
-        - ({"original_max_position_embeddings"} if beta else set())
-    )
+    unread = sorted(set(params) - _reads(rope_type, bool(beta)))
     if unread:
         raise ValueError(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
+    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
-    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
     partial = check_positive_float(
         f"{model_type} config: {partial_key}", default if partial is None else partial
     )
@@ -128,52 +109,31 @@ def rope_parameters(
             f"{model_type} config: 'alpha' with partial_rotary_factor={partial} is not supported"
         )
     # (carried as the dict holds them; the top-level original_max_position_embeddings rule below is the rope's)
-    query_scale = (
-        {k: params[k] for k in ("llama_4_scaling_beta", "original_max_position_embeddings")} if beta else {}
-    )
-    if rope_type == "proportional":
-        scaling: dict[str, Any] = {"rope_type": rope_type, "partial_rotary_factor": partial}
-        if params.get("factor") is not None:
-            scaling["factor"] = params["factor"]
-        return base, 1.0, scaling | query_scale
-    if d.partial is None and partial != 1.0:
+    query_scale = {"llama_4_scaling_beta": beta, _ORIGINAL: beta_len} if beta else {}
+    if rope_type != "proportional" and d.partial is None and partial != 1.0:
         raise ValueError(
             f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
             "head (its attention has no partial rotation); accepted: 1.0 or absent"
         )
-    if rope_type == "default":
-        return base, partial, query_scale
-    scaling = {"rope_type": rope_type}
-    for key in sorted(_TYPE_KEYS[rope_type]):
-        if params.get(key) is not None:
-            scaling[key] = params[key]
-    if "original_max_position_embeddings" in _TYPE_KEYS[rope_type]:
+    keys = _TYPE_KEYS[rope_type]
+    scaling = {"rope_type": rope_type} | {k: params[k] for k in sorted(keys) if params.get(k) is not None}
+    if rope_type == "proportional":  # p-RoPE: the fraction picks rotated pairs, not channels
+        scaling["partial_rotary_factor"], partial = partial, 1.0
+    if _ORIGINAL in keys:
         # A top-level original_max_position_embeddings wins over the dict's (transformers' Phi-3 rule,
         # which it applies to every model with that attribute); otherwise the trained length.
-        top = get(cfg, "original_max_position_embeddings", default=d.original_max)
-        original = (
-            top if top is not None else get(params, "original_max_position_embeddings", default=max_pos)
-        )
+        top = get(cfg, _ORIGINAL, default=d.original_max)
+        original = top if top is not None else get(params, _ORIGINAL, default=max_pos)
         if original is None:
             raise ValueError(
                 f"{model_type} config: rope_type {rope_type!r} needs original_max_position_embeddings "
                 "(or max_position_embeddings)"
             )
-        scaling["original_max_position_embeddings"] = original
-        if scaling.get("factor") is None and rope_type in ("yarn", "longrope") and max_pos is not None:
-            # transformers' rule for configs without a factor (Phi-3, DeepSeek-V3): the context ratio.
-            check_positive_int(f"{model_type} config: original_max_position_embeddings", original)
-            check_positive_int(f"{model_type} config: max_position_embeddings", max_pos)
-            scaling["factor"] = max_pos / original
-    if rope_type != "longrope" and scaling.get("factor") is None:
+        scaling[_ORIGINAL] = original
+    # (yarn and longrope without one: the context ratio, max_len / original, which RoPE computes)
+    if rope_type in ("linear", "dynamic", "llama3", "ntk") and scaling.get("factor") is None:
         raise ValueError(f"{model_type} config: rope_type {rope_type!r} needs a 'factor' in {where}")
-    if (
-        query_scale
-        and scaling.setdefault(
-            "original_max_position_embeddings", query_scale["original_max_position_embeddings"]
-        )
-        != query_scale["original_max_position_embeddings"]
-    ):
+    if query_scale and scaling.setdefault(_ORIGINAL, beta_len) != beta_len:
         raise ValueError(
             f"{model_type} config: the top-level original_max_position_embeddings differs from {where}'s, which "
             "its query scaling (llama_4_scaling_beta) reads: posenc's RoPE has one"
@@ -200,35 +160,21 @@ def build_rope(
     max_len = get(cfg, "max_position_embeddings", default=d.max_len)
     if max_len is not None:
         check_positive_int(f"{model_type} config: max_position_embeddings", max_len)
-    if mrope_section is not None:
-        if partial != 1.0:  # (Qwen3.5: the sections cover the rotated part of each head)
-            scaling = {**scaling, "partial_rotary_factor": partial}
-        try:
-            return MRoPE(
-                head_dim,
-                mrope_section=mrope_section,
-                base=base,
-                interleaved=interleaved,
-                layout=d.layout,
-                scaling=scaling or None,
-                max_len=max_len,
-            )
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{model_type} config: {err}") from None
     rotary_dim = int(head_dim * partial)
-    if rotary_dim <= 0 or rotary_dim % 2:
+    if mrope_section is None and (rotary_dim <= 0 or rotary_dim % 2):
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
             "channels; accepted: a positive even number"
         )
-    return RoPE(
-        head_dim,
-        base=base,
-        layout=d.layout,
-        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        scaling=scaling or None,
-        max_len=max_len,
-    )
+    if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
+        scaling = {**scaling, "partial_rotary_factor": partial}
+    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}
+    try:
+        if mrope_section is not None:
+            return MRoPE(head_dim, mrope_section=mrope_section, interleaved=interleaved, **kw)
+        return RoPE(head_dim, rotary_dim=None if rotary_dim == head_dim else rotary_dim, **kw)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{model_type} config: {err}") from None
 
 
 def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
@@ -315,9 +261,8 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
             f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
         )
     theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=10000.0))
-    side = positive_int(cfg, model_type, "image_size", default=1024) // positive_int(
-        cfg, model_type, "patch_size", default=16
-    )
+    side = positive_int(cfg, model_type, "image_size", default=1024)
+    side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(
         head_dim,
         axis_layout="alternate",

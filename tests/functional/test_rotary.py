@@ -20,10 +20,7 @@ from posenc.functional.rope_freqs import (
     LongRope,
     RopeParameters,
     YarnRope,
-    dynamic_ntk_inv_freq,
-    llama3_inv_freq,
     rope_inv_freq,
-    yarn_inv_freq,
 )
 from posenc.functional.rope_scaling import resolve_rope_scaling
 from posenc.functional.rotary import apply_rotary, rope_cos_sin, rotary_reference
@@ -203,7 +200,7 @@ def test_dynamic_ntk_matches_transformers(seq_len):
         rope_scaling={"rope_type": "dynamic", "factor": 3.0},
     )
     expected, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, None, seq_len=torch.tensor(seq_len))
-    got = dynamic_ntk_inv_freq(64, 10000.0, 3.0, 128, torch.tensor(seq_len))
+    got = DynamicRope(rotary_dim=64, factor=3.0, original_max_len=128).inv_freq_at(torch.tensor(seq_len))
     assert_close(got.float(), expected, **FREQ_TOL)
     if seq_len <= 128:  # below the trained length: plain RoPE
         assert_close(got, rope_inv_freq(64), atol=0, rtol=1e-15)
@@ -212,7 +209,14 @@ def test_dynamic_ntk_matches_transformers(seq_len):
 def test_llama3_bands():
     # high frequencies kept, low ones divided by the factor, the band between in between
     plain = rope_inv_freq(128, 500000.0)
-    got = llama3_inv_freq(128, 500000.0, 8.0, 1.0, 4.0, 8192)
+    got = Llama3Rope(
+        rotary_dim=128,
+        base=500000.0,
+        factor=8.0,
+        original_max_len=8192,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+    ).inv_freq()[0]
     wavelen = 2 * math.pi / plain
     high, low = wavelen < 8192 / 4, wavelen > 8192 / 1
     assert high.any() and low.any() and (~high & ~low).any()
@@ -224,7 +228,7 @@ def test_llama3_bands():
 
 def test_yarn_ramp_keeps_fast_pairs_and_interpolates_slow_ones():
     plain = rope_inv_freq(64)
-    got = yarn_inv_freq(64, 10000.0, 4.0, 2048)
+    got = YarnRope(rotary_dim=64, factor=4.0, original_max_len=2048, attention_factor=1.0).inv_freq()[0]
     assert torch.equal(got[:4], plain[:4])  # turn many times in 2048 positions: extrapolated as is
     assert_close(got[-4:], plain[-4:] / 4, atol=0, rtol=1e-15)  # turn < once: interpolated
 

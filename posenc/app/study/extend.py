@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from posenc.functional import ROPE_TYPES, rope_inv_freq, yarn_inv_freq
+from posenc.functional import ROPE_TYPES, YarnRope, rope_inv_freq
 
 from .._checks import check_bool
 from .checkpoint import load_checkpoint
@@ -100,7 +100,10 @@ def scaling_for(method: str, factor: float, train_len: int, rotary_dim: int, bas
         }
     if method == "longrope":
         plain = rope_inv_freq(rotary_dim, base)
-        long = (plain / yarn_inv_freq(rotary_dim, base, factor, train_len)).tolist()
+        yarn = YarnRope(
+            rotary_dim=rotary_dim, base=base, factor=factor, original_max_len=train_len, attention_factor=1.0
+        )
+        long = (plain / yarn.inv_freq()[0]).tolist()
         return {
             "rope_type": "longrope",
             "factor": factor,
