@@ -219,6 +219,8 @@ class AxialRoPE(_AxisRotary):
         axis_layout: ``"cat"`` or ``"alternate"``.
         layout: channel pairing, as :class:`~posenc.RoPE`: ``"half"`` or ``"interleaved"``.
         max_freq: the highest ``"pixel"`` frequency (rotary-embedding-torch's ``max_freq``).
+        min_period, max_period: ``"period"`` only, both or neither: each axis's periods geometric from
+            one to the other instead of from ``base`` (DINOv3's ``min_period`` / ``max_period``).
         grid_size: the default grid (``(h, w)``, ``(t, h, w)``), used when positions are ``None``.
         num_prefix_tokens: tokens before the grid that are not rotated.
         ref_grid: the grid the model was trained at: coordinates of other grids are scaled to span
@@ -251,6 +253,8 @@ class AxialRoPE(_AxisRotary):
         axis_layout: Literal["cat", "alternate"] = "cat",
         layout: Literal["half", "interleaved"] = "half",
         max_freq: float = 10.0,
+        min_period: float | None = None,
+        max_period: float | None = None,
         grid_size: tuple[int, ...] | list[int] | None = None,
         num_prefix_tokens: int = 0,
         ref_grid: tuple[int, ...] | list[int] | None = None,
@@ -272,8 +276,18 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
             )
-        # checks freqs, axis_layout, base and max_freq
-        axial_frequencies(self.axes_dim, base=base, freqs=freqs, axis_layout=axis_layout, max_freq=max_freq)
+        # checks freqs, axis_layout, base, max_freq and the periods
+        axial_frequencies(
+            self.axes_dim,
+            base=base,
+            freqs=freqs,
+            axis_layout=axis_layout,
+            max_freq=max_freq,
+            min_period=min_period,
+            max_period=max_period,
+        )
+        self.min_period = None if min_period is None else float(min_period)
+        self.max_period = None if max_period is None else float(max_period)
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
         # the base and the rotated width; the frequencies of each axis are axial_frequencies'
@@ -296,6 +310,8 @@ class AxialRoPE(_AxisRotary):
             freqs=self.freqs,
             axis_layout=self.axis_layout,
             max_freq=self.max_freq,
+            min_period=self.min_period,
+            max_period=self.max_period,
             device=device,
         )
         return inv_freq[None], axis
@@ -355,6 +371,8 @@ class AxialRoPE(_AxisRotary):
     def extra_repr(self) -> str:
         parts = [f"head_dim={self.head_dim}", f"axes_dim={self.axes_dim}", f"freqs={self.freqs!r}"]
         parts += [f"axis_layout={self.axis_layout!r}", f"layout={self.layout!r}"]
+        if self.min_period is not None:
+            parts.append(f"min_period={self.min_period}, max_period={self.max_period}")
         if self.grid_size is not None:
             parts.append(f"grid_size={self.grid_size}")
         if self.num_prefix_tokens:

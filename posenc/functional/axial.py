@@ -179,8 +179,18 @@ def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]
 
 
 def _pair_frequencies(
-    pairs: int, width: int, freqs: FreqKind, base: float, max_freq: float, device: torch.device
+    pairs: int,
+    width: int,
+    freqs: FreqKind,
+    base: float,
+    max_freq: float,
+    device: torch.device,
+    periods: tuple[float, float] | None = None,
 ) -> Tensor:
+    if periods is not None:  # DINOv3's other form: periods geometric from min_period to max_period, ends included
+        low, high = periods
+        ramp = torch.linspace(0.0, 1.0, pairs, dtype=torch.float64, device=device)
+        return 2 * math.pi / (low * (high / low) ** ramp)
     if freqs != "pixel":  # RoPE's base ** (-2i / width); DINOv3's "period" 2 pi / base ** (2i / width)
         lang = base ** -(torch.arange(pairs, dtype=torch.float64, device=device) * 2 / width)
         return lang if freqs == "lang" else 2 * math.pi * lang
@@ -195,6 +205,8 @@ def axial_frequencies(
     freqs: FreqKind = "lang",
     axis_layout: AxisLayout = "cat",
     max_freq: float = 10.0,
+    min_period: float | None = None,
+    max_period: float | None = None,
     device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The frequency and the axis of each rotated pair of axial RoPE, float64.
@@ -208,7 +220,10 @@ def axial_frequencies(
 
     Frequencies: ``"lang"`` ``base ** (-2i / width)``; ``"pixel"``
     ``pi * linspace(1, max_freq / 2, pairs)`` (rotary-embedding-torch), for coordinates in [-1, 1];
-    ``"period"`` ``2 pi / base ** (2i / width)`` (DINOv3's periods; its base is 100), for cell centres.
+    ``"period"`` ``2 pi / base ** (2i / width)`` (DINOv3's periods; its base is 100), for cell centres;
+    with ``min_period`` and ``max_period`` (DINOv3's other parametrisation, which replaces ``base``) the
+    ``n`` periods of each axis are ``min_period * (max_period / min_period) ** (j / (n - 1))``, geometric
+    from one to the other, both included.
 
     Returns:
         ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
@@ -217,16 +232,26 @@ def axial_frequencies(
     check_choice("axis_layout", axis_layout, ("cat", "alternate"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)
+    periods = None
+    if (min_period is None) != (max_period is None) or (min_period is not None and freqs != "period"):
+        raise ValueError(
+            "min_period and max_period go together, with freqs='period' (they replace base), got "
+            f"min_period={min_period!r}, max_period={max_period!r}, freqs={freqs!r}"
+        )
+    if min_period is not None and max_period is not None:
+        periods = check_positive_float("min_period", min_period), check_positive_float("max_period", max_period)
+        if periods[0] >= periods[1]:
+            raise ValueError(f"min_period must be below max_period, got {min_period!r} and {max_period!r}")
     widths = list(axes_dim)
     if axis_layout == "alternate" and len(set(widths)) != 1:
         raise ValueError(f"axis_layout='alternate' needs equal widths per axis, got axes_dim={tuple(widths)}")
     n, where = len(widths), _CPU if device is None else torch.device(device)
     if axis_layout == "cat":
-        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq, where) for d in widths]
+        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq, where, periods) for d in widths]
         axis = [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
         return torch.cat(inv), torch.cat(axis)
     r = sum(widths)
-    every = _pair_frequencies(r // 2, r, freqs, base, max_freq, where)
+    every = _pair_frequencies(r // 2, r, freqs, base, max_freq, where, periods)
     inv_freq = torch.cat([every[j::n] for j in range(n)])
     return inv_freq, torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
 

@@ -246,3 +246,32 @@ def test_dinov3_training_augmentation_equals_its_code_for_the_same_random_state(
         grid_positions((4, 2), kind="center", jitter=0.5)
     with pytest.raises(ValueError, match="use kind='center' or 'pixel'"):
         grid_positions((4, 2), shift=0.1)
+
+
+def test_dinov3_min_and_max_period_equal_the_authors_parametrisation():
+    """DINOv3's other form, re-typed: the dh/4 periods of each axis geometric from min_period to
+    max_period, both included (its ``logspace``), angles 2 pi * coord / period, rotate_half."""
+    dh, (low, high), (h, w) = 16, (0.25, 40.0), (3, 4)
+    periods = torch.logspace(math.log10(low), math.log10(high), dh // 4, dtype=torch.float64)
+    coords = grid_positions((h, w), kind="center", dtype=torch.float64)
+    angles = (2 * math.pi * coords[:, :, None] / periods).flatten(1, 2).tile(2)  # (hw, dh)
+    x = torch.randn(1, 2, h * w, dh, dtype=torch.float64)
+    want = x * angles.cos() + torch.cat((-x[..., dh // 2 :], x[..., : dh // 2]), -1) * angles.sin()
+    rope = posenc.build(f"rope_axial(freqs='period', min_period={low}, max_period={high})", head_dim=dh)
+    got, _ = rope.encode_qk(x, x, q_positions=coords, k_positions=coords)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    assert "min_period=0.25, max_period=40.0" in repr(rope)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"freqs": "period", "min_period": 1.0}, "min_period and max_period go together"),
+        ({"min_period": 1.0, "max_period": 2.0}, "with freqs='period'"),
+        ({"freqs": "period", "min_period": 2.0, "max_period": 2.0}, "min_period must be below max_period"),
+        ({"freqs": "period", "min_period": -1.0, "max_period": 2.0}, "min_period"),
+    ],
+)
+def test_dinov3_periods_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        posenc.AxialRoPE(16, **options)
