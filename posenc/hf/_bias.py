@@ -75,17 +75,6 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 # --- absolute (added to the embeddings) --------------------------------------------------------
 
 
-def _learned(
-    width: tuple[str, ...], length: tuple[str, ...], default_width: int, default_length: int, offset: int = 0
-) -> Convert:
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, *width, default=default_width)
-        max_len = positive_int(cfg, model_type, *length, default=default_length)
-        return Learned(d_model, max_len, offset=offset)
-
-    return convert
-
-
 def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = False) -> Convert:
     """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
     patch_size`` square grid, resampled bicubic (``antialias`` when shrinking) for other grids as
@@ -179,7 +168,7 @@ def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
     )
 
 
-#: Learned tables read by model type, outside posenc's table: BERT's kin (which a transformers 4 config names
+#: Learned tables read by model type (GPT-2, GPT-Neo, OPT, BART and mBART also named in posenc's table): BERT's kin (which a transformers 4 config names
 #: with ``position_embedding_type``), GPT-2's and BART's kin, and the text towers of CLIP-like models. The
 #: table is copied by :func:`posenc.hf.from_hf_model`; tests/hf/test_absolute.py checks each against the
 #: model's own forward pass.
@@ -196,6 +185,9 @@ _LEARNED: dict[str, _Table] = {
     "distilbert": _Table(width=("dim",)),
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)
+    "gpt2": _gpt((768, 1024)),
+    "gpt_neo": _Table(default=(2048, 2048), module="wpe", stacks=("decoder",)),
+    "opt": _Table(offset=2, default=(768, 2048), module="decoder.embed_positions", stacks=("decoder",)),
     "openai-gpt": _gpt((768, 512), module="positions_embed"),
     "gpt_bigcode": _gpt((768, 1024)),
     "imagegpt": _gpt((512, 1024)),
@@ -208,7 +200,7 @@ _LEARNED: dict[str, _Table] = {
         ("xlm", "flaubert"), _Table(width=("emb_dim",), default=(2048, 512), module="position_embeddings")
     ),
     # BART's kin: each stack its own embed_positions
-    "mvp": _seq2seq((1024, 1024), offset=2),
+    **dict.fromkeys(("bart", "mbart", "mvp"), _seq2seq((1024, 1024), offset=2)),
     "plbart": _seq2seq((768, 1024), offset=2),
     "blenderbot": _seq2seq((2560, 128)),
     "blenderbot-small": _seq2seq((512, 512)),
@@ -249,7 +241,7 @@ def absolute_table(cfg: Config, model_type: str) -> bool:
 
 
 def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """BERT-like encoders outside the table: ``position_embedding_type='absolute'`` -> :class:`Learned`.
+    """A learned table (:class:`Learned`): BERT-like encoders with ``position_embedding_type='absolute'``.
 
     ``max_position_embeddings`` rows of ``hidden_size`` (departures, and the learned tables of GPT-2's, BART's
     and CLIP's kin outside posenc's table: :data:`_LEARNED`).

@@ -116,11 +116,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
     n = required_count(cfg, model_type)
-    if model_type == "modernbert":
-        local = positive_int(cfg, model_type, "local_attention", default=128)
-        return [local if t == "sliding_attention" else None for t in table_types(cfg, model_type)]
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
-    window = get(cfg, "sliding_window", default=default_window)
+    key = "local_attention" if model_type == "modernbert" else "sliding_window"
+    window = get(cfg, key, default=default_window)
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
     use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
@@ -150,25 +148,15 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
             types = ["sliding_attention"] * n
     if "sliding_attention" not in types:
         return [None] * n
-    window = check_positive_int(f"{model_type} config: sliding_window", window)
+    window = check_positive_int(f"{model_type} config: {key}", window)
     return [window if t == "sliding_attention" else None for t in types]
 
 
-#: The layer types a table model's config class derives when a config leaves out ``layer_types``: every
-#: ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the key its class reads.
-_PATTERNS: dict[str, tuple[int, str | None]] = {
-    **dict.fromkeys(("gemma2", "gpt_oss"), (2, None)),
-    "gemma3_text": (6, "sliding_window_pattern"),
-    "gemma3n_text": (5, None),
-    "gemma4_text": (6, None),
-    "cohere2": (4, "sliding_window_pattern"),
-    "modernbert": (3, "global_attn_every_n_layers"),
-}
-
-
 def table_types(cfg: Config, model_type: str) -> list[str]:
-    """The ``layer_types`` of a model in :data:`_PATTERNS`, else as its config class derives them."""
-    every, key = _PATTERNS[model_type]
+    """The ``layer_types`` of a model with a ``"pattern"`` in :data:`_WINDOWS`, else as its config class
+    derives them: every ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the
+    key its class reads."""
+    every, key = _WINDOWS[model_type][2]
     every = positive_int(cfg, model_type, key, default=every) if key else every
     shift = 0 if model_type == "modernbert" else 1
 
@@ -182,15 +170,16 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
 
 
 #: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
-#: ``sliding_window`` where a config.json leaves it out, and the rule's default (Qwen: ``max_window_layers``;
-#: the patterns: :data:`_PATTERNS`).
+#: window (``sliding_window``; ModernBERT: ``local_attention``) where a config.json leaves it out, and the
+#: rule's default: Qwen's ``max_window_layers``; the patterns' ``(n, the key of n)`` (:func:`table_types`).
 _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
-    "gemma2": ("pattern", 4096, None),
-    "gpt_oss": ("pattern", 128, None),
-    "gemma3_text": ("pattern", 4096, None),
-    "gemma3n_text": ("pattern", 512, None),
-    "gemma4_text": ("pattern", 512, None),
-    "cohere2": ("pattern", 4096, None),
+    "gemma2": ("pattern", 4096, (2, None)),
+    "gpt_oss": ("pattern", 128, (2, None)),
+    "gemma3_text": ("pattern", 4096, (6, "sliding_window_pattern")),
+    "gemma3n_text": ("pattern", 512, (5, None)),
+    "gemma4_text": ("pattern", 512, (6, None)),
+    "cohere2": ("pattern", 4096, (4, "sliding_window_pattern")),
+    "modernbert": ("pattern", 128, (3, "global_attn_every_n_layers")),
     "qwen2": ("qwen", 4096, 28),
     "qwen3": ("qwen", 4096, 28),
     "qwen2_vl_text": ("qwen", 4096, 80),

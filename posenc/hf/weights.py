@@ -27,7 +27,6 @@ _T5 = {
     "encoder": "encoder.block.0.layer.0.SelfAttention.",
     "decoder": "decoder.block.0.layer.0.SelfAttention.",
 }
-_BART = {"encoder": "encoder.embed_positions.", "decoder": "decoder.embed_positions."}
 # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
 _SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
 #: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
@@ -35,11 +34,6 @@ _VIT_TABLES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers"})
 _PREFIXES: dict[str, dict[str, str]] = {
     "t5": _T5,
     "mt5": _T5,
-    "gpt2": {"decoder": "wpe."},
-    "gpt_neo": {"decoder": "wpe."},
-    "opt": {"decoder": "decoder.embed_positions."},
-    "bart": _BART,
-    "mbart": _BART,
     **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{
