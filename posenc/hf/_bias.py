@@ -9,7 +9,6 @@ takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 from .._checks import check_bool, check_int
@@ -44,9 +43,7 @@ def _bloom(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
 
 
 def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    attn = cfg.get("attn_config") or {}
-    if not isinstance(attn, Mapping):
-        attn = config_dict(attn)
+    attn = config_dict(cfg.get("attn_config") or {})  # a dict, or MptAttentionConfig
     if not check_bool(f"{model_type} config: attn_config['alibi']", attn.get("alibi", True)):
         raise ValueError(
             f"{model_type} config: attn_config.alibi is False; transformers' MPT always uses ALiBi and has no other "
@@ -110,27 +107,26 @@ def _sinusoidal(
     default_length: int,
     length: tuple[str, ...] = ("max_position_embeddings",),
     *,
-    default_pad: int | None = None,
-    fixed_offset: int | None = None,
+    offset: int | None = 0,
 ) -> Convert:
+    """A ``[sin | cos]`` table: Marian / Pegasus (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``),
+    fairseq / tensor2tensor (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from
+    ``pad_token_id + 1`` (Speech2Text, M2M100), XGLM adds a fixed 2 to its position ids."""
+
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "d_model", "hidden_size", "embed_dim", default=default_width)
         if d_model % 2:
             raise ValueError(f"{model_type} config: d_model must be even for a sin/cos table, got {d_model}")
+        start = offset
+        if start is None:  # positions start at pad + 1
+            start = (
+                check_int(
+                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=1), minimum=0
+                )
+                + 1
+            )
         max_len = get(cfg, *length, default=default_length)
-        if spacing == "paper":
-            # Marian / Pegasus: positions from 0, [sin | cos], inv_freq = base^(-2i/d).
-            return Sinusoidal(d_model, layout="concat", max_len=max_len)
-        # fairseq / tensor2tensor: [sin | cos], inv_freq = base^(-i/(d/2-1)); Speech2Text and M2M100
-        # number real tokens from padding_idx + 1, XGLM adds a fixed 2 to its position ids.
-        offset = fixed_offset
-        if offset is None:
-            pad = get(cfg, "pad_token_id", default=default_pad)
-            check_int(f"{model_type} config: pad_token_id", pad, minimum=0)  # positions start at pad + 1
-            offset = pad + 1
-        return Sinusoidal(
-            d_model, layout="concat", max_len=max_len, offset=offset, freq_spacing="tensor2tensor"
-        )
+        return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
 
     return convert
 

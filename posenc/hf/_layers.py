@@ -20,15 +20,6 @@ from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-__all__ = [
-    "LAYER_COUNT_KEYS",
-    "layer_count",
-    "layer_types",
-    "required_count",
-    "rope_flags",
-    "sliding_windows",
-]
-
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
@@ -41,11 +32,8 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    for key in LAYER_COUNT_KEYS:
-        value = cfg.get(key)
-        if value is not None:
-            return check_positive_int(f"{model_type} config: {key}", value)
-    return None
+    key = next((key for key in LAYER_COUNT_KEYS if cfg.get(key) is not None), None)
+    return None if key is None else check_positive_int(f"{model_type} config: {key}", cfg[key])
 
 
 def required_count(cfg: Config, model_type: str) -> int:
@@ -63,14 +51,14 @@ def layer_types(
         if default is None:
             return None
         return [default(i) for i in range(required_count(cfg, model_type))]
-    types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
+    types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
     return types
 
 
-def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
+def per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
     """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
     n, values = required_count(cfg, model_type), cfg[key]
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
@@ -89,7 +77,7 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     if not flags:  # transformers: None or [] -> the default pattern
         interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
         return [(i + 1) % interval != 0 for i in range(n)]
-    flags = _per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
+    flags = per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
     for i, flag in enumerate(flags):
         if flag not in (0, 1) or not isinstance(flag, int):  # bools are ints: True/False pass
             raise ValueError(f"{model_type} config: no_rope_layers[{i}] must be 0 or 1, got {flag!r}")
@@ -208,12 +196,12 @@ def per_type_rope(
     raw = rope_dict(cfg, model_type)
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
-        for name in raw:
-            if name not in known and not any_names:
-                raise ValueError(
-                    f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
-                    f"{', '.join(sorted(known))}"
-                )
+        unknown = [name for name in raw if name not in known and not any_names]
+        if unknown:
+            raise ValueError(
+                f"{model_type} config: rope_parameters[{unknown[0]!r}] names an unknown layer type; known: "
+                f"{', '.join(sorted(known))}"
+            )
         params = legacy({}) | {name: dict(value) for name, value in raw.items()}
     elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():

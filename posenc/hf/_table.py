@@ -170,18 +170,18 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "pegasus": _MARIAN,
     "speech_to_text": (
         _sinusoidal(
-            "tensor2tensor", 256, 1024, ("max_target_positions", "max_source_positions"), default_pad=1
+            "tensor2tensor", 256, 1024, ("max_target_positions", "max_source_positions"), offset=None
         ),
         f"{_T2T} pad_token_id + 1",
     ),
-    "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
     # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
-    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
     "kosmos_2_text_model": (
-        _sinusoidal("tensor2tensor", 2048, 2048, default_pad=1),
+        _sinusoidal("tensor2tensor", 2048, 2048, offset=None),
         f"{_T2T} pad_token_id + 1",
     ),
-    "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, fixed_offset=2), f"{_T2T} 2"),
+    "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.

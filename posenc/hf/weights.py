@@ -23,10 +23,7 @@ __all__ = ["from_hf_model"]
 #: the module holding them (the model's own prefix, e.g. ``transformer.`` or ``model.``, may come
 #: before it; ``{layer}``: one set per layer). The parameter names after it are posenc's own, except
 #: those in :data:`_RENAMED`.
-_T5 = {
-    "encoder": "encoder.block.0.layer.0.SelfAttention.",
-    "decoder": "decoder.block.0.layer.0.SelfAttention.",
-}
+_T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder", "decoder")}
 # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
 _SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
 #: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
