@@ -85,17 +85,16 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
 #: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma": {"head_dim": 256},
-    "gemma2": {"head_dim": 256},
+    **{key: {"head_dim": 256} for key in ("gemma", "gemma2")},
     # Gemma 4's kin: their config classes turn global_head_dim (default 512) into per_layer_config
-    **{name: {"global_head_dim": 512} for name in ("diffusion_gemma_text", "embedding_gemma2_text")},
-    "gemma4_unified_text": {"global_head_dim": 512},
+    **{
+        key: {"global_head_dim": 512}
+        for key in ("diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text")
+    },
     "qwen3": {"head_dim": 128},
-    "phi": {"partial_rotary_factor": 0.5},
-    "persimmon": {"partial_rotary_factor": 0.5},
+    **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
-    "deepseek_v2": {"qk_rope_head_dim": 64},
-    "deepseek_v3": {"qk_rope_head_dim": 64},
+    **{key: {"qk_rope_head_dim": 64} for key in ("deepseek_v2", "deepseek_v3")},
     "gpt_oss": {
         "head_dim": 64,
         "rope_parameters": {

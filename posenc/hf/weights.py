@@ -129,9 +129,7 @@ def from_hf_model(
     weights = state_dict()
     suffix = prefix + next(iter(names.values()))
     found = [key[: -len(suffix)] for key in weights if key == suffix or key.endswith("." + suffix)]
-    if (
-        not found and suffix.removeprefix(f"{stack}.") in weights
-    ):  # the stack module itself (T5's model.decoder)
+    if not found and suffix.removeprefix(f"{stack}.") in weights:  # the stack module itself (T5's decoder)
         prefix, found = prefix.removeprefix(f"{stack}."), [""]
     if len(found) != 1:
         raise ValueError(
