@@ -9,7 +9,6 @@ takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 from .._checks import check_bool, check_int
@@ -44,9 +43,7 @@ def _bloom(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
 
 
 def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    attn = cfg.get("attn_config") or {}
-    if not isinstance(attn, Mapping):
-        attn = config_dict(attn)
+    attn = config_dict(cfg.get("attn_config") or {})  # a dict, or MptAttentionConfig
     if not check_bool(f"{model_type} config: attn_config['alibi']", attn.get("alibi", True)):
         raise ValueError(
             f"{model_type} config: attn_config.alibi is False; transformers' MPT always uses ALiBi and has no other "
@@ -73,17 +70,6 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 
 
 # --- absolute (added to the embeddings) --------------------------------------------------------
-
-
-def _learned(
-    width: tuple[str, ...], length: tuple[str, ...], default_width: int, default_length: int, offset: int = 0
-) -> Convert:
-    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, *width, default=default_width)
-        max_len = positive_int(cfg, model_type, *length, default=default_length)
-        return Learned(d_model, max_len, offset=offset)
-
-    return convert
 
 
 def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = False) -> Convert:
@@ -121,27 +107,26 @@ def _sinusoidal(
     default_length: int,
     length: tuple[str, ...] = ("max_position_embeddings",),
     *,
-    default_pad: int | None = None,
-    fixed_offset: int | None = None,
+    offset: int | None = 0,
 ) -> Convert:
+    """A ``[sin | cos]`` table: Marian / Pegasus (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``),
+    fairseq / tensor2tensor (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from
+    ``pad_token_id + 1`` (Speech2Text, M2M100), XGLM adds a fixed 2 to its position ids."""
+
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "d_model", "hidden_size", "embed_dim", default=default_width)
         if d_model % 2:
             raise ValueError(f"{model_type} config: d_model must be even for a sin/cos table, got {d_model}")
+        start = offset
+        if start is None:  # positions start at pad + 1
+            start = (
+                check_int(
+                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=1), minimum=0
+                )
+                + 1
+            )
         max_len = get(cfg, *length, default=default_length)
-        if spacing == "paper":
-            # Marian / Pegasus: positions from 0, [sin | cos], inv_freq = base^(-2i/d).
-            return Sinusoidal(d_model, layout="concat", max_len=max_len)
-        # fairseq / tensor2tensor: [sin | cos], inv_freq = base^(-i/(d/2-1)); Speech2Text and M2M100
-        # number real tokens from padding_idx + 1, XGLM adds a fixed 2 to its position ids.
-        offset = fixed_offset
-        if offset is None:
-            pad = get(cfg, "pad_token_id", default=default_pad)
-            check_int(f"{model_type} config: pad_token_id", pad, minimum=0)  # positions start at pad + 1
-            offset = pad + 1
-        return Sinusoidal(
-            d_model, layout="concat", max_len=max_len, offset=offset, freq_spacing="tensor2tensor"
-        )
+        return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
 
     return convert
 
@@ -179,7 +164,7 @@ def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
     )
 
 
-#: Learned tables read by model type, outside posenc's table: BERT's kin (which a transformers 4 config names
+#: Learned tables read by model type (GPT-2, GPT-Neo, OPT, BART and mBART also named in posenc's table): BERT's kin (which a transformers 4 config names
 #: with ``position_embedding_type``), GPT-2's and BART's kin, and the text towers of CLIP-like models. The
 #: table is copied by :func:`posenc.hf.from_hf_model`; tests/hf/test_absolute.py checks each against the
 #: model's own forward pass.
@@ -196,6 +181,9 @@ _LEARNED: dict[str, _Table] = {
     "distilbert": _Table(width=("dim",)),
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)
+    "gpt2": _gpt((768, 1024)),
+    "gpt_neo": _Table(default=(2048, 2048), module="wpe", stacks=("decoder",)),
+    "opt": _Table(offset=2, default=(768, 2048), module="decoder.embed_positions", stacks=("decoder",)),
     "openai-gpt": _gpt((768, 512), module="positions_embed"),
     "gpt_bigcode": _gpt((768, 1024)),
     "imagegpt": _gpt((512, 1024)),
@@ -208,7 +196,7 @@ _LEARNED: dict[str, _Table] = {
         ("xlm", "flaubert"), _Table(width=("emb_dim",), default=(2048, 512), module="position_embeddings")
     ),
     # BART's kin: each stack its own embed_positions
-    "mvp": _seq2seq((1024, 1024), offset=2),
+    **dict.fromkeys(("bart", "mbart", "mvp"), _seq2seq((1024, 1024), offset=2)),
     "plbart": _seq2seq((768, 1024), offset=2),
     "blenderbot": _seq2seq((2560, 128)),
     "blenderbot-small": _seq2seq((512, 512)),
@@ -249,7 +237,7 @@ def absolute_table(cfg: Config, model_type: str) -> bool:
 
 
 def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """BERT-like encoders outside the table: ``position_embedding_type='absolute'`` -> :class:`Learned`.
+    """A learned table (:class:`Learned`): BERT-like encoders with ``position_embedding_type='absolute'``.
 
     ``max_position_embeddings`` rows of ``hidden_size`` (departures, and the learned tables of GPT-2's, BART's
     and CLIP's kin outside posenc's table: :data:`_LEARNED`).

@@ -20,15 +20,6 @@ from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-__all__ = [
-    "LAYER_COUNT_KEYS",
-    "layer_count",
-    "layer_types",
-    "required_count",
-    "rope_flags",
-    "sliding_windows",
-]
-
 #: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
 LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
@@ -41,11 +32,8 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    for key in LAYER_COUNT_KEYS:
-        value = cfg.get(key)
-        if value is not None:
-            return check_positive_int(f"{model_type} config: {key}", value)
-    return None
+    key = next((key for key in LAYER_COUNT_KEYS if cfg.get(key) is not None), None)
+    return None if key is None else check_positive_int(f"{model_type} config: {key}", cfg[key])
 
 
 def required_count(cfg: Config, model_type: str) -> int:
@@ -63,14 +51,14 @@ def layer_types(
         if default is None:
             return None
         return [default(i) for i in range(required_count(cfg, model_type))]
-    types = _per_layer(cfg, model_type, "layer_types", "str", "one layer type")
+    types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
     return types
 
 
-def _per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
+def per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
     """``cfg[key]``: a list with one entry per layer (``one``, entries of type ``kind``)."""
     n, values = required_count(cfg, model_type), cfg[key]
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
@@ -89,7 +77,7 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     if not flags:  # transformers: None or [] -> the default pattern
         interval = positive_int(cfg, model_type, "no_rope_layer_interval", default=4)
         return [(i + 1) % interval != 0 for i in range(n)]
-    flags = _per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
+    flags = per_layer(cfg, model_type, "no_rope_layers", "0/1", "one 0 (no RoPE) or 1 (RoPE)")
     for i, flag in enumerate(flags):
         if flag not in (0, 1) or not isinstance(flag, int):  # bools are ints: True/False pass
             raise ValueError(f"{model_type} config: no_rope_layers[{i}] must be 0 or 1, got {flag!r}")
@@ -116,11 +104,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
     n = required_count(cfg, model_type)
-    if model_type == "modernbert":
-        local = positive_int(cfg, model_type, "local_attention", default=128)
-        return [local if t == "sliding_attention" else None for t in table_types(cfg, model_type)]
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
-    window = get(cfg, "sliding_window", default=default_window)
+    key = "local_attention" if model_type == "modernbert" else "sliding_window"
+    window = get(cfg, key, default=default_window)
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
     use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
@@ -150,25 +136,15 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool) -
             types = ["sliding_attention"] * n
     if "sliding_attention" not in types:
         return [None] * n
-    window = check_positive_int(f"{model_type} config: sliding_window", window)
+    window = check_positive_int(f"{model_type} config: {key}", window)
     return [window if t == "sliding_attention" else None for t in types]
 
 
-#: The layer types a table model's config class derives when a config leaves out ``layer_types``: every
-#: ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the key its class reads.
-_PATTERNS: dict[str, tuple[int, str | None]] = {
-    **dict.fromkeys(("gemma2", "gpt_oss"), (2, None)),
-    "gemma3_text": (6, "sliding_window_pattern"),
-    "gemma3n_text": (5, None),
-    "gemma4_text": (6, None),
-    "cohere2": (4, "sliding_window_pattern"),
-    "modernbert": (3, "global_attn_every_n_layers"),
-}
-
-
 def table_types(cfg: Config, model_type: str) -> list[str]:
-    """The ``layer_types`` of a model in :data:`_PATTERNS`, else as its config class derives them."""
-    every, key = _PATTERNS[model_type]
+    """The ``layer_types`` of a model with a ``"pattern"`` in :data:`_WINDOWS`, else as its config class
+    derives them: every ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the
+    key its class reads."""
+    every, key = _WINDOWS[model_type][2]
     every = positive_int(cfg, model_type, key, default=every) if key else every
     shift = 0 if model_type == "modernbert" else 1
 
@@ -182,15 +158,16 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
 
 
 #: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
-#: ``sliding_window`` where a config.json leaves it out, and the rule's default (Qwen: ``max_window_layers``;
-#: the patterns: :data:`_PATTERNS`).
+#: window (``sliding_window``; ModernBERT: ``local_attention``) where a config.json leaves it out, and the
+#: rule's default: Qwen's ``max_window_layers``; the patterns' ``(n, the key of n)`` (:func:`table_types`).
 _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
-    "gemma2": ("pattern", 4096, None),
-    "gpt_oss": ("pattern", 128, None),
-    "gemma3_text": ("pattern", 4096, None),
-    "gemma3n_text": ("pattern", 512, None),
-    "gemma4_text": ("pattern", 512, None),
-    "cohere2": ("pattern", 4096, None),
+    "gemma2": ("pattern", 4096, (2, None)),
+    "gpt_oss": ("pattern", 128, (2, None)),
+    "gemma3_text": ("pattern", 4096, (6, "sliding_window_pattern")),
+    "gemma3n_text": ("pattern", 512, (5, None)),
+    "gemma4_text": ("pattern", 512, (6, None)),
+    "cohere2": ("pattern", 4096, (4, "sliding_window_pattern")),
+    "modernbert": ("pattern", 128, (3, "global_attn_every_n_layers")),
     "qwen2": ("qwen", 4096, 28),
     "qwen3": ("qwen", 4096, 28),
     "qwen2_vl_text": ("qwen", 4096, 80),
@@ -219,12 +196,12 @@ def per_type_rope(
     raw = rope_dict(cfg, model_type)
     if raw and all(isinstance(v, Mapping) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
-        for name in raw:
-            if name not in known and not any_names:
-                raise ValueError(
-                    f"{model_type} config: rope_parameters[{name!r}] names an unknown layer type; known: "
-                    f"{', '.join(sorted(known))}"
-                )
+        unknown = [name for name in raw if name not in known and not any_names]
+        if unknown:
+            raise ValueError(
+                f"{model_type} config: rope_parameters[{unknown[0]!r}] names an unknown layer type; known: "
+                f"{', '.join(sorted(known))}"
+            )
         params = legacy({}) | {name: dict(value) for name, value in raw.items()}
     elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():

@@ -17,7 +17,7 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
-from ._layers import layer_head_dims, layer_types, per_type_rope, required_count
+from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
 from ._read import Config, get, heads_and_head_dim, rope_dict
 from ._rope import RopeDefaults, build_rope, mrope
 from ._table import SUPPORTED_MODEL_TYPES
@@ -85,17 +85,16 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
 #: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma": {"head_dim": 256},
-    "gemma2": {"head_dim": 256},
+    **{key: {"head_dim": 256} for key in ("gemma", "gemma2")},
     # Gemma 4's kin: their config classes turn global_head_dim (default 512) into per_layer_config
-    **{name: {"global_head_dim": 512} for name in ("diffusion_gemma_text", "embedding_gemma2_text")},
-    "gemma4_unified_text": {"global_head_dim": 512},
+    **{
+        key: {"global_head_dim": 512}
+        for key in ("diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text")
+    },
     "qwen3": {"head_dim": 128},
-    "phi": {"partial_rotary_factor": 0.5},
-    "persimmon": {"partial_rotary_factor": 0.5},
+    **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
-    "deepseek_v2": {"qk_rope_head_dim": 64},
-    "deepseek_v3": {"qk_rope_head_dim": 64},
+    **{key: {"qk_rope_head_dim": 64} for key in ("deepseek_v2", "deepseek_v3")},
     "gpt_oss": {
         "head_dim": 64,
         "rope_parameters": {
@@ -238,26 +237,22 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
                 f"{model_type} config: rope_scaling_layers must be a list of layer indices, got {scaled!r}"
             )
         plain = {"rope_type": "default", "rope_theta": base}
-        per_layer: list[Mapping | None] = [raw if i in scaled else plain for i in range(count)]
+        settings: list[Mapping | None] = [raw if i in scaled else plain for i in range(count)]
     else:
-        thetas = cfg.get("layer_rope_theta")
-        if thetas is None:
+        if cfg.get("layer_rope_theta") is None:
             own = _LAYER_THETA[family]
             thetas = [base if own or (count - 1 - i) % 4 else 0 for i in range(count)]
-        if not isinstance(thetas, (list, tuple)) or len(thetas) != count:
-            raise ValueError(
-                f"{model_type} config: layer_rope_theta must be a list of {count} bases (one per layer, 0: NoPE), "
-                f"got {thetas!r}"
-            )
+        else:
+            thetas = per_layer(cfg, model_type, "layer_rope_theta", "bases", "one base (0: NoPE)")
         if not _LAYER_THETA[family] and any(t and t != base for t in thetas):
             raise ValueError(
                 f"{model_type} config: layer_rope_theta={list(thetas)} gives a base other than rope_theta={base}, "
                 f"but {model_type}'s code rotates every RoPE layer at rope_theta (it reads only which entries are 0)"
             )
-        per_layer = [{**raw, "rope_theta": t} if t else None for t in thetas]
+        settings = [{**raw, "rope_theta": t} if t else None for t in thetas]
     head_dim, built = _head_dim(cfg, model_type), {}
     layers: list[PositionalEncoding] = []
-    for i, params in enumerate(per_layer):
+    for i, params in enumerate(settings):
         key = None if params is None else repr(sorted(params.items()))
         if key is not None and key not in built:
             built[key] = build_rope(

@@ -25,18 +25,25 @@ from ._read import Config, get, heads_and_head_dim, positive_int
 
 __all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count"]
 
-#: model_type -> (heads key, layers key, default position_embeddings_type, default heads, default layers)
-SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, int, int]] = {
-    "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", "relative_key", 16, 24),
-    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative", 16, 24),
-    "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative", 16, 24),
-    "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key", 16, 24),
+#: model_type -> (heads key, layers key, default position_embeddings_type); every config class defaults to
+#: 16 heads of 1024 channels in 24 layers
+SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
+    "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", "relative_key"),
+    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative"),
+    "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative"),
+    "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key"),
 }
 
 
-def _mode(cfg: Config, model_type: str) -> str | None:
-    default = SPEECH_MODEL_TYPES[model_type][2]
-    mode = cfg.get("position_embeddings_type", default)  # an explicit None: no position in attention
+def speech_layer_count(cfg: Config, model_type: str) -> int:
+    """The number of (speech) encoder layers."""
+    return positive_int(cfg, model_type, SPEECH_MODEL_TYPES[model_type][1], default=24)
+
+
+def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
+    # an explicit None: no position in attention
+    mode = cfg.get("position_embeddings_type", SPEECH_MODEL_TYPES[model_type][2])
     if mode == "rotary":
         raise ValueError(
             f"{model_type} config: position_embeddings_type='rotary' rotates the hidden states before the q/k "
@@ -47,34 +54,16 @@ def _mode(cfg: Config, model_type: str) -> str | None:
         raise ValueError(
             f"{model_type} config: position_embeddings_type must be 'relative_key', 'relative' or None, got {mode!r}"
         )
-    return mode
-
-
-def speech_layer_count(cfg: Config, model_type: str) -> int:
-    """The number of (speech) encoder layers."""
-    key, default = SPEECH_MODEL_TYPES[model_type][1], SPEECH_MODEL_TYPES[model_type][4]
-    return positive_int(cfg, model_type, key, default=default)
-
-
-def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
-    heads_key, _, _, default_heads, _ = SPEECH_MODEL_TYPES[model_type]
-    mode = _mode(cfg, model_type)
     if mode is None:
         return NoPE()
+    heads_key = SPEECH_MODEL_TYPES[model_type][0]
     heads, head_dim = heads_and_head_dim(
-        cfg, model_type, heads=(heads_key,), head_dim_keys=(), default_heads=default_heads, default_width=1024
+        cfg, model_type, heads=(heads_key,), head_dim_keys=(), default_heads=16, default_width=1024
     )
     if mode == "relative":
         return RelPosXL(heads, head_dim, d_model=heads * head_dim)
-    left = check_int(
-        f"{model_type} config: left_max_position_embeddings",
-        get(cfg, "left_max_position_embeddings", default=64),
-        minimum=0,
-    )
-    right = check_int(
-        f"{model_type} config: right_max_position_embeddings",
-        get(cfg, "right_max_position_embeddings", default=8),
-        minimum=0,
+    left, right = (
+        check_int(f"{model_type} config: {key}", get(cfg, key, default=default), minimum=0)
+        for key, default in (("left_max_position_embeddings", 64), ("right_max_position_embeddings", 8))
     )
     return ShawRelative(head_dim, max_distance=left, max_distance_right=right, num_heads=heads)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ._bias import _bloom, _falcon, _learned, _learned_grid, _mpt, _siglip2, _sinusoidal, _t5
+from ._bias import _bloom, _falcon, _learned_grid, _mpt, _siglip2, _sinusoidal, _t5, learned_by_field
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
@@ -16,7 +16,6 @@ from ._speech import speech
 #: One line, or ``(layer type, line)`` rows where the layers differ.
 Summary = str | tuple[tuple[str, str], ...]
 
-_BART = (_learned(("d_model",), ("max_position_embeddings",), 1024, 1024, offset=2), "Learned, offset 2")
 _MARIAN = (_sinusoidal("paper", 1024, 1024), "Sinusoidal, concat layout, positions from 0")
 _QWEN2_VL = (
     mrope(RopeDefaults(8192, 64, 32768, theta=1e6), (16, 24, 24), interleaved=False),
@@ -164,33 +163,25 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "mt5": _T5,
     "bloom": (_bloom, "ALiBi"),
     "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max"),
-    "gpt2": (
-        _learned(("n_embd", "hidden_size"), ("n_positions", "max_position_embeddings"), 768, 1024),
-        "Learned",
-    ),
-    "gpt_neo": (_learned(("hidden_size",), ("max_position_embeddings",), 2048, 2048), "Learned"),
-    "opt": (
-        _learned(("hidden_size",), ("max_position_embeddings",), 768, 2048, offset=2),
-        "Learned, offset 2",
-    ),
-    "bart": _BART,
-    "mbart": _BART,
+    # learned tables (posenc.hf._bias._LEARNED: their sizes and where from_hf_model finds them)
+    **dict.fromkeys(("gpt2", "gpt_neo"), (learned_by_field, "Learned")),
+    **dict.fromkeys(("opt", "bart", "mbart"), (learned_by_field, "Learned, offset 2")),
     "marian": _MARIAN,
     "pegasus": _MARIAN,
     "speech_to_text": (
         _sinusoidal(
-            "tensor2tensor", 256, 1024, ("max_target_positions", "max_source_positions"), default_pad=1
+            "tensor2tensor", 256, 1024, ("max_target_positions", "max_source_positions"), offset=None
         ),
         f"{_T2T} pad_token_id + 1",
     ),
-    "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
     # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
-    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, default_pad=1), f"{_T2T} pad_token_id + 1"),
+    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
     "kosmos_2_text_model": (
-        _sinusoidal("tensor2tensor", 2048, 2048, default_pad=1),
+        _sinusoidal("tensor2tensor", 2048, 2048, offset=None),
         f"{_T2T} pad_token_id + 1",
     ),
-    "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, fixed_offset=2), f"{_T2T} 2"),
+    "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.
@@ -198,16 +189,14 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
 #: ``text_config``.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_CONVERTERS))
 
-# Multimodal model types whose text model lives under text_config, and that text model's type
-# (for config.json dicts whose text_config leaves model_type out).
-_TEXT_MODEL_TYPES = {
-    name: f"{name}_text"
-    for name in "gemma3 gemma3n gemma4 llama4 qwen2_vl qwen2_5_vl qwen3_vl qwen3_vl_moe".split()
+#: Multimodal model types whose text model (``{name}_text``) lives under ``text_config``, and what a config
+#: without one holds: the text keys at the top level (``"flat"``, as transformers' Qwen2-VL config reads
+#: them), the defaults (``"default"``), or nothing to convert (``None``).
+_TEXT_MODEL_TYPES: dict[str, str | None] = {
+    **dict.fromkeys("gemma3 gemma3n gemma4 llama4".split()),
+    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl"), "flat"),
+    **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe"), "default"),
 }
-# Multimodal types whose config.json may be flat (no text_config; the text keys at the top level, as
-# transformers' Qwen2-VL config reads them), and those whose missing text_config means the defaults.
-_FLAT_TEXT = frozenset({"qwen2_vl", "qwen2_5_vl"})
-_DEFAULT_TEXT = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 
 
 def supported_models_markdown() -> str:
@@ -224,6 +213,6 @@ def supported_models_markdown() -> str:
             rows.append(f"| `{name}` | all | {summary} |")
         else:
             rows += [f"| `{name}` | {layers} | {text} |" for layers, text in summary]
-    for outer, inner in sorted(_TEXT_MODEL_TYPES.items()):
-        rows.append(f"| `{outer}` | all | as `{inner}`, read from `text_config` |")
+    for outer in sorted(_TEXT_MODEL_TYPES):
+        rows.append(f"| `{outer}` | all | as `{outer}_text`, read from `text_config` |")
     return "\n".join(rows)

@@ -26,8 +26,6 @@ from ._rule import by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
-    _DEFAULT_TEXT,
-    _FLAT_TEXT,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
     supported_models_markdown,
@@ -59,11 +57,9 @@ def _resolve(config: Any) -> list[_Stack]:
             f"config has no 'model_type' (got {model_type!r}); a config.json dict must carry it. "
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if model_type in _TEXT_MODEL_TYPES and cfg.get("text_config") is None:
-        if model_type in _FLAT_TEXT:
-            config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if k != "model_type"}}
-        elif model_type in _DEFAULT_TEXT:
-            config = cfg = {**cfg, "text_config": {}}
+    if cfg.get("text_config") is None and _TEXT_MODEL_TYPES.get(model_type):
+        flat = _TEXT_MODEL_TYPES[model_type] == "flat"
+        config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if flat and k != "model_type"}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
     if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
@@ -72,12 +68,13 @@ def _resolve(config: Any) -> list[_Stack]:
         for field in fields[0]:
             sub = cfg[field] if isinstance(config, Mapping) else getattr(config, field, cfg[field])
             if isinstance(sub, Mapping) and sub.get("model_type") is None:
-                sub = {**sub, "model_type": _TEXT_MODEL_TYPES.get(model_type, f"{model_type} {field}")}
+                text = model_type in _TEXT_MODEL_TYPES
+                sub = {**sub, "model_type": f"{model_type}_text" if text else f"{model_type} {field}"}
             stacks += [(field if len(fields[0]) > 1 else s[0], *s[1:]) for s in _resolve(sub)]
         return stacks
     if model_type in _TEXT_MODEL_TYPES:
         raise ValueError(
-            f"model_type {model_type!r} is not supported without its 'text_config' (the {_TEXT_MODEL_TYPES[model_type]} "
+            f"model_type {model_type!r} is not supported without its 'text_config' (the {model_type}_text "
             "model it wraps)"
         )
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short

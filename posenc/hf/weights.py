@@ -23,11 +23,7 @@ __all__ = ["from_hf_model"]
 #: the module holding them (the model's own prefix, e.g. ``transformer.`` or ``model.``, may come
 #: before it; ``{layer}``: one set per layer). The parameter names after it are posenc's own, except
 #: those in :data:`_RENAMED`.
-_T5 = {
-    "encoder": "encoder.block.0.layer.0.SelfAttention.",
-    "decoder": "decoder.block.0.layer.0.SelfAttention.",
-}
-_BART = {"encoder": "encoder.embed_positions.", "decoder": "decoder.embed_positions."}
+_T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder", "decoder")}
 # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
 _SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
 #: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
@@ -35,11 +31,6 @@ _VIT_TABLES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers"})
 _PREFIXES: dict[str, dict[str, str]] = {
     "t5": _T5,
     "mt5": _T5,
-    "gpt2": {"decoder": "wpe."},
-    "gpt_neo": {"decoder": "wpe."},
-    "opt": {"decoder": "decoder.embed_positions."},
-    "bart": _BART,
-    "mbart": _BART,
     **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{
@@ -138,9 +129,7 @@ def from_hf_model(
     weights = state_dict()
     suffix = prefix + next(iter(names.values()))
     found = [key[: -len(suffix)] for key in weights if key == suffix or key.endswith("." + suffix)]
-    if (
-        not found and suffix.removeprefix(f"{stack}.") in weights
-    ):  # the stack module itself (T5's model.decoder)
+    if not found and suffix.removeprefix(f"{stack}.") in weights:  # the stack module itself (T5's decoder)
         prefix, found = prefix.removeprefix(f"{stack}."), [""]
     if len(found) != 1:
         raise ValueError(
