@@ -181,6 +181,11 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         _sinusoidal("tensor2tensor", 2048, 2048, offset=None),
         f"{_T2T} pad_token_id + 1",
     ),
+    # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
+    "kosmos_2_5_text_model": (
+        _sinusoidal("tensor2tensor", 1536, 4096, offset=None),
+        f"{_T2T} pad_token_id + 1",
+    ),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
 }
 

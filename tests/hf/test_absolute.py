@@ -184,12 +184,13 @@ def _record(
 ) -> dict:
     """Each table's first output in a forward pass (of the decoder alone where the model needs other inputs)."""
     seen: dict[str, torch.Tensor] = {}
+
+    def keep_first(name: str, out: Any) -> None:  # returns None: a hook's return value replaces the output
+        # A copy: Kosmos-2.5 adds its segment embedding to the returned rows in place.
+        seen.setdefault(name, (out if isinstance(out, torch.Tensor) else out[0]).clone())
+
     hooks = [
-        module.register_forward_hook(
-            lambda _m, _a, out, name=name: seen.setdefault(
-                name, out if isinstance(out, torch.Tensor) else out[0]
-            )
-        )
+        module.register_forward_hook(lambda _m, _a, out, name=name: keep_first(name, out))
         for name, module in tables.items()
     ]
     kwargs: dict[str, Any] = (

@@ -571,6 +571,14 @@ TINY: dict[str, dict] = {
         "attention_heads": 4,
         "max_position_embeddings": 48,
     },
+    "kosmos_2_5_text_model": {
+        "layers": 1,
+        "vocab_size": 64,
+        "embed_dim": 32,
+        "ffn_dim": 32,
+        "attention_heads": 4,
+        "max_position_embeddings": 48,
+    },
     "xglm": {
         "num_layers": 1,
         "vocab_size": 64,
@@ -780,6 +788,7 @@ SINUSOIDAL_MODEL_TYPES = [
     "m2m_100",
     "nllb-moe",
     "kosmos_2_text_model",
+    "kosmos_2_5_text_model",
     "xglm",
 ]
 
