@@ -78,13 +78,10 @@ class KVCache:
 
     def bind(self, num_layers: int) -> None:
         """Record the number of layers of the model filling the cache; refuse another model's cache."""
-        if self.num_layers is None and len(self.keys) > num_layers:
+        filled = self.num_layers if self.num_layers is not None else len(self.keys)
+        if filled != num_layers and (self.num_layers is not None or filled > num_layers):
             raise ValueError(
-                f"this KVCache holds {len(self.keys)} layers but the model has num_layers={num_layers}"
-            )
-        if self.num_layers not in (None, num_layers):
-            raise ValueError(
-                f"this KVCache was filled by a model with {self.num_layers} layers, but this model has "
+                f"this KVCache was filled by a model with {filled} layers, but this model has "
                 f"num_layers={num_layers}; use a new KVCache()"
             )
         self.num_layers = num_layers
@@ -136,13 +133,6 @@ class KVCache:
         start = past.amax(dim=-1, keepdim=True) + 1 if past.shape[-1] else past.new_zeros(*past.shape[:-1], 1)
         return start + torch.arange(new, device=past.device)  # (1,) + (t,) is (t,); (b, 1) + (t,) is (b, t)
 
-    def fill_index(self, layer: int, device: torch.device | str | None = None) -> Tensor:
-        """Static cache: the 0-d long tensor of filled slots of ``layer`` (zero before the first call)."""
-        layer = self._check_layer(layer)
-        if layer < len(self.fill):
-            return self.fill[layer]
-        return torch.zeros((), dtype=torch.long, device=device)
-
     def slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
         """The ``(t,)`` key indices the ``new`` tokens of ``layer`` go to, after the cached ones.
 
@@ -155,7 +145,10 @@ class KVCache:
         capacity = self.capacity or 0
         if new > capacity:
             raise ValueError(f"{new} new tokens do not fit this KVCache(capacity={capacity})")
-        fill = self.fill_index(layer, device)
+        layer = self._check_layer(layer)
+        fill = (
+            self.fill[layer] if layer < len(self.fill) else torch.zeros((), dtype=torch.long, device=device)
+        )
         check_values(
             fill + new <= capacity,
             f"KVCache(capacity={capacity}) overflows",

@@ -27,11 +27,6 @@ from ..state import PositionState
 from .cache import KVCache, describe_encoding
 
 
-def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
-    """``position`` built with the sizes that are given (``max_len`` may be ``None``)."""
-    return build(position, **{k: v for k, v in dims.items() if v is not None})
-
-
 class MultiheadAttention(nn.Module):
     """Multi-head (or grouped-query) self-attention whose position encoding is a config string.
 
@@ -95,7 +90,8 @@ class MultiheadAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
         dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
-        self.encoding = None if position is None else _build_encoding(position, **dims)
+        # build() ignores the sizes that are None (max_len)
+        self.encoding = None if position is None else build(position, **dims)
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
@@ -169,15 +165,12 @@ class MultiheadAttention(nn.Module):
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
             # keys are not the last of the slots, so causality by index would be wrong: where the
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
+            slots = cache.slots(layer, t, x.device)  # (t,) where the new keys go
+            by_slot = causal and self.window is None and not state.causal_only
             cols = torch.arange(cache.capacity or 0, device=x.device)
-            fill = cache.fill_index(layer, x.device)
-            keep = (cols < fill + t)[None, None]  # (1, 1, capacity)
-            if causal and self.window is None and not state.causal_only:
-                keep = (cols <= (fill + torch.arange(t, device=x.device))[:, None])[None]  # (1, t, capacity)
-                causal = False
-            if key_mask is not None:
-                keep = keep & key_mask[:, None, :]
-            attn_mask = keep[:, None]  # (b|1, 1, t|1, capacity)
+            keep = cols <= (slots[:, None] if by_slot else slots[-1:, None])  # (t|1, capacity)
+            causal = causal and not by_slot
+            attn_mask = keep[None, None] if key_mask is None else keep & key_mask[:, None, None, :]
         if cache is not None:
             axes = bool(getattr(state.encoding, "num_axes", 0))
             encoding = describe_encoding(state.encoding)
@@ -315,12 +308,12 @@ class TransformerBlock(nn.Module):
         causal: causal self-attention.
         dropout: dropout in attention and after the MLP.
         mlp_ratio: the MLP's hidden width is ``mlp_ratio * d_model``.
-        bias: biases in the linear layers.
-        num_kv_heads: key/value heads (grouped-query attention).
-        max_len: handed to the encoding.
+        bias: biases in the linear layers and norms.
         norm_eps: LayerNorm epsilon.
-        window: a sliding window for the attention, or ``None``.
-        attention_sinks: a learned sink logit per head in the attention (:class:`MultiheadAttention`).
+        attention: the other keyword arguments of :class:`MultiheadAttention`: ``num_kv_heads``
+            (grouped-query attention), ``head_dim``, ``max_len`` (handed to the encoding),
+            ``window`` (a sliding window, or ``None``), ``attention_sinks`` (a learned sink logit
+            per head).
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -335,29 +328,16 @@ class TransformerBlock(nn.Module):
         dropout: float = 0.0,
         mlp_ratio: float = 4.0,
         bias: bool = False,
-        num_kv_heads: int | None = None,
-        max_len: int | None = None,
+        *,
         norm_eps: float = 1e-5,
-        window: int | None = None,
-        attention_sinks: bool = False,
+        **attention: Any,
     ) -> None:
         super().__init__()
         if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be a positive number, got {mlp_ratio!r}")
         hidden = max(1, round(mlp_ratio * d_model))
         self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
-        self.attn = MultiheadAttention(
-            d_model,
-            num_heads,
-            position,
-            causal=causal,
-            dropout=dropout,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-            max_len=max_len,
-            window=window,
-            attention_sinks=attention_sinks,
-        )
+        self.attn = MultiheadAttention(d_model, num_heads, position, causal, dropout, bias, **attention)
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, hidden, bias=bias),

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_float, check_positive_int
+from .._checks import check_bool, check_int, check_positive_float, check_positive_int
 from .._compat import check_values
 from ..base import PositionalEncoding
+from ..registry import build
 from .cache import KVCache
-from .layers import TransformerBlock, _build_encoding, _check_inputs, _prepare
+from .layers import TransformerBlock, _check_inputs, _prepare
 from .schedule import layer_specs, layer_windows, spec_key
 
 
@@ -116,17 +117,10 @@ class TransformerLM(nn.Module):
         self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
-        options: dict[str, Any] = dict(
-            causal=causal,
-            dropout=dropout,
-            mlp_ratio=mlp_ratio,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-            attention_sinks=attention_sinks,
-        )
         # The blocks hold no encoding (None): the model prepares each one's state once per forward.
+        sinks_kv = dict(num_kv_heads=num_kv_heads, attention_sinks=attention_sinks)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, None, max_len=max_len, window=w, **options)
+            TransformerBlock(d_model, num_heads, None, causal, dropout, mlp_ratio, bias, window=w, **sinks_kv)
             for w in self.windows
         )
         self.norm = nn.LayerNorm(d_model, bias=bias)
@@ -146,7 +140,7 @@ class TransformerLM(nn.Module):
         """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
         keys = [spec_key(spec) for spec in specs]
         unique = list(dict.fromkeys(keys))  # in the order of first use
-        distinct = [_build_encoding(specs[keys.index(key)], **dims) for key in unique]
+        distinct = [build(specs[keys.index(key)], **dims) for key in unique]
         index = [unique.index(key) for key in keys]
         if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
             names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
@@ -291,12 +285,11 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 "generate needs a causal model (causal=True); this TransformerLM is bidirectional"
             )
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
         temperature = check_positive_float("temperature", temperature)
         check_bool("do_sample", do_sample)
-        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k <= 0):
-            raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")
+        if top_k is not None:
+            check_positive_int("top_k", top_k)
         if _check_ids(input_ids).shape[1] == 0:
             raise ValueError(
                 f"input_ids is an empty prompt (shape {tuple(input_ids.shape)}); generate needs at least one token"
