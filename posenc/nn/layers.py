@@ -144,16 +144,16 @@ class MultiheadAttention(nn.Module):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
         t = x.shape[1]
-        key_mask, document_ids, positions = _check_inputs(
-            x, positions, attention_mask, document_ids, cache, layer, need_positions=state is None
+        if state is None and self.encoding is None:
+            raise ValueError(
+                "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
+                "the model, e.g. state=encoding.prepare(...)"
+            )
+        own = [self.encoding] if state is None and self.encoding is not None else []
+        key_mask, document_ids, states = _prepare(
+            x, own, positions, attention_mask, document_ids, cache, layer
         )
-        if state is None:
-            if self.encoding is None:
-                raise ValueError(
-                    "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
-                    "the model, e.g. state=encoding.prepare(...)"
-                )
-            state = _prepare(self.encoding, x, positions, key_mask, cache, layer)
+        state = states[0] if state is None else state
         q = rearrange(self.q_proj(x), "b t (h dh) -> b h t dh", h=self.num_heads)
         k = rearrange(self.k_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
         v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
@@ -193,69 +193,26 @@ class MultiheadAttention(nn.Module):
 
 
 def _prepare(
-    encoding: PositionalEncoding,
     x: Tensor,
-    positions: Tensor | None,
-    key_mask: Tensor | None,
-    cache: KVCache | None,
-    layer: int,
-) -> PositionState:
-    """The position state of one forward over new tokens ``x`` ``(b, t, d)``, cached keys included.
-
-    Default positions continue the cache (each row from its largest cached position + 1), or come
-    from the padding mask; with neither, they stay implicit so that encodings take their contiguous
-    fast paths. No host sync: the cache's fill is read from shapes, or (static cache) as a tensor.
-    """
-    b, t, _ = x.shape
-    if cache is None:
-        if positions is None and key_mask is not None:
-            positions = mask_to_positions(key_mask)
-        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
-    cache.check_batch(layer, b)
-    if positions is None and key_mask is not None:
-        # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
-        positions = mask_to_positions(key_mask).index_select(1, cache.slots(layer, t, x.device))
-    if positions is None:
-        positions = cache.next_positions(layer, t)
-    if positions is None and not cache.static:  # the first call
-        return encoding.prepare(t, t, batch=b, device=x.device)
-    if positions is None:  # the first call of a static cache
-        positions = torch.arange(t, device=x.device)
-    num_axes = getattr(encoding, "num_axes", 0)
-    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
-        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
-        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
-    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
-    k_len = cache.mask_length(layer, t)
-    return encoding.prepare(
-        t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
-    )
-
-
-def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
-    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
-    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
-    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
-    if positions.dim() != 2 or positions.shape[-1] != length:
-        return positions.dim() == 1
-    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
-
-
-def _check_inputs(
-    x: Tensor,
+    encodings: list[PositionalEncoding],
     positions: Tensor | None,
     attention_mask: Tensor | None,
     document_ids: Tensor | None,
     cache: KVCache | None,
     layer: int,
-    *,
-    need_positions: bool = True,
-) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Check the tensors that come with ``x`` ``(b, t, ...)``: ``(key_mask, document_ids, positions)``.
+) -> tuple[Tensor | None, Tensor | None, list[PositionState]]:
+    """Check the tensors that come with ``x`` ``(b, t, ...)`` and prepare each encoding's position state.
 
-    Each must be on the input's device (torch's own error would not name them); the mask is
+    Each tensor must be on the input's device (torch's own error would not name them); the mask is
     ``(b, tk)`` bool or 0/1 over every key; document ids ``(b, t)`` or ``(t,)`` integers, not with a
-    cache. Default positions (with ``need_positions``) restart in each document.
+    cache. Default positions restart in each document, continue the cache (each row from its largest
+    cached position + 1), or come from the padding mask; with none of these they stay implicit so that
+    encodings take their contiguous fast paths. No host sync: the cache's fill is read from shapes,
+    or (static cache) as a tensor.
+
+    Returns:
+        ``(key_mask, document_ids, states)``: the ``(b, tk)`` bool mask, the ``(b|1, t)`` ids, and the
+        state of each of ``encodings`` (cached keys included).
     """
     b, t = x.shape[:2]
     for name, value in (
@@ -280,21 +237,63 @@ def _check_inputs(
                 f"got {tuple(attention_mask.shape)}"
             )
         key_mask = attention_mask.bool()
-    if document_ids is None:
-        return key_mask, None, positions
-    if cache is not None:
-        raise ValueError(
-            "document_ids cannot be combined with a cache: decode each document with its own KVCache"
-        )
-    if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
-        document_ids = document_ids.expand(b, -1)
-    if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
-        raise ValueError(
-            f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
-        )
-    if positions is None and need_positions:
+    if document_ids is not None:
+        if cache is not None:
+            raise ValueError(
+                "document_ids cannot be combined with a cache: decode each document with its own KVCache"
+            )
+        if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
+            document_ids = document_ids.expand(b, -1)
+        if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
+            raise ValueError(
+                f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
+            )
+    if not encodings:  # the caller holds a prepared state
+        return key_mask, document_ids, []
+    if positions is None and document_ids is not None:
         positions = document_positions(document_ids)
-    return key_mask, document_ids, positions
+    if positions is None and key_mask is not None:
+        # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
+        positions = mask_to_positions(key_mask)
+        if cache is not None:
+            positions = positions.index_select(1, cache.slots(layer, t, x.device))
+    if cache is not None:
+        cache.check_batch(layer, b)
+        if positions is None:
+            positions = cache.next_positions(layer, t)
+        if positions is None and cache.static:  # the first call of a static cache
+            positions = torch.arange(t, device=x.device)
+    return key_mask, document_ids, [_state(e, positions, b, t, x.device, cache, layer) for e in encodings]
+
+
+def _state(
+    encoding: PositionalEncoding,
+    positions: Tensor | None,
+    b: int,
+    t: int,
+    device: torch.device,
+    cache: KVCache | None,
+    layer: int,
+) -> PositionState:
+    """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
+    if cache is None or positions is None:  # no cache, or the first call of a growing one
+        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
+    num_axes = getattr(encoding, "num_axes", 0)
+    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
+        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
+    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
+    k_len = cache.mask_length(layer, t)
+    return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)
+
+
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
+    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
+    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
+    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
+    if positions.dim() != 2 or positions.shape[-1] != length:
+        return positions.dim() == 1
+    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
 
 
 class TransformerBlock(nn.Module):

@@ -19,7 +19,7 @@ from .._compat import check_values
 from ..base import PositionalEncoding
 from ..registry import build
 from .cache import KVCache
-from .layers import TransformerBlock, _check_inputs, _prepare
+from .layers import TransformerBlock, _prepare
 from .schedule import layer_specs, layer_windows, spec_key
 
 
@@ -218,11 +218,6 @@ class TransformerLM(nn.Module):
             ``(b, t, v)`` logits.
         """
         _check_ids(input_ids)
-        if cache is not None:
-            cache.bind(self.num_layers)
-        key_mask, document_ids, positions = _check_inputs(
-            input_ids, positions, attention_mask, document_ids, cache, 0
-        )
         check_values(
             (input_ids >= 0) & (input_ids < self.vocab_size),
             f"input_ids must lie in [0, vocab_size={self.vocab_size})",
@@ -231,10 +226,14 @@ class TransformerLM(nn.Module):
                 f"{int(input_ids.min())} to {int(input_ids.max())}"
             ),
         )
+        if cache is not None:
+            cache.bind(self.num_layers)
+        key_mask, document_ids, states = _prepare(
+            input_ids, self._distinct(), positions, attention_mask, document_ids, cache, 0
+        )
         x = self.embed(input_ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        states = [_prepare(enc, x, positions, key_mask, cache, 0) for enc in self._distinct()]
         first = states[0]
         if self.encoding is not None:
             # Default positions stay None for the additive encoding: it then slices its cache, and
