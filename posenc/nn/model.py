@@ -165,6 +165,8 @@ class TransformerLM(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):  # ones and zeros: no draw, so construction is unchanged
+            module.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Re-initialise every weight and rebuild every cache, e.g. after ``to_empty()`` from the meta device.
@@ -175,15 +177,11 @@ class TransformerLM(nn.Module):
         """
         self.apply(self._init_weights)
         self._init_embedding()
-        for module in self.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.reset_parameters()
         for encoding in self._distinct():
             for sub in encoding.modules():  # a nested encoding's parameters are its owner's to reset
                 reset = getattr(sub, "reset_parameters", None)
                 if callable(reset) and (sub is encoding or not isinstance(sub, PositionalEncoding)):
                     reset()
-            for sub in encoding.modules():
                 if isinstance(sub, PositionalEncoding):
                     sub.reset_caches()
 
