@@ -293,12 +293,10 @@ class TransformerLM(nn.Module):
             )
         if max_new_tokens == 0:
             return input_ids
-        b = input_ids.shape[0]
-        mask = attention_mask  # checked by the first forward, as (b, t)
         cache = KVCache()
         tokens = [input_ids]
-        for _ in range(max_new_tokens):  # the prompt, then each new token
-            logits = self(tokens[-1], attention_mask=mask, cache=cache)[:, -1].float()
+        for _ in range(max_new_tokens):  # the prompt, then each new token; the mask checked by the first
+            logits = self(tokens[-1], attention_mask=attention_mask, cache=cache)[:, -1].float()
             if do_sample:
                 # Shift by the row maximum before dividing: a tiny temperature then sends the
                 # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.
@@ -306,13 +304,12 @@ class TransformerLM(nn.Module):
                 if top_k is not None and top_k < logits.shape[-1]:
                     kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = torch.softmax(logits, dim=-1)
-                next_token = torch.multinomial(probs, 1, generator=generator)
+                new = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
             else:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            tokens.append(next_token)
-            if mask is not None:
-                mask = torch.cat([mask, mask.new_ones(b, 1)], dim=-1)
+                new = logits.argmax(dim=-1, keepdim=True)
+            tokens.append(new)
+            if attention_mask is not None:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(new.shape)], dim=-1)
         return torch.cat(tokens, dim=-1)
 
 
