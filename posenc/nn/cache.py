@@ -69,12 +69,9 @@ class KVCache:
         self.axes: list[bool] = []
         self.num_layers: int | None = None
         self.capacity = None if capacity is None else check_int("capacity", capacity, minimum=1)
+        #: Whether the cache has a fixed capacity (see the class docstring).
+        self.static = self.capacity is not None
         self.fill: list[Tensor] = []
-
-    @property
-    def static(self) -> bool:
-        """Whether the cache has a fixed capacity (see the class docstring)."""
-        return self.capacity is not None
 
     def bind(self, num_layers: int) -> None:
         """Record the number of layers of the model filling the cache; refuse another model's cache."""
@@ -211,13 +208,10 @@ class KVCache:
             ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``.
         """
         layer = self._check_layer(layer)
-        if (
-            layer < len(self.encodings)
-            and encoding is not None
-            and self.encodings[layer] not in (None, encoding)
-        ):
+        known = self.encodings[layer] if layer < len(self.encodings) else None
+        if None not in (known, encoding) and known != encoding:
             raise ValueError(
-                f"layer {layer} of this KVCache holds keys encoded by {self.encodings[layer]}, not by "
+                f"layer {layer} of this KVCache holds keys encoded by {known}, not by "
                 f"{encoding}; use a new KVCache() for another model or encoding"
             )
         if layer > len(self.keys):

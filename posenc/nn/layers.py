@@ -11,7 +11,7 @@ width, ``h`` heads, ``dh`` head width.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from einops import rearrange
@@ -282,7 +282,7 @@ def _state(
     if axes:
         # Positions with axes (M-RoPE, AxialRoPE), read as the encoding reads them before they join the
         # cached ones: M-RoPE's (t,)/(b, t) text positions become (t, a)/(b, t, a), the same on every axis.
-        positions = encoding._check_positions(positions, t, b, "positions")
+        positions = cast(Any, encoding)._check_positions(positions, t, b, "positions")
     k_positions = cache.key_positions(layer, positions, axes=axes)
     k_len = cache.mask_length(layer, t)
     return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)

@@ -118,7 +118,7 @@ class TransformerLM(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
         # The blocks hold no encoding (None): the model prepares each one's state once per forward.
-        sinks_kv = dict(num_kv_heads=num_kv_heads, attention_sinks=attention_sinks)
+        sinks_kv: dict[str, Any] = dict(num_kv_heads=num_kv_heads, attention_sinks=attention_sinks)
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, num_heads, None, causal, dropout, mlp_ratio, bias, window=w, **sinks_kv)
             for w in self.windows
