@@ -143,7 +143,6 @@ class MultiheadAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
-        t = x.shape[1]
         if state is None and self.encoding is None:
             raise ValueError(
                 "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
@@ -165,7 +164,7 @@ class MultiheadAttention(nn.Module):
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
             # keys are not the last of the slots, so causality by index would be wrong: where the
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
-            slots = cache.slots(layer, t, x.device)  # (t,) where the new keys go
+            slots = cache.slots(layer, x.shape[1], x.device)  # (t,) where the new keys go
             by_slot = causal and self.window is None and not state.causal_only
             cols = torch.arange(cache.capacity or 0, device=x.device)
             keep = cols <= (slots[:, None] if by_slot else slots[-1:, None])  # (t|1, capacity)
@@ -175,7 +174,6 @@ class MultiheadAttention(nn.Module):
             axes = bool(getattr(state.encoding, "num_axes", 0))
             encoding = describe_encoding(state.encoding)
             k, v, _ = cache.update(layer, k, v, state.q_positions, encoding=encoding, axes=axes)
-        dropout = self.dropout if self.training else 0.0
         out = attention(
             q,
             k,
@@ -183,7 +181,7 @@ class MultiheadAttention(nn.Module):
             state,
             causal=causal,
             attn_mask=attn_mask,
-            dropout_p=dropout,
+            dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
             window=self.window,
             document_ids=document_ids,

@@ -232,22 +232,15 @@ class TransformerLM(nn.Module):
         x = self.embed(input_ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        first = states[0]
         if self.encoding is not None:
             # Default positions stay None for the additive encoding: it then slices its cache, and
             # under torch.compile a learned table still checks the length (explicit positions are data).
-            input_positions = None if first.q_start == 0 else first.q_positions
+            input_positions = None if states[0].q_start == 0 else states[0].q_positions
             x = self.encoding.encode_input(x, input_positions)
         x = self.embed_dropout(x)
+        shared = dict(attention_mask=key_mask, cache=cache, document_ids=document_ids)
         for i, block in enumerate(self.blocks):
-            x = block(
-                x,
-                attention_mask=key_mask,
-                cache=cache,
-                layer=i,
-                state=states[self.layer_encoding[i]],
-                document_ids=document_ids,
-            )
+            x = block(x, layer=i, state=states[self.layer_encoding[i]], **shared)
         return self.head(self.norm(x))
 
     @torch.no_grad()
