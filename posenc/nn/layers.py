@@ -11,7 +11,7 @@ width, ``h`` heads, ``dh`` head width.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 from einops import rearrange
@@ -276,14 +276,22 @@ def _state(
     """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
     if cache is None or positions is None:  # no cache, or the first call of a growing one
         return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
-    axes = bool(getattr(encoding, "num_axes", 0))
-    if axes:
-        # Positions with axes (M-RoPE, AxialRoPE), read as the encoding reads them before they join the
-        # cached ones: M-RoPE's (t,)/(b, t) text positions become (t, a)/(b, t, a), the same on every axis.
-        positions = cast(Any, encoding)._check_positions(positions, t, b, "positions")
-    k_positions = cache.key_positions(layer, positions, axes=axes)
+    num_axes = getattr(encoding, "num_axes", 0)
+    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
+        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
+    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
     k_len = cache.mask_length(layer, t)
     return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)
+
+
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
+    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
+    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
+    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
+    if positions.dim() != 2 or positions.shape[-1] != length:
+        return positions.dim() == 1
+    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
 
 
 class TransformerBlock(nn.Module):
