@@ -69,22 +69,16 @@ class KVCache:
         self.axes: list[bool] = []
         self.num_layers: int | None = None
         self.capacity = None if capacity is None else check_int("capacity", capacity, minimum=1)
+        #: Whether the cache has a fixed capacity (see the class docstring).
+        self.static = self.capacity is not None
         self.fill: list[Tensor] = []
-
-    @property
-    def static(self) -> bool:
-        """Whether the cache has a fixed capacity (see the class docstring)."""
-        return self.capacity is not None
 
     def bind(self, num_layers: int) -> None:
         """Record the number of layers of the model filling the cache; refuse another model's cache."""
-        if self.num_layers is None and len(self.keys) > num_layers:
+        filled = self.num_layers if self.num_layers is not None else len(self.keys)
+        if filled != num_layers and (self.num_layers is not None or filled > num_layers):
             raise ValueError(
-                f"this KVCache holds {len(self.keys)} layers but the model has num_layers={num_layers}"
-            )
-        if self.num_layers not in (None, num_layers):
-            raise ValueError(
-                f"this KVCache was filled by a model with {self.num_layers} layers, but this model has "
+                f"this KVCache was filled by a model with {filled} layers, but this model has "
                 f"num_layers={num_layers}; use a new KVCache()"
             )
         self.num_layers = num_layers
@@ -136,13 +130,6 @@ class KVCache:
         start = past.amax(dim=-1, keepdim=True) + 1 if past.shape[-1] else past.new_zeros(*past.shape[:-1], 1)
         return start + torch.arange(new, device=past.device)  # (1,) + (t,) is (t,); (b, 1) + (t,) is (b, t)
 
-    def fill_index(self, layer: int, device: torch.device | str | None = None) -> Tensor:
-        """Static cache: the 0-d long tensor of filled slots of ``layer`` (zero before the first call)."""
-        layer = self._check_layer(layer)
-        if layer < len(self.fill):
-            return self.fill[layer]
-        return torch.zeros((), dtype=torch.long, device=device)
-
     def slots(self, layer: int, new: int, device: torch.device | str | None = None) -> Tensor:
         """The ``(t,)`` key indices the ``new`` tokens of ``layer`` go to, after the cached ones.
 
@@ -155,7 +142,10 @@ class KVCache:
         capacity = self.capacity or 0
         if new > capacity:
             raise ValueError(f"{new} new tokens do not fit this KVCache(capacity={capacity})")
-        fill = self.fill_index(layer, device)
+        layer = self._check_layer(layer)
+        fill = (
+            self.fill[layer] if layer < len(self.fill) else torch.zeros((), dtype=torch.long, device=device)
+        )
         check_values(
             fill + new <= capacity,
             f"KVCache(capacity={capacity}) overflows",
@@ -218,13 +208,10 @@ class KVCache:
             ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``.
         """
         layer = self._check_layer(layer)
-        if (
-            layer < len(self.encodings)
-            and encoding is not None
-            and self.encodings[layer] not in (None, encoding)
-        ):
+        known = self.encodings[layer] if layer < len(self.encodings) else None
+        if None not in (known, encoding) and known != encoding:
             raise ValueError(
-                f"layer {layer} of this KVCache holds keys encoded by {self.encodings[layer]}, not by "
+                f"layer {layer} of this KVCache holds keys encoded by {known}, not by "
                 f"{encoding}; use a new KVCache() for another model or encoding"
             )
         if layer > len(self.keys):

@@ -27,11 +27,6 @@ from ..state import PositionState
 from .cache import KVCache, describe_encoding
 
 
-def _build_encoding(position: Any, **dims: Any) -> PositionalEncoding:
-    """``position`` built with the sizes that are given (``max_len`` may be ``None``)."""
-    return build(position, **{k: v for k, v in dims.items() if v is not None})
-
-
 class MultiheadAttention(nn.Module):
     """Multi-head (or grouped-query) self-attention whose position encoding is a config string.
 
@@ -95,7 +90,8 @@ class MultiheadAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
         dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
-        self.encoding = None if position is None else _build_encoding(position, **dims)
+        # build() ignores the sizes that are None (max_len)
+        self.encoding = None if position is None else build(position, **dims)
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
@@ -147,17 +143,16 @@ class MultiheadAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
-        t = x.shape[1]
-        key_mask, document_ids, positions = _check_inputs(
-            x, positions, attention_mask, document_ids, cache, layer, need_positions=state is None
+        if state is None and self.encoding is None:
+            raise ValueError(
+                "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
+                "the model, e.g. state=encoding.prepare(...)"
+            )
+        own = [self.encoding] if state is None and self.encoding is not None else []
+        key_mask, document_ids, states = _prepare(
+            x, own, positions, attention_mask, document_ids, cache, layer
         )
-        if state is None:
-            if self.encoding is None:
-                raise ValueError(
-                    "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
-                    "the model, e.g. state=encoding.prepare(...)"
-                )
-            state = _prepare(self.encoding, x, positions, key_mask, cache, layer)
+        state = states[0] if state is None else state
         q = rearrange(self.q_proj(x), "b t (h dh) -> b h t dh", h=self.num_heads)
         k = rearrange(self.k_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
         v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
@@ -169,20 +164,16 @@ class MultiheadAttention(nn.Module):
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
             # keys are not the last of the slots, so causality by index would be wrong: where the
             # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
+            slots = cache.slots(layer, x.shape[1], x.device)  # (t,) where the new keys go
+            by_slot = causal and self.window is None and not state.causal_only
             cols = torch.arange(cache.capacity or 0, device=x.device)
-            fill = cache.fill_index(layer, x.device)
-            keep = (cols < fill + t)[None, None]  # (1, 1, capacity)
-            if causal and self.window is None and not state.causal_only:
-                keep = (cols <= (fill + torch.arange(t, device=x.device))[:, None])[None]  # (1, t, capacity)
-                causal = False
-            if key_mask is not None:
-                keep = keep & key_mask[:, None, :]
-            attn_mask = keep[:, None]  # (b|1, 1, t|1, capacity)
+            keep = cols <= (slots[:, None] if by_slot else slots[-1:, None])  # (t|1, capacity)
+            causal = causal and not by_slot
+            attn_mask = keep[None, None] if key_mask is None else keep & key_mask[:, None, None, :]
         if cache is not None:
             axes = bool(getattr(state.encoding, "num_axes", 0))
             encoding = describe_encoding(state.encoding)
             k, v, _ = cache.update(layer, k, v, state.q_positions, encoding=encoding, axes=axes)
-        dropout = self.dropout if self.training else 0.0
         out = attention(
             q,
             k,
@@ -190,7 +181,7 @@ class MultiheadAttention(nn.Module):
             state,
             causal=causal,
             attn_mask=attn_mask,
-            dropout_p=dropout,
+            dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
             window=self.window,
             document_ids=document_ids,
@@ -200,69 +191,26 @@ class MultiheadAttention(nn.Module):
 
 
 def _prepare(
-    encoding: PositionalEncoding,
     x: Tensor,
-    positions: Tensor | None,
-    key_mask: Tensor | None,
-    cache: KVCache | None,
-    layer: int,
-) -> PositionState:
-    """The position state of one forward over new tokens ``x`` ``(b, t, d)``, cached keys included.
-
-    Default positions continue the cache (each row from its largest cached position + 1), or come
-    from the padding mask; with neither, they stay implicit so that encodings take their contiguous
-    fast paths. No host sync: the cache's fill is read from shapes, or (static cache) as a tensor.
-    """
-    b, t, _ = x.shape
-    if cache is None:
-        if positions is None and key_mask is not None:
-            positions = mask_to_positions(key_mask)
-        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=x.device)
-    cache.check_batch(layer, b)
-    if positions is None and key_mask is not None:
-        # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
-        positions = mask_to_positions(key_mask).index_select(1, cache.slots(layer, t, x.device))
-    if positions is None:
-        positions = cache.next_positions(layer, t)
-    if positions is None and not cache.static:  # the first call
-        return encoding.prepare(t, t, batch=b, device=x.device)
-    if positions is None:  # the first call of a static cache
-        positions = torch.arange(t, device=x.device)
-    num_axes = getattr(encoding, "num_axes", 0)
-    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
-        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
-        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
-    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
-    k_len = cache.mask_length(layer, t)
-    return encoding.prepare(
-        t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=x.device
-    )
-
-
-def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
-    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
-    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
-    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
-    if positions.dim() != 2 or positions.shape[-1] != length:
-        return positions.dim() == 1
-    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
-
-
-def _check_inputs(
-    x: Tensor,
+    encodings: list[PositionalEncoding],
     positions: Tensor | None,
     attention_mask: Tensor | None,
     document_ids: Tensor | None,
     cache: KVCache | None,
     layer: int,
-    *,
-    need_positions: bool = True,
-) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Check the tensors that come with ``x`` ``(b, t, ...)``: ``(key_mask, document_ids, positions)``.
+) -> tuple[Tensor | None, Tensor | None, list[PositionState]]:
+    """Check the tensors that come with ``x`` ``(b, t, ...)`` and prepare each encoding's position state.
 
-    Each must be on the input's device (torch's own error would not name them); the mask is
+    Each tensor must be on the input's device (torch's own error would not name them); the mask is
     ``(b, tk)`` bool or 0/1 over every key; document ids ``(b, t)`` or ``(t,)`` integers, not with a
-    cache. Default positions (with ``need_positions``) restart in each document.
+    cache. Default positions restart in each document, continue the cache (each row from its largest
+    cached position + 1), or come from the padding mask; with none of these they stay implicit so that
+    encodings take their contiguous fast paths. No host sync: the cache's fill is read from shapes,
+    or (static cache) as a tensor.
+
+    Returns:
+        ``(key_mask, document_ids, states)``: the ``(b, tk)`` bool mask, the ``(b|1, t)`` ids, and the
+        state of each of ``encodings`` (cached keys included).
     """
     b, t = x.shape[:2]
     for name, value in (
@@ -287,21 +235,63 @@ def _check_inputs(
                 f"got {tuple(attention_mask.shape)}"
             )
         key_mask = attention_mask.bool()
-    if document_ids is None:
-        return key_mask, None, positions
-    if cache is not None:
-        raise ValueError(
-            "document_ids cannot be combined with a cache: decode each document with its own KVCache"
-        )
-    if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
-        document_ids = document_ids.expand(b, -1)
-    if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
-        raise ValueError(
-            f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
-        )
-    if positions is None and need_positions:
+    if document_ids is not None:
+        if cache is not None:
+            raise ValueError(
+                "document_ids cannot be combined with a cache: decode each document with its own KVCache"
+            )
+        if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
+            document_ids = document_ids.expand(b, -1)
+        if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
+            raise ValueError(
+                f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
+            )
+    if not encodings:  # the caller holds a prepared state
+        return key_mask, document_ids, []
+    if positions is None and document_ids is not None:
         positions = document_positions(document_ids)
-    return key_mask, document_ids, positions
+    if positions is None and key_mask is not None:
+        # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
+        positions = mask_to_positions(key_mask)
+        if cache is not None:
+            positions = positions.index_select(1, cache.slots(layer, t, x.device))
+    if cache is not None:
+        cache.check_batch(layer, b)
+        if positions is None:
+            positions = cache.next_positions(layer, t)
+        if positions is None and cache.static:  # the first call of a static cache
+            positions = torch.arange(t, device=x.device)
+    return key_mask, document_ids, [_state(e, positions, b, t, x.device, cache, layer) for e in encodings]
+
+
+def _state(
+    encoding: PositionalEncoding,
+    positions: Tensor | None,
+    b: int,
+    t: int,
+    device: torch.device,
+    cache: KVCache | None,
+    layer: int,
+) -> PositionState:
+    """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
+    if cache is None or positions is None:  # no cache, or the first call of a growing one
+        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
+    num_axes = getattr(encoding, "num_axes", 0)
+    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
+        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
+    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
+    k_len = cache.mask_length(layer, t)
+    return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)
+
+
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
+    """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
+    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
+    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
+    if positions.dim() != 2 or positions.shape[-1] != length:
+        return positions.dim() == 1
+    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
 
 
 class TransformerBlock(nn.Module):
@@ -315,12 +305,12 @@ class TransformerBlock(nn.Module):
         causal: causal self-attention.
         dropout: dropout in attention and after the MLP.
         mlp_ratio: the MLP's hidden width is ``mlp_ratio * d_model``.
-        bias: biases in the linear layers.
-        num_kv_heads: key/value heads (grouped-query attention).
-        max_len: handed to the encoding.
+        bias: biases in the linear layers and norms.
         norm_eps: LayerNorm epsilon.
-        window: a sliding window for the attention, or ``None``.
-        attention_sinks: a learned sink logit per head in the attention (:class:`MultiheadAttention`).
+        attention: the other keyword arguments of :class:`MultiheadAttention`: ``num_kv_heads``
+            (grouped-query attention), ``head_dim``, ``max_len`` (handed to the encoding),
+            ``window`` (a sliding window, or ``None``), ``attention_sinks`` (a learned sink logit
+            per head).
 
     Shape:
         ``forward(x)``: ``(b, t, d) -> (b, t, d)``.
@@ -335,29 +325,16 @@ class TransformerBlock(nn.Module):
         dropout: float = 0.0,
         mlp_ratio: float = 4.0,
         bias: bool = False,
-        num_kv_heads: int | None = None,
-        max_len: int | None = None,
+        *,
         norm_eps: float = 1e-5,
-        window: int | None = None,
-        attention_sinks: bool = False,
+        **attention: Any,
     ) -> None:
         super().__init__()
         if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be a positive number, got {mlp_ratio!r}")
         hidden = max(1, round(mlp_ratio * d_model))
         self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
-        self.attn = MultiheadAttention(
-            d_model,
-            num_heads,
-            position,
-            causal=causal,
-            dropout=dropout,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-            max_len=max_len,
-            window=window,
-            attention_sinks=attention_sinks,
-        )
+        self.attn = MultiheadAttention(d_model, num_heads, position, causal, dropout, bias, **attention)
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, hidden, bias=bias),

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_float, check_positive_int
+from .._checks import check_bool, check_int, check_positive_float, check_positive_int
 from .._compat import check_values
 from ..base import PositionalEncoding
+from ..registry import build
 from .cache import KVCache
-from .layers import TransformerBlock, _build_encoding, _check_inputs, _prepare
+from .layers import TransformerBlock, _prepare
 from .schedule import layer_specs, layer_windows, spec_key
 
 
@@ -116,17 +117,10 @@ class TransformerLM(nn.Module):
         self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.embed_dropout = nn.Dropout(dropout)
-        options: dict[str, Any] = dict(
-            causal=causal,
-            dropout=dropout,
-            mlp_ratio=mlp_ratio,
-            bias=bias,
-            num_kv_heads=num_kv_heads,
-            attention_sinks=attention_sinks,
-        )
         # The blocks hold no encoding (None): the model prepares each one's state once per forward.
+        sinks_kv: dict[str, Any] = dict(num_kv_heads=num_kv_heads, attention_sinks=attention_sinks)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, None, max_len=max_len, window=w, **options)
+            TransformerBlock(d_model, num_heads, None, causal, dropout, mlp_ratio, bias, window=w, **sinks_kv)
             for w in self.windows
         )
         self.norm = nn.LayerNorm(d_model, bias=bias)
@@ -146,7 +140,7 @@ class TransformerLM(nn.Module):
         """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
         keys = [spec_key(spec) for spec in specs]
         unique = list(dict.fromkeys(keys))  # in the order of first use
-        distinct = [_build_encoding(specs[keys.index(key)], **dims) for key in unique]
+        distinct = [build(specs[keys.index(key)], **dims) for key in unique]
         index = [unique.index(key) for key in keys]
         if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
             names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
@@ -171,6 +165,8 @@ class TransformerLM(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):  # ones and zeros: no draw, so construction is unchanged
+            module.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Re-initialise every weight and rebuild every cache, e.g. after ``to_empty()`` from the meta device.
@@ -181,15 +177,11 @@ class TransformerLM(nn.Module):
         """
         self.apply(self._init_weights)
         self._init_embedding()
-        for module in self.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.reset_parameters()
         for encoding in self._distinct():
             for sub in encoding.modules():  # a nested encoding's parameters are its owner's to reset
                 reset = getattr(sub, "reset_parameters", None)
                 if callable(reset) and (sub is encoding or not isinstance(sub, PositionalEncoding)):
                     reset()
-            for sub in encoding.modules():
                 if isinstance(sub, PositionalEncoding):
                     sub.reset_caches()
 
@@ -224,11 +216,6 @@ class TransformerLM(nn.Module):
             ``(b, t, v)`` logits.
         """
         _check_ids(input_ids)
-        if cache is not None:
-            cache.bind(self.num_layers)
-        key_mask, document_ids, positions = _check_inputs(
-            input_ids, positions, attention_mask, document_ids, cache, 0
-        )
         check_values(
             (input_ids >= 0) & (input_ids < self.vocab_size),
             f"input_ids must lie in [0, vocab_size={self.vocab_size})",
@@ -237,26 +224,23 @@ class TransformerLM(nn.Module):
                 f"{int(input_ids.min())} to {int(input_ids.max())}"
             ),
         )
+        if cache is not None:
+            cache.bind(self.num_layers)
+        key_mask, document_ids, states = _prepare(
+            input_ids, self._distinct(), positions, attention_mask, document_ids, cache, 0
+        )
         x = self.embed(input_ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
-        states = [_prepare(enc, x, positions, key_mask, cache, 0) for enc in self._distinct()]
-        first = states[0]
         if self.encoding is not None:
             # Default positions stay None for the additive encoding: it then slices its cache, and
             # under torch.compile a learned table still checks the length (explicit positions are data).
-            input_positions = None if first.q_start == 0 else first.q_positions
+            input_positions = None if states[0].q_start == 0 else states[0].q_positions
             x = self.encoding.encode_input(x, input_positions)
         x = self.embed_dropout(x)
+        shared = dict(attention_mask=key_mask, cache=cache, document_ids=document_ids)
         for i, block in enumerate(self.blocks):
-            x = block(
-                x,
-                attention_mask=key_mask,
-                cache=cache,
-                layer=i,
-                state=states[self.layer_encoding[i]],
-                document_ids=document_ids,
-            )
+            x = block(x, layer=i, state=states[self.layer_encoding[i]], **shared)
         return self.head(self.norm(x))
 
     @torch.no_grad()
@@ -291,24 +275,21 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 "generate needs a causal model (causal=True); this TransformerLM is bidirectional"
             )
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
         temperature = check_positive_float("temperature", temperature)
         check_bool("do_sample", do_sample)
-        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k <= 0):
-            raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")
+        if top_k is not None:
+            check_positive_int("top_k", top_k)
         if _check_ids(input_ids).shape[1] == 0:
             raise ValueError(
                 f"input_ids is an empty prompt (shape {tuple(input_ids.shape)}); generate needs at least one token"
             )
         if max_new_tokens == 0:
             return input_ids
-        b = input_ids.shape[0]
-        mask = attention_mask  # checked by the first forward, as (b, t)
         cache = KVCache()
         tokens = [input_ids]
-        for _ in range(max_new_tokens):  # the prompt, then each new token
-            logits = self(tokens[-1], attention_mask=mask, cache=cache)[:, -1].float()
+        for _ in range(max_new_tokens):  # the prompt, then each new token; the mask checked by the first
+            logits = self(tokens[-1], attention_mask=attention_mask, cache=cache)[:, -1].float()
             if do_sample:
                 # Shift by the row maximum before dividing: a tiny temperature then sends the
                 # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.
@@ -316,13 +297,12 @@ class TransformerLM(nn.Module):
                 if top_k is not None and top_k < logits.shape[-1]:
                     kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = torch.softmax(logits, dim=-1)
-                next_token = torch.multinomial(probs, 1, generator=generator)
+                new = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
             else:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            tokens.append(next_token)
-            if mask is not None:
-                mask = torch.cat([mask, mask.new_ones(b, 1)], dim=-1)
+                new = logits.argmax(dim=-1, keepdim=True)
+            tokens.append(new)
+            if attention_mask is not None:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(new.shape)], dim=-1)
         return torch.cat(tokens, dim=-1)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from .._checks import check_positive_int
 from ..base import PositionalEncoding
+from ..masking import check_window
 from ..registry import Spec, lookup, parse_spec
 
 __all__ = ["layer_specs", "layer_windows", "spec_key"]
@@ -124,29 +125,23 @@ def layer_windows(window: Any, num_layers: int) -> list[int | None]:
         ValueError: a list of another length, a non-positive window.
         TypeError: a window that is not an int or ``None``.
     """
-    windows = list(window) if isinstance(window, (list, tuple)) else [window] * num_layers
-    if len(windows) != num_layers:
+    if not isinstance(window, (list, tuple)):
+        return [check_window(window)] * num_layers
+    if len(window) != num_layers:
         raise ValueError(
-            f"window has {len(windows)} per-layer entries but the model has num_layers={num_layers}"
+            f"window has {len(window)} per-layer entries but the model has num_layers={num_layers}"
         )
-    for i, w in enumerate(windows):
-        if w is not None:
-            check_positive_int("window" if not isinstance(window, (list, tuple)) else f"window[{i}]", w)
-    return windows
+    return [None if w is None else check_positive_int(f"window[{i}]", w) for i, w in enumerate(window)]
 
 
 def spec_key(spec: Spec) -> object:
     """A key equal for specs that build the same encoding: ``"rope"``, ``"rope()"`` and
-    ``{"name": "rotary"}`` share one; a built module is its own key (shared by identity)."""
-    if isinstance(spec, PositionalEncoding):
-        return ("module", id(spec))
+    ``{"name": "rotary"}`` share one; a built module is its own key (shared by identity), as is a
+    dict without a string ``name`` (:func:`posenc.build` then says why)."""
     if isinstance(spec, str):
         name, options = parse_spec(spec)
-    elif isinstance(spec, Mapping):
-        options = dict(spec)
-        name = options.pop("name", None)
-        if not isinstance(name, str):
-            return ("unnamed", repr(sorted(map(repr, spec.items()))))
+    elif isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+        name, options = spec["name"], {k: v for k, v in spec.items() if k != "name"}
     else:
-        return ("other", id(spec))
+        return id(spec)
     return (lookup(name), repr(sorted(options.items())))
