@@ -259,8 +259,12 @@ def _prepare(
         cache.check_batch(layer, b)
         if positions is None:
             positions = cache.next_positions(layer, t)
-        if positions is None and cache.static:  # the first call of a static cache
-            positions = torch.arange(t, device=x.device)
+            grids = [type(e).__name__ for e in encodings if not getattr(e, "one_d_positions", True)]
+            if positions is not None and grids:  # (AxialRoPE's default is its grid, which has no next token)
+                raise ValueError(
+                    f"{grids[0]} has no default positions after cached tokens: pass positions (coordinates "
+                    "(t, a) or (b, t, a)) for the new tokens"
+                )
     return key_mask, document_ids, [_state(e, positions, b, t, x.device, cache, layer) for e in encodings]
 
 
@@ -274,10 +278,12 @@ def _state(
     layer: int,
 ) -> PositionState:
     """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
-    if cache is None or positions is None:  # no cache, or the first call of a growing one
+    if cache is None or (positions is None and not cache.static):  # no cache, or a growing one's first call
         return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
+    if positions is None:  # a static cache's first call: the encoding's default positions (AxialRoPE: its grid)
+        positions = encoding.prepare(t, batch=b, device=device).q_positions
     num_axes = getattr(encoding, "num_axes", 0)
-    if num_axes and _text_positions(positions, b, t, num_axes, bool(encoding.one_d_positions)):
+    if num_axes and encoding.one_d_positions and _text_positions(positions, b, t, num_axes):
         # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
         positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
     k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
@@ -285,13 +291,12 @@ def _state(
     return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)
 
 
-def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int, one_d: bool) -> bool:
+def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int) -> bool:
     """Whether ``positions`` of ``length`` tokens are ``(t,)``/``(b, t)``, not ``(t, a)``/``(b, t, a)``,
-    for an encoding with ``num_axes``, read as the encoding reads them: M-RoPE (``one_d``) takes a
-    square ``(t, t)`` as ``(b, t)`` when ``b == t``; AxialRoPE takes every rank-2 tensor as ``(t, a)``."""
+    for M-RoPE with ``num_axes``, read as it reads them (a square ``(t, t)`` is ``(b, t)`` when ``b == t``)."""
     if positions.dim() != 2 or positions.shape[-1] != length:
         return positions.dim() == 1
-    return tuple(positions.shape) != (length, num_axes) or (one_d and batch == length != 1)
+    return tuple(positions.shape) != (length, num_axes) or batch == length != 1
 
 
 class TransformerBlock(nn.Module):

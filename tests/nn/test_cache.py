@@ -177,3 +177,18 @@ def test_axial_positions_of_a_square_batch_are_axes_with_a_cache():
     x = torch.randn(2, 2, D)
     coords = torch.tensor([[0, 1], [2, 3]])  # token 0 at (0, 1), token 1 at (2, 3)
     torch.testing.assert_close(layer(x, positions=coords, cache=KVCache()), layer(x, positions=coords))
+
+
+def test_axial_rope_with_a_cache_reads_its_grid_and_asks_for_the_next_coordinates():
+    """AxialRoPE's default positions are its grid: a static cache's first call reads it (it read the
+    diagonal (i, i), a result differing from the cache-free forward without an error), and a call after
+    cached tokens without positions is refused (a grid has no next token; it continued on the diagonal)."""
+    model = make_model("rope_axial(grid_size=(2, 3))").eval()
+    x = ids(t=6)
+    full = model(x)
+    for cache in (KVCache(), KVCache(capacity=8)):
+        torch.testing.assert_close(model(x, cache=cache), full, **LOGITS_TOL)
+        with pytest.raises(ValueError, match="AxialRoPE has no default positions after cached tokens"):
+            model(ids(t=1), cache=cache)
+        after = model(ids(t=1), positions=torch.tensor([[2, 0]]), cache=cache)  # the next row's first cell
+        assert after.shape == (2, 1, VOCAB)
