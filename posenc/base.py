@@ -107,6 +107,11 @@ class PositionalEncoding(nn.Module):
     #: The hooks this class acts at (overrides, or its :attr:`state_class` implements): the
     #: prepared state skips the others.
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
+    #: The constructor options :meth:`extra_repr` shows, in order, each as ``name=value`` (the
+    #: attribute's ``repr``); those before a ``"/"`` as bare values, as in a signature.
+    repr_names: ClassVar[tuple[str, ...]] = ()
+    #: Those of :attr:`repr_names` shown only when they differ from the constructor's default.
+    repr_optional: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -295,6 +300,20 @@ class PositionalEncoding(nn.Module):
         """
         state_class = self.state_class or PositionState
         return state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+    def extra_repr(self) -> str:
+        """The options named in :attr:`repr_names`: ``"64, max_len=8"`` for ``Learned(64, max_len=8)``."""
+        params = inspect.signature(type(self)).parameters
+        parts, bare = [], "/" in self.repr_names
+        for name in self.repr_names:
+            if name == "/":
+                bare = False
+                continue
+            value = getattr(self, name)
+            # an optional one is shown whatever its value where a subclass's constructor dropped it
+            if name not in self.repr_optional or name not in params or value != params[name].default:
+                parts.append(repr(value) if bare else f"{name}={value!r}")
+        return ", ".join(parts)
 
     def _device(self) -> torch.device:
         # the module's own tensors first: a walk over every submodule costs ~4 us of a 40 us decode step

@@ -222,3 +222,37 @@ def test_a_subclass_that_overrides_a_hook_still_refuses_an_unknown_prepare_keywo
     assert rope.prepare(4, seq_len=8).q_len == 4
     with pytest.raises(TypeError, match=r"Traced.prepare\(\): .*unexpected keyword argument 'seq_lenn'"):
         rope.prepare(4, seq_lenn=8)
+
+
+@pytest.mark.parametrize(
+    ("pe", "expected"),
+    [
+        (posenc.Learned(64, 8), "Learned(64, max_len=8)"),
+        (posenc.Learned(64, 8, offset=2), "Learned(64, max_len=8, offset=2)"),
+        (
+            posenc.Sinusoidal(8, base=500, layout="concat", offset=2, freq_spacing="tensor2tensor"),
+            "Sinusoidal(8, base=500.0, layout='concat', freq_spacing='tensor2tensor', offset=2)",
+        ),
+        (
+            posenc.Learned2D(8, (2, 3), interpolate=False),
+            "Learned2D(8, grid_size=(2, 3), num_prefix_tokens=0, interpolate=False, mode='bicubic', antialias=False)",
+        ),
+        (
+            posenc.RelPosXL(2, 4, base=10000),
+            "RelPosXL(\n  num_heads=2, head_dim=4, d_model=8\n  (linear_pos): Linear(in_features=8, out_features=8, bias=False)\n)",
+        ),
+        (posenc.NoPE(), "NoPE()"),
+    ],
+)
+def test_repr_shows_the_options_named_by_the_class(pe, expected):
+    # names before "/" bare, optional ones only away from the constructor's default
+    assert repr(pe) == expected
+
+
+def test_repr_of_a_subclass_whose_constructor_drops_an_option_shows_it():
+    class Shifted(posenc.Sinusoidal):
+        def __init__(self, d_model: int) -> None:
+            super().__init__(d_model, offset=0)
+
+    expected = "Shifted(8, base=10000.0, layout='interleaved', freq_spacing='paper', offset=0)"
+    assert repr(Shifted(8)) == expected

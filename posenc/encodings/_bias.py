@@ -200,7 +200,6 @@ class PositionBias(PositionalEncoding):
     #: With ``causal`` (read at each prepare), :meth:`attention_bias` returns the key-only form,
     #: exact under a causal mask only (ALiBi).
     key_only_when_causal: ClassVar[bool] = False
-    #: The attributes :meth:`extra_repr` shows, in order.
     repr_names: ClassVar[tuple[str, ...]] = ("num_heads", "causal")
 
     def prepare_state(
@@ -225,9 +224,6 @@ class PositionBias(PositionalEncoding):
         """``(1|b, h, tq, tk)`` for ``q_pos`` ``(1|b, tq, 1)`` and ``k_pos`` ``(1|b, 1, tk)``."""
         heads = torch.arange(self.num_heads, device=q_pos.device).view(-1, 1, 1)
         return self.bias_fn(dtype, table)(q_pos.unsqueeze(1), k_pos.unsqueeze(1), heads)
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{name}={getattr(self, name)!r}" for name in self.repr_names)
 
     def forward(
         self, scores: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None

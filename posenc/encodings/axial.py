@@ -240,6 +240,8 @@ class AxialRoPE(_AxisRotary):
     """
 
     float_positions = True  # pixel coordinates, and index coordinates rescaled to another grid
+    repr_optional = ("min_period", "max_period", "grid_size", "num_prefix_tokens")
+    repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis
 
     def __init__(
@@ -367,14 +369,3 @@ class AxialRoPE(_AxisRotary):
                 f"{self.num_prefix_tokens}: {expected} tokens, got {length}; pass positions for other grids"
             )
         return self.grid_positions(device=device)
-
-    def extra_repr(self) -> str:
-        parts = [f"head_dim={self.head_dim}", f"axes_dim={self.axes_dim}", f"freqs={self.freqs!r}"]
-        parts += [f"axis_layout={self.axis_layout!r}", f"layout={self.layout!r}"]
-        if self.min_period is not None:
-            parts.append(f"min_period={self.min_period}, max_period={self.max_period}")
-        if self.grid_size is not None:
-            parts.append(f"grid_size={self.grid_size}")
-        if self.num_prefix_tokens:
-            parts.append(f"num_prefix_tokens={self.num_prefix_tokens}")
-        return ", ".join(parts)

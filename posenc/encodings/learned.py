@@ -46,6 +46,8 @@ class Learned(PositionalEncoding):
     """
 
     kind = "additive"
+    repr_names = ("d_model", "/", "max_len", "offset")
+    repr_optional = ("offset",)
 
     def __init__(
         self,
@@ -159,9 +161,3 @@ class Learned(PositionalEncoding):
             new.copy_(resample_grid_table(old, *grids, num_prefix_tokens=self.offset, mode=mode_2d))
         self.weight = nn.Parameter(new, requires_grad=old.requires_grad)
         self.max_len = new_max_len
-
-    def extra_repr(self) -> str:
-        extra = f"{self.d_model}, max_len={self.max_len}"
-        if self.offset:
-            extra += f", offset={self.offset}"
-        return extra

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +57,9 @@ class Learned2D(PositionalEncoding):
     """
 
     kind = "additive"
+    repr_names: ClassVar[tuple[str, ...]] = ("d_model", "/", "grid_size", "num_prefix_tokens", "interpolate")
+    repr_names += ("mode", "antialias", "interpolate_offset")
+    repr_optional = ("interpolate", "interpolate_offset")
 
     def __init__(
         self,
@@ -169,10 +172,3 @@ class Learned2D(PositionalEncoding):
         hw = input_grid(x, self.d_model, p, positions=positions, grid=grid)
         hw = hw or self._flat_grid(x.shape[1] - p, grid, positions)
         return add_patch_table(x, self._resampled(hw, self.interpolate), hw, p, positions, "grid")
-
-    def extra_repr(self) -> str:
-        extra = f"{self.d_model}, grid_size={self.grid_size}, num_prefix_tokens={self.num_prefix_tokens}"
-        if not self.interpolate:
-            extra += ", interpolate=False"
-        extra += f", mode={self.mode!r}, antialias={self.antialias}"
-        return extra + (f", interpolate_offset={self.interpolate_offset}" if self.interpolate_offset else "")

@@ -74,6 +74,8 @@ class Sinusoidal(PositionalEncoding):
 
     kind = "additive"
     cache_names = ("_table",)
+    repr_optional = ("freq_spacing", "offset")
+    repr_names = ("d_model", "/", "base", "layout", *repr_optional)
     _table: Tensor
 
     def __init__(
@@ -183,11 +185,3 @@ class Sinusoidal(PositionalEncoding):
         pe = self._encodings(positions, x.shape[1], wide)
         # One cast of the (t, d) table, not of the (b, t, d) sum.
         return x + pe.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        extra = f"{self.d_model}, base={self.base}, layout={self.layout!r}"
-        if self.freq_spacing != "paper":
-            extra += f", freq_spacing={self.freq_spacing!r}"
-        if self.offset:
-            extra += f", offset={self.offset}"
-        return extra

@@ -68,6 +68,8 @@ class Sinusoidal2D(PositionalEncoding):
 
     kind = "additive"
     cache_names = ("_table",)
+    repr_names = ("d_model", "/", "grid_size", "base", "num_prefix_tokens", "order")
+    repr_optional = ("order",)
     _table: Tensor
 
     def __init__(
@@ -173,7 +175,3 @@ class Sinusoidal2D(PositionalEncoding):
         self._check_3d("x.shape[1:4]", grid)
         table = self._grid_table(grid, torch.float64 if x.dtype == torch.float64 else self._table.dtype)
         return add_patch_table(x, table, grid, self.num_prefix_tokens, positions, "grid_size")
-
-    def extra_repr(self) -> str:
-        extra = f"{self.d_model}, grid_size={self.grid_size}, base={self.base}, num_prefix_tokens={self.num_prefix_tokens}"
-        return extra + (f", order={self.order!r}" if self.order != "mae" else "")

@@ -178,6 +178,8 @@ class RelPosXL(PositionalEncoding):
 
     kind = "bias"
     state_class = RelPosXLState
+    repr_optional = ("base", "layout")
+    repr_names = ("num_heads", "head_dim", "d_model", *repr_optional)
 
     def __init__(
         self,
@@ -244,11 +246,3 @@ class RelPosXL(PositionalEncoding):
         check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
         bias = cast(Tensor, self.attention_bias(q, k, q_positions=q_positions, k_positions=k_positions))
         return _add_to_scores(scores, bias, f"q {tuple(q.shape)} and k {tuple(k.shape)}")
-
-    def extra_repr(self) -> str:
-        parts = [f"num_heads={self.num_heads}", f"head_dim={self.head_dim}", f"d_model={self.d_model}"]
-        if self.base != 10000.0:
-            parts.append(f"base={self.base}")
-        if self.layout != "interleaved":
-            parts.append(f"layout={self.layout!r}")
-        return ", ".join(parts)
