@@ -187,7 +187,9 @@ def _pair_frequencies(
     device: torch.device,
     periods: tuple[float, float] | None = None,
 ) -> Tensor:
-    if periods is not None:  # DINOv3's other form: periods geometric from min_period to max_period, ends included
+    if (
+        periods is not None
+    ):  # DINOv3's other form: periods geometric from min_period to max_period, ends included
         low, high = periods
         ramp = torch.linspace(0.0, 1.0, pairs, dtype=torch.float64, device=device)
         return 2 * math.pi / (low * (high / low) ** ramp)
@@ -239,7 +241,10 @@ def axial_frequencies(
             f"min_period={min_period!r}, max_period={max_period!r}, freqs={freqs!r}"
         )
     if min_period is not None and max_period is not None:
-        periods = check_positive_float("min_period", min_period), check_positive_float("max_period", max_period)
+        periods = (
+            check_positive_float("min_period", min_period),
+            check_positive_float("max_period", max_period),
+        )
         if periods[0] >= periods[1]:
             raise ValueError(f"min_period must be below max_period, got {min_period!r} and {max_period!r}")
     widths = list(axes_dim)

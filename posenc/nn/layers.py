@@ -280,7 +280,9 @@ def _state(
     """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
     if cache is None or (positions is None and not cache.static):  # no cache, or a growing one's first call
         return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
-    if positions is None:  # a static cache's first call: the encoding's default positions (AxialRoPE: its grid)
+    if (
+        positions is None
+    ):  # a static cache's first call: the encoding's default positions (AxialRoPE: its grid)
         positions = encoding.prepare(t, batch=b, device=device).q_positions
     num_axes = getattr(encoding, "num_axes", 0)
     if num_axes and encoding.one_d_positions and _text_positions(positions, b, t, num_axes):
