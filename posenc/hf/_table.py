@@ -187,6 +187,8 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         f"{_T2T} pad_token_id + 1",
     ),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
+    # computed on the fly by index (no table, no padding offset)
+    "pegasus_x": (_sinusoidal("tensor2tensor", 1024, 16384), f"{_T2T} 0"),
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.

@@ -579,6 +579,17 @@ TINY: dict[str, dict] = {
         "attention_heads": 4,
         "max_position_embeddings": 48,
     },
+    "pegasus_x": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "encoder_ffn_dim": 32,
+        "decoder_ffn_dim": 32,
+        "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4,
+        "max_position_embeddings": 48,
+    },
     "xglm": {
         "num_layers": 1,
         "vocab_size": 64,
@@ -790,6 +801,7 @@ SINUSOIDAL_MODEL_TYPES = [
     "kosmos_2_text_model",
     "kosmos_2_5_text_model",
     "xglm",
+    "pegasus_x",
 ]
 
 
