@@ -198,8 +198,11 @@ def _prepare(
     document_ids: Tensor | None,
     cache: KVCache | None,
     layer: int,
+    first_layers: list[int] | None = None,
 ) -> tuple[Tensor | None, Tensor | None, list[PositionState]]:
-    """Check the tensors that come with ``x`` ``(b, t, ...)`` and prepare each encoding's position state.
+    """Check the tensors that come with ``x`` ``(b, t, ...)`` and prepare each encoding's position state
+    (``first_layers``: the cache layer each encoding reads, default ``layer``: a layer's cached positions
+    have its encoding's form, with axes for M-RoPE).
 
     Each tensor must be on the input's device (torch's own error would not name them); the mask is
     ``(b, tk)`` bool or 0/1 over every key; document ids ``(b, t)`` or ``(t,)`` integers, not with a
@@ -265,7 +268,9 @@ def _prepare(
                     f"{grids[0]} has no default positions after cached tokens: pass positions (coordinates "
                     "(t, a) or (b, t, a)) for the new tokens"
                 )
-    return key_mask, document_ids, [_state(e, positions, b, t, x.device, cache, layer) for e in encodings]
+    firsts = [layer] * len(encodings) if first_layers is None else first_layers
+    states = [_state(e, positions, b, t, x.device, cache, n) for e, n in zip(encodings, firsts, strict=True)]
+    return key_mask, document_ids, states
 
 
 def _state(

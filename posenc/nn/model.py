@@ -226,8 +226,10 @@ class TransformerLM(nn.Module):
         )
         if cache is not None:
             cache.bind(self.num_layers)
+        distinct = self._distinct()
+        firsts = [self.layer_encoding.index(i) for i in range(len(distinct))]  # each one's first layer
         key_mask, document_ids, states = _prepare(
-            input_ids, self._distinct(), positions, attention_mask, document_ids, cache, 0
+            input_ids, distinct, positions, attention_mask, document_ids, cache, 0, firsts
         )
         x = self.embed(input_ids)
         if self.embed_scale is not None:

@@ -192,3 +192,17 @@ def test_axial_rope_with_a_cache_reads_its_grid_and_asks_for_the_next_coordinate
             model(ids(t=1), cache=cache)
         after = model(ids(t=1), positions=torch.tensor([[2, 0]]), cache=cache)  # the next row's first cell
         assert after.shape == (2, 1, VOCAB)
+
+
+@pytest.mark.parametrize(
+    "schedule", ["mrope(mrope_section=(2, 1, 1)) + rope", "rope + mrope(mrope_section=(2, 1, 1))"]
+)
+def test_a_schedule_mixing_m_rope_and_rope_decodes_to_the_full_forward(schedule):
+    """Each encoding's state reads the cache of its own first layer (M-RoPE's positions have axes,
+    RoPE's not); both read layer 0's, and the other form failed inside torch."""
+    model = make_model(schedule).eval()
+    x = ids(t=8)
+    full = model(x)
+    for cache in (KVCache(), KVCache(capacity=10)):
+        steps = [model(x[:, :5], cache=cache)] + [model(x[:, i : i + 1], cache=cache) for i in range(5, 8)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
