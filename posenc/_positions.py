@@ -12,6 +12,8 @@ width, ``dh`` head width.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
@@ -89,10 +91,9 @@ def resolve_positions(
     *,
     batch: int | None = None,
     device: torch.device | str | None = None,
-    offset: int = 0,
     name: str = "positions",
 ) -> Tensor:
-    """Validate integer positions, or make the default ``offset .. offset+length-1``.
+    """Validate integer positions, or make the default ``0 .. length-1``.
 
     Args:
         positions: ``None``, or an integer tensor of shape ``(t,)`` or ``(b, t)`` with
@@ -100,14 +101,13 @@ def resolve_positions(
         length: the sequence length the positions belong to.
         batch: the batch size of the tensor the positions belong to (checked when given).
         device: where the default positions are made.
-        offset: the first default position.
         name: the argument's name, for error messages.
 
     Returns:
         A ``torch.long`` tensor of shape ``(t,)`` or ``(b, t)`` (the shape given).
     """
     if positions is None:
-        return torch.arange(offset, offset + length, device=device, dtype=torch.long)
+        return torch.arange(length, device=device)
     positions = check_ids(name, positions, length)
     if positions.dtype in _UNSIGNED_WIDE:
         # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
@@ -149,41 +149,60 @@ def resolve_qk_positions(
     """
     batch = max(q.shape[0], k.shape[0])
     qp, kp, _, _ = resolve_qk(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
-    return qp, kp
+    return qp if isinstance(qp, Tensor) else qp.tensor(), kp if isinstance(kp, Tensor) else kp.tensor()
 
 
 def resolve_qk(
     tq: int,
     tk: int,
     batch: int | None,
-    device: torch.device | str | None,
+    device: torch.device,
     q_positions: Tensor | None,
     k_positions: Tensor | None,
-) -> tuple[Tensor, Tensor, int | None, int | None]:
+) -> tuple[Positions, Positions, int | None, int | None]:
     """:func:`resolve_qk_positions` from lengths; also the first position of each default range.
 
     Returns ``(q_positions, k_positions, q_start, k_start)`` where ``q_start``/``k_start`` is the
-    first position when that side got the default consecutive positions, else ``None`` (an
-    encoding may then slice a cached table instead of gathering rows).
+    first position when that side got the default consecutive positions (then a
+    :class:`Consecutive`, not yet a tensor), else ``None`` (an encoding may then slice a cached
+    table instead of gathering rows).
     """
     if k_positions is not None:
         k_positions = resolve_positions(k_positions, tk, batch=batch, device=device, name="k_positions")
     if q_positions is not None:
         q_positions = resolve_positions(q_positions, tq, batch=batch, device=device, name="q_positions")
     q_start = k_start = None
-    if q_positions is None:
+    qp: Positions | None = q_positions
+    kp: Positions | None = k_positions
+    if qp is None:
         if k_positions is not None and tq <= tk:
-            q_positions = k_positions[..., tk - tq :]
+            qp = k_positions[..., tk - tq :]
         else:
             q_start = max(tk - tq, 0)
-            q_positions = resolve_positions(None, tq, device=device, offset=q_start)
-    if k_positions is None:
-        if tq == tk:
-            k_positions, k_start = q_positions, q_start
-        else:
-            k_start = 0
-            k_positions = resolve_positions(None, tk, device=device)
-    return q_positions, k_positions, q_start, k_start
+            qp = Consecutive((tq,), q_start, device)
+    if kp is None:
+        kp, k_start = (qp, q_start) if tq == tk else (Consecutive((tk,), 0, device), 0)
+    return qp, kp, q_start, k_start
+
+
+@dataclasses.dataclass(eq=False)
+class Consecutive:
+    """The default positions ``start .. start+t-1`` on ``device``, ``shape`` ``(t,)``, made a tensor only
+    where read (:attr:`~posenc.PositionState.q_positions`), once: a decode step from a table needs none."""
+
+    shape: tuple[int]
+    start: int
+    device: torch.device
+    made: Tensor | None = None
+
+    def tensor(self) -> Tensor:
+        if self.made is None:
+            self.made = torch.arange(self.start, self.start + self.shape[0], device=self.device)
+        return self.made
+
+
+#: Resolved positions: a tensor, or default ones not made one yet.
+Positions = Tensor | Consecutive
 
 
 def mask_to_positions(attention_mask: Tensor) -> Tensor:

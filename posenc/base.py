@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from ._checks import check_float_tensor
 from ._compat import precise_dtype
-from ._positions import check_qk, resolve_qk
+from ._positions import Positions, check_qk, resolve_qk
 from .state import PositionState, ScoreMod
 
 __all__ = ["PositionalEncoding"]
@@ -238,9 +238,9 @@ class PositionalEncoding(nn.Module):
         Returns:
             A :class:`PositionState`; built-in encodings return one holding their tables.
         """
-        if device is None:
-            given = q_positions if q_positions is not None else k_positions
-            device = given.device if isinstance(given, Tensor) else self._device()
+        given = q_positions if q_positions is not None else k_positions
+        # a torch.device, as a tensor's: default positions are made there when first read
+        device = torch.device(device or (given.device if isinstance(given, Tensor) else self._device()))
         k_len = q_len if k_len is None else k_len
         return self._state(
             q_len, k_len, batch, device, q_positions, k_positions, self._generic_state, **options
@@ -251,7 +251,7 @@ class PositionalEncoding(nn.Module):
         q_len: int,
         k_len: int,
         batch: int | None,
-        device: torch.device | str | None,
+        device: torch.device,
         q_positions: Tensor | None,
         k_positions: Tensor | None,
         generic: bool = False,
@@ -291,7 +291,7 @@ class PositionalEncoding(nn.Module):
         return self._state(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
 
     def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+        self, q_positions: Positions, k_positions: Positions, *, q_start: int | None, k_start: int | None
     ) -> PositionState:
         """Build the :attr:`state_class` (default :class:`PositionState`) for resolved positions.
 

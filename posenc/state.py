@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from ._positions import Positions
     from .base import PositionalEncoding
 
 __all__ = ["BiasForm", "PositionState", "ScoreMod"]
@@ -82,35 +83,43 @@ class PositionState:
     def __init__(
         self,
         encoding: PositionalEncoding,
-        q_positions: Tensor,
-        k_positions: Tensor,
+        q_positions: Positions,
+        k_positions: Positions,
         *,
         q_start: int | None = None,
         k_start: int | None = None,
         bias_form: BiasForm | None = None,
     ) -> None:
-        self.encoding, self.q_positions, self.k_positions = encoding, q_positions, k_positions
+        self.encoding, self._q_positions, self._k_positions = encoding, q_positions, k_positions
         self.q_start, self.k_start = q_start, k_start
         self.bias_form = bias_form or ("full" if "attention_bias" in encoding.overridden_hooks else "none")
         if self.bias_form == "key":
             self.causal_only = True
 
     @property
+    def q_positions(self) -> Tensor:
+        return p if isinstance(p := self._q_positions, Tensor) else p.tensor()  # default ones: made when read
+
+    @property
+    def k_positions(self) -> Tensor:
+        return p if isinstance(p := self._k_positions, Tensor) else p.tensor()
+
+    @property
     def q_len(self) -> int:
-        return self.q_positions.shape[-1]
+        return self._q_positions.shape[-1]
 
     @property
     def k_len(self) -> int:
-        return self.k_positions.shape[-1]
+        return self._k_positions.shape[-1]
 
-    def key_positions(self, k: Tensor) -> tuple[Tensor, int | None]:
-        """The positions (and default start) of keys ``k``: ``tk`` rows at the keys' positions,
-        ``tq < tk`` rows (new tokens with a KV cache) at the queries'."""
+    def key_side(self, k: Tensor) -> str:
+        """Where keys ``k`` sit: ``"k"`` (``tk`` rows, at the keys' positions) or ``"q"`` (``tq < tk``
+        rows, new tokens with a KV cache, at the queries')."""
         n = k.shape[-2]
         if n == self.k_len:
-            return self.k_positions, self.k_start
+            return "k"
         if n == self.q_len:
-            return self.q_positions, self.q_start
+            return "q"
         raise ValueError(
             f"k has {n} positions, but this PositionState was prepared for {self.k_len} keys "
             f"(or {self.q_len} new keys at the query positions)"
@@ -127,7 +136,7 @@ class PositionState:
         """
         if "encode_qk" not in self.encoding.overridden_hooks:
             return q, k
-        kp, _ = self.key_positions(k)
+        kp = self.k_positions if self.key_side(k) == "k" else self.q_positions
         return self.encoding.encode_qk(q, k, q_positions=self.q_positions, k_positions=kp)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
@@ -199,7 +208,7 @@ class PositionState:
         Subclasses that hold tables indexed by query or key slice them in :meth:`_narrow_tables`.
         """
         state = copy.copy(self)
-        state.q_positions, state.k_positions = self.q_positions[..., rows], self.k_positions[..., cols]
+        state._q_positions, state._k_positions = self.q_positions[..., rows], self.k_positions[..., cols]
         state.q_start = None if self.q_start is None else self.q_start + (rows.start or 0)
         state.k_start = None if self.k_start is None else self.k_start + (cols.start or 0)
         state._narrow_tables(rows, cols)

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .._compat import is_tracing, precise_dtype
-from .._positions import check_bias_qk, check_qk, check_scores
+from .._positions import Positions, check_bias_qk, check_qk, check_scores
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index
 from ..state import BiasForm, PositionState, ScoreMod
@@ -203,7 +203,7 @@ class PositionBias(PositionalEncoding):
     repr_names: ClassVar[tuple[str, ...]] = ("num_heads", "causal")
 
     def prepare_state(
-        self, q_positions: Tensor, k_positions: Tensor, *, q_start: int | None, k_start: int | None
+        self, q_positions: Positions, k_positions: Positions, *, q_start: int | None, k_start: int | None
     ) -> PositionState:
         form: BiasForm = "key" if self.key_only_when_causal and self.causal else "full"
         state = PositionBiasState(

@@ -55,8 +55,15 @@ class AxisRotaryState(RotaryState):
 
     def narrow(self, rows: slice, cols: slice) -> PositionState:
         state = super().narrow(rows, cols)  # the rows, the starts; then the positions' token axis
-        state.q_positions, state.k_positions = self.q_positions[..., rows, :], self.k_positions[..., cols, :]
+        state._q_positions = self.q_positions[..., rows, :]
+        state._k_positions = self.k_positions[..., cols, :]
         return state
+
+
+class _CallbackAxisState(AxisRotaryState):
+    """The state of a subclass that overrides a hook (``prepare``): positions with axes, the hooks called back."""
+
+    encode_qk = PositionState.encode_qk
 
 
 class _AxisRotary(_Rotary):
@@ -68,7 +75,7 @@ class _AxisRotary(_Rotary):
 
     cache_names = ("inv_freq", "_inv_freq64", "axis")
     state_class = AxisRotaryState
-    _generic_state_class = AxisRotaryState
+    _generic_state_class = _CallbackAxisState
     axis: Tensor
     num_axes: int
     #: Whether coordinates may be floats (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean

@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_choice, check_float_tensor
-from .._compat import can_sync, is_tracing
-from .._positions import check_qk
+from .._compat import can_sync, is_tracing, precise_dtype
+from .._positions import Positions, check_qk
 from ..base import PositionalEncoding
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
@@ -45,12 +45,12 @@ __all__ = ["RoPE", "RotaryState"]
 class RotaryState(PositionState):
     """The position state of every rotary encoding: the cos/sin rows of one forward pass, shared by every layer.
 
-    Built by :meth:`RoPE.prepare` (and by the multi-axis encodings' ``prepare``). The query rows are
-    computed at once, the key rows when keys of length ``tk`` are first rotated (with a KV cache only
-    the new keys are rotated, at the query positions, so the ``tk`` rows may never be needed). In
-    eager mode the first rotation of each side and dtype also builds the rows' apply-ready form
-    (:func:`~posenc.functional.rotary.eager_rows`, never per head), which the keys at the same
-    positions and every later layer reuse.
+    Built by :meth:`RoPE.prepare` (and by the multi-axis encodings' ``prepare``). The rows of each side
+    are computed when first used (with a KV cache only the new keys are rotated, at the query
+    positions, so the ``tk`` key rows may never be needed). In eager mode the first rotation of each
+    side and dtype also builds the rows' apply-ready form (:func:`~posenc.functional.rotary.eager_rows`,
+    never per head; for RoPE's half layout a view of its table), which the keys at the same positions
+    and every later layer reuse.
 
     Attributes:
         q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` rows of the queries, in the caches'
@@ -62,54 +62,57 @@ class RotaryState(PositionState):
     """
 
     encoding: _Rotary
+    seq_len: int | Tensor | None = None
+    end: int | None = None
 
-    def __init__(
-        self,
-        encoding: _Rotary,
-        q_positions: Tensor,
-        k_positions: Tensor,
-        *,
-        q_start: int | None,
-        k_start: int | None,
-        seq_len: int | Tensor | None = None,
-        end: int | None = None,
-    ) -> None:
-        super().__init__(
-            encoding, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form="none"
-        )
-        self.seq_len, self.end = seq_len, end
-        self.q_cos, self.q_sin = encoding._rows(self, "q", encoding.inv_freq.dtype)
-        self._k_rows: tuple[Tensor, Tensor] | None = None
-        # (side, role, dtype) -> eager_rows(...): built by the first layer, used by every layer
-        self._eager: dict[tuple[str, str, torch.dtype], tuple[Tensor, ...]] = {}
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the
+        # cos/sin rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows
+        self._cache: dict[object, tuple[Tensor, ...]] = {}
+
+    @property
+    def q_cos(self) -> Tensor:
+        return self._side_rows("q")[0]
+
+    @property
+    def q_sin(self) -> Tensor:
+        return self._side_rows("q")[1]
+
+    def _side_rows(self, side: str) -> tuple[Tensor, ...]:
+        """cos and sin at the positions of ``side`` in the caches' dtype, computed once."""
+        if side not in self._cache:
+            self._cache[side] = self.encoding._rows(self, side, self.encoding.inv_freq.dtype)
+        return self._cache[side]
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
-        if self.encoding._generic_state:  # a subclass that overrides encode_qk: call it
-            return super().encode_qk(q, k)
         check_qk(q, k, head_dim=self.encoding.head_dim)
-        return self._encode(q, k)
-
-    def _encode(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         if q.shape[-2] != self.q_len:
             raise ValueError(
                 f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
             )
         # keys at the queries' positions: tq new keys with a KV cache, or the same positions
-        k_side = "q" if self.key_positions(k)[0] is self.q_positions else "k"
+        k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
         # traced (compile/export: inductor fuses the formula) or another device: the formula
         formula = is_tracing() or q.device.type not in ("cpu", "cuda")
         return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
 
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
-        layout = self.encoding.layout
+        enc = self.encoding
         if formula:
-            return rotary_reference(x, *self._rows(side, role, x.dtype), layout)
-        key = (side, role if self.encoding.by_role else "", x.dtype)
-        rows = self._eager.get(key)
-        if rows is None:
-            rows = self._eager[key] = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+            return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout)
+        layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
+        rows = self._cache.get(key)
+        if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
+            plain = layout == "half" and not enc.by_role
+            wide = enc._table_rows(self, side, precise_dtype(x.dtype)) if plain else None
+            if wide is None:
+                rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+            else:
+                rows = (wide if wide.dtype == x.dtype else wide.to(x.dtype)).unbind(0)
+            self._cache[key] = rows
         return rotate_eager(x, rows, layout)
 
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -119,12 +122,8 @@ class RotaryState(PositionState):
         enc = self.encoding
         if dtype == torch.float64 and enc.inv_freq.dtype != dtype:
             cos, sin = enc._rows(self, side, dtype)
-        elif side == "q":
-            cos, sin = self.q_cos, self.q_sin
         else:
-            if self._k_rows is None:
-                self._k_rows = enc._rows(self, "k", enc.inv_freq.dtype)
-            cos, sin = self._k_rows
+            cos, sin = self._side_rows(side)
         scale = enc._scale(self, side, role, dtype) if enc.by_role else None
         if scale is None:
             return cos, sin
@@ -137,10 +136,7 @@ class RotaryState(PositionState):
         return (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
 
     def _narrow_tables(self, rows: slice, cols: slice) -> None:
-        self._eager = {}  # this is a shallow copy: never narrow the original's rows
-        self.q_cos, self.q_sin = self.q_cos[..., rows, :], self.q_sin[..., rows, :]
-        if self._k_rows is not None:
-            self._k_rows = (self._k_rows[0][..., cols, :], self._k_rows[1][..., cols, :])
+        self._cache = {}  # this is a shallow copy: the original keeps its rows, these are rebuilt
 
 
 class _Rotary(PositionalEncoding):
@@ -215,6 +211,8 @@ class _Rotary(PositionalEncoding):
         """cos and sin at the positions of ``side`` of ``state``, in ``dtype``, from float64 angles:
         ``(t, r/2)``, or ``(b, 1, t, r/2)`` for positions with a batch. The frequencies are picked by
         ``state.seq_len`` (longrope's long set past its trained length, dynamic NTK's own)."""
+        if (wide := self._table_rows(state, side, dtype)) is not None:
+            return wide[0, ..., : self.rotary_dim // 2], wide[1, ..., self.rotary_dim // 2 :]
         positions, _ = state._positions(side)
         device = positions.device  # the module's, unless it was not moved with the inputs
         inv_freq = self.params.inv_freq_at(state.seq_len, device=device, sets=self._inv_freq64.to(device))
@@ -222,6 +220,12 @@ class _Rotary(PositionalEncoding):
         cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype, axis=axis)
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+
+    def _table_rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> Tensor | None:
+        """The rows of a table kept in the half layout's apply-ready form, ``(cos, cos)`` and ``(-sin, sin)``
+        at the positions of ``side`` in ``dtype``, ``(2, t, r)`` or ``(2, b, 1, t, r)``; ``None`` where there
+        is no table (here) or it does not serve them (:meth:`RoPE._table_rows`)."""
+        return None
 
     def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
         """Where :attr:`by_role`: the factor the rows of a ``role`` tensor at the positions of ``side``
@@ -231,8 +235,8 @@ class _Rotary(PositionalEncoding):
 
     def prepare_state(
         self,
-        q_positions: Tensor,
-        k_positions: Tensor,
+        q_positions: Positions,
+        k_positions: Positions,
         *,
         q_start: int | None,
         k_start: int | None,
@@ -248,48 +252,24 @@ class _Rotary(PositionalEncoding):
                 a context-parallel shard). Ignored by the other variants.
         """
 
+        state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+
         def past_last() -> Tensor | None:  # one past the largest position of queries and keys
-            flat = torch.cat((q_positions.reshape(-1), k_positions.reshape(-1)))
+            flat = torch.cat((state.q_positions.reshape(-1), state.k_positions.reshape(-1)))
             return flat.max() + 1 if flat.numel() else None
 
-        end: int | None = None  # one past the largest position, where known without a host sync
+        # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
         elif q_start is not None and k_start is not None and self.axis is None:  # (axes: token indices)
-            end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
-        elif (self.params.length_dependent or self.has_table) and can_sync(q_positions):
+            state.end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
+        elif (self.params.length_dependent or self.has_table) and can_sync(q_positions.device):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
-            end = 0 if (last := past_last()) is None else int(last)
+            state.end = 0 if (last := past_last()) is None else int(last)
         if seq_len is None and self.params.length_dependent:
-            seq_len = end if end is not None else past_last()
-        return self.state_class(
-            self, q_positions, k_positions, q_start=q_start, k_start=k_start, seq_len=seq_len, end=end
-        )
-
-    def encode_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Rotate queries and keys by their positions: ``self.prepare(...).encode_qk(q, k)``.
-
-        Args:
-            q: ``(b, h, tq, dh)`` queries.
-            k: ``(b, h_kv, tk, dh)`` keys; ``h_kv`` may divide ``h`` (grouped-query attention).
-            q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions (``(t, a)`` or
-                ``(b, t, a)`` for the multi-axis encodings); by default keys sit at ``0..tk-1``
-                and queries are the last ``tq`` of them (KV-cache decoding).
-
-        Returns:
-            ``(q, k)`` rotated, same shapes and dtypes.
-        """
-        check_qk(q, k, head_dim=self.head_dim)
-        batch = max(q.shape[0], k.shape[0])
-        state = self._state(q.shape[-2], k.shape[-2], batch, q.device, q_positions, k_positions)
-        return cast(RotaryState, state)._encode(q, k)
+            seq_len = state.end if state.end is not None else past_last()
+        state.seq_len = seq_len
+        return state
 
     def forward(
         self,
@@ -337,7 +317,7 @@ class _Rotary(PositionalEncoding):
 
 #: Table rows when neither ``max_len`` nor the scaling dict gives a context length.
 DEFAULT_TABLE_LEN = 4096
-#: The most rows a table holds, whatever ``max_len`` says (16384 rows of a 128-wide head: 8 MiB).
+#: The most rows a table holds, whatever ``max_len`` says (16384 rows of a 128-wide head: 16 MiB).
 #: Positions past the table are computed from the formula, exactly.
 MAX_TABLE_LEN = 16384
 
@@ -443,7 +423,7 @@ class RoPE(_Rotary):
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
         sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
         self.register_buffer(
-            "_cos_sin", torch.empty(2, sets * self._table_len, pairs, device=device), persistent=False
+            "_cos_sin", torch.empty(2, sets * self._table_len, 2 * pairs, device=device), persistent=False
         )
         self._init_caches((sets, pairs), device)
 
@@ -471,47 +451,43 @@ class RoPE(_Rotary):
     def reset_caches(self) -> None:
         """Rebuild ``inv_freq`` and the cos/sin table where they are now (e.g. after ``to_empty()``).
 
-        The table is ``(2, s * cached_len, r/2)``: cos then sin of ``position * inv_freq`` for each
-        frequency set (longrope: rows ``0 .. L-1`` short, ``L .. 2L-1`` long), from float64 angles.
+        The table is ``(2, s * cached_len, r)``: ``(cos, cos)`` then ``(-sin, sin)`` of ``position *
+        inv_freq`` for each frequency set (longrope: rows ``0 .. L-1`` short, ``L .. 2L-1`` long), from
+        float64 angles: the half layout's apply-ready form, so that a decode step rotates with a view.
         """
         super().reset_caches()
         table, inv_freq = self._cos_sin, self._inv_freq64[:, None, :]  # float64: exact angles
         positions = torch.arange(self.cached_len, device=table.device)
         cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=table.dtype)
-        self._cos_sin = torch.stack((cos.flatten(0, 1), sin.flatten(0, 1)))
+        cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
+        self._cos_sin = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)))
         self.table_builds += 1
 
-    def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos and sin at the positions of ``side``: ``(t, r/2)`` for ``(t,)`` positions, ``(b, 1, t, r/2)`` for ``(b, t)``.
+    def _table_rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> Tensor | None:
+        """The table's rows at the positions of ``side``, ``(2, t, r)`` or ``(2, b, 1, t, r)``, or ``None``.
 
         From the table when the call is eager (``state.end``, one past the largest position, is known
         without a sync) and every position is inside it: a view for default consecutive positions
-        (``start``), else one gather. Elsewhere from the formula (:meth:`_Rotary._rows`): past the
-        table, traced (a tensor ``seq_len`` picks longrope's set without a Python branch), dynamic
-        NTK past its trained length, another dtype or device than the table's.
+        (``start``), else one gather. ``None`` elsewhere, where the rows come from the formula
+        (:meth:`_Rotary._rows`): past the table, traced (a tensor ``seq_len`` picks longrope's set
+        without a Python branch), dynamic NTK past its trained length, another ``dtype`` or device
+        than the table's.
         """
-        positions, start = state._positions(side)
-        p, table, n, rows, seq_len = (
-            self.params,
-            self._cos_sin,
-            positions.shape[-1],
-            self._table_len,
-            state.seq_len,
-        )
+        # the positions as given: default ones are read from their start, never made a tensor
+        positions = state._q_positions if side == "q" else state._k_positions
+        p, table, rows, seq_len = self.params, self._cos_sin, self._table_len, state.seq_len
         long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
         ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
         # eager, every position inside the table (a traced program serves every length: no table, no
         # size guard), the table's frequencies, dtype and device
         fits = state.end is not None and state.end <= rows and not ntk and not isinstance(long, Tensor)
         if not fits or table.dtype != dtype or table.device != positions.device:
-            return super()._rows(state, side, dtype)
+            return None
         offset = int(long) * rows
-        if start is not None:
-            cos, sin = table[:, offset + start : offset + start + n].unbind(0)  # a view
-        else:
-            cos, sin = table[:, positions + offset].unbind(0)  # one gather
-        # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
-        return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
+        if not isinstance(positions, Tensor):  # default ones, never made a tensor: a view
+            return table[:, offset + positions.start : offset + positions.start + positions.shape[0]]
+        wide = table[:, positions + offset]  # one gather
+        return wide[:, :, None] if wide.dim() == 4 else wide  # (2, b, t, r) -> (2, b, 1, t, r): over heads
 
     def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
         """Ministral 3's ``1 + beta * log(1 + floor(p / L))`` on the queries' rows

@@ -398,10 +398,12 @@ def test_default_positions_slice_the_table_and_explicit_ones_gather_once():
     table = rope._cos_sin
     state = rope.prepare(16, 100)  # default positions: queries 84..99, keys 0..99
     assert state.q_start == 84 and state.q_cos._base is table  # a view of the table, no gather
-    assert torch.equal(state.q_cos, table[0, 84:100]) and torch.equal(state.q_sin, table[1, 84:100])
+    assert torch.equal(state.q_cos, table[0, 84:100, :PAIRS]) and torch.equal(
+        state.q_sin, table[1, 84:100, PAIRS:]
+    )
     explicit = rope.prepare(3, q_positions=torch.tensor([5, 200, 17]))
     assert explicit.q_cos._base is not table
-    assert torch.equal(explicit.q_cos, table[0, [5, 200, 17]])
+    assert torch.equal(explicit.q_cos, table[0, [5, 200, 17], :PAIRS])
 
 
 def test_kv_cache_step_rotates_the_new_keys_at_the_query_positions():
@@ -411,7 +413,7 @@ def test_kv_cache_step_rotates_the_new_keys_at_the_query_positions():
     state = rope.prepare(1, 33)  # one new token after 32 cached ones
     q_new, k_new = state.encode_qk(q[:, :, -1:], k[:, :, -1:])
     assert torch.equal(q_new, q_full[:, :, -1:]) and torch.equal(k_new, k_full[:, :, -1:])
-    assert state._k_rows is None  # the 33 key rows were never needed
+    assert "k" not in state._cache  # the 33 key rows were never needed
     with pytest.raises(ValueError, match=r"k has 5 positions.*33 keys.*1 new"):
         state.encode_qk(q[:, :, -1:], k[:, :, :5])
     with pytest.raises(ValueError, match=r"q has 2 positions.*prepared for 1"):
@@ -480,7 +482,7 @@ def test_table_is_bounded_and_never_rebuilt_by_a_call():
     assert RoPE(HEAD_DIM, max_len=100).cached_len == 100
     huge = RoPE(HEAD_DIM, max_len=2_000_000)  # would be 512 MiB of table at full length
     assert huge.cached_len == MAX_TABLE_LEN
-    assert huge._cos_sin.shape == (2, MAX_TABLE_LEN, PAIRS)
+    assert huge._cos_sin.shape == (2, MAX_TABLE_LEN, 2 * PAIRS)
     rope = RoPE(HEAD_DIM, max_len=100)
     q, k = qk(t=200)
     for _ in range(2):
@@ -506,7 +508,7 @@ def test_huge_positions_are_exact_without_a_huge_table(position):
     assert state.q_start == position
     angle = torch.tensor(position, dtype=torch.float64) * rope.params.inv_freq()[0, 0]
     assert abs(state.q_cos[0, 0].item() - angle.cos().item()) <= 2**-24
-    assert rope._cos_sin.shape == (2, DEFAULT_TABLE_LEN, PAIRS) and rope.table_builds == 1
+    assert rope._cos_sin.shape == (2, DEFAULT_TABLE_LEN, 2 * PAIRS) and rope.table_builds == 1
 
 
 def test_caches_are_not_in_state_dict_and_survive_dtype_moves():
