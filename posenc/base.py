@@ -241,6 +241,8 @@ class PositionalEncoding(nn.Module):
         given = q_positions if q_positions is not None else k_positions
         # a torch.device, as a tensor's: default positions are made there when first read
         device = torch.device(device or (given.device if isinstance(given, Tensor) else self._device()))
+        if device.index is None and device.type not in ("cpu", "meta"):  # "cuda" -> "cuda:0", as a tensor's
+            device = torch.empty(0, device=device).device
         k_len = q_len if k_len is None else k_len
         return self._state(
             q_len, k_len, batch, device, q_positions, k_positions, self._generic_state, **options

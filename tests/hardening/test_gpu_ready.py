@@ -365,3 +365,14 @@ def test_static_decode_step_compiles_to_one_graph() -> None:
     assert counters["stats"]["unique_graphs"] == 1
     assert not counters["recompiles"]
     torch.testing.assert_close(torch.cat(outs, dim=1), full[:, T:], rtol=1e-5, atol=1e-5)
+
+
+@needs_cuda_build
+def test_prepare_on_an_accelerator_named_without_an_index_keeps_the_index_a_tensor_gets():
+    """``prepare(t, device="cuda")``: default positions, made only when read, sit where a tensor
+    made there would ("cuda:0"), so RoPE's table (on "cuda:0") still serves them."""
+    with fake_cuda():
+        rope = posenc.RoPE(16).to("cuda")
+        state = rope.prepare(4, device="cuda")
+        assert state._q_positions.device == rope._cos_sin.device == torch.device("cuda", 0)
+        assert rope._table_rows(state, "q", torch.float32) is not None
