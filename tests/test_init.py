@@ -91,7 +91,7 @@ def test_every_public_name_resolves_and_star_import_gives_them_all():
                 assert value is getattr(importlib.import_module("posenc." + home), name), name
         for name in ("nn", "functional", "distributed", "hf", "registry"):
             assert isinstance(getattr(posenc, name), types.ModuleType), name
-        assert posenc.RoPE is posenc.encodings.rotary.RoPE
+        assert posenc.RoPE is posenc.encodings.rope.RoPE
         # the lazy table repeats the encodings' exports (it cannot import them): they must agree
         assert {n for n, home in posenc._HOME.items() if home == "encodings"} == set(posenc.encodings.__all__)
         assert posenc.attention.__module__ == "posenc.attend"

@@ -197,7 +197,7 @@ def test_a_different_class_under_a_taken_name_or_alias_raises_and_changes_nothin
         posenc.register("test_free_name", name)(RoPE)
     message = str(info.value)
     assert "'rope'" in message or "'rotary'" in message
-    assert "posenc.encodings.rotary.RoPE" in message and "test_registry" in message
+    assert "posenc.encodings.rope.RoPE" in message and "test_registry" in message
     assert "unregister(" in message
     assert posenc.available() == before
     assert lookup("rope") is posenc.RoPE and lookup("rotary") is posenc.RoPE

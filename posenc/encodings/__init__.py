@@ -13,7 +13,7 @@ from .learned_bias import FIRE, KERPLE
 from .mrope import MRoPE
 from .none import NoPE
 from .relative import RelativeBias
-from .rotary import RoPE
+from .rope import RoPE
 from .shaw import ShawRelative
 from .sinusoidal import Sinusoidal
 from .sinusoidal2d import Sinusoidal2D

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_positive_float
-from .rotary import RoPE, RotaryState
+from .rope import RoPE
+from .rotary import RotaryState
 
 __all__ = ["XPos", "XPosState", "xpos_zeta"]
 

@@ -13,7 +13,7 @@ import torch
 from posenc.app.cli import main
 from posenc.app.study import METHODS, ConfigError, Corpus, ExtendConfig, run_extend, scaling_for
 from posenc.app.study.extend import _with_scaling
-from posenc.encodings.rotary import RoPE
+from posenc.encodings.rope import RoPE
 from posenc.functional.rope_scaling import ROPE_TYPES
 
 

@@ -108,7 +108,7 @@ def test_compile_fullgraph_with_bounded_recompiles(main_entry: Entry) -> None:
 
 
 #: The rows compiled with inductor in the default run, one per kind (additive, bias); the others
-#: run with -m slow. The rotary kind's default inductor test is tests/encodings/test_rotary.py's
+#: run with -m slow. The rotary kind's default inductor test is tests/encodings/test_rope.py's
 #: test_compiles_fullgraph_once_for_all_lengths (the prepared state, two layers, YaRN), the
 #: attention path's tests/test_attend.py's test_compiles_fullgraph_without_recompiling_per_length.
 INDUCTOR_DEFAULT = ("sinusoidal", "t5-causal")

@@ -12,7 +12,8 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from posenc.encodings.rotary import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE, RotaryState
+from posenc.encodings.rope import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE
+from posenc.encodings.rotary import RotaryState
 from posenc.functional.rope_freqs import rope_inv_freq
 from posenc.functional.rotary import rope_cos_sin
 
