@@ -8,7 +8,7 @@ LlamaFactory#7754).
 
 The rule, per document, reading its tokens left to right from position ``p = 0``:
 
-* a text token, and (Qwen2.5-Omni) an audio token, sits at ``(p, p, p)``, then ``p += 1``;
+* a text token, and (the Omni models) an audio token, sits at ``(p, p, p)``, then ``p += 1``;
 * an image or video of ``(gt, gh, gw)`` patches is ``gt * (gh // m) * (gw // m)`` tokens after
   ``m x m`` patches are merged (``m = spatial_merge_size``), in ``(time, row, column)`` order; the
   token at ``(i, j, k)`` sits at ``(p + floor(i * s), p + j, p + k)``, with ``s`` the video's time
@@ -22,12 +22,12 @@ The rule, per document, reading its tokens left to right from position ``p = 0``
   in order, ``p, ..., p + a - 1``; ``p`` becomes one past the largest position of the kind of the
   run's last token; and the 2 text tokens before the run (vision and audio start) share one
   position, as do the 2 after it (audio and vision end);
-* Qwen3-Omni (``omni="qwen3"``): as time-aligned, but ``floor`` is not taken: positions are
-  float32, as transformers gives them, and a fractional time carries its fraction to the
-  positions after it; the 2 start and the 2 end markers of a video with its audio take
-  consecutive positions, as text. float32 rounds each sum, so each piece is added from the
-  last as transformers adds them: the end markers of an image, video or audio, the text, the
-  start markers of the next; an audio's or grid's successor starts at its largest position + 1.
+* Qwen3-Omni (``omni="qwen3"``): as time-aligned, without the ``floor``: positions are float32,
+  as Qwen3-Omni's, and a fractional time carries its fraction to every position after it; the
+  2 start and the 2 end markers of a video with its audio take consecutive positions, as text.
+  As float32 rounds every sum, the sums are taken in transformers' order: a text run in 3
+  pieces, each from the last (the end markers of what precedes it, its own text, the start
+  markers of what follows); what follows an audio or a grid from its largest position + 1.
 
 Shape key: ``b`` batch, ``t`` tokens, ``n`` images or videos.
 """
@@ -188,13 +188,9 @@ def mrope_positions(
                 s = marks[r + 1] if kind == TEXT and r + 1 < len(runs) and not new_doc[end] else 0
                 s, at = min(s, end - start - e), 0
                 one = use_audio_in_video and not exact  # Qwen2.5-Omni: 2 markers of a mixed run share one
-                for length, shared in (
-                    (e, one and e == 2),
-                    (end - start - e - s, False),
-                    (s, one and s == 2),
-                ):
-                    run[:, at : at + length] = p + torch.arange(length) // (2 if shared else 1)
-                    p, at = p + (1 if shared else length), at + length
+                for size, shared in ((e, one and e == 2), (end - start - e - s, False), (s, one and s == 2)):
+                    run[:, at : at + size] = p + torch.arange(size) // (2 if shared else 1)
+                    p, at = p + (1 if shared else size), at + size
                 p = run[0, -1] + 1  # equal to p but for float32's rounding of an audio's end, as transformers
                 continue
             if mixed:  # a video with its audio, between 2 start and 2 end text markers in its document

@@ -241,6 +241,13 @@ def test_results_on_the_device_of_the_tokens():
         positions.cpu().tolist()
         == mrope_positions(token_types.cpu(), image_grid_thw=torch.tensor([[1, 2, 4]]))[0].tolist()
     )
+    # Qwen3-Omni's float32 positions: frames at 1 and 1 + 0.5 * 13, the text after from 8.5
+    video, grid, seconds = (torch.tensor(x, device="cuda") for x in ([[0, 2, 2, 0]], [[2, 2, 2]], [0.5]))
+    got = mrope_positions(
+        video, video_grid_thw=grid, second_per_grids=seconds, position_id_per_seconds=13, omni="qwen3"
+    )
+    assert got[0].device == got[1].device == video.device and got[0].dtype == got[1].dtype == torch.float32
+    assert got[0][0, 0].tolist() == [0, 1, 7.5, 8.5] and got[1].tolist() == [[5.5]]
 
 
 G = torch.tensor([[1, 2, 4]])
