@@ -161,6 +161,7 @@ def mrope_positions(
     dtype = torch.float32 if exact else torch.long
     positions = torch.zeros(3, b, t, dtype=dtype)
     deltas = torch.zeros(b, 1, dtype=dtype)
+    zero = torch.zeros((), dtype=dtype)  # positions are sums in dtype, as transformers takes them
     used = {IMAGE: 0, VIDEO: 0}  # grids consumed so far, over the whole batch
     for row in range(b):
         index = keep[row].nonzero().flatten()  # (n,) the row's non-padding token indices
@@ -178,10 +179,10 @@ def mrope_positions(
         ]
         marks = [2 if mixed else int(k != TEXT) for _, _, k, mixed in runs]  # its text markers on each side
         row_positions = torch.empty(3, n, dtype=dtype)
-        p, last_doc, free = 0, 0, 0  # free: the first token that may be a start marker
+        p, last_doc, free = zero, 0, 0  # free: the first token that may be a start marker
         for r, (start, end, kind, mixed) in enumerate(runs):
             if new_doc[start]:  # a new document: back to 0
-                p, last_doc = 0, start
+                p, last_doc = zero, start
             run = row_positions[:, start:end]  # (3, tokens) a view
             if kind in (TEXT, AUDIO) and not mixed:  # one position per token, in pieces (module docstring)
                 e = min(marks[r - 1] if kind == TEXT and r and not new_doc[start] else 0, end - start)
@@ -256,7 +257,7 @@ def mrope_positions(
 
 
 def _grid(
-    t: int, h: int, w: int, start: Tensor | int, factors: tuple[Tensor | float, ...], dtype: torch.dtype
+    t: int, h: int, w: int, start: Tensor, factors: tuple[Tensor | float, ...], dtype: torch.dtype
 ) -> Tensor:
     """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first, in ``dtype``."""
     time = torch.arange(t)
