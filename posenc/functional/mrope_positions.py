@@ -185,13 +185,15 @@ def mrope_positions(
                 p, last_doc = zero, start
             run = row_positions[:, start:end]  # (3, tokens) a view
             if kind in (TEXT, AUDIO) and not mixed:  # one position per token, in pieces (module docstring)
-                e = min(marks[r - 1] if kind == TEXT and r and not new_doc[start] else 0, end - start)
-                s = marks[r + 1] if kind == TEXT and r + 1 < len(runs) and not new_doc[end] else 0
-                s, at = min(s, end - start - e), 0
                 one = use_audio_in_video and not exact  # Qwen2.5-Omni: 2 markers of a mixed run share one
+                pieces = kind == TEXT and (exact or one)  # else one piece gives the same integers
+                e = min(marks[r - 1] if pieces and r and not new_doc[start] else 0, end - start)
+                s = marks[r + 1] if pieces and r + 1 < len(runs) and not new_doc[end] else 0
+                s, at = min(s, end - start - e), 0
                 for size, shared in ((e, one and e == 2), (end - start - e - s, False), (s, one and s == 2)):
-                    run[:, at : at + size] = p + torch.arange(size) // (2 if shared else 1)
-                    p, at = p + (1 if shared else size), at + size
+                    if size:
+                        run[:, at : at + size] = p + torch.arange(size) // (2 if shared else 1)
+                        p, at = p + (1 if shared else size), at + size
                 p = run[0, -1] + 1  # equal to p but for float32's rounding of an audio's end, as transformers
                 continue
             if mixed:  # a video with its audio, between 2 start and 2 end text markers in its document
