@@ -612,7 +612,7 @@ def test_omni_packed_documents_each_as_if_alone(omni, seed):
 
 # --- Qwen3-Omni: float32 times, not floored; a video's audio interleaved token by token in time
 _Q3 = transformers.Qwen3OmniMoeThinkerConfig()
-Q3_RATE, Q3_WINDOW = 13, _Q3.audio_config.n_window  # 13: its processor's (and checkpoints') rate
+Q3_RATE, Q3_WINDOW = 13, _Q3.audio_config.n_window  # 13: its processor's default (its config class: 25)
 
 
 def _qwen3_omni_get_rope_index(input_ids, **kwargs):
@@ -729,6 +729,35 @@ def test_qwen3_omni_video_with_its_audio_by_hand(seconds, audio, want):
     )
     assert torch.equal(got, expected[0]) and torch.equal(deltas, expected[1])
     assert deltas.item() == max(want) + 1 - len(ids)
+
+
+def test_qwen3_omni_whole_positions_rotate_as_the_model():
+    """At the processor's default 2 s a grid the times are whole: the float32 positions as integers through
+    posenc's interleaved MRoPE equal Qwen3-Omni's rotary module and apply function on the float ones."""
+    gen = torch.Generator().manual_seed(3)
+    input_ids, mask, grids, _, _ = _omni_batch([_omni_document(gen, False, qwen3=True) for _ in range(2)], 2)
+    assert grids["video_grid_thw"] is not None
+    kwargs = dict(position_id_per_seconds=Q3_RATE, omni="qwen3", attention_mask=mask)
+    positions, _ = mrope_positions(_omni_types(input_ids), **grids, **kwargs)
+    assert torch.equal(positions, positions.round()) and positions.max() > 52
+    head_dim, section = 32, [4, 6, 6]
+    text = transformers.Qwen3OmniMoeThinkerConfig(
+        text_config=dict(
+            hidden_size=64,
+            num_attention_heads=2,
+            head_dim=head_dim,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
+        )
+    ).text_config
+    q, k = (torch.randn(2, 2, input_ids.shape[1], head_dim, generator=gen) for _ in range(2))
+    cos, sin = hfq3.Qwen3OmniMoeThinkerTextRotaryEmbedding(text)(q, positions)
+    want = hfq3.apply_rotary_pos_emb(q, k, cos, sin)
+    pos = axes_last(positions.long())
+    got = posenc.MRoPE(head_dim, mrope_section=section, interleaved=True)(q, k, pos, pos)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(
+            a, b, atol=1e-4, rtol=0
+        )  # float64 (posenc) vs float32 (transformers) angles
 
 
 def test_qwen3_omni_text_and_audio_only():
