@@ -1,4 +1,4 @@
-"""M-RoPE positions of text, image, video and audio tokens (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni).
+"""M-RoPE positions of text, image, video and audio tokens (Qwen2-VL, Qwen2.5-VL, Qwen2.5/3-Omni).
 
 :func:`mrope_positions` gives the ``(3, b, t)`` temporal/height/width positions that
 transformers' ``get_rope_index`` gives on the same inputs, and the same rope deltas, and also
@@ -8,7 +8,7 @@ LlamaFactory#7754).
 
 The rule, per document, reading its tokens left to right from position ``p = 0``:
 
-* a text token, and (Qwen2.5-Omni) an audio token, sits at ``(p, p, p)``, then ``p += 1``;
+* a text token, and (the Omni models) an audio token, sits at ``(p, p, p)``, then ``p += 1``;
 * an image or video of ``(gt, gh, gw)`` patches is ``gt * (gh // m) * (gw // m)`` tokens after
   ``m x m`` patches are merged (``m = spatial_merge_size``), in ``(time, row, column)`` order; the
   token at ``(i, j, k)`` sits at ``(p + floor(i * s), p + j, p + k)``, with ``s`` the video's time
@@ -21,7 +21,13 @@ The rule, per document, reading its tokens left to right from position ``p = 0``
   tokens: its video tokens, in order, take the grid positions above and its ``a`` audio tokens,
   in order, ``p, ..., p + a - 1``; ``p`` becomes one past the largest position of the kind of the
   run's last token; and the 2 text tokens before the run (vision and audio start) share one
-  position, as do the 2 after it (audio and vision end).
+  position, as do the 2 after it (audio and vision end);
+* Qwen3-Omni (``omni="qwen3"``): as time-aligned, without the ``floor``: positions are float32,
+  as Qwen3-Omni's, and a fractional time carries its fraction to every position after it; the
+  2 start and the 2 end markers of a video with its audio take consecutive positions, as text.
+  As float32 rounds every sum, the sums are taken in transformers' order: a text run in 3
+  pieces, each from the last (the end markers of what precedes it, its own text, the start
+  markers of what follows); what follows an audio or a grid from its largest position + 1.
 
 Shape key: ``b`` batch, ``t`` tokens, ``n`` images or videos.
 """
@@ -29,11 +35,12 @@ Shape key: ``b`` batch, ``t`` tokens, ``n`` images or videos.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_positive_float, check_positive_int, short
+from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
 
 __all__ = ["mrope_positions"]
 
@@ -53,13 +60,15 @@ def mrope_positions(
     position_id_per_seconds: float | None = None,
     second_per_grids: float | Sequence[float] | Tensor | None = None,
     use_audio_in_video: bool = False,
+    omni: Literal["qwen2.5", "qwen3"] = "qwen2.5",
 ) -> tuple[Tensor, Tensor]:
     """The M-RoPE positions of text, image, video and audio tokens, as Qwen2-VL's ``get_rope_index``.
 
     Equal to transformers' ``Qwen2VLModel.get_rope_index`` and ``Qwen2_5_VLModel.get_rope_index``
     (Wang et al., 2024, "Qwen2-VL"; Bai et al., 2025, "Qwen2.5-VL") on the same inputs and, given
     ``position_id_per_seconds``, to Qwen2.5-Omni's thinker ``get_rope_index`` (Xu et al., 2025,
-    "Qwen2.5-Omni"), plus packed documents. Feed ``posenc.functional.axes_last(positions)`` to
+    "Qwen2.5-Omni") or, with ``omni="qwen3"``, Qwen3-Omni's (Xu et al., 2025, "Qwen3-Omni"), plus
+    packed documents. Feed ``posenc.functional.axes_last(positions)`` to
     :class:`~posenc.MRoPE`.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
@@ -74,7 +83,7 @@ def mrope_positions(
     Args:
         token_types: ``(b, t)`` integer tensor: 0 for text, 1 for an image token, 2 for a video
             token, 3 for an audio token (with ``position_id_per_seconds`` only) (transformers'
-            ``mm_token_type_ids``). The audio tokens are counted here, so Qwen2.5-Omni's
+            ``mm_token_type_ids``). The audio tokens are counted here, so the Omni models'
             ``audio_seqlens`` is not needed.
         image_grid_thw: ``(n_images, 3)`` integer ``(t, h, w)`` patch grid of each image, before
             merging (the processor's ``image_grid_thw``).
@@ -90,29 +99,38 @@ def mrope_positions(
             :func:`posenc.masking.document_positions`; each restarts at position 0, as if alone.
             A packed attention mask like ``[1, 1, 2, 2, 2, 0]`` is
             ``attention_mask=mask != 0, document_ids=mask``.
-        position_id_per_seconds: Qwen2.5-Omni's time alignment (its config field, 25): temporal
-            positions per second of video, one per audio token; turns on the time-aligned rule of
-            the module docstring. ``None``: Qwen2-VL / Qwen2.5-VL.
+        position_id_per_seconds: the Omni models' time alignment (their thinker config field, 25 in
+            Qwen2.5-Omni's): temporal positions per second of video, one per audio token; turns on
+            the time-aligned rule of the module docstring. ``None``: Qwen2-VL / Qwen2.5-VL.
         second_per_grids: with ``position_id_per_seconds``: seconds per merged frame of each video,
             a number for all or ``(n_videos,)`` (the processor's ``video_second_per_grid``, used in
-            float32 as transformers does). ``None``: 1.0, the processor's default (2 frames / 2 fps).
-        use_audio_in_video: Qwen2.5-Omni's flag: a run of adjacent video and audio tokens is one
-            video with its audio, interleaved in the processor's time chunks, between 2 start and 2
-            end text tokens. The interleaving is read from the token types, so ``seconds_per_chunk``
-            is not needed.
+            float32 as transformers does). ``None``: the processor's default, 1.0 for Qwen2.5-Omni
+            (2 frames at 2 fps), 2.0 for Qwen3-Omni (2 frames at 1 fps).
+        use_audio_in_video: the Omni models' flag: a run of adjacent video and audio tokens is one
+            video with its audio (interleaved in 2-second chunks by Qwen2.5-Omni's processor, token
+            by token in time by Qwen3-Omni's), between 2 start and 2 end text tokens. The
+            interleaving is read from the token types, so ``seconds_per_chunk`` is not needed.
+        omni: with ``position_id_per_seconds``: ``"qwen2.5"`` (Qwen2.5-Omni) or ``"qwen3"``
+            (Qwen3-Omni, ``qwen3_omni_moe``): float32 times, not floored, and consecutive markers
+            (module docstring).
 
     Returns:
         ``(positions, deltas)``: long ``(3, b, t)`` temporal, height and width positions, and long
         ``(b, 1)`` rope deltas, ``max position + 1 - tokens`` of each row (of its last document
         when packed), so that decoding continues at ``number of tokens so far + delta``, as
-        transformers does with its ``rope_deltas``.
+        transformers does with its ``rope_deltas``. Both float32 with ``omni="qwen3"``, as
+        Qwen3-Omni's (:class:`~posenc.MRoPE` takes integer positions).
     """
-    omni = position_id_per_seconds is not None
-    if check_bool("use_audio_in_video", use_audio_in_video) and not omni:
+    aligned = position_id_per_seconds is not None
+    if check_bool("use_audio_in_video", use_audio_in_video) and not aligned:
         raise ValueError(
-            "use_audio_in_video=True is Qwen2.5-Omni's: give position_id_per_seconds too (25 in its config)"
+            "use_audio_in_video=True is the Omni models': give position_id_per_seconds too (their config field)"
         )
-    types, keep, docs = _host_tokens(token_types, attention_mask, document_ids, AUDIO if omni else VIDEO)
+    check_choice("omni", omni, ("qwen2.5", "qwen3"))
+    exact = omni == "qwen3"  # Qwen3-Omni: float32 times, not floored
+    if exact and not aligned:
+        raise ValueError("omni='qwen3' is time-aligned: give position_id_per_seconds too (its config field)")
+    types, keep, docs = _host_tokens(token_types, attention_mask, document_ids, AUDIO if aligned else VIDEO)
     m = check_positive_int("spatial_merge_size", spatial_merge_size)
     grids = {
         IMAGE: _host_grids("image_grid_thw", image_grid_thw, m),
@@ -120,48 +138,63 @@ def mrope_positions(
     }
     # the factors of each grid's time index, applied one at a time as transformers does
     factors: dict[int, list[tuple[Tensor | float, ...]]]
-    if omni:
+    n_videos = len(grids[VIDEO])
+    if aligned:
         rate = check_positive_float("position_id_per_seconds", position_id_per_seconds)
         if video_time_scale is not None:
             raise ValueError(
                 "video_time_scale is Qwen2.5-VL's; with position_id_per_seconds give second_per_grids "
                 f"(seconds per merged frame), got video_time_scale={short(video_time_scale)}"
             )
-        seconds = _host_time_scales("second_per_grids", second_per_grids, len(grids[VIDEO])).float()
-        factors = {IMAGE: [(rate,)] * len(grids[IMAGE]), VIDEO: [(s, rate) for s in seconds]}
+        # None: the processors' 2 frames at 1 fps (Qwen3-Omni) or at 2 fps (Qwen2.5-Omni)
+        seconds = _host_time_scales("second_per_grids", second_per_grids, n_videos, 2.0 if exact else 1.0)
+        factors = {IMAGE: [(rate,)] * len(grids[IMAGE]), VIDEO: [(s, rate) for s in seconds.float()]}
     else:
         if second_per_grids is not None:
             raise ValueError(
-                "second_per_grids is Qwen2.5-Omni's: give position_id_per_seconds too, or for Qwen2.5-VL "
+                "second_per_grids is the Omni models': give position_id_per_seconds too, or for Qwen2.5-VL "
                 f"video_time_scale = second_per_grid_ts * tokens_per_second; got {short(second_per_grids)}"
             )
-        scales = _host_time_scales("video_time_scale", video_time_scale, len(grids[VIDEO]))
+        scales = _host_time_scales("video_time_scale", video_time_scale, n_videos, 1.0)
         factors = {IMAGE: [()] * len(grids[IMAGE]), VIDEO: [(s,) for s in scales]}
     b, t = types.shape
-    positions = torch.zeros(3, b, t, dtype=torch.long)
-    deltas = torch.zeros(b, 1, dtype=torch.long)
+    dtype = torch.float32 if exact else torch.long
+    positions = torch.zeros(3, b, t, dtype=dtype)
+    deltas = torch.zeros(b, 1, dtype=dtype)
+    zero = torch.zeros((), dtype=dtype)  # positions are sums in dtype, as transformers takes them
     used = {IMAGE: 0, VIDEO: 0}  # grids consumed so far, over the whole batch
     for row in range(b):
         index = keep[row].nonzero().flatten()  # (n,) the row's non-padding token indices
         kinds, ids, n = types[row].index_select(0, index), docs[row].index_select(0, index), len(index)
-        # runs: adjacent tokens of one kind in one document (a video and its audio: one run)
+        # runs: adjacent tokens of one kind in one document (a video and its audio: one run, "mixed")
         new_doc = torch.zeros(n + 1, dtype=torch.bool)
         new_doc[1:-1] = ids[1:] != ids[:-1]
         run_kinds = kinds.masked_fill(kinds == AUDIO, VIDEO) if use_audio_in_video else kinds
         cut = torch.ones(n + 1, dtype=torch.bool)
         cut[1:-1] = new_doc[1:-1] | (run_kinds[1:] != run_kinds[:-1])
         bounds = cut.nonzero().flatten().tolist()
-        row_positions = torch.empty(3, n, dtype=torch.long)
-        same = torch.zeros(n, dtype=torch.bool)  # the second end marker of a video with its audio
-        p = last_doc = free = 0  # free: the first token that may be a start marker
-        for start, end, kind in zip(bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), strict=True):
+        runs = [
+            (a, z, k, use_audio_in_video and k in (VIDEO, AUDIO) and bool((kinds[a:z] != k).any()))
+            for a, z, k in zip(bounds[:-1], bounds[1:], kinds[bounds[:-1]].tolist(), strict=True)
+        ]
+        marks = [2 if mixed else int(k != TEXT) for _, _, k, mixed in runs]  # its text markers on each side
+        row_positions = torch.empty(3, n, dtype=dtype)
+        p, last_doc, free = zero, 0, 0  # free: the first token that may be a start marker
+        for r, (start, end, kind, mixed) in enumerate(runs):
             if new_doc[start]:  # a new document: back to 0
-                p, last_doc = 0, start
-            mixed = use_audio_in_video and kind in (VIDEO, AUDIO) and bool((kinds[start:end] != kind).any())
+                p, last_doc = zero, start
             run = row_positions[:, start:end]  # (3, tokens) a view
-            if kind in (TEXT, AUDIO) and not mixed:  # one position per token, but one for 2 end markers
-                run[:] = p - 1 + torch.cumsum(~same[start:end], 0)
-                p = int(run[0, -1]) + 1
+            if kind in (TEXT, AUDIO) and not mixed:  # one position per token, in pieces (module docstring)
+                one = use_audio_in_video and not exact  # Qwen2.5-Omni: 2 markers of a mixed run share one
+                pieces = kind == TEXT and (exact or one)  # else one piece gives the same integers
+                e = min(marks[r - 1] if pieces and r and not new_doc[start] else 0, end - start)
+                s = marks[r + 1] if pieces and r + 1 < len(runs) and not new_doc[end] else 0
+                s, at = min(s, end - start - e), 0
+                for size, shared in ((e, one and e == 2), (end - start - e - s, False), (s, one and s == 2)):
+                    if size:
+                        run[:, at : at + size] = p + torch.arange(size) // (2 if shared else 1)
+                        p, at = p + (1 if shared else size), at + size
+                p = run[0, -1] + 1  # equal to p but for float32's rounding of an audio's end, as transformers
                 continue
             if mixed:  # a video with its audio, between 2 start and 2 end text markers in its document
                 if (
@@ -176,8 +209,7 @@ def mrope_positions(
                         f"{int(index[start])} needs 2 text tokens (its start markers) just before it and 2 "
                         "(its end markers) just after it, in its document"
                     )
-                row_positions[:, start - 1] -= 1  # the 2 start markers share one position
-                p, same[end + 1], free = p - 1, True, end + 2
+                free = end + 2
             vision = kinds[start:end] != AUDIO  # (tokens,) all but a video's audio
             kind = VIDEO if mixed else kind
             places = index[start:end][vision]  # where the run's image or video tokens are in the row
@@ -198,8 +230,8 @@ def mrope_positions(
                         f"{name}[{n_grid}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but "
                         f"row {row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
                     )
-                grid_pieces.append(_grid(gt, gh // m, gw // m, p, factors[kind][n_grid]))
-                p = int(grid_pieces[-1].max()) + 1 if omni else p + max(gh, gw) // m
+                grid_pieces.append(_grid(gt, gh // m, gw // m, p, factors[kind][n_grid], dtype))
+                p = grid_pieces[-1].max() + 1 if aligned else p + max(gh, gw) // m
                 used[kind] += 1
                 tokens -= count
             if mixed and len(grid_pieces) != 1:
@@ -210,10 +242,9 @@ def mrope_positions(
                 )
             run[:, vision] = torch.cat(grid_pieces, dim=1)
             if mixed:  # its audio tokens, in order, from the run's first position
-                audio = int((~vision).sum())
-                run[:, ~vision] = torch.arange(p0, p0 + audio)
+                run[:, ~vision] = p0 + torch.arange(int((~vision).sum()))
                 if not vision[-1]:  # ends with audio: what follows starts after the audio
-                    p = p0 + audio
+                    p = run[0, -1] + 1
         if n:
             positions[:, row].index_copy_(1, index, row_positions)
             deltas[row] = row_positions[:, last_doc:].max() + 1 - n
@@ -227,13 +258,15 @@ def mrope_positions(
     return positions.to(device), deltas.to(device)
 
 
-def _grid(t: int, h: int, w: int, start: int, factors: tuple[Tensor | float, ...]) -> Tensor:
-    """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first."""
+def _grid(
+    t: int, h: int, w: int, start: Tensor, factors: tuple[Tensor | float, ...], dtype: torch.dtype
+) -> Tensor:
+    """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first, in ``dtype``."""
     time = torch.arange(t)
     for factor in factors:
         time = time * factor
-    time = time.long()  # rounds toward 0 in the factors' dtype, as transformers does
-    axes = torch.meshgrid(time, torch.arange(h), torch.arange(w), indexing="ij")
+    time = time.to(dtype)  # long: rounds toward 0 in the factors' dtype, as transformers does
+    axes = torch.meshgrid(time, torch.arange(h, dtype=dtype), torch.arange(w, dtype=dtype), indexing="ij")
     return torch.stack(axes).reshape(3, -1) + start
 
 
@@ -260,7 +293,7 @@ def _host_tokens(
         value = int(types[at])
         *names, last = ["0 (text)", "1 (image)", "2 (video)", "3 (audio)"][: top + 1]
         accepted = f"{', '.join(names)} or {last}"
-        hint = " (audio tokens are Qwen2.5-Omni's: give position_id_per_seconds)" if value == AUDIO else ""
+        hint = " (audio tokens are the Omni models': give position_id_per_seconds)" if value == AUDIO else ""
         raise ValueError(f"token_types must hold {accepted}, got {value} at {at}{hint}")
     shape = tuple(types.shape)
     if attention_mask is None:
@@ -308,10 +341,10 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _host_time_scales(name: str, value: object, videos: int) -> Tensor:
-    """``(n_videos,)`` time scales, finite and ``>= 0``; float32 unless given as a float tensor."""
-    if value is None:
-        return torch.ones(videos)
+def _host_time_scales(name: str, value: object, videos: int, default: float) -> Tensor:
+    """``(n_videos,)`` time scales (``default`` for ``None``), finite and ``>= 0``; float32 unless given as
+    a float tensor."""
+    value = default if value is None else value
     if isinstance(value, Tensor):
         if value.dtype == torch.bool or value.is_complex():
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")

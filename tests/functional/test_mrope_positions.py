@@ -19,6 +19,7 @@ from transformers.models.qwen2_5_omni import modeling_qwen2_5_omni as hfo  # noq
 from transformers.models.qwen2_5_omni import processing_qwen2_5_omni as hfo_proc  # noqa: E402
 from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25  # noqa: E402
 from transformers.models.qwen2_vl import modeling_qwen2_vl as hf2  # noqa: E402
+from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as hfq3  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
 TEXT, IMAGE, VIDEO, AUDIO = 0, 1, 2, 3
@@ -240,6 +241,13 @@ def test_results_on_the_device_of_the_tokens():
         positions.cpu().tolist()
         == mrope_positions(token_types.cpu(), image_grid_thw=torch.tensor([[1, 2, 4]]))[0].tolist()
     )
+    # Qwen3-Omni's float32 positions: frames at 1 and 1 + 0.5 * 13, the text after from 8.5
+    video, grid, seconds = (torch.tensor(x, device="cuda") for x in ([[0, 2, 2, 0]], [[2, 2, 2]], [0.5]))
+    got = mrope_positions(
+        video, video_grid_thw=grid, second_per_grids=seconds, position_id_per_seconds=13, omni="qwen3"
+    )
+    assert got[0].device == got[1].device == video.device and got[0].dtype == got[1].dtype == torch.float32
+    assert got[0][0, 0].tolist() == [0, 1, 7.5, 8.5] and got[1].tolist() == [[5.5]]
 
 
 G = torch.tensor([[1, 2, 4]])
@@ -408,8 +416,9 @@ def _interleaved(grid: list[int], seconds: float, audio: int) -> list[int]:
     return kinds
 
 
-def _omni_document(gen: torch.Generator, audio_in_video: bool):
-    """(token ids, image grids, video grids, seconds per grid, audio feature lengths) of one random document."""
+def _omni_document(gen: torch.Generator, audio_in_video: bool, qwen3: bool = False):
+    """(token ids, image grids, video grids, seconds per grid, audio feature lengths) of one random document
+    (laid out as Qwen3-Omni's processor does if ``qwen3``)."""
     ids, images, videos, seconds, audios = [], [], [], [], []
     pick = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
     for _ in range(pick(1, 5)):
@@ -422,11 +431,15 @@ def _omni_document(gen: torch.Generator, audio_in_video: bool):
         elif kind == AUDIO or (kind == VIDEO and audio_in_video):
             n = pick(1, 160)  # audio tokens: 25 a second
             audios.append(4 * n)  # feature frames: ((4n - 1) // 2 + 1 - 2) // 2 + 1 = n tokens
+            if qwen3:  # its encoder's own count
+                audios[-1] = pick(1, 1600)
+                n = int(hfq3._get_feat_extract_output_lengths(torch.tensor(audios[-1]), Q3_WINDOW))
             body = [OMNI_IDS[AUDIO]] * n
             if kind == VIDEO:
                 videos.append([pick(1, 5), 2 * pick(1, 3), 2 * pick(1, 3)])
                 seconds.append(float(torch.rand((), generator=gen) * 2.5))
-                body = [OMNI_IDS[k] for k in _interleaved(videos[-1], seconds[-1], n)]
+                interleave = _interleaved_by_time if qwen3 else _interleaved
+                body = [OMNI_IDS[k] for k in interleave(videos[-1], seconds[-1], n)]
                 body = [OMNI_IDS["vision_start"], OMNI_IDS["audio_start"], *body, OMNI_IDS["audio_end"]]
                 ids += [*body, OMNI_IDS["vision_end"]]
             else:
@@ -565,14 +578,15 @@ def test_qwen2_5_omni_text_and_audio_only():
     assert torch.equal(got, want.masked_fill(mask == 0, 0)) and torch.equal(deltas, want_deltas)
 
 
-def test_qwen2_5_omni_packed_documents_each_as_if_alone():
-    gen = torch.Generator().manual_seed(20)
-    docs = [_omni_document(gen, True) for _ in range(3)]
+@pytest.mark.parametrize(("omni", "seed"), [("qwen2.5", 20), ("qwen3", 32)])
+def test_omni_packed_documents_each_as_if_alone(omni, seed):
+    gen = torch.Generator().manual_seed(seed)
+    docs = [_omni_document(gen, True, omni == "qwen3") for _ in range(3)]
     ids = torch.tensor([[t for d in docs for t in d[0]] + [0]])  # one row of 3 documents and 1 padding token
     doc_ids = torch.tensor([[n + 1 for n, d in enumerate(docs) for _ in d[0]] + [0]])
     assert all(d[2] and d[4] for d in docs)  # every document holds videos with their audio
     grids, seconds = _omni_batch(docs, 0)[2:4]
-    kwargs = dict(position_id_per_seconds=25, use_audio_in_video=True)
+    kwargs = dict(position_id_per_seconds=25, use_audio_in_video=True, omni=omni)
     positions, deltas = mrope_positions(
         _omni_types(ids),
         **grids,
@@ -592,8 +606,172 @@ def test_qwen2_5_omni_packed_documents_each_as_if_alone():
         )
         assert torch.equal(positions[:, :, at : at + len(d[0])], alone)
         at, videos = at + len(d[0]), videos + len(d[2])
-    assert int(deltas) + at == int(alone.max()) + 1  # decoding continues the last document
+    assert deltas + at == alone.max() + 1  # decoding continues the last document
     assert not positions[:, 0, -1].any()
+
+
+# --- Qwen3-Omni: float32 times, not floored; a video's audio interleaved token by token in time
+_Q3 = transformers.Qwen3OmniMoeThinkerConfig()
+Q3_RATE, Q3_WINDOW = 13, _Q3.audio_config.n_window  # 13: its processor's default (its config class: 25)
+
+
+def _qwen3_omni_get_rope_index(input_ids, **kwargs):
+    """Qwen3-Omni thinker's own get_rope_index on its default config (no weights) at Q3_RATE."""
+    cls = hfq3.Qwen3OmniMoePreTrainedModelForConditionalGeneration
+    ids = {f"{k}_token_id": OMNI_IDS[v] for k, v in (("image", IMAGE), ("video", VIDEO), ("audio", AUDIO))}
+    config = types.SimpleNamespace(
+        **ids,
+        vision_start_token_id=OMNI_IDS["vision_start"],
+        audio_start_token_id=OMNI_IDS["audio_start"],
+        position_id_per_seconds=Q3_RATE,
+        audio_config=_Q3.audio_config,
+    )
+    host = types.SimpleNamespace(config=config, spatial_merge_size=_Q3.vision_config.spatial_merge_size)
+    host.get_llm_pos_ids_for_vision = types.MethodType(cls.get_llm_pos_ids_for_vision, host)
+    return cls.get_rope_index(host, input_ids, **kwargs)
+
+
+def _interleaved_by_time(grid: list[int], seconds: float, audio: int) -> list[int]:
+    """The token types of a video with its audio as Qwen3-Omni's processor lays them out: token by token,
+    a video token first when its time (float32, as the model's) is at most the audio token's index."""
+    t, h, w = grid
+    times = (torch.arange(t) * torch.tensor(seconds) * Q3_RATE).repeat_interleave((h // 2) * (w // 2))
+    kinds, v, a = [], 0, 0
+    while v < len(times) and a < audio:
+        kinds.append(VIDEO if times[v] <= a else AUDIO)
+        v, a = (v + 1, a) if kinds[-1] == VIDEO else (v, a + 1)
+    return kinds + [VIDEO] * (len(times) - v) + [AUDIO] * (audio - a)
+
+
+@pytest.mark.parametrize("use_audio_in_video", [False, True])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_equals_qwen3_omni_get_rope_index(use_audio_in_video, rows):
+    """Text, images, videos at fractional times, audio and (use_audio_in_video) videos interleaved with their
+    audio, one row or three left padded: float32 whole tensors equal to Qwen3-Omni's own, padding included."""
+    gen = torch.Generator().manual_seed(6)
+    checked = fractional = 0
+    for _ in range(16):
+        docs = [_omni_document(gen, use_audio_in_video, qwen3=True) for _ in range(rows)]
+        input_ids, mask, grids, seconds, audio_seqlens = _omni_batch(docs, 2 if rows > 1 else 0)
+        if grids["image_grid_thw"] is None and grids["video_grid_thw"] is None:
+            continue  # transformers needs a grid to go past plain text positions
+        want, want_deltas = _qwen3_omni_get_rope_index(
+            input_ids,
+            **grids,
+            attention_mask=mask,
+            use_audio_in_video=use_audio_in_video,
+            audio_seqlens=audio_seqlens,
+            second_per_grids=seconds,
+        )
+        got, deltas = mrope_positions(
+            _omni_types(input_ids),
+            **grids,
+            attention_mask=mask,
+            position_id_per_seconds=Q3_RATE,
+            second_per_grids=seconds,
+            use_audio_in_video=use_audio_in_video,
+            omni="qwen3",
+        )
+        assert got.dtype == deltas.dtype == want.dtype == torch.float32
+        assert torch.equal(got, want) and torch.equal(deltas, want_deltas)
+        fractional += bool((got != got.round()).any())
+        checked += 1
+    assert checked >= 10 and fractional >= 4, (checked, fractional)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "audio", "want"),
+    [
+        # the processor's default 2 s a grid: frames at 0, 26, 52; the audio (10 tokens) between the first
+        # two; the 2 start and 2 end markers at consecutive positions; the run ends with the frame at 55
+        (None, 10, [0, 1, 2, 3, *range(3, 13), 29, 55, 56, 57, 58]),
+        # 0.5 s a grid: frames at 0, 6.5, 13 (not floored); the audio around the second frame; the run ends
+        # with a frame, so the end markers follow the frame's time, fraction and all
+        (0.5, 10, [0, 1, 2, 3, *range(3, 10), 9.5, 10, 11, 12, 16, 17, 18, 19]),
+    ],
+)
+def test_qwen3_omni_video_with_its_audio_by_hand(seconds, audio, want):
+    """A 3-frame video of 1 token a frame with its audio: video time = frame * seconds * 13 from the run's
+    first position, audio 1 position per token from there, what follows after the run's last kind."""
+    grid = torch.tensor([[3, 2, 2]])
+    body = _interleaved_by_time([3, 2, 2], 2.0 if seconds is None else seconds, audio)
+    start, end = OMNI_IDS["vision_start"], OMNI_IDS["vision_end"]
+    ids = [
+        1000,
+        start,
+        OMNI_IDS["audio_start"],
+        *(OMNI_IDS[k] for k in body),
+        OMNI_IDS["audio_end"],
+        end,
+        1000,
+    ]
+    input_ids = torch.tensor([ids])
+    spg = {} if seconds is None else {"second_per_grids": seconds}
+    got, deltas = mrope_positions(
+        _omni_types(input_ids),
+        video_grid_thw=grid,
+        position_id_per_seconds=Q3_RATE,
+        use_audio_in_video=True,
+        omni="qwen3",
+        **spg,
+    )
+    assert got[0, 0].tolist() == want
+    assert got[1, 0].tolist() == [
+        p if k != VIDEO else 3 for p, k in zip(want, _omni_types(input_ids)[0], strict=True)
+    ]
+    expected = _qwen3_omni_get_rope_index(
+        input_ids,
+        video_grid_thw=grid,
+        attention_mask=torch.ones_like(input_ids),
+        use_audio_in_video=True,
+        audio_seqlens=torch.tensor([audio * 8 - 7]),  # 10 tokens from its encoder
+        second_per_grids=torch.tensor([2.0 if seconds is None else seconds]),
+    )
+    assert torch.equal(got, expected[0]) and torch.equal(deltas, expected[1])
+    assert deltas.item() == max(want) + 1 - len(ids)
+
+
+def test_qwen3_omni_whole_positions_rotate_as_the_model():
+    """At the processor's default 2 s a grid the times are whole: the float32 positions as integers through
+    posenc's interleaved MRoPE equal Qwen3-Omni's rotary module and apply function on the float ones."""
+    gen = torch.Generator().manual_seed(3)
+    input_ids, mask, grids, _, _ = _omni_batch([_omni_document(gen, False, qwen3=True) for _ in range(2)], 2)
+    assert grids["video_grid_thw"] is not None
+    kwargs = dict(position_id_per_seconds=Q3_RATE, omni="qwen3", attention_mask=mask)
+    positions, _ = mrope_positions(_omni_types(input_ids), **grids, **kwargs)
+    assert torch.equal(positions, positions.round()) and positions.max() > 52
+    head_dim, section = 32, [4, 6, 6]
+    text = transformers.Qwen3OmniMoeThinkerConfig(
+        text_config=dict(
+            hidden_size=64,
+            num_attention_heads=2,
+            head_dim=head_dim,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section},
+        )
+    ).text_config
+    q, k = (torch.randn(2, 2, input_ids.shape[1], head_dim, generator=gen) for _ in range(2))
+    cos, sin = hfq3.Qwen3OmniMoeThinkerTextRotaryEmbedding(text)(q, positions)
+    want = hfq3.apply_rotary_pos_emb(q, k, cos, sin)
+    pos = axes_last(positions.long())
+    got = posenc.MRoPE(head_dim, mrope_section=section, interleaved=True)(q, k, pos, pos)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(
+            a, b, atol=1e-4, rtol=0
+        )  # float64 (posenc) vs float32 (transformers) angles
+
+
+def test_qwen3_omni_text_and_audio_only():
+    """No image or video: transformers' plain float positions (its other branch), audio counts as text."""
+    docs = [
+        ([1000] * 3, [], [], [], []),
+        ([1000, OMNI_IDS["audio_start"], *[OMNI_IDS[AUDIO]] * 4, 1000], [], [], [], []),
+    ]
+    input_ids, mask, _, _, _ = _omni_batch(docs, 1)
+    want, want_deltas = _qwen3_omni_get_rope_index(input_ids, attention_mask=mask)
+    got, deltas = mrope_positions(
+        _omni_types(input_ids), attention_mask=mask, position_id_per_seconds=13, omni="qwen3"
+    )
+    assert torch.equal(got, want.masked_fill(mask == 0, 0)) and torch.equal(deltas, want_deltas)
 
 
 V = torch.tensor([[2, 2, 2]])
@@ -606,7 +784,17 @@ AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 
         (
             {"token_types": AV, "use_audio_in_video": True},
             ValueError,
-            "use_audio_in_video=True is Qwen2.5-Omni's: give position_id_per_seconds too",
+            "use_audio_in_video=True is the Omni models': give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "omni": "qwen3"},
+            ValueError,
+            "omni='qwen3' is time-aligned: give position_id_per_seconds too",
+        ),
+        (
+            {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 13, "omni": "qwen3.5"},
+            ValueError,
+            r"omni must be one of \['qwen2.5', 'qwen3'\], got 'qwen3.5'",
         ),
         (
             {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 25, "video_time_scale": 1.0},
@@ -616,7 +804,7 @@ AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 
         (
             {"token_types": IMG, "image_grid_thw": G, "second_per_grids": 1.0},
             ValueError,
-            "second_per_grids is Qwen2.5-Omni's: give position_id_per_seconds too",
+            "second_per_grids is the Omni models': give position_id_per_seconds too",
         ),
         (
             {"token_types": AV, "video_grid_thw": V, "position_id_per_seconds": 0},
@@ -646,7 +834,7 @@ AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 
         (
             {"token_types": torch.tensor([[0, 3]])},
             ValueError,
-            "got 3 at .*audio tokens are Qwen2.5-Omni's: give position_id_per_seconds",
+            "got 3 at .*audio tokens are the Omni models': give position_id_per_seconds",
         ),
         (
             {
