@@ -203,10 +203,16 @@ def _record(
             try:
                 model(**kwargs)
             except Exception:
+                seen.clear()  # (a speech model needs its features)
+                config = model.config
+                if getattr(config, "is_encoder_decoder", False) and getattr(config, "num_mel_bins", None):
+                    # Whisper: its encoder on silence (all max_source_positions frames), its decoder on the ids
+                    silence = torch.zeros(len(ids), config.num_mel_bins, 2 * config.max_source_positions)
+                    model(input_features=silence, **{k: v for k, v in kwargs.items() if k.startswith("decoder_")})
+                    return seen
                 decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
                 if decoder is None or decoder is model:
                     raise
-                seen.clear()  # (a speech model needs its features: its text decoder on the ids alone)
                 decoder(**{k: v for k, v in kwargs.items() if not k.startswith("decoder_")})
     finally:
         for hook in hooks:
@@ -216,6 +222,8 @@ def _record(
 
 def _stack(name: str) -> str | None:
     parts = name.split(".")
+    if "text_encoder" in parts:  # SeamlessM4T's (its "encoder" is the speech encoder)
+        return "text_encoder"
     return next((s for s in ("decoder", "encoder") if any(s in p for p in parts)), None)
 
 
