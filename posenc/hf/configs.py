@@ -47,7 +47,6 @@ _TEXT_FIELDS = ("text_config", "thinker_config")
 _STACK_FIELDS = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
 #: A resolved config: the parent's field it came from (None: itself), dict, model_type, converter, object.
 _Stack = tuple[str | None, dict[str, Any], str, Convert | PerStack, Any]
-Stack = Literal["encoder", "decoder", "text_encoder"]
 
 
 def _resolve(config: Any) -> list[_Stack]:
@@ -111,38 +110,25 @@ def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
             )
 
 
-def check_stack(stack: Any) -> None:
-    """Refuse a ``stack`` that no model has (each model's own: :func:`_of_stack`)."""
-    if stack not in (None, "encoder", "decoder", "text_encoder"):
+def _of_stack(convert: Convert | PerStack, model_type: str, stack: str | None) -> Convert:
+    """The converter of ``stack``: the model's only one where its stacks agree (or it has one stack)."""
+    stacks = convert if isinstance(convert, dict) else dict.fromkeys((None, "encoder", "decoder"), convert)
+    if (stack is None or isinstance(stack, str)) and stack in stacks:
+        return stacks[stack]
+    accepted = " or ".join(repr(s) for s in stacks if s)
+    if stack is None:
         raise ValueError(
-            f"stack must be None, 'encoder', 'decoder' or 'text_encoder' (SeamlessM4T), got {stack!r}"
+            f"{model_type}: its stacks use different position encodings; pass stack={accepted} "
+            "(from_hf_config, from_hf_model)"
         )
-
-
-def _of_stack(convert: Convert | PerStack, model_type: str, stack: Stack | None) -> Convert:
-    """The converter of ``stack``: the model's one where its stacks agree (or it has one)."""
-    if isinstance(convert, dict):
-        if stack in convert:
-            return convert[stack]
-        accepted = " or ".join(repr(s) for s in convert if s)
-        if stack is None:
-            raise ValueError(
-                f"{model_type}: its stacks use different position encodings; pass stack={accepted} "
-                "(from_hf_config, from_hf_model)"
-            )
-    elif stack in (None, "encoder", "decoder"):
-        return convert
-    else:
-        accepted = "'encoder' or 'decoder'"
     raise ValueError(f"stack must be None, {accepted} for {model_type}, got {stack!r}")
 
 
 def _layers(
-    config: Any, causal: bool | None, stack: Stack | None = None
+    config: Any, causal: bool | None, stack: str | None = None
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
-    check_stack(stack)
     stacks = _resolve(config)
     if stack is not None and len(stacks) > 1:  # an encoder-decoder parent: that stack's sub-config
         stacks = [s for s in stacks if s[0] in (stack, f"{stack}_config")] or stacks
@@ -220,7 +206,11 @@ def layer_windows(config: Any) -> list[int | None]:
 
 
 def from_hf_config(
-    config: Any, *, layer: int | None = None, causal: bool | None = None, stack: Stack | None = None
+    config: Any,
+    *,
+    layer: int | None = None,
+    causal: bool | None = None,
+    stack: Literal["encoder", "decoder", "text_encoder"] | None = None,
 ) -> PositionalEncoding:
     """The position encoding a Hugging Face ``transformers`` model uses, built from its config.
 

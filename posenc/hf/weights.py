@@ -9,13 +9,13 @@ the model's ``state_dict`` by key suffix.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_table_prefixes
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
-from .configs import Stack, check_stack, from_hf_config
+from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
 
@@ -45,7 +45,12 @@ _PREFIXES: dict[str, dict[str, str]] = {
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 
 
-def from_hf_model(model: Any, *, stack: Stack | None = None, layer: int | None = None) -> PositionalEncoding:
+def from_hf_model(
+    model: Any,
+    *,
+    stack: Literal["encoder", "decoder", "text_encoder"] | None = None,
+    layer: int | None = None,
+) -> PositionalEncoding:
     """The encoding of a ``transformers`` model, with its trained position weights loaded.
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
@@ -85,7 +90,6 @@ def from_hf_model(model: Any, *, stack: Stack | None = None, layer: int | None =
         raise TypeError(
             f"model must be a transformers model (with .config and .state_dict()), got {type(model).__name__}"
         )
-    check_stack(stack)
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
     prefixes = _PREFIXES.get(model_type)
@@ -109,6 +113,7 @@ def from_hf_model(model: Any, *, stack: Stack | None = None, layer: int | None =
         if "encoder" not in prefixes or (cfg.get("is_decoder") and "decoder" in prefixes)
         else "encoder"
     )
+    encoding = from_hf_config(cfg, layer=layer, causal=chosen == "decoder", stack=stack)  # (checks stack)
     prefix = prefixes.get(chosen, "")
     if "{layer}" in prefix:
         if layer is None:
@@ -117,7 +122,6 @@ def from_hf_model(model: Any, *, stack: Stack | None = None, layer: int | None =
                 f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
             )
         prefix = prefix.format(layer=layer)
-    encoding = from_hf_config(cfg, layer=layer, causal=chosen == "decoder", stack=stack)
     renamed = {**_RENAMED, "weight": "position_embeddings"} if model_type in _VIT_TABLES else _RENAMED
     names = {name: renamed.get(name, name) for name, _ in encoding.named_parameters()}
     if not names:  # no trained weights (a fixed table; a speech layer without position in attention: NoPE)

@@ -200,10 +200,17 @@ def test_stack_is_required_where_the_stacks_differ() -> None:
             ValueError, match=rf"stack must be None, 'encoder' or 'decoder' for {name}, got 'text_encoder'"
         ):
             from_hf_config(model.config, stack="text_encoder")
-        with pytest.raises(ValueError, match="stack must be None, 'encoder', 'decoder' or 'text_encoder'"):
+        with pytest.raises(
+            ValueError, match=rf"stack must be None, 'encoder' or 'decoder' for {name}, got 'middle'"
+        ):
             from_hf_model(model, stack="middle")
-    with pytest.raises(ValueError, match="stack must be None, 'encoder', 'decoder' or 'text_encoder'"):
+    with pytest.raises(ValueError, match="stack must be None, 'encoder' or 'decoder' for whisper, got 1"):
         from_hf_config({"model_type": "whisper"}, stack=1)
+    with pytest.raises(ValueError, match=r"got \['decoder'\]"):  # (not hashed)
+        from_hf_config({"model_type": "whisper"}, stack=["decoder"])
+    message = "stack must be None, 'encoder' or 'text_encoder' or 'decoder' for seamless_m4t, got 'speech'"
+    with pytest.raises(ValueError, match=message):
+        from_hf_config({"model_type": "seamless_m4t"}, stack="speech")
     # SeamlessM4T keeps its speech encoder as the default stack (relative tables per layer)
     assert isinstance(from_hf_config({"model_type": "seamless_m4t"}), posenc.RelPosXL)
     assert isinstance(from_hf_config({"model_type": "seamless_m4t_v2"}, stack="encoder"), posenc.ShawRelative)
