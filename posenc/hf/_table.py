@@ -40,10 +40,14 @@ _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
 
 
-def _seamless(length: int) -> PerStack:
+def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
     """SeamlessM4T: the speech encoder's relative tables (by default), its text stacks' M2M100 sinusoids."""
     text = _sinusoidal("tensor2tensor", 1024, length, offset=None, pad=0)
-    return {None: speech, "encoder": speech, "text_encoder": text, "decoder": text}
+    lines = (
+        ("speech encoder (`stack='encoder'`)", speech_line),
+        ("`stack='text_encoder'`, `'decoder'`", f"{_T2T} pad_token_id + 1"),
+    )
+    return {None: speech, "encoder": speech, "text_encoder": text, "decoder": text}, lines
 
 
 # Only models whose code (or config.json) departs from transformers 5's standardized RoPE fields, each
@@ -174,23 +178,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     ),
     "wav2vec2-conformer": (speech, "RelPosXL (`relative`, Transformer-XL), per layer"),
     # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
-    "seamless_m4t": (
-        _seamless(1024),
-        (
-            ("speech encoder (`stack='encoder'`)", "RelPosXL (`relative`, Transformer-XL), per layer"),
-            ("`stack='text_encoder'`, `'decoder'`", f"{_T2T} pad_token_id + 1"),
-        ),
-    ),
-    "seamless_m4t_v2": (
-        _seamless(4096),
-        (
-            (
-                "speech encoder (`stack='encoder'`)",
-                "ShawRelative (`relative_key`, left 64 / right 8), per layer",
-            ),
-            ("`stack='text_encoder'`, `'decoder'`", f"{_T2T} pad_token_id + 1"),
-        ),
-    ),
+    "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
+    "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
     "t5": _T5,
     "mt5": _T5,
