@@ -9,6 +9,7 @@ takes ``(config dict, model_type, causal)``; the table in :mod:`posenc.hf._table
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Literal, NamedTuple
 
 from .._checks import check_bool, check_int
@@ -108,10 +109,12 @@ def _sinusoidal(
     length: tuple[str, ...] = ("max_position_embeddings",),
     *,
     offset: int | None = 0,
+    pad: int = 1,
 ) -> Convert:
     """A ``[sin | cos]`` table: Marian / Pegasus (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``),
     fairseq / tensor2tensor (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from
-    ``pad_token_id + 1`` (Speech2Text, M2M100), XGLM adds a fixed 2 to its position ids."""
+    ``pad_token_id + 1`` (Speech2Text, M2M100; ``pad``: the class's default), XGLM adds a fixed 2 to its
+    position ids."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "d_model", "hidden_size", "embed_dim", default=default_width)
@@ -121,7 +124,7 @@ def _sinusoidal(
         if start is None:  # positions start at pad + 1
             start = (
                 check_int(
-                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=1), minimum=0
+                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=pad), minimum=0
                 )
                 + 1
             )
@@ -162,6 +165,12 @@ def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
     return _Table(
         ("d_model",), offset=offset, default=default, module="embed_positions", stacks=("encoder", "decoder")
     )
+
+
+def learned_stack(length: str, default: tuple[int, int]) -> Convert:
+    """One stack's ``d_model`` x ``length`` table where an encoder-decoder's stacks differ (Whisper's decoder,
+    LED's stacks; ``default``: the class's width and length)."""
+    return partial(learned_by_field, table=_Table(("d_model",), (length,), default=default))
 
 
 #: Learned tables read by model type (GPT-2, GPT-Neo, OPT, BART and mBART also named in posenc's table): BERT's kin (which a transformers 4 config names
@@ -236,11 +245,13 @@ def absolute_table(cfg: Config, model_type: str) -> bool:
     )
 
 
-def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+def learned_by_field(
+    cfg: Config, model_type: str, causal: bool | None, table: _Table | None = None
+) -> PositionalEncoding:
     """A learned table (:class:`Learned`): BERT-like encoders with ``position_embedding_type='absolute'``.
 
     ``max_position_embeddings`` rows of ``hidden_size`` (departures, and the learned tables of GPT-2's, BART's
-    and CLIP's kin outside posenc's table: :data:`_LEARNED`).
+    and CLIP's kin outside posenc's table: :data:`_LEARNED`; ``table``: one stack's, where the stacks differ).
 
     Raises:
         ValueError: any other ``position_embedding_type`` (``'relative_key'``, ``'relative_key_query'``:
@@ -252,7 +263,7 @@ def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> Posit
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
             "attention layer, which posenc does not convert; accepted: 'absolute'"
         )
-    table = _LEARNED.get(model_type, _Table())
+    table = table or _LEARNED.get(model_type, _Table())
     d_model = positive_int(cfg, model_type, *table.width, default=table.default[0])
     rows = positive_int(cfg, model_type, *table.length, default=table.default[1])
     if table.offset != "pad":

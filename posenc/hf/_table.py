@@ -7,14 +7,26 @@
 
 from __future__ import annotations
 
-from ._bias import _bloom, _falcon, _learned_grid, _mpt, _siglip2, _sinusoidal, _t5, learned_by_field
+from ._bias import (
+    _bloom,
+    _falcon,
+    _learned_grid,
+    _mpt,
+    _siglip2,
+    _sinusoidal,
+    _t5,
+    learned_by_field,
+    learned_stack,
+)
 from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
 from ._speech import speech
 
-#: One line, or ``(layer type, line)`` rows where the layers differ.
+#: One line, or ``(layer type, line)`` rows where the layers (or stacks) differ.
 Summary = str | tuple[tuple[str, str], ...]
+#: An encoder-decoder whose stacks differ: ``stack`` -> converter (``None``: the stack taken without one).
+PerStack = dict[str | None, Convert]
 
 _MARIAN = (_sinusoidal("paper", 1024, 1024), "Sinusoidal, concat layout, positions from 0")
 _QWEN2_VL = (
@@ -26,10 +38,22 @@ _SLIDING = ("sliding_attention", "RoPE, half layout, base `rope_local_base_freq`
 _GPTJ = (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")
 _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
+
+
+def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
+    """SeamlessM4T: the speech encoder's relative tables (by default), its text stacks' M2M100 sinusoids."""
+    text = _sinusoidal("tensor2tensor", 1024, length, offset=None, pad=0)
+    lines = (
+        ("speech encoder (`stack='encoder'`)", speech_line),
+        ("`stack='text_encoder'`, `'decoder'`", f"{_T2T} pad_token_id + 1"),
+    )
+    return {None: speech, "encoder": speech, "text_encoder": text, "decoder": text}, lines
+
+
 # Only models whose code (or config.json) departs from transformers 5's standardized RoPE fields, each
 # with the reason in a comment; every other text model is converted by rule (posenc.hf._rule). Model
 # types whose config classes share every default share a row's converter.
-_CONVERTERS: dict[str, tuple[Convert, Summary]] = {
+_CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # config.json keeps the legacy rope_local_base_freq / sliding_window_pattern its class converts
     "gemma3_text": (
         gemma3(RopeDefaults(2304, 8, 131072, head_dim=256)),
@@ -153,11 +177,9 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
         "ShawRelative (`relative_key`, left 64 / right 8) or RelPosXL (`relative`), per layer",
     ),
     "wav2vec2-conformer": (speech, "RelPosXL (`relative`, Transformer-XL), per layer"),
-    "seamless_m4t": (speech, "speech encoder: RelPosXL (`relative`, Transformer-XL), per layer"),
-    "seamless_m4t_v2": (
-        speech,
-        "speech encoder: ShawRelative (`relative_key`, left 64 / right 8), per layer",
-    ),
+    # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
+    "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
+    "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
     "t5": _T5,
     "mt5": _T5,
@@ -189,6 +211,25 @@ _CONVERTERS: dict[str, tuple[Convert, Summary]] = {
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
     # computed on the fly by index (no table, no padding offset)
     "pegasus_x": (_sinusoidal("tensor2tensor", 1024, 16384), f"{_T2T} 0"),
+    # encoder-decoders whose stacks differ (from_hf_config's stack=): Whisper's encoder table is fixed, its
+    # sinusoids() (tensor2tensor spacing, from 0), its decoder's learned; LED's stacks have their own lengths
+    "whisper": (
+        {
+            "encoder": _sinusoidal("tensor2tensor", 384, 1500, ("max_source_positions",)),
+            "decoder": learned_stack("max_target_positions", (384, 448)),
+        },
+        (
+            ("`stack='encoder'`", f"{_T2T} 0, `max_source_positions` (fixed)"),
+            ("`stack='decoder'`", "Learned, `max_target_positions`"),
+        ),
+    ),
+    "led": (
+        {
+            s: learned_stack(f"max_{s}_position_embeddings", (1024, n))
+            for s, n in (("encoder", 16384), ("decoder", 1024))
+        },
+        tuple((f"`stack='{s}'`", f"Learned, `max_{s}_position_embeddings`") for s in ("encoder", "decoder")),
+    ),
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.

@@ -15,7 +15,7 @@ against ``transformers`` itself).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -28,6 +28,7 @@ from ._table import (
     _CONVERTERS,
     _TEXT_MODEL_TYPES,
     SUPPORTED_MODEL_TYPES,
+    PerStack,
     supported_models_markdown,
 )
 
@@ -45,7 +46,7 @@ __all__ = [
 _TEXT_FIELDS = ("text_config", "thinker_config")
 _STACK_FIELDS = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
 #: A resolved config: the parent's field it came from (None: itself), dict, model_type, converter, object.
-_Stack = tuple[str | None, dict[str, Any], str, Convert, Any]
+_Stack = tuple[str | None, dict[str, Any], str, Convert | PerStack, Any]
 
 
 def _resolve(config: Any) -> list[_Stack]:
@@ -104,17 +105,39 @@ def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
             )
             raise ValueError(
                 f"this encoder-decoder config's {field} and {other} differ in their {what} ({detail}): pass "
-                f"config.{field} or config.{other} (config[{field!r}] or config[{other!r}] of a config.json dict)"
+                f"config.{field} or config.{other} (config[{field!r}] or config[{other!r}] of a config.json dict; "
+                "from_hf_config: stack='encoder' or 'decoder')"
             )
 
 
+def _of_stack(convert: Convert | PerStack, model_type: str, stack: str | None) -> Convert:
+    """The converter of ``stack``: the model's only one where its stacks agree (or it has one stack)."""
+    stacks = convert if isinstance(convert, dict) else dict.fromkeys((None, "encoder", "decoder"), convert)
+    if (stack is None or isinstance(stack, str)) and stack in stacks:
+        return stacks[stack]
+    accepted = " or ".join(repr(s) for s in stacks if s)
+    if stack is None:
+        raise ValueError(
+            f"{model_type}: its stacks use different position encodings; pass stack={accepted} "
+            "(from_hf_config, from_hf_model)"
+        )
+    raise ValueError(f"stack must be None, {accepted} for {model_type}, got {stack!r}")
+
+
 def _layers(
-    config: Any, causal: bool | None
+    config: Any, causal: bool | None, stack: str | None = None
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
     stacks = _resolve(config)
-    built = [(convert(cfg, model_type, causal), cfg, model_type) for _, cfg, model_type, convert, _ in stacks]
+    if stack is not None and len(stacks) > 1:  # an encoder-decoder parent: that stack's sub-config
+        stacks = [s for s in stacks if s[0] in (stack, f"{stack}_config")] or stacks
+    # a stack's config as transformers hands it to that stack (T5's decoder: is_decoder, a causal bias)
+    given = {} if stack is None else {"is_decoder": stack == "decoder"}
+    built = [
+        (_of_stack(convert, t, stack)({**cfg, **given}, t, causal), cfg, t)
+        for _, cfg, t, convert, _ in stacks
+    ]
     if len(built) > 1:  # an encoder-decoder parent: one answer where its stacks agree
         per_layer = [b if isinstance(b, list) else [b] * (layer_count(cfg, t) or 1) for b, cfg, t in built]
         _agree(stacks, per_layer, "position encodings")
@@ -183,7 +206,11 @@ def layer_windows(config: Any) -> list[int | None]:
 
 
 def from_hf_config(
-    config: Any, *, layer: int | None = None, causal: bool | None = None
+    config: Any,
+    *,
+    layer: int | None = None,
+    causal: bool | None = None,
+    stack: Literal["encoder", "decoder", "text_encoder"] | None = None,
 ) -> PositionalEncoding:
     """The position encoding a Hugging Face ``transformers`` model uses, built from its config.
 
@@ -215,7 +242,14 @@ def from_hf_config(
         causal: for bias encodings, whether attention is causal. ``None`` reads it from the
             config: T5 follows ``is_decoder`` (the encoder's bias is bidirectional, the
             decoder's causal; pass ``causal=True`` for the decoder of an encoder-decoder
-            config); ALiBi models are causal decoders. Ignored by the other encodings.
+            config, or ``stack``); ALiBi models are causal decoders. Ignored by the other encodings.
+        stack: the stack of an encoder-decoder model whose encoding to return, as in
+            :func:`~posenc.hf.from_hf_model`: required where the stacks differ (Whisper: ``"encoder"``, a
+            fixed sinusoid table, or ``"decoder"``, a learned one; LED: each stack its own table length;
+            SeamlessM4T v1/v2: ``"encoder"``, the speech encoder, also taken when ``None``,
+            ``"text_encoder"`` or ``"decoder"``, the text stacks' sinusoids); on an encoder-decoder parent
+            (T5Gemma, Dia) the sub-config of that stack; ``"decoder"`` also reads a config as the decoder's
+            (T5: ``is_decoder``, a causal bias). Models whose stacks agree, or with one, ignore it.
 
     Returns:
         A :class:`~posenc.RoPE`, :class:`~posenc.RelativeBias`, :class:`~posenc.ALiBi` (or
@@ -227,8 +261,8 @@ def from_hf_config(
             standardized fields (the message names the field), an unsupported ``rope_type`` or a
             ``rope_parameters`` key it does not read, layers that differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
-            sizes that do not fit, or an encoder-decoder config whose stacks differ (the message names the
-            sub-configs to pass instead).
+            sizes that do not fit, an encoder-decoder config whose stacks differ (the message names the
+            sub-configs to pass instead), or ``stack`` missing where the stacks differ, or not one the model has.
         TypeError: ``config`` is neither a config object nor a mapping; ``causal`` not a bool;
             a size in the config is not an int; a number (``rope_theta``) or flag (``alibi``) of
             the wrong type — strings and truthy non-bools are refused, naming the key.
@@ -239,7 +273,7 @@ def from_hf_config(
         >>> rope = from_hf_config(AutoConfig.from_pretrained("meta-llama/Llama-3.1-8B"))  # doctest: +SKIP
         >>> q, k = rope(q, k)                                           # doctest: +SKIP
     """
-    built, cfg, model_type = _layers(config, causal)
+    built, cfg, model_type = _layers(config, causal, stack)
     if layer is not None:
         if isinstance(layer, bool) or not isinstance(layer, int):
             raise TypeError(

@@ -2,7 +2,7 @@
 
 The encoding comes from the model's config (:func:`~posenc.hf.from_hf_config`); this module
 adds the weights a config does not hold (T5's relative-bias table, the learned tables of
-GPT-2, GPT-Neo, OPT and BART, each layer's relative tables of the conformer speech encoders), found in
+GPT-2, GPT-Neo, OPT, BART, LED and Whisper's decoder, each layer's relative tables of the conformer speech encoders), found in
 the model's ``state_dict`` by key suffix.
 ``transformers`` is not imported: any object with ``.config`` and ``.state_dict()`` works.
 """
@@ -37,19 +37,25 @@ _PREFIXES: dict[str, dict[str, str]] = {
         name: {"encoder": "embeddings.position_embedding."}
         for name in ("siglip_vision_model", "siglip2_vision_model")
     },
+    # encoder-decoders whose stacks differ (Whisper's encoder table is fixed: built from the config)
+    "whisper": {"decoder": "decoder.embed_positions."},
+    "led": {stack: f"{stack}.embed_positions." for stack in ("encoder", "decoder")},
 }
 #: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 
 
 def from_hf_model(
-    model: Any, *, stack: Literal["encoder", "decoder"] | None = None, layer: int | None = None
+    model: Any,
+    *,
+    stack: Literal["encoder", "decoder", "text_encoder"] | None = None,
+    layer: int | None = None,
 ) -> PositionalEncoding:
     """The encoding of a ``transformers`` model, with its trained position weights loaded.
 
     :func:`from_hf_config` on ``model.config``, plus the weights a config does not hold: T5's
     relative-bias table (from the first block of the chosen stack, which the other blocks
-    share), the learned tables of GPT-2, GPT-Neo, OPT and BART, of BERT-like encoders by rule
+    share), the learned tables of GPT-2, GPT-Neo, OPT, BART, LED and Whisper's decoder, of BERT-like encoders by rule
     (``embeddings.position_embeddings``), and of the GPT-2, BART and CLIP-text kin read by model type
     (``wpe``, ``embed_positions``, ``embeddings.position_embedding``...). Encodings without trained
     weights (RoPE, ALiBi, sinusoids) come back as :func:`from_hf_config` builds them.
@@ -60,7 +66,8 @@ def from_hf_model(
         stack: for encoder-decoder models, whose position weights to take: ``"encoder"``
             (bidirectional T5 bias) or ``"decoder"`` (causal T5 bias). ``None``: the decoder when
             ``model.config.is_decoder`` is set (a decoder stack on its own), else the encoder;
-            decoder-only models have one stack.
+            decoder-only models have one stack. Required where the stacks differ (Whisper, LED; SeamlessM4T's
+            text stacks: ``"text_encoder"``, ``"decoder"``), as in :func:`from_hf_config`.
         layer: the 0-based layer whose encoding to return. Required for the conformer speech
             encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2), where every layer
             has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
@@ -73,7 +80,7 @@ def from_hf_model(
         parameters by :meth:`~torch.nn.Module.load_state_dict`; move it with ``.to()`` as usual.
 
     Raises:
-        ValueError: ``stack`` is not ``None``/``"encoder"``/``"decoder"``, or the model has no
+        ValueError: ``stack`` is not one the model has (or missing where its stacks differ), or it has no
             weights for that stack (e.g. ``stack="decoder"`` on a ``T5EncoderModel``); a speech
             model without ``layer``, or ``layer`` outside it.
         TypeError: ``model`` has no ``config`` or ``state_dict``.
@@ -83,8 +90,6 @@ def from_hf_model(
         raise TypeError(
             f"model must be a transformers model (with .config and .state_dict()), got {type(model).__name__}"
         )
-    if stack not in (None, "encoder", "decoder"):
-        raise ValueError(f"stack must be None, 'encoder' or 'decoder', got {stack!r}")
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
     prefixes = _PREFIXES.get(model_type)
@@ -95,7 +100,7 @@ def from_hf_model(
     ):
         prefixes = learned_table_prefixes(model_type)
     if prefixes is None:
-        encoding = from_hf_config(cfg, layer=layer)
+        encoding = from_hf_config(cfg, layer=layer, stack=stack)
         # trained weights posenc cannot find (BERT2BERT's parent: the stacks' own models hold them)
         if next(encoding.parameters(), None) is not None:
             raise ValueError(
@@ -103,17 +108,13 @@ def from_hf_model(
                 "of one stack (model.encoder, model.decoder)"
             )
         return encoding
-    if stack is None:
-        stack = (
-            "decoder"
-            if "encoder" not in prefixes or (cfg.get("is_decoder") and "decoder" in prefixes)
-            else "encoder"
-        )
-    if stack not in prefixes:
-        raise ValueError(
-            f"{model_type} has no {stack} position weights; accepted stack: {', '.join(prefixes)}"
-        )
-    prefix = prefixes[stack]
+    chosen = stack or (
+        "decoder"
+        if "encoder" not in prefixes or (cfg.get("is_decoder") and "decoder" in prefixes)
+        else "encoder"
+    )
+    encoding = from_hf_config(cfg, layer=layer, causal=chosen == "decoder", stack=stack)  # (checks stack)
+    prefix = prefixes.get(chosen, "")
     if "{layer}" in prefix:
         if layer is None:
             n = speech_layer_count(cfg, model_type)
@@ -121,19 +122,22 @@ def from_hf_model(
                 f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
             )
         prefix = prefix.format(layer=layer)
-    encoding = from_hf_config(cfg, layer=layer, causal=stack == "decoder")
     renamed = {**_RENAMED, "weight": "position_embeddings"} if model_type in _VIT_TABLES else _RENAMED
     names = {name: renamed.get(name, name) for name, _ in encoding.named_parameters()}
-    if not names:  # (a speech layer without position in attention: NoPE)
+    if not names:  # no trained weights (a fixed table; a speech layer without position in attention: NoPE)
         return encoding
+    if chosen not in prefixes:
+        raise ValueError(
+            f"{model_type} has no {chosen} position weights; accepted stack: {', '.join(prefixes)}"
+        )
     weights = state_dict()
     suffix = prefix + next(iter(names.values()))
     found = [key[: -len(suffix)] for key in weights if key == suffix or key.endswith("." + suffix)]
-    if not found and suffix.removeprefix(f"{stack}.") in weights:  # the stack module itself (T5's decoder)
-        prefix, found = prefix.removeprefix(f"{stack}."), [""]
+    if not found and suffix.removeprefix(f"{chosen}.") in weights:  # the stack module itself (T5's decoder)
+        prefix, found = prefix.removeprefix(f"{chosen}."), [""]
     if len(found) != 1:
         raise ValueError(
-            f"{model_type}: expected one {stack} position weight ending in {suffix!r}, found "
+            f"{model_type}: expected one {chosen} position weight ending in {suffix!r}, found "
             f"{[f + suffix for f in found] or 'none'} (is the config that of the loaded model?)"
         )
     tables = {ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()}

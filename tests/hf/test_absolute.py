@@ -6,9 +6,10 @@ BartLearnedPositionalEmbedding(``, ``self.wpe = ...``, ``*SinusoidalPositionalEm
 config declares ``vocab_size`` (a text or speech-to-text model; vision towers: tests/encodings/test_learned2d.py
 and tests/hf/test_configs.py). For each, a tiny random model is built from its config (nothing
 downloaded), the table modules found by name (:data:`NAMES`) are hooked, and their output during a
-forward pass on token ids without padding is recorded; posenc's encoding from
-:func:`~posenc.hf.from_hf_model` (the learned table copied from the model; sinusoids as
-:func:`~posenc.hf.from_hf_config` builds them) must add the same rows, whole tensors. Models with a pad
+forward pass on token ids without padding is recorded (Whisper: its encoder on silent features too; other
+speech models: their text decoder alone), per stack; posenc's encoding from
+:func:`~posenc.hf.from_hf_model` with the table's ``stack=`` (the learned table copied from the model;
+sinusoids as :func:`~posenc.hf.from_hf_config` builds them) must add the same rows, whole tensors. Models with a pad
 token run again on a batch padded on the left (row 0) and on the right (row 1), with its attention mask:
 every real token's row must be posenc's at :func:`posenc.mask_to_positions` (real tokens numbered from
 the first, whatever padding precedes them: RoBERTa's ``create_position_ids_from_input_ids``, fairseq's
@@ -203,10 +204,19 @@ def _record(
             try:
                 model(**kwargs)
             except Exception:
+                seen.clear()  # (a speech model needs its features)
+                config = model.config
+                if getattr(config, "is_encoder_decoder", False) and getattr(config, "num_mel_bins", None):
+                    # Whisper: its encoder on silence (all max_source_positions frames), its decoder on the ids
+                    silence = torch.zeros(len(ids), config.num_mel_bins, 2 * config.max_source_positions)
+                    model(
+                        input_features=silence,
+                        **{k: v for k, v in kwargs.items() if k.startswith("decoder_")},
+                    )
+                    return seen
                 decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
                 if decoder is None or decoder is model:
                     raise
-                seen.clear()  # (a speech model needs its features: its text decoder on the ids alone)
                 decoder(**{k: v for k, v in kwargs.items() if not k.startswith("decoder_")})
     finally:
         for hook in hooks:
@@ -216,6 +226,8 @@ def _record(
 
 def _stack(name: str) -> str | None:
     parts = name.split(".")
+    if "text_encoder" in parts:  # SeamlessM4T's (its "encoder" is the speech encoder)
+        return "text_encoder"
     return next((s for s in ("decoder", "encoder") if any(s in p for p in parts)), None)
 
 

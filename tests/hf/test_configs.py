@@ -218,8 +218,8 @@ def test_supported_model_types_are_generated_from_the_table():
 
 
 def test_unsupported_model_type_names_it_and_lists_the_supported():
-    with pytest.raises(ValueError, match="'whisper' is not supported") as err:
-        from_hf_config({"model_type": "whisper"})
+    with pytest.raises(ValueError, match="'no_such_model' is not supported") as err:
+        from_hf_config({"model_type": "no_such_model"})
     assert all(name in str(err.value) for name in SUPPORTED_MODEL_TYPES)
 
 
@@ -613,7 +613,11 @@ VISION_MODEL_TYPES = [
     "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "pixtral", "siglip_vision_model",
     "siglip2_vision_model", "vit",
 ]  # fmt: skip
-OTHER_PROVEN = [*LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES]
+# encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py
+STACKED_MODEL_TYPES = ["led", "whisper"]
+OTHER_PROVEN = [
+    *LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES, *STACKED_MODEL_TYPES
+]  # fmt: skip
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here
 # (DeepSeek V2/V3 and GPT-OSS, also by rule, are proven in tests/hf/test_layers.py).
@@ -1367,6 +1371,10 @@ def test_from_hf_model_loads_t5_bias_tables_per_stack():
         torch.testing.assert_close(pe.relative_attention_bias.weight, expected, atol=0, rtol=0)
     # a decoder stack on its own says is_decoder: its bias is the causal one
     assert from_hf_model(model.decoder).causal
+    # from_hf_config reads stack= the same way: the decoder's bias causal, the encoder's not
+    assert from_hf_config(model.config, stack="decoder").causal
+    assert not from_hf_config(model.decoder.config, stack="encoder").causal
+    assert not from_hf_config(model.config, stack="decoder", causal=False).causal  # causal= wins
     with pytest.raises(ValueError, match="expected one decoder position weight"):
         from_hf_model(transformers.T5EncoderModel(_hf_config("t5")), stack="decoder")
 
@@ -1418,6 +1426,16 @@ def test_from_hf_model_without_trained_position_weights_is_from_hf_config():
         from_hf_model({"model_type": "llama"})
     with pytest.raises(ValueError, match="stack must be None, 'encoder' or 'decoder'"):
         from_hf_model(model, stack="middle")
+    with pytest.raises(
+        ValueError, match="stack must be None, 'encoder' or 'decoder' for llama, got 'middle'"
+    ):
+        from_hf_config(model.config, stack="middle")
+    with pytest.raises(
+        ValueError, match="stack must be None, 'encoder' or 'decoder' for llama, got 'text_encoder'"
+    ):
+        from_hf_config(model.config, stack="text_encoder")
+    # one encoding for every stack: stack= is accepted and changes nothing
+    assert repr(from_hf_config(model.config, stack="decoder")) == repr(from_hf_config(model.config))
 
 
 def test_docs_table_of_supported_models_is_the_generated_one():

@@ -385,6 +385,12 @@ def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
         match=r"layer 0: .*max_len=1024\) vs .*max_len=3072\)\): pass config.encoder_config or config.decoder_config",
     ):
         from_hf_config(transformers.DiaConfig().to_dict())
+    # stack= picks that stack's sub-config (encoder / decoder; Dia's encoder_config / decoder_config)
+    config = transformers.T5GemmaConfig(encoder=stack, decoder=other)
+    for form in (config, config.to_dict()):
+        assert [from_hf_config(form, stack=s).base for s in ("encoder", "decoder")] == [5e5, 1e4]
+    dia = transformers.DiaConfig()
+    assert [from_hf_config(dia, stack=s).max_len for s in ("encoder", "decoder")] == [1024, 3072]
 
 
 def test_parents_and_field_names_read_as_their_config_class() -> None:

@@ -1,0 +1,216 @@
+"""Encoder-decoder models whose two stacks use different encodings: ``stack=`` in from_hf_config / from_hf_model.
+
+Whisper (a fixed sinusoid table in the encoder, its ``sinusoids()``; a learned table in the decoder), LED
+(a learned table per stack, each of its own length) and SeamlessM4T v1/v2's text stacks (M2M100's
+sinusoids, beside the speech encoder's relative tables). Tiny random models built from configs (nothing
+downloaded): whole tensors against each model's own position module, at positions from 0 and from a
+cache offset; the config object, its ``config.json`` dict and a bare ``{"model_type": ...}`` agree.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import posenc
+from posenc.hf import from_hf_config, from_hf_model, layer_encodings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+T, PAST = 6, 5
+SIZES = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 32,
+    "decoder_ffn_dim": 32,
+    "vocab_size": 64,
+}
+
+
+def _whisper() -> transformers.WhisperModel:
+    config = transformers.WhisperConfig(
+        **SIZES, num_mel_bins=8, max_source_positions=40, max_target_positions=24, pad_token_id=1
+    )
+    return transformers.WhisperModel(config).eval()
+
+
+def _led() -> transformers.LEDModel:
+    config = transformers.LEDConfig(
+        **SIZES, max_encoder_position_embeddings=48, max_decoder_position_embeddings=24, attention_window=4
+    )
+    return transformers.LEDModel(config).eval()
+
+
+def _rows(pe: posenc.PositionalEncoding, positions: torch.Tensor) -> torch.Tensor:
+    """What ``pe`` adds to zero embeddings at ``positions`` ((t,) or (b, t))."""
+    batch = positions.shape[0] if positions.dim() == 2 else 1
+    return pe.encode_input(torch.zeros(batch, positions.shape[-1], pe.d_model), positions)
+
+
+def test_whisper_encoder_is_its_fixed_sinusoid_table() -> None:
+    """The encoder adds all ``max_source_positions`` rows of ``sinusoids()``: tensor2tensor spacing, from 0."""
+    from transformers.models.whisper.modeling_whisper import sinusoids
+
+    model = _whisper()
+    table = model.encoder.embed_positions.weight  # sinusoids(40, 32), as the model initialises it
+    for source in (model, model.config, model.config.to_diff_dict()):
+        pe = (
+            from_hf_model(source, stack="encoder")
+            if source is model
+            else from_hf_config(source, stack="encoder")
+        )
+        assert isinstance(pe, posenc.Sinusoidal) and not list(pe.parameters())
+        # the model computes its angles in float32, posenc in float64 (positions < 40 here)
+        torch.testing.assert_close(_rows(pe, torch.arange(40))[0], table, atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            _rows(pe, torch.arange(PAST, PAST + T))[0], table[PAST : PAST + T], atol=1e-5, rtol=0
+        )
+    # the real size (Whisper tiny / large: d_model 384 / 1280, 1500 frames): the same formula in float64
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact = {d: sinusoids(1500, d) for d in (384, 1280)}
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for d, ref in exact.items():
+        pe = from_hf_config({"model_type": "whisper", "d_model": d}, stack="encoder")
+        torch.testing.assert_close(_rows(pe, torch.arange(1500))[0].double(), ref, atol=1e-6, rtol=0)
+    default = from_hf_config(transformers.WhisperConfig(), stack="encoder")
+    assert (default.d_model, default.max_len) == (384, 1500)
+    assert repr(default) == repr(from_hf_config({"model_type": "whisper"}, stack="encoder"))
+
+
+def test_whisper_decoder_table_is_copied_and_read_by_position() -> None:
+    model = _whisper()
+    module = model.decoder.embed_positions
+    generation = transformers.WhisperForConditionalGeneration(model.config)
+    for source, decoder in (
+        (model, model.decoder),
+        (generation, generation.model.decoder),
+        (model.decoder, model.decoder),
+    ):
+        pe = from_hf_model(source, stack="decoder")
+        assert repr(pe) == "Learned(32, max_len=24)"
+        torch.testing.assert_close(pe.weight, decoder.embed_positions.weight, atol=0, rtol=0)
+    pe = from_hf_model(model, stack="decoder")
+    ids = torch.randint(3, 64, (2, T))
+    with torch.no_grad():  # from 0, from a cache offset, and per-row position_ids
+        torch.testing.assert_close(_rows(pe, torch.arange(T))[0], module(ids), atol=0, rtol=0)
+        torch.testing.assert_close(
+            _rows(pe, torch.arange(PAST, PAST + T))[0], module(ids, PAST), atol=0, rtol=0
+        )
+        rows = torch.stack([torch.arange(T), torch.arange(T) + PAST])
+        torch.testing.assert_close(_rows(pe, rows), module(ids, position_ids=rows), atol=0, rtol=0)
+    for config in (model.config, model.config.to_diff_dict()):
+        assert repr(from_hf_config(config, stack="decoder")) == repr(pe)
+    bare = from_hf_config({"model_type": "whisper"}, stack="decoder")
+    assert (
+        repr(bare)
+        == repr(from_hf_config(transformers.WhisperConfig(), stack="decoder"))
+        == "Learned(384, max_len=448)"
+    )
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_led_tables_per_stack(stack: str) -> None:
+    """Each stack's own table (48 / 24 rows here), from row 0 (no offset), by index from the cache length."""
+    model = _led()
+    module = getattr(model, stack).embed_positions
+    for source in (model, transformers.LEDForConditionalGeneration(model.config)):
+        pe = from_hf_model(source, stack=stack)
+        owner = source.led if hasattr(source, "led") else source
+        torch.testing.assert_close(pe.weight, getattr(owner, stack).embed_positions.weight, atol=0, rtol=0)
+    pe = from_hf_model(model, stack=stack)
+    assert repr(pe) == f"Learned(32, max_len={48 if stack == 'encoder' else 24})"
+    with torch.no_grad():
+        torch.testing.assert_close(_rows(pe, torch.arange(T))[0], module((2, T)), atol=0, rtol=0)
+        torch.testing.assert_close(
+            _rows(pe, torch.arange(PAST, PAST + T))[0], module((2, T), PAST), atol=0, rtol=0
+        )
+    for config in (model.config, model.config.to_diff_dict()):
+        assert repr(from_hf_config(config, stack=stack)) == repr(pe)
+    rows = 16384 if stack == "encoder" else 1024
+    for config in (transformers.LEDConfig(), {"model_type": "led"}):
+        assert repr(from_hf_config(config, stack=stack)) == f"Learned(1024, max_len={rows})"
+
+
+@pytest.mark.parametrize("version", ["seamless_m4t", "seamless_m4t_v2"])
+@pytest.mark.parametrize("stack", ["text_encoder", "decoder"])
+def test_seamless_m4t_text_stacks_are_m2m100_sinusoids(version: str, stack: str) -> None:
+    """The text encoder and decoder build the same table: real tokens numbered from ``pad_token_id + 1``,
+    padding skipped, a cache offset added."""
+    config_class = (
+        transformers.SeamlessM4TConfig if version == "seamless_m4t" else transformers.SeamlessM4Tv2Config
+    )
+    module_name = "SeamlessM4TSinusoidalPositionalEmbedding"
+    if version == "seamless_m4t_v2":
+        from transformers.models.seamless_m4t_v2 import modeling_seamless_m4t_v2 as modeling
+
+        module_name = module_name.replace("M4T", "M4Tv2")
+    else:
+        from transformers.models.seamless_m4t import modeling_seamless_m4t as modeling
+    config = config_class(hidden_size=32, max_position_embeddings=40, pad_token_id=3)
+    # as SeamlessM4TEncoder / SeamlessM4TDecoder build theirs
+    module = getattr(modeling, module_name)(
+        config.max_position_embeddings, config.hidden_size, config.pad_token_id
+    )
+    pe = from_hf_model(SimpleNamespace(config=config, state_dict=dict), stack=stack)
+    assert repr(pe) == "Sinusoidal(32, base=10000.0, layout='concat', freq_spacing='tensor2tensor', offset=4)"
+    for form in (
+        config.to_diff_dict(),
+        {"model_type": version, "hidden_size": 32, "max_position_embeddings": 40, "pad_token_id": 3},
+    ):
+        assert repr(from_hf_config(form, stack=stack)) == repr(pe)
+    ids = torch.randint(5, 64, (2, T))
+    keep = torch.ones(2, T, dtype=torch.bool)
+    keep[0, :2] = False  # row 0 padded on the left
+    ids = ids.masked_fill(~keep, config.pad_token_id)
+    for past in (0, PAST):
+        ours = _rows(pe, posenc.mask_to_positions(keep) + past)
+        torch.testing.assert_close(ours[keep], module(ids, cache_length=past)[keep], atol=1e-5, rtol=0)
+    # a config.json leaving out pad_token_id and the sizes: the class's (pad 0: offset 1)
+    assert repr(from_hf_config({"model_type": version}, stack=stack)) == repr(
+        from_hf_config(config_class(), stack=stack)
+    )
+    assert from_hf_config({"model_type": version}, stack=stack).offset == 1
+
+
+def test_stack_is_required_where_the_stacks_differ() -> None:
+    whisper, led = _whisper(), _led()
+    for model in (whisper, led):
+        name = model.config.model_type
+        for call, arg in (
+            (from_hf_config, model.config),
+            (from_hf_model, model),
+            (layer_encodings, model.config),
+        ):
+            with pytest.raises(
+                ValueError,
+                match=rf"{name}: its stacks use different position encodings; pass stack='encoder' or 'decoder'",
+            ):
+                call(arg)
+        with pytest.raises(
+            ValueError, match=rf"stack must be None, 'encoder' or 'decoder' for {name}, got 'text_encoder'"
+        ):
+            from_hf_config(model.config, stack="text_encoder")
+        with pytest.raises(
+            ValueError, match=rf"stack must be None, 'encoder' or 'decoder' for {name}, got 'middle'"
+        ):
+            from_hf_model(model, stack="middle")
+    with pytest.raises(ValueError, match="stack must be None, 'encoder' or 'decoder' for whisper, got 1"):
+        from_hf_config({"model_type": "whisper"}, stack=1)
+    with pytest.raises(ValueError, match=r"got \['decoder'\]"):  # (not hashed)
+        from_hf_config({"model_type": "whisper"}, stack=["decoder"])
+    message = "stack must be None, 'encoder' or 'text_encoder' or 'decoder' for seamless_m4t, got 'speech'"
+    with pytest.raises(ValueError, match=message):
+        from_hf_config({"model_type": "seamless_m4t"}, stack="speech")
+    # SeamlessM4T keeps its speech encoder as the default stack (relative tables per layer)
+    assert isinstance(from_hf_config({"model_type": "seamless_m4t"}), posenc.RelPosXL)
+    assert isinstance(from_hf_config({"model_type": "seamless_m4t_v2"}, stack="encoder"), posenc.ShawRelative)
