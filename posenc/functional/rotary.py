@@ -5,8 +5,9 @@
 * :func:`rotary_reference` — the rotation as the paper writes it, in both layouts: ``"half"``
   (GPT-NeoX, Hugging Face Llama's ``rotate_half``) and ``"interleaved"`` (GPT-J, RoFormer,
   Meta Llama's complex form);
-* :func:`apply_rotary` — the checked entry point: partial rotation, and in eager mode the same
-  rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
+* :func:`apply_rotary` — the checked entry point: partial rotation (the first ``r`` channels, or those
+  from an ``offset``), and in eager mode the same rotation in fewer passes over memory
+  (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
 The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas, one dataclass per rope
 type); reading a Hugging Face scaling dict is :mod:`posenc.functional.rope_scaling`. The inverse
