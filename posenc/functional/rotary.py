@@ -157,7 +157,8 @@ def _with_rest(rotated: Tensor, x: Tensor, offset: int) -> Tensor:
     rot, shape = rotated.shape[-1], (*rotated.shape[:-1], -1)
     if rot == x.shape[-1]:
         return rotated
-    return torch.cat((x[..., :offset].expand(shape), rotated, x[..., offset + rot :].expand(shape)), -1)
+    before = (x[..., :offset].expand(shape),) if offset else ()  # (none: the default pays no extra op)
+    return torch.cat((*before, rotated, x[..., offset + rot :].expand(shape)), -1)
 
 
 def apply_rotary(

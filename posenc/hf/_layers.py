@@ -353,8 +353,8 @@ def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
     return [t == "sliding_attention" for t in table_types(cfg, model_type)]
 
 
-#: DeepSeek V4's legacy ``compress_ratios`` (one per layer), as its config class maps them to layer types
-_DSV4_RATIOS = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+#: DeepSeek V4's layer types by the legacy ``compress_ratios`` its config class maps them from
+_DSV4_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 
 
 def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
@@ -369,44 +369,31 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     )
     n, head_dim = required_count(cfg, model_type), head_dim_of(cfg, model_type, d)
     types = layer_types(cfg, model_type)
-    if types is None and cfg.get("compress_ratios") is not None:
-        ratios = cfg["compress_ratios"]  # (its class keeps the first num_hidden_layers: V4 adds an MTP layer)
-        if (
-            not isinstance(ratios, Sequence)
-            or len(ratios) < n
-            or any(r not in _DSV4_RATIOS for r in ratios[:n])
-        ):
+    if types is None:  # its class's default: two HCA layers, then CSA and HCA in turn
+        ratios = cfg.get("compress_ratios") or [128] * min(n, 2) + [4 if i % 2 else 128 for i in range(n - 2)]
+        # (its class keeps the first num_hidden_layers: V4's list has one more, for its MTP layer)
+        ok = isinstance(ratios, (list, tuple)) and len(ratios) >= n
+        if not ok or any(not isinstance(r, int) or r not in _DSV4_TYPES for r in ratios[:n]):
             raise ValueError(
-                f"{model_type} config: compress_ratios must list one of {sorted(_DSV4_RATIOS)} for each of the "
+                f"{model_type} config: compress_ratios must list one of {sorted(_DSV4_TYPES)} for each of the "
                 f"{n} layers, got {ratios!r}"
             )
-        types = [_DSV4_RATIOS[r] for r in ratios[:n]]
-    if types is None:  # its class's default: two HCA layers, then CSA and HCA in turn
-        hca, csa = "heavily_compressed_attention", "compressed_sparse_attention"
-        types = [hca] * min(n, 2) + [csa if i % 2 else hca for i in range(n - 2)]
+        types = [_DSV4_TYPES[r] for r in ratios[:n]]
     raw = rope_dict(cfg, model_type)
-    if isinstance(raw.get("main"), Mapping) and isinstance(raw.get("compress"), Mapping):
-        kinds = {"main": raw["main"], "compress": raw["compress"]}
-    else:  # as its config class nests them (the flat dict's own rope_theta is not read)
-        partial = get(cfg, "partial_rotary_factor", default=None)
+    if not all(isinstance(raw.get(kind), Mapping) for kind in ("main", "compress")):  # nest as its class does
+        partial = get(cfg, "partial_rotary_factor")
         if partial is None and cfg.get("qk_rope_head_dim") is not None:
             partial = positive_int(cfg, model_type, "qk_rope_head_dim") / head_dim
         common = {"partial_rotary_factor": d.partial if partial is None else partial}
-        flat = {k: v for k, v in raw.items() if k not in ("main", "compress", "rope_theta")}
-        rope_type = flat.get("rope_type", flat.get("type", "default"))
-        compress = {
-            **flat,
-            "rope_type": rope_type,
-            "rope_theta": get(cfg, "compress_rope_theta", default=1.6e5),
-        }
-        kinds = {
+        flat = {k: v for k, v in raw.items() if k != "rope_theta"}  # (the flat dict's own base is not read)
+        kind = flat.get("rope_type", flat.get("type", "default"))
+        compress = {**flat, "rope_type": kind, "rope_theta": get(cfg, "compress_rope_theta", default=1.6e5)}
+        raw = {
             "main": {"rope_type": "default", "rope_theta": get(cfg, "rope_theta", default=1e4), **common},
-            "compress": {"attention_factor": 1.0, **compress, **common}
-            if rope_type == "yarn"
-            else {**compress, **common},
+            "compress": ({"attention_factor": 1.0} if kind == "yarn" else {}) | compress | common,
         }
     built = {
-        kind: build_rope(cfg, model_type, d, head_dim, params=params, where=f"rope_parameters[{kind!r}]")
-        for kind, params in kinds.items()
+        kind: build_rope(cfg, model_type, d, head_dim, params=raw[kind], where=f"rope_parameters[{kind!r}]")
+        for kind in ("main", "compress")
     }
     return [built["main" if t == "sliding_attention" else "compress"] for t in types]
