@@ -54,9 +54,19 @@ TINY: dict[str, Any] = {
 APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotary_emb")
 #: Fields whose class default does not fit the tiny head (GPT-J's rotary_dim 64 > 32), where the class has them.
 FIT: dict[str, Any] = {"rotary_dim": 16}
-#: Configs whose class default is a model without RoPE: the rotary variant (ESM-2; the default, ESM-1b's
-#: learned table, is surveyed by tests/hf/test_absolute.py).
-ROTARY_VARIANT: dict[str, dict[str, Any]] = {"esm": {"position_embedding_type": "rotary"}}
+#: Configs whose class default misses what is compared: ESM's is a model without RoPE (the rotary variant is
+#: ESM-2; the default, ESM-1b's learned table, is surveyed by tests/hf/test_absolute.py); DeepSeek V4's two
+#: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN).
+ROTARY_VARIANT: dict[str, dict[str, Any]] = {
+    "esm": {"position_embedding_type": "rotary"},
+    "deepseek_v4": {
+        "layer_types": ["sliding_attention", "compressed_sparse_attention"],
+        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    },
+}
+#: Models whose rotary module takes a rope kind of its own instead of the layer type (DeepSeek V4's
+#: attention: "main" on its sliding layers, "compress" on the others): the kind of each layer type.
+ROPE_KIND: dict[str, Any] = {"deepseek_v4": lambda t: "main" if t == "sliding_attention" else "compress"}
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -177,8 +187,11 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
     types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
     params = getattr(text, "rope_parameters", None) or {}
+    kind = ROPE_KIND.get(getattr(text, "model_type", ""), lambda t: t)
     if any(isinstance(v, dict) for v in params.values()):  # per layer type: the types with a RoPE dict
-        types = [t for t in types if isinstance(params.get(t), dict)]  # (Beam's None: NoPE; LFM3's conv)
+        types = [
+            t for t in types if isinstance(params.get(kind(t)), dict)
+        ]  # (Beam's None: NoPE; LFM3's conv)
     if not types:
         raise ValueError(f"no layer type of the tiny config rotates ({getattr(text, 'layer_types', None)})")
     gen = torch.Generator().manual_seed(0)
@@ -187,7 +200,11 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     for layer_type in types:
         q, k = (torch.randn(2, 2, T, _head_dim(text, rotary, layer_type), generator=gen) for _ in range(2))
         for name, pos in cases.items():
-            references[layer_type, name] = (q, k, *_reference(module, text, rotary, q, k, pos, layer_type))
+            references[layer_type, name] = (
+                q,
+                k,
+                *_reference(module, text, rotary, q, k, pos, kind(layer_type)),
+            )
     return types, cases, references
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice
+from .._checks import check_choice, check_int
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import rope_cos_sin
@@ -56,6 +56,8 @@ class RoPE(_Rotary):
       Meta Llama's complex multiply, rotary-embedding-torch).
     * ``rotary_dim``: only the first ``r`` channels rotate (GPT-NeoX ``rotary_pct``, GPT-J
       ``rotary_dim``); the rest pass through. The layout applies within those ``r`` channels.
+      ``rotary_offset`` moves them: channels ``rotary_offset .. rotary_offset + r - 1`` rotate
+      (``head_dim - r``: the trailing slice of DeepSeek V4's ``[nope | rope]`` heads).
     * ``scaling``: a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict, passed through
       as found in a model config: ``rope_type`` (or legacy ``type``) ``"default"``,
       ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or ``"longrope"`` with their keys
@@ -80,6 +82,8 @@ class RoPE(_Rotary):
             dict's ``rope_theta`` is an error.
         layout: ``"half"`` or ``"interleaved"``.
         rotary_dim: the number of rotated channels ``r`` (even, ``<= head_dim``); default all.
+        rotary_offset: the first rotated channel, from 0 (the default: the head's first ``r``) to
+            ``head_dim - r`` (its last ``r``); rotary-embedding-torch's ``start_index``.
         scaling: the Hugging Face scaling dict, or ``None`` for plain RoPE.
         max_len: the model's context length (transformers' ``max_position_embeddings``): the
             trained length for ``"dynamic"``, and for yarn/llama3/longrope when the dict has
@@ -122,6 +126,7 @@ class RoPE(_Rotary):
         scaling: dict[str, Any] | None = None,
         max_len: int | None = None,
         *,
+        rotary_offset: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -129,6 +134,12 @@ class RoPE(_Rotary):
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
+        self.rotary_offset = check_int("rotary_offset", rotary_offset, minimum=0)
+        if rotary_offset + self.rotary_dim > head_dim:
+            raise ValueError(
+                f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - self.rotary_dim} (the rotated channels "
+                f"end inside the head), got {rotary_offset}"
+            )
         if self.params.query_scale_beta and self.params.rotary_dim != head_dim:
             raise ValueError(
                 "scaling['llama_4_scaling_beta'] scales whole queries; with rotary_dim="
@@ -160,6 +171,8 @@ class RoPE(_Rotary):
         parts = [f"head_dim={self.head_dim}", f"base={self.base}", f"layout={self.layout!r}"]
         if self.rotary_dim != self.head_dim:
             parts.append(f"rotary_dim={self.rotary_dim}")
+        if self.rotary_offset:
+            parts.append(f"rotary_offset={self.rotary_offset}")
         if self.rope_type != "default":
             parts.append(f"rope_type={self.rope_type!r}")
         if self.params.query_scale_beta:

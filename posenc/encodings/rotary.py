@@ -88,7 +88,7 @@ class RotaryState(PositionState):
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         enc = self.encoding
         if formula:
-            return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout)
+            return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout, offset=enc.rotary_offset)
         layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
         rows = self._cache.get(key)
         if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
@@ -99,7 +99,7 @@ class RotaryState(PositionState):
             else:
                 rows = (wide if wide.dtype == x.dtype else wide.to(x.dtype)).unbind(0)
             self._cache[key] = rows
-        return rotate_eager(x, rows, layout)
+        return rotate_eager(x, rows, layout, offset=enc.rotary_offset)
 
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype``, times the
@@ -145,6 +145,8 @@ class _Rotary(PositionalEncoding):
     _inv_freq64: Tensor
     #: ``(r/2,)`` long, the axis each pair reads (multi-axis encodings); ``None`` for 1D positions.
     axis: Tensor | None
+    #: The first rotated channel (RoPE's ``rotary_offset``; the others rotate the first ``r``).
+    rotary_offset: int = 0
 
     #: The validated settings: the base, the rotated width, the rope type and its frequencies.
     params: RopeParameters
@@ -298,4 +300,5 @@ class _Rotary(PositionalEncoding):
         t = x.shape[-2]
         state = cast(RotaryState, self._state(t, t, x.shape[0], x.device, positions, None))
         cos, sin = state._rows("q", "query", x.dtype)
-        return apply_rotary(x, cos, -sin if check_bool("conjugate", conjugate) else sin, self.layout)
+        sin = -sin if check_bool("conjugate", conjugate) else sin
+        return apply_rotary(x, cos, sin, self.layout, offset=self.rotary_offset)

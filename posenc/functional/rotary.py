@@ -5,8 +5,9 @@
 * :func:`rotary_reference` — the rotation as the paper writes it, in both layouts: ``"half"``
   (GPT-NeoX, Hugging Face Llama's ``rotate_half``) and ``"interleaved"`` (GPT-J, RoFormer,
   Meta Llama's complex form);
-* :func:`apply_rotary` — the checked entry point: partial rotation, and in eager mode the same
-  rotation in fewer passes over memory (:func:`rotate_eager`, with :func:`eager_rows` built once).
+* :func:`apply_rotary` — the checked entry point: partial rotation (the first ``r`` channels, or those
+  from an ``offset``), and in eager mode the same rotation in fewer passes over memory
+  (:func:`rotate_eager`, with :func:`eager_rows` built once).
 
 The frequencies live in :mod:`posenc.functional.rope_freqs` (the formulas, one dataclass per rope
 type); reading a Hugging Face scaling dict is :mod:`posenc.functional.rope_scaling`. The inverse
@@ -23,6 +24,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from .._compat import is_tracing
 
 __all__ = ["apply_rotary", "rope_cos_sin", "rotary_reference"]
@@ -72,29 +74,32 @@ def rope_cos_sin(
     return cos, sin
 
 
-def rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
+def rotary_reference(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half", *, offset: int = 0
+) -> Tensor:
     """The rotation as the paper writes it: each pair ``(x1, x2) -> (x1 cos − x2 sin, x2 cos + x1 sin)``.
 
-    Su et al., 2021, eq. 34. The first ``r = 2 * cos.shape[-1]`` channels rotate, the rest pass
-    through. This is what runs under ``torch.compile`` and ``torch.export`` (inductor fuses it,
-    with the cos/sin rows, into one kernel) and what :func:`rotate_eager` is tested against.
+    Su et al., 2021, eq. 34. The ``r = 2 * cos.shape[-1]`` channels from ``offset`` on rotate, the
+    rest pass through. This is what runs under ``torch.compile`` and ``torch.export`` (inductor fuses
+    it, with the cos/sin rows, into one kernel) and what :func:`rotate_eager` is tested against.
 
     Args:
         x: ``(..., t, dh)``.
         cos, sin: ``(..., t, r/2)``, broadcastable against ``x``'s pairs.
         layout: ``"half"`` pairs channel ``i`` with ``i + r/2``; ``"interleaved"`` pairs ``2i`` with ``2i+1``.
+        offset: the first rotated channel (0: the head's first ``r``; ``dh - r``: its last, DeepSeek V4).
 
     Returns:
         ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
-    wide = x[..., : 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
+    wide = _rotated(x, 2 * cos.shape[-1], offset).to(torch.promote_types(x.dtype, cos.dtype))
     if layout == "half":
         x1, x2 = wide.chunk(2, dim=-1)
     else:
         x1, x2 = wide.unflatten(-1, (-1, 2)).unbind(-1)
     first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     out = torch.cat((first, second), -1) if layout == "half" else torch.stack((first, second), -1).flatten(-2)
-    return _with_rest(out.to(x.dtype), x)
+    return _with_rest(out.to(x.dtype), x, offset)
 
 
 def eager_rows(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
@@ -111,7 +116,7 @@ def eager_rows(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout)
     return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
 
 
-def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Tensor:
+def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, offset: int = 0) -> Tensor:
     """:func:`rotary_reference` in fewer passes over memory, for eager tensors; the rest pass through.
 
     ``"half"``: ``x·(cos, cos) + roll(x, r/2)·(−sin, sin)`` (the paper's eq. 34 with the partner of
@@ -125,30 +130,42 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout) -> Ten
         x: ``(..., t, dh)``.
         rows: :func:`eager_rows` for ``x``'s dtype, ``(t, ·)`` or ``(b, 1, t, ·)``.
         layout: ``"half"`` or ``"interleaved"``.
+        offset: the first rotated channel, as in :func:`rotary_reference`.
 
     Returns:
         ``(..., t, dh)``, the broadcast shape of ``x`` and the rows, ``x``'s dtype.
     """
     rot = rows[0].shape[-1] * (1 if layout == "half" else 2)
-    part = x if rot == x.shape[-1] else x[..., :rot]
+    part = _rotated(x, rot, offset)
     if layout == "half":
         cos, signed_sin = rows
         out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
     else:
         pairs = torch.view_as_complex(part.to(rows[0].real.dtype).unflatten(-1, (-1, 2)).contiguous())
         out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
-    return out if part is x else _with_rest(out, x)
+    return out if part is x else _with_rest(out, x, offset)
 
 
-def _with_rest(rotated: Tensor, x: Tensor) -> Tensor:
-    """The rotated channels ``(..., t, r)`` followed by those of ``x`` ``(..., t, dh)`` that pass through."""
-    if rotated.shape[-1] == x.shape[-1]:
+def _rotated(x: Tensor, rot: int, offset: int) -> Tensor:
+    """The ``rot`` channels of ``x`` ``(..., t, dh)`` that rotate, from ``offset`` on: ``(..., t, r)``."""
+    return x if rot == x.shape[-1] else x[..., offset : offset + rot]
+
+
+def _with_rest(rotated: Tensor, x: Tensor, offset: int) -> Tensor:
+    """The rotated channels ``(..., t, r)`` put back at ``offset`` among those of ``x`` ``(..., t, dh)``
+    that pass through (``[x[:offset] | rotated | x[offset + r:]]``)."""
+    rot, shape = rotated.shape[-1], (*rotated.shape[:-1], -1)
+    if rot == x.shape[-1]:
         return rotated
-    return torch.cat((rotated, x[..., rotated.shape[-1] :].expand(*rotated.shape[:-1], -1)), -1)
+    before = (x[..., :offset].expand(shape),) if offset else ()  # (none: the default pays no extra op)
+    return torch.cat((*before, rotated, x[..., offset + rot :].expand(shape)), -1)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half") -> Tensor:
-    """Rotate the first ``r = 2 * cos.shape[-1]`` channels of ``x``; the rest pass through.
+def apply_rotary(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half", *, offset: int = 0
+) -> Tensor:
+    """Rotate ``r = 2 * cos.shape[-1]`` channels of ``x``, the first ``r`` or those from ``offset`` on;
+    the rest pass through.
 
     ``layout="half"`` pairs channel ``i`` with ``i + r/2`` (GPT-NeoX, Hugging Face Llama);
     ``"interleaved"`` pairs ``2i`` with ``2i + 1`` (GPT-J, RoFormer, Meta Llama). The layout
@@ -164,13 +181,15 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half
         cos, sin: ``(t, r/2)``, ``(b, 1, t, r/2)`` or anything broadcastable against
             ``(..., t, r/2)``: one angle per pair, not duplicated to width ``r``.
         layout: ``"half"`` or ``"interleaved"``.
+        offset: the first rotated channel: 0 (GPT-NeoX, GPT-J), ``dh - r`` for a trailing slice
+            (DeepSeek V4's ``[nope | rope]`` heads); rotary-embedding-torch's ``start_index``.
 
     Returns:
         ``(..., t, dh)`` (the broadcast shape of ``x`` and the angles), same dtype as ``x``.
 
     Raises:
-        TypeError: a non-floating ``x``, ``cos`` or ``sin``.
-        ValueError: ``r`` larger than ``dh``, cos and sin of different shapes, an unknown layout.
+        TypeError: a non-floating ``x``, ``cos`` or ``sin``; a non-int ``offset``.
+        ValueError: ``offset + r`` larger than ``dh``, cos and sin of different shapes, an unknown layout.
     """
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
@@ -183,10 +202,11 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: RopeLayout = "half
             f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
         )
     rot = 2 * cos.shape[-1]
-    if rot > x.shape[-1]:
+    if check_int("offset", offset, minimum=0) + rot > x.shape[-1]:
         raise ValueError(
-            f"cos/sin rotate {rot} channels (2 × {cos.shape[-1]} pairs) but x has only {x.shape[-1]}"
+            f"cos/sin rotate {rot} channels (2 × {cos.shape[-1]} pairs) from offset={offset} but x has only "
+            f"{x.shape[-1]}"
         )
     if not is_tracing() and x.device.type in ("cpu", "cuda"):
-        return rotate_eager(x, eager_rows(cos, sin, x.dtype, layout), layout)
-    return rotary_reference(x, cos, sin, layout)
+        return rotate_eager(x, eager_rows(cos, sin, x.dtype, layout), layout, offset=offset)
+    return rotary_reference(x, cos, sin, layout, offset=offset)

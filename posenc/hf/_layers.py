@@ -351,3 +351,49 @@ def nope_layers(
 def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
     """Cohere 2: True for the sliding layers (the only ones it rotates)."""
     return [t == "sliding_attention" for t in table_types(cfg, model_type)]
+
+
+#: DeepSeek V4's layer types by the legacy ``compress_ratios`` its config class maps them from
+_DSV4_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+    """DeepSeek V4: interleaved RoPE on the last ``qk_rope_head_dim`` channels of each head (``[nope | rope]``).
+
+    Its ``rope_parameters`` are keyed by rope kind, not layer type: ``"main"`` (``rope_theta``, unscaled) on
+    the sliding layers, ``"compress"`` (``compress_rope_theta`` and the flat scaling dict; YaRN's attention
+    factor 1 unless given) on the compressed ones (CSA, HCA). A ``config.json`` is nested as its class does.
+    """
+    d = RopeDefaults(
+        4096, 64, 1048576, head_dim=512, partial=64 / 512, layout="interleaved", rope_at_end=True
+    )
+    n, head_dim = required_count(cfg, model_type), head_dim_of(cfg, model_type, d)
+    types = layer_types(cfg, model_type)
+    if types is None:  # its class's default: two HCA layers, then CSA and HCA in turn
+        ratios = cfg.get("compress_ratios") or [128] * min(n, 2) + [4 if i % 2 else 128 for i in range(n - 2)]
+        # (its class keeps the first num_hidden_layers: V4's list has one more, for its MTP layer)
+        ok = isinstance(ratios, (list, tuple)) and len(ratios) >= n
+        if not ok or any(not isinstance(r, int) or r not in _DSV4_TYPES for r in ratios[:n]):
+            raise ValueError(
+                f"{model_type} config: compress_ratios must list one of {sorted(_DSV4_TYPES)} for each of the "
+                f"{n} layers, got {ratios!r}"
+            )
+        types = [_DSV4_TYPES[r] for r in ratios[:n]]
+    raw = rope_dict(cfg, model_type)
+    if not all(isinstance(raw.get(kind), Mapping) for kind in ("main", "compress")):  # nest as its class does
+        partial = get(cfg, "partial_rotary_factor")
+        if partial is None and cfg.get("qk_rope_head_dim") is not None:
+            partial = positive_int(cfg, model_type, "qk_rope_head_dim") / head_dim
+        common = {"partial_rotary_factor": d.partial if partial is None else partial}
+        flat = {k: v for k, v in raw.items() if k != "rope_theta"}  # (the flat dict's own base is not read)
+        kind = flat.get("rope_type", flat.get("type", "default"))
+        compress = {**flat, "rope_type": kind, "rope_theta": get(cfg, "compress_rope_theta", default=1.6e5)}
+        raw = {
+            "main": {"rope_type": "default", "rope_theta": get(cfg, "rope_theta", default=1e4), **common},
+            "compress": ({"attention_factor": 1.0} if kind == "yarn" else {}) | compress | common,
+        }
+    built = {
+        kind: build_rope(cfg, model_type, d, head_dim, params=raw[kind], where=f"rope_parameters[{kind!r}]")
+        for kind in ("main", "compress")
+    }
+    return [built["main" if t == "sliding_attention" else "compress"] for t in types]

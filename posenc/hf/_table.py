@@ -18,7 +18,7 @@ from ._bias import (
     learned_by_field,
     learned_stack,
 )
-from ._layers import gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
+from ._layers import deepseek_v4, gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
 from ._speech import speech
@@ -121,6 +121,22 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "qwen3_vl_moe_text": (
         mrope(RopeDefaults(2048, 16, 128000, theta=5e5), (24, 20, 20), interleaved=True),
         _QWEN3_VL,
+    ),
+    # rope_parameters keyed "main" / "compress" (not by layer type), built by its class from compress_rope_theta;
+    # the rotated channels end each head
+    "deepseek_v4": (
+        deepseek_v4,
+        (
+            (
+                "sliding_attention",
+                "RoPE, interleaved layout, the last `qk_rope_head_dim` (64) channels, base `rope_theta` (1e4)",
+            ),
+            (
+                "compressed layers (CSA, HCA)",
+                "RoPE, interleaved layout, the last 64 channels, base `compress_rope_theta` (1.6e5) and the "
+                "scaling dict (YaRN, attention factor 1)",
+            ),
+        ),
     ),
     # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
     # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base

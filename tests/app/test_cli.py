@@ -841,8 +841,10 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(corpus_file, tmp_path, mon
 def test_describe_says_what_a_none_default_stands_for(capsys):
     code, stdout, _ = run(["describe", "rope"], capsys)
     assert code == 0
-    assert "  base        default None, meaning 10000.0; accepts float | None" in stdout
-    assert "  rotary_dim  default None; accepts int | None" in stdout  # follows the head width: not one value
+    assert "  base           default None, meaning 10000.0; accepts float | None" in stdout
+    # rotary_dim follows the head width: not one value
+    assert "  rotary_dim     default None; accepts int | None" in stdout
+    assert "  rotary_offset  default 0; accepts int" in stdout
 
 
 def test_list_is_sorted_by_name(capsys):

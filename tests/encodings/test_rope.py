@@ -249,6 +249,64 @@ def test_conjugate_rotation_undoes_the_rotation_and_negates_the_angles(layout):
         rope.rotate(x, conjugate=1)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_rotary_offset_moves_the_rotated_slice_on_every_path(layout, dtype):
+    """rotary_offset=o rotates channels o .. o+r-1 exactly as rotary_offset=0 rotates the first r of the
+    head with its channels rolled by o: the table's view (default positions) and gather (explicit ones),
+    the formula (past the table; float64), a prepared state with a KV cache step, rotate and its inverse."""
+    r, o = 16, HEAD_DIM - 16  # DeepSeek V4's [nope | rope] heads: the trailing slice
+    moved = RoPE(HEAD_DIM, layout=layout, rotary_dim=r, rotary_offset=o, max_len=64)
+    first = RoPE(HEAD_DIM, layout=layout, rotary_dim=r, max_len=64)
+    q, k = qk(t=9, dtype=dtype)
+
+    def roll(x, by):
+        return x.roll(by, -1)
+
+    for positions in (
+        None,
+        torch.arange(9) + 3,
+        torch.tensor([[0, 5, 1, 9, 2, 7, 3, 8, 4], list(range(90, 99))]),
+    ):
+        got = moved.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        want = first.encode_qk(roll(q, -o), roll(k, -o), q_positions=positions, k_positions=positions)
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, roll(w, o), atol=0, rtol=0)
+    state = moved.prepare(3, 9, q_positions=torch.arange(6, 9))  # a decode step after 6 cached keys
+    assert_close(
+        state.encode_qk(q[..., 6:, :], k[..., 6:, :])[1], moved.encode_qk(q, k)[1][..., 6:, :], atol=0, rtol=0
+    )
+    positions = torch.tensor([4, 0, 9, 100, 3, 3, 7, 1, 50])
+    rotated = moved.rotate(q, positions)
+    assert_close(rotated, roll(first.rotate(roll(q, -o), positions), o), atol=0, rtol=0)
+    if dtype != torch.bfloat16:
+        assert_close(moved.rotate(rotated, positions, conjugate=True), q, **F32_TOL)
+    assert torch.equal(rotated[..., :o], q[..., :o])
+    compiled = torch.compile(moved.encode_qk, fullgraph=True, backend="aot_eager")
+    for g, w in zip(compiled(q, k, q_positions=positions, k_positions=positions), moved.encode_qk(q, k, q_positions=positions, k_positions=positions), strict=True):  # fmt: skip
+        assert_close(g, w, **(F32_TOL if dtype != torch.bfloat16 else {"atol": 2e-2, "rtol": 1e-2}))
+
+
+def test_rotary_offset_is_checked_shown_and_only_rope_takes_it():
+    rope = posenc.build("rope(rotary_dim=16, rotary_offset=48, layout='interleaved')", head_dim=64)
+    assert rope.rotary_offset == 48 and "rotary_offset=48" in repr(rope)
+    assert "rotary_offset" not in repr(RoPE(64, rotary_dim=16))
+    options = {o["name"]: o for o in posenc.describe("rope")["options"]}
+    assert options["rotary_offset"]["default"] == 0 and options["rotary_offset"]["type"] == "int"
+    with pytest.raises(ValueError, match=r"rotary_offset must be <= head_dim - rotary_dim = 48.*got 49"):
+        RoPE(64, rotary_dim=16, rotary_offset=49)
+    with pytest.raises(ValueError, match=r"rotary_offset must be >= 0, got -2"):
+        RoPE(64, rotary_dim=16, rotary_offset=-2)
+    with pytest.raises(TypeError, match=r"rotary_offset must be an int, got '8'"):
+        RoPE(64, rotary_dim=16, rotary_offset="8")
+    with pytest.raises(ValueError, match=r"rotary_offset must be <= head_dim - rotary_dim = 0"):
+        RoPE(64, rotary_offset=1)  # the whole head rotates
+    # the other rotary encodings rotate the first rotary_dim channels: the option is unknown to them
+    for spec in ("xpos(rotary_offset=8)", "rope_axial(rotary_offset=8)", "mrope(rotary_offset=8)"):
+        with pytest.raises(ValueError, match=r"unknown option\(s\) 'rotary_offset'"):
+            posenc.build(spec, head_dim=64)
+
+
 def test_llama_4_scaling_beta_scales_only_the_queries_by_position():
     """Ministral 3: queries times ``1 + beta * log(1 + floor(p / L))`` (transformers'
     get_llama_4_attn_scale), keys as plain RoPE: in one call, a prepared state, a decode step

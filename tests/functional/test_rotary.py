@@ -156,7 +156,43 @@ def test_backward_equals_the_plain_formula(layout, dtype):
         assert_close(g.double(), e.double(), **tol)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("offset", [0, 3, 8])  # the first, a middle (odd) and the trailing slice
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_offset_rotates_the_slice_it_names_on_every_path(layout, offset, per_batch):
+    """offset=o: channels o .. o+r-1 rotate as a head of r channels would, the others pass through; eager
+    (with and without autograd) and the traced formula (rotary_reference) agree."""
+    x = torch.randn(2, 3, 11, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(offset))
+    cos, sin = (c.double() for c in cos_sin(11, 4, batch=2 if per_batch else None))
+    part = rotary_reference(x[..., offset : offset + 8], cos, sin, layout)
+    want = torch.cat((x[..., :offset], part, x[..., offset + 8 :]), -1)
+    assert_close(apply_rotary(x, cos, sin, layout, offset=offset), want, atol=1e-12, rtol=0)
+    assert_close(apply_rotary(x.requires_grad_(), cos, sin, layout, offset=offset), want, atol=1e-12, rtol=0)
+    assert_close(rotary_reference(x, cos, sin, layout, offset=offset), want, atol=0, rtol=0)
+
+
+def test_offset_matches_rotary_embedding_torch_start_index():
+    from rotary_embedding_torch import apply_rotary_emb
+
+    x = torch.randn(2, 3, 11, 16, dtype=torch.float64)
+    angles = torch.arange(11, dtype=torch.float64)[:, None] * torch.tensor([1.0, 0.3, 0.05, 0.001]).double()
+    want = apply_rotary_emb(
+        angles.repeat_interleave(2, -1), x, start_index=5
+    )  # its (t, r) angles, interleaved
+    assert_close(
+        apply_rotary(x, angles.cos(), angles.sin(), "interleaved", offset=5), want, atol=1e-12, rtol=0
+    )
+
+
 def test_apply_rotary_errors():
+    x = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match=r"rotate 4 channels .* from offset=5 but x has only 8"):
+        apply_rotary(x, *cos_sin(4, 2), offset=5)
+    with pytest.raises(ValueError, match=r"offset must be >= 0, got -1"):
+        apply_rotary(x, *cos_sin(4, 2), offset=-1)
+    with pytest.raises(TypeError, match=r"offset must be an int, got 1.0"):
+        apply_rotary(x, *cos_sin(4, 2), offset=1.0)
+
     x = torch.randn(1, 1, 4, 8)
     cos, sin = cos_sin(4, 8)
     with pytest.raises(ValueError, match=r"rotate 16 channels.*only 8"):

@@ -125,6 +125,7 @@ def _with_scaling(model: Any, scaling: Any) -> Any:
         base=rope.base,
         layout=rope.layout,
         rotary_dim=rope.rotary_dim,
+        rotary_offset=rope.rotary_offset,
         scaling=scaling,
         max_len=model.max_len,
     ).to(next(model.parameters()).device)
