@@ -78,9 +78,11 @@ class _AxisRotary(_Rotary):
     _generic_state_class = _CallbackAxisState
     axis: Tensor
     num_axes: int
-    #: Whether coordinates may be floats (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean
-    #: the same position on every axis (M-RoPE on text) or are refused (AxialRoPE).
+    #: Whether coordinates may be floats (AxialRoPE's pixels, Qwen3-Omni's fractional times) or below 0
+    #: (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean the same position on every axis (M-RoPE
+    #: on text) or are refused (AxialRoPE).
     float_positions: ClassVar[bool] = False
+    negative_positions: ClassVar[bool] = False
     one_d_positions: ClassVar[bool] = True
 
     def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
@@ -151,11 +153,11 @@ class _AxisRotary(_Rotary):
             raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
         if positions.is_floating_point():
             check_values(positions.isfinite(), f"{name} must be finite, got a NaN or infinite coordinate")
-        if not floats:
+        if not self.negative_positions:
             check_values(
                 positions >= 0,
                 f"{name} must be non-negative",
-                lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
+                lambda: f"{name} must be non-negative, got minimum {positions.min().item()}",
             )
         return positions if positions.is_floating_point() else positions.long()
 
@@ -246,7 +248,7 @@ class AxialRoPE(_AxisRotary):
         state = rope.prepare(1 + 28 * 28, q_positions=coords)
     """
 
-    float_positions = True  # pixel coordinates, and index coordinates rescaled to another grid
+    float_positions = negative_positions = True  # pixels, and index coordinates rescaled to another grid
     repr_optional = ("min_period", "max_period", "grid_size", "num_prefix_tokens")
     repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis

@@ -42,7 +42,9 @@ class MRoPE(_AxisRotary):
     Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4.1V, GLM-OCR, HunYuan V4
     VL); pair ``i`` follows the same axis in both.
 
-    Positions: integer ``(t, 3)`` or ``(b, t, 3)`` (transformers' ``get_rope_index`` gives
+    Positions: integer or float ``(t, 3)`` or ``(b, t, 3)``, non-negative (Qwen3-Omni's times are
+    fractional: :func:`posenc.mrope_positions` with ``omni="qwen3"`` gives float32 positions, which turn
+    as they are; rounding them would rotate by other angles) (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
     taken as the same position on every axis (then M-RoPE equals RoPE). ``None`` means
     ``0 .. t-1`` on every axis. When ``t == 3`` a rank-2 ``(3, 3)`` tensor is read as ``(b, t)``
@@ -66,6 +68,8 @@ class MRoPE(_AxisRotary):
         ``forward(q, k, q_positions, k_positions)``: ``(b, h, tq, dh)``, ``(b, h_kv, tk, dh)`` ->
         the rotated ``(q, k)``.
     """
+
+    float_positions = True  # Qwen3-Omni's fractional times
 
     def __init__(
         self,

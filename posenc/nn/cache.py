@@ -168,7 +168,8 @@ class KVCache:
         if not self.static:
             return _join(past, positions, axes)
         slots = self.slots(layer, positions.shape[-2 if axes else -1], positions.device)
-        return past.index_copy(1, slots, _rows(positions, past))
+        dtype = torch.promote_types(past.dtype, positions.dtype)  # float times (Qwen3-Omni) stay fractional
+        return past.to(dtype).index_copy(1, slots, _rows(positions, past).to(dtype))
 
     def _empty(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
         """The positions of a layer before its first call: none for a growing cache; for a static
@@ -177,7 +178,7 @@ class KVCache:
             return positions.narrow(-2 if axes else -1, 0, 0)
         if batch is None:
             batch = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
-        slots = torch.arange(self.capacity or 0, device=positions.device)
+        slots = torch.arange(self.capacity or 0, device=positions.device, dtype=positions.dtype)
         if axes:
             return slots[:, None].expand(batch, -1, positions.shape[-1]).clone()
         return slots.expand(batch, -1).clone()

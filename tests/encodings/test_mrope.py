@@ -275,8 +275,10 @@ def test_position_errors():
     q = torch.randn(1, 2, 5, HEAD_DIM)
     with pytest.raises(ValueError, match=r"\(seq, 3\) or \(batch, seq, 3\).*got \(5, 2\)"):
         mrope(q, q, torch.zeros(5, 2, dtype=torch.long))
-    with pytest.raises(TypeError, match="integer dtype"):
-        mrope(q, q, torch.zeros(5, 3))
+    with pytest.raises(TypeError, match="integer or floating dtype"):
+        mrope(q, q, torch.zeros(5, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="non-negative"):
+        mrope(q, q, -torch.ones(5, 3) / 2)
     with pytest.raises(ValueError, match="non-negative"):
         mrope(q, q, -torch.ones(5, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="has 4 positions, expected 5"):

@@ -731,15 +731,22 @@ def test_qwen3_omni_video_with_its_audio_by_hand(seconds, audio, want):
     assert deltas.item() == max(want) + 1 - len(ids)
 
 
-def test_qwen3_omni_whole_positions_rotate_as_the_model():
-    """At the processor's default 2 s a grid the times are whole: the float32 positions as integers through
-    posenc's interleaved MRoPE equal Qwen3-Omni's rotary module and apply function on the float ones."""
+@pytest.mark.parametrize("seconds_per_grid", [None, 0.5])
+def test_qwen3_omni_positions_rotate_as_the_model(seconds_per_grid):
+    """Qwen3-Omni's float32 positions, whole (the processor's default 2 s a grid) or fractional (0.5 s a
+    grid at 13 a second), through posenc's interleaved MRoPE as they are equal its rotary module and
+    apply function on the same positions."""
     gen = torch.Generator().manual_seed(3)
-    input_ids, mask, grids, _, _ = _omni_batch([_omni_document(gen, False, qwen3=True) for _ in range(2)], 2)
+    input_ids, mask, grids, seconds, _ = _omni_batch(
+        [_omni_document(gen, False, qwen3=True) for _ in range(2)], 2
+    )
     assert grids["video_grid_thw"] is not None
     kwargs = dict(position_id_per_seconds=Q3_RATE, omni="qwen3", attention_mask=mask)
+    if seconds_per_grid is not None:
+        kwargs["second_per_grids"] = torch.full_like(seconds, seconds_per_grid)
     positions, _ = mrope_positions(_omni_types(input_ids), **grids, **kwargs)
-    assert torch.equal(positions, positions.round()) and positions.max() > 52
+    whole = torch.equal(positions, positions.round())
+    assert positions.dtype == torch.float32 and whole == (seconds_per_grid is None) and positions.max() > 30
     head_dim, section = 32, [4, 6, 6]
     text = transformers.Qwen3OmniMoeThinkerConfig(
         text_config=dict(
@@ -752,12 +759,11 @@ def test_qwen3_omni_whole_positions_rotate_as_the_model():
     q, k = (torch.randn(2, 2, input_ids.shape[1], head_dim, generator=gen) for _ in range(2))
     cos, sin = hfq3.Qwen3OmniMoeThinkerTextRotaryEmbedding(text)(q, positions)
     want = hfq3.apply_rotary_pos_emb(q, k, cos, sin)
-    pos = axes_last(positions.long())
+    pos = axes_last(positions)
     got = posenc.MRoPE(head_dim, mrope_section=section, interleaved=True)(q, k, pos, pos)
     for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(
-            a, b, atol=1e-4, rtol=0
-        )  # float64 (posenc) vs float32 (transformers) angles
+        # float64 angles (posenc) against float32 (transformers)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
 
 
 def test_qwen3_omni_text_and_audio_only():

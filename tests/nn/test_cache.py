@@ -118,6 +118,22 @@ def test_mrope_decodes_explicit_text_positions_per_row(capacity):
     torch.testing.assert_close(torch.cat(steps, dim=1), model(x, positions=rows), **LOGITS_TOL)
 
 
+@pytest.mark.parametrize("capacity", [None, 10])
+def test_mrope_decodes_fractional_positions(capacity):
+    """Qwen3-Omni's float32 times (0.5 s a frame: fractional) through either cache, as they are: a
+    static cache's long slot positions take the float ones (rounding them would turn by other angles)."""
+    model = make_model("mrope").eval()
+    x = ids(b=1, t=8)
+    times = torch.arange(8.0)[:, None].expand(8, 3) * 0.5 + torch.tensor([0.25, 0.0, 0.0])
+    cache = KVCache(capacity=capacity)
+    steps = [
+        model(x[:, :5], positions=times[:5], cache=cache),
+        model(x[:, 5:], positions=times[5:], cache=cache),
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(x, positions=times), **LOGITS_TOL)
+    assert not torch.allclose(model(x, positions=times), model(x, positions=times.long()))
+
+
 def test_cache_of_another_batch_size_is_refused():
     model = make_model("rope")
     cache = KVCache()
