@@ -16,12 +16,10 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, Convert, get, positive_int, rope_dict
+from ._read import Config, Convert, get, key_of, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, head_dim_of
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-#: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 
@@ -32,8 +30,12 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    key = next((key for key in LAYER_COUNT_KEYS if cfg.get(key) is not None), None)
-    return None if key is None else check_positive_int(f"{model_type} config: {key}", cfg[key])
+    n = cfg.get("num_hidden_layers")
+    return (
+        None
+        if n is None
+        else check_positive_int(f"{model_type} config: {key_of(cfg, 'num_hidden_layers')}", n)
+    )
 
 
 def required_count(cfg: Config, model_type: str) -> int:

@@ -27,9 +27,6 @@ class RopeDefaults:
     head_dim: int | None = None  # None: hidden_size // num_attention_heads
     partial: float | None = None  # None: the model rotates whole heads and has no partial_rotary_factor
     layout: Literal["half", "interleaved"] = "half"
-    # legacy top-level names of rope_theta and partial_rotary_factor (GPT-NeoX: rotary_emb_base, rotary_pct)
-    theta_keys: tuple[str, ...] = ()
-    partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
 
@@ -60,7 +57,7 @@ def rope_parameters(
         )
     # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
     theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
-    base = get(params, "rope_theta", default=get(cfg, "rope_theta", *d.theta_keys, default=d.theta))
+    base = get(params, "rope_theta", default=get(cfg, "rope_theta", default=d.theta))
     if base is None:  # (models outside the table)
         raise ValueError(
             f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
@@ -95,7 +92,7 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
+    partial = get(params, "partial_rotary_factor", default=cfg.get("partial_rotary_factor"))
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
@@ -196,37 +193,27 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
     # GPT-J and CodeGen: interleaved pairs ("rotate_every_two"), base fixed at 10000 in the model code,
     # the first rotary_dim channels of each head (64 by default).
     _, head_dim = heads_and_head_dim(
-        cfg,
-        model_type,
-        heads=("n_head", "num_attention_heads"),
-        width=("n_embd", "hidden_size"),
-        head_dim_keys=(),
-        default_heads=16,
-        default_width=4096,
+        cfg, model_type, read_head_dim=False, default_heads=16, default_width=4096
     )
     rotary_dim = cfg.get("rotary_dim", 64)
-    if rotary_dim is None:
-        # transformers' table then spans the model width, which only fits one-head models: rotate whole heads
-        rotary_dim = head_dim
-    check_positive_int(f"{model_type} config: rotary_dim", rotary_dim)
-    if rotary_dim > head_dim or rotary_dim % 2:
-        raise ValueError(
-            f"{model_type} config: rotary_dim must be a positive even int <= head_dim={head_dim}, got {rotary_dim}"
+    # None: transformers' table then spans the model width, which only fits one-head models: rotate whole heads
+    try:  # (RoPE checks rotary_dim, and names it)
+        return RoPE(
+            head_dim,
+            base=10000.0,
+            layout="interleaved",
+            rotary_dim=None if rotary_dim in (None, head_dim) else rotary_dim,
+            max_len=get(cfg, "max_position_embeddings", default=2048),
         )
-    return RoPE(
-        head_dim,
-        base=10000.0,
-        layout="interleaved",
-        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        max_len=get(cfg, "n_positions", "max_position_embeddings", default=2048),
-    )
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{model_type} config: {err}") from None
 
 
 def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
-    _, head_dim = heads_and_head_dim(cfg, model_type, head_dim_keys=(), default_heads=6, default_width=384)
+    _, head_dim = heads_and_head_dim(cfg, model_type, read_head_dim=False, default_heads=6, default_width=384)
 
     def pair(key: str, default: int) -> list[int]:
         value = get(cfg, key, default=default)

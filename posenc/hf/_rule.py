@@ -109,12 +109,6 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The standard names under those a config.json keeps (its class's attribute_map: DBRX; Moonshine's decoder)
-_ALIASES = {
-    "num_attention_heads": ("n_heads", "decoder_num_attention_heads"),
-    "hidden_size": ("d_model",),
-    "max_position_embeddings": ("max_seq_len",),
-}
 _READ = frozenset(
     "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave".split()
 )
@@ -130,8 +124,7 @@ def by_rule(
     """
     # "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent
     family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
-    aliases = {key: value for key, names in _ALIASES.items() if (value := get(cfg, *names)) is not None}
-    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
+    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
     ):
@@ -274,5 +267,4 @@ def _head_dim(cfg: Config, model_type: str) -> int:
                 "its code rotates is not read from these fields alone"
             )
         return check_positive_int(f"{model_type} config: qk_rope_head_dim", cfg["qk_rope_head_dim"])
-    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
-    return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]
+    return heads_and_head_dim(cfg, model_type)[1]

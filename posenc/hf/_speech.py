@@ -58,7 +58,7 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         return NoPE()
     heads_key = SPEECH_MODEL_TYPES[model_type][0]
     heads, head_dim = heads_and_head_dim(
-        cfg, model_type, heads=(heads_key,), head_dim_keys=(), default_heads=16, default_width=1024
+        cfg, model_type, heads=heads_key, read_head_dim=False, default_heads=16, default_width=1024
     )
     if mode == "relative":
         return RelPosXL(heads, head_dim, d_model=heads * head_dim)
