@@ -15,8 +15,8 @@ from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, Learned2D, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
-from ._read import Config, Convert, config_dict, get, heads_and_head_dim, key_of, positive_int
-from ._rope import RopeDefaults, build_rope, head_dim_of
+from ._read import Config, Convert, config_dict, get, key_of, positive_int
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 
 # --- biases ------------------------------------------------------------------------------------
 
@@ -55,10 +55,11 @@ def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
 
 
 def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    if not check_bool(f"{model_type} config: alibi", cfg.get("alibi", False)):
-        d = RopeDefaults(4544, 71, 2048)
-        return build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
-    num_heads, head_dim = heads_and_head_dim(cfg, model_type, default_heads=71, default_width=4544)
+    alibi = check_bool(f"{model_type} config: alibi", cfg.get("alibi", False))
+    d = RopeDefaults(4544, 71, 2048)
+    num_heads, head_dim = heads_and_head_dim(cfg, model_type, d)
+    if not alibi:
+        return build_rope(cfg, model_type, d, head_dim)
     return FalconALiBi(num_heads, head_dim, causal=True if causal is None else causal)
 
 

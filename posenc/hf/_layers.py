@@ -16,8 +16,8 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
-from ._read import Config, Convert, get, key_of, positive_int, rope_dict
-from ._rope import RopeDefaults, build_rope, head_dim_of
+from ._read import Config, Convert, get, positive_int, rope_dict
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
 #: Layer type names transformers knows besides those a config lists.
@@ -30,11 +30,8 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    n = cfg.get("num_hidden_layers")
     return (
-        None
-        if n is None
-        else check_positive_int(f"{model_type} config: {key_of(cfg, 'num_hidden_layers')}", n)
+        None if cfg.get("num_hidden_layers") is None else positive_int(cfg, model_type, "num_hidden_layers")
     )
 
 
@@ -254,7 +251,7 @@ def two_bases(
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
             }
 
-        return per_type_rope(cfg, model_type, d, types, legacy, head_dim_of(cfg, model_type, d))
+        return per_type_rope(cfg, model_type, d, types, legacy, heads_and_head_dim(cfg, model_type, d)[1])
 
     return convert
 
@@ -274,7 +271,7 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
     types = table_types(cfg, model_type)
-    head_dim = head_dim_of(cfg, model_type, d)
+    head_dim = heads_and_head_dim(cfg, model_type, d)[1]
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
     return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
 
@@ -334,7 +331,9 @@ def nope_layers(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_at(cfg, model_type)
-        rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d)) if any(flags) else None
+        rope = (
+            build_rope(cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]) if any(flags) else None
+        )
         other: PositionalEncoding = NoPE()
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)

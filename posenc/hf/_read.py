@@ -90,30 +90,3 @@ def positive_int(cfg: Config, model_type: str, name: str, default: int | None = 
         also = ", ".join(ALIASES.get(name, ())) or "nothing else"
         raise ValueError(f"{model_type} config: missing {name!r} (also read as {also})")
     return check_positive_int(f"{model_type} config: {key_of(cfg, name)}", value)
-
-
-def heads_and_head_dim(
-    cfg: Config,
-    model_type: str,
-    *,
-    heads: str = "num_attention_heads",
-    read_head_dim: bool = True,
-    default_heads: int | None = None,
-    default_width: int | None = None,
-    default_head_dim: int | None = None,
-) -> tuple[int, int]:
-    """``(num_heads, head_dim)``; ``head_dim`` defaults to ``hidden_size // heads`` as in transformers
-    (always, for a model whose code does not ``read_head_dim``)."""
-    num_heads = positive_int(cfg, model_type, heads, default=default_heads)
-    head_dim = cfg.get("head_dim") if read_head_dim else None
-    if head_dim is None and read_head_dim and "head_dim" not in cfg:
-        head_dim = default_head_dim  # absent: the config class default; an explicit null: hidden // heads
-    if head_dim is None:
-        hidden = positive_int(cfg, model_type, "hidden_size", default=default_width)
-        if hidden % num_heads != 0:
-            raise ValueError(
-                f"{model_type} config: {key_of(cfg, 'hidden_size')}={hidden} is not a multiple of "
-                f"{key_of(cfg, heads)}={num_heads}"
-            )
-        head_dim = hidden // num_heads
-    return num_heads, check_positive_int(f"{model_type} config: head_dim", head_dim)
