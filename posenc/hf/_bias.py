@@ -113,18 +113,19 @@ def _sinusoidal(
             raise ValueError(
                 f"{model_type} config: {key_of(cfg, 'hidden_size')} must be even for a sin/cos table, got {d_model}"
             )
-        start = offset
-        if start is None:  # positions start at pad + 1
-            start = (
-                check_int(
-                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=1), minimum=0
-                )
-                + 1
-            )
+        start = _after_pad(cfg, model_type, default=1) if offset is None else offset
         max_len = get(cfg, *length, default=default_length)
         return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
 
     return convert
+
+
+def _after_pad(cfg: Config, model_type: str, default: int | None = None) -> int:
+    """``pad_token_id + 1``: the first position of real tokens in fairseq's and RoBERTa's numbering."""
+    return (
+        check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=default), minimum=0)
+        + 1
+    )
 
 
 class _Table(NamedTuple):
@@ -247,7 +248,7 @@ def learned_by_field(cfg: Config, model_type: str, causal: bool | None) -> Posit
     rows = positive_int(cfg, model_type, "max_position_embeddings", default=table.default[1])
     if table.offset != "pad":
         return Learned(d_model, rows, offset=int(table.offset))
-    offset = check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id"), minimum=0) + 1
+    offset = _after_pad(cfg, model_type)
     if rows <= offset:
         raise ValueError(
             f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "
