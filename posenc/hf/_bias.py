@@ -16,8 +16,8 @@ from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, Learned2D, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
-from ._read import Config, Convert, config_dict, get, heads_and_head_dim, positive_int
-from ._rope import RopeDefaults, build_rope, head_dim_of
+from ._read import Config, Convert, config_dict, get, key_of, positive_int
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 
 # --- biases ------------------------------------------------------------------------------------
 
@@ -26,7 +26,7 @@ def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding
     # The encoder's bias is bidirectional, the decoder's causal: a T5 config is the encoder's unless
     # is_decoder is set (transformers flips it for the decoder stack), so pass causal=True for the decoder.
     default_heads = 6 if model_type == "mt5" else 8
-    num_heads = positive_int(cfg, model_type, "num_heads", "num_attention_heads", default=default_heads)
+    num_heads = positive_int(cfg, model_type, "num_attention_heads", default=default_heads)
     is_decoder = check_bool(f"{model_type} config: is_decoder", cfg.get("is_decoder", False))
     is_causal = is_decoder if causal is None else causal
     return RelativeBias(
@@ -39,7 +39,7 @@ def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding
 
 
 def _bloom(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    num_heads = positive_int(cfg, model_type, "n_head", "num_attention_heads", default=8)
+    num_heads = positive_int(cfg, model_type, "num_attention_heads", default=8)
     return ALiBi(num_heads, causal=True if causal is None else causal)
 
 
@@ -50,23 +50,17 @@ def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
             f"{model_type} config: attn_config.alibi is False; transformers' MPT always uses ALiBi and has no other "
             "position encoding, so this config has no supported encoding"
         )
-    num_heads = positive_int(cfg, model_type, "n_heads", "num_attention_heads", default=16)
+    num_heads = positive_int(cfg, model_type, "num_attention_heads", default=16)
     max_bias = get(attn, "alibi_bias_max", default=8)
     return ALiBi(num_heads, causal=True if causal is None else causal, max_bias=float(max_bias))
 
 
 def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    if not check_bool(f"{model_type} config: alibi", cfg.get("alibi", False)):
-        d = RopeDefaults(4544, 71, 2048)
-        return build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
-    num_heads, head_dim = heads_and_head_dim(
-        cfg,
-        model_type,
-        heads=("num_attention_heads", "n_head"),
-        width=("hidden_size", "n_embed"),
-        default_heads=71,
-        default_width=4544,
-    )
+    alibi = check_bool(f"{model_type} config: alibi", cfg.get("alibi", False))
+    d = RopeDefaults(4544, 71, 2048)
+    num_heads, head_dim = heads_and_head_dim(cfg, model_type, d)
+    if not alibi:
+        return build_rope(cfg, model_type, d, head_dim)
     return FalconALiBi(num_heads, head_dim, causal=True if causal is None else causal)
 
 
@@ -117,30 +111,33 @@ def _sinusoidal(
     position ids."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, "d_model", "hidden_size", "embed_dim", default=default_width)
+        d_model = positive_int(cfg, model_type, "hidden_size", default=default_width)
         if d_model % 2:
-            raise ValueError(f"{model_type} config: d_model must be even for a sin/cos table, got {d_model}")
-        start = offset
-        if start is None:  # positions start at pad + 1
-            start = (
-                check_int(
-                    f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=pad), minimum=0
-                )
-                + 1
+            raise ValueError(
+                f"{model_type} config: {key_of(cfg, 'hidden_size')} must be even for a sin/cos table, got {d_model}"
             )
+        start = _after_pad(cfg, model_type, default=pad) if offset is None else offset
         max_len = get(cfg, *length, default=default_length)
         return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
 
     return convert
 
 
+def _after_pad(cfg: Config, model_type: str, default: int | None = None) -> int:
+    """``pad_token_id + 1``: the first position of real tokens in fairseq's and RoBERTa's numbering."""
+    return (
+        check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=default), minimum=0)
+        + 1
+    )
+
+
 class _Table(NamedTuple):
     """Where a learned table outside posenc's table departs from BERT's ``hidden_size`` x
     ``max_position_embeddings`` rows at ``embeddings.position_embeddings``, from row 0."""
 
-    #: the keys of its width and of its number of positions (the first one set is read)
-    width: tuple[str, ...] = ("hidden_size",)
-    length: tuple[str, ...] = ("max_position_embeddings",)
+    #: the keys of its width and of its number of rows
+    width: str = "hidden_size"
+    length: str = "max_position_embeddings"
     #: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens from row ``pad_token_id + 1``,
     #: counted in the positions) or a fixed number of leading rows kept beyond them (OPT's kin, MRA: 2)
     offset: str | int = 0
@@ -156,21 +153,18 @@ _PAD = _Table(offset="pad")
 
 def _gpt(default: tuple[int, int], module: str = "wpe") -> _Table:
     """GPT-2's kin: ``wpe`` (GPT-1: ``positions_embed``) of ``n_embd`` x ``n_positions``."""
-    width, length = ("n_embd", "hidden_size"), ("n_positions", "max_position_embeddings")
-    return _Table(width, length, default=default, module=module, stacks=("decoder",))
+    return _Table(default=default, module=module, stacks=("decoder",))
 
 
 def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
     """BART's kin: each stack its own ``embed_positions`` of ``d_model`` x ``max_position_embeddings``."""
-    return _Table(
-        ("d_model",), offset=offset, default=default, module="embed_positions", stacks=("encoder", "decoder")
-    )
+    return _Table(offset=offset, default=default, module="embed_positions", stacks=("encoder", "decoder"))
 
 
 def learned_stack(length: str, default: tuple[int, int]) -> Convert:
     """One stack's ``d_model`` x ``length`` table where an encoder-decoder's stacks differ (Whisper's decoder,
     LED's stacks; ``default``: the class's width and length)."""
-    return partial(learned_by_field, table=_Table(("d_model",), (length,), default=default))
+    return partial(learned_by_field, table=_Table(length=length, default=default))
 
 
 #: Learned tables read by model type (GPT-2, GPT-Neo, OPT, BART and mBART also named in posenc's table): BERT's kin (which a transformers 4 config names
@@ -185,9 +179,9 @@ _LEARNED: dict[str, _Table] = {
         ).split(),
         _PAD,
     ),
-    **dict.fromkeys(("albert", "convbert", "electra"), _Table(width=("embedding_size",))),
-    "rembert": _Table(width=("input_embedding_size",)),
-    "distilbert": _Table(width=("dim",)),
+    **dict.fromkeys(("albert", "convbert", "electra"), _Table("embedding_size")),
+    "rembert": _Table("input_embedding_size"),
+    "distilbert": _Table("dim"),
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)
     "gpt2": _gpt((768, 1024)),
@@ -198,12 +192,10 @@ _LEARNED: dict[str, _Table] = {
     "imagegpt": _gpt((512, 1024)),
     "biogpt": _Table(offset=2, default=(1024, 1024), module="embed_positions", stacks=("decoder",)),
     "pp_formulanet_text": _Table(
-        width=("d_model",), offset=2, default=(512, 2560), module="embed_positions", stacks=("decoder",)
+        offset=2, default=(512, 2560), module="embed_positions", stacks=("decoder",)
     ),
     # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
-    **dict.fromkeys(
-        ("xlm", "flaubert"), _Table(width=("emb_dim",), default=(2048, 512), module="position_embeddings")
-    ),
+    **dict.fromkeys(("xlm", "flaubert"), _Table(default=(2048, 512), module="position_embeddings")),
     # BART's kin: each stack its own embed_positions
     **dict.fromkeys(("bart", "mbart", "mvp"), _seq2seq((1024, 1024), offset=2)),
     "plbart": _seq2seq((768, 1024), offset=2),
@@ -264,11 +256,11 @@ def learned_by_field(
             "attention layer, which posenc does not convert; accepted: 'absolute'"
         )
     table = table or _LEARNED.get(model_type, _Table())
-    d_model = positive_int(cfg, model_type, *table.width, default=table.default[0])
-    rows = positive_int(cfg, model_type, *table.length, default=table.default[1])
+    d_model = positive_int(cfg, model_type, table.width, default=table.default[0])
+    rows = positive_int(cfg, model_type, table.length, default=table.default[1])
     if table.offset != "pad":
         return Learned(d_model, rows, offset=int(table.offset))
-    offset = check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id"), minimum=0) + 1
+    offset = _after_pad(cfg, model_type)
     if rows <= offset:
         raise ValueError(
             f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "

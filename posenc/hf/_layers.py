@@ -17,11 +17,9 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ._read import Config, Convert, get, positive_int, rope_dict
-from ._rope import RopeDefaults, build_rope, head_dim_of
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
 
-#: Where configs keep their number of layers (transformers' ``num_hidden_layers`` and older names).
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers")
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 
@@ -32,8 +30,9 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     """The config's number of layers, or ``None`` when it gives none."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    key = next((key for key in LAYER_COUNT_KEYS if cfg.get(key) is not None), None)
-    return None if key is None else check_positive_int(f"{model_type} config: {key}", cfg[key])
+    return (
+        None if cfg.get("num_hidden_layers") is None else positive_int(cfg, model_type, "num_hidden_layers")
+    )
 
 
 def required_count(cfg: Config, model_type: str) -> int:
@@ -252,7 +251,7 @@ def two_bases(
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
             }
 
-        return per_type_rope(cfg, model_type, d, types, legacy, head_dim_of(cfg, model_type, d))
+        return per_type_rope(cfg, model_type, d, types, legacy, heads_and_head_dim(cfg, model_type, d)[1])
 
     return convert
 
@@ -272,7 +271,7 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     """Gemma 4: plain RoPE on sliding layers; proportional RoPE with the global head dim on full layers."""
     d = RopeDefaults(2304, 8, 131072, head_dim=256)
     types = table_types(cfg, model_type)
-    head_dim = head_dim_of(cfg, model_type, d)
+    head_dim = heads_and_head_dim(cfg, model_type, d)[1]
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
     return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
 
@@ -332,7 +331,9 @@ def nope_layers(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_at(cfg, model_type)
-        rope = build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d)) if any(flags) else None
+        rope = (
+            build_rope(cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]) if any(flags) else None
+        )
         other: PositionalEncoding = NoPE()
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)
@@ -367,7 +368,7 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     d = RopeDefaults(
         4096, 64, 1048576, head_dim=512, partial=64 / 512, layout="interleaved", rope_at_end=True
     )
-    n, head_dim = required_count(cfg, model_type), head_dim_of(cfg, model_type, d)
+    n, head_dim = required_count(cfg, model_type), heads_and_head_dim(cfg, model_type, d)[1]
     types = layer_types(cfg, model_type)
     if types is None:  # its class's default: two HCA layers, then CSA and HCA in turn
         ratios = cfg.get("compress_ratios") or [128] * min(n, 2) + [4 if i % 2 else 128 for i in range(n - 2)]

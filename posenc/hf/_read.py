@@ -15,22 +15,40 @@ Config = Mapping[str, Any]
 Convert = Callable[[Config, str, "bool | None"], "PositionalEncoding | list[PositionalEncoding]"]
 
 
+#: transformers' standard names and the older ones a ``config.json`` may keep instead (what config classes'
+#: attribute_map reads them as: GPT-2's n_embd, BART's d_model, DBRX's n_heads, JetMoE's kv_channels, Moonshine's
+#: decoder; GPT-NeoX's legacy rotary_emb_base / rotary_pct): :func:`config_dict` fills a standard name that is
+#: missing (or null) from the first alias set.
+ALIASES = {
+    "num_attention_heads": ("n_head", "n_heads", "num_heads", "decoder_num_attention_heads"),
+    "hidden_size": ("n_embd", "n_embed", "d_model", "embed_dim", "emb_dim"),
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers"),
+    "max_position_embeddings": ("n_positions", "max_seq_len"),
+    "head_dim": ("kv_channels",),
+    "rope_theta": ("rotary_emb_base",),
+    "partial_rotary_factor": ("rotary_pct",),
+}
+
+
 def config_dict(config: Any) -> dict[str, Any]:
-    """A plain dict from a ``transformers`` config object (via ``to_dict()``) or a mapping."""
+    """A plain dict from a ``transformers`` config object (via ``to_dict()``) or a mapping, with the
+    standard names of :data:`ALIASES` filled in."""
     if isinstance(config, Mapping):
-        return dict(config)
-    to_dict = getattr(config, "to_dict", None)
-    if callable(to_dict):
-        as_dict = to_dict()
-        if isinstance(as_dict, Mapping):
-            # transformers' standard names that the class maps onto its own (attribute_map: BART's
-            # num_hidden_layers -> encoder_layers, JetMoE's head_dim -> kv_channels): to_dict() leaves them out
-            aliases = getattr(config, "attribute_map", None) or {}
-            return {**{k: as_dict[v] for k, v in aliases.items() if v in as_dict}, **as_dict}
-    raise TypeError(
-        "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "
-        f"got {type(config).__name__}"
-    )
+        cfg = dict(config)
+    elif callable(getattr(config, "to_dict", None)) and isinstance(as_dict := config.to_dict(), Mapping):
+        # the standard names the class maps onto its own (attribute_map: BART's num_hidden_layers ->
+        # encoder_layers): to_dict() leaves them out
+        aliases = getattr(config, "attribute_map", None) or {}
+        cfg = {**{k: as_dict[v] for k, v in aliases.items() if v in as_dict}, **as_dict}
+    else:
+        raise TypeError(
+            "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "
+            f"got {type(config).__name__}"
+        )
+    for name, names in ALIASES.items():
+        if cfg.get(name) is None and (value := get(cfg, *names)) is not None:
+            cfg[name] = value
+    return cfg
 
 
 def get(cfg: Config, *names: str, default: Any = None) -> Any:
@@ -55,42 +73,20 @@ def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
     return raw
 
 
-def positive_int(cfg: Config, model_type: str, *names: str, default: int | None = None) -> int:
-    """The first of ``names`` (or ``default``), checked to be a positive int.
+def key_of(cfg: Config, name: str) -> str:
+    """The key the config gave ``cfg[name]`` under: the alias :func:`config_dict` read it from, else ``name``."""
+    return next((alias for alias in ALIASES.get(name, ()) if alias in cfg and cfg[alias] is cfg[name]), name)
+
+
+def positive_int(cfg: Config, model_type: str, name: str, default: int | None = None) -> int:
+    """``cfg[name]`` (or ``default``), checked to be a positive int.
 
     Raises:
-        ValueError: none of ``names`` is set and there is no default, or the value is ``<= 0``.
+        ValueError: ``name`` is not set and there is no default, or the value is ``<= 0``.
         TypeError: the value is not an int.
     """
-    value = get(cfg, *names, default=default)
+    value = get(cfg, name, default=default)
     if value is None:
-        raise ValueError(
-            f"{model_type} config: missing {names[0]!r} (also read as {', '.join(names[1:]) or 'nothing else'})"
-        )
-    return check_positive_int(f"{model_type} config: {names[0]}", value)
-
-
-def heads_and_head_dim(
-    cfg: Config,
-    model_type: str,
-    *,
-    heads: tuple[str, ...] = ("num_attention_heads",),
-    width: tuple[str, ...] = ("hidden_size",),
-    head_dim_keys: tuple[str, ...] = ("head_dim",),
-    default_heads: int | None = None,
-    default_width: int | None = None,
-    default_head_dim: int | None = None,
-) -> tuple[int, int]:
-    """``(num_heads, head_dim)``; ``head_dim`` defaults to ``width // heads`` as in transformers."""
-    num_heads = positive_int(cfg, model_type, *heads, default=default_heads)
-    head_dim = get(cfg, *head_dim_keys)
-    if head_dim is None and not any(key in cfg for key in head_dim_keys):
-        head_dim = default_head_dim  # absent: the config class default; an explicit null: hidden // heads
-    if head_dim is None:
-        hidden = positive_int(cfg, model_type, *width, default=default_width)
-        if hidden % num_heads != 0:
-            raise ValueError(
-                f"{model_type} config: {width[0]}={hidden} is not a multiple of {heads[0]}={num_heads}"
-            )
-        head_dim = hidden // num_heads
-    return num_heads, check_positive_int(f"{model_type} config: head_dim", head_dim)
+        also = ", ".join(ALIASES.get(name, ())) or "nothing else"
+        raise ValueError(f"{model_type} config: missing {name!r} (also read as {also})")
+    return check_positive_int(f"{model_type} config: {key_of(cfg, name)}", value)

@@ -10,7 +10,7 @@ from .._checks import check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads
-from ._read import Config, Convert, get, heads_and_head_dim, positive_int, rope_dict
+from ._read import Config, Convert, get, key_of, positive_int, rope_dict
 
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
@@ -27,9 +27,6 @@ class RopeDefaults:
     head_dim: int | None = None  # None: hidden_size // num_attention_heads
     partial: float | None = None  # None: the model rotates whole heads and has no partial_rotary_factor
     layout: Literal["half", "interleaved"] = "half"
-    # legacy top-level names of rope_theta and partial_rotary_factor (GPT-NeoX: rotary_emb_base, rotary_pct)
-    theta_keys: tuple[str, ...] = ()
-    partial_keys: tuple[str, ...] = ()
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
     rope_at_end: bool = False  # the rotated channels end each head (DeepSeek V4's [nope | rope])
@@ -61,7 +58,7 @@ def rope_parameters(
         )
     # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
     theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
-    base = get(params, "rope_theta", default=get(cfg, "rope_theta", *d.theta_keys, default=d.theta))
+    base = get(params, "rope_theta", default=get(cfg, "rope_theta", default=d.theta))
     if base is None:  # (models outside the table)
         raise ValueError(
             f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
@@ -96,7 +93,7 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial = get(params, "partial_rotary_factor", default=get(cfg, "partial_rotary_factor", *d.partial_keys))
+    partial = get(params, "partial_rotary_factor", default=cfg.get("partial_rotary_factor"))
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
@@ -181,56 +178,64 @@ def build_rope(
         raise type(err)(f"{model_type} config: {err}") from None
 
 
-def head_dim_of(cfg: Config, model_type: str, d: RopeDefaults) -> int:
-    """The config's head size, with the config class's defaults ``d``."""
-    return heads_and_head_dim(
-        cfg, model_type, default_heads=d.num_heads, default_width=d.hidden_size, default_head_dim=d.head_dim
-    )[1]
+def heads_and_head_dim(
+    cfg: Config,
+    model_type: str,
+    d: RopeDefaults,
+    *,
+    heads: str = "num_attention_heads",
+    read_head_dim: bool = True,
+) -> tuple[int, int]:
+    """``(num_heads, head_dim)`` with the config class's defaults ``d``; ``head_dim`` defaults to
+    ``hidden_size // heads`` as in transformers (always, for a model whose code does not ``read_head_dim``)."""
+    num_heads = positive_int(cfg, model_type, heads, default=d.num_heads)
+    head_dim = cfg.get("head_dim") if read_head_dim else None
+    if head_dim is None and read_head_dim and "head_dim" not in cfg:
+        head_dim = d.head_dim  # absent: the config class default; an explicit null: hidden // heads
+    if head_dim is None:
+        hidden = positive_int(cfg, model_type, "hidden_size", default=d.hidden_size)
+        if hidden % num_heads != 0:
+            raise ValueError(
+                f"{model_type} config: {key_of(cfg, 'hidden_size')}={hidden} is not a multiple of "
+                f"{key_of(cfg, heads)}={num_heads}"
+            )
+        head_dim = hidden // num_heads
+    return num_heads, check_positive_int(f"{model_type} config: head_dim", head_dim)
 
 
 def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Convert:
     """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
     defaults, as :class:`RopeDefaults`."""
     d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
-    return lambda cfg, model_type, causal: build_rope(cfg, model_type, d, head_dim_of(cfg, model_type, d))
+    return lambda cfg, model_type, causal: build_rope(
+        cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]
+    )
 
 
 def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """GPT-J's and CodeGen's RoPE, which reads no ``rope_parameters``."""
     # GPT-J and CodeGen: interleaved pairs ("rotate_every_two"), base fixed at 10000 in the model code,
     # the first rotary_dim channels of each head (64 by default).
-    _, head_dim = heads_and_head_dim(
-        cfg,
-        model_type,
-        heads=("n_head", "num_attention_heads"),
-        width=("n_embd", "hidden_size"),
-        head_dim_keys=(),
-        default_heads=16,
-        default_width=4096,
-    )
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(4096, 16, 2048), read_head_dim=False)
     rotary_dim = cfg.get("rotary_dim", 64)
-    if rotary_dim is None:
-        # transformers' table then spans the model width, which only fits one-head models: rotate whole heads
-        rotary_dim = head_dim
-    check_positive_int(f"{model_type} config: rotary_dim", rotary_dim)
-    if rotary_dim > head_dim or rotary_dim % 2:
-        raise ValueError(
-            f"{model_type} config: rotary_dim must be a positive even int <= head_dim={head_dim}, got {rotary_dim}"
+    # None: transformers' table then spans the model width, which only fits one-head models: rotate whole heads
+    try:  # (RoPE checks rotary_dim, and names it)
+        return RoPE(
+            head_dim,
+            base=10000.0,
+            layout="interleaved",
+            rotary_dim=None if rotary_dim in (None, head_dim) else rotary_dim,
+            max_len=get(cfg, "max_position_embeddings", default=2048),
         )
-    return RoPE(
-        head_dim,
-        base=10000.0,
-        layout="interleaved",
-        rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        max_len=get(cfg, "n_positions", "max_position_embeddings", default=2048),
-    )
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{model_type} config: {err}") from None
 
 
 def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
-    _, head_dim = heads_and_head_dim(cfg, model_type, head_dim_keys=(), default_heads=6, default_width=384)
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(384, 6, None), read_head_dim=False)
 
     def pair(key: str, default: int) -> list[int]:
         value = get(cfg, key, default=default)
@@ -255,9 +260,7 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
 def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
     ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
-    _, head_dim = heads_and_head_dim(
-        cfg, model_type, default_heads=16, default_width=1024, default_head_dim=64
-    )
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
     params = cfg.get("rope_parameters") or {}
     axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
     if not axial or set(params) - {"rope_type", "rope_theta"}:
@@ -285,7 +288,7 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = head_dim_of(cfg, model_type, d)
+        head_dim = heads_and_head_dim(cfg, model_type, d)[1]
         raw = rope_dict(cfg, model_type)
         params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
         if params.get("rope_type", params.get("type")) == "mrope":

@@ -18,8 +18,8 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
 from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
-from ._read import Config, get, heads_and_head_dim, rope_dict
-from ._rope import RopeDefaults, build_rope, mrope
+from ._read import Config, get, rope_dict
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope
 from ._table import SUPPORTED_MODEL_TYPES
 
 __all__ = ["by_rule"]
@@ -49,8 +49,6 @@ _INTERLEAVED = {
         "no rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)",
     ),
 }
-#: config classes whose ``rope_interleave`` defaults to True (DeepSeek-V3's own config.json leaves it out)
-_INTERLEAVE_BY_DEFAULT = frozenset({"deepseek_v3"})
 #: no posenc encoding computes what the model does
 _REFUSED = {
     "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
@@ -94,7 +92,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"head_dim": 128},
     **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
-    **{key: {"qk_rope_head_dim": 64} for key in ("deepseek_v2", "deepseek_v3")},
+    "deepseek_v2": {"qk_rope_head_dim": 64},
+    "deepseek_v3": {"qk_rope_head_dim": 64, "rope_interleave": True},  # (its own config.json leaves it out)
     "gpt_oss": {
         "head_dim": 64,
         "rope_parameters": {
@@ -109,12 +108,6 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The standard names under those a config.json keeps (its class's attribute_map: DBRX; Moonshine's decoder)
-_ALIASES = {
-    "num_attention_heads": ("n_heads", "decoder_num_attention_heads"),
-    "hidden_size": ("d_model",),
-    "max_position_embeddings": ("max_seq_len",),
-}
 _READ = frozenset(
     "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave".split()
 )
@@ -130,8 +123,7 @@ def by_rule(
     """
     # "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent
     family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
-    aliases = {key: value for key, names in _ALIASES.items() if (value := get(cfg, *names)) is not None}
-    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **aliases, **cfg}  # a key the dict gives (even null) wins
+    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
     ):
@@ -146,8 +138,7 @@ def by_rule(
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
     interleave = family in _INTERLEAVED or check_bool(
-        f"{model_type} config: rope_interleave",
-        get(cfg, "rope_interleave", default=model_type in _INTERLEAVE_BY_DEFAULT),
+        f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
     d = RopeDefaults(
         None, None, None, theta=None, partial=1.0, layout="interleaved" if interleave else "half"
@@ -178,7 +169,7 @@ def by_rule(
     if family in _MROPE:
         default, interleaved = _MROPE[family]
         return mrope(d, default, interleaved=interleaved)(cfg, model_type, causal)
-    head_dim = _head_dim(cfg, model_type)
+    head_dim = _head_dim(cfg, model_type, d)
     if not any(isinstance(v, Mapping) for v in rope_dict(cfg, model_type).values()):
         if cfg.get("per_layer_config") is None:
             return build_rope(cfg, model_type, d, head_dim)
@@ -250,7 +241,7 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
                 f"but {model_type}'s code rotates every RoPE layer at rope_theta (it reads only which entries are 0)"
             )
         settings = [{**raw, "rope_theta": t} if t else None for t in thetas]
-    head_dim, built = _head_dim(cfg, model_type), {}
+    head_dim, built = _head_dim(cfg, model_type, d), {}
     layers: list[PositionalEncoding] = []
     for i, params in enumerate(settings):
         key = None if params is None else repr(sorted(params.items()))
@@ -262,7 +253,7 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
     return layers
 
 
-def _head_dim(cfg: Config, model_type: str) -> int:
+def _head_dim(cfg: Config, model_type: str, d: RopeDefaults) -> int:
     if cfg.get("qk_rope_head_dim") is not None:  # MLA: the rotated part of each head
         params = rope_dict(cfg, model_type)
         partial = [
@@ -274,5 +265,4 @@ def _head_dim(cfg: Config, model_type: str) -> int:
                 "its code rotates is not read from these fields alone"
             )
         return check_positive_int(f"{model_type} config: qk_rope_head_dim", cfg["qk_rope_head_dim"])
-    # kv_channels: Megatron's name for the head size (JetMoE maps head_dim onto it)
-    return heads_and_head_dim(cfg, model_type, head_dim_keys=("head_dim", "kv_channels"))[1]
+    return heads_and_head_dim(cfg, model_type, d)[1]

@@ -21,7 +21,8 @@ from .._checks import check_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
-from ._read import Config, get, heads_and_head_dim, positive_int
+from ._read import Config, get, positive_int
+from ._rope import RopeDefaults, heads_and_head_dim
 
 __all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count"]
 
@@ -58,7 +59,7 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         return NoPE()
     heads_key = SPEECH_MODEL_TYPES[model_type][0]
     heads, head_dim = heads_and_head_dim(
-        cfg, model_type, heads=(heads_key,), head_dim_keys=(), default_heads=16, default_width=1024
+        cfg, model_type, RopeDefaults(1024, 16, None), heads=heads_key, read_head_dim=False
     )
     if mode == "relative":
         return RelPosXL(heads, head_dim, d_model=heads * head_dim)

@@ -139,7 +139,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         ),
     ),
     # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
-    # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base
+    # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base (posenc.hf._read.ALIASES)
     "phi3": (
         rope(
             3072,
@@ -152,7 +152,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "RoPE, half layout, longrope",
     ),
     "gpt_neox": (
-        rope(6144, 64, 2048, partial=0.25, theta_keys=("rotary_emb_base",), partial_keys=("rotary_pct",)),
+        rope(6144, 64, 2048, partial=0.25),
         "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",
     ),
     # vision (a 2D grid of patches, no text RoPE fields): ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
