@@ -284,13 +284,16 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
     ``mrope_section`` comes from ``rope_parameters`` (or the legacy ``rope_scaling``, whose
     ``{"type": "mrope"}`` transformers reads as ``"default"``), else the model's default; the
     rest of the dict is read as for any RoPE model. Qwen3-VL always interleaves (its
-    ``mrope_interleaved`` flag is not read by transformers), Qwen2/2.5-VL never do.
+    ``mrope_interleaved`` flag, and the ``interleaved`` one of Qwen3-Omni's checkpoints, are not read by
+    transformers), Qwen2/2.5-VL never do.
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         head_dim = heads_and_head_dim(cfg, model_type, d)[1]
         raw = rope_dict(cfg, model_type)
-        params = {k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved")}
+        params = {
+            k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved", "interleaved")
+        }
         if params.get("rope_type", params.get("type")) == "mrope":
             params = {k: v for k, v in params.items() if k != "type"} | {"rope_type": "default"}
         section = get(raw, "mrope_section", default=default_section)

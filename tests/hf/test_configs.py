@@ -1734,6 +1734,24 @@ def test_an_omni_config_is_read_through_its_thinker(model_type):
     assert isinstance(from_hf_config(outer), posenc.MRoPE)
 
 
+def test_qwen3_omni_checkpoint_flags_are_read_as_its_code_reads_them():
+    """Qwen3-Omni's config.json carries ``interleaved`` and ``mrope_interleaved`` in its rope dict, which its
+    code never reads (it always interleaves): the same MRoPE as without them, whatever they say."""
+    text = {
+        "model_type": "qwen3_omni_moe_text",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [4, 6, 6]},
+        "rope_theta": 1e6,
+    }
+    plain = from_hf_config(text)
+    assert isinstance(plain, posenc.MRoPE) and plain.interleaved
+    for flag in (True, False):
+        flags = {"interleaved": flag, "mrope_interleaved": flag}
+        with_flags = from_hf_config({**text, "rope_scaling": {**text["rope_scaling"], **flags}})
+        assert repr(with_flags) == repr(plain)
+
+
 def test_dbrx_config_json_names_its_sizes_n_heads_and_d_model():
     """DBRX's config.json keeps n_heads / d_model (its class maps the standard names onto them)."""
     rope = from_hf_config(
