@@ -8,8 +8,28 @@ overrides it.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist (``pytest -n auto``), torch's intra-op threads of each worker, and of the
+    processes its tests start, are the worker's share of the cores: with torch's default (every core
+    per worker) the workers' threads outnumber the cores and wait on each other (measured on 2 cores,
+    2 workers: tests/hf/test_absolute.py's survey used 31-34 s of CPU with 2 threads, 18-20 s with 1).
+    Results do not depend on the thread count; an ``OMP_NUM_THREADS`` set by the user wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the subprocesses' torch (memory, CLI, README tests)
+    torch.set_num_threads(threads)
+
+
+_share_the_cores_between_workers()
 
 #: The devices a ``device`` test runs on: the CPU, and every accelerator torch sees here.
 DEVICES = ["cpu"] + [
