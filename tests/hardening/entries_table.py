@@ -203,6 +203,8 @@ ENTRIES: tuple[Entry, ...] = (
         "rotary(layout='interleaved', rotary_dim=4, max_len=16)",
         hooks=frozenset({"qk"}),
     ),
+    # DeepSeek V4's rotated slice inside the head (its last channels there)
+    Entry("rope-offset", "rope(rotary_dim=4, rotary_offset=2)", hooks=frozenset({"qk"})),
     Entry(
         "rope-linear",
         {"name": "rope", "scaling": {"rope_type": "linear", "factor": 2.0}},
