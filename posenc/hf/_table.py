@@ -227,6 +227,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
     # computed on the fly by index (no table, no padding offset)
     "pegasus_x": (_sinusoidal("tensor2tensor", 1024, 16384), f"{_T2T} 0"),
+    # TIPSv2's text tower: the same table, read by index from 0 (it scales the tokens, not the positions)
+    "tipsv2_text_model": (_sinusoidal("tensor2tensor", 768, 64), f"{_T2T} 0"),
     # encoder-decoders whose stacks differ (from_hf_config's stack=): Whisper's encoder table is fixed, its
     # sinusoids() (tensor2tensor spacing, from 0), its decoder's learned; LED's stacks have their own lengths
     "whisper": (

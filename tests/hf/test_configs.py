@@ -579,6 +579,14 @@ TINY: dict[str, dict] = {
         "attention_heads": 4,
         "max_position_embeddings": 48,
     },
+    "tipsv2_text_model": {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 32,
+        "vocab_size": 64,
+        "max_position_embeddings": 24,
+    },
     "pegasus_x": {
         "encoder_layers": 1,
         "decoder_layers": 1,
@@ -807,6 +815,7 @@ SINUSOIDAL_MODEL_TYPES = [
     "kosmos_2_5_text_model",
     "xglm",
     "pegasus_x",
+    "tipsv2_text_model",
 ]
 
 
