@@ -119,7 +119,7 @@ def mrope_positions(
         ``(b, 1)`` rope deltas, ``max position + 1 - tokens`` of each row (of its last document
         when packed), so that decoding continues at ``number of tokens so far + delta``, as
         transformers does with its ``rope_deltas``. Both float32 with ``omni="qwen3"``, as
-        Qwen3-Omni's (:class:`~posenc.MRoPE` takes integer positions).
+        Qwen3-Omni's, which :class:`~posenc.MRoPE` takes as they are.
     """
     aligned = position_id_per_seconds is not None
     if check_bool("use_audio_in_video", use_audio_in_video) and not aligned:
