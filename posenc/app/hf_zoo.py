@@ -149,6 +149,9 @@ def _reference(
         return apply(q, k, cos, sin)
     except RuntimeError:  # partial rotary: the model passes only the rotated channels
         r = cos.shape[-1]
+        if getattr(text, "qk_nope_head_dim", None):  # MLA heads (Mistral 4): [q_nope | q_rot], the last r
+            q_rot, k_rot = apply(q[..., -r:], k[..., -r:], cos, sin)
+            return torch.cat([q[..., :-r], q_rot], -1), torch.cat([k[..., :-r], k_rot], -1)
         q_rot, k_rot = apply(q[..., :r], k[..., :r], cos, sin)
         return torch.cat([q_rot, q[..., r:]], -1), torch.cat([k_rot, k[..., r:]], -1)
 

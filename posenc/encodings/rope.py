@@ -140,17 +140,11 @@ class RoPE(_Rotary):
                 f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - self.rotary_dim} (the rotated channels "
                 f"end inside the head), got {rotary_offset}"
             )
-        if self.params.query_scale_beta and self.params.rotary_dim != head_dim:
-            raise ValueError(
-                "scaling['llama_4_scaling_beta'] scales whole queries; with rotary_dim="
-                f"{self.params.rotary_dim} < head_dim={head_dim} the unrotated channels would not be"
-            )
         self.head_dim = head_dim
         self.layout = layout
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len
         self.axis = None
-        self.by_role = bool(self.params.query_scale_beta)
         self.table_builds = 0
         trained = getattr(self.params, "original_max_len", None)
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
@@ -224,7 +218,9 @@ class RoPE(_Rotary):
         wide = table[:, positions + offset]  # one gather
         return wide[:, :, None] if wide.dim() == 4 else wide  # (2, b, t, r) -> (2, b, 1, t, r): over heads
 
-    def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
-        """Ministral 3's ``1 + beta * log(1 + floor(p / L))`` on the queries' rows
-        (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are."""
-        return None if role == "key" else self.params.query_scale(state._positions(side)[0])[..., None]
+    def _query_scale(self, state: RotaryState, side: str) -> Tensor | None:
+        """Ministral 3's and Mistral 4's ``1 + beta * log(1 + floor(p / L))`` of whole queries
+        (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`), ``(t, 1)`` or ``(b, t, 1)``."""
+        if not self.params.query_scale_beta:
+            return None
+        return self.params.query_scale(state._positions(side)[0])[..., None]

@@ -87,6 +87,9 @@ class RotaryState(PositionState):
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         enc = self.encoding
+        scale = enc._query_scale(self, side) if role == "query" else None
+        if scale is not None:  # on every channel, rotated or not (Mistral 4 rotates a slice of each head)
+            x = x * (scale[:, None] if scale.dim() == 3 else scale).to(x.dtype)  # (b, t, 1) -> (b, 1, t, 1)
         if formula:
             return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout, offset=enc.rotary_offset)
         layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
@@ -150,8 +153,7 @@ class _Rotary(PositionalEncoding):
 
     #: The validated settings: the base, the rotated width, the rope type and its frequencies.
     params: RopeParameters
-    #: Whether queries and keys at the same positions take different rows (:meth:`_scale`: xPos,
-    #: Ministral 3's query scaling).
+    #: Whether queries and keys at the same positions take different rows (:meth:`_scale`: xPos).
     by_role: bool = False
     #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
     has_table: ClassVar[bool] = False
@@ -219,6 +221,11 @@ class _Rotary(PositionalEncoding):
         """Where :attr:`by_role`: the factor the rows of a ``role`` tensor at the positions of ``side``
         are multiplied by, ``(t, ·)`` or ``(b, t, ·)`` (``None``: none). Scaling the rows scales the
         rotated tensor: the rotation is linear."""
+        return None
+
+    def _query_scale(self, state: RotaryState, side: str) -> Tensor | None:
+        """A factor of whole queries at the positions of ``side``, ``(t, 1)`` or ``(b, t, 1)``
+        (RoPE's ``llama_4_scaling_beta``); ``None``: none. The keys are not scaled."""
         return None
 
     def prepare_state(
@@ -290,7 +297,7 @@ class _Rotary(PositionalEncoding):
             ``(b, h, t, dh)`` rotated, same dtype.
         """
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        if self.by_role:
+        if self.by_role or self.params.query_scale_beta:
             raise ValueError(
                 f"{type(self).__name__} scales queries and keys differently: rotate them together with "
                 "encode_qk(q, k)"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._checks import check_int, check_positive_float, check_positive_int
+from .._checks import check_bool, check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
 from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads
@@ -210,6 +210,50 @@ def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Con
     return lambda cfg, model_type, causal: build_rope(
         cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]
     )
+
+
+#: Mistral 4's class default ``rope_parameters`` (a ``config.json`` without them)
+_MISTRAL4_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 128.0,
+    _ORIGINAL: 8192,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale_all_dim": 1.0,
+    "mscale": 1.0,
+    "llama_4_scaling_beta": 0.1,
+}
+
+
+def mistral4(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Mistral 4's MLA heads ``[nope | rope]`` (``qk_nope_head_dim + qk_rope_head_dim`` wide, whatever
+    ``head_dim`` says): RoPE on the last ``qk_rope_head_dim`` channels, in pairs unless ``rope_interleave``
+    is false or null, and ``llama_4_scaling_beta`` scaling the whole query. Rotate the whole heads (as its
+    attention scales them), not ``q_pe`` alone."""
+    nope = check_int(
+        f"{model_type} config: qk_nope_head_dim", get(cfg, "qk_nope_head_dim", default=64), minimum=0
+    )
+    rotated = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
+    params = dict(rope_dict(cfg, model_type) or _MISTRAL4_ROPE)
+    factor = params.setdefault("partial_rotary_factor", rotated / (nope + rotated))  # (as its class does)
+    if params.get("rope_type", params.get("type", "default")) == "default" and nope:
+        raise ValueError(  # (its default frequencies span the whole head, which fail on the rope slice)
+            f"{model_type} config: rope_type 'default' with qk_nope_head_dim={nope}: its code computes default "
+            "frequencies for the whole head, which do not fit its qk_rope_head_dim rotated channels"
+        )
+    if int((nope + rotated) * factor) != rotated:
+        raise ValueError(
+            f"{model_type} config: rope_parameters['partial_rotary_factor']={factor!r} does not give "
+            f"qk_rope_head_dim={rotated} of the {nope + rotated} channels, which its attention rotates"
+        )
+    interleave = check_bool(
+        f"{model_type} config: rope_interleave", cfg.get("rope_interleave", True) or False
+    )
+    d = RopeDefaults(
+        4096, 32, 1048576, partial=factor, layout="interleaved" if interleave else "half", rope_at_end=True
+    )
+    return build_rope(cfg, model_type, d, nope + rotated, params=params)
 
 
 def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

@@ -20,7 +20,7 @@ from ._bias import (
 )
 from ._layers import deepseek_v4, gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
-from ._rope import RopeDefaults, dinov3, gptj, mrope, pixtral, rope
+from ._rope import RopeDefaults, dinov3, gptj, mistral4, mrope, pixtral, rope
 from ._speech import speech
 
 #: One line, or ``(layer type, line)`` rows where the layers (or stacks) differ.
@@ -121,6 +121,13 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "qwen3_vl_moe_text": (
         mrope(RopeDefaults(2048, 16, 128000, theta=5e5), (24, 20, 20), interleaved=True),
         _QWEN3_VL,
+    ),
+    # MLA heads [nope | rope] whose code rotates the last qk_rope_head_dim channels and scales whole queries
+    # (llama_4_scaling_beta), with a partial_rotary_factor the rule cannot place
+    "mistral4": (
+        mistral4,
+        "RoPE, interleaved layout (half where `rope_interleave` is false), the last `qk_rope_head_dim` (64) of "
+        "`qk_nope_head_dim + qk_rope_head_dim` channels, YaRN, whole queries scaled by `llama_4_scaling_beta`",
     ),
     # rope_parameters keyed "main" / "compress" (not by layer type), built by its class from compress_rope_theta;
     # the rotated channels end each head

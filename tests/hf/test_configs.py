@@ -417,6 +417,21 @@ TINY: dict[str, dict] = {
         "num_key_value_heads": 2,
         "max_position_embeddings": 32,
     },
+    "mistral4": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
+        "kv_lora_rank": 16,
+        "q_lora_rank": None,
+        "moe_intermediate_size": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 64,
+    },
     "mixtral": {
         **_DECODER,
         "hidden_size": 64,
@@ -804,6 +819,7 @@ ROPE_MODEL_TYPES = [
     "phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", "gptj", "codegen",
 ]  # fmt: skip
 BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
+MLA_MODEL_TYPES = ["mistral4"]  # whole MLA heads: test_mistral4_equals_what_reaches_its_attention
 LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart"]
 SINUSOIDAL_MODEL_TYPES = [
     "marian",
@@ -821,9 +837,11 @@ SINUSOIDAL_MODEL_TYPES = [
 
 @requires_transformers
 def test_every_supported_type_is_proven_inside_a_model():
-    groups = ROPE_MODEL_TYPES + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
+    groups = (
+        ROPE_MODEL_TYPES + MLA_MODEL_TYPES + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
+    )
     assert sorted(groups + OTHER_PROVEN) == sorted([*SUPPORTED_MODEL_TYPES, *RULE_MODEL_TYPES])
-    kinds = {"rotary": ROPE_MODEL_TYPES, "bias": BIAS_MODEL_TYPES}
+    kinds = {"rotary": ROPE_MODEL_TYPES + MLA_MODEL_TYPES, "bias": BIAS_MODEL_TYPES}
     for kind, names in kinds.items():
         assert all(from_hf_config(_hf_config(name)).kind == kind for name in names)
     assert all(isinstance(from_hf_config(_hf_config(n)), posenc.Learned) for n in LEARNED_MODEL_TYPES)
@@ -948,6 +966,67 @@ def test_ministral3_query_scaling_equals_what_reaches_the_models_attention(monke
     assert not torch.allclose(
         q, rotated[0][1][0], **ROPE_TOL
     )  # (the scaling is seen: it is not RoPE's alone)
+
+
+@requires_transformers
+@pytest.mark.parametrize("interleave", [True, None])
+def test_mistral4_equals_what_reaches_its_attention(monkeypatch, interleave):
+    """Mistral 4's MLA: the last qk_rope_head_dim channels of [nope | rope] heads rotated (in pairs, or in
+    halves where rope_interleave is null), then the whole query scaled by llama_4_scaling_beta; compared at its
+    attention's inputs (scores: its interleaved apply returns the pairs as halves), past the trained length."""
+    config = _hf_config("mistral4", rope_interleave=interleave)
+    config.rope_parameters |= {"original_max_position_embeddings": 8, "factor": 4.0}
+    config._attn_implementation = "eager"
+    model = transformers.AutoModel.from_config(config).eval()
+    module = sys.modules[type(model).__module__]
+    attn = model.layers[0].self_attn
+    seen: dict = {}
+    attn.q_proj.register_forward_hook(lambda _, args, out: seen.setdefault("q", out))
+    for name in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "eager_attention_forward"):
+        original = getattr(module, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            seen[_name] = args
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    positions = torch.stack([torch.arange(30), torch.arange(30) + 7])  # scales up to 1.16
+    with torch.no_grad():
+        model(
+            input_ids=torch.randint(0, 64, (2, 30), generator=torch.Generator().manual_seed(0)),
+            position_ids=positions,
+        )
+    _, query, key, *_ = seen["eager_attention_forward"]
+    k_rot = seen["apply_rotary_pos_emb_interleave" if interleave else "apply_rotary_pos_emb"][1]
+    q_in = seen["q"].view(2, 30, 2, 24).transpose(1, 2)  # (b, h, t, nope + rope)
+    k_in = torch.cat([key[..., :16], k_rot.expand(-1, 2, -1, -1)], -1)  # its keys, the rope part unrotated
+    for rope in (from_hf_config(config), from_hf_config(config.to_dict())):
+        assert (rope.rotary_dim, rope.rotary_offset, rope.layout) == (
+            8,
+            16,
+            "interleaved" if interleave else "half",
+        )
+        q, k = rope.encode_qk(q_in, k_in, q_positions=positions, k_positions=positions)
+        torch.testing.assert_close(q[..., :16], query[..., :16], **ROPE_TOL)  # the unrotated channels, scaled
+        torch.testing.assert_close(q @ k.mT, query @ key.mT, **ROPE_TOL)
+    assert not torch.allclose(q[..., :16], q_in[..., :16], **ROPE_TOL)  # (the scaling is seen)
+
+
+@requires_transformers
+def test_mistral4_refusals_name_what_its_code_does():
+    base = {"model_type": "mistral4", "qk_nope_head_dim": 16, "qk_rope_head_dim": 8}
+    with pytest.raises(ValueError, match=r"rope_type 'default' with qk_nope_head_dim=16: its code computes"):
+        from_hf_config({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}})
+    yarn = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 8,
+        "partial_rotary_factor": 0.5,
+    }
+    with pytest.raises(
+        ValueError, match=r"partial_rotary_factor'\]=0.5 does not give qk_rope_head_dim=8 of the 24"
+    ):
+        from_hf_config({**base, "rope_parameters": yarn})
 
 
 @requires_transformers
