@@ -217,10 +217,3 @@ class RoPE(_Rotary):
             return table[:, offset + positions.start : offset + positions.start + positions.shape[0]]
         wide = table[:, positions + offset]  # one gather
         return wide[:, :, None] if wide.dim() == 4 else wide  # (2, b, t, r) -> (2, b, 1, t, r): over heads
-
-    def _query_scale(self, state: RotaryState, side: str) -> Tensor | None:
-        """Ministral 3's and Mistral 4's ``1 + beta * log(1 + floor(p / L))`` of whole queries
-        (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`), ``(t, 1)`` or ``(b, t, 1)``."""
-        if not self.params.query_scale_beta:
-            return None
-        return self.params.query_scale(state._positions(side)[0])[..., None]

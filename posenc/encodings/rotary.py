@@ -87,9 +87,11 @@ class RotaryState(PositionState):
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         enc = self.encoding
-        scale = enc._query_scale(self, side) if role == "query" else None
-        if scale is not None:  # on every channel, rotated or not (Mistral 4 rotates a slice of each head)
-            x = x * (scale[:, None] if scale.dim() == 3 else scale).to(x.dtype)  # (b, t, 1) -> (b, 1, t, 1)
+        if role == "query" and enc.params.query_scale_beta:  # Ministral 3, Mistral 4: whole queries scaled
+            if (key := ("query scale", side, x.dtype)) not in self._cache:  # (the channels that pass too)
+                scale = enc.params.query_scale(self._positions(side)[0])[..., None].to(x.dtype)
+                self._cache[key] = (scale[:, None] if scale.dim() == 3 else scale,)  # (b, 1, t, 1)
+            x = x * self._cache[key][0]
         if formula:
             return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout, offset=enc.rotary_offset)
         layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
@@ -221,11 +223,6 @@ class _Rotary(PositionalEncoding):
         """Where :attr:`by_role`: the factor the rows of a ``role`` tensor at the positions of ``side``
         are multiplied by, ``(t, ·)`` or ``(b, t, ·)`` (``None``: none). Scaling the rows scales the
         rotated tensor: the rotation is linear."""
-        return None
-
-    def _query_scale(self, state: RotaryState, side: str) -> Tensor | None:
-        """A factor of whole queries at the positions of ``side``, ``(t, 1)`` or ``(b, t, 1)``
-        (RoPE's ``llama_4_scaling_beta``); ``None``: none. The keys are not scaled."""
         return None
 
     def prepare_state(
