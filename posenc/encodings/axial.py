@@ -78,10 +78,9 @@ class _AxisRotary(_Rotary):
     _generic_state_class = _CallbackAxisState
     axis: Tensor
     num_axes: int
-    #: Whether coordinates may be floats (AxialRoPE's pixels, Qwen3-Omni's fractional times) or below 0
-    #: (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean the same position on every axis (M-RoPE
-    #: on text) or are refused (AxialRoPE).
-    float_positions: ClassVar[bool] = False
+    #: Coordinates may be integers or floats (AxialRoPE's pixels, Qwen3-Omni's fractional times). Whether
+    #: they may be below 0 (AxialRoPE), and whether ``(t,)``/``(b, t)`` positions mean the same position on
+    #: every axis (M-RoPE on text) or are refused (AxialRoPE).
     negative_positions: ClassVar[bool] = False
     one_d_positions: ClassVar[bool] = True
 
@@ -95,14 +94,11 @@ class _AxisRotary(_Rotary):
         """``(s, r/2)`` float64 frequencies and the ``(r/2,)`` long axis each pair reads, on ``device``."""
         raise NotImplementedError  # pragma: no cover
 
-    def _frequencies(self, device: torch.device) -> Tensor:
-        return self._pairs(device)[0]
-
     def reset_caches(self) -> None:
         """Rebuild ``inv_freq`` (float32 ``(r/2,)``, for inspection), its float64 copy and ``axis`` where they are now."""
-        super().reset_caches()
+        self._inv_freq64, axis = self._pairs(self._inv_freq64.device)
         self.inv_freq = self._inv_freq64[0].to(self.inv_freq.dtype)
-        self.axis = self._pairs(self.axis.device)[1]
+        self.axis = axis.to(self.axis.device)
 
     # --- positions ---------------------------------------------------------------------------
 
@@ -111,16 +107,14 @@ class _AxisRotary(_Rotary):
 
     def _check_positions(self, positions: object, length: int, batch: int | None, name: str) -> Tensor:
         """Validate ``(t, a)``/``(b, t, a)`` positions (and ``(t,)``/``(b, t)`` when :attr:`one_d_positions`)."""
-        a, floats, one_d = self.num_axes, self.float_positions, self.one_d_positions
-        kinds = "integer or floating" if floats else "integer"
+        a, one_d = self.num_axes, self.one_d_positions
         if not isinstance(positions, Tensor):
             raise TypeError(
-                f"{name} must be a {kinds} torch.Tensor of shape (seq, {a}) or (batch, seq, {a}), "
+                f"{name} must be a integer or floating torch.Tensor of shape (seq, {a}) or (batch, seq, {a}), "
                 f"got {type(positions).__name__}"
             )
-        bad_float = positions.is_floating_point() and not floats
-        if bad_float or positions.is_complex() or positions.dtype == torch.bool:
-            raise TypeError(f"{name} must have an {kinds} dtype, got {positions.dtype}")
+        if positions.is_complex() or positions.dtype == torch.bool:
+            raise TypeError(f"{name} must have an integer or floating dtype, got {positions.dtype}")
         if not one_d and positions.dim() == 1:
             raise ValueError(
                 f"{name} has shape {tuple(positions.shape)}, but {type(self).__name__} needs one coordinate "
@@ -248,7 +242,7 @@ class AxialRoPE(_AxisRotary):
         state = rope.prepare(1 + 28 * 28, q_positions=coords)
     """
 
-    float_positions = negative_positions = True  # pixels, and index coordinates rescaled to another grid
+    negative_positions = True  # pixels, and index coordinates rescaled to another grid
     repr_optional = ("min_period", "max_period", "grid_size", "num_prefix_tokens")
     repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis

@@ -69,8 +69,6 @@ class MRoPE(_AxisRotary):
         the rotated ``(q, k)``.
     """
 
-    float_positions = True  # Qwen3-Omni's fractional times
-
     def __init__(
         self,
         head_dim: int,

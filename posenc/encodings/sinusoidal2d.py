@@ -85,12 +85,11 @@ class Sinusoidal2D(PositionalEncoding):
         super().__init__()
         # order: checked by sinusoidal_2d_table when the table is built below (or by _check_3d for video)
         self.order = order
-        check_int("d_model", d_model, minimum=4)
+        self.d_model = check_int("d_model", d_model, minimum=4)
         if d_model % 4:
             raise ValueError(
                 f"d_model must be divisible by 4 (sin and cos for rows and columns), got {d_model}"
             )
-        self.d_model = d_model
         self.grid_size = None if grid_size is None else patch_grid("grid_size", grid_size, video=True)
         self._check_3d("grid_size", self.grid_size or ())
         self.base = check_positive_float("base", base)

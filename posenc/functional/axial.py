@@ -187,9 +187,8 @@ def _pair_frequencies(
     device: torch.device,
     periods: tuple[float, float] | None = None,
 ) -> Tensor:
-    if (
-        periods is not None
-    ):  # DINOv3's other form: periods geometric from min_period to max_period, ends included
+    # DINOv3's other form: periods geometric from min_period to max_period, ends included
+    if periods is not None:
         low, high = periods
         ramp = torch.linspace(0.0, 1.0, pairs, dtype=torch.float64, device=device)
         return 2 * math.pi / (low * (high / low) ** ramp)
@@ -234,13 +233,13 @@ def axial_frequencies(
     check_choice("axis_layout", axis_layout, ("cat", "alternate"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)
-    periods = None
     if (min_period is None) != (max_period is None) or (min_period is not None and freqs != "period"):
         raise ValueError(
             "min_period and max_period go together, with freqs='period' (they replace base), got "
             f"min_period={min_period!r}, max_period={max_period!r}, freqs={freqs!r}"
         )
-    if min_period is not None and max_period is not None:
+    periods = None
+    if min_period is not None:  # (and max_period, as just checked)
         periods = (
             check_positive_float("min_period", min_period),
             check_positive_float("max_period", max_period),

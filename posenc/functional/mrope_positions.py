@@ -45,7 +45,6 @@ from .._checks import check_bool, check_choice, check_positive_float, check_posi
 __all__ = ["mrope_positions"]
 
 TEXT, IMAGE, VIDEO, AUDIO = 0, 1, 2, 3  # transformers' mm_token_type_ids
-_CPU = torch.device("cpu")
 
 
 def mrope_positions(
@@ -230,7 +229,14 @@ def mrope_positions(
                         f"{name}[{n_grid}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but "
                         f"row {row} has a run of {tokens} {name[:5]} tokens from token {int(places[-tokens])}"
                     )
-                grid_pieces.append(_grid(gt, gh // m, gw // m, p, factors[kind][n_grid], dtype))
+                time = torch.arange(gt)  # the grid's time index, times each factor in turn, as transformers
+                for factor in factors[kind][n_grid]:
+                    time = time * factor
+                # (3, gt * gh/m * gw/m) time first; long: rounds toward 0 in the factors' dtype, as transformers
+                axes = torch.arange(gh // m, dtype=dtype), torch.arange(gw // m, dtype=dtype)
+                grid_pieces.append(
+                    torch.stack(torch.meshgrid(time.to(dtype), *axes, indexing="ij")).reshape(3, -1) + p
+                )
                 p = grid_pieces[-1].max() + 1 if aligned else p + max(gh, gw) // m
                 used[kind] += 1
                 tokens -= count
@@ -258,18 +264,6 @@ def mrope_positions(
     return positions.to(device), deltas.to(device)
 
 
-def _grid(
-    t: int, h: int, w: int, start: Tensor, factors: tuple[Tensor | float, ...], dtype: torch.dtype
-) -> Tensor:
-    """``(3, t*h*w)``: the positions of a ``t x h x w`` grid of merged tokens, time first, in ``dtype``."""
-    time = torch.arange(t)
-    for factor in factors:
-        time = time * factor
-    time = time.to(dtype)  # long: rounds toward 0 in the factors' dtype, as transformers does
-    axes = torch.meshgrid(time, torch.arange(h, dtype=dtype), torch.arange(w, dtype=dtype), indexing="ij")
-    return torch.stack(axes).reshape(3, -1) + start
-
-
 def _integer_tensor(name: str, value: object, shape: str) -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(
@@ -277,7 +271,7 @@ def _integer_tensor(name: str, value: object, shape: str) -> Tensor:
         )
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {value.dtype}")
-    return value.to(_CPU)
+    return value.cpu()
 
 
 def _host_tokens(
@@ -307,7 +301,7 @@ def _host_tokens(
             raise ValueError(
                 f"attention_mask must have the shape of token_types {shape}, got {tuple(attention_mask.shape)}"
             )
-        keep = attention_mask.to(_CPU) != 0
+        keep = attention_mask.cpu() != 0
     if document_ids is None:
         docs = torch.zeros(shape, dtype=torch.long)
     else:
@@ -348,7 +342,7 @@ def _host_time_scales(name: str, value: object, videos: int, default: float) -> 
     if isinstance(value, Tensor):
         if value.dtype == torch.bool or value.is_complex():
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
-        scales = value.to(_CPU)
+        scales = value.cpu()
         scales = scales if scales.is_floating_point() else scales.float()
     elif _is_number(value) or (isinstance(value, (list, tuple)) and all(map(_is_number, value))):
         scales = torch.tensor(value, dtype=torch.float32)
