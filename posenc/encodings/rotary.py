@@ -189,13 +189,10 @@ class _Rotary(PositionalEncoding):
         self.register_buffer("_inv_freq64", sets, persistent=False)
         self.reset_caches()
 
-    def _frequencies(self, device: torch.device) -> Tensor:
-        """``(s, r/2)`` float64 frequencies on ``device``: one row per set (longrope: short, long)."""
-        return self.params.inv_freq(device=device)
-
     def reset_caches(self) -> None:
-        """Rebuild the caches where they are now (e.g. after ``to_empty()``)."""
-        sets = self._frequencies(self._inv_freq64.device)
+        """Rebuild the caches where they are now (e.g. after ``to_empty()``): ``(s, r/2)`` float64
+        frequencies, one row per set (longrope: short, long)."""
+        sets = self.params.inv_freq(device=self._inv_freq64.device)
         self._inv_freq64 = sets
         self.inv_freq = sets.to(self.inv_freq.dtype)
 
