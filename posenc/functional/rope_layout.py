@@ -21,6 +21,7 @@ from .._checks import check_choice, check_positive_int
 
 __all__ = ["half_to_interleaved", "interleaved_to_half", "rope_layout_permutation"]
 
+
 def rope_layout_permutation(
     head_dim: int,
     rotary_dim: int | None = None,
