@@ -12,19 +12,7 @@ from .._checks import check_bool, check_positive_float
 from .rope import RoPE
 from .rotary import RotaryState
 
-__all__ = ["XPos", "XPosState", "xpos_zeta"]
-
-
-def xpos_zeta(
-    rotary_dim: int,
-    gamma: float,
-    *,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """The decay base of each rotated pair: ``zeta_i = (2i / r + gamma) / (1 + gamma)``, ``(r/2,)``."""
-    i = torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=device)
-    return ((i / rotary_dim + gamma) / (1 + gamma)).to(dtype)
+__all__ = ["XPos", "XPosState"]
 
 
 class XPosState(RotaryState):
@@ -127,7 +115,10 @@ class XPos(RoPE):
                 f"gamma={self.gamma}); use a larger scale_base, or float64 inputs"
             )
         positions, _ = state._positions(side)
-        log_zeta = xpos_zeta(self.rotary_dim, self.gamma, device=positions.device).log()  # no CPU tensor
+        # the decay base of each rotated pair, zeta_i = (2i / r + gamma) / (1 + gamma), (r/2,) float64
+        # on the positions' device (no CPU tensor)
+        i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=positions.device)
+        log_zeta = ((i / self.rotary_dim + self.gamma) / (1 + self.gamma)).log()
         power = positions.to(torch.float64)[..., None] * (
             (1.0 if role == "query" else -1.0) / self.scale_base
         )
@@ -139,7 +130,7 @@ class XPos(RoPE):
         down. The other 1/8 is left to the values they multiply (up to ~5e4 in float32, ~13 in float16)."""
         info = torch.finfo(dtype)
         limit = 0.875 * min(math.log(info.max), -math.log(info.tiny))
-        smallest_zeta = self.gamma / (1 + self.gamma)  # zeta_0 of xpos_zeta, in Python: no tensor read
+        smallest_zeta = self.gamma / (1 + self.gamma)  # zeta_0 (see _scale), in Python: no tensor read
         return int(limit * self.scale_base / -math.log(smallest_zeta))
 
     def extra_repr(self) -> str:

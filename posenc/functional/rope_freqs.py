@@ -122,12 +122,20 @@ class RopeParameters:
     ) -> Tensor:
         """``(r/2,)`` frequencies for a sequence of length ``seq_len`` (``None``: up to the trained length).
 
-        Only dynamic and longrope depend on it: dynamic NTK's base grows past the trained length
-        (:meth:`DynamicRope.inv_freq_at`), longrope takes its long factors past it (a tensor
-        ``seq_len``, under compile/export, picks them without a Python branch). ``sets``:
-        :meth:`inv_freq` already on the device (a module's cache), instead of computed here
-        (longrope's factors would be copied from the host).
+        Only dynamic and longrope depend on it. Dynamic NTK's base grows past the trained length
+        (:class:`DynamicRope`): ``seq_len`` may be an int, ``None`` (plain RoPE's frequencies) or a
+        tensor of any shape ``(...)`` (e.g. ``positions.max() + 1``: the formula has no Python
+        branch on it), giving ``(..., r/2)``; it needs no ``sets`` (computed on the device).
+        Longrope takes its long factors past it (a tensor ``seq_len``, under compile/export, picks
+        them without a Python branch). ``sets``: :meth:`inv_freq` already on the device (a
+        module's cache), instead of computed here (longrope's factors would be copied from the host).
         """
+        if isinstance(self, DynamicRope):  # base' = base * (factor * L / L0 - (factor - 1)) ** (r / (r - 2))
+            r, factor, trained = self.rotary_dim, self.factor, self.original_max_len
+            length = torch.as_tensor(0 if seq_len is None else seq_len, device=device)
+            length = length.to(dtype).clamp_min(trained)
+            scaled_base = self.base * (factor * length / trained - (factor - 1)) ** (r / (r - 2))
+            return 1.0 / (scaled_base[..., None] ** _exponents(r, dtype, length.device))
         sets = self.inv_freq(dtype=dtype, device=device) if sets is None else sets
         long = isinstance(self, LongRope) and seq_len is not None and seq_len > self.original_max_len
         if isinstance(long, Tensor):
@@ -157,7 +165,8 @@ class DynamicRope(RopeParameters):
 
     The base grows with the sequence length ``L = max(seq_len, original_max_len)``:
     ``base' = base * (factor * L / original_max_len - (factor - 1)) ** (r / (r - 2))``, so below
-    ``original_max_len`` the frequencies are plain RoPE's.
+    ``original_max_len`` the frequencies are plain RoPE's (:meth:`inv_freq`); :meth:`inv_freq_at`
+    gives those of a sequence length (an int, or a tensor of any shape, without a Python branch).
 
     Attributes:
         factor: the scaling factor.
@@ -169,23 +178,6 @@ class DynamicRope(RopeParameters):
     length_dependent: ClassVar[bool] = True
     factor: float
     original_max_len: int
-
-    def inv_freq_at(
-        self,
-        seq_len: Tensor | int | None,
-        *,
-        dtype: torch.dtype = torch.float64,
-        device: Device = None,
-        sets: Tensor | None = None,
-    ) -> Tensor:
-        """``(..., r/2)`` frequencies for a sequence of length ``seq_len``: an int, ``None`` (plain
-        RoPE's), or a tensor of any shape ``(...)`` (e.g. ``positions.max() + 1``: the formula has
-        no Python branch on it). ``sets`` is not needed: computed on the device."""
-        r, factor, trained = self.rotary_dim, self.factor, self.original_max_len
-        length = torch.as_tensor(0 if seq_len is None else seq_len, device=device)
-        length = length.to(dtype).clamp_min(trained)
-        scaled_base = self.base * (factor * length / trained - (factor - 1)) ** (r / (r - 2))
-        return 1.0 / (scaled_base[..., None] ** _exponents(r, dtype, length.device))
 
 
 @dataclass(frozen=True, kw_only=True)

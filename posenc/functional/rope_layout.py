@@ -21,8 +21,6 @@ from .._checks import check_choice, check_positive_int
 
 __all__ = ["half_to_interleaved", "interleaved_to_half", "rope_layout_permutation"]
 
-_LAYOUTS = ("half", "interleaved")
-
 
 def rope_layout_permutation(
     head_dim: int,
@@ -50,8 +48,15 @@ def rope_layout_permutation(
         TypeError: ``head_dim`` or ``rotary_dim`` is not an int.
         ValueError: a size out of range, or ``to`` not one of the two layouts.
     """
-    rotary_dim = _check_rotary_dims(head_dim, rotary_dim)
-    check_choice("to", to, _LAYOUTS)
+    check_positive_int("head_dim", head_dim)
+    rotary_dim = check_positive_int("rotary_dim", head_dim if rotary_dim is None else rotary_dim)
+    if rotary_dim % 2:
+        raise ValueError(
+            f"rotary_dim must be a positive even int (channels rotate in pairs), got {rotary_dim}"
+        )
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim={rotary_dim} must not exceed head_dim={head_dim}")
+    check_choice("to", to, ("half", "interleaved"))
     half = rotary_dim // 2
     if to == "half":
         # half channel j takes interleaved channel 2j, half channel half+j takes 2j+1
@@ -60,21 +65,6 @@ def rope_layout_permutation(
         # interleaved channel 2j takes half channel j, 2j+1 takes half+j
         rotated = torch.stack([torch.arange(half), torch.arange(half, rotary_dim)], dim=-1).reshape(-1)
     return torch.cat([rotated, torch.arange(rotary_dim, head_dim)]).to(device)
-
-
-def _check_rotary_dims(head_dim: int, rotary_dim: int | None) -> int:
-    """``rotary_dim`` resolved (``None``: the whole head) and checked against ``head_dim``."""
-    check_positive_int("head_dim", head_dim)
-    if rotary_dim is None:
-        rotary_dim = head_dim
-    check_positive_int("rotary_dim", rotary_dim)
-    if rotary_dim % 2:
-        raise ValueError(
-            f"rotary_dim must be a positive even int (channels rotate in pairs), got {rotary_dim}"
-        )
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim={rotary_dim} must not exceed head_dim={head_dim}")
-    return rotary_dim
 
 
 def _permute_heads(

@@ -133,17 +133,12 @@ def sinusoidal_shift_map(
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
     angle = inv_freq * shift
     c, s = angle.cos(), angle.sin()
-    # the (sin, cos) channels of each frequency, (dim/2, 2): side by side, or dim/2 apart
-    channels = torch.arange(dim, device=device)
-    pairs = channels.view(-1, 2) if layout == "interleaved" else channels.view(2, -1).t()
-    sin_idx, cos_idx = pairs.unbind(-1)
-    m = torch.zeros(dim, dim, dtype=dtype, device=device)
-    # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b
-    m[sin_idx, sin_idx] = c
-    m[cos_idx, sin_idx] = s
-    m[sin_idx, cos_idx] = -s
-    m[cos_idx, cos_idx] = c
-    return m
+    # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b: entry [x, y, i, i]
+    # takes channel x (0: sin, 1: cos) of frequency i to channel y, (2, 2, dim/2, dim/2)
+    blocks = torch.diag_embed(torch.stack((c, -s, s, c)).view(2, 2, -1))
+    # channels numbered 2i + x (interleaved: side by side) or x * dim/2 + i (concat: dim/2 apart)
+    m = blocks.permute(2, 0, 3, 1) if layout == "interleaved" else blocks.permute(0, 2, 1, 3)
+    return m.reshape(dim, dim)
 
 
 def sinusoidal_2d_table(

@@ -9,7 +9,7 @@ import torch
 from rotary_embedding_torch import RotaryEmbedding
 
 import posenc
-from posenc.encodings.xpos import XPos, xpos_zeta
+from posenc.encodings.xpos import XPos
 
 # rotary-embedding-torch computes its angles and scales in float32 (ours: float64, rounded
 # once); scores of unit-scale inputs at positions < 64 differ by a few float32 ulps of ~10.
@@ -44,7 +44,7 @@ def test_scores_are_rope_times_the_decay() -> None:
     q, k = torch.randn(1, 1, t, dh, dtype=torch.float64), torch.randn(1, 1, t, dh, dtype=torch.float64)
     xq, xk = xpos(q, k)
     rq, rk = rope(q, k)
-    zeta = xpos_zeta(dh, 0.4)
+    zeta = (torch.arange(0, dh, 2, dtype=torch.float64) / dh + 0.4) / 1.4  # the paper's zeta_i, gamma 0.4
     pos = torch.arange(t, dtype=torch.float64)
     decay = zeta ** ((pos[:, None] - pos[None, :])[..., None] / sb)  # (t, t, dh/2)
     half = dh // 2
