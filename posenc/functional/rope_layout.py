@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_positive_int
+from .._checks import check_choice, check_int, check_positive_int
 
 __all__ = ["half_to_interleaved", "interleaved_to_half", "rope_layout_permutation"]
 
@@ -27,18 +27,21 @@ def rope_layout_permutation(
     rotary_dim: int | None = None,
     *,
     to: Literal["half", "interleaved"] = "half",
+    rotary_offset: int = 0,
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Channel order within one head that converts between the two RoPE layouts.
 
     ``new = old[..., perm]`` re-orders a head's channels from one layout to the other;
-    channels past ``rotary_dim`` stay in place.
+    channels outside the rotated ones stay in place.
 
     Args:
         head_dim: channels per head ``dh``, a positive int.
-        rotary_dim: rotated channels ``r`` (the first ``r`` of each head), a positive even
-            int ``<= head_dim``; ``None`` means all.
+        rotary_dim: rotated channels ``r`` (the first ``r`` of each head, or those from
+            ``rotary_offset`` on), a positive even int ``<= head_dim``; ``None`` means all.
         to: ``"half"`` (interleaved -> half) or ``"interleaved"`` (half -> interleaved).
+        rotary_offset: the first rotated channel, as :class:`~posenc.RoPE`'s (``dh - r``: the
+            last ``r``, DeepSeek V4's and Mistral 4's ``[nope | rope]`` heads).
         device: where the index tensor is made.
 
     Returns:
@@ -56,6 +59,10 @@ def rope_layout_permutation(
         )
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim={rotary_dim} must not exceed head_dim={head_dim}")
+    if check_int("rotary_offset", rotary_offset, minimum=0) + rotary_dim > head_dim:
+        raise ValueError(
+            f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - rotary_dim}, got {rotary_offset}"
+        )
     check_choice("to", to, ("half", "interleaved"))
     half = rotary_dim // 2
     if to == "half":
@@ -64,7 +71,10 @@ def rope_layout_permutation(
     else:
         # interleaved channel 2j takes half channel j, 2j+1 takes half+j
         rotated = torch.stack([torch.arange(half), torch.arange(half, rotary_dim)], dim=-1).reshape(-1)
-    return torch.cat([rotated, torch.arange(rotary_dim, head_dim)]).to(device)
+    rest = torch.arange(head_dim)
+    return torch.cat([rest[:rotary_offset], rotated + rotary_offset, rest[rotary_offset + rotary_dim :]]).to(
+        device
+    )
 
 
 def _permute_heads(
@@ -73,6 +83,7 @@ def _permute_heads(
     head_dim: int | None,
     rotary_dim: int | None,
     to: Literal["half", "interleaved"],
+    rotary_offset: int,
 ) -> Tensor:
     if not isinstance(weight, Tensor):
         raise TypeError(
@@ -93,14 +104,21 @@ def _permute_heads(
         raise ValueError(
             f"weight has {rows} rows, expected num_heads*head_dim = {num_heads}*{head_dim} = {num_heads * head_dim}"
         )
-    perm = rope_layout_permutation(head_dim, rotary_dim, to=to, device=weight.device)
+    perm = rope_layout_permutation(
+        head_dim, rotary_dim, to=to, rotary_offset=rotary_offset, device=weight.device
+    )
     # (h*dh, ...) -> (h, dh, ...): re-order channels within each head, then flatten back.
     per_head = weight.reshape(num_heads, head_dim, *weight.shape[1:])
     return per_head.index_select(1, perm).reshape(weight.shape)
 
 
 def interleaved_to_half(
-    weight: Tensor, num_heads: int, head_dim: int | None = None, rotary_dim: int | None = None
+    weight: Tensor,
+    num_heads: int,
+    head_dim: int | None = None,
+    rotary_dim: int | None = None,
+    *,
+    rotary_offset: int = 0,
 ) -> Tensor:
     """Permute q/k projection rows from the interleaved RoPE layout to the half-split one.
 
@@ -118,6 +136,8 @@ def interleaved_to_half(
         head_dim: ``dh``; ``None`` means ``rows // num_heads``.
         rotary_dim: rotated channels ``r`` per head (partial rotary: the first ``r``);
             ``None`` means all ``dh``.
+        rotary_offset: the first rotated channel (``dh - r``: the last ``r``), as
+            :class:`~posenc.RoPE`'s.
 
     Returns:
         A new tensor of the same shape, dtype and device.
@@ -126,11 +146,16 @@ def interleaved_to_half(
         TypeError: ``weight`` is not a tensor, or a size is not an int.
         ValueError: ``weight`` is not 1-D or 2-D, or its rows do not split into heads.
     """
-    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "half")
+    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "half", rotary_offset)
 
 
 def half_to_interleaved(
-    weight: Tensor, num_heads: int, head_dim: int | None = None, rotary_dim: int | None = None
+    weight: Tensor,
+    num_heads: int,
+    head_dim: int | None = None,
+    rotary_dim: int | None = None,
+    *,
+    rotary_offset: int = 0,
 ) -> Tensor:
     """Permute q/k projection rows from the half-split RoPE layout to the interleaved one.
 
@@ -142,6 +167,7 @@ def half_to_interleaved(
         num_heads: heads ``h`` in this projection.
         head_dim: ``dh``; ``None`` means ``rows // num_heads``.
         rotary_dim: rotated channels ``r`` per head; ``None`` means all ``dh``.
+        rotary_offset: the first rotated channel, as :class:`~posenc.RoPE`'s.
 
     Returns:
         A new tensor of the same shape, dtype and device.
@@ -150,4 +176,4 @@ def half_to_interleaved(
         TypeError: ``weight`` is not a tensor, or a size is not an int.
         ValueError: ``weight`` is not 1-D or 2-D, or its rows do not split into heads.
     """
-    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "interleaved")
+    return _permute_heads(weight, num_heads, head_dim, rotary_dim, "interleaved", rotary_offset)

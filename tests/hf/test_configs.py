@@ -133,6 +133,30 @@ def test_interleaved_to_half_gives_equal_scores(num_heads, num_kv_heads, head_di
     torch.testing.assert_close(ours_h, reference, **SCORE_TOL)
 
 
+def test_layout_conversion_of_a_trailing_rotary_slice_gives_equal_scores():
+    """[nope | rope] heads (DeepSeek V4, Mistral 4): the permutation moves only the slice from rotary_offset."""
+    num_heads, head_dim, r, offset = 3, 24, 8, 16
+    wq, wk = torch.randn(num_heads * head_dim, 10), torch.randn(num_heads * head_dim, 10)
+    x, positions = torch.randn(2, 7, 10), torch.arange(5, 12)
+
+    def scores(rope, w_q, w_k):
+        q, k = ((x @ w.T).view(2, 7, num_heads, head_dim).transpose(1, 2) for w in (w_q, w_k))
+        q, k = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        return q @ k.mT
+
+    pairs = posenc.RoPE(head_dim, layout="interleaved", rotary_dim=r, rotary_offset=offset)
+    halves = posenc.RoPE(head_dim, layout="half", rotary_dim=r, rotary_offset=offset)
+    moved = [interleaved_to_half(w, num_heads, rotary_dim=r, rotary_offset=offset) for w in (wq, wk)]
+    torch.testing.assert_close(scores(halves, *moved), scores(pairs, wq, wk), **SCORE_TOL)
+    assert not torch.allclose(scores(halves, wq, wk), scores(pairs, wq, wk), **SCORE_TOL)
+    back = half_to_interleaved(moved[0], num_heads, rotary_dim=r, rotary_offset=offset)
+    torch.testing.assert_close(back, wq, atol=0, rtol=0)
+    perm = rope_layout_permutation(head_dim, r, rotary_offset=offset)
+    assert perm[:offset].tolist() == list(range(offset)) and sorted(perm.tolist()) == list(range(head_dim))
+    with pytest.raises(ValueError, match=r"rotary_offset must be <= head_dim - rotary_dim = 16, got 17"):
+        rope_layout_permutation(head_dim, r, rotary_offset=17)
+
+
 def test_layout_conversion_matches_the_llama_conversion_permutation():
     """interleaved_to_half is the per-head row permutation transformers' Llama conversion applies."""
     num_heads, head_dim, width = 3, 8, 5
