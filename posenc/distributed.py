@@ -228,13 +228,12 @@ def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup
     rows = _GatherSequence.apply(torch.tensor(row, dtype=torch.long, device=device), 0, group).view(world, -1)
 
     def describe(r: int) -> str:
-        values = rows[r].tolist()  # only where check_values may read values (a CPU tensor)
-        parts = []
-        for i, name in enumerate(named):
-            n, code, *shape = values[i * 6 : (i + 1) * 6]
-            dtype = "other" if code == len(_DTYPES) else _DTYPES[code]
-            parts.append(f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {dtype}")
-        return ", ".join(parts)
+        # only where check_values may read values (a CPU tensor); one row per tensor
+        entries = zip(named, rows[r].view(len(named), -1).tolist(), strict=True)
+        return ", ".join(
+            f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {(*_DTYPES, 'other')[code]}"
+            for name, (n, code, *shape) in entries
+        )
 
     def detail() -> str:
         bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))
