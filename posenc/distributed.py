@@ -120,18 +120,6 @@ def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.de
     return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
-def _group_size_rank(
-    group: dist.ProcessGroup | None, world_size: int | None, rank: int | None
-) -> tuple[int, int]:
-    """``(world_size, rank)``: as given, else from the (initialised) process group."""
-    if world_size is not None and rank is not None:
-        return world_size, rank  # checked by shard_positions
-    if world_size is not None or rank is not None:
-        raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
-    _require_process_group()
-    return dist.get_world_size(group), dist.get_rank(group)
-
-
 def _require_process_group() -> None:
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
@@ -179,8 +167,12 @@ def shard_batch(
         raise ValueError(
             f"tensors must share one sequence length along seq_dims, got lengths {sorted(lengths)}"
         )
-    size, me = _group_size_rank(group, world_size, rank)
-    positions = shard_positions(lengths.pop(), size, me, balance, device=tensors[0].device)
+    if (world_size is None) != (rank is None):
+        raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
+    if world_size is None or rank is None:  # else checked by shard_positions
+        _require_process_group()
+        world_size, rank = dist.get_world_size(group), dist.get_rank(group)
+    positions = shard_positions(lengths.pop(), world_size, rank, balance, device=tensors[0].device)
     shards = [t.index_select(d, positions.to(t.device)) for t, d in zip(tensors, dims, strict=True)]
     return shards, positions
 
@@ -197,22 +189,23 @@ class _GatherSequence(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, dim: int, group: dist.ProcessGroup | None) -> Tensor:
         ctx.dim, ctx.group = dim, group
-        world = dist.get_world_size(group)
-        # all_gather_single stacks along dim 0: move the sequence dim there and back.
-        moved = x.movedim(dim, 0).contiguous()
-        out = moved.new_empty((world * moved.shape[0], *moved.shape[1:]))
-        dist.all_gather_single(out, moved, group=group)
-        return out.movedim(0, dim)
+        return _along(dim, x, x.shape[dim] * dist.get_world_size(group), dist.all_gather_single, group)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         # Every rank's queries read this rank's keys: the gradient of the shard is the sum over
         # ranks of the matching slice of each rank's gradient (a reduce-scatter).
-        world = dist.get_world_size(ctx.group)
-        moved = grad.movedim(ctx.dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] // world, *moved.shape[1:]))
-        dist.reduce_scatter_single(out, moved, group=ctx.group)
-        return out.movedim(0, ctx.dim), None, None
+        length = grad.shape[ctx.dim] // dist.get_world_size(ctx.group)
+        return _along(ctx.dim, grad, length, dist.reduce_scatter_single, ctx.group), None, None
+
+
+def _along(dim: int, x: Tensor, length: int, collective: Any, group: dist.ProcessGroup | None) -> Tensor:
+    """``collective(out, x)`` along ``dim`` of ``x``, into ``out`` of ``length`` entries there."""
+    # The collectives work along dim 0: move the sequence dim there and back.
+    moved = x.movedim(dim, 0).contiguous()
+    out = moved.new_empty((length, *moved.shape[1:]))
+    collective(out, moved, group=group)
+    return out.movedim(0, dim)
 
 
 #: The dtypes a shard's shape check can name (any other is "other").
@@ -235,13 +228,12 @@ def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup
     rows = _GatherSequence.apply(torch.tensor(row, dtype=torch.long, device=device), 0, group).view(world, -1)
 
     def describe(r: int) -> str:
-        values = rows[r].tolist()  # only where check_values may read values (a CPU tensor)
-        parts = []
-        for i, name in enumerate(named):
-            n, code, *shape = values[i * 6 : (i + 1) * 6]
-            dtype = "other" if code == len(_DTYPES) else _DTYPES[code]
-            parts.append(f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {dtype}")
-        return ", ".join(parts)
+        # only where check_values may read values (a CPU tensor); one row per tensor
+        entries = zip(named, rows[r].view(len(named), -1).tolist(), strict=True)
+        return ", ".join(
+            f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {(*_DTYPES, 'other')[code]}"
+            for name, (n, code, *shape) in entries
+        )
 
     def detail() -> str:
         bad = next(r for r in range(world) if not bool((rows[r] == rows[0]).all()))

@@ -268,34 +268,20 @@ def _prepare(
                     f"{grids[0]} has no default positions after cached tokens: pass positions (coordinates "
                     "(t, a) or (b, t, a)) for the new tokens"
                 )
-    firsts = [layer] * len(encodings) if first_layers is None else first_layers
-    states = [_state(e, positions, b, t, x.device, cache, n) for e, n in zip(encodings, firsts, strict=True)]
+    states = []
+    for encoding, first in zip(encodings, first_layers or [layer] * len(encodings), strict=True):
+        qp, kp, k_len = positions, positions, None  # no cache, or a growing one's first call (None: implicit)
+        if cache is not None and (positions is not None or cache.static):
+            # A static cache's first call: the encoding's default positions (AxialRoPE: its grid).
+            qp = encoding.prepare(t, batch=b, device=x.device).q_positions if qp is None else qp
+            num_axes = getattr(encoding, "num_axes", 0)
+            if num_axes and encoding.one_d_positions and _text_positions(qp, b, t, num_axes):
+                # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
+                qp = qp.unsqueeze(-1).expand(*qp.shape, num_axes)
+            # The keys cached by the encoding's first layer, with the new ones.
+            kp, k_len = cache.key_positions(first, qp, axes=bool(num_axes)), cache.mask_length(first, t)
+        states.append(encoding.prepare(t, k_len, q_positions=qp, k_positions=kp, batch=b, device=x.device))
     return key_mask, document_ids, states
-
-
-def _state(
-    encoding: PositionalEncoding,
-    positions: Tensor | None,
-    b: int,
-    t: int,
-    device: torch.device,
-    cache: KVCache | None,
-    layer: int,
-) -> PositionState:
-    """The position state of ``t`` new tokens at ``positions`` (``None``: implicit), cached keys included."""
-    if cache is None or (positions is None and not cache.static):  # no cache, or a growing one's first call
-        return encoding.prepare(t, q_positions=positions, k_positions=positions, batch=b, device=device)
-    if (
-        positions is None
-    ):  # a static cache's first call: the encoding's default positions (AxialRoPE: its grid)
-        positions = encoding.prepare(t, batch=b, device=device).q_positions
-    num_axes = getattr(encoding, "num_axes", 0)
-    if num_axes and encoding.one_d_positions and _text_positions(positions, b, t, num_axes):
-        # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
-        positions = positions.unsqueeze(-1).expand(*positions.shape, num_axes)
-    k_positions = cache.key_positions(layer, positions, axes=bool(num_axes))
-    k_len = cache.mask_length(layer, t)
-    return encoding.prepare(t, k_len, q_positions=positions, k_positions=k_positions, batch=b, device=device)
 
 
 def _text_positions(positions: Tensor, batch: int, length: int, num_axes: int) -> bool:

@@ -109,10 +109,19 @@ class TransformerLM(nn.Module):
         self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
         self.num_heads, self.max_len, self.causal = num_heads, max_len, causal
         self.windows = layer_windows(window, num_layers)
+        specs = layer_specs(position, num_layers)
+        keys = [spec_key(spec) for spec in specs]  # equal specs share one encoding
+        unique = list(dict.fromkeys(keys))  # in the order of first use
         dims = dict(d_model=d_model, num_heads=num_heads, head_dim=d_model // num_heads, max_len=max_len)
-        distinct, index = self._build_encodings(layer_specs(position, num_layers), causal=causal, **dims)
+        distinct = [build(specs[keys.index(key)], causal=causal, **dims) for key in unique]
+        if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
+            names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
+            raise ValueError(
+                f"position: the additive encoding(s) {', '.join(names)} act once, on the token embeddings, "
+                f"so they cannot be given per layer beside other encodings; use one spec for every layer"
+            )
         #: Which of the distinct encodings each layer uses.
-        self.layer_encoding: tuple[int, ...] = tuple(index)
+        self.layer_encoding: tuple[int, ...] = tuple(unique.index(key) for key in keys)
         self.encoding = distinct[0] if len(distinct) == 1 else None
         self.encodings = None if len(distinct) == 1 else nn.ModuleList(distinct)
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -127,28 +136,13 @@ class TransformerLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
             self.head.weight = self.embed.weight
-        self.apply(self._init_weights)
-        self._init_embedding()
+        self._init_parameters()
 
-    def _init_embedding(self) -> None:
-        # After every other weight, so a model without embed_scale draws exactly what it always did.
+    def _init_parameters(self) -> None:
+        self.apply(self._init_weights)
+        # The embedding last, so that a model without embed_scale draws exactly what it always did.
         if self.embed_scale is not None:
             nn.init.normal_(self.embed.weight, mean=0.0, std=1.0 / self.embed_scale)
-
-    @staticmethod
-    def _build_encodings(specs: list[Any], **dims: Any) -> tuple[list[PositionalEncoding], list[int]]:
-        """The distinct encodings of ``specs`` (equal specs share one) and each layer's index."""
-        keys = [spec_key(spec) for spec in specs]
-        unique = list(dict.fromkeys(keys))  # in the order of first use
-        distinct = [build(specs[keys.index(key)], **dims) for key in unique]
-        index = [unique.index(key) for key in keys]
-        if len(distinct) > 1 and any(e.kind == "additive" for e in distinct):
-            names = sorted({type(e).__name__ for e in distinct if e.kind == "additive"})
-            raise ValueError(
-                f"position: the additive encoding(s) {', '.join(names)} act once, on the token embeddings, "
-                f"so they cannot be given per layer beside other encodings; use one spec for every layer"
-            )
-        return distinct, index
 
     def layer_encodings(self) -> list[PositionalEncoding]:
         """The encoding of each layer, in order (the same object for layers that share one)."""
@@ -175,8 +169,7 @@ class TransformerLM(nn.Module):
         encoding its own ``reset_parameters`` (learned tables), and every encoding's
         non-persistent caches (cos/sin, bias tables) are recomputed on their current device.
         """
-        self.apply(self._init_weights)
-        self._init_embedding()
+        self._init_parameters()
         for encoding in self._distinct():
             for sub in encoding.modules():  # a nested encoding's parameters are its owner's to reset
                 reset = getattr(sub, "reset_parameters", None)
