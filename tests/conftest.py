@@ -30,6 +30,10 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+# Tests compile the same methods (RoPE.encode_qk, ...) for many differently configured modules on purpose,
+# each one a recompile of the same code object: with dynamo's default limit (8) a fullgraph test would fail
+# or pass depending on which tests ran before it in the same process.
+torch._dynamo.config.recompile_limit = 64
 
 #: The devices a ``device`` test runs on: the CPU, and every accelerator torch sees here.
 DEVICES = ["cpu"] + [

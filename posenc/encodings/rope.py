@@ -28,7 +28,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int
+from .._checks import check_bool, check_choice, check_int
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
 from ..functional.rotary import rope_cos_sin
@@ -58,6 +58,8 @@ class RoPE(_Rotary):
       ``rotary_dim``); the rest pass through. The layout applies within those ``r`` channels.
       ``rotary_offset`` moves them: channels ``rotary_offset .. rotary_offset + r - 1`` rotate
       (``head_dim - r``: the trailing slice of DeepSeek V4's ``[nope | rope]`` heads).
+    * ``conjugate=True`` rotates by minus the angles, ``m * -inv_freq[i]`` (NanoChat, whose
+      ``rotate_half`` flips the signs): scores then depend on ``n − m`` instead of ``m − n``.
     * ``scaling``: a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict, passed through
       as found in a model config: ``rope_type`` (or legacy ``type``) ``"default"``,
       ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or ``"longrope"`` with their keys
@@ -84,6 +86,7 @@ class RoPE(_Rotary):
         rotary_dim: the number of rotated channels ``r`` (even, ``<= head_dim``); default all.
         rotary_offset: the first rotated channel, from 0 (the default: the head's first ``r``) to
             ``head_dim - r`` (its last ``r``); rotary-embedding-torch's ``start_index``.
+        conjugate: rotate by minus the angles (sin negated on every path).
         scaling: the Hugging Face scaling dict, or ``None`` for plain RoPE.
         max_len: the model's context length (transformers' ``max_position_embeddings``): the
             trained length for ``"dynamic"``, and for yarn/llama3/longrope when the dict has
@@ -127,6 +130,7 @@ class RoPE(_Rotary):
         max_len: int | None = None,
         *,
         rotary_offset: int = 0,
+        conjugate: bool = False,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -135,6 +139,7 @@ class RoPE(_Rotary):
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
         self.rotary_offset = check_int("rotary_offset", rotary_offset, minimum=0)
+        self.conjugate = check_bool("conjugate", conjugate)
         if rotary_offset + self.rotary_dim > head_dim:
             raise ValueError(
                 f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - self.rotary_dim} (the rotated channels "
@@ -167,6 +172,8 @@ class RoPE(_Rotary):
             parts.append(f"rotary_dim={self.rotary_dim}")
         if self.rotary_offset:
             parts.append(f"rotary_offset={self.rotary_offset}")
+        if self.conjugate:
+            parts.append("conjugate=True")
         if self.rope_type != "default":
             parts.append(f"rope_type={self.rope_type!r}")
         if self.params.query_scale_beta:
@@ -189,6 +196,7 @@ class RoPE(_Rotary):
         positions = torch.arange(self.cached_len, device=table.device)
         cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=table.dtype)
         cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
+        sin = -sin if self.conjugate else sin
         self._cos_sin = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)))
         self.table_builds += 1
 

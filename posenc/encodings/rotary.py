@@ -152,6 +152,8 @@ class _Rotary(PositionalEncoding):
     axis: Tensor | None
     #: The first rotated channel (RoPE's ``rotary_offset``; the others rotate the first ``r``).
     rotary_offset: int = 0
+    #: Whether the rotation turns by minus the angles (RoPE's ``conjugate``: NanoChat).
+    conjugate: bool = False
 
     #: The validated settings: the base, the rotated width, the rope type and its frequencies.
     params: RopeParameters
@@ -207,6 +209,7 @@ class _Rotary(PositionalEncoding):
         inv_freq = self.params.inv_freq_at(state.seq_len, device=device, sets=self._inv_freq64.to(device))
         axis = None if self.axis is None else self.axis.to(device)
         cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=dtype, axis=axis)
+        sin = -sin if self.conjugate else sin
         # (b, t, r/2) -> (b, 1, t, r/2): broadcast over heads
         return (cos[:, None], sin[:, None]) if cos.dim() == 3 else (cos, sin)
 
@@ -274,7 +277,7 @@ class _Rotary(PositionalEncoding):
         """Rotate one tensor (queries or keys) by its positions (not xPos or ``llama_4_scaling_beta``,
         which scale queries and keys differently: ``encode_qk`` rotates them together).
 
-        ``conjugate=True`` rotates by minus the angles (cos and −sin, an attention factor kept): the
+        ``conjugate=True`` rotates the other way (sin negated, an attention factor kept): the
         inverse rotation when the factor is 1, as DeepSeek V4 applies to its attention output at the
         query positions to undo the rotation its values carry (its keys are its values).
 

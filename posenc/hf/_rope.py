@@ -30,6 +30,7 @@ class RopeDefaults:
     original_max: int | None = None  # Phi-3 keeps original_max_position_embeddings outside the dict
     renamed_types: tuple[tuple[str, str], ...] = ()  # Phi-3 reads rope_type "su"/"yarn" as "longrope"
     rope_at_end: bool = False  # the rotated channels end each head (DeepSeek V4's [nope | rope])
+    conjugate: bool = False  # rotates by minus the angles (NanoChat)
 
 
 def rope_parameters(
@@ -171,9 +172,8 @@ def build_rope(
         if mrope_section is not None:
             return MRoPE(head_dim, mrope_section=mrope_section, interleaved=interleaved, **kw)
         offset = head_dim - rotary_dim if d.rope_at_end else 0
-        return RoPE(
-            head_dim, rotary_dim=None if rotary_dim == head_dim else rotary_dim, rotary_offset=offset, **kw
-        )
+        rotary = None if rotary_dim == head_dim else rotary_dim
+        return RoPE(head_dim, rotary_dim=rotary, rotary_offset=offset, conjugate=d.conjugate, **kw)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{model_type} config: {err}") from None
 

@@ -49,9 +49,10 @@ _INTERLEAVED = {
         "no rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)",
     ),
 }
+#: rotates by minus the angles: RoPE(conjugate=True)
+_CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
 _REFUSED = {
-    "nanochat": "NanoChat rotates by minus the angle (its rotate_half flips the signs), which posenc's RoPE does not",
     "ernie4_5_vl_moe": "ERNIE 4.5 VL orders its M-RoPE sections (h, w, t) and pairs them its own way",
     **dict.fromkeys(
         "cohere_compass hunyuan_vl neomme".split(),
@@ -140,9 +141,8 @@ def by_rule(
     interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
-    d = RopeDefaults(
-        None, None, None, theta=None, partial=1.0, layout="interleaved" if interleave else "half"
-    )
+    layout = "interleaved" if interleave else "half"
+    d = RopeDefaults(None, None, None, theta=None, partial=1.0, layout=layout, conjugate=family in _CONJUGATE)
     read = _READ | {_PER_LAYER_KEY[family]} if family in _PER_LAYER_KEY else _READ
     unread = sorted(
         key

@@ -15,7 +15,7 @@ import posenc
 from posenc.encodings.rope import DEFAULT_TABLE_LEN, MAX_TABLE_LEN, RoPE
 from posenc.encodings.rotary import RotaryState
 from posenc.functional.rope_freqs import rope_inv_freq
-from posenc.functional.rotary import rope_cos_sin
+from posenc.functional.rotary import rope_cos_sin, rotary_reference
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402
@@ -285,6 +285,46 @@ def test_rotary_offset_moves_the_rotated_slice_on_every_path(layout, dtype):
     compiled = torch.compile(moved.encode_qk, fullgraph=True, backend="aot_eager")
     for g, w in zip(compiled(q, k, q_positions=positions, k_positions=positions), moved.encode_qk(q, k, q_positions=positions, k_positions=positions), strict=True):  # fmt: skip
         assert_close(g, w, **(F32_TOL if dtype != torch.bfloat16 else {"atol": 2e-2, "rtol": 1e-2}))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_conjugate_rotates_by_minus_the_angles_on_every_path(layout):
+    """conjugate=True (NanoChat) equals rotating at negated positions, written out with the paper's
+    formula: the table's view and gather, the formula past the table and in float64, a prepared decode
+    step, compile; scores then depend on n - m; rotate(conjugate=True) turns it back."""
+    conj = RoPE(HEAD_DIM, layout=layout, rotary_dim=48, conjugate=True, max_len=64)
+    q, k = qk(t=9)
+    inv_freq = 10000.0 ** (-torch.arange(0, 48, 2, dtype=torch.float64) / 48)  # the paper's, exact
+
+    def by_formula(x, positions):  # angles at minus the positions
+        angles = -positions.double()[..., None] * inv_freq
+        return rotary_reference(x, angles.cos().float(), angles.sin().float(), layout)
+
+    for positions in (torch.arange(9), torch.arange(9) + 3, torch.arange(9) + 500):
+        got_q, got_k = conj.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        assert_close(got_q, by_formula(q, positions), **F32_TOL)
+        assert_close(got_k, by_formula(k, positions), **F32_TOL)
+        double = conj.encode_qk(q.double(), k.double(), q_positions=positions, k_positions=positions)[0]
+        assert_close(double.float(), got_q, **F32_TOL)
+    plain = RoPE(HEAD_DIM, layout=layout, rotary_dim=48, max_len=64)
+    m = torch.arange(9)
+    assert_close(  # q_m . k_n of conjugate RoPE is plain RoPE's with q at n and k at m: swapped distance
+        torch.einsum("bhd,bhd->bh", *(x[..., 2, :] for x in conj.encode_qk(q, k, q_positions=m, k_positions=m + 4))),
+        torch.einsum("bhd,bhd->bh", *(x[..., 2, :] for x in plain.encode_qk(q, k, q_positions=m + 4, k_positions=m))),
+        **F32_TOL,
+    )  # fmt: skip
+    state = conj.prepare(1, 9, q_positions=torch.tensor([8]))
+    assert_close(
+        state.encode_qk(q[..., 8:, :], k[..., 8:, :])[0], conj.encode_qk(q, k)[0][..., 8:, :], **F32_TOL
+    )
+    compiled = torch.compile(conj.encode_qk, fullgraph=True, backend="aot_eager")
+    assert_close(compiled(q, k)[0], conj.encode_qk(q, k)[0], **F32_TOL)
+    assert_close(conj.rotate(conj.rotate(q), conjugate=True), q, **F32_TOL)
+    assert "conjugate=True" in repr(conj) and "conjugate" not in repr(plain)
+    with pytest.raises(TypeError, match=r"conjugate must be a bool, got 1"):
+        RoPE(HEAD_DIM, conjugate=1)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'conjugate'"):
+        posenc.build("xpos(conjugate=True)", head_dim=64)
 
 
 def test_rotary_offset_is_checked_shown_and_only_rope_takes_it():

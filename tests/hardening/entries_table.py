@@ -205,6 +205,8 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     # DeepSeek V4's rotated slice inside the head (its last channels there)
     Entry("rope-offset", "rope(rotary_dim=4, rotary_offset=2)", hooks=frozenset({"qk"})),
+    # NanoChat's rotation by minus the angles
+    Entry("rope-conjugate", "rope(conjugate=True)", hooks=frozenset({"qk"})),
     Entry(
         "rope-linear",
         {"name": "rope", "scaling": {"rope_type": "linear", "factor": 2.0}},

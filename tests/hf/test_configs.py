@@ -456,6 +456,13 @@ TINY: dict[str, dict] = {
         "num_experts_per_tok": 2,
         "max_position_embeddings": 64,
     },
+    "nanochat": {
+        **_DECODER,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    },
     "mixtral": {
         **_DECODER,
         "hidden_size": 64,
@@ -671,7 +678,7 @@ SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHE
 # (DeepSeek V2/V3 and GPT-OSS, also by rule, are proven in tests/hf/test_layers.py).
 RULE_MODEL_TYPES = [
     "cohere", "gemma", "gemma2", "granite", "llama", "mistral", "mixtral", "olmo", "persimmon", "phi", "qwen2",
-    "qwen3", "stablelm", "starcoder2",
+    "qwen3", "stablelm", "starcoder2", "nanochat",
 ]  # fmt: skip
 
 
@@ -840,7 +847,7 @@ def _check_rope_inside(monkeypatch, config, positions: torch.Tensor) -> None:
 # Which in-model test proves each supported model type (test_every_supported_type_is_proven checks the split).
 ROPE_MODEL_TYPES = [
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "starcoder2", "granite", "cohere",
-    "phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", "gptj", "codegen",
+    "phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", "gptj", "codegen", "nanochat",
 ]  # fmt: skip
 BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
 MLA_MODEL_TYPES = ["mistral4"]  # whole MLA heads: test_mistral4_equals_what_reaches_its_attention
