@@ -22,6 +22,7 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -47,13 +48,13 @@ def heads_differ(q: Tensor, k: Tensor) -> bool:
     return False
 
 
-def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState, sinks: Tensor | None = None) -> bool:
-    """Whether this call builds a graph: inputs, sinks or the encoding's parameters need gradients."""
+def needs_grad(*tensors: Tensor | None, state: PositionState | None = None) -> bool:
+    """Whether this call builds a graph: ``tensors`` (inputs, sinks, ``None`` skipped) or the parameters of
+    ``state``'s encoding need gradients."""
     if not torch.is_grad_enabled():
         return False
-    if q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad):
-        return True
-    return any(p.requires_grad for p in state.encoding.parameters())
+    params = () if state is None else state.encoding.parameters()
+    return any(t is not None and t.requires_grad for t in itertools.chain(tensors, params))
 
 
 def mask_dtype(q: Tensor) -> torch.dtype:
@@ -181,7 +182,7 @@ def sdpa_attention(
         return one
 
     if chunk is not None:
-        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
     # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
     # exporters): only a bias-free call with nothing but index causality takes it.
     plain = state.bias_form == "none" and sinks is None and vis.window is None and vis.user is None
@@ -239,11 +240,7 @@ def _toeplitz(
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, dropout_p, scale, sinks).flip(2)
 
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
-    grad = (
-        sinks is not None
-        and torch.is_grad_enabled()
-        and any(t.requires_grad for t in (q, k, v, values, sinks))
-    )
+    grad = sinks is not None and needs_grad(q, k, v, values, sinks)
     out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
     if tq <= tk or not (vis.causal or vis.window is not None):
         return out
@@ -287,7 +284,7 @@ def weighted_attention(
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
         return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale, sinks)
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
 
 
 def _weights_chunk(
