@@ -275,17 +275,15 @@ def attention(
             chunked = vis.causal or window is not None or sinks is not None
             rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
             return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
-    if tracing or backend == "sdpa":
-        return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
-    # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
-    # causal one) would pass the budget; a user's mask alone is dense already.
+    # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
+    # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
     scratch = state.bias_scratch
     per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         per_head or vis.structural or (vis.causal and vis.user is not None)
     )
-    if backend == "chunked" or large:
+    if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
         return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
