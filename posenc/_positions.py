@@ -108,11 +108,8 @@ def resolve_positions(
     """
     if positions is None:
         return torch.arange(length, device=device)
-    positions = check_ids(name, positions, length)
-    if positions.dtype in _UNSIGNED_WIDE:
-        # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
-        # wrap negative and is refused below).
-        positions = positions.to(torch.long)
+    # long first: torch has few kernels for uint16/32/64 (uint64 past 2**63 wraps negative, refused below)
+    positions = check_ids(name, positions, length).long()
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
@@ -123,10 +120,7 @@ def resolve_positions(
         f"{name} must be non-negative",
         lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
     )
-    return positions.long()
-
-
-_UNSIGNED_WIDE = frozenset(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+    return positions
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
