@@ -212,12 +212,9 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
     Returns:
         ``(b, t)`` long tensor of positions.
     """
-    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
-        shape = (
-            tuple(attention_mask.shape)
-            if isinstance(attention_mask, Tensor)
-            else type(attention_mask).__name__
-        )
-        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {shape}")
+    if not isinstance(attention_mask, Tensor):
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(attention_mask.shape)}")
     keep = attention_mask.long()
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep
