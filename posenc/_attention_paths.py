@@ -22,6 +22,7 @@ Shape key: ``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``tq`` quer
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -47,13 +48,13 @@ def heads_differ(q: Tensor, k: Tensor) -> bool:
     return False
 
 
-def needs_grad(q: Tensor, k: Tensor, v: Tensor, state: PositionState, sinks: Tensor | None = None) -> bool:
-    """Whether this call builds a graph: inputs, sinks or the encoding's parameters need gradients."""
+def needs_grad(*tensors: Tensor | None, state: PositionState | None = None) -> bool:
+    """Whether this call builds a graph: ``tensors`` (inputs, sinks, ``None`` skipped) or the parameters of
+    ``state``'s encoding need gradients."""
     if not torch.is_grad_enabled():
         return False
-    if q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad):
-        return True
-    return any(p.requires_grad for p in state.encoding.parameters())
+    params = () if state is None else state.encoding.parameters()
+    return any(t is not None and t.requires_grad for t in itertools.chain(tensors, params))
 
 
 def mask_dtype(q: Tensor) -> torch.dtype:
@@ -181,7 +182,7 @@ def sdpa_attention(
         return one
 
     if chunk is not None:
-        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
     # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
     # exporters): only a bias-free call with nothing but index causality takes it.
     plain = state.bias_form == "none" and sinks is None and vis.window is None and vis.user is None
@@ -239,11 +240,7 @@ def _toeplitz(
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, dropout_p, scale, sinks).flip(2)
 
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
-    grad = (
-        sinks is not None
-        and torch.is_grad_enabled()
-        and any(t.requires_grad for t in (q, k, v, values, sinks))
-    )
+    grad = sinks is not None and needs_grad(q, k, v, values, sinks)
     out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
     if tq <= tk or not (vis.causal or vis.window is not None):
         return out
@@ -281,53 +278,44 @@ def weighted_attention(
     Returns:
         ``(b, h, tq, dv)`` in ``q``'s dtype.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, scale, sinks)
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, state, sinks), chunk_fn)
+        def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
+            work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
+            groups = q.shape[1] // k.shape[1]
+            # Grouped-query attention without copying the keys: query heads g of each key head together.
+            qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
+            scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * factor
+            scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
+            bias = block.attention_bias(q, k)
+            if bias is not None:
+                scores = scores + bias.to(work)
+            dead = None
+            if keep is not None:
+                # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
+                dead = ~keep.any(dim=-1, keepdim=True)
+                scores = scores.masked_fill(~(keep | dead), float("-inf"))
+            if sinks is None:
+                probs = scores.softmax(dim=-1)
+            else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
+                sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+                probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+            if dead is not None:
+                probs = probs.masked_fill(dead, 0.0)
+            if dropout_p > 0:
+                probs = F.dropout(probs, p=dropout_p, training=True)
+            probs = probs.to(v.dtype)
+            pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
+            out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
+            extra = block.value_term(probs)
+            if extra is not None:
+                out = out + extra.to(out.dtype)
+            return out
 
+        return one
 
-def _weights_chunk(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    keep: Tensor | None,
-    dropout_p: float,
-    scale: float,
-    sinks: Tensor | None,
-) -> Tensor:
-    """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
-    work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
-    groups = q.shape[1] // k.shape[1]
-    # Grouped-query attention without copying the keys: query heads g of each key head together.
-    qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
-    scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * scale
-    scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
-    bias = state.attention_bias(q, k)
-    if bias is not None:
-        scores = scores + bias.to(work)
-    dead = None
-    if keep is not None:
-        # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
-        dead = ~keep.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(~(keep | dead), float("-inf"))
-    if sinks is None:
-        probs = scores.softmax(dim=-1)
-    else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
-        sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-    if dead is not None:
-        probs = probs.masked_fill(dead, 0.0)
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p, training=True)
-    probs = probs.to(v.dtype)
-    pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
-    out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
-    extra = state.value_term(probs)
-    if extra is not None:
-        out = out + extra.to(out.dtype)
-    return out
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)

@@ -168,7 +168,7 @@ def flex_attention_path(
     """
     from torch.nn.attention.flex_attention import AuxRequest
 
-    if needs_grad(q, k, v, state, sinks) and q.device.type == "cpu":
+    if needs_grad(q, k, v, sinks, state=state) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"

@@ -108,11 +108,8 @@ def resolve_positions(
     """
     if positions is None:
         return torch.arange(length, device=device)
-    positions = check_ids(name, positions, length)
-    if positions.dtype in _UNSIGNED_WIDE:
-        # torch has few kernels for uint16/32/64; positions fit int64 (uint64 past 2**63 would
-        # wrap negative and is refused below).
-        positions = positions.to(torch.long)
+    # long first: torch has few kernels for uint16/32/64 (uint64 past 2**63 wraps negative, refused below)
+    positions = check_ids(name, positions, length).long()
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
@@ -123,10 +120,7 @@ def resolve_positions(
         f"{name} must be non-negative",
         lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
     )
-    return positions.long()
-
-
-_UNSIGNED_WIDE = frozenset(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+    return positions
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -218,12 +212,9 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
     Returns:
         ``(b, t)`` long tensor of positions.
     """
-    if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
-        shape = (
-            tuple(attention_mask.shape)
-            if isinstance(attention_mask, Tensor)
-            else type(attention_mask).__name__
-        )
-        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {shape}")
+    if not isinstance(attention_mask, Tensor):
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(attention_mask.shape)}")
     keep = attention_mask.long()
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep

@@ -198,12 +198,12 @@ def attention(
             ``backend``/``chunk_size``/``window``, ``sinks`` not of shape ``(h,)``, positions given
             with a state, positions, masks, ids or ``sinks`` on another device than ``q``, or ``backend="flex"`` where it cannot run.
     """
-    _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size)
+    _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size, sinks)
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
-    _check_sinks(sinks, q)
-    for name, t in (("q_positions", q_positions), ("k_positions", k_positions), ("attn_mask", attn_mask)):
+    names = ("q_positions", "k_positions", "attn_mask", "sinks")
+    for name, t in zip(names, (q_positions, k_positions, attn_mask, sinks), strict=True):
         if isinstance(t, Tensor) and t.device != q.device:  # torch's own error would not name it
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
@@ -275,17 +275,15 @@ def attention(
             chunked = vis.causal or window is not None or sinks is not None
             rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
             return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
-    if tracing or backend == "sdpa":
-        return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
-    # Chunks where a dense mask (the bias, or a padding, document or window mask joined with the
-    # causal one) would pass the budget; a user's mask alone is dense already.
+    # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
+    # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
     scratch = state.bias_scratch
     per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > BIAS_BUDGET_BYTES and (
         per_head or vis.structural or (vis.causal and vis.user is not None)
     )
-    if backend == "chunked" or large:
+    if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
         return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
@@ -316,8 +314,10 @@ def _check_inputs(
     scale: float | None,
     backend: str,
     chunk_size: int | None,
+    sinks: Tensor | None,
 ) -> None:
-    """The argument checks of :func:`attention`, each error naming the argument and the value."""
+    """The argument checks of :func:`attention`, each error naming the argument and the value (devices:
+    in :func:`attention`; ``sinks``: shapes only, no host sync)."""
     check_qk(q, k)
     check_float_tensor("v", v, rank=4, shape="(batch, heads, seq, head_dim)")
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -366,21 +366,13 @@ def _check_inputs(
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
     ):
         raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-
-
-def _check_sinks(sinks: Tensor | None, q: Tensor) -> None:
-    """``sinks`` is ``None`` or a float ``(h,)`` tensor on ``q``'s device (shapes only: no host sync)."""
-    if sinks is None:
-        return
-    if not isinstance(sinks, Tensor) or not sinks.is_floating_point():
+    if sinks is not None and (not isinstance(sinks, Tensor) or not sinks.is_floating_point()):
         kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
         raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
-    if tuple(sinks.shape) != (q.shape[1],):
+    if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
         raise ValueError(
             f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
         )
-    if sinks.device != q.device:
-        raise ValueError(f"sinks is on {sinks.device} but q is on {q.device}; move it to q's device")
 
 
 def _state(

@@ -348,17 +348,14 @@ class PositionalEncoding(nn.Module):
         probe = fn(torch.empty(0, dtype=ref.dtype, device=ref.device))
         dtype = precise_dtype(probe.dtype) if probe.is_floating_point() else torch.float32
         device = probe.device
-
-        def target(name: str, c: Tensor) -> torch.dtype:
-            if not c.is_floating_point():
-                return c.dtype
-            return torch.float64 if name in self.float64_caches else dtype
-
+        targets = {
+            n: c.dtype if not c.is_floating_point() else torch.float64 if n in self.float64_caches else dtype
+            for n, c in caches.items()
+        }
         from_meta = ref.device.type == "meta" and device.type != "meta"
-        rebuild = from_meta or any(c.dtype != target(n, c) for n, c in caches.items())
+        rebuild = from_meta or any(c.dtype != targets[n] for n, c in caches.items())
         for name, c in caches.items():
-            target_dtype = target(name, c)
-            new = torch.empty(c.shape, dtype=target_dtype, device=device) if rebuild else c.to(device)
+            new = torch.empty(c.shape, dtype=targets[name], device=device) if rebuild else c.to(device)
             self._buffers[name] = new
         if rebuild and device.type != "meta":
             self.reset_caches()

@@ -98,26 +98,22 @@ def resolve_document_ids(
         ``(q_ids, k_ids)`` of shapes ``(tq,)``/``(b, tq)`` and ``(tk,)``/``(b, tk)``.
     """
     k_ids = check_ids("document_ids", document_ids, tk)
-    pairs = [("document_ids", k_ids)]
-    if q_document_ids is None:
-        if tq > tk:
-            raise ValueError(
-                f"document_ids has {tk} entries (one per key) but there are {tq} queries; "
-                f"pass q_document_ids of length {tq}"
-            )
-        if k_ids.device == device:
-            # Number the documents (0, 1, 2, ... where the id changes), so that two documents
-            # with the same id that are not adjacent stay apart.
-            k_ids = document_numbers(k_ids)
-        q_ids = k_ids[..., tk - tq :]
-    else:
-        q_ids = check_ids("q_document_ids", q_document_ids, tq)
-        pairs.append(("q_document_ids", q_ids))
-    for name, ids in pairs:
-        if ids.dim() == 2 and ids.shape[0] not in (1, batch):
+    q_ids = None if q_document_ids is None else check_ids("q_document_ids", q_document_ids, tq)
+    if q_ids is None and tq > tk:
+        raise ValueError(
+            f"document_ids has {tk} entries (one per key) but there are {tq} queries; "
+            f"pass q_document_ids of length {tq}"
+        )
+    for name, ids in (("document_ids", k_ids), ("q_document_ids", q_ids)):
+        if ids is not None and ids.dim() == 2 and ids.shape[0] not in (1, batch):
             raise ValueError(f"{name} has batch size {ids.shape[0]}, expected {batch} or 1")
-        if ids.device != device:
+        if ids is not None and ids.device != device:
             raise ValueError(f"{name} is on {ids.device} but q is on {device}; move it to q's device")
+    if q_ids is None:
+        # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
+        # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.
+        k_ids = document_numbers(k_ids)
+        q_ids = k_ids[..., tk - tq :]
     return q_ids, k_ids
 
 

@@ -147,10 +147,11 @@ def registered(cls: E, name: str, *aliases: str) -> Iterator[E]:
         with posenc.registry.registered(MyPE, "my_pe"):
             pe = posenc.build("my_pe", d_model=64)
     """
+    decorate = register(name, *aliases)  # checks the names first
     with _LOCK:
         added = [n for n in dict.fromkeys(x.lower() for x in (name, *aliases)) if n not in _REGISTRY]
         canonical = cls.__dict__.get("registry_name", _ABSENT)
-        register(name, *aliases)(cls)
+        decorate(cls)
     try:
         yield cls
     finally:

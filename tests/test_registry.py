@@ -170,6 +170,14 @@ def test_registered_undoes_its_registration_when_the_block_raises():
     assert "test_scaled_nope" not in posenc.available()
 
 
+def test_registered_checks_its_names_as_register_does():
+    with (
+        pytest.raises(ValueError, match="a name must be a Python identifier, got 5"),
+        registered(ScaledNoPE, 5),
+    ):
+        pass  # an int name was an AttributeError from str.lower
+
+
 def test_the_decorator_and_unregister_pair_up():
     decorated = posenc.register("test_scaled_nope", "test_scaled_nope_alias")(ScaledNoPE)
     try:

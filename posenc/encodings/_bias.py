@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .._compat import is_tracing, precise_dtype
-from .._positions import Positions, check_bias_qk, check_qk, check_scores
+from .._positions import check_bias_qk, check_qk, check_scores
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index
 from ..state import BiasForm, PositionState, ScoreMod
@@ -130,6 +130,12 @@ class PositionBiasState(PositionState):
     #: T5's per-distance table, looked up once per forward (``None`` for the others).
     table: Tensor | None = None
 
+    def __init__(self, encoding: PositionBias, *args: Any, **kwargs: Any) -> None:
+        """The base class's arguments; the bias form (key-only for a causal ALiBi) and the table from ``encoding``."""
+        form: BiasForm = "key" if encoding.key_only_when_causal and encoding.causal else "full"
+        super().__init__(encoding, *args, bias_form=form, **kwargs)
+        self.table, self.bias_scratch = encoding.prepare_table(), encoding.bias_scratch
+
     @property
     def bias_heads(self) -> int | None:
         return self.encoding.num_heads
@@ -201,16 +207,6 @@ class PositionBias(PositionalEncoding):
     #: exact under a causal mask only (ALiBi).
     key_only_when_causal: ClassVar[bool] = False
     repr_names: ClassVar[tuple[str, ...]] = ("num_heads", "causal")
-
-    def prepare_state(
-        self, q_positions: Positions, k_positions: Positions, *, q_start: int | None, k_start: int | None
-    ) -> PositionState:
-        form: BiasForm = "key" if self.key_only_when_causal and self.causal else "full"
-        state = PositionBiasState(
-            self, q_positions, k_positions, q_start=q_start, k_start=k_start, bias_form=form
-        )
-        state.table, state.bias_scratch = self.prepare_table(), self.bias_scratch
-        return state
 
     def prepare_table(self) -> Tensor | None:
         """What the state computes once per forward for :meth:`bias_fn` (T5's table), or ``None``."""
