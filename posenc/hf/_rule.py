@@ -141,8 +141,15 @@ def by_rule(
     interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
-    layout = "interleaved" if interleave else "half"
-    d = RopeDefaults(None, None, None, theta=None, partial=1.0, layout=layout, conjugate=family in _CONJUGATE)
+    d = RopeDefaults(
+        None,
+        None,
+        None,
+        theta=None,
+        partial=1.0,
+        layout="interleaved" if interleave else "half",
+        conjugate=family in _CONJUGATE,
+    )
     read = _READ | {_PER_LAYER_KEY[family]} if family in _PER_LAYER_KEY else _READ
     unread = sorted(
         key
