@@ -1779,13 +1779,17 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         ({"rope_theta": None, "rope_parameters": {"rope_type": "default"}}, "missing 'rope_theta'"),
         ({"rope_parameters": {"full_attention": {"rope_theta": 1.0}}}, "'layer_types' is missing"),
         ({"num_attention_heads": None}, "missing 'num_attention_heads'"),
-        ({"model_type": "nanochat"}, "minus the angle"),
         ({"model_type": "hunyuan_vl", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
     ],
 )
 def test_a_model_outside_the_table_refuses_what_it_cannot_read(extra, match):
     with pytest.raises(ValueError, match=match):
         from_hf_config({**RULE_BASE, **extra})
+
+
+def test_nanochat_by_rule_rotates_by_minus_the_angles():
+    rope = from_hf_config({**RULE_BASE, "model_type": "nanochat"})
+    assert rope.conjugate and not from_hf_config(RULE_BASE).conjugate
 
 
 def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
