@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_int
+from .._checks import check_choice, check_int
 from ..functional.axial import mrope_axes
 from ..functional.rope_freqs import RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
@@ -36,7 +36,9 @@ class MRoPE(_AxisRotary):
       with the temporal position, the next ``section[1]`` with the height, the rest with the width;
     * interleaved (``interleaved=True``, Qwen3-VL): pairs cycle t, h, w up to ``3 * section[j]``,
       the remainder temporal (see :func:`posenc.functional.mrope_axes`); as in transformers, the
-      sections need not sum to ``r / 2`` there (e.g. ``[11, 11, 10]`` on a 128-pair head).
+      sections need not sum to ``r / 2`` there (e.g. ``[11, 11, 10]`` on a 128-pair head);
+    * height and width interleaved (``interleaved="hw"``, ERNIE 4.5 VL): pairs alternate h, w over the
+      first ``2 * section[1]`` pairs (``section[1] == section[2]``), the last ``section[0]`` temporal.
 
     Rotation pairs channel ``i`` with ``i + r/2`` (``layout="half"``, ``rotate_half``, as the
     Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4.1V, GLM-OCR, HunYuan V4
@@ -56,7 +58,7 @@ class MRoPE(_AxisRotary):
         mrope_section: pairs per axis, e.g. Qwen2-VL's ``[16, 24, 24]`` for ``dh = 128``; default
             Qwen2-VL's proportions: ``3/8`` of the pairs to height and to width, the rest to time.
         base: the wavelength base (``rope_theta``); a ``rope_theta`` in ``scaling`` must agree.
-        interleaved: Qwen3-VL's interleaved sections.
+        interleaved: Qwen3-VL's interleaved sections (``True``), or ERNIE 4.5 VL's (``"hw"``).
         layout: ``"half"`` or ``"interleaved"`` channel pairs, as :class:`~posenc.RoPE`.
         scaling: a Hugging Face ``rope_parameters`` dict (``rope_type`` and its keys; its
             ``mrope_section``/``mrope_interleaved``, if present, must agree with the arguments).
@@ -75,14 +77,16 @@ class MRoPE(_AxisRotary):
         *,
         mrope_section: tuple[int, ...] | list[int] | None = None,
         base: float = 10000.0,
-        interleaved: bool = False,
+        interleaved: bool | Literal["hw"] = False,
         scaling: dict[str, Any] | None = None,
         layout: Literal["half", "interleaved"] = "half",
         max_len: int | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.interleaved = check_bool("interleaved", interleaved)
+        if not (isinstance(interleaved, bool) or interleaved == "hw"):
+            raise TypeError(f"interleaved must be False, True or 'hw', got {interleaved!r}")
+        self.interleaved = interleaved
         if mrope_section is None and isinstance(head_dim, int) and head_dim >= 6:
             # Qwen2-VL's proportions (16, 24, 24 of 64 pairs): 3/8 of the pairs to height and to width
             hw = 3 * (head_dim // 2) // 8
@@ -114,14 +118,19 @@ class MRoPE(_AxisRotary):
                 "scaling['llama_4_scaling_beta'] (Ministral 3's query scaling) is RoPE's: MRoPE has none"
             )
         pairs = self.params.rotary_dim // 2
-        if not interleaved and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
+        if interleaved is not True and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
             raise ValueError(
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected head_dim / 2 = "
                 f"{pairs} (one entry per axis: temporal, height, width)"
             )
         if interleaved and len(mrope_section) != 3:
             raise ValueError(
-                f"interleaved=True needs three sections (t, h, w), got mrope_section={list(mrope_section)}"
+                f"interleaved={interleaved!r} needs three sections (t, h, w), got mrope_section={list(mrope_section)}"
+            )
+        if interleaved == "hw" and mrope_section[1] != mrope_section[2]:
+            raise ValueError(
+                f"interleaved='hw' alternates height and width: their sections must be equal, got "
+                f"mrope_section={list(mrope_section)}"
             )
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.layout = head_dim, layout
@@ -146,7 +155,7 @@ class MRoPE(_AxisRotary):
         if self.rotary_dim != self.head_dim:
             parts.append(f"rotary_dim={self.rotary_dim}")
         if self.interleaved:
-            parts.append("interleaved=True")
+            parts.append(f"interleaved={self.interleaved!r}")
         if self.layout != "half":
             parts.append(f"layout={self.layout!r}")
         if self.rope_type != "default":

@@ -261,7 +261,7 @@ def axial_frequencies(
 
 
 def mrope_axes(
-    mrope_section: Sequence[int], *, interleaved: bool = False, pairs: int | None = None
+    mrope_section: Sequence[int], *, interleaved: bool | str = False, pairs: int | None = None
 ) -> Tensor:
     """The axis (0 temporal, 1 height, 2 width) of each rotated pair of M-RoPE, ``(pairs,)``.
 
@@ -269,7 +269,9 @@ def mrope_axes(
       position, the next ``section[1]`` the height, the last ``section[2]`` the width;
     * interleaved (Qwen3-VL): pairs cycle t, h, w — pair ``i`` follows height when
       ``i mod 3 == 1`` and ``i < 3 * section[1]``, width when ``i mod 3 == 2`` and
-      ``i < 3 * section[2]``, else time — so every axis spans low and high frequencies.
+      ``i < 3 * section[2]``, else time — so every axis spans low and high frequencies;
+    * ``"hw"`` (ERNIE 4.5 VL): height and width alternate over the first ``2 * section[1]`` pairs (its two
+      spatial sections are equal), time takes the last ``section[0]``.
 
     Any number of sections works for the chunked form; the interleaved one takes three, over ``pairs``
     pairs (default ``sum(section)``; transformers' recomposition writes height and width into the
@@ -277,7 +279,9 @@ def mrope_axes(
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
     sections, n = list(mrope_section), len(mrope_section)
-    if interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)
+    if interleaved == "hw":
+        axes = [1 + i % 2 for i in range(2 * sections[1])] + [0] * sections[0]
+    elif interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)
         axes = [
             i % n if i < n * sections[i % n] else 0 for i in range(sum(sections) if pairs is None else pairs)
         ]

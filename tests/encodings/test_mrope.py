@@ -176,6 +176,36 @@ def test_axes_of_pairs():
     assert mrope_axes([2, 1, 1]).tolist() == [0, 0, 1, 2]
     # Qwen3-VL: t h w t h w ... up to 3 * section, then time
     assert mrope_axes([4, 2, 2], interleaved=True).tolist() == [0, 1, 2, 0, 1, 2, 0, 0]
+    # ERNIE 4.5 VL: h w h w ... over the spatial pairs, then time
+    assert mrope_axes([2, 2, 2], interleaved="hw").tolist() == [1, 2, 1, 2, 0, 0]
+
+
+def test_ernie4_5_vl_parity():
+    """ERNIE 4.5 VL's text rotary: its config's (h, w, t) sections, height and width alternating over
+    neighbouring pairs, time last; against its rotary module and apply function at distinct (t, h, w)."""
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as ernie
+
+    config = transformers.Ernie4_5_VLMoeTextConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=HEAD_DIM,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0, "mrope_section": [6, 6, 4]},
+    )  # fmt: skip
+    pos = torch.stack([torch.arange(20), torch.arange(20) // 3 + 5, torch.arange(20) % 4])[
+        :, None
+    ]  # (3, 1, t)
+    torch.manual_seed(5)
+    q, k = torch.randn(1, 2, 20, HEAD_DIM), torch.randn(1, 2, 20, HEAD_DIM)
+    ref_q, ref_k = _hf_rotate(
+        ernie.Ernie4_5_VLMoeTextRotaryEmbedding(config), ernie.apply_rotary_pos_emb, q, k, pos
+    )
+    ours = posenc.MRoPE(HEAD_DIM, mrope_section=[4, 6, 6], base=500.0, interleaved="hw", layout="interleaved")
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+    assert "interleaved='hw'" in repr(ours)
+    assert (
+        posenc.build("mrope(mrope_section=[4, 6, 6], interleaved='hw')", head_dim=HEAD_DIM).interleaved
+        == "hw"
+    )
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -255,7 +285,22 @@ def test_caches_state_dict_dtype_copy():
     [
         ({"mrope_section": [4, 6, 5]}, ValueError, r"sums to 15, expected head_dim / 2 = 16"),
         ({"mrope_section": [8, 8], "interleaved": True}, ValueError, "three sections"),
-        ({"mrope_section": [4, 6, 6], "interleaved": "yes"}, TypeError, "interleaved must be a bool"),
+        (
+            {"mrope_section": [4, 6, 6], "interleaved": "yes"},
+            TypeError,
+            "interleaved must be False, True or 'hw'",
+        ),
+        (
+            {"mrope_section": [4, 6, 6], "interleaved": 1},
+            TypeError,
+            "interleaved must be False, True or 'hw', got 1",
+        ),
+        ({"mrope_section": [6, 6, 4], "interleaved": "hw"}, ValueError, "their sections must be equal"),
+        (
+            {"mrope_section": [2, 6, 6], "interleaved": "hw"},
+            ValueError,
+            "sums to 14, expected head_dim / 2 = 16",
+        ),
         ({"mrope_section": "4,6,6"}, TypeError, "mrope_section must be a list"),
         ({"mrope_section": [4, 6, 6], "scaling": {"mrope_section": [6, 5, 5]}}, ValueError, "conflicts"),
         (
