@@ -56,9 +56,13 @@ APPLY = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_rotar
 FIT: dict[str, Any] = {"rotary_dim": 16}
 #: Configs whose class default misses what is compared: ESM's is a model without RoPE (the rotary variant is
 #: ESM-2; the default, ESM-1b's learned table, is surveyed by tests/hf/test_absolute.py); DeepSeek V4's two
-#: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN).
+#: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN);
+#: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs.
 ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "esm": {"position_embedding_type": "rotary"},
+    "ernie4_5_vl_moe_text": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [6, 6, 4]}
+    },
     "deepseek_v4": {
         "layer_types": ["sliding_attention", "compressed_sparse_attention"],
         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
@@ -180,7 +184,10 @@ def _fit_mrope(text: Any, cls: type) -> Any:
     rotary = cls(text)
     pairs, section = rotary.inv_freq.shape[-1], list(rotary.mrope_section)
     scaled = [s * pairs // sum(section) for s in section]
-    text.rope_parameters["mrope_section"] = [scaled[0] + pairs - sum(scaled), *scaled[1:]]
+    # the remainder to the time section: the first (t, h, w), or the last where the first two are equal
+    # (ERNIE 4.5 VL lists (h, w, t) and alternates h and w, which must stay equal)
+    scaled[-1 if section[0] == section[1] else 0] += pairs - sum(scaled)
+    text.rope_parameters["mrope_section"] = scaled
     return cls(text)
 
 

@@ -149,7 +149,7 @@ def build_rope(
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
     mrope_section: list | None = None,
-    interleaved: bool = False,
+    interleaved: bool | Literal["hw"] = False,
 ) -> RoPE | MRoPE:
     """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
 
@@ -322,14 +322,15 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     )
 
 
-def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool) -> Convert:
+def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool | Literal["hw"]) -> Convert:
     """Qwen2-VL / Qwen2.5-VL (chunked) and Qwen3-VL (interleaved) text models: :class:`MRoPE`.
 
     ``mrope_section`` comes from ``rope_parameters`` (or the legacy ``rope_scaling``, whose
     ``{"type": "mrope"}`` transformers reads as ``"default"``), else the model's default; the
     rest of the dict is read as for any RoPE model. Qwen3-VL always interleaves (its
     ``mrope_interleaved`` flag, and the ``interleaved`` one of Qwen3-Omni's checkpoints, are not read by
-    transformers), Qwen2/2.5-VL never do.
+    transformers), Qwen2/2.5-VL never do. ERNIE 4.5 VL (``interleaved="hw"``) lists its sections
+    (h, w, t), posenc's (t, h, w).
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
@@ -345,6 +346,8 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
             raise TypeError(
                 f"{model_type} config: rope_parameters['mrope_section'] must be a list of ints, got {section!r}"
             )
+        if interleaved == "hw" and len(section) == 3:  # (h, w, t) -> (t, h, w)
+            section = [section[2], section[0], section[1]]
         return build_rope(
             cfg, model_type, d, head_dim, params=params, mrope_section=list(section), interleaved=interleaved
         )

@@ -11,7 +11,7 @@ top-level key naming RoPE or rotary) is refused by name: the model's code may re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
@@ -43,6 +43,7 @@ _INTERLEAVED = {
         ("glm4v", "glm_ocr"), "GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)"
     ),
     "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
+    "ernie4_5_vl_moe": "ERNIE 4.5 VL: its rotate_half_text pairs neighbours and the angles are repeat_interleaved",
     **dict.fromkeys(
         "axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
         "MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has "
@@ -53,7 +54,6 @@ _INTERLEAVED = {
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
 _REFUSED = {
-    "ernie4_5_vl_moe": "ERNIE 4.5 VL orders its M-RoPE sections (h, w, t) and pairs them its own way",
     **dict.fromkeys(
         "cohere_compass hunyuan_vl neomme".split(),
         "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
@@ -70,15 +70,17 @@ _LAYER_THETA = {"granite_swa": True, "granitemoe_swa": True, "muse_glimmer": Fal
 _PER_LAYER_KEY = {**dict.fromkeys(_LAYER_THETA, "layer_rope_theta"), "molmo2": "rope_scaling_layers"}
 
 #: Vision-language text models whose code applies M-RoPE: the ``mrope_section`` it uses when
-#: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3) or are
-#: chunked (Qwen2-VL's); the rest is read from the fields as for any RoPE model.
-_MROPE: dict[str, tuple[tuple[int, ...], bool]] = {
+#: ``rope_parameters`` gives none, and whether the sections interleave (Qwen3-VL's stride 3; ERNIE 4.5 VL's
+#: "hw", its sections listed (h, w, t)) or are chunked (Qwen2-VL's); the rest is read from the fields as for
+#: any RoPE model.
+_MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen4_exp"), ((11, 11, 10), True)),
     **dict.fromkeys(
         ("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe", "qwen3_omni_moe_talker"), ((24, 20, 20), True)
     ),
     **dict.fromkeys(("paddleocr_vl", "qwen2_5_omni", "qwen2_5_omni_talker"), ((16, 24, 24), False)),
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm_image", "glm_ocr"), ((8, 12, 12), False)),
+    "ernie4_5_vl_moe": ((22, 22, 20), "hw"),
 }
 
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from posenc.app import hf_zoo  # noqa: E402
 
 #: One model type per kind of answer: by posenc's table, by rule, refused, no text rotary embedding.
-TYPES = "phi3,seed_oss,ernie4_5_vl_moe_text,bert"
+TYPES = "phi3,seed_oss,hunyuan_vl_text,bert"
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -36,10 +36,7 @@ def test_the_table_says_how_each_type_is_matched_or_why_it_is_refused(capsys):
     rows = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.splitlines()[3:] if line[:1].strip()}
     assert rows["phi3"] == ["matched", "by table"]
     assert rows["seed_oss"] == ["matched", "by rule"]
-    assert (
-        rows["ernie4_5_vl_moe_text"][0] == "refused"
-        and "'ernie4_5_vl_moe_text'" in rows["ernie4_5_vl_moe_text"][1]
-    )
+    assert rows["hunyuan_vl_text"][0] == "refused" and "'hunyuan_vl_text'" in rows["hunyuan_vl_text"][1]
     assert "1 other model type has no text rotary embedding, not checked here: bert." in out
 
 

@@ -1631,6 +1631,30 @@ def test_qwen_vl_configs_give_the_models_mrope(case):
     torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
 
 
+@requires_transformers
+def test_ernie4_5_vl_gives_the_models_mrope():
+    """ERNIE 4.5 VL by rule: its (h, w, t) sections as posenc's (t, h, w), height and width alternating over
+    neighbouring pairs, time last; equal to its own rotation (config object, text config, config.json dict)."""
+    text = {
+        "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [6, 6, 4]},
+    }  # fmt: skip
+    config = transformers.Ernie4_5_VLMoeConfig(text_config=text)
+    rope = from_hf_config(config)
+    assert isinstance(rope, posenc.MRoPE)
+    assert (rope.mrope_section, rope.interleaved, rope.layout) == ((4, 6, 6), "hw", "interleaved")
+    for other in (config.text_config, config.text_config.to_dict()):
+        assert repr(from_hf_config(other)) == repr(rope)
+    position_ids = torch.stack([torch.arange(12), torch.arange(12) // 4 + 3, torch.arange(12) % 4])[:, None]
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 12, 32, generator=gen) for _ in range(2))
+    q_ref, k_ref = _qwen_vl_rotation(config, q, k, position_ids)
+    positions = posenc.functional.axes_last(position_ids)
+    q_ours, k_ours = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+    torch.testing.assert_close(q_ours, q_ref, **ROPE_TOL)
+    torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
+
+
 def test_qwen_vl_flat_config_json_and_legacy_mrope_type():
     """Qwen2-VL's hub config.json is flat, with rope_scaling {"type": "mrope", "mrope_section": ...}."""
     flat = {
