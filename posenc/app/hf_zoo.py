@@ -57,8 +57,18 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: Configs whose class default misses what is compared: ESM's is a model without RoPE (the rotary variant is
 #: ESM-2; the default, ESM-1b's learned table, is surveyed by tests/hf/test_absolute.py); DeepSeek V4's two
 #: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN);
-#: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs.
+#: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs;
+#: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE).
+_COMPASS = {
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 5e4, "mrope_section": [6, 5, 5]},
+        "full_attention": None,
+    },
+}
 ROTARY_VARIANT: dict[str, dict[str, Any]] = {
+    "cohere_compass_text": _COMPASS,
+    "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
     "ernie4_5_vl_moe_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [6, 6, 4]}

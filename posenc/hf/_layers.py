@@ -10,7 +10,7 @@ layer of one setting.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
@@ -186,14 +186,17 @@ def per_type_rope(
     head_dims: Sequence[int] | int,
     *,
     any_names: bool = False,
+    mrope: tuple[tuple[int, ...], bool | Literal["hw"]] | None = None,
 ) -> Layers:
     """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
     type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
-    A layer type name outside ``types`` and transformers' own is refused unless ``any_names``.
+    A layer type name outside ``types`` and transformers' own is refused unless ``any_names``. With
+    ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s and a ``None``
+    one is NoPE (Cohere Compass: its code rotates no layer of that type); elsewhere a ``None`` is refused.
     """
     raw = rope_dict(cfg, model_type)
-    if raw and all(isinstance(v, Mapping) for v in raw.values()):
+    if raw and all(isinstance(v, Mapping) or (mrope and v is None) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         unknown = [name for name in raw if name not in known and not any_names]
         if unknown:
@@ -201,7 +204,8 @@ def per_type_rope(
                 f"{model_type} config: rope_parameters[{unknown[0]!r}] names an unknown layer type; known: "
                 f"{', '.join(sorted(known))}"
             )
-        params = legacy({}) | {name: dict(value) for name, value in raw.items()}
+        params: dict[str, dict[str, Any] | None] = {**legacy({})}
+        params.update({name: None if value is None else dict(value) for name, value in raw.items()})
     elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():
             if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
@@ -215,7 +219,7 @@ def per_type_rope(
             "give one dict per layer type"
         )
     else:
-        params = legacy(dict(raw))
+        params = {**legacy(dict(raw))}
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
@@ -224,8 +228,23 @@ def per_type_rope(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
         if (name, head_dim) not in built:
-            where = f"rope_parameters[{name!r}]"
-            built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=params[name], where=where)
+            where, one = f"rope_parameters[{name!r}]", params[name]
+            if one is None:
+                built[name, head_dim] = NoPE()
+            elif mrope:  # (its section from the dict, else the model's default)
+                section = one.pop("mrope_section", mrope[0])
+                built[name, head_dim] = build_rope(
+                    cfg,
+                    model_type,
+                    d,
+                    head_dim,
+                    params=one,
+                    where=where,
+                    mrope_section=list(section),
+                    interleaved=mrope[1],
+                )
+            else:
+                built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where)
     return [built[key] for key in zip(types, dims, strict=True)]
 
 

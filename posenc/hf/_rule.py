@@ -55,7 +55,7 @@ _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
 _REFUSED = {
     **dict.fromkeys(
-        "cohere_compass hunyuan_vl neomme".split(),
+        "hunyuan_vl neomme".split(),
         "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
         "recomposition of the angles)",
     ),
@@ -82,6 +82,8 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm_image", "glm_ocr"), ((8, 12, 12), False)),
     "ernie4_5_vl_moe": ((22, 22, 20), "hw"),
 }
+#: ... with one M-RoPE dict per layer type (``None``: that type does not rotate)
+_MROPE_PER_TYPE = {"cohere_compass": ((24, 20, 20), True)}
 
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
 #: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
@@ -192,7 +194,9 @@ def by_rule(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
-    return per_type_rope(cfg, model_type, d, types, lambda flat: {}, dims, any_names=True)
+    return per_type_rope(
+        cfg, model_type, d, types, lambda flat: {}, dims, any_names=True, mrope=_MROPE_PER_TYPE.get(family)
+    )
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

@@ -1655,6 +1655,34 @@ def test_ernie4_5_vl_gives_the_models_mrope():
     torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
 
 
+@requires_transformers
+def test_cohere_compass_gives_its_mrope_per_layer_type_and_nope():
+    """Cohere Compass by rule: one Qwen3-VL-style M-RoPE dict per layer type (its mrope_section), NoPE where the
+    type's dict is None; equal to its rotary module for that layer type at distinct (t, h, w)."""
+    from transformers.models.cohere_compass import modeling_cohere_compass as hf
+
+    per_type = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 5e4, "mrope_section": [6, 5, 5]},
+        "full_attention": None,
+    }
+    text = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=3,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=per_type)  # fmt: skip
+    config = transformers.CohereCompassConfig(text_config=text)
+    for form in (config, config.text_config, config.text_config.to_dict()):
+        layers = posenc.hf.layer_encodings(form)
+        assert isinstance(layers[1], posenc.NoPE) and layers[0] is layers[2]
+        assert (layers[0].mrope_section, layers[0].interleaved, layers[0].base) == ((6, 5, 5), True, 5e4)
+    position_ids = torch.stack([torch.arange(12), torch.arange(12) // 4 + 3, torch.arange(12) % 4])[:, None]
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 12, 32, generator=gen) for _ in range(2))
+    cos, sin = hf.CohereCompassRotaryEmbedding(config.text_config)(q, position_ids, "sliding_attention")
+    q_ref, k_ref = hf.apply_rotary_pos_emb(q, k, cos, sin)
+    positions = posenc.functional.axes_last(position_ids)
+    q_ours, k_ours = layers[0].encode_qk(q, k, q_positions=positions, k_positions=positions)
+    torch.testing.assert_close(q_ours, q_ref, **ROPE_TOL)
+    torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
+
+
 def test_qwen_vl_flat_config_json_and_legacy_mrope_type():
     """Qwen2-VL's hub config.json is flat, with rope_scaling {"type": "mrope", "mrope_section": ...}."""
     flat = {
