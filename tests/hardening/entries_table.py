@@ -305,6 +305,13 @@ ENTRIES: tuple[Entry, ...] = (
         axes=3,
         variant=True,
     ),
+    # ERNIE 4.5 VL's sections: height and width alternating over neighbouring pairs, then time
+    Entry(
+        "mrope-hw",
+        "mrope(mrope_section=[2, 1, 1], interleaved='hw', layout='interleaved')",
+        hooks=frozenset({"qk"}),
+        axes=3,
+    ),
     Entry("rope-axial", "rope_axial(grid_size=(3, 4))", hooks=frozenset({"qk"}), axes=2, grid_len=12),
     Entry(
         "rope2d-alternate-interleaved-prefix",
