@@ -69,10 +69,9 @@ _REFUSED = {
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
     ),
 }
-#: vision towers whose axial rotary turns more axes than (h, w)
-_VISION_AXES = {
-    "minimax_m3_vl_vision": 3
-}  # MiniMax M3 VL: (t, h, w), get_vision_position_ids(include_temporal)
+#: vision towers whose axial rotary turns more axes than (h, w): MiniMax M3 VL's (t, h, w)
+#: (get_vision_position_ids(..., include_temporal=True))
+_VISION_AXES = {"minimax_m3_vl_vision": 3}
 
 #: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer
 #: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
