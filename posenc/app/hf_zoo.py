@@ -11,6 +11,10 @@ and posenc's encoding of a layer of that type (from the config object and from i
 must give the same rotated q/k, or the same q·k scores where the model permutes channels
 (DeepSeek's interleaved pairs come out de-interleaved).
 
+Vision towers whose config has ``rope_type: "axial"`` (Qwen2-VL's and its kin's; a modeling module with a
+``compute_axial_rope_parameters`` rotary) are checked against that vision rotary module and the tower's
+``apply_rotary_pos_emb_vision`` instead, at :data:`GRIDS`' positions (:func:`_check_vision`).
+
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
 refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
 the text model but posenc refuses its config anyway); mismatched (a bug); not built (the config or
@@ -92,6 +96,9 @@ POSITIONS = {
 AXES = torch.stack([POSITIONS["batched"], POSITIONS["batched"] // 2, POSITIONS["batched"] % 4])
 TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
+#: Vision towers (``rope_type: "axial"``): (t, h, w) grids of patches, a non-square one and two images
+#: packed, and a two-frame video, as get_vision_position_ids orders them (merge-block-major).
+GRIDS = (torch.tensor([[1, 4, 6], [1, 2, 2]]), torch.tensor([[2, 4, 4]]))
 
 
 def _rotary_classes(module: Any) -> list[type]:
@@ -228,6 +235,57 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     return types, cases, references
 
 
+def _check_vision(module: Any, config: Any) -> tuple[str, str]:
+    """A vision tower's rotation: its ``*RotaryEmbedding`` with ``compute_axial_rope_parameters``'s
+    (cos, sin) at the patches' (h, w) (or (t, h, w)) positions through its ``apply_rotary_pos_emb_vision``,
+    on random ``(N, heads, head_dim)`` q, k, against posenc's encoding of the config object and dict."""
+    from transformers.vision_utils import get_vision_position_ids
+
+    rotary, reason = None, "no *RotaryEmbedding with compute_axial_rope_parameters builds from it"
+    for obj in vars(module).values():
+        if isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters") and rotary is None:
+            try:
+                rotary = obj(config)
+            except Exception as err:
+                reason = f"{obj.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
+    apply = getattr(module, "apply_rotary_pos_emb_vision", None)
+    if rotary is None or apply is None:
+        return _unbuilt(
+            config, reason if rotary is None else "no apply_rotary_pos_emb_vision in its modeling module"
+        )
+    gen, merge = torch.Generator().manual_seed(0), getattr(config, "spatial_merge_size", None) or 1
+    cases = []
+    try:  # (the head width as its compute_axial_rope_parameters reads it; apply fails on another)
+        dim = getattr(config, "head_dim", None)
+        dim = dim or (getattr(config, "embed_dim", None) or config.hidden_size) // config.num_attention_heads
+        temporal = "self.include_temporal = True" in inspect.getsource(module)  # (t, h, w) positions
+        for grid in GRIDS:
+            pos = get_vision_position_ids(grid, merge, include_temporal=temporal)
+            cos, sin = rotary(torch.zeros(1), pos)
+            q, k = (torch.randn(len(pos), 2, dim, generator=gen) for _ in range(2))
+            cases.append((pos, q, k, *apply(q, k, cos, sin)))
+    except Exception as err:
+        return _unbuilt(config, f"reference rotation: {type(err).__name__}: {str(err)[:80]}")
+    for form in (config, config.to_dict()):
+        try:
+            enc = posenc.from_hf_config(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        for pos, q, k, q_ref, k_ref in cases:
+            try:  # posenc's (b, h, N, dh) against the tower's (N, h, dh)
+                q_ours, k_ours = enc.encode_qk(
+                    *(x.transpose(0, 1)[None] for x in (q, k)), q_positions=pos, k_positions=pos
+                )
+            except Exception as err:
+                return "mismatched", f"{type(form).__name__}: {enc!r}: {type(err).__name__}: {err}"
+            q_ours, k_ours = (x[0].transpose(0, 1) for x in (q_ours, k_ours))
+            if not (torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)):
+                return "mismatched", f"{type(form).__name__}, grid {pos.shape[0]} patches: {enc!r}"
+    return "matched", "rule"
+
+
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
     Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
@@ -253,6 +311,18 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         module = importlib.import_module(config_class.__module__.replace("configuration_", "modeling_"))
     except Exception as err:  # (any import failure: a missing optional dependency)
         return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
+    if model_type not in SUPPORTED_MODEL_TYPES and any(
+        isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters")
+        for obj in vars(module).values()
+    ):  # a vision tower (rope_type "axial"): its own rotary and apply function, not the text model's
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                config = config_class()
+        except Exception:
+            config = None
+        if (getattr(config, "rope_parameters", None) or {}).get("rope_type") == "axial":
+            return _check_vision(module, config)
     classes = _rotary_classes(module)
     if not classes:
         return "", ""
@@ -373,7 +443,9 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
         "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
         "positions (and distinct (t, h, w) positions for M-RoPE), per layer type, from the config object and",
-        "from its `config.json` dict",
+        'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
+        "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",
+        "`get_vision_position_ids` (a non-square image and a second one packed, a two-frame video)",
         "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
         "",
         "| outcome | model types |",

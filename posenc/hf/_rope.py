@@ -322,6 +322,36 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     )
 
 
+def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
+    """A vision tower with ``rope_type: "axial"`` (Qwen2-VL's and its kin's ``*VisionRotaryEmbedding``):
+    per axis ``s / 2`` frequencies ``rope_theta ** (-2i / s)``, ``s = 2 * (head_dim // axes // 2)``, the
+    angles laid out ``[rows | columns]`` twice (:class:`AxialRoPE`'s default ``axis_layout="cat"``,
+    ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through), on the patch
+    indices of ``get_vision_position_ids`` (no default grid: images vary in size)."""
+    params = rope_dict(cfg, model_type)
+    if set(params) - {"rope_type", "rope_theta"}:
+        raise ValueError(
+            f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {dict(params)!r}"
+        )
+    theta = get(params, "rope_theta", default=cfg.get("rope_theta"))
+    if theta is None:
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
+        )
+    # the attention width: Qwen2-VL's embed_dim where it has one (its hidden_size is the merger's output)
+    width = {"hidden_size": cfg["embed_dim"]} if cfg.get("embed_dim") is not None else {}
+    _, head_dim = heads_and_head_dim({**cfg, **width}, model_type, RopeDefaults(None, None, None))
+    if head_dim < 2 * axes or (axes == 2 and head_dim % 4):  # (its code's frequencies then overrun the head)
+        raise ValueError(
+            f"{model_type} config: head_dim={head_dim} does not split into {axes} axes of even width"
+        )
+    return AxialRoPE(
+        head_dim,
+        (2 * (head_dim // axes // 2),) * axes,
+        base=check_positive_float(f"{model_type} config: rope_theta", theta),
+    )
+
+
 def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool | Literal["hw"]) -> Convert:
     """Qwen2-VL / Qwen2.5-VL (chunked) and Qwen3-VL (interleaved) text models: :class:`MRoPE`.
 

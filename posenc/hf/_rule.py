@@ -19,7 +19,7 @@ from ..encodings import NoPE
 from ._bias import absolute_table, learned_by_field
 from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
 from ._read import Config, get, rope_dict
-from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
 from ._table import SUPPORTED_MODEL_TYPES
 
 __all__ = ["by_rule"]
@@ -59,7 +59,19 @@ _REFUSED = {
         "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
         "recomposition of the angles)",
     ),
+    # vision towers with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can
+    "gemma4_vision": "its rotary rotates each axis's channel block by its own half split (apply_multidimensional_rope)",
+    "inkling2_vision": "its rotary puts columns before rows ([w | h]) on neighbouring pairs",
+    "kimi_k25_vision": "its rotary alternates columns and rows at the same frequency ((w, h) per frequency)",
+    "step3p5_vision": "its rotary puts columns before rows ([w | h]), which AxialRoPE's axis layouts do not",
+    **dict.fromkeys(
+        "edgetam_video sam2_video sam3_tracker_video sam3_vit_model".split(),
+        "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
+    ),
 }
+#: vision towers whose axial rotary turns more axes than (h, w): MiniMax M3 VL's (t, h, w)
+#: (get_vision_position_ids(..., include_temporal=True))
+_VISION_AXES = {"minimax_m3_vl_vision": 3}
 
 #: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer
 #: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
@@ -133,6 +145,10 @@ def by_rule(
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
     ):
         cfg = _step3p7_per_type(cfg, model_type)
+    if rope_dict(cfg, model_type).get("rope_type") == "axial":  # a vision tower's (h, w) rotary
+        if family in _REFUSED:
+            raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
+        return vision_axial(cfg, model_type, _VISION_AXES.get(family, 2))
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
         raise ValueError(
             f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "

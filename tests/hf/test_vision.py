@@ -1,0 +1,100 @@
+"""Vision towers with ``rope_type: "axial"`` (Qwen2-VL and its kin): ``from_hf_config`` gives the
+:class:`posenc.AxialRoPE` whose rotation equals the tower's own (its ``*VisionRotaryEmbedding``'s cos/sin
+through its ``apply_rotary_pos_emb_vision``), whole tensors, at the (h, w) patch positions of
+``get_vision_position_ids`` (a non-square image and a second one packed after it, a two-frame video).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+import posenc
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
+from transformers.vision_utils import get_vision_position_ids  # noqa: E402
+
+TOL = {"atol": 2e-5, "rtol": 1e-5}
+GRIDS = (torch.tensor([[1, 4, 6], [1, 2, 2]]), torch.tensor([[2, 4, 4]]))
+#: model type -> (the tower's rotary class, a small config: head width 16 or 24)
+TOWERS = {
+    "qwen2_vl_vision": ("Qwen2VLVisionRotaryEmbedding", {"embed_dim": 64, "num_heads": 4, "hidden_size": 96}),
+    "qwen2_5_vl_vision": ("Qwen2_5_VLVisionRotaryEmbedding", {"hidden_size": 64, "num_heads": 4}),
+    "qwen3_vl_vision": ("Qwen3VLVisionRotaryEmbedding", {"hidden_size": 96, "num_heads": 4}),
+    "glm4v_vision": ("Glm4vVisionRotaryEmbedding", {"hidden_size": 64, "num_heads": 4}),
+    "paddleocr_vl_vision": ("PaddleOCRVisionRotaryEmbedding", {"hidden_size": 64, "num_attention_heads": 4}),
+    "minimax_m3_vl_vision": (
+        "MiniMaxM3VLVisionRotaryEmbedding",
+        {"hidden_size": 96, "num_attention_heads": 4},
+    ),
+}
+
+
+def _tower(model_type: str):
+    name, sizes = TOWERS[model_type]
+    config = CONFIG_MAPPING[model_type](**sizes, rope_parameters={"rope_type": "axial", "rope_theta": 123.0})
+    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    return config, getattr(module, name)(config), module.apply_rotary_pos_emb_vision
+
+
+@pytest.mark.parametrize("model_type", sorted(TOWERS))
+def test_vision_tower_rotation_equals_the_models(model_type: str) -> None:
+    config, rotary, apply = _tower(model_type)
+    temporal = model_type == "minimax_m3_vl_vision"  # (t, h, w) positions
+    head_dim = next(iter(TOWERS[model_type][1].values())) // 4
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        enc = posenc.from_hf_config(form)
+        assert isinstance(enc, posenc.AxialRoPE) and enc.head_dim == head_dim and enc.base == 123.0
+        for grid in GRIDS:
+            pos = get_vision_position_ids(grid, config.spatial_merge_size, include_temporal=temporal)
+            q, k = (torch.randn(len(pos), 3, head_dim, generator=gen) for _ in range(2))
+            q_ref, k_ref = apply(q, k, *rotary(q, pos))  # the tower's (N, heads, dh)
+            q_ours, k_ours = enc.encode_qk(
+                q.transpose(0, 1)[None], k.transpose(0, 1)[None], q_positions=pos, k_positions=pos
+            )
+            torch.testing.assert_close(q_ours[0].transpose(0, 1), q_ref, **TOL)
+            torch.testing.assert_close(k_ours[0].transpose(0, 1), k_ref, **TOL)
+
+
+def test_vision_tower_positions_are_merge_block_major() -> None:
+    # 2x2 merge blocks: the first four patches are rows 0-1, columns 0-1
+    pos = get_vision_position_ids(torch.tensor([[1, 4, 6]]), 2)
+    assert pos[:4].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]] and pos.shape == (24, 2)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "why"),
+    [
+        ("step3p5_vision", r"columns before rows"),
+        ("kimi_k25_vision", r"alternates columns and rows"),
+        ("inkling2_vision", r"columns before rows"),
+        ("gemma4_vision", r"apply_multidimensional_rope"),
+        ("sam3_vit_model", r"SAM's 2D rotary"),
+    ],
+)
+def test_vision_towers_posenc_cannot_express_are_refused(model_type: str, why: str) -> None:
+    config = CONFIG_MAPPING[model_type]()
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match=why):
+            posenc.from_hf_config(form)
+
+
+def test_vision_axial_config_errors_name_the_field() -> None:
+    base = {"model_type": "qwen3_vl_vision", "hidden_size": 64, "num_heads": 4}
+    with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'axial'"):
+        posenc.from_hf_config(
+            {**base, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2.0}}
+        )
+    with pytest.raises(ValueError, match=r"missing 'rope_theta'"):
+        posenc.from_hf_config({**base, "rope_parameters": {"rope_type": "axial"}})
+    with pytest.raises(ValueError, match=r"head_dim=18 does not split into 2 axes"):
+        posenc.from_hf_config(
+            {**base, "hidden_size": 72, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4}}
+        )
