@@ -62,7 +62,8 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: ESM-2; the default, ESM-1b's learned table, is surveyed by tests/hf/test_absolute.py); DeepSeek V4's two
 #: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN);
 #: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs;
-#: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE).
+#: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE);
+#: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds.
 _COMPASS = {
     "layer_types": ["sliding_attention", "full_attention"],
     "rope_parameters": {
@@ -71,6 +72,7 @@ _COMPASS = {
     },
 }
 ROTARY_VARIANT: dict[str, dict[str, Any]] = {
+    "lfm3": {"layer_types": ["sliding_attention", "full_attention"]},
     "cohere_compass_text": _COMPASS,
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},

@@ -187,16 +187,18 @@ def per_type_rope(
     *,
     any_names: bool = False,
     mrope: tuple[tuple[int, ...], bool | Literal["hw"]] | None = None,
+    nope: bool = False,
 ) -> Layers:
     """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
     type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``. With
-    ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s and a ``None``
-    one is NoPE (Cohere Compass: its code rotates no layer of that type); elsewhere a ``None`` is refused.
+    ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s. With ``nope`` a
+    layer type whose dict is ``None`` or absent is NoPE, as its code rotates none of those layers (Cohere
+    Compass's ``None`` types, LFM3's conv layers); elsewhere both are refused.
     """
     raw = rope_dict(cfg, model_type)
-    if raw and all(isinstance(v, Mapping) or (mrope and v is None) for v in raw.values()):
+    if raw and all(isinstance(v, Mapping) or (nope and v is None) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         unknown = [name for name in raw if name not in known and not any_names]
         if unknown:
@@ -223,12 +225,12 @@ def per_type_rope(
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
-        if name not in params:
+        if name not in params and not nope:
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
         if (name, head_dim) not in built:
-            where, one = f"rope_parameters[{name!r}]", params[name]
+            where, one = f"rope_parameters[{name!r}]", params.get(name)
             if one is None:
                 built[name, head_dim] = NoPE()
             elif mrope:  # (its section from the dict, else the model's default)

@@ -96,6 +96,11 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
 }
 #: ... with one M-RoPE dict per layer type (``None``: that type does not rotate)
 _MROPE_PER_TYPE = {"cohere_compass": ((24, 20, 20), True)}
+#: Models whose layer types without a RoPE dict (``None`` or absent) are not rotated by their code: NoPE there
+_NOPE_WITHOUT_DICT = {
+    "cohere_compass": "Cohere Compass: rope_parameters[type] None skips the rotation",
+    "lfm3": "LFM3: its conv layers have no rope entry and do not attend",
+}
 
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
 #: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
@@ -211,7 +216,15 @@ def by_rule(
         )
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
     return per_type_rope(
-        cfg, model_type, d, types, lambda flat: {}, dims, any_names=True, mrope=_MROPE_PER_TYPE.get(family)
+        cfg,
+        model_type,
+        d,
+        types,
+        lambda flat: {},
+        dims,
+        any_names=True,
+        mrope=_MROPE_PER_TYPE.get(family),
+        nope=family in _NOPE_WITHOUT_DICT,
     )
 
 

@@ -1683,6 +1683,26 @@ def test_cohere_compass_gives_its_mrope_per_layer_type_and_nope():
     torch.testing.assert_close(k_ours, k_ref, **ROPE_TOL)
 
 
+@requires_transformers
+def test_lfm3_conv_layers_are_nope_and_its_attention_layers_rotate_per_type():
+    """LFM3's rope_parameters hold its attention layer types only: its conv layers (no attention) are NoPE."""
+    config = transformers.Lfm3Config(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=3,
+        layer_types=["conv", "sliding_attention", "full_attention"],
+    )  # fmt: skip
+    for form in (config, config.to_dict()):
+        layers = posenc.hf.layer_encodings(form)
+        assert isinstance(layers[0], posenc.NoPE)
+        assert [type(e) for e in layers[1:]] == [posenc.RoPE, posenc.RoPE]
+        params = config.rope_parameters
+        assert (layers[1].base, layers[2].base) == (
+            params["sliding_attention"]["rope_theta"],
+            params["full_attention"]["rope_theta"],
+        )
+    with pytest.raises(ValueError, match=r"rope_parameters has no entry for layer type 'conv'"):
+        posenc.hf.layer_encodings({**config.to_dict(), "model_type": "llama"})
+
+
 def test_qwen_vl_flat_config_json_and_legacy_mrope_type():
     """Qwen2-VL's hub config.json is flat, with rope_scaling {"type": "mrope", "mrope_section": ...}."""
     flat = {
