@@ -63,7 +63,8 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN);
 #: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs;
 #: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE);
-#: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds.
+#: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds;
+#: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25.
 _COMPASS = {
     "layer_types": ["sliding_attention", "full_attention"],
     "rope_parameters": {
@@ -73,6 +74,7 @@ _COMPASS = {
 }
 ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "lfm3": {"layer_types": ["sliding_attention", "full_attention"]},
+    "moonshine_streaming": {"head_dim": 40},
     "cohere_compass_text": _COMPASS,
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
