@@ -75,6 +75,7 @@ def grid_positions(
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    merge_size: int = 1,
 ) -> Tensor:
     """The coordinates of every cell of a grid, row-major, after ``num_prefix_tokens`` zero rows.
 
@@ -102,6 +103,10 @@ def grid_positions(
         generator: the random generator of the augmentation (default: torch's global one).
         dtype: default ``torch.long`` for plain indices, else ``torch.float32``.
         device: of the result.
+        merge_size: order the cells of the last two axes in ``m × m`` blocks, block after block (each
+            block row-major), as the vision towers of Qwen2-VL and its kin order their patches
+            (transformers' ``get_vision_position_ids``; ``t`` frames of ``(h, w)``: pass ``(t, h, w)`` for
+            ``include_temporal=True``, else ``(h, w)`` and ``.repeat(t, 1)``). ``m`` must divide both.
 
     Returns:
         ``(p + prod(grid), a)`` coordinates, ``a = len(grid)``.
@@ -131,7 +136,14 @@ def grid_positions(
             axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
         else:
             axes.append(torch.arange(s, device=device))
-    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes)).to(dtype)
+    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).to(dtype)
+    m = check_int("merge_size", merge_size, minimum=1)
+    if m > 1:  # (..., h, w, a) -> (..., h/m, w/m, m, m, a): each block's cells together
+        if len(sizes) < 2 or sizes[-2] % m or sizes[-1] % m:
+            raise ValueError(f"merge_size={m} must divide the last two sizes of grid={tuple(sizes)}")
+        blocks = coords.unflatten(-3, (-1, m)).unflatten(-2, (-1, m))  # (..., h/m, m, w/m, m, a)
+        coords = blocks.transpose(-4, -3)
+    coords = coords.reshape(-1, len(sizes))
     if shift is not None or jitter is not None or rescale is not None:
         coords = _augment(coords, shift, jitter, rescale, generator)
     prefix = torch.zeros(num_prefix_tokens, len(sizes), dtype=coords.dtype, device=coords.device)

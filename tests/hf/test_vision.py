@@ -63,10 +63,19 @@ def test_vision_tower_rotation_equals_the_models(model_type: str) -> None:
             torch.testing.assert_close(k_ours[0].transpose(0, 1), k_ref, **TOL)
 
 
-def test_vision_tower_positions_are_merge_block_major() -> None:
-    # 2x2 merge blocks: the first four patches are rows 0-1, columns 0-1
-    pos = get_vision_position_ids(torch.tensor([[1, 4, 6]]), 2)
-    assert pos[:4].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]] and pos.shape == (24, 2)
+@pytest.mark.parametrize(("grid", "merge"), [((1, 4, 6), 2), ((2, 4, 4), 2), ((3, 6, 9), 3), ((1, 3, 5), 1)])
+def test_grid_positions_in_merge_blocks_equal_get_vision_position_ids(grid, merge) -> None:
+    """posenc's own merge-block-major patch order (2x2 blocks: the first four patches are rows 0-1, columns
+    0-1), for the (h, w) towers (frames repeated) and MiniMax M3 VL's (t, h, w)."""
+    g = torch.tensor([grid])
+    ours = posenc.functional.grid_positions(grid[1:], merge_size=merge).repeat(grid[0], 1)
+    assert torch.equal(ours, get_vision_position_ids(g, merge))
+    with_time = posenc.functional.grid_positions(grid, merge_size=merge)
+    assert torch.equal(with_time, get_vision_position_ids(g, merge, include_temporal=True))
+    if merge == 2:
+        assert ours[:4].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    with pytest.raises(ValueError, match=r"merge_size=4 must divide the last two sizes of grid=\(4, 6\)"):
+        posenc.functional.grid_positions((4, 6), merge_size=4)
 
 
 @pytest.mark.parametrize(
