@@ -1,4 +1,4 @@
-"""Every installed transformers model type with a text rotary embedding, checked against posenc.
+"""Every installed transformers model type with a text rotary embedding (or a vision tower's axial one), checked against posenc.
 
 For each ``model_type`` in ``CONFIG_MAPPING_NAMES`` whose modeling module defines a text
 ``*RotaryEmbedding`` and an apply function (:data:`APPLY`), a tiny config is built (nothing downloaded,
@@ -303,7 +303,7 @@ def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
 
 
 def check_model_type(model_type: str) -> tuple[str, str]:
-    """``(outcome, detail)`` for one model type, or ``("", "")`` when it has no text rotary embedding.
+    """``(outcome, detail)`` for one model type, or ``("", "")`` when it has neither a text rotary embedding nor an axial vision one.
 
     The outcome is one of :data:`OUTCOMES`; the detail is the reason (refused, mismatched, not
     built), or for matched how posenc converts the config: ``"table"`` (a model type of
@@ -429,7 +429,7 @@ def convert_model_type(model_type: str) -> tuple[str, str]:
 
 def survey(model_types: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:
     """:func:`check_model_type` of every model type of the installed transformers (or of ``model_types``),
-    for those with a text rotary embedding."""
+    for those with a text rotary embedding or an axial vision one."""
     results = {}
     for model_type in CONFIG_MAPPING_NAMES if model_types is None else model_types:
         outcome, detail = check_model_type(model_type)

@@ -30,14 +30,14 @@ def test_the_table_says_how_each_type_is_matched_or_why_it_is_refused(capsys):
     assert code == 0, err
     assert err == ""  # transformers' notes about the tiny configs are silenced
     assert out.startswith(
-        f"transformers {transformers.__version__}: 3 model types with a text rotary embedding"
+        f"transformers {transformers.__version__}: 3 model types with a text rotary embedding or an axial vision one"
     )
     assert "matched 2, refused 1, mismatched 0, not built 0" in out
     rows = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.splitlines()[3:] if line[:1].strip()}
     assert rows["phi3"] == ["matched", "by table"]
     assert rows["seed_oss"] == ["matched", "by rule"]
     assert rows["hunyuan_vl_text"][0] == "refused" and "'hunyuan_vl_text'" in rows["hunyuan_vl_text"][1]
-    assert "1 other model type has no text rotary embedding, not checked here: bert." in out
+    assert "1 other model type has neither, not checked here: bert." in out
 
 
 def test_json_and_markdown_are_the_zoo_survey(capsys):
@@ -55,7 +55,7 @@ def test_json_and_markdown_are_the_zoo_survey(capsys):
 def test_all_adds_what_from_hf_config_makes_of_the_other_types(capsys):
     code, out, _ = run(["models", "--types", "gpt2,opt,bert,deberta,llama", "--all"], capsys)
     assert code == 0
-    rest = out[out.index("4 model types without a text rotary embedding") :]
+    rest = out[out.index("4 model types without either") :]
     assert (
         "NOT checked against the model's code" in rest
         and "converted 3, refused 1, error 0, not built 0" in rest

@@ -61,20 +61,20 @@ def _cmd_models(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return status
     print(
-        f"transformers {version}: {len(results)} model types with a text rotary embedding, built tiny "
-        "and compared with posenc's rotation"
+        f"transformers {version}: {len(results)} model types with a text rotary embedding or an axial vision "
+        "one, built tiny and compared with posenc's rotation"
     )
     _print_rows(results, OUTCOMES, matched="matched")
     if args.all:
         print(
-            f"\n{len(others)} model types without a text rotary embedding: what posenc.from_hf_config makes "
+            f"\n{len(others)} model types without either: what posenc.from_hf_config makes "
             "of a tiny config (NOT checked against the model's code)"
         )
         _print_rows(converted, ("converted", "refused", "error", "not built"))
     elif others:
         listed = f": {', '.join(others)}" if args.types is not None else " (posenc models --all lists them)"
         many = f"{len(others)} other model types have" if len(others) > 1 else "1 other model type has"
-        print(f"\n{many} no text rotary embedding, not checked here{listed}.")
+        print(f"\n{many} neither, not checked here{listed}.")
     return status
 
 
