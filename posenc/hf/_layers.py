@@ -229,24 +229,16 @@ def per_type_rope(
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
-        if (name, head_dim) not in built:
-            where, one = f"rope_parameters[{name!r}]", params.get(name)
-            if one is None:
-                built[name, head_dim] = NoPE()
-            elif mrope:  # (its section from the dict, else the model's default)
-                section = one.pop("mrope_section", mrope[0])
-                built[name, head_dim] = build_rope(
-                    cfg,
-                    model_type,
-                    d,
-                    head_dim,
-                    params=one,
-                    where=where,
-                    mrope_section=list(section),
-                    interleaved=mrope[1],
-                )
-            else:
-                built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where)
+        where, one = f"rope_parameters[{name!r}]", params.get(name)
+        if (name, head_dim) in built:
+            continue
+        if one is None:  # (built once per type and width, as the RoPEs)
+            built[name, head_dim] = NoPE()
+            continue
+        kw: dict[str, Any] = {}
+        if mrope:  # (its section from the dict, else the model's default)
+            kw = {"mrope_section": list(one.pop("mrope_section", mrope[0])), "interleaved": mrope[1]}
+        built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where, **kw)
     return [built[key] for key in zip(types, dims, strict=True)]
 
 
