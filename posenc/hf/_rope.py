@@ -301,17 +301,27 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     )
 
 
-def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
-    ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
-    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
-    params = cfg.get("rope_parameters") or {}
+def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> Any:
+    """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
+    nothing else), else of the config, else ``default`` (not yet checked to be a number)."""
     axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
     if not axial or set(params) - {"rope_type", "rope_theta"}:
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
         )
-    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=10000.0))
+    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=default))
+    if theta is None:
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
+        )
+    return theta
+
+
+def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
+    ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
+    theta = _axial_theta(cfg, model_type, cfg.get("rope_parameters") or {}, 10000.0)
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(
@@ -328,16 +338,7 @@ def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
     angles laid out ``[rows | columns]`` twice (:class:`AxialRoPE`'s default ``axis_layout="cat"``,
     ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through), on the patch
     indices of ``get_vision_position_ids`` (no default grid: images vary in size)."""
-    params = rope_dict(cfg, model_type)
-    if set(params) - {"rope_type", "rope_theta"}:
-        raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {dict(params)!r}"
-        )
-    theta = get(params, "rope_theta", default=cfg.get("rope_theta"))
-    if theta is None:
-        raise ValueError(
-            f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
-        )
+    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), None)
     # the attention width: Qwen2-VL's embed_dim where it has one (its hidden_size is the merger's output)
     width = {"hidden_size": cfg["embed_dim"]} if cfg.get("embed_dim") is not None else {}
     _, head_dim = heads_and_head_dim({**cfg, **width}, model_type, RopeDefaults(None, None, None))
