@@ -26,20 +26,17 @@ _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attent
 Layers = list[PositionalEncoding]
 
 
-def layer_count(cfg: Config, model_type: str) -> int | None:
-    """The config's number of layers, or ``None`` when it gives none."""
+def required_count(cfg: Config, model_type: str) -> int:
+    """The config's number of layers (of the encoder, for the speech models)."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    return (
-        None if cfg.get("num_hidden_layers") is None else positive_int(cfg, model_type, "num_hidden_layers")
-    )
+    return positive_int(cfg, model_type, "num_hidden_layers")
 
 
-def required_count(cfg: Config, model_type: str) -> int:
-    n = layer_count(cfg, model_type)
-    if n is None:
-        raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    return n
+def layer_count(cfg: Config, model_type: str) -> int | None:
+    """The config's number of layers, or ``None`` when it gives none."""
+    given = model_type in SPEECH_MODEL_TYPES or cfg.get("num_hidden_layers") is not None
+    return required_count(cfg, model_type) if given else None
 
 
 def layer_types(

@@ -280,10 +280,7 @@ def supported_models_markdown() -> str:
     rows = ["| model_type | layers | posenc encoding |", "| --- | --- | --- |"]
     for name in SUPPORTED_MODEL_TYPES:
         summary = _CONVERTERS[name][1]
-        if isinstance(summary, str):
-            rows.append(f"| `{name}` | all | {summary} |")
-        else:
-            rows += [f"| `{name}` | {layers} | {text} |" for layers, text in summary]
-    for outer in sorted(_TEXT_MODEL_TYPES):
-        rows.append(f"| `{outer}` | all | as `{outer}_text`, read from `text_config` |")
+        lines = (("all", summary),) if isinstance(summary, str) else summary
+        rows += [f"| `{name}` | {layers} | {text} |" for layers, text in lines]
+    rows += [f"| `{t}` | all | as `{t}_text`, read from `text_config` |" for t in sorted(_TEXT_MODEL_TYPES)]
     return "\n".join(rows)
