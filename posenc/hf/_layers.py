@@ -341,9 +341,7 @@ def nope_layers(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_at(cfg, model_type)
-        rope = (
-            build_rope(cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]) if any(flags) else None
-        )
+        rope = build_rope(cfg, model_type, d) if any(flags) else None
         other: PositionalEncoding = NoPE()
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)

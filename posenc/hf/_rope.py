@@ -144,7 +144,7 @@ def build_rope(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
-    head_dim: int,
+    head_dim: int | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
@@ -154,7 +154,9 @@ def build_rope(
     """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
 
     With ``mrope_section``: the :class:`MRoPE` of the Qwen-VL text models (``interleaved`` sections).
+    ``head_dim``: the rotated head width (default: :func:`heads_and_head_dim`'s).
     """
+    head_dim = heads_and_head_dim(cfg, model_type, d)[1] if head_dim is None else head_dim
     base, partial, scaling = rope_parameters(cfg, model_type, d, params, where)
     max_len = get(cfg, "max_position_embeddings", default=d.max_len)
     if max_len is not None:
@@ -207,9 +209,7 @@ def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Con
     """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
     defaults, as :class:`RopeDefaults`."""
     d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
-    return lambda cfg, model_type, causal: build_rope(
-        cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]
-    )
+    return lambda cfg, model_type, causal: build_rope(cfg, model_type, d)
 
 
 #: Mistral 4's class default ``rope_parameters`` (a ``config.json`` without them)
