@@ -39,14 +39,10 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     return required_count(cfg, model_type) if given else None
 
 
-def layer_types(
-    cfg: Config, model_type: str, default: Callable[[int], str] | None = None
-) -> list[str] | None:
-    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``default`` per layer."""
+def layer_types(cfg: Config, model_type: str) -> list[str] | None:
+    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``None``."""
     if cfg.get("layer_types") is None:
-        if default is None:
-            return None
-        return [default(i) for i in range(required_count(cfg, model_type))]
+        return None
     types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
@@ -147,7 +143,7 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
     def kind(i: int) -> str:  # the last layer of each group of `every` is full (ModernBERT: the first)
         return "sliding_attention" if (i + shift) % every else "full_attention"
 
-    types = layer_types(cfg, model_type, kind) or []  # (a list: it has a default)
+    types = layer_types(cfg, model_type) or [kind(i) for i in range(required_count(cfg, model_type))]
     if model_type == "gemma4_text":
         types[-1] = "full_attention"  # transformers forces the last layer global
     return types
