@@ -151,9 +151,10 @@ class _Table(NamedTuple):
 _PAD = _Table(offset="pad")
 
 
-def _gpt(default: tuple[int, int], module: str = "wpe") -> _Table:
-    """GPT-2's kin: ``wpe`` (GPT-1: ``positions_embed``) of ``n_embd`` x ``n_positions``."""
-    return _Table(default=default, module=module, stacks=("decoder",))
+def _gpt(default: tuple[int, int], module: str = "wpe", offset: int = 0) -> _Table:
+    """GPT-2's kin (a decoder's table): ``wpe`` (GPT-1: ``positions_embed``; OPT, BioGPT: ``embed_positions``,
+    2 rows kept ahead) of ``n_embd`` x ``n_positions``."""
+    return _Table(offset=offset, default=default, module=module, stacks=("decoder",))
 
 
 def _seq2seq(default: tuple[int, int], offset: int = 0) -> _Table:
@@ -185,15 +186,13 @@ _LEARNED: dict[str, _Table] = {
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)
     "gpt2": _gpt((768, 1024)),
-    "gpt_neo": _Table(default=(2048, 2048), module="wpe", stacks=("decoder",)),
-    "opt": _Table(offset=2, default=(768, 2048), module="decoder.embed_positions", stacks=("decoder",)),
+    "gpt_neo": _gpt((2048, 2048)),
+    "opt": _gpt((768, 2048), "decoder.embed_positions", offset=2),
     "openai-gpt": _gpt((768, 512), module="positions_embed"),
     "gpt_bigcode": _gpt((768, 1024)),
     "imagegpt": _gpt((512, 1024)),
-    "biogpt": _Table(offset=2, default=(1024, 1024), module="embed_positions", stacks=("decoder",)),
-    "pp_formulanet_text": _Table(
-        offset=2, default=(512, 2560), module="embed_positions", stacks=("decoder",)
-    ),
+    "biogpt": _gpt((1024, 1024), "embed_positions", offset=2),
+    "pp_formulanet_text": _gpt((512, 2560), "embed_positions", offset=2),
     # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
     **dict.fromkeys(("xlm", "flaubert"), _Table(default=(2048, 512), module="position_embeddings")),
     # BART's kin: each stack its own embed_positions

@@ -26,30 +26,23 @@ _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attent
 Layers = list[PositionalEncoding]
 
 
-def layer_count(cfg: Config, model_type: str) -> int | None:
-    """The config's number of layers, or ``None`` when it gives none."""
+def required_count(cfg: Config, model_type: str) -> int:
+    """The config's number of layers (of the encoder, for the speech models)."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return speech_layer_count(cfg, model_type)
-    return (
-        None if cfg.get("num_hidden_layers") is None else positive_int(cfg, model_type, "num_hidden_layers")
-    )
+    return positive_int(cfg, model_type, "num_hidden_layers")
 
 
-def required_count(cfg: Config, model_type: str) -> int:
-    n = layer_count(cfg, model_type)
-    if n is None:
-        raise ValueError(f"{model_type} config: missing 'num_hidden_layers' (the number of layers)")
-    return n
+def layer_count(cfg: Config, model_type: str) -> int | None:
+    """The config's number of layers, or ``None`` when it gives none."""
+    given = model_type in SPEECH_MODEL_TYPES or cfg.get("num_hidden_layers") is not None
+    return required_count(cfg, model_type) if given else None
 
 
-def layer_types(
-    cfg: Config, model_type: str, default: Callable[[int], str] | None = None
-) -> list[str] | None:
-    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``default`` per layer."""
+def layer_types(cfg: Config, model_type: str) -> list[str] | None:
+    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``None``."""
     if cfg.get("layer_types") is None:
-        if default is None:
-            return None
-        return [default(i) for i in range(required_count(cfg, model_type))]
+        return None
     types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
@@ -150,7 +143,7 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
     def kind(i: int) -> str:  # the last layer of each group of `every` is full (ModernBERT: the first)
         return "sliding_attention" if (i + shift) % every else "full_attention"
 
-    types = layer_types(cfg, model_type, kind) or []  # (a list: it has a default)
+    types = layer_types(cfg, model_type) or [kind(i) for i in range(required_count(cfg, model_type))]
     if model_type == "gemma4_text":
         types[-1] = "full_attention"  # transformers forces the last layer global
     return types
@@ -229,24 +222,16 @@ def per_type_rope(
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
-        if (name, head_dim) not in built:
-            where, one = f"rope_parameters[{name!r}]", params.get(name)
-            if one is None:
-                built[name, head_dim] = NoPE()
-            elif mrope:  # (its section from the dict, else the model's default)
-                section = one.pop("mrope_section", mrope[0])
-                built[name, head_dim] = build_rope(
-                    cfg,
-                    model_type,
-                    d,
-                    head_dim,
-                    params=one,
-                    where=where,
-                    mrope_section=list(section),
-                    interleaved=mrope[1],
-                )
-            else:
-                built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where)
+        where, one = f"rope_parameters[{name!r}]", params.get(name)
+        if (name, head_dim) in built:
+            continue
+        if one is None:  # (built once per type and width, as the RoPEs)
+            built[name, head_dim] = NoPE()
+            continue
+        kw: dict[str, Any] = {}
+        if mrope:  # (its section from the dict, else the model's default)
+            kw = {"mrope_section": list(one.pop("mrope_section", mrope[0])), "interleaved": mrope[1]}
+        built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where, **kw)
     return [built[key] for key in zip(types, dims, strict=True)]
 
 
@@ -352,9 +337,7 @@ def nope_layers(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         flags = rope_at(cfg, model_type)
-        rope = (
-            build_rope(cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]) if any(flags) else None
-        )
+        rope = build_rope(cfg, model_type, d) if any(flags) else None
         other: PositionalEncoding = NoPE()
         if temperature and check_bool(
             f"{model_type} config: attn_temperature_tuning", cfg.get("attn_temperature_tuning", True)

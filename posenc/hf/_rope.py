@@ -144,7 +144,7 @@ def build_rope(
     cfg: Config,
     model_type: str,
     d: RopeDefaults,
-    head_dim: int,
+    head_dim: int | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
@@ -154,7 +154,9 @@ def build_rope(
     """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
 
     With ``mrope_section``: the :class:`MRoPE` of the Qwen-VL text models (``interleaved`` sections).
+    ``head_dim``: the rotated head width (default: :func:`heads_and_head_dim`'s).
     """
+    head_dim = heads_and_head_dim(cfg, model_type, d)[1] if head_dim is None else head_dim
     base, partial, scaling = rope_parameters(cfg, model_type, d, params, where)
     max_len = get(cfg, "max_position_embeddings", default=d.max_len)
     if max_len is not None:
@@ -207,9 +209,7 @@ def rope(hidden_size: int, num_heads: int, max_len: int, **defaults: Any) -> Con
     """A converter for a model that reads ``rope_parameters`` (Llama and its kin): its config class's
     defaults, as :class:`RopeDefaults`."""
     d = RopeDefaults(hidden_size, num_heads, max_len, **defaults)
-    return lambda cfg, model_type, causal: build_rope(
-        cfg, model_type, d, heads_and_head_dim(cfg, model_type, d)[1]
-    )
+    return lambda cfg, model_type, causal: build_rope(cfg, model_type, d)
 
 
 #: Mistral 4's class default ``rope_parameters`` (a ``config.json`` without them)
@@ -301,17 +301,27 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     )
 
 
-def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
-    ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
-    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
-    params = cfg.get("rope_parameters") or {}
+def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> Any:
+    """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
+    nothing else), else of the config, else ``default`` (not yet checked to be a number)."""
     axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
     if not axial or set(params) - {"rope_type", "rope_theta"}:
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
         )
-    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=10000.0))
+    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=default))
+    if theta is None:
+        raise ValueError(
+            f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
+        )
+    return theta
+
+
+def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
+    ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
+    theta = _axial_theta(cfg, model_type, cfg.get("rope_parameters") or {}, 10000.0)
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(
@@ -328,16 +338,7 @@ def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
     angles laid out ``[rows | columns]`` twice (:class:`AxialRoPE`'s default ``axis_layout="cat"``,
     ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through), on the patch
     indices of ``get_vision_position_ids`` (no default grid: images vary in size)."""
-    params = rope_dict(cfg, model_type)
-    if set(params) - {"rope_type", "rope_theta"}:
-        raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {dict(params)!r}"
-        )
-    theta = get(params, "rope_theta", default=cfg.get("rope_theta"))
-    if theta is None:
-        raise ValueError(
-            f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
-        )
+    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), None)
     # the attention width: Qwen2-VL's embed_dim where it has one (its hidden_size is the merger's output)
     width = {"hidden_size": cfg["embed_dim"]} if cfg.get("embed_dim") is not None else {}
     _, head_dim = heads_and_head_dim({**cfg, **width}, model_type, RopeDefaults(None, None, None))

@@ -150,9 +150,10 @@ def by_rule(
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
     ):
         cfg = _step3p7_per_type(cfg, model_type)
-    if rope_dict(cfg, model_type).get("rope_type") == "axial":  # a vision tower's (h, w) rotary
-        if family in _REFUSED:
-            raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
+    axial = rope_dict(cfg, model_type).get("rope_type") == "axial"  # a vision tower's (h, w) rotary
+    if family in _REFUSED:
+        raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
+    if axial:
         return vision_axial(cfg, model_type, _VISION_AXES.get(family, 2))
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
         raise ValueError(
@@ -160,8 +161,6 @@ def by_rule(
             "model, whose rotary works on a grid of patches (2D) that the standardized fields do not describe; "
             "build posenc.AxialRoPE for it"
         )
-    if family in _REFUSED:
-        raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
     interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)

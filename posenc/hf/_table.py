@@ -40,12 +40,21 @@ _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
 
 
+def _fairseq(
+    width: int, length: int, keys: tuple[str, ...] = ("max_position_embeddings",), pad: int = 1
+) -> tuple[Convert, str]:
+    """fairseq's sinusoids (M2M100's table), real tokens numbered from ``pad_token_id + 1``: ``width`` and
+    ``length`` the class's defaults, ``keys`` those of the length (its first set)."""
+    convert = _sinusoidal("tensor2tensor", width, length, keys, offset=None, pad=pad)
+    return convert, f"{_T2T} pad_token_id + 1"
+
+
 def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
     """SeamlessM4T: the speech encoder's relative tables (by default), its text stacks' M2M100 sinusoids."""
-    text = _sinusoidal("tensor2tensor", 1024, length, offset=None, pad=0)
+    text, line = _fairseq(1024, length, pad=0)
     lines = (
         ("speech encoder (`stack='encoder'`)", speech_line),
-        ("`stack='text_encoder'`, `'decoder'`", f"{_T2T} pad_token_id + 1"),
+        ("`stack='text_encoder'`, `'decoder'`", line),
     )
     return {None: speech, "encoder": speech, "text_encoder": text, "decoder": text}, lines
 
@@ -213,24 +222,13 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     **dict.fromkeys(("opt", "bart", "mbart"), (learned_by_field, "Learned, offset 2")),
     "marian": _MARIAN,
     "pegasus": _MARIAN,
-    "speech_to_text": (
-        _sinusoidal(
-            "tensor2tensor", 256, 1024, ("max_target_positions", "max_source_positions"), offset=None
-        ),
-        f"{_T2T} pad_token_id + 1",
-    ),
-    "m2m_100": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
+    "speech_to_text": _fairseq(256, 1024, ("max_target_positions", "max_source_positions")),
+    "m2m_100": _fairseq(1024, 1024),
     # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
-    "nllb-moe": (_sinusoidal("tensor2tensor", 1024, 1024, offset=None), f"{_T2T} pad_token_id + 1"),
-    "kosmos_2_text_model": (
-        _sinusoidal("tensor2tensor", 2048, 2048, offset=None),
-        f"{_T2T} pad_token_id + 1",
-    ),
+    "nllb-moe": _fairseq(1024, 1024),
+    "kosmos_2_text_model": _fairseq(2048, 2048),
     # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
-    "kosmos_2_5_text_model": (
-        _sinusoidal("tensor2tensor", 1536, 4096, offset=None),
-        f"{_T2T} pad_token_id + 1",
-    ),
+    "kosmos_2_5_text_model": _fairseq(1536, 4096),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
     # computed on the fly by index (no table, no padding offset)
     "pegasus_x": (_sinusoidal("tensor2tensor", 1024, 16384), f"{_T2T} 0"),
@@ -282,10 +280,7 @@ def supported_models_markdown() -> str:
     rows = ["| model_type | layers | posenc encoding |", "| --- | --- | --- |"]
     for name in SUPPORTED_MODEL_TYPES:
         summary = _CONVERTERS[name][1]
-        if isinstance(summary, str):
-            rows.append(f"| `{name}` | all | {summary} |")
-        else:
-            rows += [f"| `{name}` | {layers} | {text} |" for layers, text in summary]
-    for outer in sorted(_TEXT_MODEL_TYPES):
-        rows.append(f"| `{outer}` | all | as `{outer}_text`, read from `text_config` |")
+        lines = (("all", summary),) if isinstance(summary, str) else summary
+        rows += [f"| `{name}` | {layers} | {text} |" for layers, text in lines]
+    rows += [f"| `{t}` | all | as `{t}_text`, read from `text_config` |" for t in sorted(_TEXT_MODEL_TYPES)]
     return "\n".join(rows)
