@@ -180,18 +180,19 @@ def per_type_rope(
     *,
     any_names: bool = False,
     mrope: tuple[tuple[int, ...], bool | Literal["hw"]] | None = None,
-    nope: bool = False,
+    unrotated: Callable[[], PositionalEncoding] | None = None,
 ) -> Layers:
     """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
     type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
     A layer type name outside ``types`` and transformers' own is refused unless ``any_names``. With
-    ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s. With ``nope`` a
-    layer type whose dict is ``None`` or absent is NoPE, as its code rotates none of those layers (Cohere
-    Compass's ``None`` types, LFM3's conv layers); elsewhere both are refused.
+    ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s. With
+    ``unrotated``, a layer type whose dict is ``None`` or absent gets ``unrotated()``, what its code does
+    there instead of rotating (NoPE: Cohere Compass's ``None`` types, LFM3's conv layers; Beam's query
+    temperature); elsewhere both are refused.
     """
     raw = rope_dict(cfg, model_type)
-    if raw and all(isinstance(v, Mapping) or (nope and v is None) for v in raw.values()):
+    if raw and all(isinstance(v, Mapping) or (unrotated and v is None) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
         unknown = [name for name in raw if name not in known and not any_names]
         if unknown:
@@ -206,8 +207,8 @@ def per_type_rope(
             if value is None:  # the model's code decides what those layers do instead (NoPE, or more)
                 raise ValueError(
                     f"{model_type} config: rope_parameters[{name!r}] is None: those layers do not rotate, and "
-                    "what the model's code does there instead (Beam scales its queries by position) is not "
-                    "in the config; posenc does not convert it"
+                    "what the model's code does there instead (NoPE, or a query scale as Beam's) is not in "
+                    "the config; posenc does not convert it"
                 )
         raise ValueError(
             f"{model_type} config: rope_parameters mixes per-layer-type dicts and flat keys ({sorted(raw)}); "
@@ -218,7 +219,7 @@ def per_type_rope(
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
-        if name not in params and not nope:
+        if name not in params and not unrotated:
             raise ValueError(
                 f"{model_type} config: rope_parameters has no entry for layer type {name!r} (it has {sorted(params)})"
             )
@@ -226,7 +227,7 @@ def per_type_rope(
         if (name, head_dim) in built:
             continue
         if one is None:  # (built once per type and width, as the RoPEs)
-            built[name, head_dim] = NoPE()
+            built[name, head_dim] = unrotated() if unrotated else NoPE()
             continue
         kw: dict[str, Any] = {}
         if mrope:  # (its section from the dict, else the model's default)

@@ -10,12 +10,12 @@ top-level key naming RoPE or rotary) is refused by name: the model's code may re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
-from ..encodings import NoPE
+from ..encodings import NoPE, QueryTemperature
 from ._bias import absolute_table, learned_by_field
 from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
 from ._read import Config, get, rope_dict
@@ -96,10 +96,12 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
 }
 #: ... with one M-RoPE dict per layer type (``None``: that type does not rotate)
 _MROPE_PER_TYPE = {"cohere_compass": ((24, 20, 20), True)}
-#: Models whose layer types without a RoPE dict (``None`` or absent) are not rotated by their code: NoPE there
-_NOPE_WITHOUT_DICT = {
-    "cohere_compass": "Cohere Compass: rope_parameters[type] None skips the rotation",
-    "lfm3": "LFM3: its conv layers have no rope entry and do not attend",
+#: Models whose code does not rotate the layer types without a RoPE dict (``None`` or absent): what it does there
+_UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
+    "cohere_compass": NoPE,  # rope_parameters[type] None skips the rotation
+    "lfm3": NoPE,  # its conv layers have no rope entry and do not attend
+    # its full layers (rope_parameters None) scale queries by (1 + (p + 1) / 2048) ** 0.1 (its code's constants)
+    "beam": lambda: QueryTemperature(2048.0, 0.1, form="power"),
 }
 
 #: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
@@ -223,7 +225,7 @@ def by_rule(
         dims,
         any_names=True,
         mrope=_MROPE_PER_TYPE.get(family),
-        nope=family in _NOPE_WITHOUT_DICT,
+        unrotated=_UNROTATED.get(family),
     )
 
 

@@ -610,6 +610,27 @@ def test_query_temperature_formula_and_contract() -> None:
         QueryTemperature(floor_scale="8192")  # type: ignore[arg-type]
 
 
+def test_beam_full_layers_scale_queries_by_its_power_law() -> None:
+    """Beam: RoPE in its sliding layers; in its full layers (rope_parameters None) no rotation and queries times
+    its compute_attention_scaling, (1 + (p + 1) / 2048) ** 0.1, whole tensors (config object and dict)."""
+    from transformers.models.beam import modeling_beam as beam
+
+    config = transformers.AutoConfig.for_model("beam", num_hidden_layers=6)
+    positions = torch.stack([torch.arange(30), torch.arange(30) + 5000])  # (b, t): far positions too
+    q, k = torch.randn(2, 3, 30, 8), torch.randn(2, 1, 30, 8)
+    want = (q.float() * beam.compute_attention_scaling(positions)).to(q.dtype)
+    for form in (config, config.to_dict()):
+        layers = layer_encodings(form)
+        assert [type(e) for e in layers] == [RoPE] * 5 + [QueryTemperature]
+        got_q, got_k = layers[-1].encode_qk(q, k, q_positions=positions, k_positions=positions)
+        torch.testing.assert_close(got_q, want, atol=1e-6, rtol=1e-6)
+        assert got_k is k
+    temp = posenc.build("query_temperature(floor_scale=4, attn_scale=0.5, form='power')")
+    assert temp.form == "power" and "form='power'" in repr(temp)
+    with pytest.raises(ValueError, match=r"form must be one of \['log', 'power'\], got 'exp'"):
+        QueryTemperature(form="exp")  # type: ignore[arg-type]
+
+
 LAYERED = [case[0] for case in CASES] + ["gemma3n_text"]
 
 
