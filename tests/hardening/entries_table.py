@@ -296,6 +296,16 @@ ENTRIES: tuple[Entry, ...] = (
         norm_preserving=False,
         key_positions=False,
     ),
+    # Beam's layers without RoPE: a power law of the query's position (its scale reaches 1.1 at 96 tokens)
+    Entry(
+        "query-temperature-power",
+        "query_temperature(floor_scale=64, attn_scale=0.1, form='power')",
+        hooks=frozenset({"qk"}),
+        relative=False,
+        norm_preserving=False,
+        key_positions=False,
+        variant=True,
+    ),
     # --- positions with axes
     Entry("mrope", "mrope", hooks=frozenset({"qk"}), axes=3),
     Entry(
