@@ -150,6 +150,7 @@ class RoPE(_Rotary):
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len
         self.axis = None
+        self.by_role = bool(self.params.query_scale_beta)  # queries scaled, keys not (:meth:`_scale`)
         self.table_builds = 0
         trained = getattr(self.params, "original_max_len", None)
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
@@ -225,3 +226,8 @@ class RoPE(_Rotary):
             return table[:, offset + positions.start : offset + positions.start + positions.shape[0]]
         wide = table[:, positions + offset]  # one gather
         return wide[:, :, None] if wide.dim() == 4 else wide  # (2, b, t, r) -> (2, b, 1, t, r): over heads
+
+    def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
+        """Ministral 3's and Mistral 4's ``1 + beta * log(1 + floor(p / L))`` of the queries, ``(t, 1)`` or
+        ``(b, t, 1)`` (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are."""
+        return None if role == "key" else self.params.query_scale(state._positions(side)[0])[..., None]

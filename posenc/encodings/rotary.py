@@ -87,24 +87,29 @@ class RotaryState(PositionState):
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
         enc = self.encoding
-        if role == "query" and enc.params.query_scale_beta:  # Ministral 3, Mistral 4: whole queries scaled
-            if (key := ("query scale", side, x.dtype)) not in self._cache:  # (the channels that pass too)
-                scale = enc.params.query_scale(self._positions(side)[0])[..., None].to(x.dtype)
-                self._cache[key] = (scale[:, None] if scale.dim() == 3 else scale,)  # (b, 1, t, 1)
-            x = x * self._cache[key][0]
         if formula:
-            return rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout, offset=enc.rotary_offset)
-        layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
-        rows = self._cache.get(key)
-        if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
-            plain = layout == "half" and not enc.by_role
-            wide = enc._table_rows(self, side, precise_dtype(x.dtype)) if plain else None
-            if wide is None:
-                rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
-            else:
-                rows = (wide if wide.dtype == x.dtype else wide.to(x.dtype)).unbind(0)
-            self._cache[key] = rows
-        return rotate_eager(x, rows, layout, offset=enc.rotary_offset)
+            out = rotary_reference(x, *self._rows(side, role, x.dtype), enc.layout, offset=enc.rotary_offset)
+        else:
+            layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
+            rows = self._cache.get(key)
+            if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
+                plain = layout == "half" and not enc.by_role
+                wide = enc._table_rows(self, side, precise_dtype(x.dtype)) if plain else None
+                if wide is None:
+                    rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+                else:
+                    rows = (wide if wide.dtype == x.dtype else wide.to(x.dtype)).unbind(0)
+                self._cache[key] = rows
+            out = rotate_eager(x, rows, layout, offset=enc.rotary_offset)
+        if role == "query" and enc.params.query_scale_beta and enc.rotary_dim < enc.head_dim:
+            # Mistral 4 scales whole queries: its scaled rows reach the rotated channels, this the others
+            # (in place: a partial rotation's output is a new tensor)
+            scale = enc._scale(self, side, role, x.dtype).to(x.dtype)  # type: ignore[union-attr]
+            scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, 1) -> (b, 1, t, 1)
+            begin, end = enc.rotary_offset, enc.rotary_offset + enc.rotary_dim
+            out[..., :begin].mul_(scale)
+            out[..., end:].mul_(scale)
+        return out
 
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype``, times the
@@ -157,7 +162,8 @@ class _Rotary(PositionalEncoding):
 
     #: The validated settings: the base, the rotated width, the rope type and its frequencies.
     params: RopeParameters
-    #: Whether queries and keys at the same positions take different rows (:meth:`_scale`: xPos).
+    #: Whether queries and keys at the same positions take different rows (:meth:`_scale`: xPos,
+    #: RoPE's ``llama_4_scaling_beta``).
     by_role: bool = False
     #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
     has_table: ClassVar[bool] = False
@@ -294,7 +300,7 @@ class _Rotary(PositionalEncoding):
             ``(b, h, t, dh)`` rotated, same dtype.
         """
         check_float_tensor("x", x, rank=4, shape="(batch, heads, seq, head_dim)")
-        if self.by_role or self.params.query_scale_beta:
+        if self.by_role:
             raise ValueError(
                 f"{type(self).__name__} scales queries and keys differently: rotate them together with "
                 "encode_qk(q, k)"
