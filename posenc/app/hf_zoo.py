@@ -64,7 +64,14 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs;
 #: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE);
 #: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds;
-#: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25.
+#: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25;
+#: Zamba2 rotates only with use_mem_rope (its class default: False, NoPE); MiniMax M3 VL's class default
+#: rotary_dim (64) disagrees with the 128 channels its code rotates (head_dim * partial_rotary_factor, which
+#: posenc refuses): a config whose two agree.
+_MINIMAX = {
+    "rotary_dim": 16,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.125},
+}
 _COMPASS = {
     "layer_types": ["sliding_attention", "full_attention"],
     "rope_parameters": {
@@ -78,6 +85,9 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "cohere_compass_text": _COMPASS,
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
+    "zamba2": {"use_mem_rope": True},
+    "minimax_m3_vl_text": _MINIMAX,
+    "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},
     "ernie4_5_vl_moe_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [6, 6, 4]}
     },

@@ -18,11 +18,11 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE, QueryTemperature
 from ._bias import absolute_table, learned_by_field
 from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
-from ._read import Config, get, rope_dict
+from ._read import Config, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
 from ._table import SUPPORTED_MODEL_TYPES
 
-__all__ = ["by_rule"]
+__all__ = ["as_class", "by_rule"]
 
 # Models whose code departs from the fields, by model_type: the reason, one line each.
 #: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
@@ -69,6 +69,8 @@ _REFUSED = {
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
     ),
 }
+#: the flag without which the model's code does not rotate at all (NoPE in every layer), its class default False
+_SWITCH = {"zamba2": "use_mem_rope"}  # Zamba2: its shared attention applies RoPE only with use_mem_rope
 #: vision towers whose axial rotary turns more axes than (h, w): MiniMax M3 VL's (t, h, w)
 #: (get_vision_position_ids(..., include_temporal=True))
 _VISION_AXES = {"minimax_m3_vl_vision": 3}
@@ -133,8 +135,30 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 _READ = frozenset(
-    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave".split()
+    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim".split()
 )
+
+
+def _family(model_type: str) -> str:
+    """ "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent."""
+    return model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
+
+
+def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """``cfg`` as the model's config class rewrites it in code (a ``config.json``, and what its ``to_dict()``
+    writes back): Dory's attention and mlp blocks listed apart, Zamba2's head width."""
+    family = _family(model_type)
+    if family == "dory" and "mlp" in (
+        cfg.get("layer_types") or ()
+    ):  # each (attention, mlp) pair is one layer
+        n = required_count(cfg, model_type)
+        cfg = {**cfg, "layer_types": list(cfg["layer_types"])[::2], "num_hidden_layers": n // 2}
+    if family == "zamba2":  # its attention reads the input and the embeddings concatenated: 2 * hidden_size
+        heads, hidden = (positive_int(cfg, model_type, k) for k in ("num_attention_heads", "hidden_size"))
+        cfg = {**cfg, "head_dim": 2 * hidden // heads}
+        if check_bool(f"{model_type} config: use_long_context", cfg.get("use_long_context", False)):
+            cfg["max_position_embeddings"] = 16384  # (the rope_theta its warning names is not rescaled)
+    return cfg
 
 
 def by_rule(
@@ -142,11 +166,28 @@ def by_rule(
 ) -> PositionalEncoding | list[PositionalEncoding]:
     """The RoPE a model outside the table describes with the standardized fields (one per layer if nested).
 
+    A ``rotary_dim`` must agree with the rotated channels those fields give (MiniMax M3 VL's config has one,
+    which its code does not read: it rotates ``head_dim * partial_rotary_factor`` channels).
+
     Raises:
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
-    # "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent
-    family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
+    built = _by_rule(cfg, model_type, causal)
+    width = cfg.get("rotary_dim")
+    for enc in built if isinstance(built, list) else [built]:
+        if width is not None and getattr(enc, "rotary_dim", width) != width:
+            raise ValueError(
+                f"{model_type} config: 'rotary_dim'={width!r} may shape this model's RoPE in its own code, but its "
+                f"head_dim * partial_rotary_factor give {enc.rotary_dim} rotated channels; which its code reads is "
+                "not known from the fields"
+            )
+    return built
+
+
+def _by_rule(
+    cfg: Config, model_type: str, causal: bool | None
+) -> PositionalEncoding | list[PositionalEncoding]:
+    family = _family(model_type)
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
@@ -176,7 +217,7 @@ def by_rule(
         layout="interleaved" if interleave else "half",
         conjugate=family in _CONJUGATE,
     )
-    read = _READ | {_PER_LAYER_KEY[family]} if family in _PER_LAYER_KEY else _READ
+    read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -187,6 +228,10 @@ def by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
+    if family in _SWITCH and not check_bool(
+        f"{model_type} config: {_SWITCH[family]}", cfg.get(_SWITCH[family], False)
+    ):
+        return NoPE()
     # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
     if cfg.get("position_embedding_type") == "absolute":
         return learned_by_field(cfg, model_type, causal)

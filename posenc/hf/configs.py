@@ -22,7 +22,7 @@ import torch
 from ..base import PositionalEncoding
 from ._layers import layer_count, required_count, sliding_windows
 from ._read import Convert, config_dict, get
-from ._rule import by_rule
+from ._rule import as_class, by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
@@ -78,10 +78,10 @@ def _resolve(config: Any) -> list[_Stack]:
             f"model_type {model_type!r} is not supported without its 'text_config' (the {model_type}_text "
             "model it wraps)"
         )
+    if model_type in _CONVERTERS:
+        return [(None, cfg, model_type, _CONVERTERS[model_type][0], config)]
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
-    return [
-        (None, cfg, model_type, _CONVERTERS[model_type][0] if model_type in _CONVERTERS else by_rule, config)
-    ]
+    return [(None, as_class(cfg, model_type), model_type, by_rule, config)]
 
 
 def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:

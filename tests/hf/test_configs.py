@@ -1839,7 +1839,7 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        ({"rotary_dim": 16}, "'rotary_dim' may shape"),
+        ({"rotary_dim": 16}, "'rotary_dim'=16 may shape .* give 32 rotated channels"),
         (
             {"qk_rope_head_dim": 16, "partial_rotary_factor": 0.5},
             "'qk_rope_head_dim' and 'partial_rotary_factor'",

@@ -656,3 +656,57 @@ def test_config_json_defaults_match_transformers(model_type: str) -> None:
     assert [_settings(e) for e in layer_encodings(cfg)] == [
         _settings(e) for e in layer_encodings(cfg.to_dict())
     ]
+
+
+def test_zamba2_rotates_only_with_use_mem_rope() -> None:
+    """Zamba2's shared attention applies RoPE only with use_mem_rope (class default False: NoPE); its heads are
+    2 * hidden_size // heads wide (its class computes attention_head_dim so, whatever a config.json says)."""
+    from transformers.models.zamba2 import modeling_zamba2 as zamba2
+
+    off = transformers.Zamba2Config(hidden_size=64, num_attention_heads=2)
+    for form in (off, off.to_dict()):
+        assert {type(e) for e in layer_encodings(form)} == {NoPE}
+    config = transformers.Zamba2Config(hidden_size=32, num_attention_heads=2, use_mem_rope=True)
+    q, k = torch.randn(2, 2, 12, 32), torch.randn(2, 2, 12, 32)
+    positions = torch.stack([torch.arange(12), torch.arange(12) + 100])
+    cos, sin = zamba2.Zamba2RotaryEmbedding(config)(q, positions)
+    q_ref, k_ref = zamba2.apply_rotary_pos_emb(q, k, cos, sin)
+    raw = {k: v for k, v in config.to_dict().items() if k != "attention_head_dim"}  # (read from the sizes)
+    for form in (config, config.to_dict(), raw):
+        rope = from_hf_config(form)
+        assert (
+            isinstance(rope, RoPE) and rope.head_dim == 32 and len(set(map(id, layer_encodings(form)))) == 1
+        )
+        q_ours, k_ours = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
+        torch.testing.assert_close((q_ours, k_ours), (q_ref, k_ref), atol=ATOL, rtol=1e-5)
+    # use_long_context: its class sets max_position_embeddings to 16384 (the base stays rope_theta)
+    long = from_hf_config({**raw, "use_long_context": True, "max_position_embeddings": 4096})
+    assert (long.max_len, long.base) == (16384, 10000.0)
+    with pytest.raises(TypeError, match="use_mem_rope"):
+        from_hf_config({**raw, "use_mem_rope": "yes"})
+
+
+def test_minimax_m3_vl_rotary_dim_must_agree_with_the_channels_its_code_rotates() -> None:
+    """MiniMax M3 VL's code rotates head_dim * partial_rotary_factor channels and does not read rotary_dim: a
+    config whose two agree converts (the zoo checks it); its class default (64 of 128, factor 1) is refused."""
+    text = transformers.AutoConfig.for_model("minimax_m3_vl_text")
+    with pytest.raises(ValueError, match=r"'rotary_dim'=64 .* give 128 rotated channels"):
+        from_hf_config(text)
+    rope = {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5}
+    agree = transformers.AutoConfig.for_model("minimax_m3_vl", text_config={"rope_parameters": rope})
+    for form in (agree, agree.to_dict(), agree.text_config.to_dict()):
+        enc = from_hf_config(form)
+        assert (enc.head_dim, enc.rotary_dim, enc.base) == (128, 64, 5e6)
+
+
+def test_dory_config_json_lists_attention_and_mlp_blocks_apart() -> None:
+    """Dory's config.json (and its to_dict()) lists each layer as an attention block and an "mlp" block; its
+    class keeps every other entry and halves num_hidden_layers: one encoding (and window) per decoder layer."""
+    config = transformers.AutoConfig.for_model(
+        "dory", num_hidden_layers=8, n_input_layers=2, n_output_layers=2, sliding_window=16
+    )
+    assert config.to_dict()["layer_types"][:4] == ["sliding_attention", "mlp", "sliding_attention", "mlp"]
+    for form in (config, config.to_dict()):
+        layers = layer_encodings(form)
+        assert [e.base for e in layers] == [1e7 if t == "full_attention" else 1e4 for t in config.layer_types]
+        assert layer_windows(form) == [16 if t == "sliding_attention" else None for t in config.layer_types]
