@@ -18,7 +18,9 @@ Vision towers whose config has ``rope_type: "axial"`` (Qwen2-VL's and its kin's;
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
 refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
 the text model but posenc refuses its config anyway); mismatched (a bug); not built (the config or
-the rotary module could not be made, with the reason).
+the rotary module could not be made, with the reason); no rotary of its own (a tower or VQ model beside
+the text model whose own model builds no rotary module, or only in sub-models with rows of their own,
+:func:`_own_rotary`; a tower that has its own, as dots3's audio encoder, is checked with it).
 
 Used by ``tests/hf/test_zoo.py`` (which fails on any mismatch and keeps ``docs/hf_coverage.md``) and
 by ``posenc models``. Needs ``transformers``; uses posenc's public API only.
@@ -43,8 +45,9 @@ from posenc.hf import SUPPORTED_MODEL_TYPES, layer_encodings
 
 __all__ = ["OUTCOMES", "check_model_type", "convert_model_type", "report", "survey"]
 
-#: The outcomes, in the order the report counts them.
-OUTCOMES = ("matched", "refused", "mismatched", "not built")
+#: The outcomes, in the order the report counts them. "no rotary of its own": a sub-config (an audio or vision
+#: tower, a VQ model) whose model builds no rotary module, or only inside sub-models with rows of their own.
+OUTCOMES = ("matched", "refused", "mismatched", "not built", "no rotary of its own")
 
 TINY: dict[str, Any] = {
     "hidden_size": 64,
@@ -65,6 +68,7 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE);
 #: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds;
 #: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25;
+#: EoMT's 4 query blocks would be both tiny layers: 1, of 3 queries;
 #: Zamba2 rotates only with use_mem_rope (its class default: False, NoPE); MiniMax M3 VL's class default
 #: rotary_dim (64) disagrees with the 128 channels its code rotates (head_dim * partial_rotary_factor, which
 #: posenc refuses): a config whose two agree.
@@ -86,6 +90,7 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
     "zamba2": {"use_mem_rope": True},
+    "eomt_dinov3": {"num_blocks": 1, "num_queries": 3},
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},
     "ernie4_5_vl_moe_text": {
@@ -145,6 +150,49 @@ def _used_rotary(module: Any, config_class: type) -> type | None:
     return None
 
 
+def _own_rotary(module: Any, config: Any) -> tuple[str, list[type], list[str]] | None:
+    """For a config whose model does not build the text rotary: its model (a class of ``module`` whose
+    ``config_class`` it is, else whose ``__init__`` takes it, built on the meta device), the rotary modules it
+    builds (``*RotaryEmbedding``, or an ``inv_freq`` buffer) outside its sub-models with a model type of their
+    own, and those sub-models' types that rotate; ``None`` where no such model builds."""
+    cls = type(config)
+    owners = [o for o in vars(module).values() if isinstance(o, type) and issubclass(o, torch.nn.Module)]
+    owners = [
+        o for o in owners if getattr(o, "config_class", None) is cls and "PreTrained" not in o.__name__
+    ] or [
+        o
+        for o in owners
+        if any(p.annotation is cls for p in inspect.signature(o.__init__).parameters.values())
+    ]
+    models = []
+    for owner in owners:
+        try:
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                models.append(owner(config))
+        except Exception:
+            continue
+    if models:  # the outermost (Idefics: its vision transformer, not the embeddings it holds)
+        model = max(models, key=lambda m: len(list(m.modules())))
+        subs = {
+            name: m.config.model_type
+            for name, m in model.named_modules()
+            if name and getattr(getattr(m, "config", None), "model_type", "") not in ("", cls.model_type)
+        }
+        own, inner = [], set()
+        for name, m in model.named_modules():
+            if type(m).__name__.endswith("RotaryEmbedding") or "inv_freq" in dict(
+                m.named_buffers(recurse=False)
+            ):
+                within = [t for s, t in subs.items() if name.startswith(s + ".")]
+                if within:
+                    inner.add(within[0])
+                else:
+                    own.append(type(m))
+        return type(model).__name__, list(dict.fromkeys(own)), sorted(inner)
+    return None
+
+
 def _reference(
     module: Any, text: Any, rotary: Any, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layer_type: Any
 ):
@@ -155,8 +203,13 @@ def _reference(
     except (RuntimeError, IndexError, ValueError):
         out = rotary(q, pos[None].expand(3, -1, -1), **kwargs)  # M-RoPE: (3, b, t) positions
     apply = next(getattr(module, name) for name in APPLY if hasattr(module, name))
-    # DeepSeek V3: pairs in, halves out (where rope_interleave says so, or always where there is no such field)
-    if getattr(text, "rope_interleave", True) and hasattr(module, "apply_rotary_pos_emb_interleave"):
+    # DeepSeek V3: pairs in, halves out (where rope_interleave says so, or always where there is no such field;
+    # not for a tower's own rotary, a name _rotary_classes skips: dots3's audio encoder calls apply_rotary_pos_emb)
+    if (
+        getattr(text, "rope_interleave", True)
+        and hasattr(module, "apply_rotary_pos_emb_interleave")
+        and not any(part in type(rotary).__name__ for part in _SKIP_NAMES)
+    ):
         apply = module.apply_rotary_pos_emb_interleave
     if isinstance(out, torch.Tensor) and out.is_complex():  # DeepSeek V2, Llama 4: e^(i angle) per pair
         r = 2 * out.shape[-1]  # (MLA: the model passes only q_pe / k_pe, the first r channels here)
@@ -300,6 +353,46 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
     return "matched", "rule"
 
 
+def _check_patches(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
+    """A DINOv3-style rotary (``forward(pixel_values)``: cos, sin at each patch centre) through the module's
+    apply_rotary_pos_emb, which leaves the tokens before the patches unrotated: as many as its ``*Embeddings``
+    put there (class, registers), plus EoMT's ``num_queries`` in its last ``num_blocks`` layers (its forward),
+    per layer, at two image sizes, against posenc's encoding of that layer and its grid_positions."""
+    embed = next(
+        o
+        for o in vars(module).values()
+        if isinstance(o, type)
+        and o.__name__.endswith("Embeddings")
+        and "pixel_values" in inspect.signature(o.forward).parameters
+    )
+    p, n = config.patch_size, config.num_hidden_layers
+    prefix = embed(config)(torch.zeros(1, 3, p, p)).shape[1] - 1
+    first_query_layer = n - getattr(config, "num_blocks", 0)
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        try:
+            layers = layer_encodings(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        for i, enc in enumerate(layers):
+            want = prefix + (
+                config.num_queries if getattr(config, "num_queries", 0) and i >= first_query_layer else 0
+            )
+            if not isinstance(enc, posenc.AxialRoPE) or enc.num_prefix_tokens != want:
+                return "mismatched", f"layer {i}: {enc!r}, the model leaves {want} tokens unrotated"
+            for h, w in ((4, 4), (6, 3)):
+                cos, sin = rotary(torch.zeros(1, 3, h * p, w * p))
+                q, k = (torch.randn(2, 2, want + h * w, enc.head_dim, generator=gen) for _ in range(2))
+                coords = enc.grid_positions((h, w))
+                ours = enc.encode_qk(q, k, q_positions=coords, k_positions=coords)
+                ref = module.apply_rotary_pos_emb(q, k, cos, sin)
+                if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
+                    return "mismatched", f"{type(form).__name__}, layer {i}, {h}x{w} patches: {enc!r}"
+    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
     Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
@@ -364,8 +457,29 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             break
         except Exception as err:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
+    own = None if rotary is not None or used else _own_rotary(module, config)
+    if own is not None:  # a tower (or a parent of towers) beside the text model: what its own model builds
+        owner, classes, inner = own
+        if not classes:
+            where = (
+                f"only inside its sub-models with rows of their own: {', '.join(map('`{}`'.format, inner))}"
+            )
+            return "no rotary of its own", f"its model ({owner}) rotates {where}" if inner else (
+                f"its model ({owner}) builds no rotary module"
+            )
+        for cls in classes:  # its own rotary (dots3's audio encoder), where it builds from this config
+            try:
+                rotary = cls(text)
+                break
+            except Exception as err:
+                reason = f"{owner} rotates with {cls.__name__}: {cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
+        used = classes[0]
     if rotary is None:
         return _unbuilt(config, reason) if used else ("not built", reason)
+    if list(inspect.signature(rotary.forward).parameters) == [
+        "pixel_values"
+    ]:  # DINOv3's kin: per image patch
+        return _check_patches(module, config, rotary.eval())  # (eval: no augmentation of the coordinates)
     try:
         types, cases, references = _references(module, text, rotary)
     except Exception as err:
@@ -471,10 +585,21 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         *(
             f"| `{t}` | {o} | {d.replace('|', '/')} |"
             for t, (o, d) in sorted(results.items())
-            if o != "matched"
+            if o in OUTCOMES[1:4]
         ),
         "",
         "Matched: " + ", ".join(f"`{t}`" for t, (o, _) in sorted(results.items()) if o == "matched") + ".",
+        "",
+        "## No rotary of its own",
+        "",
+        "Sub-configs (audio and vision towers, VQ models) and parents of them that share a modeling module with a",
+        "text rotary embedding but whose own model, built from the config on the meta device, holds no rotary",
+        "module (`*RotaryEmbedding` or an `inv_freq` buffer), or holds one only inside sub-models that have a",
+        "model type, and a row, of their own.",
+        "",
+        "| model type | why |",
+        "| --- | --- |",
+        *(f"| `{t}` | {d} |" for t, (o, d) in sorted(results.items()) if o == OUTCOMES[4]),
         "",
     ]
     return "\n".join(lines)

@@ -301,6 +301,32 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     )
 
 
+#: EoMT's config class defaults (DINOv3-large sizes) for keys a config.json leaves out
+_EOMT = {"hidden_size": 1024, "num_attention_heads": 16, "image_size": 640, "num_register_tokens": 4}
+_EOMT |= {"num_hidden_layers": 24, "num_blocks": 4, "num_queries": 200}
+
+
+def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[PositionalEncoding]:
+    """EoMT (DINOv3 backbone): DINOv3's RoPE, base from its default-type ``rope_parameters``; its last
+    ``num_blocks`` layers put ``num_queries`` query tokens before the class and register tokens, unrotated too."""
+    cfg = {**_EOMT, **cfg}
+    params = rope_dict(cfg, model_type)
+    if params.get("rope_type", "default") != "default" or set(params) - {"rope_type", "rope_theta"}:
+        raise ValueError(
+            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
+            f"reads nothing else), got {dict(params)!r}"
+        )
+    cfg["rope_theta"] = get(params, "rope_theta", default=cfg.get("rope_theta"))
+    n, blocks, queries = (
+        positive_int(cfg, model_type, k) for k in ("num_hidden_layers", "num_blocks", "num_queries")
+    )
+    early = dinov3(cfg, model_type, causal)
+    late = dinov3({**cfg, "num_register_tokens": early.num_prefix_tokens - 1 + queries}, model_type, causal)
+    return (
+        [early] * (n - blocks) + [late] * blocks if blocks <= n else [early] * n
+    )  # (its queries join at n - blocks)
+
+
 def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> Any:
     """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
     nothing else), else of the config, else ``default`` (not yet checked to be a number)."""

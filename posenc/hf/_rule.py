@@ -59,6 +59,8 @@ _REFUSED = {
         "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
         "recomposition of the angles)",
     ),
+    "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
+    "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
     # vision towers with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can
     "gemma4_vision": "its rotary rotates each axis's channel block by its own half split (apply_multidimensional_rope)",
     "inkling2_vision": "its rotary puts columns before rows ([w | h]) on neighbouring pairs",

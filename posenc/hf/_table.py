@@ -20,7 +20,7 @@ from ._bias import (
 )
 from ._layers import deepseek_v4, gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
-from ._rope import RopeDefaults, dinov3, gptj, mistral4, mrope, pixtral, rope
+from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, rope
 from ._speech import speech
 
 #: One line, or ``(layer type, line)`` rows where the layers (or stacks) differ.
@@ -190,6 +190,20 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "dinov3_vit": (
         dinov3,
         "AxialRoPE, `freqs='period'` (base `rope_theta`, 100) on patch centres, prefix tokens unrotated",
+    ),
+    # EoMT's DINOv3: rope_theta in rope_parameters; query tokens join its last num_blocks layers, unrotated
+    "eomt_dinov3": (
+        eomt_dinov3,
+        (
+            (
+                "first `num_hidden_layers - num_blocks`",
+                "as `dinov3_vit`, class and register tokens (4) unrotated",
+            ),
+            (
+                "last `num_blocks` (4)",
+                "the same, its `num_queries` (200) query tokens (first) also unrotated",
+            ),
+        ),
     ),
     "pixtral": (
         pixtral,

@@ -665,7 +665,7 @@ MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "q
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
 # proven below against their own RoPE modules and position tables
 VISION_MODEL_TYPES = [
-    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "pixtral", "siglip_vision_model",
+    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "pixtral", "siglip_vision_model",
     "siglip2_vision_model", "vit",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py
@@ -1083,6 +1083,36 @@ def test_dinov3_equals_its_rope_on_patches_at_any_resolution():
     assert repr(from_hf_config({"model_type": "dinov3_vit"})) == repr(
         from_hf_config(transformers.DINOv3ViTConfig())
     )
+
+
+@requires_transformers
+def test_eomt_dinov3_leaves_its_queries_unrotated_in_its_last_blocks():
+    """EoMT's DINOv3 backbone: DINOv3's rotation (base in rope_parameters) after the class and register tokens;
+    its last num_blocks layers put num_queries query tokens first, unrotated too (its forward)."""
+    from transformers.models.eomt_dinov3 import modeling_eomt_dinov3 as hf
+
+    config = transformers.AutoConfig.for_model(
+        "eomt_dinov3", hidden_size=64, num_attention_heads=2, num_hidden_layers=3, num_blocks=1, num_queries=5,
+        rope_parameters={"rope_type": "default", "rope_theta": 50.0},
+    )  # fmt: skip
+    module = hf.EomtDinov3RotaryEmbedding(config).eval()
+    cos, sin = module(torch.zeros(1, 3, 64, 48))
+    for form in (config, config.to_dict()):
+        layers = posenc.hf.layer_encodings(form)
+        assert [e.num_prefix_tokens for e in layers] == [5, 5, 10] and layers[0] is layers[1]
+        for rope in layers[1:]:
+            assert isinstance(rope, posenc.AxialRoPE) and rope.base == 50.0
+            q, k = (torch.randn(2, 2, rope.num_prefix_tokens + 12, 32) for _ in range(2))
+            coords = rope.grid_positions((4, 3))
+            ours = rope.encode_qk(q, k, q_positions=coords, k_positions=coords)
+            torch.testing.assert_close(ours, hf.apply_rotary_pos_emb(q, k, cos, sin), **ROPE_TOL)
+    # a bare config.json gets the config class's defaults
+    bare = posenc.hf.layer_encodings({"model_type": "eomt_dinov3"})
+    assert list(map(repr, bare)) == list(
+        map(repr, posenc.hf.layer_encodings(transformers.EomtDinov3Config()))
+    )
+    with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'default'"):
+        from_hf_config({"model_type": "eomt_dinov3", "rope_parameters": {"rope_type": "yarn", "factor": 2.0}})
 
 
 @requires_transformers

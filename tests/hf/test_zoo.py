@@ -5,7 +5,8 @@ encoding of each layer type) lives in :mod:`posenc.app.hf_zoo`, which ``posenc m
 this test fails on any mismatch and keeps the committed report, docs/hf_coverage.md, current.
 
 Outcomes: matched; refused (posenc raised ValueError, naming the field); mismatched (fails the
-test); not built (the tiny config or the rotary module could not be made, with the reason).
+test); not built (the tiny config or the rotary module could not be made, with the reason); no rotary of
+its own (a tower or VQ model beside the text model whose model builds no rotary module: listed apart).
 """
 
 from __future__ import annotations
