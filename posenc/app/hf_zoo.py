@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import typing
 import warnings
 from collections import Counter
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ from typing import Any
 import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 import posenc
 from posenc.hf import SUPPORTED_MODEL_TYPES, layer_encodings
@@ -152,24 +154,30 @@ def _used_rotary(module: Any, config_class: type) -> type | None:
 
 def _own_rotary(module: Any, config: Any) -> tuple[str, list[type], list[str]] | None:
     """For a config whose model does not build the text rotary: its model (a class of ``module`` whose
-    ``config_class`` it is, else whose ``__init__`` takes it, built on the meta device), the rotary modules it
+    ``config_class`` it is, else whose ``__init__`` takes it, built on the meta device; not where transformers'
+    AutoModel builds it from another module), the rotary modules it
     builds (``*RotaryEmbedding``, or an ``inv_freq`` buffer) outside its sub-models with a model type of their
     own, and those sub-models' types that rotate; ``None`` where no such model builds."""
     cls = type(config)
+    if MODEL_MAPPING_NAMES.get(cls.model_type, "") not in ("", *vars(module)):  # (Gemma 3n's vision: timm's)
+        return None
     owners = [o for o in vars(module).values() if isinstance(o, type) and issubclass(o, torch.nn.Module)]
-    owners = [
-        o for o in owners if getattr(o, "config_class", None) is cls and "PreTrained" not in o.__name__
-    ] or [
-        o
-        for o in owners
-        if any(p.annotation is cls for p in inspect.signature(o.__init__).parameters.values())
-    ]
+    built = [(o, [config]) for o in owners if getattr(o, "config_class", None) is cls]
+    for o in owners if not built else ():  # (Gemma 4 Unified's embedders: its config and the text model's)
+        params = list(inspect.signature(o.__init__).parameters.values())[1:]
+        takes = [
+            cls if cls in typing.get_args(p.annotation) else p.annotation
+            for p in params
+            if p.default is p.empty
+        ]
+        if cls in takes and all(hasattr(a, "model_type") for a in takes):  # (the others: config classes)
+            built.append((o, [config if a is cls else a() for a in takes]))
     models = []
-    for owner in owners:
+    for owner, args in built:
         try:
             with torch.device("meta"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                models.append(owner(config))
+                models.append(owner(*args))
         except Exception:
             continue
     if models:  # the outermost (Idefics: its vision transformer, not the embeddings it holds)
@@ -362,6 +370,7 @@ def _check_patches(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
         o
         for o in vars(module).values()
         if isinstance(o, type)
+        and issubclass(o, torch.nn.Module)
         and o.__name__.endswith("Embeddings")
         and "pixel_values" in inspect.signature(o.forward).parameters
     )

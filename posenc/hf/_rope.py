@@ -275,7 +275,7 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
         raise type(err)(f"{model_type} config: {err}") from None
 
 
-def dinov3(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+def dinov3(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
@@ -322,9 +322,8 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     )
     early = dinov3(cfg, model_type, causal)
     late = dinov3({**cfg, "num_register_tokens": early.num_prefix_tokens - 1 + queries}, model_type, causal)
-    return (
-        [early] * (n - blocks) + [late] * blocks if blocks <= n else [early] * n
-    )  # (its queries join at n - blocks)
+    layers: list[PositionalEncoding] = [early] * n  # its queries join at layer n - num_blocks (if it has one)
+    return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
 
 
 def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> Any:

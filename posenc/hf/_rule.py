@@ -148,13 +148,22 @@ def _family(model_type: str) -> str:
 
 def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``cfg`` as the model's config class rewrites it in code (a ``config.json``, and what its ``to_dict()``
-    writes back): Dory's attention and mlp blocks listed apart, Zamba2's head width."""
+    writes back): Dory's attention and mlp blocks listed apart, MiniMax M2's rotary_dim, Zamba2's head width."""
     family = _family(model_type)
     if family == "dory" and "mlp" in (
         cfg.get("layer_types") or ()
     ):  # each (attention, mlp) pair is one layer
         n = required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": list(cfg["layer_types"])[::2], "num_hidden_layers": n // 2}
+    if (
+        family == "minimax_m2"
+        and cfg.get("rotary_dim") is not None
+        and get(cfg, "partial_rotary_factor") is None
+    ):
+        if "partial_rotary_factor" not in rope_dict(
+            cfg, model_type
+        ):  # its class: rotary_dim / head_dim (128)
+            cfg = {**cfg, "partial_rotary_factor": cfg["rotary_dim"] / get(cfg, "head_dim", default=128)}
     if family == "zamba2":  # its attention reads the input and the embeddings concatenated: 2 * hidden_size
         heads, hidden = (positive_int(cfg, model_type, k) for k in ("num_attention_heads", "hidden_size"))
         cfg = {**cfg, "head_dim": 2 * hidden // heads}

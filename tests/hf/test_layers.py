@@ -710,3 +710,16 @@ def test_dory_config_json_lists_attention_and_mlp_blocks_apart() -> None:
         layers = layer_encodings(form)
         assert [e.base for e in layers] == [1e7 if t == "full_attention" else 1e4 for t in config.layer_types]
         assert layer_windows(form) == [16 if t == "sliding_attention" else None for t in config.layer_types]
+
+
+def test_minimax_m2_config_json_rotary_dim_is_its_partial_rotation() -> None:
+    """MiniMax M2's released config.json gives rotary_dim (64 of 128) and no partial_rotary_factor: its class
+    turns it into partial_rotary_factor = rotary_dim / head_dim (a factor given wins)."""
+    raw = {"model_type": "minimax_m2", "hidden_size": 3072, "num_attention_heads": 48, "head_dim": 128}
+    raw |= {"rotary_dim": 64, "rope_theta": 5e6}
+    hf = transformers.MiniMaxM2Config.from_dict(raw)
+    for form in (raw, hf, hf.to_dict()):
+        rope = from_hf_config(form)
+        assert (rope.head_dim, rope.rotary_dim, rope.base) == (128, 64, 5e6)
+    with pytest.raises(ValueError, match=r"'rotary_dim'=64 .* give 32 rotated channels"):
+        from_hf_config({**raw, "partial_rotary_factor": 0.25})
