@@ -167,6 +167,12 @@ def build_rope(
             f"{model_type} config: head_dim={head_dim} * partial_rotary_factor={partial} gives {rotary_dim} rotated "
             "channels; accepted: a positive even number"
         )
+    if cfg.get("rotary_dim") not in (None, rotary_dim):  # (MiniMax M3 VL's code does not read it; M2's does)
+        raise ValueError(
+            f"{model_type} config: 'rotary_dim'={cfg['rotary_dim']!r} may shape this model's RoPE in its own code, "
+            f"but its head_dim * partial_rotary_factor give {rotary_dim} rotated channels; which its code reads is "
+            "not known from the fields"
+        )
     if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
         scaling = {**scaling, "partial_rotary_factor": partial}
     kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}

@@ -142,7 +142,7 @@ _READ = frozenset(
 
 
 def _family(model_type: str) -> str:
-    """ "qwen2_5_omni_thinker text_config": the family of a parent's text model named after its parent."""
+    """The family of a model type ("qwen2_5_omni_thinker text_config": a parent's text model, by its parent)."""
     return model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
 
 
@@ -150,19 +150,12 @@ def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``cfg`` as the model's config class rewrites it in code (a ``config.json``, and what its ``to_dict()``
     writes back): Dory's attention and mlp blocks listed apart, MiniMax M2's rotary_dim, Zamba2's head width."""
     family = _family(model_type)
-    if family == "dory" and "mlp" in (
-        cfg.get("layer_types") or ()
-    ):  # each (attention, mlp) pair is one layer
+    if family == "dory" and "mlp" in (cfg.get("layer_types") or ()):  # its class keeps every other entry
         n = required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": list(cfg["layer_types"])[::2], "num_hidden_layers": n // 2}
-    if (
-        family == "minimax_m2"
-        and cfg.get("rotary_dim") is not None
-        and get(cfg, "partial_rotary_factor") is None
-    ):
-        if "partial_rotary_factor" not in rope_dict(
-            cfg, model_type
-        ):  # its class: rotary_dim / head_dim (128)
+    if family == "minimax_m2" and cfg.get("rotary_dim") is not None:  # its class: rotary_dim / head_dim (128)
+        partial = rope_dict(cfg, model_type).get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+        if partial is None:  # (a partial_rotary_factor given wins)
             cfg = {**cfg, "partial_rotary_factor": cfg["rotary_dim"] / get(cfg, "head_dim", default=128)}
     if family == "zamba2":  # its attention reads the input and the embeddings concatenated: 2 * hidden_size
         heads, hidden = (positive_int(cfg, model_type, k) for k in ("num_attention_heads", "hidden_size"))
@@ -177,27 +170,9 @@ def by_rule(
 ) -> PositionalEncoding | list[PositionalEncoding]:
     """The RoPE a model outside the table describes with the standardized fields (one per layer if nested).
 
-    A ``rotary_dim`` must agree with the rotated channels those fields give (MiniMax M3 VL's config has one,
-    which its code does not read: it rotates ``head_dim * partial_rotary_factor`` channels).
-
     Raises:
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
-    built = _by_rule(cfg, model_type, causal)
-    width = cfg.get("rotary_dim")
-    for enc in built if isinstance(built, list) else [built]:
-        if width is not None and getattr(enc, "rotary_dim", width) != width:
-            raise ValueError(
-                f"{model_type} config: 'rotary_dim'={width!r} may shape this model's RoPE in its own code, but its "
-                f"head_dim * partial_rotary_factor give {enc.rotary_dim} rotated channels; which its code reads is "
-                "not known from the fields"
-            )
-    return built
-
-
-def _by_rule(
-    cfg: Config, model_type: str, causal: bool | None
-) -> PositionalEncoding | list[PositionalEncoding]:
     family = _family(model_type)
     cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
@@ -228,7 +203,7 @@ def _by_rule(
         layout="interleaved" if interleave else "half",
         conjugate=family in _CONJUGATE,
     )
-    read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}
+    read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}  # (None: nothing more)
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -239,9 +214,8 @@ def _by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
-    if family in _SWITCH and not check_bool(
-        f"{model_type} config: {_SWITCH[family]}", cfg.get(_SWITCH[family], False)
-    ):
+    switch = _SWITCH.get(family)
+    if switch and not check_bool(f"{model_type} config: {switch}", cfg.get(switch, False)):
         return NoPE()
     # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
     if cfg.get("position_embedding_type") == "absolute":
