@@ -59,6 +59,8 @@ _REFUSED = {
         "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
         "recomposition of the angles)",
     ),
+    "mistral_large4": "its attention scales queries by a learned per-head scale * log(p + 1) + bias "
+    "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
     # vision towers with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can

@@ -1882,6 +1882,8 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         ({"rope_parameters": {"full_attention": {"rope_theta": 1.0}}}, "'layer_types' is missing"),
         ({"num_attention_heads": None}, "missing 'num_attention_heads'"),
         ({"model_type": "hunyuan_vl", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
+        ({"model_type": "mistral_large4_text"}, r"learned per-head scale \* log\(p \+ 1\) \+ bias"),
+        ({"model_type": "esmfold2", "rope_theta": None}, "3D atom coordinates"),
     ],
 )
 def test_a_model_outside_the_table_refuses_what_it_cannot_read(extra, match):

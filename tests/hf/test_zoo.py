@@ -38,6 +38,30 @@ def test_every_model_with_a_text_rotary_embedding() -> None:
         assert text == REPORT.read_text(encoding="utf-8"), f"{REPORT} is stale: python tests/hf/test_zoo.py"
 
 
+@pytest.mark.parametrize(
+    ("model_type", "outcome", "detail"),
+    [
+        ("dots3_note_audio_encoder", "matched", "rule"),  # its own rotary (Dots3NoteAudioRotaryEmbedding)
+        ("eomt_dinov3", "matched", "table"),  # DINOv3's rotary, forward(pixel_values), per patch
+        ("gemma3n_audio", "no rotary of its own", "its model (Gemma3nAudioEncoder) builds no rotary module"),
+        ("moshi_depth", "no rotary of its own", "its model (MoshiDepthDecoder) builds no rotary module"),
+        (
+            "nemotron3_diarization",
+            "no rotary of its own",
+            "sub-models with rows of their own: `nemotron3_diarization_audio`",
+        ),
+        (
+            "gemma3n_vision",
+            "not built",
+            "Gemma3nRotaryEmbedding(config)",
+        ),  # (timm's MobileNet, another module)
+    ],
+)
+def test_towers_beside_a_text_model_are_checked_with_their_own_model(model_type, outcome, detail) -> None:
+    found = survey([model_type])[model_type]
+    assert found[0] == outcome and detail in found[1], found
+
+
 if __name__ == "__main__":
     REPORT.write_text(report(survey()), encoding="utf-8")
     print(f"wrote {REPORT}")
