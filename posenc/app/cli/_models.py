@@ -4,7 +4,8 @@ The table of :mod:`posenc.app.hf_zoo` (what ``tests/hf/test_zoo.py`` checks and
 ``docs/hf_coverage.md`` shows): every model type whose text model rotates with a
 ``*RotaryEmbedding``, built tiny and compared with posenc's rotation: matched (by posenc's table
 of model types or by rule from the standardized fields), refused (with posenc's reason),
-mismatched, or not built (the tiny model could not be made here). ``--all`` adds the other model
+mismatched, not built (the tiny model could not be made here), or no rotary of its own (an audio or
+vision tower, a VQ model, whose model builds no rotary module). ``--all`` adds the other model
 types with what :func:`posenc.from_hf_config` makes of their tiny config, marked as not checked.
 """
 
