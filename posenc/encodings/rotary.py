@@ -12,7 +12,7 @@ rotated pairs.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, cast
+from typing import ClassVar, Literal, cast
 
 import torch
 from torch import Tensor
@@ -50,12 +50,10 @@ class RotaryState(PositionState):
     encoding: _Rotary
     seq_len: int | Tensor | None = None
     end: int | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the
-        # cos/sin rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows
-        self._cache: dict[object, tuple[Tensor, ...]] = {}
+    # built by the first layer that needs them, then used by every layer (a new dict per state, made by
+    # prepare_state): side ("q"/"k") -> the cos/sin rows in the caches' dtype; (side, role, dtype) -> the
+    # apply-ready rows
+    _cache: dict[object, tuple[Tensor, ...]]
 
     @property
     def q_cos(self) -> Tensor:
@@ -81,7 +79,7 @@ class RotaryState(PositionState):
         # keys at the queries' positions: tq new keys with a KV cache, or the same positions
         k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
         # traced (compile/export: inductor fuses the formula) or another device: the formula
-        formula = is_tracing() or q.device.type not in ("cpu", "cuda")
+        formula = is_tracing() or not (q.is_cpu or q.is_cuda)
         return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
 
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
@@ -251,6 +249,7 @@ class _Rotary(PositionalEncoding):
         """
 
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+        state._cache = {}
 
         def past_last() -> Tensor | None:  # one past the largest position of queries and keys
             flat = torch.cat((state.q_positions.reshape(-1), state.k_positions.reshape(-1)))
