@@ -120,7 +120,7 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, off
     """:func:`rotary_reference` in fewer passes over memory, for eager tensors; the rest pass through.
 
     ``"half"``: ``x·(cos, cos) + roll(x, r/2)·(−sin, sin)`` (the paper's eq. 34 with the partner of
-    every channel), three passes in ``x``'s dtype and one new tensor; ``"interleaved"``: pairs as complex numbers times
+    every channel), three passes in ``x``'s dtype; ``"interleaved"``: pairs as complex numbers times
     ``cos + i·sin``, one multiply in float32 (float64 for float64), rounded once. Both are plain
     autograd ops (no custom backward). Each is kept because it measured faster than transformers'
     ``apply_rotary_pos_emb`` at a decode step and a training size, forward and forward+backward
@@ -139,10 +139,7 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, off
     part = x if rot == x.shape[-1] else x[..., offset : offset + rot]  # the rotated channels, (..., t, r)
     if layout == "half":
         cos, signed_sin = rows
-        # the partners rolled into a new tensor, then scaled in place: one allocation, not two (rows with
-        # a batch may broadcast x to a larger shape: a new tensor then)
-        rolled = part.roll(rot // 2, -1)
-        out = (rolled.mul_(signed_sin) if cos.dim() == 2 else rolled * signed_sin).addcmul_(part, cos)
+        out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
     else:
         pairs = torch.view_as_complex(part.to(rows[0].real.dtype).unflatten(-1, (-1, 2)).contiguous())
         out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
