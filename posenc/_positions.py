@@ -36,13 +36,13 @@ def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
     """
     check_float_tensor("q", q, rank=4, shape="(batch, heads, seq, head_dim)")
     check_float_tensor("k", k, rank=4, shape="(batch, heads, seq, head_dim)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same head_dim, got q {q.shape[-1]} and k {k.shape[-1]}")
-    if head_dim is not None and q.shape[-1] != head_dim:
-        raise ValueError(f"q and k have head_dim {q.shape[-1]}, expected head_dim={head_dim}")
-    if q.shape[0] != k.shape[0] and 1 not in (q.shape[0], k.shape[0]):
-        raise ValueError(f"q and k must have the same batch size, got q {q.shape[0]} and k {k.shape[0]}")
-    hq, hk = q.shape[1], k.shape[1]
+    (bq, hq, _, dq), (bk, hk, _, dk) = q.shape, k.shape
+    if dq != dk:
+        raise ValueError(f"q and k must have the same head_dim, got q {dq} and k {dk}")
+    if head_dim is not None and dq != head_dim:
+        raise ValueError(f"q and k have head_dim {dq}, expected head_dim={head_dim}")
+    if bq != bk and 1 not in (bq, bk):
+        raise ValueError(f"q and k must have the same batch size, got q {bq} and k {bk}")
     if hq != hk and (hk == 0 or hq % hk != 0):
         raise ValueError(
             f"q has {hq} heads and k has {hk}: the query heads must equal or be a multiple of the key heads"

@@ -318,10 +318,12 @@ class PositionalEncoding(nn.Module):
         return ", ".join(parts)
 
     def _device(self) -> torch.device:
-        # the module's own tensors first: a walk over every submodule costs ~4 us of a 40 us decode step
+        # the module's own tensors first: a walk over every submodule costs ~4 us of a 30 us decode step
         own = itertools.chain(self._parameters.values(), self._buffers.values())
-        tensors = itertools.chain(own, self.parameters(), self.buffers())
-        return next((t.device for t in tensors if t is not None), torch.device("cpu"))
+        for t in itertools.chain(own, self.parameters(), self.buffers()):
+            if t is not None:
+                return t.device
+        return torch.device("cpu")
 
     def reset_caches(self) -> None:
         """Rebuild non-persistent caches, e.g. after ``to_empty()`` from the meta device.

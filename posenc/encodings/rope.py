@@ -213,15 +213,16 @@ class RoPE(_Rotary):
         """
         # the positions as given: default ones are read from their start, never made a tensor
         positions = state._q_positions if side == "q" else state._k_positions
-        p, table, rows, seq_len = self.params, self._cos_sin, self._table_len, state.seq_len
-        long: bool | Tensor = isinstance(p, LongRope) and seq_len is not None and seq_len > p.original_max_len
-        ntk = isinstance(p, DynamicRope) and not (isinstance(seq_len, int) and seq_len <= p.original_max_len)
-        # eager, every position inside the table (a traced program serves every length: no table, no
-        # size guard), the table's frequencies, dtype and device
-        fits = state.end is not None and state.end <= rows and not ntk and not isinstance(long, Tensor)
-        if not fits or table.dtype != dtype or table.device != positions.device:
+        p, table, seq_len, end = self.params, self._cos_sin, state.seq_len, state.end
+        # eager (a traced program serves every length: no table, no size guard), every position inside
+        # the table, its dtype and device
+        if end is None or end > self._table_len or table.dtype != dtype or table.device != positions.device:
             return None
-        offset = int(long) * rows
+        offset = 0
+        if isinstance(p, (LongRope, DynamicRope)):  # the table's frequencies: up to the trained length ...
+            if not isinstance(seq_len, int) or (seq_len > p.original_max_len and isinstance(p, DynamicRope)):
+                return None
+            offset = self._table_len if seq_len > p.original_max_len else 0  # ... or longrope's long set
         if not isinstance(positions, Tensor):  # default ones, never made a tensor: a view
             return table[:, offset + positions.start : offset + positions.start + positions.shape[0]]
         wide = table[:, positions + offset]  # one gather

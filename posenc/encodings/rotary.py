@@ -50,12 +50,10 @@ class RotaryState(PositionState):
     encoding: _Rotary
     seq_len: int | Tensor | None = None
     end: int | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the
-        # cos/sin rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows
-        self._cache: dict[object, tuple[Tensor, ...]] = {}
+    # built by the first layer that needs them, then used by every layer (a new dict per state, made by
+    # prepare_state): side ("q"/"k") -> the cos/sin rows in the caches' dtype; (side, role, dtype) -> the
+    # apply-ready rows; "qk" -> the shapes and dtypes of the last q and k checked, and the keys' side
+    _cache: dict[object, tuple[Any, ...]]
 
     @property
     def q_cos(self) -> Tensor:
@@ -73,15 +71,23 @@ class RotaryState(PositionState):
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
-        check_qk(q, k, head_dim=self.encoding.head_dim)
-        if q.shape[-2] != self.q_len:
-            raise ValueError(
-                f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
-            )
-        # keys at the queries' positions: tq new keys with a KV cache, or the same positions
-        k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
+        tracing = is_tracing()
+        # the checks read only types, shapes and dtypes: the layers of a forward pass, whose q and k have the
+        # same ones, are checked once (eager; a traced program checks in every call it traces)
+        both = not tracing and isinstance(q, Tensor) and isinstance(k, Tensor)
+        seen, checked = (q.shape, q.dtype, k.shape, k.dtype) if both else None, self._cache.get("qk")
+        if seen is None or checked is None or checked[0] != seen:
+            check_qk(q, k, head_dim=self.encoding.head_dim)
+            if q.shape[-2] != self.q_len:
+                raise ValueError(
+                    f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
+                )
+            # keys at the queries' positions: tq new keys with a KV cache, or the same positions
+            k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
+            self._cache["qk"] = checked = (seen, k_side)
         # traced (compile/export: inductor fuses the formula) or another device: the formula
-        formula = is_tracing() or q.device.type not in ("cpu", "cuda")
+        formula = tracing or not (q.is_cpu or q.is_cuda)
+        k_side = checked[1]
         return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
 
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
@@ -251,6 +257,7 @@ class _Rotary(PositionalEncoding):
         """
 
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
+        state._cache = {}
 
         def past_last() -> Tensor | None:  # one past the largest position of queries and keys
             flat = torch.cat((state.q_positions.reshape(-1), state.k_positions.reshape(-1)))

@@ -92,7 +92,7 @@ def rotary_reference(
     Returns:
         ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
-    wide = _rotated(x, 2 * cos.shape[-1], offset).to(torch.promote_types(x.dtype, cos.dtype))
+    wide = x[..., offset : offset + 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
     if layout == "half":
         x1, x2 = wide.chunk(2, dim=-1)
     else:
@@ -136,7 +136,7 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, off
         ``(..., t, dh)``, the broadcast shape of ``x`` and the rows, ``x``'s dtype.
     """
     rot = rows[0].shape[-1] * (1 if layout == "half" else 2)
-    part = _rotated(x, rot, offset)
+    part = x if rot == x.shape[-1] else x[..., offset : offset + rot]  # the rotated channels, (..., t, r)
     if layout == "half":
         cos, signed_sin = rows
         out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
@@ -144,11 +144,6 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, off
         pairs = torch.view_as_complex(part.to(rows[0].real.dtype).unflatten(-1, (-1, 2)).contiguous())
         out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
     return out if part is x else _with_rest(out, x, offset)
-
-
-def _rotated(x: Tensor, rot: int, offset: int) -> Tensor:
-    """The ``rot`` channels of ``x`` ``(..., t, dh)`` that rotate, from ``offset`` on: ``(..., t, r)``."""
-    return x if rot == x.shape[-1] else x[..., offset : offset + rot]
 
 
 def _with_rest(rotated: Tensor, x: Tensor, offset: int) -> Tensor:
