@@ -115,6 +115,8 @@ POSITIONS = {
 #: M-RoPE models (a rotary module with ``mrope_section``) also rotate at distinct (t, h, w) positions, (3, b, t):
 #: with the same position on every axis M-RoPE equals RoPE, which would hide a plain-RoPE conversion.
 AXES = torch.stack([POSITIONS["batched"], POSITIONS["batched"] // 2, POSITIONS["batched"] % 4])
+#: M-RoPE models whose rotary module has no ``mrope_section`` (their axes are in their code): how many axes
+AXES_OF = {"neomme": 2}  # rows and columns, (2, b, t)
 TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 #: Vision towers (``rope_type: "axial"``): (t, h, w) grids of patches, a non-square one and two images
@@ -297,7 +299,8 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     if not types:
         raise ValueError(f"no layer type of the tiny config rotates ({getattr(text, 'layer_types', None)})")
     gen = torch.Generator().manual_seed(0)
-    cases = {**POSITIONS, "axes": AXES} if hasattr(rotary, "mrope_section") else POSITIONS
+    axes = 3 if hasattr(rotary, "mrope_section") else AXES_OF.get(getattr(text, "model_type", ""))
+    cases = {**POSITIONS, "axes": AXES[:axes]} if axes else POSITIONS
     references = {}
     for layer_type in types:
         q, k = (torch.randn(2, 2, T, _head_dim(text, rotary, layer_type), generator=gen) for _ in range(2))
@@ -516,9 +519,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                 if name == "axes" and not isinstance(enc, posenc.MRoPE):
                     return (
                         "mismatched",
-                        f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates by (t, h, w)",
+                        f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates by {len(pos)} axes",
                     )
-                pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (3, b, t) -> (b, t, 3)
+                pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (a, b, t) -> (b, t, a)
                 q, k, q_ref, k_ref = references[layer_type, name]
                 r = enc.head_dim
                 if r > q_ref.shape[-1] or not (
@@ -579,7 +582,7 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "",
         f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
         "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
-        "positions (and distinct (t, h, w) positions for M-RoPE), per layer type, from the config object and",
+        "positions (and distinct positions per axis for M-RoPE), per layer type, from the config object and",
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
         "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",
         "`get_vision_position_ids` (a non-square image and a second one packed, a two-frame video)",

@@ -38,14 +38,16 @@ class MRoPE(_AxisRotary):
       the remainder temporal (see :func:`posenc.functional.mrope_axes`); as in transformers, the
       sections need not sum to ``r / 2`` there (e.g. ``[11, 11, 10]`` on a 128-pair head);
     * height and width interleaved (``interleaved="hw"``, ERNIE 4.5 VL): pairs alternate h, w over the
-      first ``2 * section[1]`` pairs (``section[1] == section[2]``), the last ``section[0]`` temporal.
+      first ``2 * section[1]`` pairs (``section[1] == section[2]``), the last ``section[0]`` temporal;
+      with two sections ``(h, w)`` (NeoMME's rows and columns, no time axis) they alternate over every
+      pair, and positions have two axes.
 
     Rotation pairs channel ``i`` with ``i + r/2`` (``layout="half"``, ``rotate_half``, as the
     Qwen-VL models do), or ``2i`` with ``2i + 1`` (``"interleaved"``: GLM-4.1V, GLM-OCR, HunYuan V4
     VL); pair ``i`` follows the same axis in both.
 
-    Positions: integer or float ``(t, 3)`` or ``(b, t, 3)``, non-negative (Qwen3-Omni's times are
-    fractional: :func:`posenc.mrope_positions` with ``omni="qwen3"`` gives float32 positions, which turn
+    Positions: integer or float ``(t, a)`` or ``(b, t, a)``, one axis per section (``a = 3``: t, h, w),
+    non-negative (Qwen3-Omni's times are fractional: :func:`posenc.mrope_positions` with ``omni="qwen3"`` gives float32 positions, which turn
     as they are; rounding them would rotate by other angles) (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
     taken as the same position on every axis (then M-RoPE equals RoPE). ``None`` means
@@ -58,7 +60,7 @@ class MRoPE(_AxisRotary):
         mrope_section: pairs per axis, e.g. Qwen2-VL's ``[16, 24, 24]`` for ``dh = 128``; default
             Qwen2-VL's proportions: ``3/8`` of the pairs to height and to width, the rest to time.
         base: the wavelength base (``rope_theta``); a ``rope_theta`` in ``scaling`` must agree.
-        interleaved: Qwen3-VL's interleaved sections (``True``), or ERNIE 4.5 VL's (``"hw"``).
+        interleaved: Qwen3-VL's interleaved sections (``True``), or ERNIE 4.5 VL's and NeoMME's (``"hw"``).
         layout: ``"half"`` or ``"interleaved"`` channel pairs, as :class:`~posenc.RoPE`.
         scaling: a Hugging Face ``rope_parameters`` dict (``rope_type`` and its keys; its
             ``mrope_section``/``mrope_interleaved``, if present, must agree with the arguments).
@@ -123,11 +125,16 @@ class MRoPE(_AxisRotary):
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected head_dim / 2 = "
                 f"{pairs} (one entry per axis: temporal, height, width)"
             )
-        if interleaved and len(mrope_section) != 3:
-            raise ValueError(
-                f"interleaved={interleaved!r} needs three sections (t, h, w), got mrope_section={list(mrope_section)}"
+        if interleaved and len(mrope_section) not in ((2, 3) if interleaved == "hw" else (3,)):
+            expected = (
+                "two or three sections ((h, w) or (t, h, w))"
+                if interleaved == "hw"
+                else "three sections (t, h, w)"
             )
-        if interleaved == "hw" and mrope_section[1] != mrope_section[2]:
+            raise ValueError(
+                f"interleaved={interleaved!r} needs {expected}, got mrope_section={list(mrope_section)}"
+            )
+        if interleaved == "hw" and mrope_section[-2] != mrope_section[-1]:
             raise ValueError(
                 f"interleaved='hw' alternates height and width: their sections must be equal, got "
                 f"mrope_section={list(mrope_section)}"

@@ -283,16 +283,17 @@ def mrope_axes(
       ``i mod 3 == 1`` and ``i < 3 * section[1]``, width when ``i mod 3 == 2`` and
       ``i < 3 * section[2]``, else time — so every axis spans low and high frequencies;
     * ``"hw"`` (ERNIE 4.5 VL): height and width alternate over the first ``2 * section[1]`` pairs (its two
-      spatial sections are equal), time takes the last ``section[0]``.
+      spatial sections are equal), time takes the last ``section[0]``; with two sections ``(h, w)``
+      (NeoMME: rows and columns, no time), axes 0 and 1 alternate over every pair.
 
-    Any number of sections works for the chunked form; the interleaved one takes three, over ``pairs``
+    Any number of sections works for the chunked form; ``"hw"`` takes two or three, the interleaved one three, over ``pairs``
     pairs (default ``sum(section)``; transformers' recomposition writes height and width into the
     temporal angles only where those indices exist, so the sections need not sum to the pairs).
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
     sections, n = list(mrope_section), len(mrope_section)
-    if interleaved == "hw":
-        axes = [1 + i % 2 for i in range(2 * sections[1])] + [0] * sections[0]
+    if interleaved == "hw":  # the last two sections alternate, from pair 0; a third (first) one, time, last
+        axes = [n - 2 + i % 2 for i in range(2 * sections[-1])] + [0] * sum(sections[:-2])
     elif interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)
         axes = [
             i % n if i < n * sections[i % n] else 0 for i in range(sum(sections) if pairs is None else pairs)

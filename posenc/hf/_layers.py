@@ -179,7 +179,7 @@ def per_type_rope(
     head_dims: Sequence[int] | int,
     *,
     any_names: bool = False,
-    mrope: tuple[tuple[int, ...], bool | Literal["hw"]] | None = None,
+    mrope: tuple[tuple[int, ...] | Callable[[int], list[int]], bool | Literal["hw"]] | None = None,
     unrotated: Callable[[], PositionalEncoding] | None = None,
 ) -> Layers:
     """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
@@ -230,8 +230,9 @@ def per_type_rope(
             built[name, head_dim] = unrotated() if unrotated else NoPE()
             continue
         kw: dict[str, Any] = {}
-        if mrope:  # (its section from the dict, else the model's default)
-            kw = {"mrope_section": list(one.pop("mrope_section", mrope[0])), "interleaved": mrope[1]}
+        if mrope:  # (its section from the dict, else the model's default; a function of the pairs: no dict's)
+            section = mrope[0] if callable(mrope[0]) else list(one.pop("mrope_section", mrope[0]))
+            kw = {"mrope_section": section, "interleaved": mrope[1]}
         built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where, **kw)
     return [built[key] for key in zip(types, dims, strict=True)]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -148,12 +148,13 @@ def build_rope(
     *,
     params: Mapping[str, Any] | None = None,
     where: str = "rope_parameters",
-    mrope_section: list | None = None,
+    mrope_section: Sequence[int] | Callable[[int], list[int]] | None = None,
     interleaved: bool | Literal["hw"] = False,
 ) -> RoPE | MRoPE:
     """The :class:`RoPE` of one setting (the flat dict, or one layer type's ``params``).
 
-    With ``mrope_section``: the :class:`MRoPE` of the Qwen-VL text models (``interleaved`` sections).
+    With ``mrope_section`` (or a function of the rotated pairs that gives it): the :class:`MRoPE` of the
+    Qwen-VL text models (``interleaved`` sections).
     ``head_dim``: the rotated head width (default: :func:`heads_and_head_dim`'s).
     """
     head_dim = heads_and_head_dim(cfg, model_type, d)[1] if head_dim is None else head_dim
@@ -173,12 +174,14 @@ def build_rope(
             f"but its head_dim * partial_rotary_factor give {rotary_dim} rotated channels; which its code reads is "
             "not known from the fields"
         )
+    if callable(mrope_section):  # (NeoMME: two equal sections over whatever its partial factor rotates)
+        mrope_section = mrope_section(rotary_dim // 2)
     if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
         scaling = {**scaling, "partial_rotary_factor": partial}
     kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}
     try:
         if mrope_section is not None:
-            return MRoPE(head_dim, mrope_section=mrope_section, interleaved=interleaved, **kw)
+            return MRoPE(head_dim, mrope_section=list(mrope_section), interleaved=interleaved, **kw)
         offset = head_dim - rotary_dim if d.rope_at_end else 0
         rotary = None if rotary_dim == head_dim else rotary_dim
         return RoPE(head_dim, rotary_dim=rotary, rotary_offset=offset, conjugate=d.conjugate, **kw)

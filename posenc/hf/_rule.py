@@ -54,11 +54,8 @@ _INTERLEAVED = {
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
 _REFUSED = {
-    **dict.fromkeys(
-        "hunyuan_vl neomme".split(),
-        "its text model applies M-RoPE in a way posenc's MRoPE does not (sections per layer type, or its own "
-        "recomposition of the angles)",
-    ),
+    "hunyuan_vl": "its text model's M-RoPE turns the two channels of a pair by different angles, which no "
+    "rotation of pairs does",
     "mistral_large4": "its attention scales queries by a learned per-head scale * log(p + 1) + bias "
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
@@ -101,7 +98,11 @@ _MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
     "ernie4_5_vl_moe": ((22, 22, 20), "hw"),
 }
 #: ... with one M-RoPE dict per layer type (``None``: that type does not rotate)
-_MROPE_PER_TYPE = {"cohere_compass": ((24, 20, 20), True)}
+_MROPE_PER_TYPE: dict[str, tuple[Any, bool | Literal["hw"]]] = {
+    "cohere_compass": ((24, 20, 20), True),
+    # rows and columns alternate over every rotated pair (recomposition_frequencies); no mrope_section read
+    "neomme": (lambda pairs: [pairs // 2] * 2, "hw"),
+}
 #: Models whose code does not rotate the layer types without a RoPE dict (``None`` or absent): what it does there
 _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
     "cohere_compass": NoPE,  # rope_parameters[type] None skips the rotation

@@ -178,6 +178,8 @@ def test_axes_of_pairs():
     assert mrope_axes([4, 2, 2], interleaved=True).tolist() == [0, 1, 2, 0, 1, 2, 0, 0]
     # ERNIE 4.5 VL: h w h w ... over the spatial pairs, then time
     assert mrope_axes([2, 2, 2], interleaved="hw").tolist() == [1, 2, 1, 2, 0, 0]
+    # NeoMME: two sections (rows, columns), alternating over every pair
+    assert mrope_axes([3, 3], interleaved="hw").tolist() == [0, 1, 0, 1, 0, 1]
 
 
 def test_ernie4_5_vl_parity():
@@ -206,6 +208,40 @@ def test_ernie4_5_vl_parity():
         posenc.build("mrope(mrope_section=[4, 6, 6], interleaved='hw')", head_dim=HEAD_DIM).interleaved
         == "hw"
     )
+
+
+@pytest.mark.parametrize(("layer_type", "rotated"), [("full_attention", 8), ("sliding_attention", 32)])
+def test_neomme_parity(layer_type, rotated):
+    """NeoMME's rotary: per layer type, two position axes (rows, columns) alternating over neighbouring
+    pairs, a partial rotation on full attention; against its rotary module and apply function at distinct
+    (row, column) positions."""
+    from transformers.models.neomme import modeling_neomme as neomme
+
+    config = transformers.NeoMMEConfig(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=HEAD_DIM, num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    )  # fmt: skip
+    pos = torch.stack([torch.arange(20) // 5 + 3, torch.arange(20) % 5])[:, None]  # (2, 1, t): row, column
+    torch.manual_seed(6)
+    q, k = torch.randn(1, 2, 20, HEAD_DIM), torch.randn(1, 1, 20, HEAD_DIM)
+    cos, sin = neomme.NeoMMERotaryEmbedding(config)(q, pos, layer_type)
+    ref_q, ref_k = neomme.apply_rotary_pos_emb(q, k, cos, sin)
+    base = config.rope_parameters[layer_type]["rope_theta"]
+    ours = posenc.MRoPE(
+        HEAD_DIM,
+        mrope_section=[rotated // 4] * 2,
+        base=base,
+        interleaved="hw",
+        scaling={"rope_type": "default", "partial_rotary_factor": rotated / HEAD_DIM},
+    )
+    out_q, out_k = ours(q, k, axes_last(pos), axes_last(pos))
+    torch.testing.assert_close(out_q, ref_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out_k, ref_k, atol=ATOL, rtol=0)
+    assert (out_q[..., rotated:] == q[..., rotated:]).all()
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -296,6 +332,12 @@ def test_caches_state_dict_dtype_copy():
             "interleaved must be False, True or 'hw', got 1",
         ),
         ({"mrope_section": [6, 6, 4], "interleaved": "hw"}, ValueError, "their sections must be equal"),
+        ({"mrope_section": [10, 6], "interleaved": "hw"}, ValueError, "their sections must be equal"),
+        (
+            {"mrope_section": [4, 4, 4, 4], "interleaved": "hw"},
+            ValueError,
+            r"needs two or three sections \(\(h, w\) or \(t, h, w\)\), got mrope_section=\[4, 4, 4, 4\]",
+        ),
         (
             {"mrope_section": [2, 6, 6], "interleaved": "hw"},
             ValueError,

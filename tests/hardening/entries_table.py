@@ -322,6 +322,14 @@ ENTRIES: tuple[Entry, ...] = (
         hooks=frozenset({"qk"}),
         axes=3,
     ),
+    # NeoMME's: rows and columns alternating over every pair, no time axis
+    Entry(
+        "mrope-hw-2axes",
+        "mrope(mrope_section=[2, 2], interleaved='hw')",
+        hooks=frozenset({"qk"}),
+        axes=2,
+        variant=True,
+    ),
     Entry("rope-axial", "rope_axial(grid_size=(3, 4))", hooks=frozenset({"qk"}), axes=2, grid_len=12),
     Entry(
         "rope2d-alternate-interleaved-prefix",
