@@ -56,6 +56,8 @@ _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 _REFUSED = {
     "hunyuan_vl": "its text model's M-RoPE turns the two channels of a pair by different angles, which no "
     "rotation of pairs does",
+    "qwen2_5_omni_dit": "its DiT attention rotates only its first head (its channels de-interleaved first), "
+    "which no posenc encoding does",
     "mistral_large4": "its attention scales queries by a learned per-head scale * log(p + 1) + bias "
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "

@@ -1884,6 +1884,10 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
         ({"model_type": "hunyuan_vl", "text_config": {"rope_theta": 1e4}}, "M-RoPE"),
         ({"model_type": "mistral_large4_text"}, r"learned per-head scale \* log\(p \+ 1\) \+ bias"),
         ({"model_type": "esmfold2", "rope_theta": None}, "3D atom coordinates"),
+        (
+            {"model_type": "qwen2_5_omni_dit", "rope_parameters": {"rope_theta": 1e4}},
+            "rotates only its first head",
+        ),
     ],
 )
 def test_a_model_outside_the_table_refuses_what_it_cannot_read(extra, match):
