@@ -50,10 +50,13 @@ class RotaryState(PositionState):
     encoding: _Rotary
     seq_len: int | Tensor | None = None
     end: int | None = None
-    # built by the first layer that needs them, then used by every layer (a new dict per state, made by
-    # prepare_state): side ("q"/"k") -> the cos/sin rows in the caches' dtype; (side, role, dtype) -> the
-    # apply-ready rows; "qk" -> the shapes and dtypes of the last q and k checked, and the keys' side
-    _cache: dict[object, tuple[Any, ...]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the cos/sin
+        # rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows; "qk" -> the shapes and
+        # dtypes of the last q and k checked, and the keys' side
+        self._cache: dict[object, tuple[Any, ...]] = {}
 
     @property
     def q_cos(self) -> Tensor:
@@ -257,7 +260,6 @@ class _Rotary(PositionalEncoding):
         """
 
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-        state._cache = {}
 
         def past_last() -> Tensor | None:  # one past the largest position of queries and keys
             flat = torch.cat((state.q_positions.reshape(-1), state.k_positions.reshape(-1)))

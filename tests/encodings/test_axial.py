@@ -275,3 +275,22 @@ def test_dinov3_min_and_max_period_equal_the_authors_parametrisation():
 def test_dinov3_periods_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
         posenc.AxialRoPE(16, **options)
+
+
+def test_the_state_of_a_subclass_that_overrides_a_hook_keeps_its_rows():
+    """A subclass that overrides ``encode_qk`` gets a state that calls the hook back; its rows are the
+    built-in state's."""
+
+    class Doubled(posenc.AxialRoPE):
+        def encode_qk(self, q, k, *, q_positions=None, k_positions=None):
+            q, k = super().encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
+            return 2 * q, k
+
+    state, plain = (
+        Doubled(16, grid_size=(3, 4)).prepare(12),
+        posenc.AxialRoPE(16, grid_size=(3, 4)).prepare(12),
+    )
+    assert type(state) is not type(plain)
+    assert torch.equal(state.q_cos, plain.q_cos) and torch.equal(state.q_sin, plain.q_sin)
+    q = torch.randn(1, 2, 12, 16)
+    assert torch.equal(state.encode_qk(q, q)[0], 2 * plain.encode_qk(q, q)[0])
