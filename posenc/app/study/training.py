@@ -42,16 +42,6 @@ class _Vocabulary:
         return torch.tensor([self.index[c] for c in text], dtype=torch.long)
 
 
-def _dims(config: StudyConfig) -> dict[str, Any]:
-    return {
-        "d_model": config.d_model,
-        "num_heads": config.num_heads,
-        "head_dim": config.d_model // config.num_heads,
-        "max_len": config.train_len,
-        "causal": True,
-    }
-
-
 def _lr_at(step: int, steps: int, lr: float) -> float:
     """Linear warm-up over the first tenth of ``steps``, then cosine decay from ``lr`` to ``lr / 10``."""
     warmup = max(1, steps // 10)
