@@ -21,7 +21,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ._layers import layer_count, required_count, sliding_windows
-from ._read import Convert, config_dict, get
+from ._read import Convert, config_dict, get, positive_int
 from ._rule import as_class, by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
@@ -144,7 +144,24 @@ def _layers(
     return built[-1]
 
 
-def layer_encodings(config: Any, *, causal: bool | None = None) -> list[PositionalEncoding]:
+#: The layer count of one stack of a flat encoder-decoder config: the first of its keys the config gives
+_STACK_LAYERS = {
+    "encoder": ("encoder_layers", "num_layers"),
+    "text_encoder": ("encoder_layers",),  # (SeamlessM4T's text encoder; its "encoder" is the speech one)
+    "decoder": (
+        "decoder_layers",
+        "num_decoder_layers",
+        "num_layers",
+    ),  # T5: num_decoder_layers null: num_layers
+}
+
+
+def layer_encodings(
+    config: Any,
+    *,
+    causal: bool | None = None,
+    stack: Literal["encoder", "decoder", "text_encoder"] | None = None,
+) -> list[PositionalEncoding]:
     """One position encoding per layer of a Hugging Face model, built from its config.
 
     Layers that share settings share one instance (Gemma 3's sliding layers hold one
@@ -165,20 +182,27 @@ def layer_encodings(config: Any, *, causal: bool | None = None) -> list[Position
             are read through ``text_config``; an encoder-decoder config through both stacks, which
             must agree: T5Gemma's ``encoder`` / ``decoder``, Dia's ``encoder_config`` / ``decoder_config``).
         causal: as in :func:`from_hf_config`.
+        stack: as in :func:`from_hf_config`; the layers are that stack's (``encoder_layers`` /
+            ``decoder_layers``, T5's ``num_layers`` / ``num_decoder_layers``, an encoder-decoder parent's
+            sub-config). Without it an encoder-decoder config gives its encoder's count.
 
     Returns:
-        ``num_hidden_layers`` encodings.
+        ``num_hidden_layers`` encodings (of ``stack``).
 
     Raises:
         ValueError: as :func:`from_hf_config`; also a config without ``num_hidden_layers``.
     """
-    built, cfg, model_type = _layers(config, causal)
+    built, cfg, model_type = _layers(config, causal, stack)
     if isinstance(built, list):
         return built
-    n = required_count(cfg, model_type)
-    if model_type in SPEECH_MODEL_TYPES:  # each layer has its own tables: independent, fresh modules
+    if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
+        n = required_count(cfg, model_type)  # with its own tables: independent, fresh modules
         return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
-    return [built] * n
+    keys = _STACK_LAYERS.get(stack or "", ())
+    if stack is None and layer_count(cfg, model_type) is None:  # a BART-like config.json: its encoder's
+        keys = ("encoder_layers",)  # layers, as transformers' attribute_map reads num_hidden_layers there
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    return [built] * (required_count(cfg, model_type) if key is None else positive_int(cfg, model_type, key))
 
 
 def layer_windows(config: Any) -> list[int | None]:

@@ -214,3 +214,43 @@ def test_stack_is_required_where_the_stacks_differ() -> None:
     # SeamlessM4T keeps its speech encoder as the default stack (relative tables per layer)
     assert isinstance(from_hf_config({"model_type": "seamless_m4t"}), posenc.RelPosXL)
     assert isinstance(from_hf_config({"model_type": "seamless_m4t_v2"}, stack="encoder"), posenc.ShawRelative)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_layer_encodings_of_a_stack_has_that_stacks_layers(name: str) -> None:
+    """``layer_encodings(config, stack=)``: one encoding per layer of that stack, as the model builds it
+    (T5's ``num_layers`` / ``num_decoder_layers``, BART's ``encoder_layers`` / ``decoder_layers``); T5's
+    decoder bias is causal. A BART ``config.json`` (no ``num_hidden_layers``) counts its encoder's, as the
+    config object does."""
+    if name == "t5":
+        config = transformers.T5Config(
+            vocab_size=64, d_model=32, d_kv=8, d_ff=32, num_heads=2, num_layers=3, num_decoder_layers=2
+        )
+        model = transformers.T5Model(config)
+        counts = {"encoder": len(model.encoder.block), "decoder": len(model.decoder.block)}
+    else:
+        sizes = {**SIZES, "encoder_layers": 3, "decoder_layers": 2}
+        model = transformers.BartModel(transformers.BartConfig(**sizes, max_position_embeddings=32))
+        config = model.config
+        counts = {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
+    assert counts == {"encoder": 3, "decoder": 2}
+    for form in (config, config.to_dict()):
+        assert len(layer_encodings(form)) == counts["encoder"]
+        for stack, n in counts.items():
+            encodings = layer_encodings(form, stack=stack)
+            assert len(encodings) == n
+            if name == "t5":
+                assert encodings[0].causal == (stack == "decoder")
+
+
+def test_seamless_m4t_layer_encodings_per_stack() -> None:
+    """Its speech encoder (the default stack) has fresh relative tables per layer; its text stacks share
+    one sinusoid each, over their own layer counts."""
+    config = transformers.SeamlessM4TConfig(speech_encoder_layers=4, encoder_layers=3, decoder_layers=2)
+    for form in (config, config.to_dict()):
+        speech = layer_encodings(form, stack="encoder")
+        assert len(speech) == 4 and len(set(map(id, speech))) == 4
+        assert [type(e) for e in layer_encodings(form)] == [posenc.RelPosXL] * 4
+        for stack, n in (("text_encoder", 3), ("decoder", 2)):
+            text = layer_encodings(form, stack=stack)
+            assert len(text) == n and len(set(map(id, text))) == 1 and isinstance(text[0], posenc.Sinusoidal)
