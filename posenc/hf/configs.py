@@ -124,14 +124,40 @@ def _of_stack(convert: Convert | PerStack, model_type: str, stack: str | None) -
     raise ValueError(f"stack must be None, {accepted} for {model_type}, got {stack!r}")
 
 
+#: The layer count of one stack of a flat encoder-decoder config: the first of its keys the config gives
+_STACK_LAYERS = {
+    "encoder": ("encoder_layers", "num_layers"),
+    "text_encoder": ("encoder_layers",),  # (SeamlessM4T's text encoder; its "encoder" is the speech one)
+    # (T5: a null num_decoder_layers means num_layers)
+    "decoder": ("decoder_layers", "num_decoder_layers", "num_layers"),
+}
+
+
+def _stacks(config: Any, stack: str | None) -> list[_Stack]:
+    """The stacks of ``config`` (:func:`_resolve`); of an encoder-decoder parent, ``stack``'s sub-config."""
+    stacks = _resolve(config)
+    if stack is not None and len(stacks) > 1:
+        stacks = [s for s in stacks if s[0] in (stack, f"{stack}_config")] or stacks
+    return stacks
+
+
+def _stack_count(cfg: dict, model_type: str, stack: str | None) -> int:
+    """The number of layers of ``stack`` (of a flat encoder-decoder config; else the config's)."""
+    if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # SeamlessM4T's: the speech encoder
+        return required_count(cfg, model_type)
+    keys = _STACK_LAYERS.get(stack or "", ())
+    if stack is None and layer_count(cfg, model_type) is None:  # a BART-like config.json: its encoder's
+        keys = ("encoder_layers",)  # layers, as transformers' attribute_map reads num_hidden_layers there
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    return required_count(cfg, model_type) if key is None else positive_int(cfg, model_type, key)
+
+
 def _layers(
     config: Any, causal: bool | None, stack: str | None = None
 ) -> tuple[PositionalEncoding | list[PositionalEncoding], dict, str]:
     if causal is not None and not isinstance(causal, bool):
         raise TypeError(f"causal must be None, True or False, got {causal!r}")
-    stacks = _resolve(config)
-    if stack is not None and len(stacks) > 1:  # an encoder-decoder parent: that stack's sub-config
-        stacks = [s for s in stacks if s[0] in (stack, f"{stack}_config")] or stacks
+    stacks = _stacks(config, stack)
     # a stack's config as transformers hands it to that stack (T5's decoder: is_decoder, a causal bias)
     given = {} if stack is None else {"is_decoder": stack == "decoder"}
     built = [
@@ -142,18 +168,6 @@ def _layers(
         per_layer = [b if isinstance(b, list) else [b] * (layer_count(cfg, t) or 1) for b, cfg, t in built]
         _agree(stacks, per_layer, "position encodings")
     return built[-1]
-
-
-#: The layer count of one stack of a flat encoder-decoder config: the first of its keys the config gives
-_STACK_LAYERS = {
-    "encoder": ("encoder_layers", "num_layers"),
-    "text_encoder": ("encoder_layers",),  # (SeamlessM4T's text encoder; its "encoder" is the speech one)
-    "decoder": (
-        "decoder_layers",
-        "num_decoder_layers",
-        "num_layers",
-    ),  # T5: num_decoder_layers null: num_layers
-}
 
 
 def layer_encodings(
@@ -195,17 +209,15 @@ def layer_encodings(
     built, cfg, model_type = _layers(config, causal, stack)
     if isinstance(built, list):
         return built
+    n = _stack_count(cfg, model_type, stack)
     if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
-        n = required_count(cfg, model_type)  # with its own tables: independent, fresh modules
-        return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]
-    keys = _STACK_LAYERS.get(stack or "", ())
-    if stack is None and layer_count(cfg, model_type) is None:  # a BART-like config.json: its encoder's
-        keys = ("encoder_layers",)  # layers, as transformers' attribute_map reads num_hidden_layers there
-    key = next((k for k in keys if cfg.get(k) is not None), None)
-    return [built] * (required_count(cfg, model_type) if key is None else positive_int(cfg, model_type, key))
+        return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]  # with its own tables
+    return [built] * n
 
 
-def layer_windows(config: Any) -> list[int | None]:
+def layer_windows(
+    config: Any, *, stack: Literal["encoder", "decoder", "text_encoder"] | None = None
+) -> list[int | None]:
     """The sliding window of each layer (``None`` for global layers), for ``window=`` per layer.
 
     ``W`` as transformers applies it and as ``posenc.attention(..., window=W)`` reads it: in a
@@ -219,12 +231,18 @@ def layer_windows(config: Any) -> list[int | None]:
 
     Args:
         config: as in :func:`layer_encodings`.
+        stack: as in :func:`layer_encodings`: one entry per layer of that stack.
 
     Returns:
-        ``num_hidden_layers`` entries.
+        ``num_hidden_layers`` entries (of ``stack``).
     """
-    stacks = _resolve(config)
-    windows = [sliding_windows(cfg, t, obj, known=t in _CONVERTERS) for _, cfg, t, _, obj in stacks]
+    stacks = _stacks(config, stack)
+    for _, _, t, convert, _ in stacks if stack is not None else ():
+        _of_stack(convert, t, stack)  # (a stack the model does not have: the same error as layer_encodings)
+    windows = [
+        sliding_windows(cfg, t, obj, known=t in _CONVERTERS, n=_stack_count(cfg, t, stack))
+        for _, cfg, t, _, obj in stacks
+    ]
     _agree(stacks, windows, "sliding windows")
     return windows[-1]
 

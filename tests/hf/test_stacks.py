@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.hf import from_hf_config, from_hf_model, layer_encodings
+from posenc.hf import from_hf_config, from_hf_model, layer_encodings, layer_windows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -235,17 +235,17 @@ def test_layer_encodings_of_a_stack_has_that_stacks_layers(name: str) -> None:
         counts = {"encoder": len(model.encoder.layers), "decoder": len(model.decoder.layers)}
     assert counts == {"encoder": 3, "decoder": 2}
     for form in (config, config.to_dict()):
-        assert len(layer_encodings(form)) == counts["encoder"]
+        assert len(layer_encodings(form)) == len(layer_windows(form)) == counts["encoder"]
         for stack, n in counts.items():
             encodings = layer_encodings(form, stack=stack)
-            assert len(encodings) == n
+            assert len(encodings) == n and layer_windows(form, stack=stack) == [None] * n
             if name == "t5":
                 assert encodings[0].causal == (stack == "decoder")
 
 
 def test_seamless_m4t_layer_encodings_per_stack() -> None:
     """Its speech encoder (the default stack) has fresh relative tables per layer; its text stacks share
-    one sinusoid each, over their own layer counts."""
+    one sinusoid each, over their own layer counts; ``layer_windows`` counts the same layers."""
     config = transformers.SeamlessM4TConfig(speech_encoder_layers=4, encoder_layers=3, decoder_layers=2)
     for form in (config, config.to_dict()):
         speech = layer_encodings(form, stack="encoder")
@@ -254,3 +254,9 @@ def test_seamless_m4t_layer_encodings_per_stack() -> None:
         for stack, n in (("text_encoder", 3), ("decoder", 2)):
             text = layer_encodings(form, stack=stack)
             assert len(text) == n and len(set(map(id, text))) == 1 and isinstance(text[0], posenc.Sinusoidal)
+            assert layer_windows(form, stack=stack) == [None] * n
+        assert layer_windows(form, stack="encoder") == [None] * 4
+    with pytest.raises(
+        ValueError, match="stack must be None, 'encoder' or 'decoder' for t5, got 'text_encoder'"
+    ):
+        layer_windows({"model_type": "t5"}, stack="text_encoder")
