@@ -122,8 +122,8 @@ class MRoPE(_AxisRotary):
         pairs = self.params.rotary_dim // 2
         if interleaved is not True and sum(mrope_section) != pairs:  # (interleaved: see mrope_axes)
             raise ValueError(
-                f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected head_dim / 2 = "
-                f"{pairs} (one entry per axis: temporal, height, width)"
+                f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected "
+                f"{'head_dim' if pairs * 2 == head_dim else 'rotary_dim'} / 2 = {pairs} (one entry per axis)"
             )
         if interleaved and len(mrope_section) not in ((2, 3) if interleaved == "hw" else (3,)):
             expected = (

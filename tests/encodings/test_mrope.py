@@ -320,6 +320,11 @@ def test_caches_state_dict_dtype_copy():
     ("kwargs", "error", "match"),
     [
         ({"mrope_section": [4, 6, 5]}, ValueError, r"sums to 15, expected head_dim / 2 = 16"),
+        (
+            {"mrope_section": [3, 3], "interleaved": "hw", "scaling": {"partial_rotary_factor": 0.5}},
+            ValueError,
+            r"sums to 6, expected rotary_dim / 2 = 8 \(one entry per axis\)",
+        ),
         ({"mrope_section": [8, 8], "interleaved": True}, ValueError, "three sections"),
         (
             {"mrope_section": [4, 6, 6], "interleaved": "yes"},

@@ -322,10 +322,10 @@ ENTRIES: tuple[Entry, ...] = (
         hooks=frozenset({"qk"}),
         axes=3,
     ),
-    # NeoMME's: rows and columns alternating over every pair, no time axis
+    # NeoMME's: rows and columns alternating over every rotated pair, no time axis, a partial rotation
     Entry(
-        "mrope-hw-2axes",
-        "mrope(mrope_section=[2, 2], interleaved='hw')",
+        "mrope-hw-2axes-partial",
+        "mrope(mrope_section=[1, 1], interleaved='hw', scaling={'rope_type': 'default', 'partial_rotary_factor': 0.5})",
         hooks=frozenset({"qk"}),
         axes=2,
         variant=True,
