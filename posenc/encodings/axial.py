@@ -110,7 +110,7 @@ class _AxisRotary(_Rotary):
         a, one_d = self.num_axes, self.one_d_positions
         if not isinstance(positions, Tensor):
             raise TypeError(
-                f"{name} must be a integer or floating torch.Tensor of shape (seq, {a}) or (batch, seq, {a}), "
+                f"{name} must be an integer or floating torch.Tensor of shape (seq, {a}) or (batch, seq, {a}), "
                 f"got {type(positions).__name__}"
             )
         if positions.is_complex() or positions.dtype == torch.bool:

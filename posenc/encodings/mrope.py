@@ -47,8 +47,9 @@ class MRoPE(_AxisRotary):
     VL); pair ``i`` follows the same axis in both.
 
     Positions: integer or float ``(t, a)`` or ``(b, t, a)``, one axis per section (``a = 3``: t, h, w),
-    non-negative (Qwen3-Omni's times are fractional: :func:`posenc.mrope_positions` with ``omni="qwen3"`` gives float32 positions, which turn
-    as they are; rounding them would rotate by other angles) (transformers' ``get_rope_index`` gives
+    non-negative (Qwen3-Omni's times are fractional: :func:`posenc.mrope_positions` with
+    ``omni="qwen3"`` gives float32 positions, which turn as they are; rounding them would rotate by
+    other angles) (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
     taken as the same position on every axis (then M-RoPE equals RoPE). ``None`` means
     ``0 .. t-1`` on every axis. When ``t == 3`` a rank-2 ``(3, 3)`` tensor is read as ``(b, t)``

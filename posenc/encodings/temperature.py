@@ -82,12 +82,11 @@ class QueryTemperature(PositionalEncoding):
         dtype = precise_dtype(q.dtype)
         # float64 steps: (p + 1) / floor_scale is exact for any position a model sees
         steps = (qp.to(torch.float64) + 1.0) / self.floor_scale
-        if self.form == "power":  # Beam: exp(attn_scale * log1p(steps))
-            scale = torch.exp(torch.log1p(steps) * self.attn_scale).to(dtype)
-        else:
-            scale = (torch.log1p(torch.floor(steps)) * self.attn_scale + 1.0).to(
-                dtype
-            )  # (t,) or (b, t), >= 1
+        if self.form == "power":  # Beam: (1 + steps) ** attn_scale, as exp(attn_scale * log1p(steps))
+            scale = torch.exp(torch.log1p(steps) * self.attn_scale)
+        else:  # Llama 4
+            scale = torch.log1p(torch.floor(steps)) * self.attn_scale + 1.0
+        scale = scale.to(dtype)  # (t,) or (b, t), >= 1
         # (t,) -> (t, 1); (b, t) -> (b, 1, t, 1): broadcast over heads and channels
         scale = scale[:, None, :, None] if scale.dim() == 2 else scale[:, None]
         return (q.to(dtype) * scale).to(q.dtype), k

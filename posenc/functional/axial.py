@@ -286,9 +286,10 @@ def mrope_axes(
       spatial sections are equal), time takes the last ``section[0]``; with two sections ``(h, w)``
       (NeoMME: rows and columns, no time), axes 0 and 1 alternate over every pair.
 
-    Any number of sections works for the chunked form; ``"hw"`` takes two or three, the interleaved one three, over ``pairs``
-    pairs (default ``sum(section)``; transformers' recomposition writes height and width into the
-    temporal angles only where those indices exist, so the sections need not sum to the pairs).
+    Any number of sections works for the chunked form; ``"hw"`` takes two or three; the interleaved
+    one takes three, over ``pairs`` pairs (default ``sum(section)``; transformers' recomposition writes
+    height and width into the temporal angles only where those indices exist, so the sections need not
+    sum to the pairs).
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
     sections, n = list(mrope_section), len(mrope_section)
