@@ -503,9 +503,11 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         except Exception:
             reason = f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
             return _unbuilt(config, reason) if used else ("not built", reason)
+    # an encoder-decoder parent whose stacks differ (Dia): the stack whose config built the rotary
+    stack = next((s for s in ("encoder", "decoder") if getattr(config, f"{s}_config", None) is text), None)
     for form in (config, config.to_dict()):
         try:
-            encodings = layer_encodings(form)
+            encodings = layer_encodings(form, stack=stack)
         except ValueError as err:
             return "refused", str(err)
         except Exception as err:  # (anything but a ValueError naming the field is a failure)
