@@ -35,7 +35,7 @@ import typing
 import warnings
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import transformers
@@ -504,7 +504,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             reason = f"reference rotation: {type(err).__name__}: {str(err)[:80]}"
             return _unbuilt(config, reason) if used else ("not built", reason)
     # an encoder-decoder parent whose stacks differ (Dia): the stack whose config built the rotary
-    stack = next((s for s in ("encoder", "decoder") if getattr(config, f"{s}_config", None) is text), None)
+    sides: tuple[Literal["encoder", "decoder"], ...] = ("encoder", "decoder")
+    stack = next((s for s in sides if getattr(config, f"{s}_config", None) is text), None)
     for form in (config, config.to_dict()):
         try:
             encodings = layer_encodings(form, stack=stack)

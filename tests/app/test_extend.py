@@ -250,7 +250,7 @@ LONG_SPECS = (
 
 def test_baselines_that_differ_past_60_characters_get_their_own_checkpoints(corpus, tmp_path):
     """Each baseline is saved under a name from its whole spec, and a resumed run scores each with its own."""
-    from posenc.app.study.extend import _checkpoint_name
+    from posenc.app.study.extend_base import _checkpoint_name
 
     assert LONG_SPECS[0][:60] == LONG_SPECS[1][:60]
     assert _checkpoint_name(LONG_SPECS[0]) != _checkpoint_name(LONG_SPECS[1])

@@ -34,7 +34,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         )
     from ..study.checkpoint import check_writable
     from ..study.config import ConfigError
-    from ..study.training import check_spec_ints
+    from ..study.specs import check_spec_ints
 
     if not out.parent.is_dir():
         what = "is not a folder" if out.parent.exists() else "does not exist"

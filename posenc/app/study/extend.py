@@ -37,14 +37,10 @@ from .._checks import check_bool
 from .checkpoint import load_checkpoint
 from .config import METHODS, ConfigError, ExtendConfig
 from .corpus import Corpus
-
-# The base model (trained, resumed or loaded) lives in ``extend_base``; re-exported here, where it
-# was first defined.
-from .extend_base import (  # noqa: F401
+from .extend_base import (
     _base_model,
     _checkpoint_name,
     _config_of_loaded,
-    _file_name,
     _LoadedVocabulary,
     _spec_key,
     _train_settings,
@@ -52,8 +48,8 @@ from .extend_base import (  # noqa: F401
 from .extend_results import ExtendResult, ExtendRow
 from .outdir import hold, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
+from .specs import _check_specs
 from .training import (
-    _check_specs,
     _checked_split,
     _corpus_info,
     _corpus_summary,

@@ -27,8 +27,8 @@ from .outdir import hold, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .plan import default_encodings
 from .results import EncodingResult, StudyResult
+from .specs import _check_specs
 from .training import (
-    _check_specs,
     _checked_split,
     _corpus_info,
     _corpus_summary,

@@ -24,9 +24,7 @@ from .corpus import Corpus
 from .parallel import Ranks
 from .plan import has_fixed_length
 from .results import LengthResult
-
-# The check of the encodings given lives in ``specs``; re-exported here, where it was first defined.
-from .specs import _check_specs, _one_line, _short, build_study_model, check_spec_ints, probe_spec  # noqa: F401
+from .specs import build_study_model
 
 __all__ = ["fair_embed_scale", "study_model", "train_steps"]
 
