@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import posenc
-from posenc.app.cli import _FLAGS, _in_flags, main
+from posenc.app.cli import main
+from posenc.app.cli._common import _FLAGS, _in_flags
 from posenc.app.study import ConfigError, StudyConfig, StudyResult, default_encodings
 
 

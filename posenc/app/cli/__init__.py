@@ -31,16 +31,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-# `name as name`: re-exported, as when posenc.app.cli was one module (tests read them here).
-from ._common import _FLAGS as _FLAGS
-from ._common import _STUDY_OPTIONS as _STUDY_OPTIONS
 from ._common import EXIT_USAGE, _one_line, _UsageError
-from ._common import MAX_MESSAGE as MAX_MESSAGE
-from ._common import MAX_SPECS_TEXT as MAX_SPECS_TEXT
-from ._common import _in_flags as _in_flags
 from ._inspect import _cmd_describe, _cmd_list, _cmd_plot
 from ._models import _cmd_models
-from ._parser import MAX_PLOT_LENGTH as MAX_PLOT_LENGTH
 from ._parser import _build_parser
 from ._study import _cmd_extend, _cmd_extrapolate
 
