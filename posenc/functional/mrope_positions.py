@@ -68,7 +68,9 @@ def mrope_positions(
     ``position_id_per_seconds``, to Qwen2.5-Omni's thinker ``get_rope_index`` (Xu et al., 2025,
     "Qwen2.5-Omni") or, with ``omni="qwen3"``, Qwen3-Omni's (Xu et al., 2025, "Qwen3-Omni"), plus
     packed documents. Feed ``posenc.functional.axes_last(positions)`` to
-    :class:`~posenc.MRoPE`.
+    :class:`~posenc.MRoPE`. ERNIE 4.5 VL's ``get_rope_index`` merges each ``temporal_merge_size`` (2)
+    frames of a video into one before its tokens: give its ``video_grid_thw`` with ``t`` divided by
+    that merge, and the positions equal its own.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
     ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their

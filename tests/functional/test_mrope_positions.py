@@ -1,6 +1,6 @@
 """mrope_positions: equal to transformers' Qwen2-VL / Qwen2.5-VL ``get_rope_index`` on whole tensors
 (random layouts of text, images and videos, left padding, video time scales) and to Qwen2.5-Omni's
-(time-aligned videos, audio, videos interleaved with their audio), packed documents equal to each
+(time-aligned videos, audio, videos interleaved with their audio) and ERNIE 4.5 VL's, packed documents equal to each
 document alone, and the rotation of the model's own rotary module on those positions."""
 
 from __future__ import annotations
@@ -90,6 +90,32 @@ def test_equals_get_rope_index(model, pad):
         assert got[0].dtype == got[1].dtype == torch.long
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_equals_ernie4_5_vl_get_rope_index(pad):
+    """ERNIE 4.5 VL merges each 2 frames of a video into one (``temporal_merge_size``) before its
+    tokens: its positions are mrope_positions' with each video's t divided by the merge (as documented)."""
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as hfe
+
+    config = transformers.Ernie4_5_VLMoeConfig()
+    merge_t = config.vision_config.temporal_merge_size
+    host = types.SimpleNamespace(config=config)
+    host.get_vision_position_ids = types.MethodType(hfe.Ernie4_5_VLMoeModel.get_vision_position_ids, host)
+    gen, checked = torch.Generator().manual_seed(1), 0
+    for _ in range(12):
+        token_types, mask, grids, _ = _batch(gen, 3, pad=pad)
+        if "video_grid_thw" not in grids:
+            continue
+        ernie = dict(grids, video_grid_thw=grids["video_grid_thw"] * torch.tensor([merge_t, 1, 1]))
+        masks = {"attention_mask": mask} if pad else {}
+        want = hfe.Ernie4_5_VLMoeModel.get_rope_index(host, token_types, token_types, **ernie, **masks)
+        merged = dict(ernie, video_grid_thw=ernie["video_grid_thw"] // torch.tensor([merge_t, 1, 1]))
+        got = mrope_positions(token_types, **merged, spatial_merge_size=2, **masks)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+        checked += 1
+    assert checked >= 4
 
 
 def test_video_time_scale_as_qwen2_5_vl():
