@@ -340,17 +340,15 @@ def context_parallel_attention(
         # gathered[..., i] is token order[i] of the sequence.
         key_documents = document_numbers(gathered[..., torch.argsort(order)])[..., order]
         q_documents = key_documents[..., me * tl : (me + 1) * tl]
-    keys = _GatherSequence.apply(k, 2, group)
-    values = _GatherSequence.apply(v, 2, group)
-    key_positions = _GatherSequence.apply(positions, positions.dim() - 1, group)
+    # Every rank's keys, values and key positions, in rank order (collectives: the same order on every rank)
     return attention(
         q,
-        keys,
-        values,
+        _GatherSequence.apply(k, 2, group),
+        _GatherSequence.apply(v, 2, group),
         encoding,
         causal=causal,
         q_positions=positions,
-        k_positions=key_positions,
+        k_positions=_GatherSequence.apply(positions, positions.dim() - 1, group),
         scale=scale,
         document_ids=key_documents,
         q_document_ids=q_documents,

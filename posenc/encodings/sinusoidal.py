@@ -90,14 +90,13 @@ class Sinusoidal(PositionalEncoding):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        check_int("d_model", d_model, minimum=2)
+        self.d_model = check_int("d_model", d_model, minimum=2)
         if d_model % 2:
             raise ValueError(f"d_model must be even (sin/cos come in pairs), got {d_model}")
         # layout and freq_spacing: checked (same messages) by sinusoidal_table, which builds the table below
         if freq_spacing == "tensor2tensor" and d_model < 4:
             raise ValueError(f"freq_spacing='tensor2tensor' needs d_model >= 4, got d_model={d_model}")
         self.max_len = max_len if max_len is None else check_int("max_len", max_len, minimum=1)
-        self.d_model = d_model
         self.base = check_positive_float("base", base)
         self.layout = layout
         self.offset = check_int("offset", offset, minimum=0)

@@ -241,8 +241,7 @@ def sinusoidal_3d_table(
     frame_of = torch.arange(frames, dtype=dtype, device=device)
     time = sinusoidal_table(frame_of, time_width, base, "concat", dtype=dtype)  # (t, dim/4)
     space = sinusoidal_2d_table(height, width, dim - time_width, base, dtype=dtype, device=device)
-    n = space.shape[0]
     # (t, 1, dim/4) and (1, h*w, 3dim/4) broadcast to (t, h*w, dim), then flatten frame-major
-    return torch.cat((time[:, None].expand(-1, n, -1), space.expand(frames, -1, -1)), -1).reshape(
-        frames * n, dim
-    )
+    return torch.cat(
+        (time[:, None].expand(-1, space.shape[0], -1), space.expand(frames, -1, -1)), -1
+    ).flatten(0, 1)

@@ -216,11 +216,8 @@ def _prepare(
         state of each of ``encodings`` (cached keys included).
     """
     b, t = x.shape[:2]
-    for name, value in (
-        ("positions", positions),
-        ("attention_mask", attention_mask),
-        ("document_ids", document_ids),
-    ):
+    named = {"positions": positions, "attention_mask": attention_mask, "document_ids": document_ids}
+    for name, value in named.items():
         if isinstance(value, Tensor) and value.device != x.device:
             raise ValueError(f"{name} is on {value.device} but the input is on {x.device}; move it there")
     key_mask = None
@@ -245,7 +242,7 @@ def _prepare(
             )
         if check_ids("document_ids", document_ids).dim() == 1:  # an integer tensor
             document_ids = document_ids.expand(b, -1)
-        if document_ids.dim() != 2 or document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):
+        if document_ids.shape[-1] != t or document_ids.shape[0] not in (1, b):  # (b|1, t) after the expand
             raise ValueError(
                 f"document_ids must have shape (batch, seq) = {(b, t)} (or (seq,)), got {tuple(document_ids.shape)}"
             )
