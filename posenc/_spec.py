@@ -148,9 +148,8 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         ok = any(value == choice and type(value) is type(choice) for choice in args)
         return None if ok else (depth, where, f"one of {list(args)}", "")
     if origin in (Union, types.UnionType):
-        arms = [_problem(value, arm, path, depth) for arm in args]
-        found = [p for p in arms if p is not None]
-        if len(found) < len(arms):
+        found = [p for arm in args if (p := _problem(value, arm, path, depth)) is not None]
+        if len(found) < len(args):  # an arm fits
             return None
         # The type fits one arm but the value does not (say why), or one arm matched the container
         # (report the element that did not).
