@@ -202,8 +202,9 @@ def attention(
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
-    names = ("q_positions", "k_positions", "attn_mask", "sinks")
-    for name, t in zip(names, (q_positions, k_positions, attn_mask, sinks), strict=True):
+    names = ("q_positions", "k_positions", "attn_mask", "sinks", "document_ids", "q_document_ids")
+    given = (q_positions, k_positions, attn_mask, sinks, document_ids, q_document_ids)
+    for name, t in zip(names, given, strict=True):
         if isinstance(t, Tensor) and t.device != q.device:  # torch's own error would not name it
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
@@ -213,7 +214,7 @@ def attention(
     tk = k.shape[-2]
     q_doc = k_doc = None
     if document_ids is not None:
-        q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b, q.device)
+        q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b)
         if q_positions is None and k_positions is None and not isinstance(encoding, PositionState):
             # Each document is encoded as if it were alone: positions restart in each one.
             k_positions = document_positions(k_doc)
@@ -352,14 +353,9 @@ def _check_inputs(
                 f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
                 f"(seq_q, seq_k) mask as mask[None, None]"
             )
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
+    if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
+    if scale is not None and (not _is_real(scale) or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
     check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
     if chunk_size is not None and (
@@ -373,6 +369,11 @@ def _check_inputs(
         raise ValueError(
             f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
         )
+
+
+def _is_real(x: object) -> bool:
+    """An int or float, not a bool."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _state(
