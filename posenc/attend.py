@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import _toeplitz, mask_dtype, sdpa_attention, weighted_attention
+from ._attention_paths import Softmax, _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path, lse_supported
@@ -248,7 +248,7 @@ def attention(
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    form = state.bias_form
+    form, soft = state.bias_form, Softmax(scale, dropout_p, sinks)
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -256,7 +256,7 @@ def attention(
                 f"the attention weights); use backend='auto'"
             )
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))  # float32 weights
-        return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
+        return weighted_attention(q, k, v, state, vis, soft, rows)
     if backend == "flex":
         if sinks is None or lse_supported(q.device):
             return flex_attention_path(q, k, v, state, vis, scale, sinks)
@@ -275,7 +275,7 @@ def attention(
             # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
             chunked = vis.causal or window is not None or sinks is not None
             rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
-            return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
+            return _toeplitz(q, k, v, values, vis, soft, rows)
     # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
     # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
     scratch = state.bias_scratch
@@ -287,8 +287,8 @@ def attention(
     if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
-        return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
-    return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
+        return sdpa_attention(q, k, v, state, vis, soft, rows)
+    return sdpa_attention(q, k, v, _full_bias(state), vis, soft, None)
 
 
 def _full_bias(state: PositionState) -> PositionState:
