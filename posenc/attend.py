@@ -259,7 +259,7 @@ def attention(
         return weighted_attention(q, k, v, state, vis, soft, rows)
     if backend == "flex":
         if sinks is None or lse_supported(q.device):
-            return flex_attention_path(q, k, v, state, vis, scale, sinks)
+            return flex_attention_path(q, k, v, state, vis, soft)
         backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
     tracing = is_compiling()
