@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,20 @@ from .state import PositionState
 #: ``chunk_fn(qs, ks)``: the attention of query rows ``qs`` over keys ``ks``, as a function of
 #: those rows of q and those keys of k and v.
 ChunkFn = Callable[[slice, slice], Callable[[Tensor, Tensor, Tensor], Tensor]]
+
+
+class Softmax(NamedTuple):
+    """What every path applies to the scores besides the bias and the mask.
+
+    Attributes:
+        scale: score scale; ``None`` means ``1 / sqrt(dh)``.
+        dropout_p: dropout on the attention weights.
+        sinks: ``(h,)`` sink logits (one more logit per row of the softmax, whose value is zero), or ``None``.
+    """
+
+    scale: float | None
+    dropout_p: float
+    sinks: Tensor | None
 
 
 def heads_differ(q: Tensor, k: Tensor) -> bool:
@@ -114,23 +129,15 @@ def over_query_chunks(
     return torch.cat(outs[::-1], dim=2)
 
 
-def _sdpa(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    dropout_p: float,
-    scale: float | None,
-    sinks: Tensor | None,
-) -> Tensor:
-    """One SDPA call with an optional ``mask`` (boolean keep-mask, or float bias with ``-inf``), and ``sinks``.
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, soft: Softmax) -> Tensor:
+    """One SDPA call with an optional ``mask`` (boolean keep-mask, or float bias with ``-inf``), and ``soft``.
 
     ``sinks`` (``(h,)``): one more key per head, key and value zero, whose bias is ``sinks[h]``: SDPA's
     softmax is then the attention-sink softmax (gpt-oss), the sink taking weight
     ``exp(s_h) / (exp(s_h) + sum_j exp(score_j))`` and adding nothing to the output. The mask becomes
     a float one, ``(b|1, h, tq, tk + 1)``, in :func:`mask_dtype` (boolean masks as 0/-inf).
     """
-    if sinks is not None:
+    if (sinks := soft.sinks) is not None:
         dtype, (h, tq, tk) = mask_dtype(q), (q.shape[1], q.shape[2], k.shape[2])
         if mask is None:
             mask = q.new_zeros(1, 1, 1, 1, dtype=dtype)
@@ -142,20 +149,12 @@ def _sdpa(
         k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
         v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=heads_differ(q, k)
+        q, k, v, attn_mask=mask, dropout_p=soft.dropout_p, scale=soft.scale, enable_gqa=heads_differ(q, k)
     )
 
 
 def sdpa_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int | None,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, state: PositionState, vis: Visibility, soft: Softmax, chunk: int | None
 ) -> Tensor:
     """SDPA with the state's bias and ``vis``'s mask, in one call (``chunk=None``) or over query chunks.
 
@@ -163,7 +162,7 @@ def sdpa_attention(
     (:func:`over_query_chunks`, O(chunk * tk) memory) ask the state for the bias at the chunk's own
     query positions (so a key-only ALiBi form is small near that chunk's diagonal), and read only
     the keys the chunk can see (causality, a window, its documents: :meth:`Visibility.visible_range`).
-    Rows that see no key give zeros, never NaN (with ``sinks`` they see only the sink: zero too).
+    Rows that see no key give zeros, never NaN (with sinks they see only the sink: zero too).
     """
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
@@ -173,36 +172,28 @@ def sdpa_attention(
             bias = block.attention_bias(q, k)
             bias = None if bias is None else bias.to(mask_dtype(q))
             if keep is None:
-                return _sdpa(q, k, v, bias, dropout_p, scale, sinks)
+                return _sdpa(q, k, v, bias, soft)
             # Rows with no key at all are opened for the kernel (no backend then gives NaN), zeroed after.
             dead = ~keep.any(dim=-1, keepdim=True)
             mask = keep | dead if bias is None else bias.masked_fill(~(keep | dead), float("-inf"))
-            return _sdpa(q, k, v, mask, dropout_p, scale, sinks).masked_fill(dead, 0.0)
+            return _sdpa(q, k, v, mask, soft).masked_fill(dead, 0.0)
 
         return one
 
     if chunk is not None:
-        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
+        return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, soft.sinks, state=state), chunk_fn)
     # Never SDPA's is_causal together with a mask or bias (refused by torch 2.15, and by
     # exporters): only a bias-free call with nothing but index causality takes it.
-    plain = state.bias_form == "none" and sinks is None and vis.window is None and vis.user is None
+    plain = state.bias_form == "none" and soft.sinks is None and vis.window is None and vis.user is None
     if plain and vis.causal and vis.ranged and vis.tq == vis.tk:
         return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale, enable_gqa=heads_differ(q, k)
+            q, k, v, dropout_p=soft.dropout_p, is_causal=True, scale=soft.scale, enable_gqa=heads_differ(q, k)
         )
     return chunk_fn(slice(None), slice(None))(q, k, v)
 
 
 def _toeplitz(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    values: Tensor,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, values: Tensor, vis: Visibility, soft: Softmax, chunk: int
 ) -> Tensor:
     """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
 
@@ -217,9 +208,9 @@ def _toeplitz(
         values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
             (zeros for a window alone).
         vis: index rules only (default positions, no user mask, no documents).
+        soft: its sinks materialise each chunk's mask with the sink column (:func:`_sdpa`),
+            ``(h, chunk, keys + 1)``.
         chunk: query rows per SDPA call (``tq`` for one call).
-        sinks: ``(h,)`` sink logits: each chunk's mask is then materialised with the sink column
-            (:func:`_sdpa`), ``(h, chunk, keys + 1)``.
     """
     tq, tk = q.shape[-2], k.shape[-2]
     heads = values.shape[0]
@@ -237,10 +228,10 @@ def _toeplitz(
             (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
             (0, strip.stride(0), 1, 1),
         )
-        return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, dropout_p, scale, sinks).flip(2)
+        return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, soft).flip(2)
 
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
-    grad = sinks is not None and needs_grad(q, k, v, values, sinks)
+    grad = soft.sinks is not None and needs_grad(q, k, v, values, soft.sinks)
     out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
     if tq <= tk or not (vis.causal or vis.window is not None):
         return out
@@ -251,15 +242,7 @@ def _toeplitz(
 
 
 def weighted_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    dropout_p: float,
-    scale: float | None,
-    chunk: int,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, state: PositionState, vis: Visibility, soft: Softmax, chunk: int
 ) -> Tensor:
     """Attention through explicit weights, over query chunks of ``chunk`` rows.
 
@@ -269,62 +252,50 @@ def weighted_attention(
         state: the position state (its bias and value term are asked per chunk, at the chunk's
             positions, from the chunk's encoded queries: a content bias is never reused).
         vis: which keys each query may see.
-        dropout_p: dropout on the weights.
-        scale: score scale; ``None`` means ``1 / sqrt(dh)``.
+        soft: scale, dropout on the weights, and sink logits (one more logit per row of the
+            softmax, whose weight is then dropped, as gpt-oss's ``eager_attention_forward``).
         chunk: query rows per chunk.
-        sinks: ``(h,)`` sink logits: one more logit per row of the softmax, whose weight is then
-            dropped (its value is zero), as gpt-oss's ``eager_attention_forward``.
 
     Returns:
         ``(b, h, tq, dv)`` in ``q``'s dtype.
     """
+    scale, dropout_p, sinks = soft
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
-        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, dropout_p, factor, sinks)
+
+        def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            # q (b, h, r, dh) against k, v (b, h_kv, c, d); keep (b|1, h|1, r, c)
+            work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
+            groups = q.shape[1] // k.shape[1]
+            # Grouped-query attention without copying the keys: query heads g of each key head together.
+            qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
+            scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * factor
+            scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
+            bias = block.attention_bias(q, k)
+            if bias is not None:
+                scores = scores + bias.to(work)
+            dead = None
+            if keep is not None:
+                # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
+                dead = ~keep.any(dim=-1, keepdim=True)
+                scores = scores.masked_fill(~(keep | dead), float("-inf"))
+            if sinks is None:
+                probs = scores.softmax(dim=-1)
+            else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
+                sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+                probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+            if dead is not None:
+                probs = probs.masked_fill(dead, 0.0)
+            if dropout_p > 0:
+                probs = F.dropout(probs, p=dropout_p, training=True)
+            probs = probs.to(v.dtype)
+            pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
+            out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
+            extra = block.value_term(probs)
+            return out if extra is None else out + extra.to(out.dtype)
+
+        return one
 
     return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
-
-
-def _weights_chunk(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    keep: Tensor | None,
-    dropout_p: float,
-    scale: float,
-    sinks: Tensor | None,
-) -> Tensor:
-    """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
-    work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
-    groups = q.shape[1] // k.shape[1]
-    # Grouped-query attention without copying the keys: query heads g of each key head together.
-    qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
-    scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * scale
-    scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
-    bias = state.attention_bias(q, k)
-    if bias is not None:
-        scores = scores + bias.to(work)
-    dead = None
-    if keep is not None:
-        # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
-        dead = ~keep.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(~(keep | dead), float("-inf"))
-    if sinks is None:
-        probs = scores.softmax(dim=-1)
-    else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
-        sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-    if dead is not None:
-        probs = probs.masked_fill(dead, 0.0)
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p, training=True)
-    probs = probs.to(v.dtype)
-    pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
-    out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
-    extra = state.value_term(probs)
-    if extra is not None:
-        out = out + extra.to(out.dtype)
-    return out

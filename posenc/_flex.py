@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._attention_paths import heads_differ, needs_grad
+from ._attention_paths import Softmax, heads_differ, needs_grad
 from ._compat import is_compiling
 from .encodings._bias import _lookup, _row_major, _rows_of
 from .masking import Visibility, visible
@@ -145,13 +145,7 @@ def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:
 
 
 def flex_attention_path(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: PositionState,
-    vis: Visibility,
-    scale: float | None,
-    sinks: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, state: PositionState, vis: Visibility, soft: Softmax
 ) -> Tensor:
     """FlexAttention with the encoding's ``score_mod`` and a ``BlockMask`` of ``vis``.
 
@@ -159,15 +153,16 @@ def flex_attention_path(
         q: ``(b, h, tq, dh)``; k: ``(b, h_kv, tk, dh)``; v: ``(b, h_kv, tk, dv)`` (any layout).
         state: the encoding's state (its ``score_mod``).
         vis: which keys each query may see.
-        scale: score scale, ``None`` for ``1 / sqrt(dh)``.
-        sinks: ``(h,)`` sink logits: the output is scaled by ``sigmoid(lse - sinks[h])``, the
-            weight the keys keep next to the sink (exact: ``lse`` is FlexAttention's log-sum-exp).
+        soft: the score scale, and sink logits ``(h,)``: the output is scaled by ``sigmoid(lse - sinks[h])``,
+            the weight the keys keep next to the sink (exact: ``lse`` is FlexAttention's log-sum-exp).
+            Its ``dropout_p`` is not applied (FlexAttention has no dropout).
 
     Returns:
         ``(b, h, tq, dv)``; query rows that see no key are zero, as on the other paths.
     """
     from torch.nn.attention.flex_attention import AuxRequest
 
+    scale, _, sinks = soft
     if needs_grad(q, k, v, sinks, state=state) and q.device.type == "cpu":
         raise ValueError(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "

@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ._attention_paths import _toeplitz, mask_dtype, sdpa_attention, weighted_attention
+from ._attention_paths import Softmax, _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor
 from ._compat import is_compiling
 from ._flex import flex_attention_path, lse_supported
@@ -202,8 +202,9 @@ def attention(
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
-    names = ("q_positions", "k_positions", "attn_mask", "sinks")
-    for name, t in zip(names, (q_positions, k_positions, attn_mask, sinks), strict=True):
+    names = ("q_positions", "k_positions", "attn_mask", "sinks", "document_ids", "q_document_ids")
+    given = (q_positions, k_positions, attn_mask, sinks, document_ids, q_document_ids)
+    for name, t in zip(names, given, strict=True):
         if isinstance(t, Tensor) and t.device != q.device:  # torch's own error would not name it
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move it to q's device")
     if q.shape[0] != k.shape[0]:  # batch broadcast from 1 (check_qk allows it)
@@ -213,7 +214,7 @@ def attention(
     tk = k.shape[-2]
     q_doc = k_doc = None
     if document_ids is not None:
-        q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b, q.device)
+        q_doc, k_doc = resolve_document_ids(document_ids, q_document_ids, tq, tk, b)
         if q_positions is None and k_positions is None and not isinstance(encoding, PositionState):
             # Each document is encoded as if it were alone: positions restart in each one.
             k_positions = document_positions(k_doc)
@@ -247,7 +248,7 @@ def attention(
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    form = state.bias_form
+    form, soft = state.bias_form, Softmax(scale, dropout_p, sinks)
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
@@ -255,10 +256,10 @@ def attention(
                 f"the attention weights); use backend='auto'"
             )
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))  # float32 weights
-        return weighted_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
+        return weighted_attention(q, k, v, state, vis, soft, rows)
     if backend == "flex":
         if sinks is None or lse_supported(q.device):
-            return flex_attention_path(q, k, v, state, vis, scale, sinks)
+            return flex_attention_path(q, k, v, state, vis, soft)
         backend = "auto"  # sinks need FlexAttention's log-sum-exp, which the CPU kernel cannot return
 
     tracing = is_compiling()
@@ -274,7 +275,7 @@ def attention(
             # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
             chunked = vis.causal or window is not None or sinks is not None
             rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
-            return _toeplitz(q, k, v, values, vis, dropout_p, scale, rows, sinks)
+            return _toeplitz(q, k, v, values, vis, soft, rows)
     # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
     # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
     scratch = state.bias_scratch
@@ -286,8 +287,8 @@ def attention(
     if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
-        return sdpa_attention(q, k, v, state, vis, dropout_p, scale, rows, sinks)
-    return sdpa_attention(q, k, v, _full_bias(state), vis, dropout_p, scale, None, sinks)
+        return sdpa_attention(q, k, v, state, vis, soft, rows)
+    return sdpa_attention(q, k, v, _full_bias(state), vis, soft, None)
 
 
 def _full_bias(state: PositionState) -> PositionState:
@@ -352,14 +353,9 @@ def _check_inputs(
                 f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
                 f"(seq_q, seq_k) mask as mask[None, None]"
             )
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0.0 <= dropout_p < 1.0:
+    if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
+    if scale is not None and (not _is_real(scale) or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
     check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
     if chunk_size is not None and (
@@ -373,6 +369,11 @@ def _check_inputs(
         raise ValueError(
             f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
         )
+
+
+def _is_real(x: object) -> bool:
+    """An int or float, not a bool."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _state(

@@ -84,7 +84,7 @@ def document_numbers(document_ids: Tensor) -> Tensor:
 
 
 def resolve_document_ids(
-    document_ids: Tensor, q_document_ids: Tensor | None, tq: int, tk: int, batch: int, device: torch.device
+    document_ids: Tensor, q_document_ids: Tensor | None, tq: int, tk: int, batch: int
 ) -> tuple[Tensor, Tensor]:
     """Check the keys' (and queries') document ids; queries default to the last ``tq`` of the keys'.
 
@@ -107,8 +107,6 @@ def resolve_document_ids(
     for name, ids in (("document_ids", k_ids), ("q_document_ids", q_ids)):
         if ids is not None and ids.dim() == 2 and ids.shape[0] not in (1, batch):
             raise ValueError(f"{name} has batch size {ids.shape[0]}, expected {batch} or 1")
-        if ids is not None and ids.device != device:
-            raise ValueError(f"{name} is on {ids.device} but q is on {device}; move it to q's device")
     if q_ids is None:
         # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
         # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.
@@ -161,7 +159,7 @@ class Visibility:
     Attributes:
         tq, tk: numbers of queries and keys.
         device: where masks are built.
-        user: the user's keep-mask, broadcastable to ``(b, h, tq, tk)``, or ``None``.
+        user: the user's 4-D keep-mask, broadcastable to ``(b, h, tq, tk)``, or ``None``.
         causal: mask keys after each query.
         window: the sliding window, or ``None``.
         q_pos, k_pos: explicit positions ``(t,)``/``(b, t)``; ``None`` for the index rule
@@ -204,8 +202,7 @@ class Visibility:
         r0, r1 = rows.start or 0, self.tq if rows.stop is None else rows.stop
         c0, c1 = cols.start or 0, self.tk if cols.stop is None else cols.stop
         keep = None
-        if self.user is not None:
-            u = self.user.reshape((1,) * (4 - self.user.dim()) + tuple(self.user.shape))
+        if (u := self.user) is not None:
             keep = u[
                 ..., rows if u.shape[-2] != 1 else slice(None), cols if u.shape[-1] != 1 else slice(None)
             ]
