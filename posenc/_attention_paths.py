@@ -259,43 +259,45 @@ def weighted_attention(
     Returns:
         ``(b, h, tq, dv)`` in ``q``'s dtype.
     """
-    scale, dropout_p, sinks = soft
-    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         keep, block = vis.block(qs, ks), state.narrow(qs, ks)
+        return lambda q_c, k_c, v_c: _weights_chunk(q_c, k_c, v_c, block, keep, soft)
 
-        def one(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            # q (b, h, r, dh) against k, v (b, h_kv, c, d); keep (b|1, h|1, r, c)
-            work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
-            groups = q.shape[1] // k.shape[1]
-            # Grouped-query attention without copying the keys: query heads g of each key head together.
-            qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
-            scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * factor
-            scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
-            bias = block.attention_bias(q, k)
-            if bias is not None:
-                scores = scores + bias.to(work)
-            dead = None
-            if keep is not None:
-                # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
-                dead = ~keep.any(dim=-1, keepdim=True)
-                scores = scores.masked_fill(~(keep | dead), float("-inf"))
-            if sinks is None:
-                probs = scores.softmax(dim=-1)
-            else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
-                sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-                probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-            if dead is not None:
-                probs = probs.masked_fill(dead, 0.0)
-            if dropout_p > 0:
-                probs = F.dropout(probs, p=dropout_p, training=True)
-            probs = probs.to(v.dtype)
-            pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
-            out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
-            extra = block.value_term(probs)
-            return out if extra is None else out + extra.to(out.dtype)
+    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, soft.sinks, state=state), chunk_fn)
 
-        return one
 
-    return over_query_chunks(q, k, v, vis, chunk, needs_grad(q, k, v, sinks, state=state), chunk_fn)
+def _weights_chunk(
+    q: Tensor, k: Tensor, v: Tensor, state: PositionState, keep: Tensor | None, soft: Softmax
+) -> Tensor:
+    """One chunk: ``q`` ``(b, h, r, dh)`` against ``k``/``v`` ``(b, h_kv, c, d)``; ``keep`` ``(b|1, h|1, r, c)``."""
+    scale, dropout_p, sinks = soft
+    work = precise_dtype(q)  # scores and softmax in float32 (float64 for float64)
+    groups = q.shape[1] // k.shape[1]
+    # Grouped-query attention without copying the keys: query heads g of each key head together.
+    qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * factor
+    scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
+    bias = state.attention_bias(q, k)
+    if bias is not None:
+        scores = scores + bias.to(work)
+    dead = None
+    if keep is not None:
+        # A row that sees no key is opened for the softmax (no NaN, also in backward) and zeroed after.
+        dead = ~keep.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~(keep | dead), float("-inf"))
+    if sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:  # the sink's logit joins each row's softmax; its weight falls on a zero value
+        sink = sinks.to(work).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+    if dead is not None:
+        probs = probs.masked_fill(dead, 0.0)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p, training=True)
+    probs = probs.to(v.dtype)
+    pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
+    out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
+    extra = state.value_term(probs)
+    return out if extra is None else out + extra.to(out.dtype)
