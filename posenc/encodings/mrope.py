@@ -155,17 +155,15 @@ class MRoPE(_AxisRotary):
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
 
     def extra_repr(self) -> str:
+        optional = {  # each shown where it is not the default
+            f"rotary_dim={self.rotary_dim}": self.rotary_dim != self.head_dim,
+            f"interleaved={self.interleaved!r}": self.interleaved,
+            f"layout={self.layout!r}": self.layout != "half",
+            f"rope_type={self.rope_type!r}": self.rope_type != "default",
+        }
         parts = [
             f"head_dim={self.head_dim}",
             f"mrope_section={list(self.mrope_section)}",
             f"base={self.base}",
         ]
-        if self.rotary_dim != self.head_dim:
-            parts.append(f"rotary_dim={self.rotary_dim}")
-        if self.interleaved:
-            parts.append(f"interleaved={self.interleaved!r}")
-        if self.layout != "half":
-            parts.append(f"layout={self.layout!r}")
-        if self.rope_type != "default":
-            parts.append(f"rope_type={self.rope_type!r}")
-        return ", ".join(parts)
+        return ", ".join(parts + [part for part, shown in optional.items() if shown])
