@@ -228,4 +228,4 @@ class RoPE(_Rotary):
     def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
         """Ministral 3's and Mistral 4's ``1 + beta * log(1 + floor(p / L))`` of the queries, ``(t, 1)`` or
         ``(b, t, 1)`` (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are."""
-        return None if role == "key" else self.params.query_scale(state._positions(side)[0])[..., None]
+        return None if role == "key" else self.params.query_scale(state._positions(side))[..., None]
