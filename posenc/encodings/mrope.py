@@ -126,16 +126,13 @@ class MRoPE(_AxisRotary):
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected "
                 f"{'head_dim' if pairs * 2 == head_dim else 'rotary_dim'} / 2 = {pairs} (one entry per axis)"
             )
-        if interleaved and len(mrope_section) not in ((2, 3) if interleaved == "hw" else (3,)):
-            expected = (
-                "two or three sections ((h, w) or (t, h, w))"
-                if interleaved == "hw"
-                else "three sections (t, h, w)"
-            )
+        by_hw = interleaved == "hw"
+        expected = "two or three sections ((h, w) or (t, h, w))" if by_hw else "three sections (t, h, w)"
+        if interleaved and len(mrope_section) not in ((2, 3) if by_hw else (3,)):
             raise ValueError(
                 f"interleaved={interleaved!r} needs {expected}, got mrope_section={list(mrope_section)}"
             )
-        if interleaved == "hw" and mrope_section[-2] != mrope_section[-1]:
+        if by_hw and mrope_section[-2] != mrope_section[-1]:
             raise ValueError(
                 f"interleaved='hw' alternates height and width: their sections must be equal, got "
                 f"mrope_section={list(mrope_section)}"
