@@ -109,10 +109,9 @@ class MRoPE(_AxisRotary):
                 raise ValueError(
                     f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(mrope_section)}"
                 )
-            for key in _MROPE_KEYS:
-                rest.pop(key, None)
-            if rest.get("rope_type", rest.get("type")) == "mrope":  # Qwen2-VL's legacy {"type": "mrope"}
-                rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
+            legacy = rest.get("rope_type", rest.get("type")) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
+            dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
+            rest = {k: v for k, v in rest.items() if k not in dropped}
         self.params: RopeParameters = resolve_rope_scaling(
             rest, head_dim=head_dim, base=base, max_len=max_len
         )
