@@ -30,6 +30,9 @@ from .rotary import RotaryState, _Rotary
 
 __all__ = ["AxialRoPE", "AxisRotaryState"]
 
+#: The keywords of :func:`~posenc.functional.axial_frequencies` that :class:`AxialRoPE` keeps as attributes.
+_FREQUENCY_OPTIONS = ("base", "freqs", "axis_layout", "max_freq", "min_period", "max_period")
+
 
 class AxisRotaryState(RotaryState):
     """The position state of a multi-axis rotary encoding: cos/sin rows shared by every layer.
@@ -309,16 +312,8 @@ class AxialRoPE(_AxisRotary):
         self._init_caches((self.rotary_dim // 2,), device)
 
     def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        inv_freq, axis = axial_frequencies(
-            self.axes_dim,
-            base=self.base,
-            freqs=self.freqs,
-            axis_layout=self.axis_layout,
-            max_freq=self.max_freq,
-            min_period=self.min_period,
-            max_period=self.max_period,
-            device=device,
-        )
+        options = {name: getattr(self, name) for name in _FREQUENCY_OPTIONS}
+        inv_freq, axis = axial_frequencies(self.axes_dim, device=device, **options)
         return inv_freq[None], axis
 
     def grid_positions(

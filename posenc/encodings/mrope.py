@@ -109,10 +109,9 @@ class MRoPE(_AxisRotary):
                 raise ValueError(
                     f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(mrope_section)}"
                 )
-            for key in _MROPE_KEYS:
-                rest.pop(key, None)
-            if rest.get("rope_type", rest.get("type")) == "mrope":  # Qwen2-VL's legacy {"type": "mrope"}
-                rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
+            legacy = rest.get("rope_type", rest.get("type")) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
+            dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
+            rest = {k: v for k, v in rest.items() if k not in dropped}
         self.params: RopeParameters = resolve_rope_scaling(
             rest, head_dim=head_dim, base=base, max_len=max_len
         )
@@ -126,16 +125,13 @@ class MRoPE(_AxisRotary):
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected "
                 f"{'head_dim' if pairs * 2 == head_dim else 'rotary_dim'} / 2 = {pairs} (one entry per axis)"
             )
-        if interleaved and len(mrope_section) not in ((2, 3) if interleaved == "hw" else (3,)):
-            expected = (
-                "two or three sections ((h, w) or (t, h, w))"
-                if interleaved == "hw"
-                else "three sections (t, h, w)"
-            )
+        by_hw = interleaved == "hw"
+        expected = "two or three sections ((h, w) or (t, h, w))" if by_hw else "three sections (t, h, w)"
+        if interleaved and len(mrope_section) not in ((2, 3) if by_hw else (3,)):
             raise ValueError(
                 f"interleaved={interleaved!r} needs {expected}, got mrope_section={list(mrope_section)}"
             )
-        if interleaved == "hw" and mrope_section[-2] != mrope_section[-1]:
+        if by_hw and mrope_section[-2] != mrope_section[-1]:
             raise ValueError(
                 f"interleaved='hw' alternates height and width: their sections must be equal, got "
                 f"mrope_section={list(mrope_section)}"
@@ -155,17 +151,15 @@ class MRoPE(_AxisRotary):
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
 
     def extra_repr(self) -> str:
+        optional = {  # each shown where it is not the default
+            f"rotary_dim={self.rotary_dim}": self.rotary_dim != self.head_dim,
+            f"interleaved={self.interleaved!r}": self.interleaved,
+            f"layout={self.layout!r}": self.layout != "half",
+            f"rope_type={self.rope_type!r}": self.rope_type != "default",
+        }
         parts = [
             f"head_dim={self.head_dim}",
             f"mrope_section={list(self.mrope_section)}",
             f"base={self.base}",
         ]
-        if self.rotary_dim != self.head_dim:
-            parts.append(f"rotary_dim={self.rotary_dim}")
-        if self.interleaved:
-            parts.append(f"interleaved={self.interleaved!r}")
-        if self.layout != "half":
-            parts.append(f"layout={self.layout!r}")
-        if self.rope_type != "default":
-            parts.append(f"rope_type={self.rope_type!r}")
-        return ", ".join(parts)
+        return ", ".join(parts + [part for part, shown in optional.items() if shown])

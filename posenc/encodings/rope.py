@@ -168,20 +168,17 @@ class RoPE(_Rotary):
         return self._table_len
 
     def extra_repr(self) -> str:
+        beta = self.params.query_scale_beta
+        optional = {  # each shown where it is not the default
+            f"rotary_dim={self.rotary_dim}": self.rotary_dim != self.head_dim,
+            f"rotary_offset={self.rotary_offset}": self.rotary_offset,
+            "conjugate=True": self.conjugate,
+            f"rope_type={self.rope_type!r}": self.rope_type != "default",
+            f"llama_4_scaling_beta={beta:g}": beta,
+            f"max_len={self.max_len}": self.max_len is not None,
+        }
         parts = [f"head_dim={self.head_dim}", f"base={self.base}", f"layout={self.layout!r}"]
-        if self.rotary_dim != self.head_dim:
-            parts.append(f"rotary_dim={self.rotary_dim}")
-        if self.rotary_offset:
-            parts.append(f"rotary_offset={self.rotary_offset}")
-        if self.conjugate:
-            parts.append("conjugate=True")
-        if self.rope_type != "default":
-            parts.append(f"rope_type={self.rope_type!r}")
-        if self.params.query_scale_beta:
-            parts.append(f"llama_4_scaling_beta={self.params.query_scale_beta:g}")
-        if self.max_len is not None:
-            parts.append(f"max_len={self.max_len}")
-        return ", ".join(parts)
+        return ", ".join(parts + [part for part, shown in optional.items() if shown])
 
     # --- the cache and the rows ------------------------------------------------------------------
 
@@ -231,4 +228,4 @@ class RoPE(_Rotary):
     def _scale(self, state: RotaryState, side: str, role: str, dtype: torch.dtype) -> Tensor | None:
         """Ministral 3's and Mistral 4's ``1 + beta * log(1 + floor(p / L))`` of the queries, ``(t, 1)`` or
         ``(b, t, 1)`` (:meth:`~posenc.functional.rope_freqs.RopeParameters.query_scale`); the keys' as they are."""
-        return None if role == "key" else self.params.query_scale(state._positions(side)[0])[..., None]
+        return None if role == "key" else self.params.query_scale(state._positions(side))[..., None]

@@ -136,9 +136,9 @@ class RotaryState(PositionState):
         scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, ·) -> (b, 1, t, ·)
         return cos * scale, sin * scale
 
-    def _positions(self, side: str) -> tuple[Tensor, int | None]:
-        """The positions of ``side`` (``"q"`` or ``"k"``) and their first one when they are the default ones."""
-        return (self.q_positions, self.q_start) if side == "q" else (self.k_positions, self.k_start)
+    def _positions(self, side: str) -> Tensor:
+        """The positions of ``side`` (``"q"`` or ``"k"``)."""
+        return self.q_positions if side == "q" else self.k_positions
 
     def _narrow_tables(self, rows: slice, cols: slice) -> None:
         self._cache = {}  # this is a shallow copy: the original keeps its rows, these are rebuilt
@@ -219,7 +219,7 @@ class _Rotary(PositionalEncoding):
         ``state.seq_len`` (longrope's long set past its trained length, dynamic NTK's own)."""
         if (wide := self._table_rows(state, side, dtype)) is not None:
             return wide[0, ..., : self.rotary_dim // 2], wide[1, ..., self.rotary_dim // 2 :]
-        positions, _ = state._positions(side)
+        positions = state._positions(side)
         device = positions.device  # the module's, unless it was not moved with the inputs
         inv_freq = self.params.inv_freq_at(state.seq_len, device=device, sets=self._inv_freq64.to(device))
         axis = None if self.axis is None else self.axis.to(device)

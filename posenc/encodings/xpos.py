@@ -114,14 +114,13 @@ class XPos(RoPE):
                 f"zeta ** (±position / scale_base) {dtype} holds (scale_base={self.scale_base}, "
                 f"gamma={self.gamma}); use a larger scale_base, or float64 inputs"
             )
-        positions, _ = state._positions(side)
+        positions = state._positions(side)
         # the decay base of each rotated pair, zeta_i = (2i / r + gamma) / (1 + gamma), (r/2,) float64
         # on the positions' device (no CPU tensor)
         i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=positions.device)
         log_zeta = ((i / self.rotary_dim + self.gamma) / (1 + self.gamma)).log()
-        power = positions.to(torch.float64)[..., None] * (
-            (1.0 if role == "query" else -1.0) / self.scale_base
-        )
+        sign = 1.0 if role == "query" else -1.0
+        power = positions.to(torch.float64)[..., None] * (sign / self.scale_base)
         return (power * log_zeta).exp()  # float64 exponent
 
     def max_position(self, dtype: torch.dtype = torch.float32) -> int:

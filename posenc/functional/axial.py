@@ -190,27 +190,6 @@ def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]
     return tuple(axes_dim)
 
 
-def _pair_frequencies(
-    pairs: int,
-    width: int,
-    freqs: FreqKind,
-    base: float,
-    max_freq: float,
-    device: torch.device,
-    periods: tuple[float, float] | None = None,
-) -> Tensor:
-    # DINOv3's other form: periods geometric from min_period to max_period, ends included
-    if periods is not None:
-        low, high = periods
-        ramp = torch.linspace(0.0, 1.0, pairs, dtype=torch.float64, device=device)
-        return 2 * math.pi / (low * (high / low) ** ramp)
-    if freqs != "pixel":  # RoPE's base ** (-2i / width); DINOv3's "period" 2 pi / base ** (2i / width)
-        lang = base ** -(torch.arange(pairs, dtype=torch.float64, device=device) * 2 / width)
-        return lang if freqs == "lang" else 2 * math.pi * lang
-    # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
-    return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=device) * math.pi
-
-
 def axial_frequencies(
     axes_dim: Sequence[int],
     *,
@@ -262,12 +241,25 @@ def axial_frequencies(
     if axis_layout == "alternate" and len(set(widths)) != 1:
         raise ValueError(f"axis_layout='alternate' needs equal widths per axis, got axes_dim={tuple(widths)}")
     n, where = len(widths), _CPU if device is None else torch.device(device)
+
+    def frequencies(pairs: int, width: int) -> Tensor:  # the pairs of a block of `width` channels
+        # DINOv3's other form: periods geometric from min_period to max_period, ends included
+        if periods is not None:
+            low, high = periods
+            ramp = torch.linspace(0.0, 1.0, pairs, dtype=torch.float64, device=where)
+            return 2 * math.pi / (low * (high / low) ** ramp)
+        if freqs != "pixel":  # RoPE's base ** (-2i / width); DINOv3's "period" 2 pi / base ** (2i / width)
+            lang = base ** -(torch.arange(pairs, dtype=torch.float64, device=where) * 2 / width)
+            return lang if freqs == "lang" else 2 * math.pi * lang
+        # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
+        return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=where) * math.pi
+
     if axis_layout == "cat":
-        inv = [_pair_frequencies(d // 2, d, freqs, base, max_freq, where, periods) for d in widths]
+        inv = [frequencies(d // 2, d) for d in widths]
         axis = [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
         return torch.cat(inv), torch.cat(axis)
     r = sum(widths)
-    every = _pair_frequencies(r // 2, r, freqs, base, max_freq, where, periods)
+    every = frequencies(r // 2, r)
     inv_freq = torch.cat([every[j::n] for j in range(n)])
     return inv_freq, torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
 

@@ -64,17 +64,13 @@ def rope_layout_permutation(
             f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - rotary_dim}, got {rotary_offset}"
         )
     check_choice("to", to, ("half", "interleaved"))
-    half = rotary_dim // 2
-    if to == "half":
-        # half channel j takes interleaved channel 2j, half channel half+j takes 2j+1
-        rotated = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)])
-    else:
-        # interleaved channel 2j takes half channel j, 2j+1 takes half+j
-        rotated = torch.stack([torch.arange(half), torch.arange(half, rotary_dim)], dim=-1).reshape(-1)
-    rest = torch.arange(head_dim)
-    return torch.cat([rest[:rotary_offset], rotated + rotary_offset, rest[rotary_offset + rotary_dim :]]).to(
-        device
-    )
+    # to "half": half channel j takes interleaved channel 2j, half + j takes 2j + 1 (0, 2, 4, .., 1, 3, ..);
+    # to "interleaved": channel 2j takes half channel j, 2j + 1 takes half + j (0, r/2, 1, r/2 + 1, ..)
+    pairs = (rotary_dim // 2, 2) if to == "half" else (2, rotary_dim // 2)
+    rotated = torch.arange(rotary_dim).view(pairs).T.flatten()
+    perm = torch.arange(head_dim)
+    perm[rotary_offset : rotary_offset + rotary_dim] = rotated + rotary_offset
+    return perm.to(device)
 
 
 def _permute_heads(

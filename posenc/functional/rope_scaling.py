@@ -141,14 +141,12 @@ def _read_type(
         raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
     if kind != "default":
         fields["factor"] = 1.0 if factor is None and kind == "proportional" else factor
-    attention = (
-        _optional(scaling, "attention_factor", positive=True) if kind in ("yarn", "longrope") else None
-    )
     if kind == "proportional":
         # p-RoPE: partial_rotary_factor (checked by resolve_rope_scaling) is the rotated fraction of the
         # pairs; the exponents span rotary_dim
         fields["fraction"] = float(scaling.get("partial_rotary_factor") or 1.0)
     elif kind == "yarn":
+        attention = _optional(scaling, "attention_factor", positive=True)
         if attention is None:  # with both mscales (DeepSeek-V2/V3) their ratio, as transformers
             m, m_all = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
             f = fields["factor"]
@@ -168,6 +166,7 @@ def _read_type(
             )
         fields |= {"low_freq_factor": low, "high_freq_factor": high}
     elif kind == "longrope":
+        attention = _optional(scaling, "attention_factor", positive=True)
         fields |= {key: factor_list(key) for key in ("short_factor", "long_factor")}
         if attention is None:
             if factor is None:
