@@ -199,15 +199,8 @@ def by_rule(
     interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
-    d = RopeDefaults(
-        None,
-        None,
-        None,
-        theta=None,
-        partial=1.0,
-        layout="interleaved" if interleave else "half",
-        conjugate=family in _CONJUGATE,
-    )
+    layout: Literal["half", "interleaved"] = "interleaved" if interleave else "half"
+    d = RopeDefaults(None, None, None, theta=None, partial=1.0, layout=layout, conjugate=family in _CONJUGATE)
     read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}  # (None: nothing more)
     unread = sorted(
         key
@@ -251,17 +244,8 @@ def by_rule(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
-    return per_type_rope(
-        cfg,
-        model_type,
-        d,
-        types,
-        lambda flat: {},
-        dims,
-        any_names=True,
-        mrope=_MROPE_PER_TYPE.get(family),
-        unrotated=_UNROTATED.get(family),
-    )
+    mrope_setting, unrotated = _MROPE_PER_TYPE.get(family), _UNROTATED.get(family)
+    return per_type_rope(cfg, model_type, d, types, dims, mrope=mrope_setting, unrotated=unrotated)
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
