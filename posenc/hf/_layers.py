@@ -18,7 +18,7 @@ from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES
 
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
@@ -29,7 +29,7 @@ Layers = list[PositionalEncoding]
 def required_count(cfg: Config, model_type: str) -> int:
     """The config's number of layers (of the encoder, for the speech models)."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
-        return speech_layer_count(cfg, model_type)
+        return positive_int(cfg, model_type, SPEECH_MODEL_TYPES[model_type][1], default=24)
     return positive_int(cfg, model_type, "num_hidden_layers")
 
 

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_table_prefixes
+from ._layers import required_count
 from ._read import config_dict
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES
 from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
@@ -117,7 +118,7 @@ def from_hf_model(
     prefix = prefixes.get(chosen, "")
     if "{layer}" in prefix:
         if layer is None:
-            n = speech_layer_count(cfg, model_type)
+            n = required_count(cfg, model_type)
             raise ValueError(
                 f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
             )
