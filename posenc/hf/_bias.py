@@ -74,9 +74,8 @@ def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = Fals
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=768)
-        side = positive_int(cfg, model_type, "image_size", default=image) // positive_int(
-            cfg, model_type, "patch_size", default=patch
-        )
+        side = positive_int(cfg, model_type, "image_size", default=image)
+        side //= positive_int(cfg, model_type, "patch_size", default=patch)
         return Learned2D(d_model, side, num_prefix_tokens=prefix, antialias=antialias)
 
     return convert

@@ -38,6 +38,7 @@ _SLIDING = "RoPE, half layout, base `rope_local_base_freq` (1e4), sliding window
 _GPTJ = (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")
 _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
+_PHI3_TYPES = (("su", "longrope"), ("yarn", "longrope"))
 
 
 def _fairseq(
@@ -138,14 +139,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
     # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base (posenc.hf._read.ALIASES)
     "phi3": (
-        rope(
-            3072,
-            32,
-            4096,
-            partial=1.0,
-            original_max=4096,
-            renamed_types=(("su", "longrope"), ("yarn", "longrope")),
-        ),
+        rope(3072, 32, 4096, partial=1.0, original_max=4096, renamed_types=_PHI3_TYPES),
         "RoPE, half layout, longrope",
     ),
     "gpt_neox": (

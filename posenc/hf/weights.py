@@ -93,13 +93,8 @@ def from_hf_model(
         )
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
-    prefixes = _PREFIXES.get(model_type)
-    if (
-        prefixes is None
-        and absolute_table(cfg, model_type)
-        and cfg.get("position_embedding_type") in (None, "absolute")
-    ):
-        prefixes = learned_table_prefixes(model_type)
+    learned = absolute_table(cfg, model_type) and cfg.get("position_embedding_type") in (None, "absolute")
+    prefixes = _PREFIXES.get(model_type) or (learned_table_prefixes(model_type) if learned else None)
     if prefixes is None:
         encoding = from_hf_config(cfg, layer=layer, stack=stack)
         # trained weights posenc cannot find (BERT2BERT's parent: the stacks' own models hold them)
