@@ -390,7 +390,6 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = heads_and_head_dim(cfg, model_type, d)[1]
         raw = rope_dict(cfg, model_type)
         params = {
             k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved", "interleaved")
@@ -405,7 +404,7 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
         if interleaved == "hw" and len(section) == 3:  # (h, w, t) -> (t, h, w)
             section = [section[2], section[0], section[1]]
         return build_rope(
-            cfg, model_type, d, head_dim, params=params, mrope_section=list(section), interleaved=interleaved
+            cfg, model_type, d, params=params, mrope_section=list(section), interleaved=interleaved
         )
 
     return convert
