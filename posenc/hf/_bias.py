@@ -25,8 +25,7 @@ from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     # The encoder's bias is bidirectional, the decoder's causal: a T5 config is the encoder's unless
     # is_decoder is set (transformers flips it for the decoder stack), so pass causal=True for the decoder.
-    default_heads = 6 if model_type == "mt5" else 8
-    num_heads = positive_int(cfg, model_type, "num_attention_heads", default=default_heads)
+    num_heads = positive_int(cfg, model_type, "num_attention_heads", default=6 if model_type == "mt5" else 8)
     is_decoder = check_bool(f"{model_type} config: is_decoder", cfg.get("is_decoder", False))
     is_causal = is_decoder if causal is None else causal
     return RelativeBias(
@@ -74,9 +73,8 @@ def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = Fals
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=768)
-        side = positive_int(cfg, model_type, "image_size", default=image) // positive_int(
-            cfg, model_type, "patch_size", default=patch
-        )
+        side = positive_int(cfg, model_type, "image_size", default=image)
+        side //= positive_int(cfg, model_type, "patch_size", default=patch)
         return Learned2D(d_model, side, num_prefix_tokens=prefix, antialias=antialias)
 
     return convert

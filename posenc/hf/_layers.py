@@ -18,7 +18,7 @@ from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES
 
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
@@ -29,7 +29,7 @@ Layers = list[PositionalEncoding]
 def required_count(cfg: Config, model_type: str) -> int:
     """The config's number of layers (of the encoder, for the speech models)."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
-        return speech_layer_count(cfg, model_type)
+        return positive_int(cfg, model_type, SPEECH_MODEL_TYPES[model_type][1], default=24)
     return positive_int(cfg, model_type, "num_hidden_layers")
 
 
@@ -177,17 +177,17 @@ def per_type_rope(
     model_type: str,
     d: RopeDefaults,
     types: list[str],
-    legacy: Callable[[dict[str, Any]], dict[str, dict[str, Any]]],
     head_dims: Sequence[int] | int,
+    legacy: Callable[[dict[str, Any]], dict[str, dict[str, Any]]] | None = None,
     *,
-    any_names: bool = False,
     mrope: tuple[tuple[int, ...] | Callable[[int], list[int]], bool | Literal["hw"]] | None = None,
     unrotated: Callable[[], PositionalEncoding] | None = None,
 ) -> Layers:
     """One :class:`RoPE` per layer, built once per (layer type, head size), from one RoPE dict per layer
     type: the nested ``rope_parameters``, else ``legacy(flat dict)``.
 
-    A layer type name outside ``types`` and transformers' own is refused unless ``any_names``. With
+    A layer type name outside ``types`` and transformers' own is refused, except without ``legacy`` (a
+    model outside the table, which must nest its ``rope_parameters``). With
     ``mrope`` (``(default mrope_section, interleaved)``) each dict is an :class:`MRoPE`'s. With
     ``unrotated``, a layer type whose dict is ``None`` or absent gets ``unrotated()``, what its code does
     there instead of rotating (NoPE: Cohere Compass's ``None`` types, LFM3's conv layers; Beam's query
@@ -196,13 +196,13 @@ def per_type_rope(
     raw = rope_dict(cfg, model_type)
     if raw and all(isinstance(v, Mapping) or (unrotated and v is None) for v in raw.values()):
         known = _KNOWN_TYPES | set(types)
-        unknown = [name for name in raw if name not in known and not any_names]
+        unknown = [name for name in raw if name not in known] if legacy else []
         if unknown:
             raise ValueError(
                 f"{model_type} config: rope_parameters[{unknown[0]!r}] names an unknown layer type; known: "
                 f"{', '.join(sorted(known))}"
             )
-        params: dict[str, dict[str, Any] | None] = {**legacy({})}
+        params: dict[str, dict[str, Any] | None] = {**(legacy({}) if legacy else {})}
         params.update({name: None if value is None else dict(value) for name, value in raw.items()})
     elif any(isinstance(v, Mapping) for v in raw.values()):
         for name, value in raw.items():
@@ -217,7 +217,7 @@ def per_type_rope(
             "give one dict per layer type"
         )
     else:
-        params = {**legacy(dict(raw))}
+        params = {**legacy(dict(raw))} if legacy else {}
     dims = [head_dims] * len(types) if isinstance(head_dims, int) else head_dims
     built: dict[tuple[str, int], PositionalEncoding] = {}
     for name, head_dim in zip(types, dims, strict=True):
@@ -261,7 +261,7 @@ def two_bases(
                 for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
             }
 
-        return per_type_rope(cfg, model_type, d, types, legacy, heads_and_head_dim(cfg, model_type, d)[1])
+        return per_type_rope(cfg, model_type, d, types, heads_and_head_dim(cfg, model_type, d)[1], legacy)
 
     return convert
 
@@ -283,7 +283,7 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     types = table_types(cfg, model_type)
     head_dim = heads_and_head_dim(cfg, model_type, d)[1]
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
-    return per_type_rope(cfg, model_type, d, types, lambda flat: _GEMMA4_ROPE, dims)
+    return per_type_rope(cfg, model_type, d, types, dims, lambda flat: _GEMMA4_ROPE)
 
 
 def layer_head_dims(

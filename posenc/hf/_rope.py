@@ -335,9 +335,9 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
 
 
-def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> Any:
+def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> float:
     """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
-    nothing else), else of the config, else ``default`` (not yet checked to be a number)."""
+    nothing else), else of the config, else ``default``."""
     axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
     if not axial or set(params) - {"rope_type", "rope_theta"}:
         raise ValueError(
@@ -348,7 +348,7 @@ def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | Non
         raise ValueError(
             f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"
         )
-    return theta
+    return check_positive_float(f"{model_type} config: rope_theta", theta)
 
 
 def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
@@ -358,12 +358,7 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     theta = _axial_theta(cfg, model_type, cfg.get("rope_parameters") or {}, 10000.0)
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
-    return AxialRoPE(
-        head_dim,
-        axis_layout="alternate",
-        base=check_positive_float(f"{model_type} config: rope_theta", theta),
-        grid_size=(side, side),
-    )
+    return AxialRoPE(head_dim, axis_layout="alternate", base=theta, grid_size=(side, side))
 
 
 def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
@@ -380,11 +375,7 @@ def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} does not split into {axes} axes of even width"
         )
-    return AxialRoPE(
-        head_dim,
-        (2 * (head_dim // axes // 2),) * axes,
-        base=check_positive_float(f"{model_type} config: rope_theta", theta),
-    )
+    return AxialRoPE(head_dim, (2 * (head_dim // axes // 2),) * axes, base=theta)
 
 
 def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool | Literal["hw"]) -> Convert:
@@ -399,7 +390,6 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
     """
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        head_dim = heads_and_head_dim(cfg, model_type, d)[1]
         raw = rope_dict(cfg, model_type)
         params = {
             k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved", "interleaved")
@@ -414,7 +404,7 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
         if interleaved == "hw" and len(section) == 3:  # (h, w, t) -> (t, h, w)
             section = [section[2], section[0], section[1]]
         return build_rope(
-            cfg, model_type, d, head_dim, params=params, mrope_section=list(section), interleaved=interleaved
+            cfg, model_type, d, params=params, mrope_section=list(section), interleaved=interleaved
         )
 
     return convert

@@ -24,32 +24,22 @@ from ._table import SUPPORTED_MODEL_TYPES
 
 __all__ = ["as_class", "by_rule"]
 
-# Models whose code departs from the fields, by model_type: the reason, one line each.
-#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
-_INTERLEAVED = {
-    **dict.fromkeys(
-        "blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher".split(),
-        "BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles",
-    ),
-    "cohere": "Cohere: its rotate_half pairs neighbours",
-    "cohere2_moe": "Cohere 2 MoE: Cohere's interleaved rotate_half, in every layer",
-    "deepseek_v2": "DeepSeek V2: rotates complex pairs (view_as_complex) and has no rope_interleave",
-    **dict.fromkeys(("ernie4_5", "ernie4_5_moe"), "ERNIE 4.5: apply_rotary_pos_emb interleaves cos/sin"),
-    "helium": "Helium: apply_rotary_pos_emb interleaves cos/sin",
-    **dict.fromkeys(("glm", "glm4"), "GLM: interleaved pairs over the partial_rotary_factor channels"),
-    "openai_privacy_filter": "OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)",
-    **dict.fromkeys(("moonshine", "moonshine_streaming"), "Moonshine: interleaved pairs, partial rotation"),
-    **dict.fromkeys(
-        ("glm4v", "glm_ocr"), "GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)"
-    ),
-    "hy_v4_vl": "HunYuan V4 VL: its rotate_half pairs neighbours and the angles are repeat_interleaved",
-    "ernie4_5_vl_moe": "ERNIE 4.5 VL: its rotate_half_text pairs neighbours and the angles are repeat_interleaved",
-    **dict.fromkeys(
-        "axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
-        "MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has "
-        "no rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)",
-    ),
-}
+# Models whose code departs from the fields, by model_type, each with the reason.
+#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves; why, in
+#: the order listed: BLT's rotate_half pairs neighbours and its rotary module repeat_interleaves the angles;
+#: Cohere's rotate_half pairs neighbours (Cohere 2 MoE: in every layer); DeepSeek V2 rotates complex pairs
+#: (view_as_complex) and has no rope_interleave; ERNIE 4.5's and Helium's apply_rotary_pos_emb interleave
+#: cos/sin; GLM: interleaved pairs over the partial_rotary_factor channels; OpenAI privacy filter: its
+#: _apply_rotary_emb rotates neighbouring pairs; Moonshine: interleaved pairs, partial rotation; GLM-4.1V,
+#: GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm); HunYuan V4 VL, ERNIE 4.5 VL: their
+#: rotate_half (rotate_half_text) pairs neighbours and the angles are repeat_interleaved; MLA whose
+#: attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has no
+#: rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention).
+_INTERLEAVED = frozenset(
+    "blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher cohere cohere2_moe deepseek_v2 "
+    "ernie4_5 ernie4_5_moe helium glm glm4 openai_privacy_filter moonshine moonshine_streaming glm4v glm_ocr "
+    "hy_v4_vl ernie4_5_vl_moe axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split()
+)
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
@@ -199,15 +189,8 @@ def by_rule(
     interleave = family in _INTERLEAVED or check_bool(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
-    d = RopeDefaults(
-        None,
-        None,
-        None,
-        theta=None,
-        partial=1.0,
-        layout="interleaved" if interleave else "half",
-        conjugate=family in _CONJUGATE,
-    )
+    layout: Literal["half", "interleaved"] = "interleaved" if interleave else "half"
+    d = RopeDefaults(None, None, None, theta=None, partial=1.0, layout=layout, conjugate=family in _CONJUGATE)
     read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}  # (None: nothing more)
     unread = sorted(
         key
@@ -251,17 +234,8 @@ def by_rule(
             f"{model_type} config: rope_parameters are given per layer type, but 'layer_types' is missing"
         )
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
-    return per_type_rope(
-        cfg,
-        model_type,
-        d,
-        types,
-        lambda flat: {},
-        dims,
-        any_names=True,
-        mrope=_MROPE_PER_TYPE.get(family),
-        unrotated=_UNROTATED.get(family),
-    )
+    mrope_setting, unrotated = _MROPE_PER_TYPE.get(family), _UNROTATED.get(family)
+    return per_type_rope(cfg, model_type, d, types, dims, mrope=mrope_setting, unrotated=unrotated)
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from .._checks import check_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
-from ._read import Config, get, positive_int
+from ._read import Config, get
 from ._rope import RopeDefaults, heads_and_head_dim
 
-__all__ = ["SPEECH_MODEL_TYPES", "speech", "speech_layer_count"]
+__all__ = ["SPEECH_MODEL_TYPES", "speech"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); every config class defaults to
 #: 16 heads of 1024 channels in 24 layers
@@ -34,11 +34,6 @@ SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
     "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative"),
     "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key"),
 }
-
-
-def speech_layer_count(cfg: Config, model_type: str) -> int:
-    """The number of (speech) encoder layers."""
-    return positive_int(cfg, model_type, SPEECH_MODEL_TYPES[model_type][1], default=24)
 
 
 def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

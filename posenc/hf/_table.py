@@ -23,8 +23,8 @@ from ._read import Convert
 from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, rope
 from ._speech import speech
 
-#: One line, or ``(layer type, line)`` rows where the layers (or stacks) differ.
-Summary = str | tuple[tuple[str, str], ...]
+#: One line, or one per layer type where the layers (or stacks) differ.
+Summary = str | dict[str, str]
 #: An encoder-decoder whose stacks differ: ``stack`` -> converter (``None``: the stack taken without one).
 PerStack = dict[str | None, Convert]
 
@@ -34,10 +34,11 @@ _QWEN2_VL = (
     "MRoPE, chunked (t, h, w) sections, `mrope_section` (16, 24, 24), base 1e6",
 )
 _QWEN3_VL = "MRoPE, interleaved (t, h, w) sections, `mrope_section` (24, 20, 20), base 5e5"
-_SLIDING = ("sliding_attention", "RoPE, half layout, base `rope_local_base_freq` (1e4), sliding window")
+_SLIDING = "RoPE, half layout, base `rope_local_base_freq` (1e4), sliding window"
 _GPTJ = (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")
 _T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
+_PHI3_TYPES = (("su", "longrope"), ("yarn", "longrope"))
 
 
 def _fairseq(
@@ -52,10 +53,7 @@ def _fairseq(
 def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
     """SeamlessM4T: the speech encoder's relative tables (by default), its text stacks' M2M100 sinusoids."""
     text, line = _fairseq(1024, length, pad=0)
-    lines = (
-        ("speech encoder (`stack='encoder'`)", speech_line),
-        ("`stack='text_encoder'`, `'decoder'`", line),
-    )
+    lines = {"speech encoder (`stack='encoder'`)": speech_line, "`stack='text_encoder'`, `'decoder'`": line}
     return {None: speech, "encoder": speech, "text_encoder": text, "decoder": text}, lines
 
 
@@ -66,58 +64,49 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # config.json keeps the legacy rope_local_base_freq / sliding_window_pattern its class converts
     "gemma3_text": (
         gemma3(RopeDefaults(2304, 8, 131072, head_dim=256)),
-        (
-            _SLIDING,
-            ("full_attention", "RoPE, half layout, base 1e6 and the scaling dict (linear ×8 in the 4B-27B)"),
-        ),
+        {
+            "sliding_attention": _SLIDING,
+            "full_attention": "RoPE, half layout, base 1e6 and the scaling dict (linear ×8 in the 4B-27B)",
+        },
     ),
     "gemma3n_text": (
         gemma3(RopeDefaults(2048, 8, 32768, head_dim=256)),
-        (_SLIDING, ("full_attention", "RoPE, half layout, base 1e6")),
+        {"sliding_attention": _SLIDING, "full_attention": "RoPE, half layout, base 1e6"},
     ),
     # its class derives layer_types (every 6th full, the last forced full) and per-type rope_parameters
     "gemma4_text": (
         gemma4,
-        (
-            ("sliding_attention", "RoPE, half layout, base 1e4, sliding window"),
-            (
-                "full_attention",
-                "proportional RoPE (p-RoPE, 0.25 of the pairs), base 1e6, `global_head_dim` (512)",
-            ),
-        ),
+        {
+            "sliding_attention": "RoPE, half layout, base 1e4, sliding window",
+            "full_attention": "proportional RoPE (p-RoPE, 0.25 of the pairs), base 1e6, `global_head_dim` (512)",
+        },
     ),
     # legacy global_rope_theta / local_rope_theta; layer types from global_attn_every_n_layers
     "modernbert": (
         modernbert,
-        (
-            (
-                "full_attention",
-                "RoPE, half layout, `global_rope_theta` (1.6e5), every third layer from the first",
-            ),
-            (
-                "sliding_attention",
-                "RoPE, half layout, `local_rope_theta` (1e4), window `local_attention` (128)",
-            ),
-        ),
+        {
+            "full_attention": "RoPE, half layout, `global_rope_theta` (1.6e5), every third layer from the first",
+            "sliding_attention": "RoPE, half layout, `local_rope_theta` (1e4), window `local_attention` (128)",
+        },
     ),
     # no_rope_layers: NoPE layers (Llama 4: query temperature there), every 4th by default
     "llama4_text": (
         nope_layers(
             RopeDefaults(5120, 40, 131072, theta=5e5, head_dim=128, layout="interleaved"), rope_flags, True
         ),
-        (
-            ("RoPE layers", "RoPE, interleaved layout, base 5e5"),
-            ("`no_rope_layers` 0 (every 4th)", "QueryTemperature (`floor_scale`, `attn_scale`), or NoPE"),
-        ),
+        {
+            "RoPE layers": "RoPE, interleaved layout, base 5e5",
+            "`no_rope_layers` 0 (every 4th)": "QueryTemperature (`floor_scale`, `attn_scale`), or NoPE",
+        },
     ),
     "smollm3": (
         nope_layers(RopeDefaults(2048, 16, 32768, theta=2e6), rope_flags),
-        (("RoPE layers", "RoPE, half layout, base 2e6"), ("`no_rope_layers` 0 (every 4th)", "NoPE")),
+        {"RoPE layers": "RoPE, half layout, base 2e6", "`no_rope_layers` 0 (every 4th)": "NoPE"},
     ),
     # its code rotates only the sliding layers
     "cohere2": (
         nope_layers(RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved"), sliding_layers),
-        (("sliding_attention", "RoPE, interleaved layout, sliding window"), ("full_attention", "NoPE")),
+        {"sliding_attention": "RoPE, interleaved layout, sliding window", "full_attention": "NoPE"},
     ),
     # M-RoPE over whole heads (the rule would read partial_rotary_factor / rope_interleave, which their code
     # does not), its class's mrope_section and sizes for a config.json: positions (t, 3) or (b, t, 3)
@@ -142,29 +131,15 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # the rotated channels end each head
     "deepseek_v4": (
         deepseek_v4,
-        (
-            (
-                "sliding_attention",
-                "RoPE, interleaved layout, the last `qk_rope_head_dim` (64) channels, base `rope_theta` (1e4)",
-            ),
-            (
-                "compressed layers (CSA, HCA)",
-                "RoPE, interleaved layout, the last 64 channels, base `compress_rope_theta` (1.6e5) and the "
-                "scaling dict (YaRN, attention factor 1)",
-            ),
-        ),
+        {
+            "sliding_attention": "RoPE, interleaved layout, the last `qk_rope_head_dim` (64) channels, base `rope_theta` (1e4)",
+            "compressed layers (CSA, HCA)": "RoPE, interleaved layout, the last 64 channels, base `compress_rope_theta` (1.6e5) and the scaling dict (YaRN, attention factor 1)",
+        },
     ),
     # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
     # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base (posenc.hf._read.ALIASES)
     "phi3": (
-        rope(
-            3072,
-            32,
-            4096,
-            partial=1.0,
-            original_max=4096,
-            renamed_types=(("su", "longrope"), ("yarn", "longrope")),
-        ),
+        rope(3072, 32, 4096, partial=1.0, original_max=4096, renamed_types=_PHI3_TYPES),
         "RoPE, half layout, longrope",
     ),
     "gpt_neox": (
@@ -194,16 +169,10 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # EoMT's DINOv3: rope_theta in rope_parameters; query tokens join its last num_blocks layers, unrotated
     "eomt_dinov3": (
         eomt_dinov3,
-        (
-            (
-                "first `num_hidden_layers - num_blocks`",
-                "as `dinov3_vit`, class and register tokens (4) unrotated",
-            ),
-            (
-                "last `num_blocks` (4)",
-                "the same, its `num_queries` (200) query tokens (first) also unrotated",
-            ),
-        ),
+        {
+            "first `num_hidden_layers - num_blocks`": "as `dinov3_vit`, class and register tokens (4) unrotated",
+            "last `num_blocks` (4)": "the same, its `num_queries` (200) query tokens (first) also unrotated",
+        },
     ),
     "pixtral": (
         pixtral,
@@ -255,17 +224,17 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "encoder": _sinusoidal("tensor2tensor", 384, 1500, ("max_source_positions",)),
             "decoder": learned_stack("max_target_positions", (384, 448)),
         },
-        (
-            ("`stack='encoder'`", f"{_T2T} 0, `max_source_positions` (fixed)"),
-            ("`stack='decoder'`", "Learned, `max_target_positions`"),
-        ),
+        {
+            "`stack='encoder'`": f"{_T2T} 0, `max_source_positions` (fixed)",
+            "`stack='decoder'`": "Learned, `max_target_positions`",
+        },
     ),
     "led": (
         {
             s: learned_stack(f"max_{s}_position_embeddings", (1024, n))
             for s, n in (("encoder", 16384), ("decoder", 1024))
         },
-        tuple((f"`stack='{s}'`", f"Learned, `max_{s}_position_embeddings`") for s in ("encoder", "decoder")),
+        {f"`stack='{s}'`": f"Learned, `max_{s}_position_embeddings`" for s in ("encoder", "decoder")},
     ),
 }
 
@@ -294,7 +263,7 @@ def supported_models_markdown() -> str:
     rows = ["| model_type | layers | posenc encoding |", "| --- | --- | --- |"]
     for name in SUPPORTED_MODEL_TYPES:
         summary = _CONVERTERS[name][1]
-        lines = (("all", summary),) if isinstance(summary, str) else summary
-        rows += [f"| `{name}` | {layers} | {text} |" for layers, text in lines]
+        lines = {"all": summary} if isinstance(summary, str) else summary
+        rows += [f"| `{name}` | {layers} | {text} |" for layers, text in lines.items()]
     rows += [f"| `{t}` | all | as `{t}_text`, read from `text_config` |" for t in sorted(_TEXT_MODEL_TYPES)]
     return "\n".join(rows)

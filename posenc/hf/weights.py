@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_table_prefixes
+from ._layers import required_count
 from ._read import config_dict
-from ._speech import SPEECH_MODEL_TYPES, speech_layer_count
+from ._speech import SPEECH_MODEL_TYPES
 from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
@@ -92,13 +93,8 @@ def from_hf_model(
         )
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
-    prefixes = _PREFIXES.get(model_type)
-    if (
-        prefixes is None
-        and absolute_table(cfg, model_type)
-        and cfg.get("position_embedding_type") in (None, "absolute")
-    ):
-        prefixes = learned_table_prefixes(model_type)
+    learned = absolute_table(cfg, model_type) and cfg.get("position_embedding_type") in (None, "absolute")
+    prefixes = _PREFIXES.get(model_type) or (learned_table_prefixes(model_type) if learned else None)
     if prefixes is None:
         encoding = from_hf_config(cfg, layer=layer, stack=stack)
         # trained weights posenc cannot find (BERT2BERT's parent: the stacks' own models hold them)
@@ -117,7 +113,7 @@ def from_hf_model(
     prefix = prefixes.get(chosen, "")
     if "{layer}" in prefix:
         if layer is None:
-            n = speech_layer_count(cfg, model_type)
+            n = required_count(cfg, model_type)
             raise ValueError(
                 f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
             )
