@@ -109,6 +109,12 @@ class MRoPE(_AxisRotary):
                 raise ValueError(
                     f"scaling['mrope_section']={given!r} conflicts with mrope_section={list(mrope_section)}"
                 )
+            flag = rest.get("mrope_interleaved")  # (Qwen3-VL's dict: True, its interleaved sections)
+            if flag is not None and bool(flag) != (interleaved is True):
+                raise ValueError(
+                    f"scaling['mrope_interleaved']={flag!r} conflicts with interleaved={interleaved!r}; "
+                    f"pass interleaved={bool(flag)!r} for the sections the dict describes"
+                )
             legacy = rest.get("rope_type", rest.get("type")) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
             dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
             rest = {k: v for k, v in rest.items() if k not in dropped}

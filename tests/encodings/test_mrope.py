@@ -350,6 +350,17 @@ def test_caches_state_dict_dtype_copy():
         ),
         ({"mrope_section": "4,6,6"}, TypeError, "mrope_section must be a list"),
         ({"mrope_section": [4, 6, 6], "scaling": {"mrope_section": [6, 5, 5]}}, ValueError, "conflicts"),
+        # Qwen3-VL's dict says its sections interleave: chunked sections would rotate every pair wrongly
+        (
+            {"mrope_section": [4, 6, 6], "scaling": {"mrope_interleaved": True}},
+            ValueError,
+            r"scaling\['mrope_interleaved'\]=True conflicts with interleaved=False; pass interleaved=True",
+        ),
+        (
+            {"mrope_section": [4, 6, 6], "interleaved": True, "scaling": {"mrope_interleaved": False}},
+            ValueError,
+            r"scaling\['mrope_interleaved'\]=False conflicts with interleaved=True",
+        ),
         (
             {"mrope_section": [4, 6, 6], "layout": "neox"},
             ValueError,
