@@ -24,22 +24,24 @@ from ._table import SUPPORTED_MODEL_TYPES
 
 __all__ = ["as_class", "by_rule"]
 
-# Models whose code departs from the fields, by model_type, each with the reason.
-#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves; why, in
-#: the order listed: BLT's rotate_half pairs neighbours and its rotary module repeat_interleaves the angles;
-#: Cohere's rotate_half pairs neighbours (Cohere 2 MoE: in every layer); DeepSeek V2 rotates complex pairs
-#: (view_as_complex) and has no rope_interleave; ERNIE 4.5's and Helium's apply_rotary_pos_emb interleave
-#: cos/sin; GLM: interleaved pairs over the partial_rotary_factor channels; OpenAI privacy filter: its
-#: _apply_rotary_emb rotates neighbouring pairs; Moonshine: interleaved pairs, partial rotation; GLM-4.1V,
-#: GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm); HunYuan V4 VL, ERNIE 4.5 VL: their
-#: rotate_half (rotate_half_text) pairs neighbours and the angles are repeat_interleaved; MLA whose
-#: attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has no
-#: rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention).
-_INTERLEAVED = frozenset(
-    "blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher cohere cohere2_moe deepseek_v2 "
-    "ernie4_5 ernie4_5_moe helium glm glm4 openai_privacy_filter moonshine moonshine_streaming glm4v glm_ocr "
-    "hy_v4_vl ernie4_5_vl_moe axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split()
-)
+# Models whose code departs from the fields, by model_type: the reason, one line each.
+#: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
+_INTERLEAVED = {
+    # BLT: its rotate_half pairs neighbours and its rotary module repeat_interleaves the angles
+    *"blt blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher".split(),
+    *("cohere", "cohere2_moe"),  # Cohere: its rotate_half pairs neighbours (Cohere 2 MoE: in every layer)
+    "deepseek_v2",  # DeepSeek V2: rotates complex pairs (view_as_complex) and has no rope_interleave
+    *("ernie4_5", "ernie4_5_moe", "helium"),  # ERNIE 4.5, Helium: apply_rotary_pos_emb interleaves cos/sin
+    *("glm", "glm4"),  # GLM: interleaved pairs over the partial_rotary_factor channels
+    "openai_privacy_filter",  # OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)
+    *("moonshine", "moonshine_streaming"),  # Moonshine: interleaved pairs, partial rotation
+    *("glm4v", "glm_ocr"),  # GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)
+    # HunYuan V4 VL, ERNIE 4.5 VL: their rotate_half (rotate_half_text) pairs neighbours, the angles repeat_interleaved
+    *("hy_v4_vl", "ernie4_5_vl_moe"),
+    # MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has no
+    # rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)
+    *"axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
+}
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
