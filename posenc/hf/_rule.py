@@ -40,7 +40,7 @@ _INTERLEAVED = {
     *("hy_v4_vl", "ernie4_5_vl_moe"),
     # MLA whose attention always rotates neighbouring pairs (apply_rotary_pos_emb_interleave; its config has no
     # rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)
-    *"axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash mistral_large4".split(),
+    *"axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash".split(),  # (Mistral Large 4: refused below)
 }
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
