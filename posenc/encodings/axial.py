@@ -31,7 +31,7 @@ from .rotary import RotaryState, _Rotary
 __all__ = ["AxialRoPE", "AxisRotaryState"]
 
 #: The keywords of :func:`~posenc.functional.axial_frequencies` that :class:`AxialRoPE` keeps as attributes.
-_FREQUENCY_OPTIONS = ("base", "freqs", "axis_layout", "max_freq", "min_period", "max_period")
+_FREQUENCY_OPTIONS = ("base", "freqs", "axis_layout", "axis_order", "max_freq", "min_period", "max_period")
 
 
 class AxisRotaryState(RotaryState):
@@ -195,11 +195,14 @@ class AxialRoPE(_AxisRotary):
     * per-axis blocks, ``axis_layout="cat"``: Flux (``axes_dim=(16, 56, 56)``,
       ``layout="interleaved"``), EVA-02 / timm ``RotaryEmbeddingCat`` and
       rotary-embedding-torch ``get_axial_freqs`` (``layout="interleaved"``; timm's
-      ``rotate_half=True`` is ``layout="half"``, its ``grid_indexing="xy"`` is coordinates
-      ``grid_positions(...).flip(-1)``), torchtune's vision RoPE / Llama 4 (interleaved, columns
-      first and 1-based: patch ``(row, col)`` at ``(col + 1, row + 1)``, the class token at 0);
+      ``rotate_half=True`` is ``layout="half"``, its ``grid_indexing="xy"`` is ``axis_order=(1, 0)``),
+      torchtune's vision RoPE / Llama 4 (interleaved, columns first and 1-based: patch ``(row, col)``
+      at ``(col + 1, row + 1)``, the class token at 0), the vision towers of Step 3.5 (``layout="half"``)
+      and Inkling 2 (``"interleaved"``), columns first: ``axis_order=(1, 0)``;
     * alternating frequencies, ``axis_layout="alternate"``: Pixtral (``layout="half"``): one
       frequency set for the whole head, even frequencies to rows, odd ones to columns;
+    * cycling axes, ``axis_layout="cycle"``: the per-axis frequencies of ``"cat"``, one pair of each axis
+      in turn: Kimi K2.5's vision tower (``axis_order=(1, 0)``: column then row at each frequency);
     * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
       ``freqs="pixel"``: ``pi * linspace(1, max_freq / 2)`` on coordinates in ``[-1, 1]``
       (rotary-embedding-torch ``freqs_for="pixel"``); ``freqs="period"``: ``2 pi / base ** (2i /
@@ -222,7 +225,9 @@ class AxialRoPE(_AxisRotary):
         num_axes: the number of axes when ``axes_dim`` is not given (default 2).
         base: the wavelength base of ``"lang"`` frequencies (Flux 10000, EVA 10000, Pixtral 10000).
         freqs: ``"lang"``, ``"pixel"`` or ``"period"``.
-        axis_layout: ``"cat"`` or ``"alternate"``.
+        axis_layout: ``"cat"``, ``"alternate"`` or ``"cycle"``.
+        axis_order: the coordinate each axis's pairs read, in channel order (default ``(0, 1, ...)``);
+            see :func:`~posenc.functional.axial_frequencies`.
         layout: channel pairing, as :class:`~posenc.RoPE`: ``"half"`` or ``"interleaved"``.
         max_freq: the highest ``"pixel"`` frequency (rotary-embedding-torch's ``max_freq``).
         min_period, max_period: ``"period"`` only, both or neither: each axis's periods geometric from
@@ -246,7 +251,7 @@ class AxialRoPE(_AxisRotary):
     """
 
     negative_positions = True  # pixels, and index coordinates rescaled to another grid
-    repr_optional = ("min_period", "max_period", "grid_size", "num_prefix_tokens")
+    repr_optional = ("axis_order", "min_period", "max_period", "grid_size", "num_prefix_tokens")
     repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis
 
@@ -258,7 +263,8 @@ class AxialRoPE(_AxisRotary):
         num_axes: int | None = None,
         base: float = 10000.0,
         freqs: Literal["lang", "pixel", "period"] = "lang",
-        axis_layout: Literal["cat", "alternate"] = "cat",
+        axis_layout: Literal["cat", "alternate", "cycle"] = "cat",
+        axis_order: tuple[int, ...] | list[int] | None = None,
         layout: Literal["half", "interleaved"] = "half",
         max_freq: float = 10.0,
         min_period: float | None = None,
@@ -284,12 +290,13 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
             )
-        # checks freqs, axis_layout, base, max_freq and the periods
+        # checks freqs, axis_layout, axis_order, base, max_freq and the periods
         axial_frequencies(
             self.axes_dim,
             base=base,
             freqs=freqs,
             axis_layout=axis_layout,
+            axis_order=axis_order,
             max_freq=max_freq,
             min_period=min_period,
             max_period=max_period,
@@ -302,6 +309,7 @@ class AxialRoPE(_AxisRotary):
         self.params = DefaultRope(base=float(base), rotary_dim=sum(self.axes_dim))
         self.max_freq = float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
+        self.axis_order = None if axis_order is None else tuple(axis_order)
         self.grid_size = None if grid_size is None else check_grid(grid_size, "grid_size", axes=self.num_axes)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         self.ref_grid = None if ref_grid is None else check_grid(ref_grid, "ref_grid", axes=self.num_axes)

@@ -9,7 +9,8 @@ them into ``(b, t, 3)``.
   indices, coordinates rescaled to a reference grid (EVA's resize) or pixel coordinates in
   ``[-1, 1]`` (rotary-embedding-torch, timm ``in_pixels``);
 * :func:`axial_frequencies` — the frequency and the axis of each rotated pair, for the
-  per-axis-block (Flux, EVA, rotary-embedding-torch) and alternating (Pixtral) layouts;
+  per-axis-block (Flux, EVA, rotary-embedding-torch), alternating (Pixtral) and cycling (Kimi K2.5)
+  layouts, the axes in any order;
 * :func:`mrope_axes` — the axis of each pair in M-RoPE, chunked (Qwen2-VL) or interleaved (Qwen3-VL);
 * :func:`resample_grid_table` — a ``(p + h*w, d)`` table resampled to another grid
   (ViT/DINOv2/timm's bicubic ``interpolate_pos_encoding``).
@@ -43,7 +44,7 @@ __all__ = [
 _CPU = torch.device("cpu")
 
 FreqKind = Literal["lang", "pixel", "period"]
-AxisLayout = Literal["cat", "alternate"]
+AxisLayout = Literal["cat", "alternate", "cycle"]
 GridKind = Literal["index", "pixel", "center"]
 Normalize = Literal["separate", "max", "min"]
 
@@ -196,6 +197,7 @@ def axial_frequencies(
     base: float = 10000.0,
     freqs: FreqKind = "lang",
     axis_layout: AxisLayout = "cat",
+    axis_order: Sequence[int] | None = None,
     max_freq: float = 10.0,
     min_period: float | None = None,
     max_period: float | None = None,
@@ -208,7 +210,13 @@ def axial_frequencies(
       pairs, with frequencies computed for width ``axes_dim[j]``;
     * ``axis_layout="alternate"`` (Pixtral): one set of frequencies for the whole rotated width
       ``r = sum(axes_dim)``; frequency ``i`` goes to axis ``i mod a``, and each axis's frequencies
-      form one block (all axes equal width).
+      form one block (all axes equal width);
+    * ``axis_layout="cycle"`` (Kimi K2.5's vision tower): the pairs of ``"cat"`` taken from each axis in
+      turn: pair ``i`` reads axis ``i mod a`` at that axis's ``(i // a)``-th frequency (all axes equal width).
+
+    ``axis_order`` names the coordinate each axis's pairs read, in channel order: default ``(0, 1, ...)``;
+    ``(1, 0)`` puts the pairs of the columns (coordinate 1 of row-major ``(row, col)`` positions) before
+    those of the rows (the vision towers of Step 3.5, Inkling 2 and Kimi K2.5; timm's ``grid_indexing="xy"``).
 
     Frequencies: ``"lang"`` ``base ** (-2i / width)``; ``"pixel"``
     ``pi * linspace(1, max_freq / 2, pairs)`` (rotary-embedding-torch), for coordinates in [-1, 1];
@@ -221,7 +229,7 @@ def axial_frequencies(
         ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
     """
     check_choice("freqs", freqs, ("lang", "pixel", "period"))
-    check_choice("axis_layout", axis_layout, ("cat", "alternate"))
+    check_choice("axis_layout", axis_layout, ("cat", "alternate", "cycle"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)
     if (min_period is None) != (max_period is None) or (min_period is not None and freqs != "period"):
@@ -238,9 +246,15 @@ def axial_frequencies(
         if periods[0] >= periods[1]:
             raise ValueError(f"min_period must be below max_period, got {min_period!r} and {max_period!r}")
     widths = list(axes_dim)
-    if axis_layout == "alternate" and len(set(widths)) != 1:
-        raise ValueError(f"axis_layout='alternate' needs equal widths per axis, got axes_dim={tuple(widths)}")
+    if axis_layout != "cat" and len(set(widths)) != 1:
+        raise ValueError(
+            f"axis_layout={axis_layout!r} needs equal widths per axis, got axes_dim={tuple(widths)}"
+        )
     n, where = len(widths), _CPU if device is None else torch.device(device)
+    order = list(range(n)) if axis_order is None else axis_order
+    ints = isinstance(order, (tuple, list)) and all(type(j) is int for j in order)  # (not bool, not float)
+    if not ints or sorted(order) != list(range(n)):
+        raise ValueError(f"axis_order must list the axes 0 .. {n - 1} once each, got {axis_order!r}")
 
     def frequencies(pairs: int, width: int) -> Tensor:  # the pairs of a block of `width` channels
         # DINOv3's other form: periods geometric from min_period to max_period, ends included
@@ -254,14 +268,19 @@ def axial_frequencies(
         # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
         return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=where) * math.pi
 
-    if axis_layout == "cat":
-        inv = [frequencies(d // 2, d) for d in widths]
-        axis = [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
-        return torch.cat(inv), torch.cat(axis)
-    r = sum(widths)
-    every = frequencies(r // 2, r)
-    inv_freq = torch.cat([every[j::n] for j in range(n)])
-    return inv_freq, torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
+    if axis_layout == "alternate":
+        r = sum(widths)
+        every = frequencies(r // 2, r)
+        inv_freq = torch.cat([every[j::n] for j in range(n)])
+        axis = torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
+    else:
+        inv_freq = torch.cat([frequencies(d // 2, d) for d in widths])
+        axis = torch.cat(
+            [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
+        )
+        if axis_layout == "cycle":  # (a, r/2a) -> (r/2a, a): one pair of each axis in turn
+            inv_freq, axis = (x.unflatten(0, (n, -1)).T.flatten() for x in (inv_freq, axis))
+    return inv_freq, torch.tensor(order, device=where)[axis]
 
 
 def mrope_axes(

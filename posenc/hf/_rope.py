@@ -361,12 +361,13 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     return AxialRoPE(head_dim, axis_layout="alternate", base=theta, grid_size=(side, side))
 
 
-def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
+def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) -> AxialRoPE:
     """A vision tower with ``rope_type: "axial"`` (Qwen2-VL's and its kin's ``*VisionRotaryEmbedding``):
     per axis ``s / 2`` frequencies ``rope_theta ** (-2i / s)``, ``s = 2 * (head_dim // axes // 2)``, the
     angles laid out ``[rows | columns]`` twice (:class:`AxialRoPE`'s default ``axis_layout="cat"``,
-    ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through), on the patch
-    indices of ``get_vision_position_ids`` (no default grid: images vary in size)."""
+    ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through; ``options``: the
+    other :class:`AxialRoPE` keywords of a tower laid out otherwise), on the patch indices of
+    ``get_vision_position_ids`` (no default grid: images vary in size)."""
     theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), None)
     # the attention width: Qwen2-VL's embed_dim where it has one (its hidden_size is the merger's output)
     width = {"hidden_size": cfg["embed_dim"]} if cfg.get("embed_dim") is not None else {}
@@ -375,7 +376,7 @@ def vision_axial(cfg: Config, model_type: str, axes: int = 2) -> AxialRoPE:
         raise ValueError(
             f"{model_type} config: head_dim={head_dim} does not split into {axes} axes of even width"
         )
-    return AxialRoPE(head_dim, (2 * (head_dim // axes // 2),) * axes, base=theta)
+    return AxialRoPE(head_dim, (2 * (head_dim // axes // 2),) * axes, base=theta, **options)
 
 
 def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: bool | Literal["hw"]) -> Convert:

@@ -54,11 +54,8 @@ _REFUSED = {
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
-    # vision towers with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can
+    # a vision tower with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can
     "gemma4_vision": "its rotary rotates each axis's channel block by its own half split (apply_multidimensional_rope)",
-    "inkling2_vision": "its rotary puts columns before rows ([w | h]) on neighbouring pairs",
-    "kimi_k25_vision": "its rotary alternates columns and rows at the same frequency ((w, h) per frequency)",
-    "step3p5_vision": "its rotary puts columns before rows ([w | h]), which AxialRoPE's axis layouts do not",
     **dict.fromkeys(
         "edgetam_video sam2_video sam3_tracker_video sam3_vit_model".split(),
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
@@ -66,9 +63,17 @@ _REFUSED = {
 }
 #: the flag without which the model's code does not rotate at all (NoPE in every layer), its class default False
 _SWITCH = {"zamba2": "use_mem_rope"}  # Zamba2: its shared attention applies RoPE only with use_mem_rope
-#: vision towers whose axial rotary turns more axes than (h, w): MiniMax M3 VL's (t, h, w)
-#: (get_vision_position_ids(..., include_temporal=True))
-_VISION_AXES = {"minimax_m3_vl_vision": 3}
+#: vision towers whose axial rotary departs from [rows | columns] twice: the AxialRoPE options that say how
+_VISION: dict[str, dict[str, Any]] = {
+    # (t, h, w): get_vision_position_ids(..., include_temporal=True)
+    "minimax_m3_vl_vision": {"axes": 3},
+    # [columns | rows] twice (its recomposition_frequencies flips the axes)
+    "step3p5_vision": {"axis_order": (1, 0)},
+    # [columns | rows] on neighbouring pairs (repeat_interleave, rotate_pairwise)
+    "inkling2_vision": {"axis_order": (1, 0), "layout": "interleaved"},
+    # (column, row) at each frequency in turn, twice (transpose, then flip)
+    "kimi_k25_vision": {"axis_order": (1, 0), "axis_layout": "cycle"},
+}
 
 #: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer
 #: rotates at its own base (Granite SWA); False, at the global ``rope_theta`` wherever its entry is not 0,
@@ -180,7 +185,7 @@ def by_rule(
     if family in _REFUSED:
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     if axial:
-        return vision_axial(cfg, model_type, _VISION_AXES.get(family, 2))
+        return vision_axial(cfg, model_type, **_VISION.get(family, {}))
     if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
         raise ValueError(
             f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "

@@ -128,7 +128,7 @@ def test_flux_axes_dim_blocks():
     torch.testing.assert_close(rope.rotate(x, ids), want_x)
 
 
-@pytest.mark.parametrize("axis_layout", ["cat", "alternate"])
+@pytest.mark.parametrize("axis_layout", ["cat", "alternate", "cycle"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_scores_depend_only_on_the_2d_offset(axis_layout, layout):
     rope = posenc.AxialRoPE(32, axis_layout=axis_layout, layout=layout, base=100.0)
@@ -143,6 +143,22 @@ def test_scores_depend_only_on_the_2d_offset(axis_layout, layout):
     assert score((12, 7), (15, 5)) == pytest.approx(base, abs=1e-9)  # same offset (3, -2)
     assert abs(score((2, 3), (6, 1)) - base) > 1e-3  # offset moves along rows
     assert abs(score((2, 3), (5, 2)) - base) > 1e-3  # ... or along columns
+
+
+@pytest.mark.parametrize("axis_layout", ["cat", "alternate", "cycle"])
+def test_axis_order_reads_the_coordinates_in_that_order(axis_layout):
+    """Columns first (axis_order=(1, 0)) is the default layout on (col, row) coordinates, exactly; and
+    "cycle" is "cat" with its pairs taken from each axis in turn."""
+    swapped = posenc.AxialRoPE(16, axis_layout=axis_layout, axis_order=(1, 0), grid_size=(3, 4))
+    plain = posenc.AxialRoPE(16, axis_layout=axis_layout)
+    assert "axis_order=(1, 0)" in repr(swapped) and "axis_order" not in repr(plain)
+    x, coords = torch.randn(2, 3, 12, 16), swapped.grid_positions()
+    assert torch.equal(swapped.rotate(x), plain.rotate(x, coords.flip(-1)))
+    assert not torch.equal(swapped.rotate(x), plain.rotate(x, coords))
+    cat_freq, cat_axis = axial_frequencies((8, 8), axis_order=(1, 0))
+    freq, axis = axial_frequencies((8, 8), axis_layout="cycle", axis_order=(1, 0))
+    assert axis.tolist() == [1, 0] * 4 and torch.equal(freq, cat_freq.view(2, 4).T.flatten())
+    assert cat_axis.tolist() == [1] * 4 + [0] * 4
 
 
 def test_attention_with_prepared_grid_and_prefix_tokens():
@@ -184,6 +200,18 @@ def test_caches_copy_dtype_meta():
         ({"axes_dim": (15, 15)}, ValueError, r"axes_dim\[0\] must be even"),
         ({"num_axes": 3}, ValueError, "does not split into 3 axes"),
         ({"axes_dim": (8, 12), "axis_layout": "alternate"}, ValueError, "equal widths"),
+        (
+            {"axes_dim": (8, 12), "axis_layout": "cycle"},
+            ValueError,
+            r"axis_layout='cycle' needs equal widths",
+        ),
+        (
+            {"axis_order": (0, 0)},
+            ValueError,
+            r"axis_order must list the axes 0 \.\. 1 once each, got \(0, 0\)",
+        ),
+        ({"axis_order": (1.0, 0)}, ValueError, r"axis_order must list the axes 0 \.\. 1 once each"),
+        ({"axis_order": (2, 1, 0)}, ValueError, r"axis_order must list the axes 0 \.\. 1 once each"),
         ({"freqs": "pixels"}, ValueError, "freqs must be one of"),
         ({"grid_size": (4, 4, 4)}, ValueError, "grid_size must be a tuple of 2 ints"),
         ({"freqs": "pixel", "ref_grid": (4, 4)}, ValueError, "ref_grid"),
