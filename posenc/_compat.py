@@ -21,7 +21,7 @@ def is_compiling() -> bool:
 
 def is_tracing() -> bool:
     """Compile or export: data-dependent Python branches and host syncs are not allowed."""
-    return is_compiling() or bool(torch.compiler.is_exporting())
+    return bool(torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
 _ACCELERATOR_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_float_tensor
-from .._compat import can_sync, is_tracing, precise_dtype
+from .._compat import can_sync, is_tracing
 from .._positions import Positions, check_qk
 from ..base import PositionalEncoding
 from ..functional.rope_freqs import RopeParameters
@@ -54,8 +54,7 @@ class RotaryState(PositionState):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the cos/sin
-        # rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows; "qk" -> the shapes and
-        # dtypes of the last q and k checked, and the keys' side
+        # rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows
         self._cache: dict[object, tuple[Any, ...]] = {}
 
     @property
@@ -74,23 +73,24 @@ class RotaryState(PositionState):
 
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
-        tracing = is_tracing()
-        # the checks read only types, shapes and dtypes: the layers of a forward pass, whose q and k have the
-        # same ones, are checked once (eager; a traced program checks in every call it traces)
+        tracing, enc = is_tracing(), self.encoding
+        # check_qk reads only types, shapes and dtypes: the encoding keeps the last ones it passed, which the
+        # layers of a forward pass and the steps of a decode loop share (eager; a traced program checks in
+        # every call it traces)
         both = not tracing and isinstance(q, Tensor) and isinstance(k, Tensor)
-        seen, checked = (q.shape, q.dtype, k.shape, k.dtype) if both else None, self._cache.get("qk")
-        if seen is None or checked is None or checked[0] != seen:
-            check_qk(q, k, head_dim=self.encoding.head_dim)
-            if q.shape[-2] != self.q_len:
-                raise ValueError(
-                    f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
-                )
-            # keys at the queries' positions: tq new keys with a KV cache, or the same positions
-            k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
-            self._cache["qk"] = checked = (seen, k_side)
+        seen = (q.shape, q.dtype, k.shape, k.dtype) if both else None
+        if seen is None or seen != enc._checked_qk:
+            check_qk(q, k, head_dim=enc.head_dim)
+            if seen is not None:
+                enc._checked_qk = seen
+        if q.shape[-2] != self.q_len:
+            raise ValueError(
+                f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
+            )
+        # keys at the queries' positions: tq new keys with a KV cache, or the same positions
+        k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
         # traced (compile/export: inductor fuses the formula) or another device: the formula
         formula = tracing or not (q.is_cpu or q.is_cuda)
-        k_side = checked[1]
         return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
 
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
@@ -103,11 +103,12 @@ class RotaryState(PositionState):
             rows = self._cache.get(key)
             if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
                 plain = layout == "half" and not enc.by_role
-                wide = enc._table_rows(self, side, precise_dtype(x.dtype)) if plain else None
-                if wide is None:
-                    rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
-                else:
-                    rows = (wide if wide.dtype == x.dtype else wide.to(x.dtype)).unbind(0)
+                wide = enc._table_rows(self, side, x.dtype) if plain else None
+                rows = (
+                    eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+                    if wide is None
+                    else wide.unbind(0)
+                )
                 self._cache[key] = rows
             out = rotate_eager(x, rows, layout, offset=enc.rotary_offset)
         if role == "query" and enc.params.query_scale_beta and enc.rotary_dim < enc.head_dim:
@@ -135,6 +136,11 @@ class RotaryState(PositionState):
         scale = scale.to(cos.dtype)
         scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, ·) -> (b, 1, t, ·)
         return cos * scale, sin * scale
+
+    def _past_last(self) -> Tensor | None:
+        """One past the largest position of queries and keys, a 0-dim tensor (``None``: no positions)."""
+        flat = torch.cat((self.q_positions.reshape(-1), self.k_positions.reshape(-1)))
+        return flat.max() + 1 if flat.numel() else None
 
     def _positions(self, side: str) -> Tensor:
         """The positions of ``side`` (``"q"`` or ``"k"``)."""
@@ -176,6 +182,8 @@ class _Rotary(PositionalEncoding):
     by_role: bool = False
     #: Whether eager rows come from a cos/sin table (RoPE's) when every position is inside it.
     has_table: ClassVar[bool] = False
+    #: The shapes and dtypes of the last q and k that passed :func:`~posenc._positions.check_qk` (eager).
+    _checked_qk: tuple[Any, ...] | None = None
 
     @property
     def rope_type(self) -> str:
@@ -260,11 +268,6 @@ class _Rotary(PositionalEncoding):
         """
 
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
-
-        def past_last() -> Tensor | None:  # one past the largest position of queries and keys
-            flat = torch.cat((state.q_positions.reshape(-1), state.k_positions.reshape(-1)))
-            return flat.max() + 1 if flat.numel() else None
-
         # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":
             pass  # no host sync in a traced program; no values on the meta device
@@ -272,9 +275,9 @@ class _Rotary(PositionalEncoding):
             state.end = max(q_start + q_positions.shape[-1], k_start + k_positions.shape[-1])
         elif (self.params.length_dependent or self.has_table) and can_sync(q_positions.device):
             # explicit positions, eager on the CPU: one sync per forward (the table rows, the length)
-            state.end = 0 if (last := past_last()) is None else int(last)
+            state.end = 0 if (last := state._past_last()) is None else int(last)
         if seq_len is None and self.params.length_dependent:
-            seq_len = state.end if state.end is not None else past_last()
+            seq_len = state.end if state.end is not None else state._past_last()
         state.seq_len = seq_len
         return state
 

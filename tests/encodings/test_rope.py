@@ -594,6 +594,31 @@ def test_half_precision_inputs_keep_dtype_and_exact_angles(dtype, layout):
     assert_close(k_out.double(), k_ref, atol=ulp, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_decode_rows_are_the_table_rounded_once_and_follow_it(dtype):
+    """A decode step of half-precision q, k reads the table's rows rounded to their dtype (a copy made once),
+    bit for bit the float32 rows rounded; after a move, a rebuild or .double() the rows follow the table."""
+    from posenc.functional.rotary import eager_rows, rotate_eager
+
+    rope = RoPE(HEAD_DIM)
+    q, k = qk(t=1, dtype=dtype)
+    for step in range(3):
+        if step == 1:
+            rope.to(device="meta").to_empty(device="cpu")  # a rebuilt table
+        state = rope.prepare(1, 50 + step)
+        rows = eager_rows(state.q_cos, state.q_sin, dtype, "half")  # float32 rows, then rounded
+        q_out, k_out = state.encode_qk(q, k)
+        assert torch.equal(q_out, rotate_eager(q, rows, "half")) and torch.equal(
+            k_out, rotate_eager(k, rows, "half")
+        )
+    rope.double()  # a float64 table: half-precision rows are its float64 rows rounded (no copy), as before
+    state = rope.prepare(1, 60)
+    rows = eager_rows(state.q_cos, state.q_sin, dtype, "half")
+    assert state.q_cos.dtype == torch.float64 and torch.equal(
+        state.encode_qk(q, k)[0], rotate_eager(q, rows, "half")
+    )
+
+
 def test_table_is_bounded_and_never_rebuilt_by_a_call():
     assert RoPE(HEAD_DIM).cached_len == DEFAULT_TABLE_LEN
     assert RoPE(HEAD_DIM, max_len=100).cached_len == 100
@@ -961,6 +986,13 @@ def test_bad_call_arguments():
     q, k = qk(t=4)
     with pytest.raises(ValueError, match=r"head_dim 32.*head_dim=64"):
         rope(q[..., :32], k[..., :32])
+    state = rope.prepare(4)
+    state.encode_qk(q, k)  # shapes that passed are not checked again; any others still are
+    for bad_q, bad_k in ((q[..., :32], k[..., :32]), (q, k[..., :32]), (q[:, :3], k[:, :2]), (q[0], k[0])):
+        with pytest.raises(ValueError, match=r"head_dim|heads|rank 3"):
+            state.encode_qk(bad_q, bad_k)
+    with pytest.raises(ValueError, match=r"k has 3 positions"):
+        state.encode_qk(q, k[..., :3, :])
     with pytest.raises(ValueError, match=r"rank 3"):
         rope.rotate(q[0])
     with pytest.raises(ValueError, match=r"positions.*length 5.*expected 4"):
