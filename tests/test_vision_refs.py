@@ -112,18 +112,19 @@ def test_timm_rotary_embedding_cat_as_eva(sincos, rotate_half, grid_indexing, he
         rotate_half=rotate_half,
     ).to(device)
     layout = "half" if rotate_half else "interleaved"
-    rope = posenc.AxialRoPE(head_dim, base=base, layout=layout, grid_size=grid, num_prefix_tokens=npt).to(
-        device
-    )
+    order = (1, 0) if grid_indexing == "xy" else None  # columns first
+    rope = posenc.AxialRoPE(
+        head_dim, base=base, layout=layout, axis_order=order, grid_size=grid, num_prefix_tokens=npt
+    ).to(device)
     q, k = torch.randn(2, 3, npt + 15, head_dim).to(device), torch.randn(2, 1, npt + 15, head_dim).to(device)
     emb = timm_rope.get_embed()
     want = _eva_rotate(sincos, q, emb, npt, rotate_half), _eva_rotate(sincos, k, emb, npt, rotate_half)
-    if grid_indexing == "ij":
-        got = rope(q, k)  # the default positions: grid_size with its prefix tokens
-    else:
-        coords = _coords(grid, npt, xy=True).to(device)
-        got = rope(q, k, coords, coords)
+    got = rope(q, k)  # the default positions: grid_size with its prefix tokens
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    if grid_indexing == "xy":  # the same as the default axis order on (column, row) coordinates
+        coords = _coords(grid, npt, xy=True).to(device)
+        plain = posenc.AxialRoPE(head_dim, base=base, layout=layout).to(device)
+        torch.testing.assert_close(plain(q, k, coords, coords), want, atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("grid_indexing", ["ij", "xy"])
