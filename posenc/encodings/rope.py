@@ -233,8 +233,8 @@ class RoPE(_Rotary):
     def _table(self, dtype: torch.dtype) -> Tensor | None:
         """The cos/sin table for rows in ``dtype``: the buffer (float32; float64 after ``.double()``), or for
         half-precision inputs its copy rounded once to ``dtype``, made when first needed (a decode step's rows
-        then need no cast: ~6 us of a ~85 us bfloat16 step at (1, 8, 1, 64)); ``None`` for float64 rows of
-        a float32 table (the formula's)."""
+        are then a view, as in float32, not a cast per step); ``None`` for float64 rows of a float32 table
+        (the formula's)."""
         # (the buffer read from _buffers: nn.Module's __getattr__ fallback costs ~2 us of a decode step)
         table = cast(Tensor, self._buffers["_cos_sin"])
         if dtype == table.dtype or precise_dtype(dtype) != table.dtype:
