@@ -54,7 +54,8 @@ class RotaryState(PositionState):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # built by the first layer that needs them, then used by every layer: side ("q"/"k") -> the cos/sin
-        # rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows
+        # rows in the caches' dtype; (side, role, dtype) -> the apply-ready rows; "qk" -> the shapes and
+        # dtypes of the last q and k checked, and the keys' side
         self._cache: dict[object, tuple[Any, ...]] = {}
 
     @property
@@ -74,24 +75,27 @@ class RotaryState(PositionState):
     def encode_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate queries ``(b, h, tq, dh)`` and keys ``(b, h_kv, tk or tq, dh)`` at this state's positions."""
         tracing, enc = is_tracing(), self.encoding
-        # check_qk reads only types, shapes and dtypes: the encoding keeps the last ones it passed, which the
-        # layers of a forward pass and the steps of a decode loop share (eager; a traced program checks in
-        # every call it traces)
+        # the checks read only types, shapes and dtypes: the layers of a forward pass, whose q and k have the
+        # same ones, are checked once by this state, and check_qk once by the encoding for every state whose
+        # q and k have the shapes it last passed (the steps of a decode loop). Eager; a traced program
+        # checks in every call it traces.
         both = not tracing and isinstance(q, Tensor) and isinstance(k, Tensor)
-        seen = (q.shape, q.dtype, k.shape, k.dtype) if both else None
-        if seen is None or seen != enc._checked_qk:
-            check_qk(q, k, head_dim=enc.head_dim)
-            if seen is not None:
-                enc._checked_qk = seen
-        if q.shape[-2] != self.q_len:
-            raise ValueError(
-                f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
-            )
-        # keys at the queries' positions: tq new keys with a KV cache, or the same positions
-        k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
+        seen, checked = (q.shape, q.dtype, k.shape, k.dtype) if both else None, self._cache.get("qk")
+        if seen is None or checked is None or checked[0] != seen:
+            if seen is None or seen != enc._checked_qk:
+                check_qk(q, k, head_dim=enc.head_dim)
+                if seen is not None:
+                    enc._checked_qk = seen
+            if q.shape[-2] != self.q_len:
+                raise ValueError(
+                    f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
+                )
+            # keys at the queries' positions: tq new keys with a KV cache, or the same positions
+            k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
+            self._cache["qk"] = checked = (seen, k_side)
         # traced (compile/export: inductor fuses the formula) or another device: the formula
         formula = tracing or not (q.is_cpu or q.is_cuda)
-        return self._rotate(q, "q", "query", formula), self._rotate(k, k_side, "key", formula)
+        return self._rotate(q, "q", "query", formula), self._rotate(k, checked[1], "key", formula)
 
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         """Rotate ``x`` at the positions of ``side`` (``"q"`` or ``"k"``) as a ``role`` tensor."""
