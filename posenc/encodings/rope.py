@@ -237,8 +237,10 @@ class RoPE(_Rotary):
         (the formula's)."""
         # (the buffer read from _buffers: nn.Module's __getattr__ fallback costs ~2 us of a decode step)
         table = cast(Tensor, self._buffers["_cos_sin"])
-        if dtype == table.dtype or precise_dtype(dtype) != table.dtype:
-            return table if dtype == table.dtype else None
+        if dtype == table.dtype:
+            return table
+        if precise_dtype(dtype) != table.dtype:  # float64 rows of a float32 table: the formula's
+            return None
         cached = self._rounded.get(dtype)
         if cached is None or cached[0] is not table:  # none yet, or of a table since rebuilt or moved
             self._rounded[dtype] = cached = (table, table.to(dtype))
