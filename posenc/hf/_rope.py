@@ -111,8 +111,9 @@ def rope_parameters(
     query_scale = {"llama_4_scaling_beta": beta, _ORIGINAL: beta_len} if beta else {}
     if rope_type != "proportional" and d.partial is None and partial != 1.0:
         raise ValueError(
-            f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} rotates the whole "
-            "head (its attention has no partial rotation); accepted: 1.0 or absent"
+            f"{model_type} config: partial_rotary_factor={partial!r}, but transformers' {model_type} is not among the "
+            "models whose code reads it (Llama's and most others rotate the whole head whatever it says); accepted: "
+            "1.0 or absent"
         )
     keys = _TYPE_KEYS[rope_type]
     scaling = {"rope_type": rope_type} | {k: params[k] for k in sorted(keys) if params.get(k) is not None}

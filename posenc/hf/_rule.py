@@ -5,7 +5,9 @@ dict, or one per layer type with ``layer_types``), or the legacy ``rope_scaling`
 ``rope_theta``; ``head_dim`` (else ``hidden_size // num_attention_heads``);
 ``max_position_embeddings``. Half-split layout, as transformers' shared ``rotate_half``. A key
 posenc does not read (a ``rope_parameters`` key its ``rope_type`` does not take, any other
-top-level key naming RoPE or rotary) is refused by name: the model's code may read it.
+top-level key naming RoPE or rotary) is refused by name: the model's code may read it. A
+``partial_rotary_factor`` other than 1 is read only for the models of :data:`_PARTIAL`, whose code
+reads it (Llama's, and most others', rotates whole heads whatever it says), and refused for any other.
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ _INTERLEAVED = {
     # rope_interleave; DeepSeek V3.2's and AXK2's indexers rotate halves, but not the attention)
     *"axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash".split(),  # (Mistral Large 4: refused below)
 }
+#: reads ``partial_rotary_factor`` (its rotary's default frequencies span ``head_dim * factor`` channels and its
+#: attention rotates those); every other model rotates whole heads whatever the field says (Llama's code does
+#: not read it), so posenc refuses a factor other than 1 there rather than rotate part of each head
+_PARTIAL = frozenset(
+    "bamba diffusion_gemma dots3_note_audio_encoder glm glm4 glm4_moe glm4v glm4v_moe glm_image glm_ocr "
+    "glmasr glmasr_encoder gpt_neox_japanese laguna mellum mimo_v2_flash minimax_m2 minimax_m3_vl "
+    "moonshine moonshine_streaming moonshine_streaming_encoder musicflamingo nemo_speechlm nemotron "
+    "nemotron3_5_transcribe_asr_audio nemotron3_5_transcribe_audio nemotron3_5_transcribe_word_timestamp "
+    "nemotron3_diarization nemotron3_diarization_audio neomme persimmon phi phi4_multimodal "
+    "phi4_multimodal_audio qwen3_5 qwen3_5_moe qwen3_next qwen4_exp recurrent_gemma solar_open stablelm "
+    "step3p5 step3p7 zaya".split()
+)
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
@@ -197,7 +211,10 @@ def by_rule(
         f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
     )
     layout: Literal["half", "interleaved"] = "interleaved" if interleave else "half"
-    d = RopeDefaults(None, None, None, theta=None, partial=1.0, layout=layout, conjugate=family in _CONJUGATE)
+    partial = 1.0 if family in _PARTIAL else None  # (None: whole heads, a factor other than 1 refused)
+    d = RopeDefaults(
+        None, None, None, theta=None, partial=partial, layout=layout, conjugate=family in _CONJUGATE
+    )
     read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}  # (None: nothing more)
     unread = sorted(
         key
@@ -215,6 +232,13 @@ def by_rule(
     # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
     if cfg.get("position_embedding_type") == "absolute":
         return learned_by_field(cfg, model_type, causal)
+    if family == "esm":  # (its config class has no rope_parameters: its rotary reads rope_theta alone)
+        params = rope_dict(cfg, model_type)
+        if set(params) - {"rope_type", "rope_theta"} or params.get("rope_type", "default") != "default":
+            raise ValueError(
+                f"{model_type} config: ESM's code computes the default frequencies from rope_theta alone, but "
+                f"rope_parameters holds {dict(params)!r}; accepted: rope_theta only"
+            )
     if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
         if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
             return learned_by_field(cfg, model_type, causal)

@@ -312,7 +312,30 @@ def test_unsupported_model_type_names_it_and_lists_the_supported():
             },
             {},
             ValueError,
-            "rotates the whole head",
+            "rotate the whole head",
+        ),
+        (  # Llama's code reads no partial_rotary_factor: it rotates whole heads whatever the field says
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+            },
+            {},
+            ValueError,
+            r"partial_rotary_factor=0.5, but transformers' llama is not among .* rotate the whole head",
+        ),
+        (  # ESM's rotary computes default frequencies from rope_theta whatever a rope_parameters dict says
+            {
+                "model_type": "esm",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "position_embedding_type": "rotary",
+                "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+            },
+            {},
+            ValueError,
+            "ESM's code computes the default frequencies from rope_theta alone",
         ),
         (
             {"model_type": "llama", "hidden_size": 60, "num_attention_heads": 8, "rope_theta": 1e4},
@@ -1831,6 +1854,7 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
     scaled = from_hf_config(
         {
             **RULE_BASE,
+            "model_type": "qwen3_next",  # (one whose code reads partial_rotary_factor)
             "head_dim": 16,
             "max_position_embeddings": 256,
             "rope_parameters": {
@@ -1843,6 +1867,8 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
     )
     assert (scaled.head_dim, scaled.base, scaled.rotary_dim, scaled.rope_type) == (16, 1e4, 8, "yarn")
     assert scaled.params.original_max_len == 256  # yarn without original_max: max_position_embeddings
+    with pytest.raises(ValueError, match="some_new_llm is not among the models whose code reads it"):
+        from_hf_config({**RULE_BASE, "partial_rotary_factor": 0.5})  # (Llama's code would rotate whole heads)
     layers = layer_encodings(
         {
             **RULE_BASE,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 transformers = pytest.importorskip("transformers")
-from posenc.app.hf_zoo import report, survey  # noqa: E402
+from posenc.app.hf_zoo import ROTARY_VARIANT, report, survey  # noqa: E402
 
 #: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "hf_coverage.md"
@@ -60,6 +60,29 @@ def test_every_model_with_a_text_rotary_embedding() -> None:
 def test_towers_beside_a_text_model_are_checked_with_their_own_model(model_type, outcome, detail) -> None:
     found = survey([model_type])[model_type]
     assert found[0] == outcome and detail in found[1], found
+
+
+@pytest.mark.parametrize(
+    ("model_type", "reads_it"),
+    [
+        *[(model_type, False) for model_type in ("llama", "qwen2", "olmo2", "mistral")],
+        *[(model_type, True) for model_type in ("phi", "glm", "qwen3_next", "stablelm")],
+    ],
+)
+def test_a_partial_rotary_factor_is_read_only_where_the_models_code_reads_it(
+    monkeypatch, model_type, reads_it
+):
+    # Llama's code (and that of most models) rotates whole heads whatever partial_rotary_factor says:
+    # rotating part of each head there would be a silent wrong result, so posenc refuses the factor
+    params = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    monkeypatch.setitem(ROTARY_VARIANT, model_type, {"rope_parameters": params})
+    outcome, detail = survey([model_type])[model_type]
+    if reads_it:
+        assert outcome == "matched", detail
+    else:
+        assert outcome == "refused" and "partial_rotary_factor=0.5" in detail and "whole head" in detail, (
+            detail
+        )
 
 
 if __name__ == "__main__":
