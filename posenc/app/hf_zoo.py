@@ -327,7 +327,8 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
             except Exception as err:
                 reason = f"{obj.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     apply = getattr(module, "apply_rotary_pos_emb_vision", None)
-    if rotary is None or apply is None:
+    multi = getattr(module, "apply_multidimensional_rope", None)  # Gemma 4: (x, y) positions, (b, N, h, d)
+    if rotary is None or apply is multi is None:
         return _unbuilt(
             config, reason if rotary is None else "no apply_rotary_pos_emb_vision in its modeling module"
         )
@@ -339,9 +340,13 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
         temporal = "self.include_temporal = True" in inspect.getsource(module)  # (t, h, w) positions
         for grid in GRIDS:
             pos = get_vision_position_ids(grid, merge, include_temporal=temporal)
-            cos, sin = rotary(torch.zeros(1), pos)
             q, k = (torch.randn(len(pos), 2, dim, generator=gen) for _ in range(2))
-            cases.append((pos, q, k, *apply(q, k, cos, sin)))
+            if apply is not None:
+                cases.append((pos, q, k, *apply(q, k, *rotary(torch.zeros(1), pos))))
+            else:  # (its positions (x, y): posenc's (row, col) flipped)
+                xy = pos.flip(-1)[None]
+                cos, sin = rotary(q, xy)
+                cases.append((pos, q, k, *(multi(x[None], cos, sin, xy)[0] for x in (q, k))))
     except Exception as err:
         return _unbuilt(config, f"reference rotation: {type(err).__name__}: {str(err)[:80]}")
     for form in (config, config.to_dict()):

@@ -25,6 +25,7 @@ from .._checks import check_choice, check_grid, check_int
 from .._compat import check_values
 from ..functional.axial import axial_frequencies, check_axis_widths, grid_positions
 from ..functional.rope_freqs import DefaultRope
+from ..functional.rotary import apply_rotary
 from ..state import PositionState
 from .rotary import RotaryState, _Rotary
 
@@ -62,6 +63,21 @@ class AxisRotaryState(RotaryState):
         state._k_positions = self.k_positions[..., cols, :]
         return state
 
+    def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
+        if not self.encoding._axis_blocks:
+            return super()._rotate(x, side, role, formula)
+        return self._apply(x, *self._rows(side, role, x.dtype))
+
+    def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``axis_layout="blocks"``: each axis's channels a block of their own, rotated within it (the blocks a
+        dimension of ``x`` ``(..., t, a, r/a)`` and of the rows ``(..., t, a, r/2a)``); else the plain rotation."""
+        n = self.encoding._axis_blocks
+        if not n:
+            return super()._apply(x, cos, sin)
+        r, (cos, sin) = 2 * cos.shape[-1], (rows.unflatten(-1, (n, -1)) for rows in (cos, sin))
+        out = apply_rotary(x[..., :r].unflatten(-1, (n, -1)), cos, sin, self.encoding.layout).flatten(-2)
+        return out if r == x.shape[-1] else torch.cat((out, x[..., r:]), -1)
+
 
 class _CallbackAxisState(AxisRotaryState):
     """The state of a subclass that overrides a hook (``prepare``): positions with axes, the hooks called back."""
@@ -86,6 +102,8 @@ class _AxisRotary(_Rotary):
     #: every axis (M-RoPE on text) or are refused (AxialRoPE).
     negative_positions: ClassVar[bool] = False
     one_d_positions: ClassVar[bool] = True
+    #: the number of per-axis channel blocks rotated on their own (AxialRoPE's ``axis_layout="blocks"``), else 0
+    _axis_blocks = 0
 
     def _init_caches(self, shape: tuple[int, ...], device: torch.device | str | None) -> None:
         self.register_buffer(
@@ -203,6 +221,10 @@ class AxialRoPE(_AxisRotary):
       frequency set for the whole head, even frequencies to rows, odd ones to columns;
     * cycling axes, ``axis_layout="cycle"``: the per-axis frequencies of ``"cat"``, one pair of each axis
       in turn: Kimi K2.5's vision tower (``axis_order=(1, 0)``: column then row at each frequency);
+    * per-axis blocks of channels, ``axis_layout="blocks"``: the frequencies of ``"cat"``, each axis
+      rotating a block of ``axes_dim[j]`` channels of its own, paired within it (``layout="half"``: channel
+      ``i`` of the block with ``i + axes_dim[j] / 2``; with ``"interleaved"`` the same as ``"cat"``): Gemma 4's
+      vision tower (``axis_order=(1, 0)``: its ``pixel_position_ids`` are ``(x, y)``, posenc's ``(row, col)``);
     * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
       ``freqs="pixel"``: ``pi * linspace(1, max_freq / 2)`` on coordinates in ``[-1, 1]``
       (rotary-embedding-torch ``freqs_for="pixel"``); ``freqs="period"``: ``2 pi / base ** (2i /
@@ -225,7 +247,7 @@ class AxialRoPE(_AxisRotary):
         num_axes: the number of axes when ``axes_dim`` is not given (default 2).
         base: the wavelength base of ``"lang"`` frequencies (Flux 10000, EVA 10000, Pixtral 10000).
         freqs: ``"lang"``, ``"pixel"`` or ``"period"``.
-        axis_layout: ``"cat"``, ``"alternate"`` or ``"cycle"``.
+        axis_layout: ``"cat"``, ``"alternate"``, ``"cycle"`` or ``"blocks"``.
         axis_order: the coordinate each axis's pairs read, in channel order (default ``(0, 1, ...)``);
             see :func:`~posenc.functional.axial_frequencies`.
         layout: channel pairing, as :class:`~posenc.RoPE`: ``"half"`` or ``"interleaved"``.
@@ -263,7 +285,7 @@ class AxialRoPE(_AxisRotary):
         num_axes: int | None = None,
         base: float = 10000.0,
         freqs: Literal["lang", "pixel", "period"] = "lang",
-        axis_layout: Literal["cat", "alternate", "cycle"] = "cat",
+        axis_layout: Literal["cat", "alternate", "cycle", "blocks"] = "cat",
         axis_order: tuple[int, ...] | list[int] | None = None,
         layout: Literal["half", "interleaved"] = "half",
         max_freq: float = 10.0,
@@ -309,6 +331,7 @@ class AxialRoPE(_AxisRotary):
         self.params = DefaultRope(base=float(base), rotary_dim=sum(self.axes_dim))
         self.max_freq = float(max_freq)
         self.freqs, self.axis_layout, self.layout = freqs, axis_layout, layout
+        self._axis_blocks = self.num_axes if axis_layout == "blocks" else 0
         self.axis_order = None if axis_order is None else tuple(axis_order)
         self.grid_size = None if grid_size is None else check_grid(grid_size, "grid_size", axes=self.num_axes)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)

@@ -125,6 +125,10 @@ class RotaryState(PositionState):
             out[..., end:].mul_(scale)
         return out
 
+    def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """:func:`~posenc.functional.apply_rotary` with the encoding's layout and offset."""
+        return apply_rotary(x, cos, sin, self.encoding.layout, offset=self.encoding.rotary_offset)
+
     def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin at the positions of ``side``, for a ``role`` tensor of ``dtype``, times the
         encoding's :meth:`~_Rotary._scale` of that role. The caches' dtype; float64 rows from the
@@ -326,5 +330,4 @@ class _Rotary(PositionalEncoding):
         t = x.shape[-2]
         state = cast(RotaryState, self._state(t, t, x.shape[0], x.device, positions, None))
         cos, sin = state._rows("q", "query", x.dtype)
-        sin = -sin if check_bool("conjugate", conjugate) else sin
-        return apply_rotary(x, cos, sin, self.layout, offset=self.rotary_offset)
+        return state._apply(x, cos, -sin if check_bool("conjugate", conjugate) else sin)

@@ -44,7 +44,7 @@ __all__ = [
 _CPU = torch.device("cpu")
 
 FreqKind = Literal["lang", "pixel", "period"]
-AxisLayout = Literal["cat", "alternate", "cycle"]
+AxisLayout = Literal["cat", "alternate", "cycle", "blocks"]
 GridKind = Literal["index", "pixel", "center"]
 Normalize = Literal["separate", "max", "min"]
 
@@ -213,6 +213,8 @@ def axial_frequencies(
       form one block (all axes equal width);
     * ``axis_layout="cycle"`` (Kimi K2.5's vision tower): the pairs of ``"cat"`` taken from each axis in
       turn: pair ``i`` reads axis ``i mod a`` at that axis's ``(i // a)``-th frequency (all axes equal width).
+    * ``axis_layout="blocks"`` (Gemma 4's vision tower): the frequencies and axes of ``"cat"``; the rotation
+      (:class:`~posenc.AxialRoPE`) then pairs the channels within each axis's block (all axes equal width).
 
     ``axis_order`` names the coordinate each axis's pairs read, in channel order: default ``(0, 1, ...)``;
     ``(1, 0)`` puts the pairs of the columns (coordinate 1 of row-major ``(row, col)`` positions) before
@@ -229,7 +231,7 @@ def axial_frequencies(
         ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
     """
     check_choice("freqs", freqs, ("lang", "pixel", "period"))
-    check_choice("axis_layout", axis_layout, ("cat", "alternate", "cycle"))
+    check_choice("axis_layout", axis_layout, ("cat", "alternate", "cycle", "blocks"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)
     if (min_period is None) != (max_period is None) or (min_period is not None and freqs != "period"):

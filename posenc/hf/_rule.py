@@ -68,8 +68,6 @@ _REFUSED = {
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
-    # a vision tower with rope_type "axial" whose code lays the (h, w) angles out otherwise than AxialRoPE can
-    "gemma4_vision": "its rotary rotates each axis's channel block by its own half split (apply_multidimensional_rope)",
     **dict.fromkeys(
         "edgetam_video sam2_video sam3_tracker_video sam3_vit_model".split(),
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
@@ -87,6 +85,8 @@ _VISION: dict[str, dict[str, Any]] = {
     "inkling2_vision": {"axis_order": (1, 0), "layout": "interleaved"},
     # (column, row) at each frequency in turn, twice (transpose, then flip)
     "kimi_k25_vision": {"axis_order": (1, 0), "axis_layout": "cycle"},
+    # [x | y] blocks, each rotated by its own half split (apply_multidimensional_rope); pixel_position_ids (x, y)
+    "gemma4_vision": {"axis_order": (1, 0), "axis_layout": "blocks"},
 }
 
 #: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer

@@ -128,7 +128,7 @@ def test_flux_axes_dim_blocks():
     torch.testing.assert_close(rope.rotate(x, ids), want_x)
 
 
-@pytest.mark.parametrize("axis_layout", ["cat", "alternate", "cycle"])
+@pytest.mark.parametrize("axis_layout", ["cat", "alternate", "cycle", "blocks"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_scores_depend_only_on_the_2d_offset(axis_layout, layout):
     rope = posenc.AxialRoPE(32, axis_layout=axis_layout, layout=layout, base=100.0)
@@ -159,6 +159,40 @@ def test_axis_order_reads_the_coordinates_in_that_order(axis_layout):
     freq, axis = axial_frequencies((8, 8), axis_layout="cycle", axis_order=(1, 0))
     assert axis.tolist() == [1, 0] * 4 and torch.equal(freq, cat_freq.view(2, 4).T.flatten())
     assert cat_axis.tolist() == [1] * 4 + [0] * 4
+
+
+@pytest.mark.parametrize("axes_dim", [(8, 8), (8, 8, 8), (12, 12)])
+def test_blocks_rotate_each_axis_block_as_rope_on_its_own_channels(axes_dim):
+    """axis_layout="blocks": each axis's channels a block, rotated within it as RoPE rotates a slice of the
+    head at that axis's coordinate (Gemma 4's vision tower); the channels after the blocks pass through."""
+    n, width = len(axes_dim), axes_dim[0]
+    head_dim = sum(axes_dim) + 4
+    rope = posenc.AxialRoPE(
+        head_dim, axes_dim, axis_layout="blocks", axis_order=tuple(range(n))[::-1], base=100.0
+    )
+    torch.manual_seed(5)
+    x, coords = torch.randn(2, 3, 10, head_dim), torch.randint(0, 20, (2, 10, n))
+    want = x
+    for block in range(n):  # block j reads coordinate axis_order[j]
+        part = posenc.RoPE(head_dim, base=100.0, rotary_dim=width, rotary_offset=block * width)
+        want = part.rotate(want, coords[..., n - 1 - block])
+    torch.testing.assert_close(rope.rotate(x, coords), want)
+    q, k = rope.encode_qk(x, x, q_positions=coords, k_positions=coords)
+    torch.testing.assert_close(q, want)
+    torch.testing.assert_close(k, want)
+    traced = torch.compile(lambda a: rope.rotate(a, coords), backend="eager", fullgraph=True)
+    torch.testing.assert_close(traced(x), want)
+    back = rope.rotate(rope.rotate(x, coords), coords, conjugate=True)  # the inverse rotation
+    torch.testing.assert_close(back, x)
+    cat = posenc.AxialRoPE(
+        head_dim, axes_dim, axis_layout="cat", axis_order=tuple(range(n))[::-1], base=100.0
+    )
+    assert not torch.allclose(cat.rotate(x, coords), want)  # "cat" pairs channel i with i + r/2 instead
+    pairs = {"layout": "interleaved", "base": 100.0}  # neighbouring pairs never leave a block: as "cat"
+    torch.testing.assert_close(
+        posenc.AxialRoPE(head_dim, axes_dim, axis_layout="blocks", **pairs).rotate(x, coords),
+        posenc.AxialRoPE(head_dim, axes_dim, **pairs).rotate(x, coords),
+    )
 
 
 def test_attention_with_prepared_grid_and_prefix_tokens():
@@ -204,6 +238,11 @@ def test_caches_copy_dtype_meta():
             {"axes_dim": (8, 12), "axis_layout": "cycle"},
             ValueError,
             r"axis_layout='cycle' needs equal widths",
+        ),
+        (
+            {"axes_dim": (8, 12), "axis_layout": "blocks"},
+            ValueError,
+            r"axis_layout='blocks' needs equal widths",
         ),
         (
             {"axis_order": (0, 0)},

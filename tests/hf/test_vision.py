@@ -37,6 +37,11 @@ TOWERS = {
     "step3p5_vision": ("Step3p7VisionRotaryEmbedding", {"hidden_size": 64, "num_attention_heads": 4}),
     "inkling2_vision": ("Inkling2VisionRotaryEmbedding", {"hidden_size": 64, "num_attention_heads": 4}),
     "kimi_k25_vision": ("Kimi_K25VisionRotaryEmbedding", {"hidden_size": 64, "num_attention_heads": 4}),
+    # [x | y] blocks each rotated by its own half split; (x, y) positions (apply_multidimensional_rope)
+    "gemma4_vision": (
+        "Gemma4VisionRotaryEmbedding",
+        {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16, "num_key_value_heads": 4},
+    ),
 }
 
 
@@ -44,12 +49,21 @@ def _tower(model_type: str):
     name, sizes = TOWERS[model_type]
     config = CONFIG_MAPPING[model_type](**sizes, rope_parameters={"rope_type": "axial", "rope_theta": 123.0})
     module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
-    return config, getattr(module, name)(config), module.apply_rotary_pos_emb_vision
+    rotary = getattr(module, name)(config)
+    if model_type != "gemma4_vision":
+        return config, lambda q, k, pos: module.apply_rotary_pos_emb_vision(q, k, *rotary(q, pos))
+
+    def gemma4(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        xy = pos.flip(-1)[None]  # its pixel_position_ids: (x, y), posenc's (row, col) flipped
+        cos, sin = rotary(q, xy)
+        return tuple(module.apply_multidimensional_rope(x[None], cos, sin, xy)[0] for x in (q, k))
+
+    return config, gemma4
 
 
 @pytest.mark.parametrize("model_type", sorted(TOWERS))
 def test_vision_tower_rotation_equals_the_models(model_type: str) -> None:
-    config, rotary, apply = _tower(model_type)
+    config, rotate = _tower(model_type)
     temporal = model_type == "minimax_m3_vl_vision"  # (t, h, w) positions
     head_dim = next(iter(TOWERS[model_type][1].values())) // 4
     gen = torch.Generator().manual_seed(0)
@@ -60,7 +74,7 @@ def test_vision_tower_rotation_equals_the_models(model_type: str) -> None:
             merge = getattr(config, "spatial_merge_size", None) or 1
             pos = get_vision_position_ids(grid, merge, include_temporal=temporal)
             q, k = (torch.randn(len(pos), 3, head_dim, generator=gen) for _ in range(2))
-            q_ref, k_ref = apply(q, k, *rotary(q, pos))  # the tower's (N, heads, dh)
+            q_ref, k_ref = rotate(q, k, pos)  # the tower's (N, heads, dh)
             q_ours, k_ours = enc.encode_qk(
                 q.transpose(0, 1)[None], k.transpose(0, 1)[None], q_positions=pos, k_positions=pos
             )
@@ -86,7 +100,6 @@ def test_grid_positions_in_merge_blocks_equal_get_vision_position_ids(grid, merg
 @pytest.mark.parametrize(
     ("model_type", "why"),
     [
-        ("gemma4_vision", r"apply_multidimensional_rope"),
         ("sam3_vit_model", r"SAM's 2D rotary"),
     ],
 )
