@@ -343,10 +343,9 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
             q, k = (torch.randn(len(pos), 2, dim, generator=gen) for _ in range(2))
             if apply is not None:
                 cases.append((pos, q, k, *apply(q, k, *rotary(torch.zeros(1), pos))))
-            else:  # (its positions (x, y): posenc's (row, col) flipped)
-                xy = pos.flip(-1)[None]
-                cos, sin = rotary(q, xy)
-                cases.append((pos, q, k, *(multi(x[None], cos, sin, xy)[0] for x in (q, k))))
+            else:  # (Gemma 4: the same positions as its pixel_position_ids, read (x, y))
+                cos, sin = rotary(q, pos[None])
+                cases.append((pos, q, k, *(multi(x[None], cos, sin, pos[None])[0] for x in (q, k))))
     except Exception as err:
         return _unbuilt(config, f"reference rotation: {type(err).__name__}: {str(err)[:80]}")
     for form in (config, config.to_dict()):

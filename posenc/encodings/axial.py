@@ -224,7 +224,7 @@ class AxialRoPE(_AxisRotary):
     * per-axis blocks of channels, ``axis_layout="blocks"``: the frequencies of ``"cat"``, each axis
       rotating a block of ``axes_dim[j]`` channels of its own, paired within it (``layout="half"``: channel
       ``i`` of the block with ``i + axes_dim[j] / 2``; with ``"interleaved"`` the same as ``"cat"``): Gemma 4's
-      vision tower (``axis_order=(1, 0)``: its ``pixel_position_ids`` are ``(x, y)``, posenc's ``(row, col)``);
+      vision tower (on its ``pixel_position_ids``, ``(x, y)``: ``grid_positions()``'s ``(row, col)`` flipped);
     * ``freqs="lang"``: ``base ** (-2i / width)`` on integer (or rescaled) indices;
       ``freqs="pixel"``: ``pi * linspace(1, max_freq / 2)`` on coordinates in ``[-1, 1]``
       (rotary-embedding-torch ``freqs_for="pixel"``); ``freqs="period"``: ``2 pi / base ** (2i /

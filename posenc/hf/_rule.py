@@ -85,8 +85,9 @@ _VISION: dict[str, dict[str, Any]] = {
     "inkling2_vision": {"axis_order": (1, 0), "layout": "interleaved"},
     # (column, row) at each frequency in turn, twice (transpose, then flip)
     "kimi_k25_vision": {"axis_order": (1, 0), "axis_layout": "cycle"},
-    # [x | y] blocks, each rotated by its own half split (apply_multidimensional_rope); pixel_position_ids (x, y)
-    "gemma4_vision": {"axis_order": (1, 0), "axis_layout": "blocks"},
+    # [x | y] blocks, each rotated by its own half split (apply_multidimensional_rope), on its pixel_position_ids
+    # (x, y) as they are
+    "gemma4_vision": {"axis_layout": "blocks"},
 }
 
 #: Models whose code reads ``layer_rope_theta`` (one entry per layer, 0: NoPE there): True, each layer

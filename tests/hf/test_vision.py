@@ -54,9 +54,10 @@ def _tower(model_type: str):
         return config, lambda q, k, pos: module.apply_rotary_pos_emb_vision(q, k, *rotary(q, pos))
 
     def gemma4(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        xy = pos.flip(-1)[None]  # its pixel_position_ids: (x, y), posenc's (row, col) flipped
-        cos, sin = rotary(q, xy)
-        return tuple(module.apply_multidimensional_rope(x[None], cos, sin, xy)[0] for x in (q, k))
+        cos, sin = rotary(
+            q, pos[None]
+        )  # pos as its pixel_position_ids, (x, y): posenc takes them as they are
+        return tuple(module.apply_multidimensional_rope(x[None], cos, sin, pos[None])[0] for x in (q, k))
 
     return config, gemma4
 
