@@ -7,7 +7,8 @@ dict, or one per layer type with ``layer_types``), or the legacy ``rope_scaling`
 posenc does not read (a ``rope_parameters`` key its ``rope_type`` does not take, any other
 top-level key naming RoPE or rotary) is refused by name: the model's code may read it. A
 ``partial_rotary_factor`` other than 1 is read only for the models of :data:`_PARTIAL`, whose code
-reads it (Llama's, and most others', rotates whole heads whatever it says), and refused for any other.
+reads it (Llama's, and most others', rotates whole heads whatever it says), and refused for any other;
+``rope_interleave`` likewise (:data:`_READS_INTERLEAVE`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ _PARTIAL = frozenset(
     "phi4_multimodal_audio qwen3_5 qwen3_5_moe qwen3_next qwen4_exp recurrent_gemma solar_open stablelm "
     "step3p5 step3p7 zaya".split()
 )
+#: reads ``rope_interleave`` (DeepSeek V3's MLA code: neighbouring pairs when true); every other model's code
+#: does not (it rotates halves, or pairs always: ``_INTERLEAVED``), so posenc refuses a true flag there
+_READS_INTERLEAVE = frozenset({"axk1", "deepseek_v3", "glm4_moe_lite", "youtu"})
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
 #: no posenc encoding computes what the model does
@@ -208,9 +212,14 @@ def by_rule(
             "build posenc.AxialRoPE for it"
         )
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
-    interleave = family in _INTERLEAVED or check_bool(
-        f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
-    )
+    flag = check_bool(f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False))
+    if flag and family not in _READS_INTERLEAVE | _INTERLEAVED:
+        raise ValueError(
+            f"{model_type} config: rope_interleave=True, but transformers' {model_type} is not among the models "
+            "whose code reads it (DeepSeek V3's MLA and its kin; Llama's and most others rotate halves whatever "
+            "it says); accepted: false or absent"
+        )
+    interleave = family in _INTERLEAVED or flag
     layout: Literal["half", "interleaved"] = "interleaved" if interleave else "half"
     partial = 1.0 if family in _PARTIAL else None  # (None: whole heads, a factor other than 1 refused)
     d = RopeDefaults(

@@ -1884,8 +1884,10 @@ def test_a_model_outside_the_table_is_built_from_its_standardized_fields():
     assert layers[1].rope_type == "linear"
     assert from_hf_config({**RULE_BASE, "model_type": "ernie4_5"}).layout == "interleaved"  # listed departure
     mla = from_hf_config(
-        {**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True}
+        {**RULE_BASE, "model_type": "deepseek_v3", "qk_rope_head_dim": 16, "rope_interleave": True}
     )  # DeepSeek's MLA fields
+    with pytest.raises(ValueError, match="rope_interleave=True, but transformers' some_new_llm is not among"):
+        from_hf_config({**RULE_BASE, "qk_rope_head_dim": 16, "rope_interleave": True})
     assert (mla.head_dim, mla.layout) == (16, "interleaved")
     for always in ("deepseek_v32", "axk2", "glm_moe_dsa", "longcat_flash"):  # no rope_interleave field
         rope = from_hf_config({**RULE_BASE, "model_type": always, "qk_rope_head_dim": 16})
