@@ -272,7 +272,9 @@ class _Rotary(PositionalEncoding):
             seq_len: the length ``L`` of the dynamic and longrope variants, given to :meth:`prepare`
                 (``rope.prepare(t, seq_len=L)``): by default one past the largest position of this
                 call; give the whole sequence's length when the call sees only part of it (a chunk,
-                a context-parallel shard). Ignored by the other variants.
+                a context-parallel shard). Ignored by the other variants. (transformers' ``"dynamic"``
+                rotary module keeps the largest length it has seen above the trained one, so after a longer
+                call its batch of shorter rows rotates at that length: pass it here to match.)
         """
 
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
