@@ -328,7 +328,7 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
                 reason = f"{obj.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     apply = getattr(module, "apply_rotary_pos_emb_vision", None)
     multi = getattr(module, "apply_multidimensional_rope", None)  # Gemma 4: (x, y) positions, (b, N, h, d)
-    if rotary is None or apply is multi is None:
+    if rotary is None or (apply is None and multi is None):
         return _unbuilt(
             config, reason if rotary is None else "no apply_rotary_pos_emb_vision in its modeling module"
         )
@@ -343,7 +343,7 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
             q, k = (torch.randn(len(pos), 2, dim, generator=gen) for _ in range(2))
             if apply is not None:
                 cases.append((pos, q, k, *apply(q, k, *rotary(torch.zeros(1), pos))))
-            else:  # (Gemma 4: the same positions as its pixel_position_ids, read (x, y))
+            elif multi is not None:  # (Gemma 4: the same positions as its pixel_position_ids, read (x, y))
                 cos, sin = rotary(q, pos[None])
                 cases.append((pos, q, k, *(multi(x[None], cos, sin, pos[None])[0] for x in (q, k))))
     except Exception as err:

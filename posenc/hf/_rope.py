@@ -285,6 +285,23 @@ def gptj(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
         raise type(err)(f"{model_type} config: {err}") from None
 
 
+def roformer(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """RoFormer's RoPE: its frozen sinusoidal table (base 10000, ``max_position_embeddings`` rows), applied to
+    neighbouring pairs of queries and keys in self-attention; ``rotary_value`` (values too) is refused."""
+    if check_bool(f"{model_type} config: rotary_value", cfg.get("rotary_value", False)):
+        raise ValueError(
+            f"{model_type} config: rotary_value=True rotates the values too, which posenc's RoPE does not; "
+            "accepted: false or absent"
+        )
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(768, 12, 1536), read_head_dim=False)
+    return RoPE(
+        head_dim,
+        base=10000.0,
+        layout="interleaved",
+        max_len=get(cfg, "max_position_embeddings", default=1536),
+    )
+
+
 def dinov3(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""

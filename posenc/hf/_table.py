@@ -20,7 +20,7 @@ from ._bias import (
 )
 from ._layers import deepseek_v4, gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
 from ._read import Convert
-from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, rope
+from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, roformer, rope
 from ._speech import speech
 
 #: One line, or one per layer type where the layers (or stacks) differ.
@@ -181,6 +181,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # GPT-J / CodeGen: no rope fields; rotary_dim, and the base fixed in their code
     "gptj": _GPTJ,
     "codegen": _GPTJ,
+    # its own sinusoidal table (no rope fields), applied to neighbouring pairs; rotary_value rotates values too
+    "roformer": (
+        roformer,
+        "RoPE, interleaved layout, base 1e4 (its sinusoidal table); `rotary_value` refused",
+    ),
     # alibi=True replaces RoPE by ALiBi
     "falcon": (
         _falcon,

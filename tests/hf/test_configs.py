@@ -546,6 +546,14 @@ TINY: dict[str, dict] = {
         "rotary_emb_base": 5000,
     },
     "falcon": {"num_hidden_layers": 1, "vocab_size": 64, "hidden_size": 64, "num_attention_heads": 4},
+    "roformer": {
+        "num_hidden_layers": 1,
+        "vocab_size": 64,
+        "hidden_size": 64,
+        "embedding_size": 64,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+    },
     "gptj": {"n_layer": 1, "vocab_size": 64, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "n_positions": 64},
     "codegen": {
         "n_layer": 1,
@@ -874,6 +882,9 @@ ROPE_MODEL_TYPES = [
 ]  # fmt: skip
 BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
 MLA_MODEL_TYPES = ["mistral4"]  # whole MLA heads: test_mistral4_equals_what_reaches_its_attention
+OWN_APPLY_MODEL_TYPES = [
+    "roformer"
+]  # its own apply function: test_roformer_equals_what_reaches_its_attention
 LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart"]
 SINUSOIDAL_MODEL_TYPES = [
     "marian",
@@ -891,15 +902,43 @@ SINUSOIDAL_MODEL_TYPES = [
 
 @requires_transformers
 def test_every_supported_type_is_proven_inside_a_model():
-    groups = (
-        ROPE_MODEL_TYPES + MLA_MODEL_TYPES + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
-    )
+    rotary = ROPE_MODEL_TYPES + MLA_MODEL_TYPES + OWN_APPLY_MODEL_TYPES
+    groups = rotary + BIAS_MODEL_TYPES + LEARNED_MODEL_TYPES + SINUSOIDAL_MODEL_TYPES
     assert sorted(groups + OTHER_PROVEN) == sorted([*SUPPORTED_MODEL_TYPES, *RULE_MODEL_TYPES])
-    kinds = {"rotary": ROPE_MODEL_TYPES + MLA_MODEL_TYPES, "bias": BIAS_MODEL_TYPES}
+    kinds = {"rotary": rotary, "bias": BIAS_MODEL_TYPES}
     for kind, names in kinds.items():
         assert all(from_hf_config(_hf_config(name)).kind == kind for name in names)
     assert all(isinstance(from_hf_config(_hf_config(n)), posenc.Learned) for n in LEARNED_MODEL_TYPES)
     assert all(isinstance(from_hf_config(_hf_config(n)), posenc.Sinusoidal) for n in SINUSOIDAL_MODEL_TYPES)
+
+
+@requires_transformers
+def test_roformer_equals_what_reaches_its_attention(monkeypatch):
+    """RoFormer rotates with its own sinusoidal table and apply_rotary_position_embeddings (neighbouring pairs),
+    queries and keys of self-attention; with rotary_value it rotates the values too, which posenc refuses."""
+    config = _hf_config("roformer")
+    model = transformers.AutoModel.from_config(config).eval()
+    attention = type(model.encoder.layer[0].attention.self)
+    original, calls = attention.apply_rotary_position_embeddings, []
+
+    def spy(sinusoidal_pos, query, key, value=None):
+        out = original(sinusoidal_pos, query, key, value)
+        calls.append(((query, key), out))
+        return out
+
+    monkeypatch.setattr(attention, "apply_rotary_position_embeddings", staticmethod(spy))
+    ids = torch.randint(0, 64, (2, 37), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids=ids)
+    (q_in, k_in), (q_out, k_out) = calls[0]
+    for form in (config, config.to_dict()):
+        rope = from_hf_config(form)
+        assert (rope.head_dim, rope.layout, rope.base) == (16, "interleaved", 10000.0)
+        q_ours, k_ours = rope.encode_qk(q_in, k_in)
+        torch.testing.assert_close(q_ours, q_out, **ROPE_TOL)
+        torch.testing.assert_close(k_ours, k_out, **ROPE_TOL)
+    with pytest.raises(ValueError, match="rotary_value=True rotates the values too"):
+        from_hf_config(_hf_config("roformer", rotary_value=True))
 
 
 @requires_transformers
