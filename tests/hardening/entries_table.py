@@ -331,6 +331,14 @@ ENTRIES: tuple[Entry, ...] = (
         variant=True,
     ),
     Entry("rope-axial", "rope_axial(grid_size=(3, 4))", hooks=frozenset({"qk"}), axes=2, grid_len=12),
+    # Gemma 4's vision tower: each axis's block of channels rotated on its own (another rotation path)
+    Entry(
+        "rope-axial-blocks-prefix",
+        "rope_axial(grid_size=(2, 3), num_prefix_tokens=1, axis_layout='blocks')",
+        hooks=frozenset({"qk"}),
+        axes=2,
+        grid_len=7,
+    ),
     Entry(
         "rope2d-alternate-interleaved-prefix",
         "rope2d(grid_size=(2, 3), num_prefix_tokens=1, axis_layout='alternate', layout='interleaved')",
