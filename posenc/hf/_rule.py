@@ -212,14 +212,16 @@ def by_rule(
             "build posenc.AxialRoPE for it"
         )
     # MLA (DeepSeek's fields): RoPE over the qk_rope_head_dim channels (q_pe / k_pe), pairs when rope_interleave
-    flag = check_bool(f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False))
-    if flag and family not in _READS_INTERLEAVE | _INTERLEAVED:
+    rope_interleave = check_bool(
+        f"{model_type} config: rope_interleave", get(cfg, "rope_interleave", default=False)
+    )
+    if rope_interleave and family not in _READS_INTERLEAVE | _INTERLEAVED:
         raise ValueError(
             f"{model_type} config: rope_interleave=True, but transformers' {model_type} is not among the models "
             "whose code reads it (DeepSeek V3's MLA and its kin; Llama's and most others rotate halves whatever "
             "it says); accepted: false or absent"
         )
-    interleave = family in _INTERLEAVED or flag
+    interleave = family in _INTERLEAVED or rope_interleave
     layout: Literal["half", "interleaved"] = "interleaved" if interleave else "half"
     partial = 1.0 if family in _PARTIAL else None  # (None: whole heads, a factor other than 1 refused)
     d = RopeDefaults(
