@@ -98,6 +98,8 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "ernie4_5_vl_moe_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [6, 6, 4]}
     },
+    "dots3_note_text": {"num_hidden_layers": 4},  # (its first two layers are DSA ones, then sliding ones)
+    "dots3_note": {"text_config": {"num_hidden_layers": 4}},  # (its vision adapter's width: the text model's)
     "deepseek_v4": {
         "layer_types": ["sliding_attention", "compressed_sparse_attention"],
         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
@@ -203,6 +205,14 @@ def _own_rotary(module: Any, config: Any) -> tuple[str, list[type], list[str]] |
     return None
 
 
+def _is_mla(text: Any) -> bool:
+    """Whether the model's heads are ``[q_nope | q_pe]`` (MLA), its ``qk_nope_head_dim`` set."""
+    try:
+        return bool(getattr(text, "qk_nope_head_dim", None))
+    except Exception:  # (dots3: a per-layer attribute, which transformers will not read globally)
+        return True
+
+
 def _reference(
     module: Any, text: Any, rotary: Any, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layer_type: Any
 ):
@@ -247,7 +257,7 @@ def _reference(
         return apply(q, k, cos, sin)
     except RuntimeError:  # partial rotary: the model passes only the rotated channels
         r = cos.shape[-1]
-        if getattr(text, "qk_nope_head_dim", None):  # MLA heads (Mistral 4): [q_nope | q_rot], the last r
+        if _is_mla(text):  # MLA heads (Mistral 4, dots3): [q_nope | q_rot], the last r
             q_rot, k_rot = apply(q[..., -r:], k[..., -r:], cos, sin)
             return torch.cat([q[..., :-r], q_rot], -1), torch.cat([k[..., :-r], k_rot], -1)
         q_rot, k_rot = apply(q[..., :r], k[..., :r], cos, sin)
@@ -530,13 +540,18 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                     )
                 pos = pos.permute(1, 2, 0) if name == "axes" else pos  # (a, b, t) -> (b, t, a)
                 q, k, q_ref, k_ref = references[layer_type, name]
-                r = enc.head_dim
-                if r > q_ref.shape[-1] or not (
-                    torch.equal(q_ref[..., r:], q[..., r:]) and torch.equal(k_ref[..., r:], k[..., r:])
+                r, width = enc.head_dim, q_ref.shape[-1]
+                # the channels posenc's encoding takes: the first r (a partial rotation; DeepSeek's q_pe), the last
+                # r of MLA heads wider than q_pe (dots3: [q_nope | q_pe], as _reference rotates them)
+                part = slice(width - r, width) if _is_mla(text) else slice(0, r)
+                rest = [i for i in range(width) if not part.start <= i < part.stop]
+                if r > width or not (
+                    torch.equal(q_ref[..., rest], q[..., rest])
+                    and torch.equal(k_ref[..., rest], k[..., rest])
                 ):
-                    return "mismatched", f"head_dim {r} vs the model's {q_ref.shape[-1]} rotated channels"
-                q_ref, k_ref = q_ref[..., :r], k_ref[..., :r]  # (MLA: the model rotates only q_pe / k_pe)
-                q_in, k_in = q[..., :r], k[..., :r]
+                    return "mismatched", f"head_dim {r} vs the model's {width} rotated channels"
+                q_ref, k_ref = q_ref[..., part], k_ref[..., part]  # (MLA: the model rotates only q_pe / k_pe)
+                q_in, k_in = q[..., part], k[..., part]
                 q_ours, k_ours = enc.encode_qk(q_in, k_in, q_positions=pos, k_positions=pos)
                 same = torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)
                 scores = torch.allclose(q_ours @ k_ours.mT, q_ref @ k_ref.mT, atol=1e-4, rtol=1e-4)

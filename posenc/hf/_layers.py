@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
@@ -406,3 +406,40 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         for kind in ("main", "compress")
     }
     return [built["main" if t == "sliding_attention" else "compress"] for t in types]
+
+
+def dots3_note(cfg: Config, model_type: str, causal: bool | None) -> Layers:
+    """dots3 Note: MLA in every layer, interleaved RoPE on each layer's ``q_pe`` / ``k_pe`` (``qk_rope_head_dim``
+    channels, a layer's ``per_layer_config`` entry giving its own) at its layer type's ``rope_parameters``.
+
+    Its config class writes ``partial_rotary_factor = qk_rope_head_dim / head_dim`` into each dict, so that its
+    rotary's frequencies (computed for ``head_dim * partial_rotary_factor`` channels) span the rotated ones:
+    posenc checks that they do, and builds the RoPE of the rotated channels.
+    """
+    d = RopeDefaults(5120, 128, 524288, theta=80_000_000.0, layout="interleaved")
+    types, raw = layer_types(cfg, model_type), rope_dict(cfg, model_type)
+    if types is None or not all(isinstance(raw.get(t), Mapping) for t in types):
+        raise ValueError(
+            f"{model_type} config: needs 'layer_types' and one rope_parameters dict per layer type, as its config "
+            f"class writes them; got layer_types={cfg.get('layer_types')!r}, rope_parameters keys {sorted(raw)}"
+        )
+    overrides = {int(i): entry or {} for i, entry in (cfg.get("per_layer_config") or {}).items()}
+    built: dict[tuple[str, int], PositionalEncoding] = {}
+    layers = []
+    for i, name in enumerate(types):
+        entry = {**cfg, **overrides.get(i, {})}
+        rotated = positive_int(entry, model_type, "qk_rope_head_dim", default=64)
+        what = f"{model_type} config: rope_parameters[{name!r}]['partial_rotary_factor']"
+        partial = check_positive_float(what, raw[name].get("partial_rotary_factor", 1.0))
+        spanned = int(positive_int(entry, model_type, "head_dim", default=256) * partial)
+        if spanned != rotated:
+            raise ValueError(
+                f"{model_type} config: layer {i} rotates qk_rope_head_dim={rotated} channels, but its "
+                f"rope_parameters[{name!r}] give frequencies for head_dim * partial_rotary_factor = {spanned}"
+            )
+        if (name, rotated) not in built:
+            params = {k: v for k, v in raw[name].items() if k != "partial_rotary_factor"}
+            where = f"rope_parameters[{name!r}]"
+            built[name, rotated] = build_rope(cfg, model_type, d, rotated, params=params, where=where)
+        layers.append(built[name, rotated])
+    return layers

@@ -18,7 +18,16 @@ from ._bias import (
     learned_by_field,
     learned_stack,
 )
-from ._layers import deepseek_v4, gemma3, gemma4, modernbert, nope_layers, rope_flags, sliding_layers
+from ._layers import (
+    deepseek_v4,
+    dots3_note,
+    gemma3,
+    gemma4,
+    modernbert,
+    nope_layers,
+    rope_flags,
+    sliding_layers,
+)
 from ._read import Convert
 from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, roformer, rope
 from ._speech import speech
@@ -135,6 +144,13 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "sliding_attention": "RoPE, interleaved layout, the last `qk_rope_head_dim` (64) channels, base `rope_theta` (1e4)",
             "compressed layers (CSA, HCA)": "RoPE, interleaved layout, the last 64 channels, base `compress_rope_theta` (1.6e5) and the scaling dict (YaRN, attention factor 1)",
         },
+    ),
+    # MLA in every layer with a partial_rotary_factor per layer type (its class writes qk_rope_head_dim / head_dim,
+    # which the rule cannot place) and per-layer widths in per_layer_config
+    "dots3_note_text": (
+        dots3_note,
+        "RoPE, interleaved layout, on each layer's `qk_rope_head_dim` (64) channels (q_pe / k_pe), at its layer "
+        "type's `rope_parameters` (base 8e7 on the DSA layers, 5e4 on the sliding ones)",
     ),
     # config.json's legacy names its class converts: Phi-3's rope_type 'su' / 'yarn' (longrope), its
     # top-level original_max_position_embeddings; GPT-NeoX's rotary_pct / rotary_emb_base (posenc.hf._read.ALIASES)

@@ -688,7 +688,8 @@ TINY: dict[str, dict] = {
 # Model types whose layers differ or that tests/hf/test_layers.py proves inside a model (DeepSeek V4:
 # tests/hf/test_deepseek_v4.py, against its rotary module and apply function).
 LAYERED_MODEL_TYPES = [
-    "cohere2", "deepseek_v4", "gemma3_text", "gemma3n_text", "gemma4_text", "llama4_text", "modernbert", "smollm3",
+    "cohere2", "deepseek_v4", "dots3_note_text", "gemma3_text", "gemma3n_text", "gemma4_text", "llama4_text",
+    "modernbert", "smollm3",
 ]  # fmt: skip
 # M-RoPE text models (proven below against transformers' rotary embeddings) and the conformer
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).

@@ -723,3 +723,27 @@ def test_minimax_m2_config_json_rotary_dim_is_its_partial_rotation() -> None:
         assert (rope.head_dim, rope.rotary_dim, rope.base) == (128, 64, 5e6)
     with pytest.raises(ValueError, match=r"'rotary_dim'=64 .* give 32 rotated channels"):
         from_hf_config({**raw, "partial_rotary_factor": 0.25})
+
+
+@pytest.mark.parametrize("sliding", [{}, {"swa_qk_nope_head_dim": 224}])
+def test_dots3_note_rotates_each_layers_q_pe_at_its_layer_types_base(monkeypatch, sliding) -> None:
+    """dots3 Note's MLA layers against its own rotary module and apply function (the zoo's check, every layer
+    type, default / offset / batched positions, object and dict), its sliding layers' q_pe narrowed too."""
+    from posenc.app import hf_zoo
+
+    monkeypatch.setitem(hf_zoo.ROTARY_VARIANT, "dots3_note_text", {"num_hidden_layers": 4, **sliding})
+    assert hf_zoo.survey(["dots3_note_text"])["dots3_note_text"] == ("matched", "table")
+    config = transformers.AutoConfig.for_model("dots3_note_text", num_hidden_layers=4, **sliding)
+    layers = layer_encodings(config)
+    rotated = 32 if sliding else 64
+    assert [(e.head_dim, e.base, e.layout) for e in layers] == [(64, 8e7, "interleaved")] * 2 + [
+        (rotated, 5e4, "interleaved")
+    ] * 2
+    broken = config.to_dict()
+    broken["rope_parameters"]["indexed_attention"]["partial_rotary_factor"] = (
+        0.5  # frequencies for 128 channels
+    )
+    with pytest.raises(ValueError, match=r"layer 0 rotates qk_rope_head_dim=64 channels, but .* = 128"):
+        layer_encodings(broken)
+    with pytest.raises(ValueError, match="needs 'layer_types' and one rope_parameters dict per layer type"):
+        layer_encodings({**config.to_dict(), "layer_types": None})
