@@ -231,7 +231,7 @@ class AxialRoPE(_AxisRotary):
       width)`` on cell centres in ``(-1, 1)`` (DINOv3, ``base=100``, ``layout="half"``; its
       ``normalize_coords="max"``/``"min"`` are :func:`~posenc.functional.grid_positions`'
       ``normalize``; its training-time coordinate augmentation is :meth:`grid_positions`'
-      ``shift``/``jitter``/``rescale``; its ``min_period``/``max_period`` are not built).
+      ``shift``/``jitter``/``rescale``; its ``min_period``/``max_period`` are this class's).
 
     Positions are coordinates ``(t, a)`` or ``(b, t, a)``, integer **or float** in every layout
     (the formula is continuous: pixel coordinates, and index coordinates rescaled for another
