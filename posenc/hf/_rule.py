@@ -46,15 +46,15 @@ _INTERLEAVED = {
     *"axk2 bailing_hybrid deepseek_v32 glm_moe_dsa longcat_flash".split(),  # (Mistral Large 4: refused below)
 }
 #: reads ``partial_rotary_factor`` (its rotary's default frequencies span ``head_dim * factor`` channels and its
-#: attention rotates those); every other model rotates whole heads whatever the field says (Llama's code does
-#: not read it), so posenc refuses a factor other than 1 there rather than rotate part of each head
+#: attention rotates those; towers whose own model builds no rotary are not listed); every other model
+#: rotates whole heads whatever the field says (Llama's code does not read it), so posenc refuses a factor
+#: other than 1 there rather than rotate part of each head
 _PARTIAL = frozenset(
     "bamba diffusion_gemma dots3_note_audio_encoder glm glm4 glm4_moe glm4v glm4v_moe glm_image glm_ocr "
     "glmasr glmasr_encoder gpt_neox_japanese laguna mellum mimo_v2_flash minimax_m2 minimax_m3_vl "
-    "moonshine moonshine_streaming moonshine_streaming_encoder musicflamingo nemo_speechlm nemotron "
-    "nemotron3_5_transcribe_asr_audio nemotron3_5_transcribe_audio nemotron3_5_transcribe_word_timestamp "
-    "nemotron3_diarization nemotron3_diarization_audio neomme persimmon phi phi4_multimodal "
-    "phi4_multimodal_audio qwen3_5 qwen3_5_moe qwen3_next qwen4_exp recurrent_gemma solar_open stablelm "
+    "moonshine moonshine_streaming nemotron nemotron3_5_transcribe_asr_audio "
+    "nemotron3_5_transcribe_word_timestamp nemotron3_diarization_audio neomme persimmon phi "
+    "phi4_multimodal qwen3_5 qwen3_5_moe qwen3_next qwen4_exp recurrent_gemma solar_open stablelm "
     "step3p5 step3p7 zaya".split()
 )
 #: reads ``rope_interleave`` (DeepSeek V3's MLA code: neighbouring pairs when true); every other model's code

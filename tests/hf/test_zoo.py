@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 transformers = pytest.importorskip("transformers")
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
+
 from posenc.app.hf_zoo import ROTARY_VARIANT, report, survey  # noqa: E402
 
 #: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
@@ -88,6 +90,30 @@ def test_fields_are_read_only_where_the_models_code_reads_them(monkeypatch, mode
         assert (
             outcome == "refused" and named in detail and "not among the models whose code reads it" in detail
         )
+
+
+def _with(variant: dict, field: dict) -> dict:
+    """A model type's tiny-config variant with ``field`` added (``rope_parameters``: merged into each dict)."""
+    if "rope_parameters" not in field:
+        return {**variant, **field}
+    extra, old = field["rope_parameters"], variant.get("rope_parameters")
+    if isinstance(old, dict) and any(isinstance(v, dict) for v in old.values()):  # one dict per layer type
+        return {**variant, "rope_parameters": {k: v if v is None else {**v, **extra} for k, v in old.items()}}
+    return {**variant, "rope_parameters": {**(old or {}), **extra}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", [_PARTIAL, _INTERLEAVE], ids=["partial_rotary_factor", "rope_interleave"])
+def test_no_model_type_differs_when_its_config_carries_a_field_its_code_may_ignore(
+    monkeypatch, field
+) -> None:
+    """The whole zoo with the field in every tiny config (about 1.5 min each, -m slow): posenc follows it
+    where the model's code reads it and refuses it elsewhere, never a rotation the model does not do."""
+    for model_type in CONFIG_MAPPING:
+        monkeypatch.setitem(ROTARY_VARIANT, model_type, _with(ROTARY_VARIANT.get(model_type, {}), field))
+    results = survey()
+    assert not {t: d for t, (o, d) in results.items() if o == "mismatched"}
+    assert Counter(o for o, _ in results.values())["matched"] >= 100
 
 
 if __name__ == "__main__":
