@@ -14,7 +14,7 @@ Shape key: ``b`` batch, ``h`` heads, ``t`` tokens (``tq`` queries, ``tk`` keys),
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal
 
 import torch
@@ -25,7 +25,6 @@ from .._checks import check_choice, check_grid, check_int
 from .._compat import check_values
 from ..functional.axial import axial_frequencies, check_axis_widths, grid_positions
 from ..functional.rope_freqs import DefaultRope
-from ..functional.rotary import apply_rotary
 from ..state import PositionState
 from .rotary import RotaryState, _Rotary
 
@@ -63,19 +62,30 @@ class AxisRotaryState(RotaryState):
         state._k_positions = self.k_positions[..., cols, :]
         return state
 
+    # axis_layout="blocks": each axis's channels a block of their own, rotated within it, the shared rotation
+    # applied to x viewed as (..., t, a, r/a) with rows (..., t, a, r/2a) (their apply-ready form cached as any)
+    # (each an attribute test first: M-RoPE's decode steps pass here too)
+    def _rows(self, side: str, role: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        cos, sin = super()._rows(side, role, dtype)
+        n = self.encoding._axis_blocks
+        return (cos.unflatten(-1, (n, -1)), sin.unflatten(-1, (n, -1))) if n else (cos, sin)
+
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         if not self.encoding._axis_blocks:
             return super()._rotate(x, side, role, formula)
-        return self._apply(x, *self._rows(side, role, x.dtype))
+        rotate = super()._rotate
+        return self._blockwise(x, lambda blocks: rotate(blocks, side, role, formula))
 
     def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """``axis_layout="blocks"``: each axis's channels a block of their own, rotated within it (the blocks a
-        dimension of ``x`` ``(..., t, a, r/a)`` and of the rows ``(..., t, a, r/2a)``); else the plain rotation."""
-        n = self.encoding._axis_blocks
-        if not n:
+        if not self.encoding._axis_blocks:
             return super()._apply(x, cos, sin)
-        r, (cos, sin) = 2 * cos.shape[-1], (rows.unflatten(-1, (n, -1)) for rows in (cos, sin))
-        out = apply_rotary(x[..., :r].unflatten(-1, (n, -1)), cos, sin, self.encoding.layout).flatten(-2)
+        apply = super()._apply
+        return self._blockwise(x, lambda blocks: apply(blocks, cos, sin))
+
+    def _blockwise(self, x: Tensor, rotate: Callable[[Tensor], Tensor]) -> Tensor:
+        """``rotate`` of ``x``'s rotated channels as ``(..., t, a, r/a)`` blocks, the rest passed on."""
+        n, r = self.encoding._axis_blocks, self.encoding.rotary_dim
+        out = rotate(x[..., :r].unflatten(-1, (n, -1))).flatten(-2)
         return out if r == x.shape[-1] else torch.cat((out, x[..., r:]), -1)
 
 
