@@ -174,7 +174,9 @@ _LEARNED: dict[str, _Table] = {
     **dict.fromkeys(
         (
             "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
-            "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm"
+            "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm "
+            # (LiLT: its text stream's table; its layout stream reads a table of its own at the same positions)
+            "layoutlmv3 lilt"
         ).split(),
         _PAD,
     ),
@@ -223,8 +225,15 @@ _LEARNED: dict[str, _Table] = {
 #: and every :data:`_LEARNED` model outside BERT's family (whose config never had it).
 _ABSOLUTE_ONLY = frozenset(
     "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert "
-    "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model".split()
+    "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model "
+    # document and vision-language models (what they embed of boxes and image regions is the layout or the
+    # image, not the tokens' positions)
+    "layoutlm bros lilt lxmert".split()
 ) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
+
+
+#: Models whose attention also adds a relative position bias (on by default) where this flag is true.
+_RELATIVE_TOO = {"layoutlmv3": "has_relative_attention_bias"}
 
 
 def absolute_table(cfg: Config, model_type: str) -> bool:
@@ -251,6 +260,12 @@ def learned_by_field(
         raise ValueError(
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
             "attention layer, which posenc does not convert; accepted: 'absolute'"
+        )
+    flag = _RELATIVE_TOO.get(model_type)
+    if flag and check_bool(f"{model_type} config: {flag}", get(cfg, flag, default=True)):
+        raise ValueError(
+            f"{model_type} config: {flag}=True adds a relative position bias inside each attention layer, which "
+            "posenc does not convert; accepted: false"
         )
     table = table or _LEARNED.get(model_type, _Table())
     d_model = positive_int(cfg, model_type, table.width, default=table.default[0])

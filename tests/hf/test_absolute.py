@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import re
 import warnings
 from collections import Counter
@@ -69,6 +70,14 @@ TINY: dict[str, Any] = {
 #: Special tokens a class default puts outside the tiny vocabulary (Marian's pad 58100), brought inside it;
 #: a pad token where the class has none (ESM numbers positions from it), so that every model runs padded.
 SPECIAL = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
+#: Sizes a class needs beyond :data:`TINY` to run at its width: LayoutLMv3's spatial embedding,
+#: 4 * coordinate_size + 2 * shape_size wide (and its relative bias off, which posenc refuses:
+#: test_layoutlmv3s_relative_bias_is_refused_by_name); LiLT's layout stream, six hidden_size // 6 blocks.
+TINY_FOR: dict[str, dict[str, Any]] = {
+    "layoutlmv3": {"coordinate_size": 6, "shape_size": 4, "has_relative_attention_bias": False},
+    "lilt": {"hidden_size": 48},
+    "bros": {"hidden_size": 64},  # (its box sinusoids: hidden_size // 32 channels per coordinate)
+}
 #: Second tries for classes that reject the tiny sizes: their own layer count (GPT-Neo's attention_types,
 #: ProphetNet), an embedding as wide as the hidden states (SqueezeBERT).
 RETRIES: tuple[dict[str, Any], ...] = ({"num_hidden_layers": None}, {"embedding_size": 32})
@@ -117,7 +126,7 @@ def _selected(model_type: str) -> bool:
 def _tiny_config(model_type: str, change: dict[str, Any]) -> Any:
     """The class's config with the :data:`TINY` sizes (``change`` on top; ``None``: the class default)."""
     cls = CONFIG_MAPPING[model_type]
-    sizes = {k: v for k, v in {**TINY, **change}.items() if v is not None}
+    sizes = {k: v for k, v in {**TINY, **TINY_FOR.get(model_type, {}), **change}.items() if v is not None}
     # tiny sub-configs too: a multimodal parent's default vision tower (ViT-g) takes 11 s to build
     subs = {key: dict(sizes) for key in getattr(cls, "sub_configs", None) or {}}
     defaults = cls().to_dict()
@@ -205,6 +214,7 @@ def _record(
     )
     if getattr(model.config, "is_encoder_decoder", False):
         kwargs |= {f"decoder_{k}": v for k, v in kwargs.items()}
+    kwargs |= _other_inputs(model, ids)
     try:
         with torch.no_grad():
             try:
@@ -228,6 +238,21 @@ def _record(
         for hook in hooks:
             hook.remove()
     return seen
+
+
+def _other_inputs(model: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a document or vision-language model's forward needs beside the tokens, all zeros: each token's
+    box (LayoutLM's kin, BROS, LiLT) and three image regions (LXMERT's features and boxes)."""
+    wanted = inspect.signature(model.forward).parameters
+    b, t = ids.shape
+    inputs = {"bbox": torch.zeros(b, t, 4, dtype=torch.long)}
+    if "visual_feats" in wanted:
+        regions = 3
+        inputs |= {
+            "visual_feats": torch.zeros(b, regions, model.config.visual_feat_dim),
+            "visual_pos": torch.zeros(b, regions, model.config.visual_pos_dim),
+        }
+    return {k: v for k, v in inputs.items() if k in wanted}
 
 
 def _stack(name: str) -> str | None:
@@ -391,6 +416,17 @@ def test_every_model_with_an_absolute_table() -> None:
 def test_relative_position_embedding_types_are_refused_by_name(kind: str) -> None:
     with pytest.raises(ValueError, match=f"position_embedding_type='{kind}'"):
         from_hf_config({"model_type": "bert", **TINY, "position_embedding_type": kind})
+
+
+def test_layoutlmv3s_relative_bias_is_refused_by_name() -> None:
+    """LayoutLMv3's attention adds a bucketed relative bias by default (``has_relative_attention_bias``): not
+    converted, so its table alone is refused rather than passed off as the model's encoding."""
+    config = CONFIG_MAPPING["layoutlmv3"]().to_dict() | {"position_embedding_type": "absolute"}
+    with pytest.raises(ValueError, match="has_relative_attention_bias=True"):
+        from_hf_config(config)
+    assert repr(from_hf_config({**config, "has_relative_attention_bias": False})) == (
+        "Learned(768, max_len=510, offset=2)"  # RoBERTa's numbering: real tokens from pad_token_id + 1
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(_ABSOLUTE_ONLY))
