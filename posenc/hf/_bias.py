@@ -193,6 +193,7 @@ _LEARNED: dict[str, _Table] = {
     "imagegpt": _gpt((512, 1024)),
     "biogpt": _gpt((1024, 1024), "embed_positions", offset=2),
     "pp_formulanet_text": _gpt((512, 2560), "embed_positions", offset=2),
+    "trocr": _gpt((1024, 512), "embed_positions", offset=2),  # (its learned table: posenc.hf._bias.trocr)
     # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
     **dict.fromkeys(("xlm", "flaubert"), _Table(default=(2048, 512), module="position_embeddings")),
     # BART's kin: each stack its own embed_positions
@@ -279,6 +280,17 @@ def learned_by_field(
             f"(pad_token_id + 1 = {offset})"
         )
     return Learned(d_model, rows - offset, offset=offset)
+
+
+def trocr(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding | list[PositionalEncoding]:
+    """TrOCR's decoder: a learned table read at the token's index + 2 (BART's rule), or, with
+    ``use_learned_position_embeddings`` false, fairseq's sinusoids with real tokens from ``pad_token_id + 1``."""
+    if check_bool(
+        f"{model_type} config: use_learned_position_embeddings",
+        cfg.get("use_learned_position_embeddings", True),
+    ):
+        return learned_by_field(cfg, model_type, causal)
+    return _sinusoidal("tensor2tensor", 1024, 512, offset=None)(cfg, model_type, causal)
 
 
 def learned_table_prefixes(model_type: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from ._bias import (
     _t5,
     learned_by_field,
     learned_stack,
+    trocr,
 )
 from ._layers import (
     deepseek_v4,
@@ -234,6 +235,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
     "kosmos_2_5_text_model": _fairseq(1536, 4096),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
+    # its own flag picks the table: learned (BART's offset 2), or fairseq's sinusoids
+    "trocr": (
+        trocr,
+        f"Learned, offset 2; with `use_learned_position_embeddings=False`, {_T2T} pad_token_id + 1",
+    ),
     # computed on the fly by index (no table, no padding offset)
     "pegasus_x": (_sinusoidal("tensor2tensor", 1024, 16384), f"{_T2T} 0"),
     # TIPSv2's text tower: the same table, read by index from 0 (it scales the tokens, not the positions)

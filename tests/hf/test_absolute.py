@@ -172,9 +172,16 @@ def _tiny_model(config: Any) -> Any:
             if "Unrecognized configuration class" not in str(err):
                 raise
     module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    # (a decoder-only model's may be its *ForCausalLM alone: TrOCR)
     found = sorted(
-        (c for c in vars(module).values() if isinstance(c, type) and c.__name__.endswith("Model")),
-        key=lambda c: len(c.__name__),
+        (
+            c
+            for c in vars(module).values()
+            if isinstance(c, type)
+            and c.__name__.endswith(("Model", "ForCausalLM"))
+            and not c.__name__.endswith("PreTrainedModel")
+        ),
+        key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)),
     )
     found = [c for c in found if getattr(c, "config_class", None) is type(config)]
     if not found:
@@ -427,6 +434,13 @@ def test_layoutlmv3s_relative_bias_is_refused_by_name() -> None:
     assert repr(from_hf_config({**config, "has_relative_attention_bias": False})) == (
         "Learned(768, max_len=510, offset=2)"  # RoBERTa's numbering: real tokens from pad_token_id + 1
     )
+
+
+def test_trocrs_sinusoidal_table_matches_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TrOCR with ``use_learned_position_embeddings=False``: fairseq's sinusoids, numbered from the padding."""
+    monkeypatch.setitem(TINY_FOR, "trocr", {"use_learned_position_embeddings": False})
+    outcome, detail = check_model_type("trocr")
+    assert outcome == "matched" and "Sinusoidal(" in detail and "positions from the padding" in detail, detail
 
 
 @pytest.mark.parametrize("model_type", sorted(_ABSOLUTE_ONLY))

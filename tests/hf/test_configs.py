@@ -682,6 +682,8 @@ TINY: dict[str, dict] = {
         "attention_heads": 4,
         "max_position_embeddings": 48,
     },
+    # (proven inside the model, both tables, in tests/hf/test_absolute.py)
+    "trocr": {"decoder_layers": 1, "vocab_size": 64, "d_model": 32, "max_position_embeddings": 48},
 }
 
 
@@ -886,7 +888,7 @@ MLA_MODEL_TYPES = ["mistral4"]  # whole MLA heads: test_mistral4_equals_what_rea
 OWN_APPLY_MODEL_TYPES = [
     "roformer"
 ]  # its own apply function: test_roformer_equals_what_reaches_its_attention
-LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart"]
+LEARNED_MODEL_TYPES = ["gpt2", "gpt_neo", "opt", "bart", "mbart", "trocr"]
 SINUSOIDAL_MODEL_TYPES = [
     "marian",
     "pegasus",
