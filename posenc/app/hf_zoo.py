@@ -71,7 +71,8 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds;
 #: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25;
 #: EoMT's 4 query blocks would be both tiny layers: 1, of 3 queries;
-#: Zamba2 rotates only with use_mem_rope (its class default: False, NoPE); MiniMax M3 VL's class default
+#: Zamba2 rotates only with use_mem_rope (its class default: False, NoPE), GraniteMoeHybrid only with
+#: position_embedding_type 'rope' (its class default: None, NoPE); MiniMax M3 VL's class default
 #: rotary_dim (64) disagrees with the 128 channels its code rotates (head_dim * partial_rotary_factor, which
 #: posenc refuses): a config whose two agree.
 _MINIMAX = {
@@ -92,6 +93,7 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
     "zamba2": {"use_mem_rope": True},
+    "granitemoehybrid": {"position_embedding_type": "rope"},
     "eomt_dinov3": {"num_blocks": 1, "num_queries": 3},
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},

@@ -77,8 +77,16 @@ _REFUSED = {
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
     ),
 }
-#: the flag without which the model's code does not rotate at all (NoPE in every layer), its class default False
-_SWITCH = {"zamba2": "use_mem_rope"}  # Zamba2: its shared attention applies RoPE only with use_mem_rope
+#: the key and the value without which the model's code does not rotate at all (NoPE in every layer): Zamba2's
+#: shared attention rotates only with use_mem_rope (class default False); GraniteMoeHybrid builds its rotary
+#: only where position_embedding_type is "rope" (class default None; Granite 4.0's hybrid checkpoints: "nope")
+_SWITCH: dict[str, tuple[str, object]] = {
+    "zamba2": ("use_mem_rope", True),
+    "granitemoehybrid": ("position_embedding_type", "rope"),
+}
+#: read ``position_embedding_type`` beside their RoPE fields: ``"absolute"``, a learned table and no rotation
+#: (ESM); any other model's code does not, so posenc refuses a value there that does not say RoPE
+_READS_EMBEDDING_TYPE = frozenset({"esm"})
 #: vision towers whose axial rotary departs from [rows | columns] twice: the AxialRoPE options that say how
 _VISION: dict[str, dict[str, Any]] = {
     # (t, h, w): get_vision_position_ids(..., include_temporal=True)
@@ -139,6 +147,7 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         for key in ("diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text")
     },
     "qwen3": {"head_dim": 128},
+    "esm": {"position_embedding_type": "absolute"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
     **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
     "deepseek_v2": {"qk_rope_head_dim": 64},
@@ -227,7 +236,8 @@ def by_rule(
     d = RopeDefaults(
         None, None, None, theta=None, partial=partial, layout=layout, conjugate=family in _CONJUGATE
     )
-    read = _READ | {_PER_LAYER_KEY.get(family), _SWITCH.get(family)}  # (None: nothing more)
+    switch, on = _SWITCH.get(family, (None, None))
+    read = _READ | {_PER_LAYER_KEY.get(family), switch}  # (None: nothing more)
     unread = sorted(
         key
         for key, value in cfg.items()
@@ -238,12 +248,28 @@ def by_rule(
             f"{model_type} config: {', '.join(map(repr, unread))} may shape this model's RoPE in its own code, "
             f"which posenc does not read; model_type {model_type!r} is not in posenc's table"
         )
-    switch = _SWITCH.get(family)
-    if switch and not check_bool(f"{model_type} config: {switch}", cfg.get(switch, False)):
-        return NoPE()
-    # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
-    if cfg.get("position_embedding_type") == "absolute":
-        return learned_by_field(cfg, model_type, causal)
+    if switch is not None:
+        value = cfg.get(switch)
+        if on is True:  # (a flag)
+            value = check_bool(f"{model_type} config: {switch}", False if value is None else value)
+        if value != on:
+            return NoPE()
+    has_rope = get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is not None
+    kind = cfg.get("position_embedding_type")
+    if has_rope and kind not in (None, "rope", "rotary") and switch != "position_embedding_type":
+        # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
+        if family in _READS_EMBEDDING_TYPE:
+            if kind == "absolute":
+                return learned_by_field(cfg, model_type, causal)
+            raise ValueError(
+                f"{model_type} config: position_embedding_type={kind!r} gives no position encoding its code "
+                "builds; accepted: 'absolute' or 'rotary'"
+            )
+        raise ValueError(
+            f"{model_type} config: position_embedding_type={kind!r} beside RoPE fields, but transformers' "
+            f"{model_type} is not among the models whose code reads it there (ESM's); "
+            "accepted: 'rope', 'rotary' or absent"
+        )
     if family == "esm":  # (its config class has no rope_parameters: its rotary reads rope_theta alone)
         params = rope_dict(cfg, model_type)
         if set(params) - {"rope_type", "rope_theta"} or params.get("rope_type", "default") != "default":
@@ -251,7 +277,7 @@ def by_rule(
                 f"{model_type} config: ESM's code computes the default frequencies from rope_theta alone, but "
                 f"rope_parameters holds {dict(params)!r}; accepted: rope_theta only"
             )
-    if get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None:
+    if not has_rope:
         if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
             return learned_by_field(cfg, model_type, causal)
         raise ValueError(

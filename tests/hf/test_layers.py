@@ -686,6 +686,42 @@ def test_zamba2_rotates_only_with_use_mem_rope() -> None:
         from_hf_config({**raw, "use_mem_rope": "yes"})
 
 
+@pytest.mark.parametrize("kind", [None, "nope", "absolute", "rope"])
+def test_granitemoehybrid_rotates_only_where_its_model_builds_a_rotary(kind: str | None) -> None:
+    """GraniteMoeHybrid builds its rotary module only for position_embedding_type 'rope' (class default None;
+    Granite 4.0's hybrid checkpoints say 'nope'): without it every attention layer is NoPE. (The zoo checks the
+    rotation itself, with 'rope'.)"""
+    config = transformers.GraniteMoeHybridConfig(
+        hidden_size=32, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1, intermediate_size=32,
+        vocab_size=64, mamba_n_heads=4, mamba_d_state=8, position_embedding_type=kind,
+    )  # fmt: skip
+    rotates = transformers.GraniteMoeHybridModel(config).rotary_emb is not None
+    for form in (config, config.to_dict()):
+        encoding = from_hf_config(form)
+        assert isinstance(encoding, RoPE if rotates else NoPE), (kind, encoding)
+    assert rotates == (kind == "rope")
+
+
+@pytest.mark.parametrize("kind", ["absolute", "relative_key"])
+def test_position_embedding_type_beside_rope_fields_is_refused_where_the_code_does_not_read_it(
+    kind: str,
+) -> None:
+    """Llama's code reads no position_embedding_type: a value that does not say RoPE is refused by name (it
+    became a learned table); 'rope' / 'rotary' (hub configs of rotary BERTs) are read as the fields say. ESM,
+    whose code reads it, builds a table for 'absolute' and nothing for the rest, which is refused too."""
+    llama = transformers.LlamaConfig(hidden_size=32, num_attention_heads=2).to_dict()
+    with pytest.raises(ValueError, match=f"position_embedding_type={kind!r} beside RoPE fields"):
+        from_hf_config({**llama, "position_embedding_type": kind})
+    for said in ("rope", "rotary"):
+        assert repr(from_hf_config({**llama, "position_embedding_type": said})) == repr(from_hf_config(llama))
+    esm = transformers.EsmConfig(hidden_size=32, num_attention_heads=2, pad_token_id=1).to_dict()
+    if kind == "absolute":
+        assert isinstance(from_hf_config({**esm, "position_embedding_type": kind}), posenc.Learned)
+    else:
+        with pytest.raises(ValueError, match="accepted: 'absolute' or 'rotary'"):
+            from_hf_config({**esm, "position_embedding_type": kind})
+
+
 def test_minimax_m3_vl_rotary_dim_must_agree_with_the_channels_its_code_rotates() -> None:
     """MiniMax M3 VL's code rotates head_dim * partial_rotary_factor channels and does not read rotary_dim: a
     config whose two agree converts (the zoo checks it); its class default (64 of 128, factor 1) is refused."""
