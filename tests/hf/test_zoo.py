@@ -116,6 +116,52 @@ def test_no_model_type_differs_when_its_config_carries_a_field_its_code_may_igno
     assert Counter(o for o, _ in results.values())["matched"] >= 100
 
 
+#: Matched types whose tiny class-default model has no attention layer to rotate (its first layers are
+#: recurrent or convolutions): posenc's encoding applies to the attention layers a full-size one has.
+_NO_ATTENTION_WHEN_TINY = {"recurrent_gemma", "lfm3"}
+
+
+@pytest.mark.slow
+def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -> None:
+    """The zoo compares posenc with a model's rotary class whether or not the model uses it; here each matched
+    type's class-default model (tiny, on the meta device: no memory) must build a rotary module exactly where
+    posenc's encoding of the same config rotates (GraniteMoeHybrid and Zamba2 build none by default: NoPE).
+    Types whose tiny model or tiny config does not build, or that posenc refuses at these sizes, are skipped."""
+    import re
+
+    import torch
+
+    from posenc.app.hf_zoo import FIT, TINY
+    from posenc.hf import layer_encodings
+    from tests.hf.test_absolute import _tiny_model
+
+    matched = re.search(r"Matched: (.*)\.", REPORT.read_text(encoding="utf-8"))
+    assert matched is not None
+    differ, compared = [], 0
+    for model_type in (t.strip("` ") for t in matched.group(1).split(",")):
+        cls = CONFIG_MAPPING[model_type]
+        fit = {k: v for k, v in FIT.items() if hasattr(cls, k)}
+        try:
+            try:
+                config = cls(**TINY, **fit)
+            except Exception:
+                config = cls(**fit)
+            with torch.device("meta"):
+                model = _tiny_model(config)
+            kinds = {e.kind for e in layer_encodings(config)}
+        except Exception:  # (not buildable at these sizes, or refused by posenc there)
+            continue
+        compared += 1
+        names = (type(m).__name__.lower() for m in model.modules())
+        builds = any("rotary" in n or "rope" in n for n in names)
+        if builds != ("rotary" in kinds) and model_type not in _NO_ATTENTION_WHEN_TINY:
+            differ.append(
+                f"{model_type}: the model builds {'a' if builds else 'no'} rotary module, posenc {kinds}"
+            )
+    assert not differ, differ
+    assert compared >= 150, compared
+
+
 if __name__ == "__main__":
     REPORT.write_text(report(survey()), encoding="utf-8")
     print(f"wrote {REPORT}")
