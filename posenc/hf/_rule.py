@@ -129,6 +129,38 @@ _MROPE_PER_TYPE: dict[str, tuple[Any, bool | Literal["hw"]]] = {
     # rows and columns alternate over every rotated pair (recomposition_frequencies); no mrope_section read
     "neomme": (lambda pairs: [pairs // 2] * 2, "hw"),
 }
+#: Models whose attention rotates only some layers (NoPE in the others), though one RoPE dict serves them all:
+#: whether layer ``i`` of these ``layer_types`` rotates, as its attention decides
+_ROTATED_LAYERS: dict[str, Callable[[Config, list[str], int], bool]] = {
+    # AFMoE: only its sliding layers (is_local_attention)
+    "afmoe": lambda cfg, types, i: types[i] == "sliding_attention",
+    # EXAONE 4: its sliding layers, or every layer when there is no sliding_window
+    "exaone4": lambda cfg, types, i: cfg.get("sliding_window") is None or types[i] == "sliding_attention",
+    # Llama 3.2 Vision's text model: not its cross_attention_layers (queries on the image's keys; its class
+    # default lists them)
+    "mllama_text_model": lambda cfg, types, i: (
+        i not in get(cfg, "cross_attention_layers", default=[3, 8, 13, 18, 23, 28, 33, 38])
+    ),
+    # Cohere 2 MoE: sliding layers with a window, and with prefix_dense_sliding_window_pattern 1 its dense-MLP
+    # layers (force_rope)
+    "cohere2_moe": lambda cfg, types, i: (
+        (types[i] == "sliding_attention" and cfg.get("sliding_window") is not None)
+        or (
+            get(cfg, "prefix_dense_sliding_window_pattern", default=1) == 1
+            and _mlp_types(cfg, len(types))[i] == "dense"
+        )
+    ),
+}
+
+
+def _mlp_types(cfg: Config, n: int) -> list[str]:
+    """Cohere 2 MoE's ``mlp_layer_types``, else as its class writes them: its first ``first_k_dense_replace``
+    layers dense."""
+    if cfg.get("mlp_layer_types") is not None:
+        return list(cfg["mlp_layer_types"])
+    return ["dense" if i < (cfg.get("first_k_dense_replace") or 0) else "sparse" for i in range(n)]
+
+
 #: Models whose code does not rotate the layer types without a RoPE dict (``None`` or absent): what it does there
 _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
     "cohere_compass": NoPE,  # rope_parameters[type] None skips the rotation
@@ -292,7 +324,8 @@ def by_rule(
     head_dim = _head_dim(cfg, model_type, d)
     if not any(isinstance(v, Mapping) for v in rope_dict(cfg, model_type).values()):
         if cfg.get("per_layer_config") is None:
-            return build_rope(cfg, model_type, d, head_dim)
+            rope = build_rope(cfg, model_type, d, head_dim)
+            return rope if family not in _ROTATED_LAYERS else _rotated_layers(cfg, model_type, family, rope)
         count = required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
         dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
         built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
@@ -305,6 +338,19 @@ def by_rule(
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
     mrope_setting, unrotated = _MROPE_PER_TYPE.get(family), _UNROTATED.get(family)
     return per_type_rope(cfg, model_type, d, types, dims, mrope=mrope_setting, unrotated=unrotated)
+
+
+def _rotated_layers(
+    cfg: Config, model_type: str, family: str, rope: PositionalEncoding
+) -> list[PositionalEncoding]:
+    """``rope`` in the layers the model's attention rotates (:data:`_ROTATED_LAYERS`), NoPE in the others."""
+    types = layer_types(cfg, model_type)
+    if types is None and family != "mllama_text_model":
+        raise ValueError(
+            f"{model_type} config: its attention rotates only some layers, chosen by 'layer_types', which is missing"
+        )
+    rotates = _ROTATED_LAYERS[family]
+    return [rope if rotates(cfg, types or [], i) else NoPE() for i in range(required_count(cfg, model_type))]
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

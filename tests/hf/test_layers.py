@@ -686,6 +686,64 @@ def test_zamba2_rotates_only_with_use_mem_rope() -> None:
         from_hf_config({**raw, "use_mem_rope": "yes"})
 
 
+def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The decoder layers whose attention calls its modeling module's ``apply_rotary_pos_emb`` in a forward pass
+    of the tiny model."""
+    from tests.hf.test_absolute import (
+        _tiny_model,
+    )  # (AutoModel's, else the modeling module's: Mllama's text model)
+
+    model = _tiny_model(config).eval()
+    module = importlib.import_module(type(model).__module__)
+    current: list[int] = []
+    rotated: set[int] = set()
+    apply = module.apply_rotary_pos_emb
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        rotated.add(current[-1])
+        return apply(*args, **kwargs)
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", recorded)
+    for i, layer in enumerate(model.layers):
+        attention = getattr(layer, "self_attn", None) or layer.cross_attn  # (Mllama's cross-attention layers)
+        attention.register_forward_pre_hook(lambda *_, i=i: current.append(i))
+    with torch.no_grad():
+        # (Mllama's cross-attention layers run only with image states: one image token's)
+        image = (
+            {"cross_attention_states": torch.zeros(1, 1, 32)} if "cross_attention_layers" in config else {}
+        )
+        model(input_ids=torch.randint(3, 60, (1, 6)), **image)
+    return rotated
+
+
+@pytest.mark.parametrize(
+    ("model_type", "change"),
+    [
+        ("afmoe", {}),  # only its sliding layers
+        ("exaone4", {}),  # its sliding layers while it has a sliding_window...
+        ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 6}),  # ... else every layer
+        ("cohere2_moe", {}),  # its sliding layers with a window...
+        ("cohere2_moe", {"first_k_dense_replace": 2}),  # ... and its dense-MLP prefix (force_rope)
+        (
+            "mllama_text_model",
+            {"cross_attention_layers": [1, 4], "pad_token_id": 0},
+        ),  # not its cross-attention layers
+    ],
+)
+def test_models_that_rotate_some_layers_get_nope_in_the_others(
+    model_type: str, change: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One RoPE dict, but the model's attention rotates only some layers: posenc's per-layer encodings rotate
+    exactly the layers whose attention calls the model's apply function (config object and config.json)."""
+    sizes = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2}
+    sizes |= {"num_hidden_layers": 6, "vocab_size": 64, "head_dim": 16}
+    config = transformers.AutoConfig.for_model(model_type, **sizes, **change)
+    expected = _layers_the_model_rotates(config, monkeypatch)
+    assert 0 < len(expected) <= 6
+    for form in (config, config.to_dict()):
+        assert {i for i, e in enumerate(layer_encodings(form)) if isinstance(e, RoPE)} == expected, form
+
+
 @pytest.mark.parametrize("kind", [None, "nope", "absolute", "rope"])
 def test_granitemoehybrid_rotates_only_where_its_model_builds_a_rotary(kind: str | None) -> None:
     """GraniteMoeHybrid builds its rotary module only for position_embedding_type 'rope' (class default None;
