@@ -8,7 +8,9 @@ posenc does not read (a ``rope_parameters`` key its ``rope_type`` does not take,
 top-level key naming RoPE or rotary) is refused by name: the model's code may read it. A
 ``partial_rotary_factor`` other than 1 is read only for the models of :data:`_PARTIAL`, whose code
 reads it (Llama's, and most others', rotates whole heads whatever it says), and refused for any other;
-``rope_interleave`` likewise (:data:`_READS_INTERLEAVE`).
+``rope_interleave`` likewise (:data:`_READS_INTERLEAVE`), and ``position_embedding_type`` beside RoPE fields
+(ESM's code alone reads it there). A few models rotate only some layers (:data:`_ROTATED_LAYERS`) or none
+without a switch (:data:`_SWITCH`): NoPE where they do not.
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "qwen3": {"head_dim": 128},
     "esm": {"position_embedding_type": "absolute"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
+    # (which of their layers rotate depends on whether there is a window: _ROTATED_LAYERS)
+    **{key: {"sliding_window": 4096} for key in ("exaone4", "cohere2_moe")},
     **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
     "deepseek_v2": {"qk_rope_head_dim": 64},
