@@ -68,7 +68,8 @@ FIT: dict[str, Any] = {"rotary_dim": 16}
 #: layers are both compressed (a sliding layer too, so that both of its rope kinds rotate, "compress" with YaRN);
 #: ERNIE 4.5 VL's rotary module cannot build its default sections (64 pairs) on the tiny head: 16 pairs;
 #: Cohere Compass's class default has no RoPE dict at all (its checkpoints give one per layer type, None: NoPE);
-#: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds;
+#: LFM3's two tiny layers would be convolutions (no attention to compare): its two attention kinds; Flint's
+#: would be full layers, which it does not rotate: a sliding one first;
 #: Moonshine Streaming rotates 0.8 of its 40-wide heads (32 channels), of the tiny 32-wide ones an odd 25;
 #: EoMT's 4 query blocks would be both tiny layers: 1, of 3 queries;
 #: Zamba2 rotates only with use_mem_rope (its class default: False, NoPE), GraniteMoeHybrid only with
@@ -88,6 +89,7 @@ _COMPASS = {
 }
 ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "lfm3": {"layer_types": ["sliding_attention", "full_attention"]},
+    "flint": {"layer_types": ["sliding_attention", "full_attention"]},
     "moonshine_streaming": {"head_dim": 40},
     "cohere_compass_text": _COMPASS,
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
@@ -529,8 +531,13 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             return "refused", str(err)
         except Exception as err:  # (anything but a ValueError naming the field is a failure)
             return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        # one rotary for every layer: the first layer posenc rotates (models that rotate only some layers,
+        # tests/hf/test_layers.py counts which), else the first
+        rotated = [i for i, e in enumerate(encodings) if isinstance(e, (posenc.RoPE, posenc.MRoPE))][:1] or [
+            0
+        ]
         for layer_type in types:
-            layer = 0 if layer_type is None else text.layer_types.index(layer_type)
+            layer = rotated[0] if layer_type is None else text.layer_types.index(layer_type)
             enc = encodings[layer]
             if not isinstance(enc, (posenc.RoPE, posenc.MRoPE)):
                 return "mismatched", f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates"

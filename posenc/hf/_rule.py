@@ -131,13 +131,29 @@ _MROPE_PER_TYPE: dict[str, tuple[Any, bool | Literal["hw"]]] = {
     # rows and columns alternate over every rotated pair (recomposition_frequencies); no mrope_section read
     "neomme": (lambda pairs: [pairs // 2] * 2, "hw"),
 }
+
+
+def _sliding(cfg: Config, types: list[str], i: int) -> bool:
+    return types[i] == "sliding_attention"
+
+
+def _sliding_or_no_window(cfg: Config, types: list[str], i: int) -> bool:
+    return cfg.get("sliding_window") is None or types[i] == "sliding_attention"
+
+
+def _windowed_sliding(cfg: Config, types: list[str], i: int) -> bool:
+    return types[i] == "sliding_attention" and cfg.get("sliding_window") is not None
+
+
 #: Models whose attention rotates only some layers (NoPE in the others), though one RoPE dict serves them all:
-#: whether layer ``i`` of these ``layer_types`` rotates, as its attention decides
+#: whether layer ``i`` of these ``layer_types`` rotates, as its attention (or its model's loop) decides
 _ROTATED_LAYERS: dict[str, Callable[[Config, list[str], int], bool]] = {
-    # AFMoE: only its sliding layers (is_local_attention)
-    "afmoe": lambda cfg, types, i: types[i] == "sliding_attention",
-    # EXAONE 4: its sliding layers, or every layer when there is no sliding_window
-    "exaone4": lambda cfg, types, i: cfg.get("sliding_window") is None or types[i] == "sliding_attention",
+    # only their sliding layers (AFMoE's is_local_attention; LARA Mini passes no rotation to its global layers)
+    **dict.fromkeys(("afmoe", "lara_mini"), _sliding),
+    # EXAONE 4 and its kin: their sliding layers, or every layer when there is no sliding_window
+    **dict.fromkeys(("exaone4", "exaone_moe", "kolibri1"), _sliding_or_no_window),
+    # Flint: sliding layers while it has a window
+    "flint": _windowed_sliding,
     # Llama 3.2 Vision's text model: not its cross_attention_layers (queries on the image's keys; its class
     # default lists them)
     "mllama_text_model": lambda cfg, types, i: (
@@ -146,7 +162,7 @@ _ROTATED_LAYERS: dict[str, Callable[[Config, list[str], int], bool]] = {
     # Cohere 2 MoE: sliding layers with a window, and with prefix_dense_sliding_window_pattern 1 its dense-MLP
     # layers (force_rope)
     "cohere2_moe": lambda cfg, types, i: (
-        (types[i] == "sliding_attention" and cfg.get("sliding_window") is not None)
+        _windowed_sliding(cfg, types, i)
         or (
             get(cfg, "prefix_dense_sliding_window_pattern", default=1) == 1
             and _mlp_types(cfg, len(types))[i] == "dense"
@@ -183,7 +199,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"head_dim": 128},
     "esm": {"position_embedding_type": "absolute"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
     # (which of their layers rotate depends on whether there is a window: _ROTATED_LAYERS)
-    **{key: {"sliding_window": 4096} for key in ("exaone4", "cohere2_moe")},
+    **{key: {"sliding_window": 4096} for key in ("exaone4", "exaone_moe", "cohere2_moe")},
+    **{key: {"sliding_window": 513} for key in ("kolibri1", "flint")},
     **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
     "deepseek_v2": {"qk_rope_head_dim": 64},

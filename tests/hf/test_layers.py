@@ -705,8 +705,10 @@ def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> s
 
     monkeypatch.setattr(module, "apply_rotary_pos_emb", recorded)
     for i, layer in enumerate(model.layers):
-        attention = getattr(layer, "self_attn", None) or layer.cross_attn  # (Mllama's cross-attention layers)
-        attention.register_forward_pre_hook(lambda *_, i=i: current.append(i))
+        # (Mllama's cross-attention layers; none in LARA Mini's linear-attention ones)
+        attention = getattr(layer, "self_attn", None) or getattr(layer, "cross_attn", None)
+        if attention is not None:
+            attention.register_forward_pre_hook(lambda *_, i=i: current.append(i))
     with torch.no_grad():
         # (Mllama's cross-attention layers run only with image states: one image token's)
         image = (
@@ -724,10 +726,12 @@ def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> s
         ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 6}),  # ... else every layer
         ("cohere2_moe", {}),  # its sliding layers with a window...
         ("cohere2_moe", {"first_k_dense_replace": 2}),  # ... and its dense-MLP prefix (force_rope)
-        (
-            "mllama_text_model",
-            {"cross_attention_layers": [1, 4], "pad_token_id": 0},
-        ),  # not its cross-attention layers
+        # not its cross-attention layers
+        ("mllama_text_model", {"cross_attention_layers": [1, 4], "pad_token_id": 0}),
+        ("exaone_moe", {}),  # EXAONE 4's rule
+        ("kolibri1", {}),
+        ("flint", {}),  # sliding layers while it has a window
+        ("lara_mini", {}),  # only its sliding layers
     ],
 )
 def test_models_that_rotate_some_layers_get_nope_in_the_others(
