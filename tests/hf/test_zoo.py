@@ -116,9 +116,10 @@ def test_no_model_type_differs_when_its_config_carries_a_field_its_code_may_igno
     assert Counter(o for o, _ in results.values())["matched"] >= 100
 
 
-#: Matched types whose tiny class-default model has no attention layer to rotate (its first layers are
-#: recurrent or convolutions): posenc's encoding applies to the attention layers a full-size one has.
-_NO_ATTENTION_WHEN_TINY = {"recurrent_gemma", "lfm3"}
+#: Matched types whose tiny class-default model builds its rotary but has no layer that uses it: RecurrentGemma's
+#: and LFM3's first layers are recurrent or convolutions, Flint's full-attention ones, which it does not rotate.
+#: posenc's encoding applies to the layers of a full-size model that rotate.
+_NO_ROTATED_LAYER_WHEN_TINY = {"recurrent_gemma", "lfm3", "flint"}
 
 
 @pytest.mark.slow
@@ -154,7 +155,7 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
         compared += 1
         names = (type(m).__name__.lower() for m in model.modules())
         builds = any("rotary" in n or "rope" in n for n in names)
-        if builds != ("rotary" in kinds) and model_type not in _NO_ATTENTION_WHEN_TINY:
+        if builds != ("rotary" in kinds) and model_type not in _NO_ROTATED_LAYER_WHEN_TINY:
             differ.append(
                 f"{model_type}: the model builds {'a' if builds else 'no'} rotary module, posenc {kinds}"
             )
