@@ -533,11 +533,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
         # one rotary for every layer: the first layer posenc rotates (models that rotate only some layers,
         # tests/hf/test_layers.py counts which), else the first
-        rotated = [i for i, e in enumerate(encodings) if isinstance(e, (posenc.RoPE, posenc.MRoPE))][:1] or [
-            0
-        ]
+        rotated = next((i for i, e in enumerate(encodings) if isinstance(e, (posenc.RoPE, posenc.MRoPE))), 0)
         for layer_type in types:
-            layer = rotated[0] if layer_type is None else text.layer_types.index(layer_type)
+            layer = rotated if layer_type is None else text.layer_types.index(layer_type)
             enc = encodings[layer]
             if not isinstance(enc, (posenc.RoPE, posenc.MRoPE)):
                 return "mismatched", f"layer {layer}: posenc gives {type(enc).__name__}, the model rotates"

@@ -357,9 +357,17 @@ def nope_layers(
     return convert
 
 
-def sliding_layers(cfg: Config, model_type: str) -> list[bool]:
-    """Cohere 2: True for the sliding layers (the only ones it rotates)."""
-    return [t == "sliding_attention" for t in table_types(cfg, model_type)]
+def sliding_layers(cfg: Config, model_type: str, all_without_window: bool = False) -> list[bool]:
+    """True for the sliding layers, the only ones Cohere 2 and its kin rotate; with ``all_without_window``
+    (EXAONE 4's kin) every layer when there is no ``sliding_window``."""
+    types = table_types(cfg, model_type) if model_type in _WINDOWS else layer_types(cfg, model_type)
+    if types is None:
+        raise ValueError(
+            f"{model_type} config: its attention rotates only some layers, chosen by 'layer_types', which is missing"
+        )
+    if all_without_window and cfg.get("sliding_window") is None:
+        return [True] * len(types)
+    return [t == "sliding_attention" for t in types]
 
 
 #: DeepSeek V4's layer types by the legacy ``compress_ratios`` its config class maps them from

@@ -16,13 +16,22 @@ without a switch (:data:`_SWITCH`): NoPE where they do not.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Literal
 
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, QueryTemperature
 from ._bias import absolute_table, learned_by_field
-from ._layers import layer_head_dims, layer_types, per_layer, per_type_rope, required_count
+from ._layers import (
+    layer_head_dims,
+    layer_types,
+    nope_layers,
+    per_layer,
+    per_type_rope,
+    required_count,
+    sliding_layers,
+)
 from ._read import Config, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
 from ._table import SUPPORTED_MODEL_TYPES
@@ -86,9 +95,6 @@ _SWITCH: dict[str, tuple[str, object]] = {
     "zamba2": ("use_mem_rope", True),
     "granitemoehybrid": ("position_embedding_type", "rope"),
 }
-#: read ``position_embedding_type`` beside their RoPE fields: ``"absolute"``, a learned table and no rotation
-#: (ESM); any other model's code does not, so posenc refuses a value there that does not say RoPE
-_READS_EMBEDDING_TYPE = frozenset({"esm"})
 #: vision towers whose axial rotary departs from [rows | columns] twice: the AxialRoPE options that say how
 _VISION: dict[str, dict[str, Any]] = {
     # (t, h, w): get_vision_position_ids(..., include_temporal=True)
@@ -133,52 +139,31 @@ _MROPE_PER_TYPE: dict[str, tuple[Any, bool | Literal["hw"]]] = {
 }
 
 
-def _sliding(cfg: Config, types: list[str], i: int) -> bool:
-    return types[i] == "sliding_attention"
+def _cohere2_moe_layers(cfg: Config, model_type: str) -> list[bool]:
+    """Cohere 2 MoE's: its sliding layers and, with prefix_dense_sliding_window_pattern 1, its dense-MLP layers
+    (force_rope; ``mlp_layer_types``, else its class's: the first ``first_k_dense_replace``)."""
+    sliding = sliding_layers(cfg, model_type)
+    dense = cfg.get("mlp_layer_types") or [
+        "dense" if i < (cfg.get("first_k_dense_replace") or 0) else "sparse" for i in range(len(sliding))
+    ]
+    forced = get(cfg, "prefix_dense_sliding_window_pattern", default=1) == 1
+    return [rotates or (forced and mlp == "dense") for rotates, mlp in zip(sliding, dense, strict=True)]
 
 
-def _sliding_or_no_window(cfg: Config, types: list[str], i: int) -> bool:
-    return cfg.get("sliding_window") is None or types[i] == "sliding_attention"
-
-
-def _windowed_sliding(cfg: Config, types: list[str], i: int) -> bool:
-    return types[i] == "sliding_attention" and cfg.get("sliding_window") is not None
-
-
-#: Models whose attention rotates only some layers (NoPE in the others), though one RoPE dict serves them all:
-#: whether layer ``i`` of these ``layer_types`` rotates, as its attention (or its model's loop) decides
-_ROTATED_LAYERS: dict[str, Callable[[Config, list[str], int], bool]] = {
-    # only their sliding layers (AFMoE's is_local_attention; LARA Mini passes no rotation to its global layers)
-    **dict.fromkeys(("afmoe", "lara_mini"), _sliding),
+#: Models whose attention rotates only some layers, though one RoPE dict serves them all: the layers it
+#: rotates (NoPE in the others, :func:`~posenc.hf._layers.nope_layers`)
+_ROTATED_LAYERS: dict[str, Callable[[Config, str], list[bool]]] = {
+    # their sliding layers, as Cohere 2 (AFMoE's is_local_attention; LARA Mini passes no rotation to the others)
+    **dict.fromkeys(("afmoe", "lara_mini", "flint"), sliding_layers),
     # EXAONE 4 and its kin: their sliding layers, or every layer when there is no sliding_window
-    **dict.fromkeys(("exaone4", "exaone_moe", "kolibri1"), _sliding_or_no_window),
-    # Flint: sliding layers while it has a window
-    "flint": _windowed_sliding,
-    # Llama 3.2 Vision's text model: not its cross_attention_layers (queries on the image's keys; its class
-    # default lists them)
-    "mllama_text_model": lambda cfg, types, i: (
+    **dict.fromkeys(("exaone4", "exaone_moe", "kolibri1"), partial(sliding_layers, all_without_window=True)),
+    "cohere2_moe": _cohere2_moe_layers,
+    # Llama 3.2 Vision's text model: not its cross_attention_layers (queries on the image's keys)
+    "mllama_text_model": lambda cfg, model_type: [
         i not in get(cfg, "cross_attention_layers", default=[3, 8, 13, 18, 23, 28, 33, 38])
-    ),
-    # Cohere 2 MoE: sliding layers with a window, and with prefix_dense_sliding_window_pattern 1 its dense-MLP
-    # layers (force_rope)
-    "cohere2_moe": lambda cfg, types, i: (
-        _windowed_sliding(cfg, types, i)
-        or (
-            get(cfg, "prefix_dense_sliding_window_pattern", default=1) == 1
-            and _mlp_types(cfg, len(types))[i] == "dense"
-        )
-    ),
+        for i in range(required_count(cfg, model_type))
+    ],
 }
-
-
-def _mlp_types(cfg: Config, n: int) -> list[str]:
-    """Cohere 2 MoE's ``mlp_layer_types``, else as its class writes them: its first ``first_k_dense_replace``
-    layers dense."""
-    if cfg.get("mlp_layer_types") is not None:
-        return list(cfg["mlp_layer_types"])
-    return ["dense" if i < (cfg.get("first_k_dense_replace") or 0) else "sparse" for i in range(n)]
-
-
 #: Models whose code does not rotate the layer types without a RoPE dict (``None`` or absent): what it does there
 _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
     "cohere_compass": NoPE,  # rope_parameters[type] None skips the rotation
@@ -199,8 +184,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"head_dim": 128},
     "esm": {"position_embedding_type": "absolute"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
     # (which of their layers rotate depends on whether there is a window: _ROTATED_LAYERS)
-    **{key: {"sliding_window": 4096} for key in ("exaone4", "exaone_moe", "cohere2_moe")},
-    **{key: {"sliding_window": 513} for key in ("kolibri1", "flint")},
+    **{key: {"sliding_window": 4096} for key in ("exaone4", "exaone_moe")},
+    "kolibri1": {"sliding_window": 513},
     **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
     "stablelm": {"partial_rotary_factor": 0.25},
     "deepseek_v2": {"qk_rope_head_dim": 64},
@@ -310,8 +295,9 @@ def by_rule(
     has_rope = get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is not None
     kind = cfg.get("position_embedding_type")
     if has_rope and kind not in (None, "rope", "rotary") and switch != "position_embedding_type":
-        # ESM: its config carries rope_theta whatever position_embedding_type says; 'absolute' is a table
-        if family in _READS_EMBEDDING_TYPE:
+        # ESM's code alone reads it beside its rope_theta (which its config carries whatever the field says):
+        # 'absolute' is a table and no rotation; any other model rotates whatever it says
+        if family == "esm":
             if kind == "absolute":
                 return learned_by_field(cfg, model_type, causal)
             raise ValueError(
@@ -345,8 +331,9 @@ def by_rule(
     head_dim = _head_dim(cfg, model_type, d)
     if not any(isinstance(v, Mapping) for v in rope_dict(cfg, model_type).values()):
         if cfg.get("per_layer_config") is None:
-            rope = build_rope(cfg, model_type, d, head_dim)
-            return rope if family not in _ROTATED_LAYERS else _rotated_layers(cfg, model_type, family, rope)
+            if family in _ROTATED_LAYERS:
+                return nope_layers(d, _ROTATED_LAYERS[family])(cfg, model_type, causal)
+            return build_rope(cfg, model_type, d, head_dim)
         count = required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
         dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
         built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
@@ -359,19 +346,6 @@ def by_rule(
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=None))
     mrope_setting, unrotated = _MROPE_PER_TYPE.get(family), _UNROTATED.get(family)
     return per_type_rope(cfg, model_type, d, types, dims, mrope=mrope_setting, unrotated=unrotated)
-
-
-def _rotated_layers(
-    cfg: Config, model_type: str, family: str, rope: PositionalEncoding
-) -> list[PositionalEncoding]:
-    """``rope`` in the layers the model's attention rotates (:data:`_ROTATED_LAYERS`), NoPE in the others."""
-    types = layer_types(cfg, model_type)
-    if types is None and family != "mllama_text_model":
-        raise ValueError(
-            f"{model_type} config: its attention rotates only some layers, chosen by 'layer_types', which is missing"
-        )
-    rotates = _ROTATED_LAYERS[family]
-    return [rope if rotates(cfg, types or [], i) else NoPE() for i in range(required_count(cfg, model_type))]
 
 
 def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

@@ -724,14 +724,15 @@ def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> s
         ("afmoe", {}),  # only its sliding layers
         ("exaone4", {}),  # its sliding layers while it has a sliding_window...
         ("exaone4", {"sliding_window": None, "layer_types": ["full_attention"] * 6}),  # ... else every layer
-        ("cohere2_moe", {}),  # its sliding layers with a window...
+        ("cohere2_moe", {}),  # its sliding layers...
         ("cohere2_moe", {"first_k_dense_replace": 2}),  # ... and its dense-MLP prefix (force_rope)
         # not its cross-attention layers
         ("mllama_text_model", {"cross_attention_layers": [1, 4], "pad_token_id": 0}),
         ("exaone_moe", {}),  # EXAONE 4's rule
         ("kolibri1", {}),
-        ("flint", {}),  # sliding layers while it has a window
+        ("flint", {}),  # its sliding layers, as Cohere 2
         ("lara_mini", {}),  # only its sliding layers
+        ("cohere2", {}),  # (by table) its sliding layers
     ],
 )
 def test_models_that_rotate_some_layers_get_nope_in_the_others(
