@@ -29,6 +29,7 @@ by ``posenc models``. Needs ``transformers``; uses posenc's public API only.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import re
 import typing
@@ -96,6 +97,7 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "esm": {"position_embedding_type": "rotary"},
     "zamba2": {"use_mem_rope": True},
     "granitemoehybrid": {"position_embedding_type": "rope"},
+    "sarvam_moe": {"partial_rotary_factor": 0.5},  # (GLM-4 MoE's code, which reads it)
     "eomt_dinov3": {"num_blocks": 1, "num_queries": 3},
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},
@@ -444,8 +446,14 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     the standardized fields).
     """
     config_class = CONFIG_MAPPING[model_type]
+    name = config_class.__module__.replace("configuration_", "modeling_")
+    mapped = MODEL_MAPPING_NAMES.get(model_type)
+    if importlib.util.find_spec(name) is None and isinstance(mapped, str) and hasattr(transformers, mapped):
+        name = getattr(
+            transformers, mapped
+        ).__module__  # no code of its own: the model its auto mapping builds
     try:
-        module = importlib.import_module(config_class.__module__.replace("configuration_", "modeling_"))
+        module = importlib.import_module(name)
     except Exception as err:  # (any import failure: a missing optional dependency)
         return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
     if model_type not in SUPPORTED_MODEL_TYPES and any(
@@ -609,8 +617,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
     lines = [
         "# Model zoo coverage",
         "",
-        f"Every model type of transformers {transformers.__version__} whose modeling code defines a text",
-        "`*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
+        f"Every model type of transformers {transformers.__version__} whose modeling code (its own, else that of the",
+        "model its auto mapping builds: SarvamMLA runs DeepSeek V3's) defines a text `*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
         "positions (and distinct positions per axis for M-RoPE), per layer type, from the config object and",
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
         "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",

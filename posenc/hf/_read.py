@@ -30,9 +30,70 @@ ALIASES = {
 }
 
 
+#: Config-class defaults that differ from what posenc assumes for a key a ``config.json`` dict leaves out (a config
+#: object always has them): standard key (JetMoE's kv_channels: head_dim) -> value -> the model types whose class
+#: defaults to it. tests/hf/test_configs.py drops each key from every config class of the installed transformers.
+_DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
+    "head_dim": {
+        256: "gemma gemma2 diffusion_gemma_text dory embedding_gemma2_text gemma4_unified_text qwen3_5_moe_text "
+        "qwen3_next qwen4_exp_text t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma",
+        128: "qwen3 dia_encoder ernie4_5 flint hy_v3 jetmoe lara_mini mellum minimax_m2 muse_glimmer_assistant "
+        "muse_glimmer_text qwen3_omni_moe_talker_code_predictor solar_open step3p5 zaya",
+        64: "gpt_oss hy_v4_vl_text voxtral_realtime_encoder",
+    },
+    # Gemma 4's kin: their config classes turn global_head_dim into per_layer_config
+    "global_head_dim": {512: "diffusion_gemma_text embedding_gemma2_text gemma4_unified_text"},
+    "sliding_window": {
+        8192: "cwm",
+        4096: "exaone4 exaone_moe cohere2_moe ministral olmo3 t5_gemma_module t5gemma2_decoder t5gemma2_text "
+        "vaultgemma voxtral_realtime_text",
+        3000: "moshi",
+        2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text",
+        1024: "afmoe dory gemma4_unified_text",
+        750: "voxtral_realtime_encoder",
+        513: "flint kolibri1",
+        512: "beam blt_patcher diffusion_gemma_text embedding_gemma2_text lara_mini",
+        375: "kyutai_speech_to_text",
+        256: "lfm3 neomme",
+        250: "mimi mimi_decoder mimi_encoder pocket_tts_audio_tokenizer pocket_tts_audio_tokenizer_decoder "
+        "pocket_tts_audio_tokenizer_encoder",
+        129: "mimo_v2_flash",
+        128: "granite_swa granitemoe_swa openai_privacy_filter ultrabert",
+        71: "nemotron_asr_streaming_encoder",
+        64: "modernbert-decoder",
+        8: "moshi_depth",
+    },
+    "position_embedding_type": {"absolute": "esm"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
+    "partial_rotary_factor": {0.5: "phi persimmon", 0.25: "stablelm"},
+    "rotary_dim": {64: "minimax_m3_vl_text"},
+    "qk_rope_head_dim": {64: "deepseek_v2 deepseek_v3 sarvam_mla"},
+    "rope_interleave": {
+        True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"
+    },  # (DeepSeek V3's own config.json)
+    # wav2vec2-conformer's sizes (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers)
+    **{
+        key: {value: "wav2vec2-conformer"}
+        for key, value in (("hidden_size", 768), ("num_attention_heads", 12))
+    },
+    "num_hidden_layers": {12: "wav2vec2-conformer"},
+    "rope_parameters": {
+        (
+            ("rope_type", "yarn"),
+            ("factor", 32.0),
+            ("beta_fast", 32.0),
+            ("beta_slow", 1.0),
+            ("truncate", False),
+            ("original_max_position_embeddings", 4096),
+            ("rope_theta", 150000.0),
+        ): "gpt_oss"
+    },
+}
+
+
 def config_dict(config: Any) -> dict[str, Any]:
     """A plain dict from a ``transformers`` config object (via ``to_dict()``) or a mapping, with the
-    standard names of :data:`ALIASES` filled in."""
+    standard names of :data:`ALIASES` filled in, then the :data:`_DEFAULTS_BY_KEY` of its model type for the
+    keys it leaves out (a key it gives, even null, wins)."""
     if isinstance(config, Mapping):
         cfg = dict(config)
     elif callable(getattr(config, "to_dict", None)) and isinstance(as_dict := config.to_dict(), Mapping):
@@ -48,6 +109,10 @@ def config_dict(config: Any) -> dict[str, Any]:
     for name, names in ALIASES.items():
         if cfg.get(name) is None and (value := get(cfg, *names)) is not None:
             cfg[name] = value
+    for key, by_value in _DEFAULTS_BY_KEY.items():
+        for value, types in by_value.items():
+            if key not in cfg and cfg.get("model_type") in types.split():
+                cfg[key] = dict(value) if isinstance(value, tuple) else value  # (a rope dict: its items)
     return cfg
 
 

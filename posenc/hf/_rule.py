@@ -172,46 +172,19 @@ _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
     "beam": lambda: QueryTemperature(2048.0, 0.1, form="power"),
 }
 
-#: Config-class defaults that differ from the standard values, for keys a ``config.json`` dict may leave
-#: out (a config object always has them); each checked against transformers' class in tests/hf/test_configs.py.
-_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
-    **{key: {"head_dim": 256} for key in ("gemma", "gemma2")},
-    # Gemma 4's kin: their config classes turn global_head_dim (default 512) into per_layer_config
-    **{
-        key: {"global_head_dim": 512}
-        for key in ("diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text")
-    },
-    "qwen3": {"head_dim": 128},
-    "esm": {"position_embedding_type": "absolute"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
-    # (which of their layers rotate depends on whether there is a window: _ROTATED_LAYERS)
-    **{key: {"sliding_window": 4096} for key in ("exaone4", "exaone_moe")},
-    "kolibri1": {"sliding_window": 513},
-    **{key: {"partial_rotary_factor": 0.5} for key in ("phi", "persimmon")},
-    "stablelm": {"partial_rotary_factor": 0.25},
-    "deepseek_v2": {"qk_rope_head_dim": 64},
-    "deepseek_v3": {"qk_rope_head_dim": 64, "rope_interleave": True},  # (its own config.json leaves it out)
-    "gpt_oss": {
-        "head_dim": 64,
-        "rope_parameters": {
-            "rope_type": "yarn",
-            "factor": 32.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "truncate": False,
-            "original_max_position_embeddings": 4096,
-            "rope_theta": 150000.0,
-        },
-    },
-}
-
 _READ = frozenset(
     "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim".split()
 )
 
 
+#: model types without modeling code of their own, whose auto mapping builds another family's model
+_RUNS = {"sarvam_mla": "deepseek_v3", "sarvam_moe": "glm4_moe"}
+
+
 def _family(model_type: str) -> str:
     """The family of a model type ("qwen2_5_omni_thinker text_config": a parent's text model, by its parent)."""
-    return model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
+    family = model_type.split(" ")[0].removesuffix("_text").removesuffix("_thinker")
+    return _RUNS.get(family, family)
 
 
 def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
@@ -242,7 +215,6 @@ def by_rule(
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
     family = _family(model_type)
-    cfg = {**_CLASS_DEFAULTS.get(model_type, {}), **cfg}  # a key the dict gives (even null) wins
     if family == "step3p7" and (
         cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
     ):
@@ -348,7 +320,7 @@ def by_rule(
     return per_type_rope(cfg, model_type, d, types, dims, mrope=mrope_setting, unrotated=unrotated)
 
 
-def _step3p7_per_type(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
     """Step 3.7's ``config.json``: ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
     per layer) become ``rope_parameters`` per layer type, as its config class builds them; the layers of a
     type must agree (the class takes the first one's), and a ``rope_scaling`` dict goes to full attention."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from posenc.hf import (
     from_hf_config,
     from_hf_model,
     layer_encodings,
+    layer_windows,
     supported_models_markdown,
 )
 from posenc.hf._table import _CONVERTERS, _TEXT_MODEL_TYPES
@@ -1979,28 +1982,49 @@ def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
         from_hf_config(llama)
 
 
-@pytest.mark.parametrize(
-    "model_type",
-    ["gemma", "gemma2", "qwen3", "phi", "persimmon", "stablelm", "deepseek_v2", "deepseek_v3", "gpt_oss"],
-)
-def test_a_dict_without_a_key_takes_its_config_class_default(model_type):
-    """A config.json dict that leaves out head_dim / partial_rotary_factor / qk_rope_head_dim / the rope dict
-    converts as transformers loads it (the class default), not to the standard value."""
-    transformers = pytest.importorskip("transformers")
-    minimal = {
-        "model_type": model_type,
-        "hidden_size": 256,  # 64 per head: no class default above is hidden_size // num_attention_heads
-        "num_attention_heads": 4,
-        "max_position_embeddings": 4096,
-        "rope_theta": 10000.0,
-    }
-    if model_type == "gpt_oss":
-        del minimal["rope_theta"]  # its class default is a YaRN rope dict
-    config = transformers.AutoConfig.for_model(**minimal)
-    from_dict, from_object = from_hf_config(minimal), from_hf_config(config)
-    assert repr(from_dict) == repr(from_object)
-    q = torch.randn(1, 4, 5, from_object.head_dim, dtype=torch.float64)
-    torch.testing.assert_close(from_dict(q, q), from_object(q, q), rtol=0, atol=0)
+#: keys whose class default differs from one model type to the next (posenc.hf._rule._DEFAULTS_BY_KEY)
+_CLASS_DEFAULT_KEYS = (
+    "head_dim global_head_dim sliding_window partial_rotary_factor rotary_dim qk_rope_head_dim rope_interleave "
+    "position_embedding_type rope_parameters"
+).split()
+
+
+@requires_transformers
+def test_a_config_json_without_a_key_converts_as_its_class_loads_it():
+    """Every config class of the installed transformers, with its defaults: its ``to_dict()`` without any one key
+    whose default differs between classes (and, for a model type of posenc's table, the bare ``{"model_type": ...}``)
+    gives the object's encodings and sliding windows, or is refused; never a standard value the class does not have
+    (Qwen3-Next's head_dim 256, OLMo 3's sliding_window 4096, DeepSeek V3's rope_interleave...)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    def read(config: Any) -> tuple | None:
+        try:
+            # (without the cache length: a dict may leave max_position_embeddings out, and it only sizes a cache)
+            encodings = [re.sub(r", max_len=\d+", "", repr(e)) for e in layer_encodings(config)]
+            return encodings, layer_windows(config)
+        except (ValueError, TypeError):  # refused, or a class default posenc cannot convert
+            return None
+
+    differ, checked = [], 0
+    for model_type in CONFIG_MAPPING:
+        try:  # (a short cache: the RoPE tables of 128k positions would dominate the time)
+            config = CONFIG_MAPPING[model_type](max_position_embeddings=64)
+        except Exception:  # (a class that needs arguments)
+            continue
+        full, expected = config.to_dict(), read(config)
+        if expected is None:
+            continue
+        forms = {
+            key: {k: v for k, v in full.items() if k != key} for key in _CLASS_DEFAULT_KEYS if key in full
+        }
+        if model_type in _CONVERTERS:
+            forms["bare"] = {"model_type": model_type, "max_position_embeddings": 64}
+        for key, form in forms.items():
+            got = read(form)
+            checked += 1
+            if got is not None and got != expected:
+                differ.append(f"{model_type} without {key}")
+    assert checked > 400 and not differ, differ
 
 
 @pytest.mark.parametrize(

@@ -739,7 +739,8 @@ def test_models_that_rotate_some_layers_get_nope_in_the_others(
     model_type: str, change: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One RoPE dict, but the model's attention rotates only some layers: posenc's per-layer encodings rotate
-    exactly the layers whose attention calls the model's apply function (config object and config.json)."""
+    exactly the layers whose attention calls the model's apply function (config object and config.json), and
+    the dicts give the object's sliding windows."""
     sizes = {"hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2}
     sizes |= {"num_hidden_layers": 6, "vocab_size": 64, "head_dim": 16}
     config = transformers.AutoConfig.for_model(model_type, **sizes, **change)
@@ -750,6 +751,7 @@ def test_models_that_rotate_some_layers_get_nope_in_the_others(
     bare = {k: v for k, v in config.to_dict().items() if k != "sliding_window" or not default}
     for form in (config, config.to_dict(), bare):
         assert {i for i, e in enumerate(layer_encodings(form)) if isinstance(e, RoPE)} == expected, form
+        assert layer_windows(form) == layer_windows(config), form  # (the window the bare dict leaves out too)
 
 
 @pytest.mark.parametrize("kind", [None, "nope", "absolute", "rope"])
