@@ -37,8 +37,9 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "head_dim": {
         256: "gemma gemma2 diffusion_gemma_text dory embedding_gemma2_text gemma4_unified_text qwen3_5_moe_text "
         "qwen3_next qwen4_exp_text t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma",
-        128: "qwen3 dia_encoder ernie4_5 flint hy_v3 jetmoe lara_mini mellum minimax_m2 muse_glimmer_assistant "
-        "muse_glimmer_text qwen3_omni_moe_talker_code_predictor solar_open step3p5 zaya",
+        # (Voxtral's class fills its text_config dict with its own defaults, Llama's head_dim among them)
+        128: "qwen3 voxtral.text_config dia_encoder ernie4_5 flint hy_v3 jetmoe lara_mini mellum minimax_m2 "
+        "muse_glimmer_assistant muse_glimmer_text qwen3_omni_moe_talker_code_predictor solar_open step3p5 zaya",
         64: "gpt_oss hy_v4_vl_text voxtral_realtime_encoder",
     },
     # Gemma 4's kin: their config classes turn global_head_dim into per_layer_config
@@ -67,13 +68,17 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "partial_rotary_factor": {0.5: "phi persimmon", 0.25: "stablelm"},
     "rotary_dim": {64: "minimax_m3_vl_text"},
     "qk_rope_head_dim": {64: "deepseek_v2 deepseek_v3 sarvam_mla"},
-    "rope_interleave": {
-        True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"
-    },  # (DeepSeek V3's own config.json)
-    # wav2vec2-conformer's sizes (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers)
-    **{
-        key: {value: "wav2vec2-conformer"}
-        for key, value in (("hidden_size", 768), ("num_attention_heads", 12))
+    # (DeepSeek V3's own config.json leaves rope_interleave out)
+    "rope_interleave": {True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"},
+    # sizes: wav2vec2-conformer's (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers), and
+    # those the Perception Encoder models fill their ModernBERT text_config dict with
+    "hidden_size": {
+        768: "wav2vec2-conformer",
+        1024: "pe_audio.text_config pe_audio_video.text_config pe_video.text_config",
+    },
+    "num_attention_heads": {
+        12: "wav2vec2-conformer",
+        16: "pe_audio.text_config pe_audio_video.text_config pe_video.text_config",
     },
     "num_hidden_layers": {12: "wav2vec2-conformer"},
     "rope_parameters": {
@@ -109,11 +114,17 @@ def config_dict(config: Any) -> dict[str, Any]:
     for name, names in ALIASES.items():
         if cfg.get(name) is None and (value := get(cfg, *names)) is not None:
             cfg[name] = value
-    for key, by_value in _DEFAULTS_BY_KEY.items():
-        for value, types in by_value.items():
-            if key not in cfg and cfg.get("model_type") in types.split():
-                cfg[key] = dict(value) if isinstance(value, tuple) else value  # (a rope dict: its items)
-    return cfg
+    return {**class_defaults(str(cfg.get("model_type"))), **cfg}
+
+
+def class_defaults(name: str) -> dict[str, Any]:
+    """The :data:`_DEFAULTS_BY_KEY` of a model type, or of a parent's sub-config (``"voxtral.text_config"``)."""
+    return {
+        key: dict(value) if isinstance(value, tuple) else value  # (a rope dict: its items)
+        for key, by_value in _DEFAULTS_BY_KEY.items()
+        for value, types in by_value.items()
+        if name in types.split()
+    }
 
 
 def get(cfg: Config, *names: str, default: Any = None) -> Any:

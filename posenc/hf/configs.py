@@ -21,7 +21,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ._layers import layer_count, required_count, sliding_windows
-from ._read import Convert, config_dict, get, positive_int
+from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import as_class, by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
@@ -68,6 +68,10 @@ def _resolve(config: Any) -> list[_Stack]:
         stacks: list[_Stack] = []
         for field in fields[0]:
             sub = cfg[field] if isinstance(config, Mapping) else getattr(config, field, cfg[field])
+            if isinstance(
+                sub, Mapping
+            ):  # (what its parent's class fills in: Voxtral's text model's head_dim)
+                sub = {**class_defaults(f"{model_type}.{field}"), **sub}
             if isinstance(sub, Mapping) and sub.get("model_type") is None:
                 text = model_type in _TEXT_MODEL_TYPES
                 sub = {**sub, "model_type": f"{model_type}_text" if text else f"{model_type} {field}"}
