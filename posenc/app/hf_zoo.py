@@ -448,10 +448,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     config_class = CONFIG_MAPPING[model_type]
     name = config_class.__module__.replace("configuration_", "modeling_")
     mapped = MODEL_MAPPING_NAMES.get(model_type)
+    # (no code of its own: the model its auto mapping builds, SarvamMLA's DeepSeek V3)
     if importlib.util.find_spec(name) is None and isinstance(mapped, str) and hasattr(transformers, mapped):
-        name = getattr(
-            transformers, mapped
-        ).__module__  # no code of its own: the model its auto mapping builds
+        name = getattr(transformers, mapped).__module__
     try:
         module = importlib.import_module(name)
     except Exception as err:  # (any import failure: a missing optional dependency)
@@ -617,8 +616,9 @@ def report(results: dict[str, tuple[str, str]]) -> str:
     lines = [
         "# Model zoo coverage",
         "",
-        f"Every model type of transformers {transformers.__version__} whose modeling code (its own, else that of the",
-        "model its auto mapping builds: SarvamMLA runs DeepSeek V3's) defines a text `*RotaryEmbedding`, built tiny and compared with posenc's rotation for default, offset and batched",
+        f"Every model type of transformers {transformers.__version__} whose modeling code (its own, else that of",
+        "the model its auto mapping builds: SarvamMLA runs DeepSeek V3's) defines a text `*RotaryEmbedding`, built",
+        "tiny and compared with posenc's rotation for default, offset and batched",
         "positions (and distinct positions per axis for M-RoPE), per layer type, from the config object and",
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
         "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",

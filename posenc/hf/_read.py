@@ -81,6 +81,9 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         16: "pe_audio.text_config pe_audio_video.text_config pe_video.text_config",
     },
     "num_hidden_layers": {12: "wav2vec2-conformer"},
+    # (vision towers whose rotary is not read by rule: refused by these, as their config objects are)
+    "image_size": {448: "llama4_vision_model", 224: "sapiens2"},
+    "patch_size": {14: "llama4_vision_model", 16: "sapiens2"},
     "rope_parameters": {
         (
             ("rope_type", "yarn"),

@@ -68,9 +68,8 @@ def _resolve(config: Any) -> list[_Stack]:
         stacks: list[_Stack] = []
         for field in fields[0]:
             sub = cfg[field] if isinstance(config, Mapping) else getattr(config, field, cfg[field])
-            if isinstance(
-                sub, Mapping
-            ):  # (what its parent's class fills in: Voxtral's text model's head_dim)
+            # (with what its parent's class fills a dict with: Voxtral's text model's head_dim)
+            if isinstance(sub, Mapping):
                 sub = {**class_defaults(f"{model_type}.{field}"), **sub}
             if isinstance(sub, Mapping) and sub.get("model_type") is None:
                 text = model_type in _TEXT_MODEL_TYPES

@@ -2148,6 +2148,18 @@ def test_a_vision_tower_is_refused_by_rule():
 
 
 @requires_transformers
+@pytest.mark.parametrize("model_type", ["llama4_vision_model", "sapiens2"])
+@pytest.mark.parametrize("key", ["image_size", "patch_size"])
+def test_a_vision_tower_config_json_without_its_image_or_patch_size_is_refused(model_type, key):
+    """Their config classes default both: a dict that leaves one out is a vision tower still (refused as its
+    object is), not a text model's 1D RoPE."""
+    config = transformers.AutoConfig.for_model(model_type)
+    for form in (config, {k: v for k, v in config.to_dict().items() if k != key}):
+        with pytest.raises(ValueError, match="patch_size and image_size, a vision model"):
+            layer_encodings(form)
+
+
+@requires_transformers
 def test_esm_reads_its_position_embedding_type_not_its_rope_theta():
     """ESM's config carries rope_theta whatever its position_embedding_type: 'absolute' (ESM-1b, the class
     default) is a learned table numbered from the padding, 'rotary' (ESM-2) is RoPE."""
