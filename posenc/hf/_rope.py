@@ -14,6 +14,9 @@ from ._read import Config, Convert, get, key_of, positive_int, rope_dict
 
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
+# model types whose code reads partial_rotary_factor only from each layer type's dict, and whose config class does
+# not copy a top-level one into them (others' classes do: DeepSeek V4, Zaya...): their top-level one is not read
+_PER_TYPE_PARTIAL_ONLY = frozenset({"mellum"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
+    per_type = params is not None
     raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
@@ -94,7 +98,10 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial = get(params, "partial_rotary_factor", default=cfg.get("partial_rotary_factor"))
+    unread_top = per_type and model_type in _PER_TYPE_PARTIAL_ONLY  # (a top-level one its code does not read)
+    partial = get(
+        params, "partial_rotary_factor", default=None if unread_top else cfg.get("partial_rotary_factor")
+    )
     in_dict = params.get("partial_rotary_factor") is not None
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
