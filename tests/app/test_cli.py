@@ -632,9 +632,11 @@ def test_two_real_runs_into_one_folder_one_is_refused_and_ctrl_c_says_how_to_res
     out = tmp_path / "o"
     argv = [sys.executable, "-m", "posenc", "extrapolate", "--corpus", str(corpus_file), "--out", str(out),
             *TINY_ARGS]  # fmt: skip
+    # Ctrl-C as in a terminal: a child inherits an ignored SIGINT (a test run started in the background of a
+    # non-interactive shell ignores it), and Python then installs no KeyboardInterrupt handler at all
     first = subprocess.Popen(
         [*argv, "--encodings", "rope", "--steps", "100000"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        text=True,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
