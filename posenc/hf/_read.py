@@ -65,7 +65,12 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         8: "moshi_depth",
     },
     "position_embedding_type": {"absolute": "esm"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
-    "partial_rotary_factor": {0.5: "phi persimmon", 0.25: "stablelm"},
+    # (read as the rope dict's when it has none: GLM's and Qwen3-Next's classes write theirs into it)
+    "partial_rotary_factor": {
+        0.9: "moonshine",
+        0.5: "phi persimmon bamba dots3_note_audio_encoder glm glm4 glmasr_encoder nemotron recurrent_gemma",
+        0.25: "stablelm qwen3_5_moe_text qwen3_5_text qwen3_next",
+    },
     "rotary_dim": {64: "minimax_m3_vl_text"},
     "qk_rope_head_dim": {64: "deepseek_v2 deepseek_v3 sarvam_mla"},
     # (DeepSeek V3's own config.json leaves rope_interleave out)
