@@ -251,15 +251,21 @@ def two_bases(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         types = table_types(cfg, model_type)
+        # each layer type's base: its legacy key, else the class's default (also what the class fills into a
+        # layer type's dict that leaves rope_theta out; a flat dict's rope_theta is not read)
+        bases = {
+            name: get(cfg, key, default=base)
+            for name, key, base in zip(("full_attention", "sliding_attention"), keys, defaults, strict=True)
+        }
+        raw = rope_dict(cfg, model_type)
+        if raw and all(isinstance(value, Mapping) for value in raw.values()):
+            nested = {name: {"rope_theta": bases.get(name), **value} for name, value in raw.items()}
+            cfg = {**cfg, "rope_scaling": None, "rope_parameters": nested}
 
         def legacy(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
             flat = {k: v for k, v in flat.items() if k != "rope_theta"}
             rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
-            # each layer type's base comes from its legacy key (a flat dict's rope_theta is not read)
-            return {
-                name: {"rope_type": "default", "rope_theta": get(cfg, key, default=base), **params}
-                for (name, params), key, base in zip(rows.items(), keys, defaults, strict=True)
-            }
+            return {name: {"rope_type": "default", "rope_theta": bases[name], **rows[name]} for name in rows}
 
         return per_type_rope(cfg, model_type, d, types, heads_and_head_dim(cfg, model_type, d)[1], legacy)
 

@@ -89,6 +89,17 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # (vision towers whose rotary is not read by rule: refused by these, as their config objects are)
     "image_size": {448: "llama4_vision_model", 224: "sapiens2"},
     "patch_size": {14: "llama4_vision_model", 16: "sapiens2"},
+    # (not a config key: the class attribute by which transformers reads a flat rope dict's rope_type "default",
+    # given or absent, as its vision tower's "axial"; :func:`rope_dict` does the same)
+    "default_rope_type": {
+        "axial": "cohere_compass_vision dots3_note_vision_encoder edgetam_video ernie4_5_vl_moe_vision "
+        "exaone4_5_vision gemma4_vision glm4v_moe_vision glm4v_vision glm5_next_vision glm_image_vision "
+        "glm_ocr_vision inkling2_vision kimi_k25_vision lfm3_vl_vision minimax_m3_vl_vision mlcd mlcd_vision_model "
+        "muse_glimmer_vision muse_spark_vision paddleocr_vl_vision pixtral qwen2_5_omni_vision_encoder "
+        "qwen2_5_vl_vision qwen2_vl_vision qwen3_5_moe_vision qwen3_5_vision qwen3_omni_moe_vision_encoder "
+        "qwen3_vl_moe_vision qwen3_vl_vision qwen4_exp_vision sam2_video sam3_tracker_video sam3_vit_model "
+        "step3p5_vision video_llama_3_vision"
+    },
     "rope_parameters": {
         (
             ("rope_type", "yarn"),
@@ -147,6 +158,8 @@ def get(cfg: Config, *names: str, default: Any = None) -> Any:
 def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
     """The config's RoPE dict, flat or per layer type: the legacy ``rope_scaling`` wins over
     ``rope_parameters`` as in transformers 5 (``rope_scaling or rope_parameters``); ``{}`` when neither.
+    A flat dict whose ``rope_type`` is ``"default"`` or absent takes the class's ``default_rope_type``
+    (a vision tower's ``"axial"``), as transformers standardises it.
 
     Raises:
         TypeError: it is not a dict.
@@ -154,6 +167,13 @@ def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
     raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
+    flat = not any(isinstance(value, Mapping) for value in raw.values())
+    if (
+        flat
+        and cfg.get("default_rope_type")
+        and raw.get("rope_type", raw.get("type", "default")) == "default"
+    ):
+        return {**raw, "rope_type": cfg["default_rope_type"]}
     return raw
 
 

@@ -380,7 +380,7 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
     ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
-    theta = _axial_theta(cfg, model_type, cfg.get("rope_parameters") or {}, 10000.0)
+    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(head_dim, axis_layout="alternate", base=theta, grid_size=(side, side))

@@ -124,9 +124,9 @@ _PER_LAYER_KEY = {**dict.fromkeys(_LAYER_THETA, "layer_rope_theta"), "molmo2": "
 #: any RoPE model.
 _MROPE: dict[str, tuple[tuple[int, ...], bool | Literal["hw"]]] = {
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "qwen4_exp"), ((11, 11, 10), True)),
-    **dict.fromkeys(
-        ("cosmos3_edge", "hy_v4_vl", "qwen3_omni_moe", "qwen3_omni_moe_talker"), ((24, 20, 20), True)
-    ),
+    **dict.fromkeys(("cosmos3_edge", "qwen3_omni_moe", "qwen3_omni_moe_talker"), ((24, 20, 20), True)),
+    # (what HY V4 VL's class writes in; its code's own fallback, 24 20 20, is not reached)
+    "hy_v4_vl": ((12, 10, 10), True),
     **dict.fromkeys(("paddleocr_vl", "qwen2_5_omni", "qwen2_5_omni_talker"), ((16, 24, 24), False)),
     **dict.fromkeys(("glm4v", "glm4v_moe", "glm_image", "glm_ocr"), ((8, 12, 12), False)),
     "ernie4_5_vl_moe": ((22, 22, 20), "hw"),
@@ -173,9 +173,13 @@ _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
 }
 
 _READ = frozenset(
-    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim".split()
+    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim "
+    "default_rope_type".split()
 )
 
+
+#: NeoMMe's class defaults by layer type: (rope_theta, partial_rotary_factor)
+_NEOMME_ROPE = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
 #: model types without modeling code of their own, whose auto mapping builds another family's model
 _RUNS = {"sarvam_mla": "deepseek_v3", "sarvam_moe": "glm4_moe"}
@@ -189,7 +193,8 @@ def _family(model_type: str) -> str:
 
 def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``cfg`` as the model's config class rewrites it in code (a ``config.json``, and what its ``to_dict()``
-    writes back): Dory's attention and mlp blocks listed apart, MiniMax M2's rotary_dim, Zamba2's head width."""
+    writes back): Dory's attention and mlp blocks listed apart, MiniMax M2's rotary_dim, Zamba2's head width,
+    NeoMMe's RoPE defaults by layer type."""
     family = _family(model_type)
     if family == "dory" and "mlp" in (cfg.get("layer_types") or ()):  # its class keeps every other entry
         n = required_count(cfg, model_type)
@@ -203,6 +208,22 @@ def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
         cfg = {**cfg, "head_dim": 2 * hidden // heads}
         if check_bool(f"{model_type} config: use_long_context", cfg.get("use_long_context", False)):
             cfg["max_position_embeddings"] = 16384  # (the rope_theta its warning names is not rescaled)
+    raw = rope_dict(cfg, model_type) if family == "neomme" else None
+    if raw is not None and all(isinstance(value, Mapping) for value in raw.values()):
+        # its class fills the dict of each of its layer types: rope_theta (the top-level one, else its default by
+        # type) and partial_rotary_factor (its default by type: a top-level one is not read)
+        top, present = cfg.get("rope_theta"), {*raw, *(cfg.get("layer_types") or ())}
+        filled = {
+            name: {
+                "rope_type": "default",
+                "rope_theta": base if top is None else top,
+                "partial_rotary_factor": partial,
+                **raw.get(name, {}),
+            }
+            for name, (base, partial) in _NEOMME_ROPE.items()
+            if name in present
+        }
+        cfg = {**cfg, "rope_scaling": None, "rope_parameters": {**raw, **filled}}
     return cfg
 
 

@@ -1203,10 +1203,11 @@ def test_pixtral_equals_its_rope_on_packed_images():
     assert repr(from_hf_config({"model_type": "pixtral"})) == repr(
         from_hf_config(transformers.PixtralVisionConfig())
     )
+    # (its class reads rope_type "default" as its default_rope_type, "axial"; any other is refused)
+    default = {"model_type": "pixtral", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+    assert repr(from_hf_config(default)) == repr(from_hf_config(transformers.PixtralVisionConfig(**default)))
     with pytest.raises(ValueError, match="rope_parameters must be"):
-        from_hf_config(
-            {"model_type": "pixtral", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
-        )
+        from_hf_config({"model_type": "pixtral", "rope_parameters": {"rope_type": "linear", "factor": 2.0}})
 
 
 @requires_transformers
@@ -1993,11 +1994,12 @@ _CLASS_DEFAULT_KEYS = (
 @requires_transformers
 def test_a_config_json_without_a_key_converts_as_its_class_loads_it():
     """Every config class of the installed transformers, with its defaults: its ``to_dict()`` without any one key
-    whose default differs between classes, or its rope dict without its ``partial_rotary_factor`` (and, for a model
-    type of posenc's table, the bare ``{"model_type": ...}``;
-    for a parent, its ``text_config`` dict without its sizes or window) gives the encodings and sliding windows
-    of the config transformers loads from it, or is refused; never a standard value the class does not have
-    (Qwen3-Next's head_dim 256, OLMo 3's sliding_window 4096, DeepSeek V3's rope_interleave, Voxtral's head_dim)."""
+    whose default differs between classes, or its rope dict (flat, or one layer type's) without any one key, or a
+    vision tower's with rope_type "default" (and, for a model type of posenc's table, the bare
+    ``{"model_type": ...}``; for a parent, its ``text_config`` dict without its sizes or window) gives the
+    encodings and sliding windows of the config transformers loads from it, or is refused; never a standard value
+    the class does not have (Qwen3-Next's head_dim 256, OLMo 3's sliding_window 4096, DeepSeek V3's
+    rope_interleave, Voxtral's head_dim, Gemma 3's global base 1e6, a vision tower's "axial")."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     def read(config: Any) -> tuple | None:
@@ -2031,10 +2033,19 @@ def test_a_config_json_without_a_key_converts_as_its_class_loads_it():
         }
         if model_type in _CONVERTERS:
             forms["bare"] = {"model_type": model_type, "max_position_embeddings": 64}
-        rope = full.get("rope_parameters")
-        if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # (its class writes its default in)
-            rope = {k: v for k, v in rope.items() if k != "partial_rotary_factor"}
-            forms["rope_parameters.partial_rotary_factor"] = {**full, "rope_parameters": rope}
+        rope = full["rope_parameters"] if isinstance(full.get("rope_parameters"), dict) else {}
+        per_type = {name: params for name, params in rope.items() if isinstance(params, dict)}
+        for layer_type, params in (per_type or {None: rope}).items():
+            for key in params:  # (its class may write a default of its own in: by model, or by layer type)
+                dropped = {k: v for k, v in params.items() if k != key}
+                nested = dropped if layer_type is None else {**rope, layer_type: dropped}
+                where = f"rope_parameters.{layer_type}" if layer_type else "rope_parameters"
+                forms[f"{where}.{key}"] = {**full, "rope_parameters": nested}
+        if rope.get("rope_type") == "axial":  # (a vision tower's class reads "default" as "axial")
+            forms["rope_parameters.rope_type=default"] = {
+                **full,
+                "rope_parameters": {**rope, "rope_type": "default"},
+            }
         text = full.get("text_config")
         for key in (
             ("head_dim", "sliding_window", "hidden_size", "num_attention_heads")
@@ -2138,8 +2149,10 @@ def test_a_per_layer_config_that_overrides_rope_is_refused():
         layer_encodings(config)
 
 
-def test_a_vision_tower_is_refused_by_rule():
-    """MLCD's vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong."""
+@requires_transformers
+def test_a_vision_tower_is_refused_by_rule_unless_its_class_says_axial():
+    """A vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong. MLCD's
+    class reads a rope dict without rope_type (or only a top-level rope_theta) as "axial", its 2D rotary."""
     config = {
         "model_type": "mlcd_vision_model",
         "hidden_size": 64,
@@ -2148,8 +2161,12 @@ def test_a_vision_tower_is_refused_by_rule():
         "patch_size": 16,
         "image_size": 224,
     }
+    loaded = transformers.AutoConfig.for_model(**config)
+    assert loaded.rope_parameters["rope_type"] == "axial"
+    assert repr(from_hf_config(config)) == repr(from_hf_config(loaded))
+    assert isinstance(from_hf_config(config), posenc.AxialRoPE)
     with pytest.raises(ValueError, match="patch_size and image_size, a vision model"):
-        from_hf_config(config)
+        from_hf_config({**config, "model_type": "a_vision_model_of_its_own"})
 
 
 @requires_transformers
