@@ -52,7 +52,8 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    per_type = params is not None
+    # (a top-level partial_rotary_factor its code does not read beside per-layer-type dicts)
+    unread_top = params is not None and model_type in _PER_TYPE_PARTIAL_ONLY
     raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
@@ -98,7 +99,6 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    unread_top = per_type and model_type in _PER_TYPE_PARTIAL_ONLY  # (a top-level one its code does not read)
     partial = get(
         params, "partial_rotary_factor", default=None if unread_top else cfg.get("partial_rotary_factor")
     )

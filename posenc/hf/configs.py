@@ -71,9 +71,9 @@ def _resolve(config: Any) -> list[_Stack]:
             # (with what its parent's class fills a dict with: Voxtral's text model's head_dim)
             if isinstance(sub, Mapping):
                 sub = {**class_defaults(f"{model_type}.{field}"), **sub}
-            if isinstance(sub, Mapping) and sub.get("model_type") is None:
-                text = model_type in _TEXT_MODEL_TYPES
-                sub = {**sub, "model_type": f"{model_type}_text" if text else f"{model_type} {field}"}
+                if sub.get("model_type") is None:
+                    text = model_type in _TEXT_MODEL_TYPES
+                    sub = {**sub, "model_type": f"{model_type}_text" if text else f"{model_type} {field}"}
             stacks += [(field if len(fields[0]) > 1 else s[0], *s[1:]) for s in _resolve(sub)]
         return stacks
     if model_type in _TEXT_MODEL_TYPES:
