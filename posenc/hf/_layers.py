@@ -403,7 +403,15 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
             )
         types = [_DSV4_TYPES[r] for r in ratios[:n]]
     raw = rope_dict(cfg, model_type)
-    if not all(isinstance(raw.get(kind), Mapping) for kind in ("main", "compress")):  # nest as its class does
+    if all(isinstance(raw.get(kind), Mapping) for kind in ("main", "compress")):
+        missing = [kind for kind in ("main", "compress") if raw[kind].get("partial_rotary_factor") is None]
+        if missing:  # (its class writes a top-level one in only when given; its code else reads 1.0, or the
+            # class's 64 / 512 where a scaled init copies it in first: a config object cannot tell which)
+            raise ValueError(
+                f"{model_type} config: rope_parameters[{missing[0]!r}] has no partial_rotary_factor, whose value "
+                "its class and code decide by how the config was made; give it in each of rope_parameters' dicts"
+            )
+    else:  # nest as its class does
         partial = get(cfg, "partial_rotary_factor")
         if partial is None and cfg.get("qk_rope_head_dim") is not None:
             partial = positive_int(cfg, model_type, "qk_rope_head_dim") / head_dim

@@ -14,9 +14,10 @@ from ._read import Config, Convert, get, key_of, positive_int, rope_dict
 
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
 _NTK_ALPHA = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl_text"})
-# model types whose code reads partial_rotary_factor only from each layer type's dict, and whose config class does
-# not copy a top-level one into them (others' classes do: DeepSeek V4, Zaya...): their top-level one is not read
-_PER_TYPE_PARTIAL_ONLY = frozenset({"mellum"})
+# model types whose code reads partial_rotary_factor only from each layer type's dict, this value
+# where the dict has none, and whose config class copies no top-level one into a nested dict it is given (Step
+# 3.5's and most others' classes do): their top-level one is not read there
+_PER_TYPE_PARTIAL = {"mellum": 1.0, "laguna": 1.0, "zaya": 1.0, "mimo_v2_flash": 0.334}
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
-    # (a top-level partial_rotary_factor its code does not read beside per-layer-type dicts)
-    unread_top = params is not None and model_type in _PER_TYPE_PARTIAL_ONLY
+    # (where its code reads the factor of a layer type's dict alone: its own default there, not the top-level one)
+    type_partial = _PER_TYPE_PARTIAL.get(model_type) if params is not None else None
     raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
@@ -99,10 +100,24 @@ def rope_parameters(
             f"{model_type} config: {where} holds {', '.join(map(repr, unread))}, which rope_type {rope_type!r} "
             "does not read in posenc; the model's code may use it"
         )
-    partial = get(
-        params, "partial_rotary_factor", default=None if unread_top else cfg.get("partial_rotary_factor")
-    )
-    in_dict = params.get("partial_rotary_factor") is not None
+    in_dict, top = params.get("partial_rotary_factor") is not None, cfg.get("partial_rotary_factor")
+    if type_partial is not None and not in_dict and rope_type != "default":
+        type_partial = 1.0 if top is None else top  # (its init first copies the top-level one in)
+    elif type_partial is not None and not in_dict and top is not None:
+        scaled = sorted(
+            name
+            for name, one in rope_dict(cfg, model_type).items()
+            if isinstance(one, Mapping) and one.get("rope_type", one.get("type", "default")) != "default"
+        )
+        if (
+            scaled
+        ):  # (... into the config: read before it by the rotary's first pass, after it by its weight init)
+            raise ValueError(
+                f"{model_type} config: {where} has no partial_rotary_factor: {model_type}'s code then rotates "
+                f"{type_partial} of each head, or the top-level partial_rotary_factor where the init of a scaled "
+                f"rope type ({', '.join(map(repr, scaled))}) copies it in first; give it in each layer type's dict"
+            )
+    partial = get(params, "partial_rotary_factor", default=type_partial or cfg.get("partial_rotary_factor"))
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
     partial = check_positive_float(

@@ -11,6 +11,7 @@ its own (a tower or VQ model beside the text model whose model builds no rotary 
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
+import posenc  # noqa: E402
 from posenc.app.hf_zoo import ROTARY_VARIANT, report, survey  # noqa: E402
 
 #: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
@@ -90,6 +92,60 @@ def test_fields_are_read_only_where_the_models_code_reads_them(monkeypatch, mode
         assert (
             outcome == "refused" and named in detail and "not among the models whose code reads it" in detail
         )
+
+
+def _without_partial(model_type: str) -> dict:
+    """The class default's rope dict of each layer type (or rope kind), without its partial_rotary_factor."""
+    params = CONFIG_MAPPING[model_type]().rope_parameters
+    return {
+        name: {k: v for k, v in one.items() if k != "partial_rotary_factor"} for name, one in params.items()
+    }
+
+
+@pytest.mark.parametrize("model_type", ["mellum", "laguna", "zaya", "mimo_v2_flash"])
+@pytest.mark.parametrize("top", [None, 0.5])
+def test_a_layer_types_dict_without_its_partial_factor_rotates_as_the_models_code(
+    monkeypatch, model_type, top
+):
+    """Their code reads partial_rotary_factor from each layer type's dict alone (where absent: 1.0, MiMo V2
+    Flash's own 0.334) and their classes copy no top-level one into a nested dict they are given, but a scaled
+    rope type's init copies the top-level one into every dict first. Dicts all unscaled, or all scaled, rotate
+    as the model; mixed, its rotary module's first pass and its weight init read it apart: refused."""
+    unscaled = _without_partial(model_type)
+    scaled = {name: {**one, "rope_type": "linear", "factor": 2.0} for name, one in unscaled.items()}
+    variant = ROTARY_VARIANT.get(model_type, {})
+    for params in (unscaled, scaled):
+        # (a copy: transformers' rope init writes into the dicts it is given)
+        monkeypatch.setitem(ROTARY_VARIANT, model_type, {**variant, "rope_parameters": copy.deepcopy(params)})
+        if top is not None:
+            ROTARY_VARIANT[model_type]["partial_rotary_factor"] = top
+        outcome, detail = survey([model_type])[model_type]
+        assert outcome == "matched", detail
+    last = list(unscaled)[-1]  # (scaled; the other read too: a layer of each type)
+    config = {
+        **CONFIG_MAPPING[model_type]().to_dict(),
+        "rope_parameters": {**unscaled, last: scaled[last]},
+        "num_hidden_layers": 2,
+        "layer_types": list(unscaled),
+    }
+    if top is not None:
+        config["partial_rotary_factor"] = top
+    if top is None:
+        assert posenc.hf.layer_encodings(config)
+    else:
+        with pytest.raises(ValueError, match="has no partial_rotary_factor"):
+            posenc.hf.layer_encodings(config)
+
+
+def test_a_deepseek_v4_rope_dict_without_its_partial_factor_is_refused():
+    """DeepSeek V4's class writes a top-level partial_rotary_factor into its two dicts only when one is given, and
+    its code otherwise reads 1.0 (the class's 64 / 512 where a scaled init copies it in first): the config object
+    it builds, and its to_dict(), carry the top-level one either way, so neither tells which."""
+    config = CONFIG_MAPPING["deepseek_v4"]().to_dict()
+    for kind in ("main", "compress"):
+        params = {**config["rope_parameters"], kind: _without_partial("deepseek_v4")[kind]}
+        with pytest.raises(ValueError, match=rf"rope_parameters\['{kind}'\] has no partial_rotary_factor"):
+            posenc.hf.layer_encodings({**config, "rope_parameters": params})
 
 
 def _with(variant: dict, field: dict) -> dict:
