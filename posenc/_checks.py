@@ -116,6 +116,17 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {short(value)}")
 
 
+def check_ints(name: str, value: object, shape: str) -> Tensor:
+    """Return ``value`` if it is a tensor of an integer dtype; ``shape`` names the dims it should have."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{name} must be an integer torch.Tensor of shape {shape}, got {type(value).__name__}"
+        )
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {value.dtype}")
+    return value
+
+
 def check_float_tensor(name: str, value: object, *, rank: int, shape: str) -> None:
     """Raise unless ``value`` is a floating-point tensor of ``rank`` dims; ``shape`` names them."""
     if not isinstance(value, Tensor):

@@ -17,7 +17,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from ._checks import check_float_tensor
+from ._checks import check_float_tensor, check_ints
 from ._compat import check_values
 
 
@@ -70,12 +70,7 @@ def check_scores(scores: Tensor, num_heads: int) -> None:
 
 def check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
     """Check integer ``(t,)`` or ``(b, t)`` positions or ids, with ``t == length`` when given."""
-    if not isinstance(ids, Tensor):
-        raise TypeError(
-            f"{name} must be an integer torch.Tensor of shape (seq,) or (batch, seq), got {type(ids).__name__}"
-        )
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    ids = check_ints(name, ids, "(seq,) or (batch, seq)")
     if ids.dim() not in (1, 2):
         raise ValueError(
             f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {ids.dim()}: {tuple(ids.shape)}"

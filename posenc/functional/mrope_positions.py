@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
+from .._checks import check_bool, check_choice, check_ints, check_positive_float, check_positive_int, short
 
 __all__ = ["mrope_positions"]
 
@@ -266,21 +266,11 @@ def mrope_positions(
     return positions.to(device), deltas.to(device)
 
 
-def _integer_tensor(name: str, value: object, shape: str) -> Tensor:
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"{name} must be an integer torch.Tensor of shape {shape}, got {type(value).__name__}"
-        )
-    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-        raise TypeError(f"{name} must have an integer dtype (e.g. torch.long), got {value.dtype}")
-    return value.cpu()
-
-
 def _host_tokens(
     token_types: object, attention_mask: object, document_ids: object, top: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(types, keep, docs)``: ``(b, t)`` CPU tensors, checked; token types ``0..top``."""
-    types = _integer_tensor("token_types", token_types, "(batch, seq)")
+    types = check_ints("token_types", token_types, "(batch, seq)").cpu()
     if types.dim() != 2:
         raise ValueError(f"token_types must have shape (batch, seq), got shape {tuple(types.shape)}")
     bad = (types < TEXT) | (types > top)
@@ -307,7 +297,7 @@ def _host_tokens(
     if document_ids is None:
         docs = torch.zeros(shape, dtype=torch.long)
     else:
-        docs = _integer_tensor("document_ids", document_ids, "(batch, seq) or (seq,)")
+        docs = check_ints("document_ids", document_ids, "(batch, seq) or (seq,)").cpu()
         if tuple(docs.shape) not in (shape, shape[1:]):
             raise ValueError(
                 f"document_ids must have shape (batch, seq) = {shape} (or (seq,)), got {tuple(docs.shape)}"
@@ -320,7 +310,7 @@ def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
     """The ``(t, h, w)`` of each grid, checked: every side at least 1 token after merging."""
     if grids is None:
         return []
-    value = _integer_tensor(name, grids, "(n, 3)")
+    value = check_ints(name, grids, "(n, 3)").cpu()
     if value.dim() != 2 or value.shape[1] != 3:
         raise ValueError(f"{name} must have shape (n, 3), one (t, h, w) per grid, got {tuple(value.shape)}")
     rows = [tuple(g) for g in value.tolist()]
