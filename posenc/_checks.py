@@ -80,9 +80,6 @@ def check_positive_float(name: str, value: object) -> float:
 #: The most attention heads an encoding accepts. No model comes near it; it keeps a typo such
 #: as ``num_heads=10**15`` a clear error instead of an allocator failure in a per-head table.
 MAX_HEADS = 2**16
-#: The largest clipping distance of a relative table (T5's ``max_distance``, Shaw's clip). The
-#: table is read at every forward with one entry per distance in ``-d..d``.
-MAX_DISTANCE = 2**20
 
 
 def check_num_heads(name: str, value: object) -> int:
@@ -90,16 +87,6 @@ def check_num_heads(name: str, value: object) -> int:
     value = check_positive_int(name, value)
     if value > MAX_HEADS:
         raise ValueError(f"{name} must be at most {MAX_HEADS} (attention heads), got {short(value)}")
-    return value
-
-
-def check_distance(name: str, value: object, *, minimum: int = 1) -> int:
-    """Return ``value`` if it is an ``int`` in ``minimum..MAX_DISTANCE`` (a clipping distance)."""
-    value = check_int(name, value, minimum=minimum)
-    if value > MAX_DISTANCE:
-        raise ValueError(
-            f"{name} must be at most {MAX_DISTANCE} (one table entry per distance), got {short(value)}"
-        )
     return value
 
 

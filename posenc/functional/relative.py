@@ -19,9 +19,13 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import MAX_DISTANCE, check_bool, check_distance, check_positive_int, short
+from .._checks import check_bool, check_int, check_positive_int, short
 
 __all__ = ["check_relative_bucket_options", "relative_position_bucket"]
+
+#: The largest ``max_distance`` (and ``num_buckets``) accepted: :class:`posenc.RelativeBias` reads a
+#: vector with one entry per clamped distance in ``-max_distance..max_distance`` at every forward.
+MAX_DISTANCE = 2**20
 
 
 def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -41,7 +45,11 @@ def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirecti
     An odd ``num_buckets`` is accepted, as in T5: when bidirectional, the last bucket is never used.
     """
     check_positive_int("num_buckets", num_buckets)
-    check_distance("max_distance", max_distance)
+    check_int("max_distance", max_distance, minimum=1)
+    if max_distance > MAX_DISTANCE:
+        raise ValueError(
+            f"max_distance must be at most {MAX_DISTANCE} (one table entry per distance), got {short(max_distance)}"
+        )
     if num_buckets > MAX_DISTANCE:
         raise ValueError(f"num_buckets must be at most {MAX_DISTANCE}, got {short(num_buckets)}")
     check_bool("bidirectional", bidirectional)
