@@ -21,11 +21,11 @@ from ._checks import check_float_tensor, check_ints
 from ._compat import check_values
 
 
-def check_input(x: Tensor, *, name: str = "x", width: int | None = None) -> None:
+def check_input(x: Tensor, *, width: int | None = None) -> None:
     """Check that ``x`` is a floating ``(b, t, d)`` tensor, with ``d == width`` when given."""
-    check_float_tensor(name, x, rank=3, shape="(batch, seq, dim)")
+    check_float_tensor("x", x, rank=3, shape="(batch, seq, dim)")
     if width is not None and x.shape[-1] != width:
-        raise ValueError(f"{name} has last dimension {x.shape[-1]}, expected d_model={width}")
+        raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={width}")
 
 
 def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:

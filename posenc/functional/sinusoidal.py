@@ -32,7 +32,6 @@ __all__ = [
 Layout = Literal["interleaved", "concat"]
 FreqSpacing = Literal["paper", "tensor2tensor"]
 Order2D = Literal["mae", "timm", "timm_interleaved"]
-ORDERS_2D = ("mae", "timm", "timm_interleaved")
 
 
 def sinusoidal_inv_freq(
@@ -174,7 +173,7 @@ def sinusoidal_2d_table(
     """
     if not isinstance(dim, int) or dim < 4 or dim % 4:
         raise ValueError(f"dim must be divisible by 4 (sin and cos for rows and columns), got {dim!r}")
-    check_choice("order", order, ORDERS_2D)
+    check_choice("order", order, ("mae", "timm", "timm_interleaved"))
     rows = torch.arange(height, dtype=dtype, device=device)
     cols = torch.arange(width, dtype=dtype, device=device)
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
