@@ -334,8 +334,7 @@ def _host_time_scales(name: str, value: object, videos: int, default: float) -> 
     if isinstance(value, Tensor):
         if value.dtype == torch.bool or value.is_complex():
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
-        scales = value.cpu()
-        scales = scales if scales.is_floating_point() else scales.float()
+        scales = value.cpu() if value.is_floating_point() else value.cpu().float()
     elif _is_number(value) or (isinstance(value, (list, tuple)) and all(map(_is_number, value))):
         scales = torch.tensor(value, dtype=torch.float32)
     else:
