@@ -251,8 +251,7 @@ def _rows(positions: Tensor, past: Tensor) -> Tensor:
 def _join(past: Tensor, new: Tensor, axes: bool) -> Tensor:
     """``past`` and ``new`` positions joined along the tokens; a ``(t,)`` side joins a ``(b, t)`` one
     (likewise ``(t, a)`` and ``(b, t, a)`` with ``axes``) by broadcasting over the batch."""
-    if past.dim() == new.dim():
-        return torch.cat([past, new], dim=-2 if axes else -1)
-    past, new = (p if p.dim() == (3 if axes else 2) else p.unsqueeze(0) for p in (past, new))
-    b = max(past.shape[0], new.shape[0])
-    return torch.cat([past.expand(b, *past.shape[1:]), new.expand(b, *new.shape[1:])], dim=1)
+    if past.dim() != new.dim():
+        batched = past if past.dim() > new.dim() else new
+        past, new = _rows(past, batched), _rows(new, batched)
+    return torch.cat([past, new], dim=-2 if axes else -1)
