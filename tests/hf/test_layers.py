@@ -348,7 +348,7 @@ def test_multimodal_configs_read_text_config() -> None:
 
 def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
     """T5Gemma's encoder / decoder (Dia's *_config): one encoding where the stacks agree, the model's own
-    rotation; refused, naming the fields to pass, where they differ."""
+    rotation; refused, naming the fields to pass, where they differ; never the parent's own top-level fields."""
     from transformers.models.t5gemma import modeling_t5gemma
 
     params = {"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "original_max_position_embeddings": 16}
@@ -391,6 +391,15 @@ def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
         assert [from_hf_config(form, stack=s).base for s in ("encoder", "decoder")] == [5e5, 1e4]
     dia = transformers.DiaConfig()
     assert [from_hf_config(dia, stack=s).max_len for s in ("encoder", "decoder")] == [1024, 3072]
+    # RoPE fields and sizes at the parent's top level, which its model does not read: still its stacks
+    stray = {"rope_theta": 321.0, "hidden_size": 64, "num_attention_heads": 2}
+    for form in (
+        transformers.T5GemmaConfig(encoder=stack, decoder=other, **stray),
+        {**config.to_dict(), **stray},
+    ):
+        assert [from_hf_config(form, stack=s).base for s in ("encoder", "decoder")] == [5e5, 1e4]
+        with pytest.raises(ValueError, match="encoder and decoder differ"):
+            from_hf_config(form)
 
 
 def test_parents_and_field_names_read_as_their_config_class() -> None:
