@@ -235,8 +235,19 @@ def per_type_rope(
         if mrope:  # (its section from the dict, else the model's default; a function of the pairs: no dict's)
             section = mrope[0] if callable(mrope[0]) else list(one.pop("mrope_section", mrope[0]))
             kw = {"mrope_section": section, "interleaved": mrope[1]}
+        check_type_dict(one, model_type, where)
         built[name, head_dim] = build_rope(cfg, model_type, d, head_dim, params=one, where=where, **kw)
     return [built[key] for key in zip(types, dims, strict=True)]
+
+
+def check_type_dict(one: Mapping[str, Any], model_type: str, where: str) -> None:
+    """Refuse a layer type's (or rope kind's) RoPE dict that transformers does not read as given: YaRN's init
+    reads ``truncate`` from the config's whole ``rope_parameters``, not a layer type's (the model truncates)."""
+    if one.get("truncate") is False:
+        raise ValueError(
+            f"{model_type} config: {where} has truncate=False, which transformers' YaRN does not read from a layer "
+            "type's dict: the model truncates (True); drop it to convert what the model computes"
+        )
 
 
 def two_bases(
@@ -423,6 +434,8 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
             "main": {"rope_type": "default", "rope_theta": get(cfg, "rope_theta", default=1e4), **common},
             "compress": ({"attention_factor": 1.0} if kind == "yarn" else {}) | compress | common,
         }
+    for kind in ("main", "compress"):
+        check_type_dict(raw[kind], model_type, f"rope_parameters[{kind!r}]")
     built = {
         kind: build_rope(cfg, model_type, d, head_dim, params=raw[kind], where=f"rope_parameters[{kind!r}]")
         for kind in ("main", "compress")
@@ -460,8 +473,9 @@ def dots3_note(cfg: Config, model_type: str, causal: bool | None) -> Layers:
                 f"rope_parameters[{name!r}] give frequencies for head_dim * partial_rotary_factor = {spanned}"
             )
         if (name, rotated) not in built:
-            params = {k: v for k, v in raw[name].items() if k != "partial_rotary_factor"}
             where = f"rope_parameters[{name!r}]"
+            check_type_dict(raw[name], model_type, where)
+            params = {k: v for k, v in raw[name].items() if k != "partial_rotary_factor"}
             built[name, rotated] = build_rope(cfg, model_type, d, rotated, params=params, where=where)
         layers.append(built[name, rotated])
     return layers

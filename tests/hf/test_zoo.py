@@ -137,6 +137,33 @@ def test_a_layer_types_dict_without_its_partial_factor_rotates_as_the_models_cod
             posenc.hf.layer_encodings(config)
 
 
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarns_truncate_in_a_layer_types_dict_is_refused_where_the_model_does_not_read_it(
+    monkeypatch, truncate
+):
+    """transformers' YaRN reads truncate from the config's whole rope_parameters, not from a layer type's dict:
+    dots3 Note (whose class nests a flat dict per layer type) truncates whatever its dicts say. True: matched;
+    False: refused, naming it, by table (dots3 Note, Gemma 3) and by rule (MiMo V2 Flash)."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 500.0}
+    params = {**yarn, "truncate": truncate}
+    monkeypatch.setitem(
+        ROTARY_VARIANT, "dots3_note_text", {"num_hidden_layers": 4, "rope_parameters": params}
+    )
+    outcome, detail = survey(["dots3_note_text"])["dots3_note_text"]
+    if truncate:
+        assert outcome == "matched", detail
+    else:
+        assert outcome == "refused" and "truncate=False" in detail, detail
+    for model_type in ("gemma3_text", "mimo_v2_flash"):
+        config = CONFIG_MAPPING[model_type]().to_dict()
+        nested = {name: {**one, **params} for name, one in config["rope_parameters"].items()}
+        if truncate:
+            assert posenc.hf.layer_encodings({**config, "rope_parameters": nested})
+        else:
+            with pytest.raises(ValueError, match=r"_attention'\] has truncate=False"):
+                posenc.hf.layer_encodings({**config, "rope_parameters": nested})
+
+
 def test_a_deepseek_v4_rope_dict_without_its_partial_factor_is_refused():
     """DeepSeek V4's class writes a top-level partial_rotary_factor into its two dicts only when one is given, and
     its code otherwise reads 1.0 (the class's 64 / 512 where a scaled init copies it in first): the config object
