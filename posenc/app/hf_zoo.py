@@ -98,9 +98,8 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "zamba2": {"use_mem_rope": True},
     "granitemoehybrid": {"position_embedding_type": "rope"},
     "sarvam_moe": {"partial_rotary_factor": 0.5},  # (GLM-4 MoE's code, which reads it)
-    "mellum": {
-        "partial_rotary_factor": 0.5
-    },  # (its code reads only each layer type's dict's, its class copies none)
+    # (Mellum's code reads the factor of each layer type's dict alone, and its class copies none in)
+    "mellum": {"partial_rotary_factor": 0.5},
     "eomt_dinov3": {"num_blocks": 1, "num_queries": 3},
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},

@@ -170,8 +170,8 @@ def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
     flat = not any(isinstance(value, Mapping) for value in raw.values())
     if (
         flat
-        and cfg.get("default_rope_type")
         and raw.get("rope_type", raw.get("type", "default")) == "default"
+        and cfg.get("default_rope_type")
     ):
         return {**raw, "rope_type": cfg["default_rope_type"]}
     return raw

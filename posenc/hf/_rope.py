@@ -101,23 +101,23 @@ def rope_parameters(
             "does not read in posenc; the model's code may use it"
         )
     in_dict, top = params.get("partial_rotary_factor") is not None, cfg.get("partial_rotary_factor")
-    if type_partial is not None and not in_dict and rope_type != "default":
-        type_partial = 1.0 if top is None else top  # (its init first copies the top-level one in)
-    elif type_partial is not None and not in_dict and top is not None:
+    if type_partial is not None and not in_dict:
+        # a scaled rope type's init first copies the top-level factor into every dict of the config: read before
+        # that by the rotary's first pass over a default-type dict, after it by its weight init
         scaled = sorted(
             name
             for name, one in rope_dict(cfg, model_type).items()
             if isinstance(one, Mapping) and one.get("rope_type", one.get("type", "default")) != "default"
         )
-        if (
-            scaled
-        ):  # (... into the config: read before it by the rotary's first pass, after it by its weight init)
+        if rope_type != "default":
+            type_partial = 1.0 if top is None else top
+        elif scaled and top is not None:
             raise ValueError(
                 f"{model_type} config: {where} has no partial_rotary_factor: {model_type}'s code then rotates "
                 f"{type_partial} of each head, or the top-level partial_rotary_factor where the init of a scaled "
                 f"rope type ({', '.join(map(repr, scaled))}) copies it in first; give it in each layer type's dict"
             )
-    partial = get(params, "partial_rotary_factor", default=type_partial or cfg.get("partial_rotary_factor"))
+    partial = get(params, "partial_rotary_factor", default=top if type_partial is None else type_partial)
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
     default = 1.0 if d.partial is None else d.partial
     partial = check_positive_float(
