@@ -5,9 +5,13 @@ RoPE, on ``(b, h, t, dh)`` q and k in the half (GPT-NeoX/Llama) layout, base 100
 * ``posenc RoPE (eager)``: ``RoPE.prepare(t)`` once outside the timed region (as a model does
   once per forward), ``state.encode_qk(q, k)`` timed;
 * ``posenc RoPE (compiled)``: ``torch.compile(fullgraph=True)`` of ``rope.encode_qk(q, k)``,
-  nothing prepared (the compiled rows of the CPU suite);
+  nothing prepared (the compiled rows of the CPU suite): the rows computed in the graph;
+* ``posenc RoPE (compiled, rows given)``: the compiled ``state.encode_qk(q, k)`` of a state
+  prepared outside, whose rows are inputs of the graph, as in a compiled model's layers;
 * ``transformers apply_rotary_pos_emb`` eager and compiled: cos/sin from ``LlamaRotaryEmbedding``
-  once, in the input dtype, apply timed;
+  once, in the input dtype, apply timed (the rows given);
+* ``transformers rotary + apply (compiled, rows inside)``: ``LlamaRotaryEmbedding`` and the apply
+  in one compiled function, the counterpart of posenc's compiled row;
 * ``Liger-Kernel liger_rotary_pos_emb`` (Triton) and flash-attn's ``apply_rotary_emb`` (Triton,
   on the ``(b, t, h, dh)`` view of q and k, as flash-attn's models call it) when installed.
 
@@ -107,21 +111,24 @@ def _compile(fn: Callable[..., Any], backend: str, **kwargs: Any) -> Callable[..
 # RoPE
 
 
-def _posenc_rope(compiled: bool) -> Callable[..., tuple[Apply, list[Tensor]]]:
+def _posenc_rope(compiled: str | None) -> Callable[..., tuple[Apply, list[Tensor]]]:
     def build(
         shape: Shape, dtype: torch.dtype, device: torch.device, backend: str
     ) -> tuple[Apply, list[Tensor]]:
         import posenc
 
         rope = posenc.RoPE(shape[-1], base=BASE).to(device)
-        if compiled:
+        if compiled == "rows inside":
             return _compile(lambda q, k: rope.encode_qk(q, k), backend, fullgraph=True), []
-        return rope.prepare(shape[-2], device=device).encode_qk, []
+        state = rope.prepare(shape[-2], device=device)
+        if compiled == "rows given":  # the prepared rows are inputs of the graph, as in a model's layers
+            return _compile(lambda q, k: state.encode_qk(q, k), backend, fullgraph=True), []
+        return state.encode_qk, []
 
     return build
 
 
-def _llama_cos_sin(shape: Shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+def _llama_rotary(shape: Shape, device: torch.device) -> Any:
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
@@ -133,16 +140,28 @@ def _llama_cos_sin(shape: Shape, dtype: torch.dtype, device: torch.device) -> tu
         max_position_embeddings=t,
         rope_parameters={"rope_type": "default", "rope_theta": BASE},
     )
-    rotary = LlamaRotaryEmbedding(config).to(device)
-    return rotary(torch.empty(0, dtype=dtype, device=device), torch.arange(t, device=device)[None])
+    return LlamaRotaryEmbedding(config).to(device)
 
 
-def _transformers_rope(compiled: bool) -> Callable[..., tuple[Apply, list[Tensor]]]:
+def _llama_cos_sin(shape: Shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    rotary = _llama_rotary(shape, device)
+    return rotary(torch.empty(0, dtype=dtype, device=device), torch.arange(shape[-2], device=device)[None])
+
+
+def _transformers_rope(compiled: str | None) -> Callable[..., tuple[Apply, list[Tensor]]]:
     def build(
         shape: Shape, dtype: torch.dtype, device: torch.device, backend: str
     ) -> tuple[Apply, list[Tensor]]:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+        if compiled == "rows inside":
+            rotary = _llama_rotary(shape, device)
+            positions = torch.arange(shape[-2], device=device)[None]
+
+            def rotate(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+                return apply_rotary_pos_emb(q, k, *rotary(q, positions))
+
+            return _compile(rotate, backend), []
         cos, sin = _llama_cos_sin(shape, dtype, device)
 
         def apply(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -187,12 +206,19 @@ def _flash_attn_rope(
 def rope_impls() -> list[Impl]:
     """The RoPE rows, the reference first."""
     return [
-        Impl("posenc RoPE (eager)", _posenc_rope(False), reference=True),
-        Impl("posenc RoPE (compiled)", _posenc_rope(True), compiled=True),
-        Impl("transformers apply_rotary_pos_emb (eager)", _transformers_rope(False), requires="transformers"),
+        Impl("posenc RoPE (eager)", _posenc_rope(None), reference=True),
+        Impl("posenc RoPE (compiled)", _posenc_rope("rows inside"), compiled=True),
+        Impl("posenc RoPE (compiled, rows given)", _posenc_rope("rows given"), compiled=True),
+        Impl("transformers apply_rotary_pos_emb (eager)", _transformers_rope(None), requires="transformers"),
         Impl(
             "transformers apply_rotary_pos_emb (compiled)",
-            _transformers_rope(True),
+            _transformers_rope("rows given"),
+            requires="transformers",
+            compiled=True,
+        ),
+        Impl(
+            "transformers rotary + apply (compiled, rows inside)",
+            _transformers_rope("rows inside"),
             requires="transformers",
             compiled=True,
         ),
