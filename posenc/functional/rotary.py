@@ -45,12 +45,10 @@ def rope_cos_sin(
     The angles are computed in ``inv_freq``'s dtype (pass float64 frequencies for exact
     angles at large positions) and the results rounded once to ``dtype``.
 
-    Traced on the CPU, they are two views of one ``(2, ...)`` tensor: inductor inlines a pointwise
-    producer into each consumer's loop, and the float64 cos/sin of the ``(t, r/2)`` angles were
-    recomputed for every head of q and of k, 3-7x slower than the rotation itself (single thread,
-    torch 2.13). There a stack is a buffer inductor computes once; on a GPU it lowers it to a
-    masked select that computes both cos and sin for every element, twice the trigonometry of
-    none (read in its generated code on an H200, torch 2.11), so elsewhere they stay apart.
+    Traced, they are two views of one ``(2, ...)`` tensor: inductor inlines a pointwise producer
+    into each consumer's loop, and the float64 cos/sin of the ``(t, r/2)`` angles were recomputed
+    for every head of q and of k, 3-7x slower than the rotation itself (single thread, torch
+    2.13). A stack is a buffer inductor computes once.
 
     Args:
         positions: ``(...)`` integer (or float) positions, e.g. ``(t,)`` or ``(b, t)``; with
@@ -71,7 +69,7 @@ def rope_cos_sin(
         cos, sin = cos * attention_scaling, sin * attention_scaling
     if dtype is not None:
         cos, sin = cos.to(dtype), sin.to(dtype)
-    if is_tracing() and angles.device.type == "cpu":
+    if is_tracing():
         cos, sin = torch.stack((cos, sin)).unbind(0)
     return cos, sin
 
@@ -99,11 +97,9 @@ def rotary_reference(
         x1, x2 = wide.chunk(2, dim=-1)
     else:
         x1, x2 = wide.unflatten(-1, (-1, 2)).unbind(-1)
-    # each half rounded before they are joined: compiled for a GPU, a join in float32 then a cast took
-    # a second kernel and a float32 copy of the output (H200, torch 2.11)
-    first, second = (x1 * cos - x2 * sin).to(x.dtype), (x2 * cos + x1 * sin).to(x.dtype)
+    first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     out = torch.cat((first, second), -1) if layout == "half" else torch.stack((first, second), -1).flatten(-2)
-    return _with_rest(out, x, offset)
+    return _with_rest(out.to(x.dtype), x, offset)
 
 
 def eager_rows(cos: Tensor, sin: Tensor, dtype: torch.dtype, layout: RopeLayout) -> tuple[Tensor, ...]:
