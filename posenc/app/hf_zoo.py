@@ -96,7 +96,17 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     "cohere_compass": {"text_config": {**TINY, **_COMPASS}},
     "esm": {"position_embedding_type": "rotary"},
     "zamba2": {"use_mem_rope": True},
-    "granitemoehybrid": {"position_embedding_type": "rope"},
+    "granitemoehybrid": {
+        "position_embedding_type": "rope",
+        "layer_types": ["linear_attention", "full_attention"],
+    },
+    # (hybrids whose two tiny layers would both be recurrent, which rotate nothing: an attention layer second)
+    **{
+        hybrid: {"layer_types": ["linear_attention", "full_attention"]}
+        for hybrid in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text", "bailing_hybrid")
+    },
+    "bamba": {"attn_layer_indices": [1]},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "sarvam_moe": {"partial_rotary_factor": 0.5},  # (GLM-4 MoE's code, which reads it)
     # (Mellum's code reads the factor of each layer type's dict alone, and its class copies none in)
     "mellum": {"partial_rotary_factor": 0.5},
@@ -116,6 +126,10 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
 #: Models whose rotary module takes a rope kind of its own instead of the layer type (DeepSeek V4's
 #: attention: "main" on its sliding layers, "compress" on the others): the kind of each layer type.
 ROPE_KIND: dict[str, Any] = {"deepseek_v4": lambda t: "main" if t == "sliding_attention" else "compress"}
+#: A hybrid's layer types with no attention to rotate (transformers' recurrent layers; LFM3's convolutions): its
+#: rotary module serves them rows that its code never applies; tests/hf/test_layers.py runs the models to check
+#: that posenc gives NoPE exactly where they rotate nothing.
+UNROTATED_TYPES = ("linear_attention", "conv")
 T = 6
 POSITIONS = {
     "default": torch.arange(T)[None].repeat(2, 1),
@@ -308,6 +322,7 @@ def _references(module: Any, text: Any, rotary: Any) -> tuple:
     head and the model's rotation of them."""
     takes_type = "layer_type" in inspect.signature(rotary.forward).parameters
     types = list(dict.fromkeys(getattr(text, "layer_types", None) or [None])) if takes_type else [None]
+    types = [t for t in types if t not in UNROTATED_TYPES]
     params = getattr(text, "rope_parameters", None) or {}
     kind = ROPE_KIND.get(getattr(text, "model_type", ""), lambda t: t)
     if any(isinstance(v, dict) for v in params.values()):  # per layer type: the types with a RoPE dict

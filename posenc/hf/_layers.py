@@ -22,6 +22,9 @@ from ._speech import SPEECH_MODEL_TYPES
 
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+#: Layer types whose blocks read no positions: transformers' recurrent layers (Mamba, gated DeltaNet, MiniMax's
+#: lightning attention; ``"mamba"`` is the legacy name), LFM's convolutions, Nemotron-H's MLP and MoE blocks.
+NO_POSITION_TYPES = frozenset({"linear_attention", "mamba", "conv", "mlp", "moe"})
 
 Layers = list[PositionalEncoding]
 
@@ -40,8 +43,21 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
 
 
 def layer_types(cfg: Config, model_type: str) -> list[str] | None:
-    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else ``None``."""
+    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else those a hybrid's config class
+    reads from its ``config.json`` (Zamba's ``layers_block_type``, RecurrentGemma's ``block_types`` in turn,
+    Bamba's ``attn_layer_indices``), else ``None``."""
+    if cfg.get("layer_types") is None and cfg.get("layers_block_type") is not None:
+        cfg = {**cfg, "layer_types": cfg["layers_block_type"]}
     if cfg.get("layer_types") is None:
+        if isinstance(blocks := cfg.get("block_types"), list) and blocks:  # RecurrentGemma: local attention
+            n = required_count(cfg, model_type)
+            return ["linear_attention" if b == "recurrent" else "sliding_attention" for b in (blocks * n)[:n]]
+        if "attn_layer_indices" in cfg:  # Bamba: attention at these layers, Mamba in the others
+            attention = cfg["attn_layer_indices"] or ()
+            return [
+                "full_attention" if i in attention else "linear_attention"
+                for i in range(required_count(cfg, model_type))
+            ]
         return None
     types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
     for i, name in enumerate(types):

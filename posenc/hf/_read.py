@@ -27,6 +27,7 @@ ALIASES = {
     "head_dim": ("kv_channels",),
     "rope_theta": ("rotary_emb_base",),
     "partial_rotary_factor": ("rotary_pct",),
+    "sliding_window": ("attention_window_size",),  # RecurrentGemma's local attention
 }
 
 
@@ -125,6 +126,12 @@ def config_dict(config: Any) -> dict[str, Any]:
         # encoder_layers): to_dict() leaves them out
         aliases = getattr(config, "attribute_map", None) or {}
         cfg = {**{k: as_dict[v] for k, v in aliases.items() if v in as_dict}, **as_dict}
+        # ... nor a list its class derives (Bamba's, RecurrentGemma's layer types: layers_block_type)
+        cfg |= {
+            k: list(value)
+            for k in aliases
+            if k not in cfg and isinstance(value := getattr(config, k, None), (list, tuple))
+        }
     else:
         raise TypeError(
             "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "

@@ -20,7 +20,8 @@ from typing import Any, Literal
 import torch
 
 from ..base import PositionalEncoding
-from ._layers import layer_count, required_count, sliding_windows
+from ..encodings import NoPE
+from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count, sliding_windows
 from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import as_class, by_rule
 from ._speech import SPEECH_MODEL_TYPES, speech
@@ -198,6 +199,9 @@ def layer_encodings(
     * Llama 4: :class:`~posenc.QueryTemperature` (or :class:`~posenc.NoPE` without
       ``attn_temperature_tuning``) where ``no_rope_layers`` is 0; SmolLM3: NoPE there; Cohere 2:
       NoPE on its full (global) layers.
+    * Hybrids: :class:`~posenc.NoPE` on the layers that hold no attention to rotate (layer types
+      ``"linear_attention"``: Mamba, gated DeltaNet, MiniMax's lightning attention; ``"conv"``: LFM's
+      convolutions; Nemotron-H's ``"mlp"`` / ``"moe"``), though their rotary module serves every layer.
     * Sliding windows are not encodings: :func:`layer_windows` gives them.
 
     Args:
@@ -216,12 +220,16 @@ def layer_encodings(
         ValueError: as :func:`from_hf_config`; also a config without ``num_hidden_layers``.
     """
     built, cfg, model_type = _layers(config, causal, stack)
-    if isinstance(built, list):
-        return built
-    n = _stack_count(cfg, model_type, stack)
-    if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
-        return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]  # with its own tables
-    return [built] * n
+    if not isinstance(built, list):
+        n = _stack_count(cfg, model_type, stack)
+        if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
+            return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]  # with its own tables
+        built = [built] * n
+    types = layer_types(cfg, model_type) if model_type not in SPEECH_MODEL_TYPES else None
+    if types is not None and NO_POSITION_TYPES.intersection(types):  # a hybrid's recurrent or conv layers
+        nope = NoPE()
+        built = [nope if kind in NO_POSITION_TYPES else e for e, kind in zip(built, types, strict=True)]
+    return built
 
 
 def layer_windows(

@@ -682,10 +682,11 @@ def test_zamba2_rotates_only_with_use_mem_rope() -> None:
     q_ref, k_ref = zamba2.apply_rotary_pos_emb(q, k, cos, sin)
     raw = {k: v for k, v in config.to_dict().items() if k != "attention_head_dim"}  # (read from the sizes)
     for form in (config, config.to_dict(), raw):
-        rope = from_hf_config(form)
-        assert (
-            isinstance(rope, RoPE) and rope.head_dim == 32 and len(set(map(id, layer_encodings(form)))) == 1
-        )
+        rope, layers = from_hf_config(form), layer_encodings(form)
+        assert isinstance(rope, RoPE) and rope.head_dim == 32
+        # one RoPE for its hybrid layers (the shared attention), NoPE for its Mamba layers
+        hybrid = [kind == "hybrid" for kind in config.layer_types]
+        assert [isinstance(e, RoPE) for e in layers] == hybrid and len({id(e) for e in layers}) == 2
         q_ours, k_ours = rope.encode_qk(q, k, q_positions=positions, k_positions=positions)
         torch.testing.assert_close((q_ours, k_ours), (q_ref, k_ref), atol=ATOL, rtol=1e-5)
     # use_long_context: its class sets max_position_embeddings to 16384 (the base stays rope_theta)
@@ -714,10 +715,7 @@ def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> s
 
     monkeypatch.setattr(module, "apply_rotary_pos_emb", recorded)
     for i, layer in enumerate(model.layers):
-        # (Mllama's cross-attention layers; none in LARA Mini's linear-attention ones)
-        attention = getattr(layer, "self_attn", None) or getattr(layer, "cross_attn", None)
-        if attention is not None:
-            attention.register_forward_pre_hook(lambda *_, i=i: current.append(i))
+        layer.register_forward_pre_hook(lambda *_, i=i: current.append(i))
     with torch.no_grad():
         # (Mllama's cross-attention layers run only with image states: one image token's)
         image = (
@@ -742,6 +740,14 @@ def _layers_the_model_rotates(config: Any, monkeypatch: pytest.MonkeyPatch) -> s
         ("flint", {}),  # its sliding layers, as Cohere 2
         ("lara_mini", {}),  # only its sliding layers
         ("cohere2", {}),  # (by table) its sliding layers
+        # hybrids: not their recurrent layers (MiniMax's lightning attention, gated DeltaNet, RG-LRU) or
+        # convolutions; RecurrentGemma's and Bamba's classes derive their layer types (to_dict() leaves them out)
+        ("minimax", {}),
+        ("qwen3_next", {}),
+        ("olmo_hybrid", {"pad_token_id": 0}),
+        ("lfm3", {"pad_token_id": 0}),
+        ("recurrent_gemma", {}),
+        ("bamba", {"attn_layer_indices": [1, 4], "mamba_n_heads": 8, "mamba_d_head": 8}),
     ],
 )
 def test_models_that_rotate_some_layers_get_nope_in_the_others(

@@ -83,7 +83,7 @@ _INTERLEAVE = {"rope_interleave": True}
 def test_fields_are_read_only_where_the_models_code_reads_them(monkeypatch, model_type, field, reads_it):
     # Llama's code (and that of most models) rotates whole heads in halves whatever partial_rotary_factor and
     # rope_interleave say: following them there would be a silent wrong result, so posenc refuses them
-    monkeypatch.setitem(ROTARY_VARIANT, model_type, field)
+    monkeypatch.setitem(ROTARY_VARIANT, model_type, {**ROTARY_VARIANT.get(model_type, {}), **field})
     outcome, detail = survey([model_type])[model_type]
     if reads_it:
         assert outcome == "matched", detail
