@@ -225,11 +225,18 @@ def layer_encodings(
         if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
             return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]  # with its own tables
         built = [built] * n
+    return _no_position_layers(built, cfg, model_type)
+
+
+def _no_position_layers(
+    built: list[PositionalEncoding], cfg: dict, model_type: str
+) -> list[PositionalEncoding]:
+    """``built`` (one encoding per layer) with :class:`~posenc.NoPE` on a hybrid's layers that hold no attention."""
     types = layer_types(cfg, model_type) if model_type not in SPEECH_MODEL_TYPES else None
-    if types is not None and NO_POSITION_TYPES.intersection(types):  # a hybrid's recurrent or conv layers
-        nope = NoPE()
-        built = [nope if kind in NO_POSITION_TYPES else e for e, kind in zip(built, types, strict=True)]
-    return built
+    if types is None or not NO_POSITION_TYPES.intersection(types):
+        return built
+    nope = NoPE()
+    return [nope if kind in NO_POSITION_TYPES else e for e, kind in zip(built, types, strict=True)]
 
 
 def layer_windows(
@@ -342,7 +349,9 @@ def from_hf_config(
         if layer < 0 or (n is not None and layer >= n):
             count = f"it has {n} layers (0..{n - 1})" if n is not None else "layers count from 0"
             raise ValueError(f"layer={layer} is outside the {model_type} model: {count}")
-        return built[layer] if isinstance(built, list) else built
+        if n is None:  # (no layer count: no layer types either)
+            return built[layer] if isinstance(built, list) else built
+        return _no_position_layers(built if isinstance(built, list) else [built] * n, cfg, model_type)[layer]
     if isinstance(built, list):
         distinct = list(dict.fromkeys(built))
         if len(distinct) > 1:

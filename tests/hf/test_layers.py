@@ -766,6 +766,7 @@ def test_models_that_rotate_some_layers_get_nope_in_the_others(
     bare = {k: v for k, v in config.to_dict().items() if k != "sliding_window" or not default}
     for form in (config, config.to_dict(), bare):
         assert {i for i, e in enumerate(layer_encodings(form)) if isinstance(e, RoPE)} == expected, form
+        assert {i for i in range(6) if isinstance(from_hf_config(form, layer=i), RoPE)} == expected, form
         assert layer_windows(form) == layer_windows(config), form  # (the window the bare dict leaves out too)
 
 
