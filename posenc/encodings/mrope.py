@@ -15,7 +15,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int
 from ..functional.axial import mrope_axes
 from ..functional.rope_freqs import RopeParameters
-from ..functional.rope_scaling import resolve_rope_scaling
+from ..functional.rope_scaling import resolve_rope_scaling, rope_type_of
 from .axial import _AxisRotary
 
 __all__ = ["MRoPE"]
@@ -115,7 +115,7 @@ class MRoPE(_AxisRotary):
                     f"scaling['mrope_interleaved']={flag!r} conflicts with interleaved={interleaved!r}; "
                     f"pass interleaved={bool(flag)!r} for the sections the dict describes"
                 )
-            legacy = rest.get("rope_type", rest.get("type")) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
+            legacy = rope_type_of(rest) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
             dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
             rest = {k: v for k, v in rest.items() if k not in dropped}
         self.params: RopeParameters = resolve_rope_scaling(

@@ -182,6 +182,11 @@ def _read_type(
     return _CLASSES[kind](**fields, **common)
 
 
+def rope_type_of(params: Mapping[str, Any]) -> Any:
+    """The rope type a Hugging Face dict names: ``rope_type``, else the legacy ``type``, else ``"default"``."""
+    return params.get("rope_type", params.get("type", "default"))
+
+
 def resolve_rope_scaling(
     scaling: Mapping[str, Any] | None,
     *,
@@ -239,7 +244,7 @@ def resolve_rope_scaling(
         )
     scaling = dict(scaling or {})
 
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    rope_type = rope_type_of(scaling)
     if "rope_type" in scaling and "type" in scaling and scaling["type"] != scaling["rope_type"]:
         raise ValueError(
             f"scaling gives both rope_type={scaling['rope_type']!r} and type={scaling['type']!r}; give one of them"

@@ -16,6 +16,7 @@ from .._checks import check_bool, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
+from ..functional.rope_scaling import rope_type_of
 from ._read import Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 from ._speech import SPEECH_MODEL_TYPES
@@ -46,9 +47,8 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
     """The config's ``layer_types`` (checked against ``num_hidden_layers``), else those a hybrid's config class
     reads from its ``config.json`` (Zamba's ``layers_block_type``, RecurrentGemma's ``block_types`` in turn,
     Bamba's ``attn_layer_indices``), else ``None``."""
-    if cfg.get("layer_types") is None and cfg.get("layers_block_type") is not None:
-        cfg = {**cfg, "layer_types": cfg["layers_block_type"]}
-    if cfg.get("layer_types") is None:
+    key = next((k for k in ("layer_types", "layers_block_type") if cfg.get(k) is not None), None)
+    if key is None:
         if isinstance(blocks := cfg.get("block_types"), list) and blocks:  # RecurrentGemma: local attention
             n = required_count(cfg, model_type)
             return ["linear_attention" if b == "recurrent" else "sliding_attention" for b in (blocks * n)[:n]]
@@ -59,10 +59,10 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
                 for i in range(required_count(cfg, model_type))
             ]
         return None
-    types = per_layer(cfg, model_type, "layer_types", "str", "one layer type")
+    types = per_layer(cfg, model_type, key, "str", "one layer type")
     for i, name in enumerate(types):
         if not isinstance(name, str):
-            raise TypeError(f"{model_type} config: layer_types[{i}] must be a str, got {name!r}")
+            raise TypeError(f"{model_type} config: {key}[{i}] must be a str, got {name!r}")
     return types
 
 
@@ -444,7 +444,7 @@ def deepseek_v4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
             partial = positive_int(cfg, model_type, "qk_rope_head_dim") / head_dim
         common = {"partial_rotary_factor": d.partial if partial is None else partial}
         flat = {k: v for k, v in raw.items() if k != "rope_theta"}  # (the flat dict's own base is not read)
-        kind = flat.get("rope_type", flat.get("type", "default"))
+        kind = rope_type_of(flat)
         compress = {**flat, "rope_type": kind, "rope_theta": get(cfg, "compress_rope_theta", default=1.6e5)}
         raw = {
             "main": {"rope_type": "default", "rope_theta": get(cfg, "rope_theta", default=1e4), **common},

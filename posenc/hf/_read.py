@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._checks import check_positive_int
+from ..functional.rope_scaling import rope_type_of
 
 if TYPE_CHECKING:
     from ..base import PositionalEncoding
@@ -175,11 +176,7 @@ def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise TypeError(f"{model_type} config: rope_parameters must be a dict, got {type(raw).__name__}")
     flat = not any(isinstance(value, Mapping) for value in raw.values())
-    if (
-        flat
-        and raw.get("rope_type", raw.get("type", "default")) == "default"
-        and cfg.get("default_rope_type")
-    ):
+    if flat and rope_type_of(raw) == "default" and cfg.get("default_rope_type"):
         return {**raw, "rope_type": cfg["default_rope_type"]}
     return raw
 

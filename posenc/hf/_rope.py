@@ -9,7 +9,7 @@ from typing import Any, Literal
 from .._checks import check_bool, check_int, check_positive_float, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import AxialRoPE, MRoPE, RoPE
-from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads
+from ..functional.rope_scaling import _ORIGINAL, _TYPE_KEYS, ROPE_TYPES, _reads, rope_type_of
 from ._read import Config, Convert, get, key_of, positive_int, rope_dict
 
 # model types whose code turns rope_type "dynamic" with an `alpha` into a static NTK base ("ntk_alpha")
@@ -72,7 +72,7 @@ def rope_parameters(
             f"for model_type {model_type!r}, which is not in its table"
         )
     base = check_positive_float(f"{model_type} config: {theta_key}", base)
-    rope_type = params.get("rope_type", params.get("type", "default"))
+    rope_type = rope_type_of(params)
     rope_type = dict(d.renamed_types).get(rope_type, rope_type)
     ntk_alpha = rope_type == "dynamic" and bool(params.get("alpha")) and model_type in _NTK_ALPHA
     if ntk_alpha:
@@ -107,7 +107,7 @@ def rope_parameters(
         scaled = sorted(
             name
             for name, one in rope_dict(cfg, model_type).items()
-            if isinstance(one, Mapping) and one.get("rope_type", one.get("type", "default")) != "default"
+            if isinstance(one, Mapping) and rope_type_of(one) != "default"
         )
         if rope_type != "default":
             type_partial = 1.0 if top is None else top
@@ -269,7 +269,7 @@ def mistral4(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     rotated = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
     params = dict(rope_dict(cfg, model_type) or _MISTRAL4_ROPE)
     factor = params.setdefault("partial_rotary_factor", rotated / (nope + rotated))  # (as its class does)
-    if params.get("rope_type", params.get("type", "default")) == "default" and nope:
+    if rope_type_of(params) == "default" and nope:
         raise ValueError(  # (its default frequencies span the whole head, which fail on the rope slice)
             f"{model_type} config: rope_type 'default' with qk_nope_head_dim={nope}: its code computes default "
             "frequencies for the whole head, which do not fit its qk_rope_head_dim rotated channels"
@@ -435,7 +435,7 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
         params = {
             k: v for k, v in raw.items() if k not in ("mrope_section", "mrope_interleaved", "interleaved")
         }
-        if params.get("rope_type", params.get("type")) == "mrope":
+        if rope_type_of(params) == "mrope":
             params = {k: v for k, v in params.items() if k != "type"} | {"rope_type": "default"}
         section = get(raw, "mrope_section", default=default_section)
         if not isinstance(section, (list, tuple)):
