@@ -497,7 +497,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                config = config_class(**TINY, **fit)
+                config = config_class(**{**TINY, **fit})  # (a variant overrides the tiny sizes)
             except Exception:  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types)
                 config = config_class(**fit)  # its defaults
         text = config.get_text_config()

@@ -224,7 +224,7 @@ _LEARNED: dict[str, _Table] = {
 #: Model types whose transformers 5 code always adds the absolute table and nothing else, so that a 5.x config
 #: object says nothing about positions: BERT's kin (their config class dropped ``position_embedding_type``)
 #: and every :data:`_LEARNED` model outside BERT's family (whose config never had it).
-_ABSOLUTE_ONLY = frozenset(
+ABSOLUTE_ONLY = frozenset(
     "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert "
     "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model "
     # document and vision-language models (what they embed of boxes and image regions is the layout or the
@@ -240,7 +240,7 @@ _RELATIVE_TOO = {"layoutlmv3": "has_relative_attention_bias"}
 def absolute_table(cfg: Config, model_type: str) -> bool:
     """Whether ``cfg`` describes a BERT-like learned table (by its field, or by its model type in 5.x)."""
     return cfg.get("position_embedding_type") is not None or (
-        model_type in _ABSOLUTE_ONLY and cfg.get("rope_theta") is None and cfg.get("rope_parameters") is None
+        model_type in ABSOLUTE_ONLY and cfg.get("rope_theta") is None and cfg.get("rope_parameters") is None
     )
 
 

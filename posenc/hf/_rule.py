@@ -15,6 +15,7 @@ without a switch (:data:`_SWITCH`): NoPE where they do not.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from typing import Any, Literal
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, QueryTemperature
-from ._bias import absolute_table, learned_by_field
+from ._bias import ABSOLUTE_ONLY, absolute_table, learned_by_field
 from ._layers import (
     layer_head_dims,
     layer_types,
@@ -36,7 +37,10 @@ from ._read import Config, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
 from ._table import SUPPORTED_MODEL_TYPES
 
-__all__ = ["as_class", "by_rule"]
+__all__ = ["as_class", "by_rule", "refuse_undeclared_rope"]
+
+#: The keys transformers 5 reads RoPE from (a config class declares those its model's code reads)
+ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta")
 
 # Models whose code departs from the fields, by model_type: the reason, one line each.
 #: interleaved pairs (``x[..., ::2]``, ``x[..., 1::2]``) where transformers' shared code splits halves
@@ -227,6 +231,28 @@ def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     return cfg
 
 
+def refuse_undeclared_rope(config: Any, model_type: str) -> None:
+    """Refuse the RoPE keys of a transformers config object whose class declares none of them: stray keywords
+    kept as attributes (a vision or audio tower's, a BERT-like's), which its model's code never reads, so that a
+    RoPE built from them would rotate a model that does not. (A class that declares one gets the others from
+    transformers' own standardisation: ``rope_theta`` -> ``rope_parameters``.) A class outside
+    ``transformers.models`` (remote code) may read any key: not checked.
+
+    Raises:
+        ValueError: naming the keys and the class.
+    """
+    ours = [c for c in type(config).__mro__ if c.__module__.startswith("transformers.models.")]
+    if type(config) not in ours:
+        return
+    declared = {name for c in ours for name in (*vars(c), *inspect.get_annotations(c))}
+    stray = [key for key in ROPE_KEYS if vars(config).get(key) is not None]
+    if stray and not declared.intersection(ROPE_KEYS):
+        raise ValueError(
+            f"{model_type} config: {', '.join(map(repr, stray))} is not a field of {type(config).__name__}, so "
+            f"transformers' {model_type} code does not read it; accepted: the config without it"
+        )
+
+
 def by_rule(
     cfg: Config, model_type: str, causal: bool | None
 ) -> PositionalEncoding | list[PositionalEncoding]:
@@ -285,7 +311,13 @@ def by_rule(
             value = check_bool(f"{model_type} config: {switch}", False if value is None else value)
         if value != on:
             return NoPE()
-    has_rope = get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is not None
+    has_rope = get(cfg, *ROPE_KEYS) is not None
+    if has_rope and model_type in ABSOLUTE_ONLY:
+        given = [key for key in ROPE_KEYS if cfg.get(key) is not None]
+        raise ValueError(
+            f"{model_type} config: {', '.join(map(repr, given))} given, but transformers' {model_type} adds a "
+            "learned position table and reads no RoPE field; accepted: none of " + ", ".join(ROPE_KEYS)
+        )
     kind = cfg.get("position_embedding_type")
     if has_rope and kind not in (None, "rope", "rotary") and switch != "position_embedding_type":
         # ESM's code alone reads it beside its rope_theta (which its config carries whatever the field says):
@@ -302,13 +334,11 @@ def by_rule(
             f"{model_type} is not among the models whose code reads it there (ESM's); "
             "accepted: 'rope', 'rotary' or absent"
         )
-    if family == "esm":  # (its config class has no rope_parameters: its rotary reads rope_theta alone)
-        params = rope_dict(cfg, model_type)
-        if set(params) - {"rope_type", "rope_theta"} or params.get("rope_type", "default") != "default":
-            raise ValueError(
-                f"{model_type} config: ESM's code computes the default frequencies from rope_theta alone, but "
-                f"rope_parameters holds {dict(params)!r}; accepted: rope_theta only"
-            )
+    if family == "esm" and (params := rope_dict(cfg, model_type)):
+        raise ValueError(  # (its config class has no rope_parameters: its rotary reads rope_theta alone)
+            f"{model_type} config: ESM's code computes the default frequencies from rope_theta alone, but "
+            f"rope_parameters holds {dict(params)!r}; accepted: rope_theta, and no rope_parameters"
+        )
     if not has_rope:
         if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
             return learned_by_field(cfg, model_type, causal)

@@ -23,7 +23,7 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count, sliding_windows
 from ._read import Convert, class_defaults, config_dict, get, positive_int
-from ._rule import as_class, by_rule
+from ._rule import as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
@@ -91,6 +91,8 @@ def _resolve(config: Any) -> list[_Stack]:
     if model_type in _CONVERTERS:
         return [(None, cfg, model_type, _CONVERTERS[model_type][0], config)]
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short
+    if not isinstance(config, Mapping):
+        refuse_undeclared_rope(config, model_type)
     return [(None, as_class(cfg, model_type), model_type, by_rule, config)]
 
 
@@ -325,7 +327,8 @@ def from_hf_config(
     Raises:
         ValueError: a ``model_type`` outside the table whose config falls short of the
             standardized fields (the message names the field), an unsupported ``rope_type`` or a
-            ``rope_parameters`` key it does not read, layers that differ without ``layer=``, ``layer`` outside
+            ``rope_parameters`` key it does not read, a RoPE key on a config object whose transformers class
+            has none (its model's code does not read it; a ``config.json`` dict is read as given), layers that differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
             sizes that do not fit, an encoder-decoder config whose stacks differ (the message names the
             sub-configs to pass instead), or ``stack`` missing where the stacks differ, or not one the model has.

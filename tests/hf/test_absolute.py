@@ -40,7 +40,7 @@ import torch
 
 import posenc
 from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config, from_hf_model
-from posenc.hf._bias import _ABSOLUTE_ONLY, _LEARNED
+from posenc.hf._bias import _LEARNED, ABSOLUTE_ONLY
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES  # noqa: E402
@@ -443,7 +443,7 @@ def test_trocrs_sinusoidal_table_matches_its_own(monkeypatch: pytest.MonkeyPatch
     assert outcome == "matched" and "Sinusoidal(" in detail and "positions from the padding" in detail, detail
 
 
-@pytest.mark.parametrize("model_type", sorted(_ABSOLUTE_ONLY))
+@pytest.mark.parametrize("model_type", sorted(ABSOLUTE_ONLY))
 def test_absolute_only_types_convert_from_the_installed_config_object(model_type: str) -> None:
     """transformers 5 dropped ``position_embedding_type`` from these config classes (their code always adds
     the absolute table): the config object as it is converts to the same rows."""

@@ -2190,3 +2190,58 @@ def test_esm_reads_its_position_embedding_type_not_its_rope_theta():
     assert isinstance(learned, posenc.Learned) and learned.offset == 2
     rope = from_hf_config(transformers.EsmConfig(**sizes, position_embedding_type="rotary"))
     assert isinstance(rope, posenc.RoPE) and rope.head_dim == 32
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    "model_type", ["moshi_depth", "hy_v4_vl_vision", "qwen3_omni_moe_audio_encoder", "roberta", "mamba2"]
+)
+@pytest.mark.parametrize("key", ["rope_theta", "rope_parameters"])
+def test_a_rope_key_its_config_class_does_not_have_is_refused(model_type, key):
+    """A RoPE key kept on a config object whose class has none (a tower, an audio encoder, a BERT-like, a
+    state-space model) is one its model's code never reads: refused by name, not read as the model's RoPE."""
+    value = 5.0 if key == "rope_theta" else {"rope_type": "default", "rope_theta": 5.0}
+    config = transformers.AutoConfig.for_model(model_type, **{key: value})
+    with pytest.raises(ValueError, match=rf"'{key}' is not a field of {type(config).__name__}"):
+        from_hf_config(config)
+
+
+@requires_transformers
+def test_a_config_class_of_its_own_may_read_any_rope_key():
+    """Remote code (a class outside transformers.models, even one built on a transformers class) may read a
+    key its class does not declare: converted by rule, as a config.json dict is."""
+
+    class RemoteConfig(transformers.MoshiDepthConfig):
+        pass
+
+    config = RemoteConfig(rope_theta=5.0)
+    assert repr(from_hf_config(config)) == repr(from_hf_config(config.to_dict()))
+    assert from_hf_config(config).base == 5.0
+
+
+@requires_transformers
+@pytest.mark.parametrize("key", ["rope_theta", "rope_parameters"])
+def test_a_bert_like_config_json_with_a_rope_key_is_refused(key):
+    """BERT's kin always add their learned table in transformers 5: a RoPE key in their config.json is not theirs."""
+    config = transformers.AutoConfig.for_model("roberta").to_dict()
+    value = 5.0 if key == "rope_theta" else {"rope_type": "default", "rope_theta": 5.0}
+    with pytest.raises(ValueError, match=rf"'{key}' given, but transformers' roberta adds a learned"):
+        from_hf_config({**config, key: value})
+
+
+@requires_transformers
+def test_esm_refuses_a_rope_parameters_dict_its_code_does_not_read():
+    """ESM's rotary reads rope_theta alone; a rope_parameters beside it (object or dict) would be read for it."""
+    sizes = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "pad_token_id": 1,
+        "position_embedding_type": "rotary",
+    }
+    config = transformers.EsmConfig(**sizes, rope_parameters={"rope_type": "default", "rope_theta": 5.0})
+    for form in (config, config.to_dict()):
+        with pytest.raises(
+            ValueError, match="ESM's code computes the default frequencies from rope_theta alone"
+        ):
+            from_hf_config(form)
+    assert from_hf_config(transformers.EsmConfig(**sizes, rope_theta=5.0)).base == 5.0

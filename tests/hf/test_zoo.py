@@ -177,20 +177,54 @@ def test_a_deepseek_v4_rope_dict_without_its_partial_factor_is_refused():
 
 def _with(variant: dict, field: dict) -> dict:
     """A model type's tiny-config variant with ``field`` added (``rope_parameters``: merged into each dict)."""
-    if "rope_parameters" not in field:
-        return {**variant, **field}
-    extra, old = field["rope_parameters"], variant.get("rope_parameters")
-    if isinstance(old, dict) and any(isinstance(v, dict) for v in old.values()):  # one dict per layer type
-        return {**variant, "rope_parameters": {k: v if v is None else {**v, **extra} for k, v in old.items()}}
-    return {**variant, "rope_parameters": {**(old or {}), **extra}}
+    extra, old = field.get("rope_parameters"), variant.get("rope_parameters")
+    if extra is None:
+        merged = old
+    elif isinstance(old, dict) and any(isinstance(v, dict) for v in old.values()):  # one dict per layer type
+        merged = {k: v if v is None else {**v, **extra} for k, v in old.items()}
+    else:
+        merged = {**(old or {}), **extra}
+    return {**variant, **field} | ({} if merged is None else {"rope_parameters": merged})
+
+
+#: Each scaling type, and a rope_theta in every config: the towers and encoders whose class has no RoPE field
+#: do not read it (a config object says so: refused). Not "dynamic": the survey rotates its cases with one
+#: rotary module, whose frequencies transformers keeps from the longest case before (stateful, as RoPE's
+#: docstring says); test_configs compares it with a fresh module below and past max_position_embeddings.
+_SCALED = {
+    "linear": {"rope_parameters": {"rope_type": "linear", "factor": 2.0}},
+    "yarn": {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "beta_fast": 16.0,
+            "attention_factor": 0.8,
+        }
+    },
+    "llama3": {
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        }
+    },
+    "rope_theta": {"rope_parameters": {"rope_theta": 12345.0}},
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("field", [_PARTIAL, _INTERLEAVE], ids=["partial_rotary_factor", "rope_interleave"])
+@pytest.mark.parametrize(
+    "field",
+    [_PARTIAL, _INTERLEAVE, *_SCALED.values()],
+    ids=["partial_rotary_factor", "rope_interleave", *_SCALED],
+)
 def test_no_model_type_differs_when_its_config_carries_a_field_its_code_may_ignore(
     monkeypatch, field
 ) -> None:
-    """The whole zoo with the field in every tiny config (about 1.5 min each, -m slow): posenc follows it
+    """The whole zoo with the field in every tiny config (0.5-1.5 min each, -m slow): posenc follows it
     where the model's code reads it and refuses it elsewhere, never a rotation the model does not do."""
     for model_type in CONFIG_MAPPING:
         monkeypatch.setitem(ROTARY_VARIANT, model_type, _with(ROTARY_VARIANT.get(model_type, {}), field))
@@ -227,7 +261,7 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
         fit = {k: v for k, v in FIT.items() if hasattr(cls, k)}
         try:
             try:
-                config = cls(**TINY, **fit)
+                config = cls(**{**TINY, **fit})
             except Exception:
                 config = cls(**fit)
             with torch.device("meta"):
