@@ -271,9 +271,14 @@ def by_rule(
         raise ValueError(f"model_type {model_type!r} is not supported: {_REFUSED[family]}")
     if axial:
         return vision_axial(cfg, model_type, **_VISION.get(family, {}))
-    if cfg.get("patch_size") is not None and cfg.get("image_size") is not None:
+    # (an image's size in pixels or patches beside patch_size: a vision tower; a byte-patching text model, BLT's
+    # or NeoMMe's, has patch_size alone)
+    grid = [
+        key for key in ("image_size", "max_image_size", "num_patches", "spatial_merge_size") if key in cfg
+    ]
+    if cfg.get("patch_size") is not None and any(cfg[key] is not None for key in grid):
         raise ValueError(
-            f"model_type {model_type!r} is not supported by rule: its config has patch_size and image_size, a vision "
+            f"model_type {model_type!r} is not supported by rule: its config has patch_size and {grid[0]}, a vision "
             "model, whose rotary works on a grid of patches (2D) that the standardized fields do not describe; "
             "build posenc.AxialRoPE for it"
         )

@@ -2245,3 +2245,15 @@ def test_esm_refuses_a_rope_parameters_dict_its_code_does_not_read():
         ):
             from_hf_config(form)
     assert from_hf_config(transformers.EsmConfig(**sizes, rope_theta=5.0)).base == 5.0
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("model_type", "key"), [("hy_v4_vl_vision", "max_image_size"), ("cosmos3_edge_vision", "num_patches")]
+)
+def test_a_vision_tower_config_json_with_a_rope_key_is_refused_by_its_image_size(model_type, key):
+    """A vision tower's config.json says its image size another way than image_size: still a vision tower, whose
+    code builds no 1D RoPE from a rope_theta it carries."""
+    config = transformers.AutoConfig.for_model(model_type).to_dict()
+    with pytest.raises(ValueError, match=f"patch_size and {key}, a vision model"):
+        from_hf_config({**config, "rope_theta": 5.0})
