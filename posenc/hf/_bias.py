@@ -115,6 +115,12 @@ def _sinusoidal(
                 f"{model_type} config: {key_of(cfg, 'hidden_size')} must be even for a sin/cos table, got {d_model}"
             )
         start = _after_pad(cfg, model_type, default=pad) if offset is None else offset
+        if offset and _after_pad(cfg, model_type, default=pad) - 1 >= offset:
+            raise ValueError(  # (XGLM: row pad_token_id of its table is zeros, and its positions start at row 2)
+                f"{model_type} config: pad_token_id={cfg.get('pad_token_id')} zeroes the row its code reads at "
+                f"position pad_token_id - {offset}, which posenc's sinusoid does not; accepted: a pad_token_id "
+                f"below {offset} (its checkpoints' 1)"
+            )
         max_len = get(cfg, *length, default=default_length)
         return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
 
@@ -139,6 +145,8 @@ class _Table(NamedTuple):
     #: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens from row ``pad_token_id + 1``,
     #: counted in the positions) or a fixed number of leading rows kept beyond them (OPT's kin, MRA: 2)
     offset: str | int = 0
+    #: the padding index a ``"pad"`` table numbers from, where its code fixes it (MPNet's 1): else ``pad_token_id``
+    pad: int | None = None
     #: the config class's defaults of width and length, for a ``config.json`` that leaves them out
     default: tuple[int | None, int | None] = (None, None)
     #: the module holding the table (its state_dict key before ``weight``), and the stacks that have one
@@ -173,13 +181,16 @@ def learned_stack(length: str, default: tuple[int, int]) -> Convert:
 _LEARNED: dict[str, _Table] = {
     **dict.fromkeys(
         (
-            "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
+            "roberta camembert data2vec-text longformer luke markuplm roberta-prelayernorm "
             "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm "
             # (LiLT: its text stream's table; its layout stream reads a table of its own at the same positions)
             "layoutlmv3 lilt"
         ).split(),
         _PAD,
     ),
+    "mpnet": _Table(
+        offset="pad", pad=1
+    ),  # (its code numbers from padding index 1, whatever pad_token_id says)
     **dict.fromkeys(("albert", "convbert", "electra"), _Table("embedding_size")),
     "rembert": _Table("input_embedding_size"),
     "distilbert": _Table("dim"),
@@ -273,11 +284,11 @@ def learned_by_field(
     rows = positive_int(cfg, model_type, table.length, default=table.default[1])
     if table.offset != "pad":
         return Learned(d_model, rows, offset=int(table.offset))
-    offset = _after_pad(cfg, model_type)
+    offset = _after_pad(cfg, model_type) if table.pad is None else table.pad + 1
     if rows <= offset:
         raise ValueError(
             f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "
-            f"(pad_token_id + 1 = {offset})"
+            f"({offset} rows before the first real token's)"
         )
     return Learned(d_model, rows - offset, offset=offset)
 
