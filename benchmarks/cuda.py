@@ -317,11 +317,13 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "-".join(filter(None, ["cuda", name, options.get("only")]))
     path = out_dir / f"{re.sub(r'[^A-Za-z0-9]+', '-', stem).strip('-').lower()}.md"
-    # rewritten after every group, so a run stopped part way (a time limit, a crash) keeps what it
-    # measured, marked as such; the last write drops the mark
+    # rewritten after every group into a file of its own, so that a run stopped part way (a time limit, a
+    # crash) keeps what it measured, marked as such, and leaves the report of an earlier finished run whole
+    partial = path.with_name(f"{path.stem}.unfinished.md")
     unfinished = [*header, "- **unfinished**: the run stopped before every row below was measured"]
     rows = measure(
-        device, log=log, progress=lambda rows: path.write_text(render(rows, unfinished)), **options
+        device, log=log, progress=lambda rows: partial.write_text(render(rows, unfinished)), **options
     )
     path.write_text(render(rows, header))
+    partial.unlink(missing_ok=True)
     return path

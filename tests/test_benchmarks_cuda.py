@@ -191,8 +191,9 @@ def test_an_error_in_one_row_is_reported_and_the_others_still_run(tmp_path: Path
 
 
 def test_a_run_stopped_part_way_keeps_what_it_measured(tmp_path: Path) -> None:
-    """The report is rewritten after every group: a run killed by a time limit keeps its rows,
-    marked unfinished; a finished run has no mark."""
+    """The report is rewritten after every group, into a file of its own: a run killed by a time limit keeps
+    its rows, marked unfinished, beside the untouched report of an earlier finished run; a finished run
+    replaces both with its report, which has no mark."""
     groups = 0
 
     def stop_after_two(fn) -> float:
@@ -206,13 +207,17 @@ def test_a_run_stopped_part_way_keeps_what_it_measured(tmp_path: Path) -> None:
     rope = [impl for impl in cuda_cases.rope_impls() if impl.label == "posenc RoPE (eager)"]
     rope.append(dataclasses.replace(rope[0], label="again", reference=False))
     options = {"rope": rope, "attention": [], "rope_shapes": TINY_ROPE, "peak": lambda fn: None}
+    earlier = tmp_path / "cuda-cpu-smoke.md"
+    earlier.write_text("an earlier run's report\n")
     with pytest.raises(KeyboardInterrupt):
         cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), timer=stop_after_two, **options)
-    text = (tmp_path / "cuda-cpu-smoke.md").read_text()
+    assert earlier.read_text() == "an earlier run's report\n"
+    text = (tmp_path / "cuda-cpu-smoke.unfinished.md").read_text()
     assert "**unfinished**" in text
     assert text.count("| posenc RoPE (eager) | 2.000 |") == 2  # two groups measured, none lost
     path = cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), timer=_fake_timer, **options)
-    assert "unfinished" not in path.read_text()
+    assert path == earlier and "unfinished" not in path.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cuda-cpu-smoke.md"]
 
 
 def test_one_section_only_goes_to_its_own_file(tmp_path: Path) -> None:
