@@ -161,7 +161,7 @@ class KVCache:
 
         Returns:
             ``(b, tk)`` or ``(b, tk, a)`` (unbatched when both sides are); ``tk`` is the capacity
-            for a static cache, whose empty slots hold their slot index (masked out by the attention).
+            for a static cache, whose empty slots hold 0 (masked out by the attention).
         """
         layer = self._check_layer(layer)
         past = self.positions[layer] if layer < len(self.positions) else self._empty(positions, axes)
@@ -173,15 +173,14 @@ class KVCache:
 
     def _empty(self, positions: Tensor, axes: bool, batch: int | None = None) -> Tensor:
         """The positions of a layer before its first call: none for a growing cache; for a static
-        one ``(b, capacity[, a])``, each empty slot its slot index."""
+        one ``(b, capacity[, a])`` zeros. (Empty slots are masked out; at 0 they add no length: dynamic
+        and longrope RoPE read one past the largest position, and tables check their last row.)"""
         if not self.static:
             return positions.narrow(-2 if axes else -1, 0, 0)
         if batch is None:
             batch = positions.shape[0] if positions.dim() == (3 if axes else 2) else 1
-        slots = torch.arange(self.capacity or 0, device=positions.device, dtype=positions.dtype)
-        if axes:
-            return slots[:, None].expand(batch, -1, positions.shape[-1]).clone()
-        return slots.expand(batch, -1).clone()
+        shape = (batch, self.capacity or 0, *positions.shape[-1:]) if axes else (batch, self.capacity or 0)
+        return positions.new_zeros(shape)
 
     def update(
         self,

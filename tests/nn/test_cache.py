@@ -172,6 +172,32 @@ def test_static_cache_decodes_to_the_full_forward(position):
     torch.testing.assert_close(torch.cat(steps, dim=1)[mask], padded[mask], **LOGITS_TOL)
 
 
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "dynamic", "factor": 2.0},
+        {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 8}
+        | {"short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [4.0, 4.0, 6.0, 8.0]},
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_a_static_cache_gives_length_dependent_rope_the_filled_length(scaling):
+    """Dynamic and longrope RoPE rotate by one past the largest position: a static cache's empty slots add
+    none (their capacity was read as the length: longrope's long factors, dynamic's larger base, for a
+    5-token prompt). Its logits equal a growing cache's at every step, across the trained length 8."""
+    torch.manual_seed(0)
+    kwargs = {"vocab_size": VOCAB, "d_model": 32, "num_layers": 1, "num_heads": 4, "max_len": 8}
+    model = TransformerLM(**kwargs, position=f"rope(scaling={scaling!r})").double().eval()
+    x = ids(t=12)
+    caches = KVCache(), KVCache(capacity=20)
+    prompts = [model(x[:, :5], cache=cache) for cache in caches]
+    torch.testing.assert_close(prompts[0], model(x[:, :5]), rtol=0, atol=1e-12)
+    torch.testing.assert_close(prompts[1], prompts[0], rtol=0, atol=1e-12)
+    for i in range(5, 12):
+        growing, static = (model(x[:, i : i + 1], cache=cache) for cache in caches)
+        torch.testing.assert_close(static, growing, rtol=0, atol=1e-12)
+
+
 def test_static_cache_overflow_and_sizes_are_errors():
     model = make_model("rope")
     cache = KVCache(capacity=4)
