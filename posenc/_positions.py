@@ -108,7 +108,9 @@ def resolve_positions(
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
-        raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
+        raise ValueError(
+            f"{name} has batch size {positions.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
+        )
     # A negative position must fail, not wrap around a table (a kernel assert off the CPU: no sync).
     check_values(
         positions >= 0,
@@ -156,10 +158,10 @@ def resolve_qk(
     :class:`Consecutive`, not yet a tensor), else ``None`` (an encoding may then slice a cached
     table instead of gathering rows).
     """
-    if k_positions is not None:
-        k_positions = resolve_positions(k_positions, tk, batch=batch, device=device, name="k_positions")
     if q_positions is not None:
         q_positions = resolve_positions(q_positions, tq, batch=batch, device=device, name="q_positions")
+    if k_positions is not None:
+        k_positions = resolve_positions(k_positions, tk, batch=batch, device=device, name="k_positions")
     q_start = k_start = None
     qp: Positions | None = q_positions
     kp: Positions | None = k_positions

@@ -125,7 +125,8 @@ def attention(
     positions this is by index and bottom-right aligned: with ``tq < tk`` (decoding with a
     KV cache) the queries are the *last* ``tq`` of the keys, so query ``i`` sees keys
     ``j <= i + tk - tq`` (SDPA's own ``is_causal`` is top-left aligned when ``tq != tk``;
-    this function never uses it then). Query rows that can see no key at all (padding
+    this function never uses it then); with ``tq > tk`` the first ``tq - tk`` queries see no key, and an
+    encoding needs explicit positions there (a ``ValueError``: its default ones start both sides at 0). Query rows that can see no key at all (padding
     queries) return zeros, never NaN.
 
     ``window`` restricts each query to nearby keys: causal, ``0 <= q_pos - k_pos < window``
@@ -182,7 +183,11 @@ def attention(
             When no positions are given (and ``encoding`` is not a state), positions restart
             at 0 in each document (:func:`posenc.document_positions`), so that each document
             is encoded as if it were alone.
-        q_document_ids: ``(tq,)`` or ``(b, tq)`` ids of the queries' documents.
+        q_document_ids: ``(tq,)`` or ``(b, tq)`` ids of the queries' documents (queries that are not the
+            last ``tq`` keys: a shard, a decoding step). Given, both sides' ids are compared as they are,
+            not renumbered where they change: they must differ between the documents of a row (two
+            documents both numbered 0 are then one), e.g. :func:`posenc.masking.document_numbers` of the
+            whole sequence, as context parallelism passes them.
         sinks: ``(h,)`` float sink logits, one per query head (any float dtype, on ``q``'s
             device; applied in the scores' float dtype, differentiable), or ``None`` for none.
 
@@ -242,6 +247,14 @@ def attention(
         )
     # Explicit positions in the rules only where a side is not the default range.
     explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
+    if (causal or window is not None) and not explicit and tq > tk and encoding is not None:
+        # (the rules align the queries' end with the keys' by index, but the encoding's default positions put
+        # both from 0: the distances it encodes would be off by tq - tk)
+        raise ValueError(
+            f"{'causal=True' if causal else f'window={window}'} with more queries ({tq}) than keys ({tk}) at "
+            "default positions, where the mask aligns the last query with the last key but the encoding puts "
+            "both at 0 first; pass q_positions and k_positions (e.g. arange(tq) and arange(tk) + tq - tk)"
+        )
     qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
     # One decoding query at default positions is the last one: it sees every key, no causal mask is needed.
     last = tq == 1 and qp is None and q_doc is None and window is None

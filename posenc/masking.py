@@ -106,7 +106,9 @@ def resolve_document_ids(
         )
     for name, ids in (("document_ids", k_ids), ("q_document_ids", q_ids)):
         if ids is not None and ids.dim() == 2 and ids.shape[0] not in (1, batch):
-            raise ValueError(f"{name} has batch size {ids.shape[0]}, expected {batch} or 1")
+            raise ValueError(
+                f"{name} has batch size {ids.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
+            )
     if q_ids is None:
         # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
         # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.

@@ -417,13 +417,19 @@ def test_fully_masked_rows_are_zero_not_nan(backend):
 
 
 def test_more_queries_than_keys_causal():
-    """Bottom-right alignment: the first tq - tk queries see no key and return zeros."""
-    enc = make("alibi", causal=True)
+    """Bottom-right alignment: the first tq - tk queries see no key and return zeros (an encoding's positions
+    say the same: the keys the last tk of the queries' positions)."""
     q, k, v = qkv(tq=6, tk=4)
-    for backend in ("auto", "chunked"):
-        out = attention(q, k, v, enc, causal=True, backend=backend, chunk_size=2)
-        torch.testing.assert_close(out, reference(q, k, v, enc, causal=True), **F32_TOL)
-        assert torch.equal(out[:, :, :2], torch.zeros_like(out[:, :, :2]))
+    positions = {"q_positions": torch.arange(6), "k_positions": torch.arange(4) + 2}
+    for enc, given in (
+        (None, {}),
+        (make("alibi", causal=True), positions),
+        (make("t5", causal=True), positions),
+    ):
+        for backend in ("auto", "chunked"):
+            out = attention(q, k, v, enc, causal=True, backend=backend, chunk_size=2, **given)
+            torch.testing.assert_close(out, reference(q, k, v, enc, causal=True, **given), **F32_TOL)
+            assert torch.equal(out[:, :, :2], torch.zeros_like(out[:, :, :2]))
 
 
 # --- gradients ---------------------------------------------------------------------------------
@@ -771,3 +777,21 @@ def test_bad_window(window, error, match):
     q, k, v = qkv()
     with pytest.raises(error, match=match):
         attention(q, k, v, None, causal=True, window=window)
+
+
+@pytest.mark.parametrize(
+    "enc", [None, posenc.RoPE(8), posenc.RelativeBias(4, bidirectional=False)], ids=["none", "rope", "t5"]
+)
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (False, 3)], ids=["causal", "window"])
+def test_more_queries_than_keys_needs_positions_where_it_masks(enc, causal, window):
+    """With more queries than keys the rules by index align the last query with the last key, an encoding's
+    default positions both from 0: refused (distances off by tq - tk); explicit positions follow positions."""
+    q, k, v = qkv(tq=6, tk=3)
+    if enc is not None:
+        with pytest.raises(ValueError, match=r"more queries \(6\) than keys \(3\) at default positions"):
+            attention(q, k, v, enc, causal=causal, window=window)
+    qp, kp = torch.arange(2, 8), torch.arange(3)
+    out = attention(q, k, v, enc, causal=causal, window=window, q_positions=qp, k_positions=kp)
+    ref = reference(q, k, v, enc, causal=causal, window=window, q_positions=qp, k_positions=kp)
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])
+    attention(q, k, v, enc)  # (neither causal nor a window: nothing to align)

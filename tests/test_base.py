@@ -65,6 +65,13 @@ def test_bad_positions_raise_named_errors(positions, error, pattern):
         resolve_positions(positions, 3, batch=2)
 
 
+def test_positions_for_one_row_name_that_row_and_the_queries_first():
+    q = torch.randn(1, 2, 3, 4)
+    both = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^q_positions has batch size 2, expected 1$"):
+        resolve_qk_positions(q, q, q_positions=both, k_positions=both)
+
+
 def test_positions_keep_their_shape_and_become_long():
     p = resolve_positions(torch.tensor([[1, 2, 3]], dtype=torch.int32), 3, batch=4)
     assert p.dtype == torch.long and p.shape == (1, 3)

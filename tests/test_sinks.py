@@ -88,7 +88,7 @@ def test_matches_softmax_with_an_extra_logit(name, causal, mask, backend, dtype)
     [
         {"tq": 1, "tk": 9},  # one decoding step
         {"tq": 3, "tk": 9, "h_kv": 2},  # KV cache, grouped-query attention
-        {"tq": 9, "tk": 4},  # more queries than keys: the first rows see no key
+        {"tq": 9, "tk": 4},  # more queries than keys: the first rows see no key (keys the last 4 positions)
         {"window": 3},
         {"window": 4, "causal": False},
         {"docs": True},
@@ -103,6 +103,8 @@ def test_decode_gqa_windows_and_documents(name, backend, case):
     enc = make(name, causal, torch.float32)
     q, k, v = qkv(tq=case.get("tq", 7), tk=case.get("tk", 7), h_kv=case.get("h_kv"))
     ids = torch.tensor([[0, 0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 1, 1, 1]]) if docs else None
+    tq, tk = q.shape[-2], k.shape[-2]
+    given = {"q_positions": torch.arange(tq), "k_positions": torch.arange(tk) + tq - tk} if tq > tk else {}
     sinks = sink_logits()
     out = attention(
         q,
@@ -115,8 +117,9 @@ def test_decode_gqa_windows_and_documents(name, backend, case):
         backend=backend,
         chunk_size=2,
         sinks=sinks,
+        **given,
     )
-    expected = reference(q, k, v, enc, sinks, causal=causal, window=window, docs=ids)
+    expected = reference(q, k, v, enc, sinks, causal=causal, window=window, docs=ids, **given)
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
 
 

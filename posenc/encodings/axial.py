@@ -175,7 +175,9 @@ class _AxisRotary(_Rotary):
                 f"{name} has {positions.shape[-2]} positions, expected {length} (the sequence length)"
             )
         if positions.dim() == 3 and batch is not None and positions.shape[0] not in (1, batch):
-            raise ValueError(f"{name} has batch size {positions.shape[0]}, expected {batch} or 1")
+            raise ValueError(
+                f"{name} has batch size {positions.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
+            )
         if positions.is_floating_point():
             check_values(positions.isfinite(), f"{name} must be finite, got a NaN or infinite coordinate")
         if not self.negative_positions:
