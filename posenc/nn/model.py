@@ -284,7 +284,12 @@ class TransformerLM(nn.Module):
         cache = KVCache()
         tokens = [input_ids]
         for _ in range(max_new_tokens):  # the prompt, then each new token; the mask checked by the first
-            logits = self(tokens[-1], attention_mask=attention_mask, cache=cache)[:, -1].float()
+            out = self(tokens[-1], attention_mask=attention_mask, cache=cache)
+            if len(tokens) == 1 and attention_mask is not None:  # each row's last real token (right padding)
+                last = attention_mask.long().cumsum(-1).argmax(-1)  # (b,): the first index of the last count
+                logits = out[torch.arange(out.shape[0], device=out.device), last].float()
+            else:
+                logits = out[:, -1].float()
             if do_sample:
                 # Shift by the row maximum before dividing: a tiny temperature then sends the
                 # others to -inf (greedy in the limit) instead of overflowing to inf - inf = NaN.

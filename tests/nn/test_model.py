@@ -103,6 +103,19 @@ def test_generate_with_left_padding_matches_each_prompt_alone():
     assert torch.equal(out[1, 3:], model.generate(b, 5)[0])
 
 
+@pytest.mark.parametrize("position", ["rope", "alibi", "learned"])
+def test_generate_with_right_padding_continues_each_prompt_from_its_last_token(position):
+    """The first new token of a right-padded row comes from its last real token's logits (not a pad's); the
+    new tokens follow the pads, at the next positions of the row: the prompt alone's continuation."""
+    model = make_model(position)
+    a, b = ids(b=1, t=6, seed=5), ids(b=1, t=3, seed=6)
+    batch = torch.cat([a, torch.cat([b, torch.zeros(1, 3, dtype=torch.long)], dim=1)])
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
+    out = model.generate(batch, 5, attention_mask=mask)
+    assert torch.equal(out[0], model.generate(a, 5)[0])
+    assert torch.equal(out[1, 6:], model.generate(b, 5)[0, 3:])
+
+
 def test_generate_sampling_is_reproducible_and_respects_top_k():
     model = make_model("alibi")
     prompt = ids(t=3)
