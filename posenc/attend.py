@@ -247,7 +247,8 @@ def attention(
         )
     # Explicit positions in the rules only where a side is not the default range.
     explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
-    if (causal or window is not None) and not explicit and tq > tk and encoding is not None:
+    axes = bool(getattr(state.encoding, "num_axes", 0))  # (positions with axes: rules by token order)
+    if (causal or window is not None) and not explicit and tq > tk and encoding is not None and not axes:
         # (the rules align the queries' end with the keys' by index, but the encoding's default positions put
         # both from 0: the distances it encodes would be off by tq - tk)
         raise ValueError(

@@ -274,7 +274,8 @@ def context_parallel_attention(
         k: ``(b, h_kv, tl, dh)`` this rank's keys (the same tokens as ``q``).
         v: ``(b, h_kv, tl, dv)`` this rank's values.
         encoding: any :class:`~posenc.PositionalEncoding` (additive ones act nowhere here: the
-            model adds them to the embeddings at :func:`shard_batch`'s positions), or ``None``.
+            model adds them to the embeddings at :func:`shard_batch`'s positions), or ``None``; with
+            ``causal``, not one whose positions have axes (M-RoPE, AxialRoPE: a ``ValueError``).
         positions: ``(tl,)`` or ``(b, tl)`` global positions of this rank's tokens, e.g. from
             :func:`shard_positions` / :func:`shard_batch`.
         causal: mask keys at later positions than the query (by position, not by index).
@@ -314,6 +315,12 @@ def context_parallel_attention(
             f"encoding), got {type(encoding).__name__}"
         )
     check_bool("causal", causal)
+    if causal and getattr(encoding, "num_axes", 0):
+        raise ValueError(
+            f"{type(encoding).__name__}'s positions have axes, and its causal mask follows the tokens' order in "
+            "the call, which a shard does not hold; context parallelism needs 1D positions (e.g. RoPE), or "
+            "causal=False"
+        )
     check_choice("balance", balance, _BALANCES)
     if positions is None:
         raise ValueError(

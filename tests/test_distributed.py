@@ -536,3 +536,18 @@ def test_context_parallel_example_runs_under_torchrun() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     for spec in ("rope", "alibi", "t5", "none"):
         assert f"{spec}: rank 0 holds positions [0, 1, 2]..[61, 62, 63]" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [posenc.MRoPE(8, mrope_section=[2, 1, 1]), posenc.AxialRoPE(8, num_axes=2)],
+    ids=["mrope", "axial"],
+)
+def test_causal_context_parallel_refuses_positions_with_axes(encoding):
+    """Their causal mask follows the tokens' order in the call, which a shard does not hold (sharded rows came
+    out off by 2.2): refused before any communication; without causality they need no order."""
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(
+        ValueError, match="positions have axes, and its causal mask follows the tokens' order"
+    ):
+        context_parallel_attention(q, q, q, encoding, positions=torch.arange(4))

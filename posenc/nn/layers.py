@@ -158,20 +158,25 @@ class MultiheadAttention(nn.Module):
         v = rearrange(self.v_proj(x), "b t (h dh) -> b h t dh", h=self.num_kv_heads)
         # New keys sit at the queries' positions; they are encoded before caching.
         q, k = state.encode_qk(q, k)
-        causal = self.causal
+        causal, window = self.causal, self.window
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
+        axes = bool(getattr(state.encoding, "num_axes", 0))
         if cache is not None and cache.static:
             # A static cache's slots past the filled length (after the update below) hold no keys. Its
-            # keys are not the last of the slots, so causality by index would be wrong: where the
-            # attention would use it (positions with axes, M-RoPE), causality by slot is in the mask.
+            # keys are not the last of the slots, so rules by index would be wrong: where the attention
+            # would use them (positions with axes: M-RoPE, AxialRoPE), causality and the window go by slot
+            # in the mask; the keys' positions decide them otherwise (a plain causal mask by slot too).
             slots = cache.slots(layer, x.shape[1], x.device)  # (t,) where the new keys go
-            by_slot = causal and self.window is None and not state.causal_only
+            by_slot = axes or (causal and window is None and not state.causal_only)
             cols = torch.arange(cache.capacity or 0, device=x.device)
-            keep = cols <= (slots[:, None] if by_slot else slots[-1:, None])  # (t|1, capacity)
+            keep = cols <= (slots[:, None] if by_slot and causal else slots[-1:, None])  # (t|1, capacity)
+            if by_slot and window is not None:
+                apart = slots[:, None] - cols  # (t, capacity): the query's slot - the key's
+                keep = keep & ((apart < window) if causal else (apart.abs() <= window // 2))
+                window = None
             causal = causal and not by_slot
             attn_mask = keep[None, None] if key_mask is None else keep & key_mask[:, None, None, :]
         if cache is not None:
-            axes = bool(getattr(state.encoding, "num_axes", 0))
             encoding = describe_encoding(state.encoding)
             k, v, _ = cache.update(layer, k, v, state.q_positions, encoding=encoding, axes=axes)
         out = attention(
@@ -183,7 +188,7 @@ class MultiheadAttention(nn.Module):
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             qk_encoded=True,
-            window=self.window,
+            window=window,
             document_ids=document_ids,
             sinks=self.sinks,
         )

@@ -198,6 +198,28 @@ def test_a_static_cache_gives_length_dependent_rope_the_filled_length(scaling):
         torch.testing.assert_close(static, growing, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("position", ["mrope(mrope_section=(2, 1, 1))", "rope_axial(grid_size=(2, 4))"])
+def test_a_static_cache_windows_positions_with_axes_by_slot(position, causal):
+    """Positions with axes (M-RoPE, AxialRoPE) are windowed by token order; a static cache's new tokens are
+    not its last slots, so the window goes by slot: the prompt and each step as a growing cache gives them
+    (and, causal, as the full forward)."""
+    torch.manual_seed(0)
+    kwargs = {"vocab_size": VOCAB, "d_model": 32, "num_layers": 2, "num_heads": 4, "max_len": 64}
+    model = TransformerLM(**kwargs, position=position, window=3, causal=causal).double().eval()
+    x = ids(b=1, t=8)
+    grid = torch.stack(torch.meshgrid(torch.arange(2), torch.arange(4), indexing="ij"), -1).reshape(8, 2)
+    given = (lambda a, b: {}) if position.startswith("mrope") else (lambda a, b: {"positions": grid[a:b]})
+    outs = []
+    for cache in (KVCache(), KVCache(capacity=16)):
+        steps = [model(x[:, :5], cache=cache, **given(0, 5))]
+        steps += [model(x[:, i : i + 1], cache=cache, **given(i, i + 1)) for i in range(5, 8)]
+        outs.append(torch.cat(steps, dim=1))
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-12)
+    if causal:
+        torch.testing.assert_close(outs[0], model(x, **given(0, 8)), rtol=0, atol=1e-12)
+
+
 def test_static_cache_overflow_and_sizes_are_errors():
     model = make_model("rope")
     cache = KVCache(capacity=4)
