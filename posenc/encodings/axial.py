@@ -204,8 +204,8 @@ class _AxisRotary(_Rotary):
         share positions), so causality and windows follow the token order, queries being the last
         ``tq`` of the ``tk`` keys (what :func:`posenc.attention` does for default positions)."""
         qp, kp = (p.to(device) if isinstance(p, Tensor) else p for p in (q_positions, k_positions))
-        kp = None if kp is None else self._check_positions(kp, tk, batch, "k_positions")
         qp = None if qp is None else self._check_positions(qp, tq, batch, "q_positions")
+        kp = None if kp is None else self._check_positions(kp, tk, batch, "k_positions")
         if qp is None:
             if kp is None:
                 kp = self._default_positions(tk, device)
