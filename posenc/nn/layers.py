@@ -162,19 +162,17 @@ class MultiheadAttention(nn.Module):
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
         axes = bool(getattr(state.encoding, "num_axes", 0))
         if cache is not None and cache.static:
-            # A static cache's slots past the filled length (after the update below) hold no keys. Its
-            # keys are not the last of the slots, so rules by index would be wrong: where the attention
-            # would use them (positions with axes: M-RoPE, AxialRoPE), causality and the window go by slot
-            # in the mask; the keys' positions decide them otherwise (a plain causal mask by slot too).
+            # A static cache's slots past the filled length (after the update below) hold no keys: masked.
+            # Causality and the window follow the keys' positions, as in a growing cache; positions with
+            # axes (M-RoPE, AxialRoPE) have no order, and the attention's rules by token index would take
+            # the new keys for the last slots: for them both go by slot here.
             slots = cache.slots(layer, x.shape[1], x.device)  # (t,) where the new keys go
-            by_slot = axes or (causal and window is None and not state.causal_only)
             cols = torch.arange(cache.capacity or 0, device=x.device)
-            keep = cols <= (slots[:, None] if by_slot and causal else slots[-1:, None])  # (t|1, capacity)
-            if by_slot and window is not None:
+            keep = cols <= (slots[:, None] if axes and causal else slots[-1:, None])  # (t|1, capacity)
+            if axes and window is not None:
                 apart = slots[:, None] - cols  # (t, capacity): the query's slot - the key's
                 keep = keep & ((apart < window) if causal else (apart.abs() <= window // 2))
-                window = None
-            causal = causal and not by_slot
+            causal, window = (False, None) if axes else (causal, window)
             attn_mask = keep[None, None] if key_mask is None else keep & key_mask[:, None, None, :]
         if cache is not None:
             encoding = describe_encoding(state.encoding)

@@ -220,6 +220,19 @@ def test_a_static_cache_windows_positions_with_axes_by_slot(position, causal):
         torch.testing.assert_close(outs[0], model(x, **given(0, 8)), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("position", ["rope", "t5", "none"])
+def test_a_static_cache_follows_positions_as_a_growing_one(position):
+    """A step at a position before cached ones (3 after 0..5): causality follows positions in both caches (the
+    static one masked by slot: it saw the keys at 4 and 5)."""
+    model = make_model(position).eval()
+    x, positions = ids(t=7), torch.tensor([0, 1, 2, 3, 4, 5, 3])
+    steps = []
+    for cache in (KVCache(), KVCache(capacity=10)):
+        model(x[:, :6], positions=positions[:6], cache=cache)
+        steps.append(model(x[:, 6:], positions=positions[6:], cache=cache))
+    torch.testing.assert_close(steps[1], steps[0], **LOGITS_TOL)
+
+
 def test_static_cache_overflow_and_sizes_are_errors():
     model = make_model("rope")
     cache = KVCache(capacity=4)
