@@ -126,8 +126,8 @@ def attention(
     KV cache) the queries are the *last* ``tq`` of the keys, so query ``i`` sees keys
     ``j <= i + tk - tq`` (SDPA's own ``is_causal`` is top-left aligned when ``tq != tk``;
     this function never uses it then); with ``tq > tk`` the first ``tq - tk`` queries see no key, and an
-    encoding needs explicit positions there (a ``ValueError``: its default ones start both sides at 0). Query rows that can see no key at all (padding
-    queries) return zeros, never NaN.
+    encoding needs explicit positions there (a ``ValueError``: its default ones start both sides at 0).
+    Query rows that can see no key at all (padding queries) return zeros, never NaN.
 
     ``window`` restricts each query to nearby keys: causal, ``0 <= q_pos - k_pos < window``
     (the query and the ``window - 1`` keys before it, as Mistral's and Gemma's
