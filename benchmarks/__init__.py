@@ -48,7 +48,7 @@ from .bias import bias_tables as bias_tables
 from .common import fmt as fmt
 from .common import format_bytes as format_bytes
 from .common import format_table as format_table
-from .common import load_average, machine_info, now_utc, set_threads, write_json
+from .common import load_average, machine_info, now_utc, set_threads, write_json, write_whole
 from .common import threads_text as threads_text
 from .machine import steady_allocator
 from .model import ModelConfig, run_model
@@ -250,5 +250,5 @@ def run_suite(
     report["wall_s"] = time.perf_counter() - start
     if out_dir is not None:
         write_json(Path(out_dir) / f"{stem}.json", report)
-        (Path(out_dir) / f"{stem}.md").write_text(render(report, markdown=True) + "\n")
+        write_whole(Path(out_dir) / f"{stem}.md", render(report, markdown=True) + "\n")
     return report

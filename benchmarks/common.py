@@ -65,6 +65,7 @@ __all__ = [
     "threads_text",
     "time_interleaved",
     "write_json",
+    "write_whole",
 ]
 
 MIB = 2**20
@@ -253,7 +254,16 @@ def threads_text(n: int | None) -> str:
     return "? threads" if n is None else f"{n} thread{'' if n == 1 else 's'}"
 
 
+def write_whole(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a file beside it, renamed over it: a run killed while writing leaves
+    the previous report whole, never half a file."""
+    partial = path.with_name(f".{path.name}.writing")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return path
+
+
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Write ``payload`` as indented JSON, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    write_whole(path, json.dumps(payload, indent=2, default=str) + "\n")

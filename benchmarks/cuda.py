@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .common import write_whole
 from .cuda_cases import ATTENTION_SHAPES, ROPE_SHAPES, Impl, Shape, Skip, attention_impls, rope_impls
 
 __all__ = ["Row", "gpu_missing", "render", "run", "time_cuda"]
@@ -324,6 +325,6 @@ def run(
     rows = measure(
         device, log=log, progress=lambda rows: partial.write_text(render(rows, unfinished)), **options
     )
-    path.write_text(render(rows, header))
+    write_whole(path, render(rows, header))
     partial.unlink(missing_ok=True)
     return path

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .common import write_whole
 from .machine import machine_info
 
 #: Where the report goes (committed: docs/benchmarks.md quotes it).
@@ -161,7 +162,7 @@ def main() -> None:
         "",
         "```text",
     ]
-    args.out.write_text("\n".join([*header, *REPORT, "```", ""]))
+    write_whole(args.out, "\n".join([*header, *REPORT, "```", ""]))
     print(f"wrote {args.out}")
 
 

@@ -315,7 +315,7 @@ def context_parallel_attention(
             f"encoding), got {type(encoding).__name__}"
         )
     check_bool("causal", causal)
-    if causal and getattr(encoding, "num_axes", 0):
+    if causal and getattr(encoding, "num_axes", False):
         raise ValueError(
             f"{type(encoding).__name__}'s positions have axes, and its causal mask follows the tokens' order in "
             "the call, which a shard does not hold; context parallelism needs 1D positions (e.g. RoPE), or "

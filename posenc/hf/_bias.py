@@ -145,8 +145,6 @@ class _Table(NamedTuple):
     #: ``"pad"`` (RoBERTa's ``create_position_ids_from_input_ids``: real tokens from row ``pad_token_id + 1``,
     #: counted in the positions) or a fixed number of leading rows kept beyond them (OPT's kin, MRA: 2)
     offset: str | int = 0
-    #: the padding index a ``"pad"`` table numbers from, where its code fixes it (MPNet's 1): else ``pad_token_id``
-    pad: int | None = None
     #: the config class's defaults of width and length, for a ``config.json`` that leaves them out
     default: tuple[int | None, int | None] = (None, None)
     #: the module holding the table (its state_dict key before ``weight``), and the stacks that have one
@@ -181,16 +179,13 @@ def learned_stack(length: str, default: tuple[int, int]) -> Convert:
 _LEARNED: dict[str, _Table] = {
     **dict.fromkeys(
         (
-            "roberta camembert data2vec-text longformer luke markuplm roberta-prelayernorm "
+            "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
             "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm "
             # (LiLT: its text stream's table; its layout stream reads a table of its own at the same positions)
             "layoutlmv3 lilt"
         ).split(),
         _PAD,
     ),
-    "mpnet": _Table(
-        offset="pad", pad=1
-    ),  # (its code numbers from padding index 1, whatever pad_token_id says)
     **dict.fromkeys(("albert", "convbert", "electra"), _Table("embedding_size")),
     "rembert": _Table("input_embedding_size"),
     "distilbert": _Table("dim"),
@@ -244,8 +239,13 @@ ABSOLUTE_ONLY = frozenset(
 ) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
 
 
-#: Models whose attention also adds a relative position bias (on by default) where this flag is true.
-_RELATIVE_TOO = {"layoutlmv3": "has_relative_attention_bias"}
+#: Models whose attention also adds relative positions where this flag is true: (the flag, its class default);
+#: MPNet's always (its T5-like bucketed bias of relative_attention_num_buckets).
+_RELATIVE_TOO: dict[str, tuple[str | None, bool]] = {
+    "layoutlmv3": ("has_relative_attention_bias", True),
+    **dict.fromkeys(("deberta", "deberta-v2"), ("relative_attention", False)),  # (disentangled attention)
+    "mpnet": (None, True),
+}
 
 
 def absolute_table(cfg: Config, model_type: str) -> bool:
@@ -273,18 +273,30 @@ def learned_by_field(
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
             "attention layer, which posenc does not convert; accepted: 'absolute'"
         )
-    flag = _RELATIVE_TOO.get(model_type)
-    if flag and check_bool(f"{model_type} config: {flag}", get(cfg, flag, default=True)):
+    flag, default = _RELATIVE_TOO.get(model_type, ("", False))
+    if flag is None or (flag and check_bool(f"{model_type} config: {flag}", get(cfg, flag, default=default))):
+        what = (
+            f"{flag}=True"
+            if flag
+            else f"relative_attention_num_buckets={cfg.get('relative_attention_num_buckets')}"
+        )
         raise ValueError(
-            f"{model_type} config: {flag}=True adds a relative position bias inside each attention layer, which "
-            "posenc does not convert; accepted: false"
+            f"{model_type} config: {what}: its code adds relative positions inside each attention layer, which "
+            f"posenc does not convert; accepted: {f'{flag}=false' if flag else 'none (MPNet adds them always)'}"
+        )
+    if model_type.startswith("deberta") and not check_bool(
+        f"{model_type} config: position_biased_input", get(cfg, "position_biased_input", default=True)
+    ):
+        raise ValueError(
+            f"{model_type} config: position_biased_input=False: its code adds no absolute position table; "
+            "accepted: true (with relative_attention false)"
         )
     table = table or _LEARNED.get(model_type, _Table())
     d_model = positive_int(cfg, model_type, table.width, default=table.default[0])
     rows = positive_int(cfg, model_type, table.length, default=table.default[1])
     if table.offset != "pad":
         return Learned(d_model, rows, offset=int(table.offset))
-    offset = _after_pad(cfg, model_type) if table.pad is None else table.pad + 1
+    offset = _after_pad(cfg, model_type)
     if rows <= offset:
         raise ValueError(
             f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "

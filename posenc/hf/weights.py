@@ -130,6 +130,14 @@ def from_hf_model(
     suffix = prefix + next(iter(names.values()))
     found = [key[: -len(suffix)] for key in weights if key == suffix or key.endswith("." + suffix)]
     if not found and suffix.removeprefix(f"{chosen}.") in weights:  # the stack module itself (T5's decoder)
+        name = type(model).__name__
+        own = next((s for s in ("decoder", "encoder") if s in name.lower()), None)
+        own = own or ("decoder" if cfg.get("is_decoder") else "encoder")  # (T5Stack: its config says)
+        if stack in ("encoder", "decoder") and stack != own:  # (its table, read as the other stack's)
+            raise ValueError(
+                f"{model_type}: stack={stack!r}, but this is the {own} stack's own module ({name}); pass "
+                f"stack={own!r} (or None), or the {stack}'s module"
+            )
         prefix, found = prefix.removeprefix(f"{chosen}."), [""]
     if len(found) != 1:
         raise ValueError(

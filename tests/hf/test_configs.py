@@ -2257,3 +2257,62 @@ def test_a_vision_tower_config_json_with_a_rope_key_is_refused_by_its_image_size
     config = transformers.AutoConfig.for_model(model_type).to_dict()
     with pytest.raises(ValueError, match=f"patch_size and {key}, a vision model"):
         from_hf_config({**config, "rope_theta": 5.0})
+
+
+@requires_transformers
+def test_from_hf_model_of_one_stacks_module_refuses_the_other_stacks_name():
+    """A stack's own module holds its table under the bare name: asked for the other stack, it would be read as
+    that stack's (T5: the decoder's table with bidirectional buckets, matching neither stack's bias): refused."""
+    config = transformers.T5Config(d_model=32, d_kv=8, d_ff=32, num_layers=1, num_heads=4, vocab_size=50)
+    t5 = transformers.T5ForConditionalGeneration(config)
+    bart = transformers.BartModel(
+        transformers.BartConfig(
+            vocab_size=50, d_model=32, encoder_layers=1, decoder_layers=1, max_position_embeddings=40
+        )
+    )
+    for module, own, other in [
+        (t5.decoder, "decoder", "encoder"),
+        (t5.encoder, "encoder", "decoder"),
+        (bart.encoder, "encoder", "decoder"),
+        (bart.decoder, "decoder", "encoder"),
+    ]:
+        with pytest.raises(ValueError, match=f"stack='{other}', but this is the {own} stack's own module"):
+            from_hf_model(module, stack=other)
+        weights = dict(from_hf_model(module, stack=own).named_parameters())
+        assert all(any(torch.equal(w, t) for t in module.state_dict().values()) for w in weights.values())
+    assert from_hf_model(t5.decoder, stack="decoder").causal and not from_hf_model(t5.encoder).causal
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    ("model_type", "change", "match"),
+    [
+        ("mpnet", {}, "relative_attention_num_buckets=32: its code adds relative positions inside each"),
+        (
+            "deberta",
+            {"relative_attention": True},
+            "relative_attention=True: its code adds relative positions",
+        ),
+        (
+            "deberta-v2",
+            {"relative_attention": True},
+            "relative_attention=True: its code adds relative positions",
+        ),
+        (
+            "deberta-v2",
+            {"position_biased_input": False},
+            "position_biased_input=False: its code adds no absolute",
+        ),
+    ],
+)
+def test_an_absolute_table_beside_relative_attention_is_refused(model_type, change, match):
+    """MPNet's attention always adds a bucketed relative bias, DeBERTa's with relative_attention (and without
+    position_biased_input it has no table): its learned table alone would not be the model's positions."""
+    config = {
+        **transformers.AutoConfig.for_model(model_type).to_dict(),
+        "position_embedding_type": "absolute",
+    }
+    with pytest.raises(ValueError, match=match):
+        from_hf_config({**config, **change})
+    if model_type.startswith("deberta"):
+        assert isinstance(from_hf_config(config), posenc.Learned)

@@ -176,7 +176,7 @@ def _cmd_extend(args: argparse.Namespace) -> int:
             )
             if not main_process():  # under torchrun, rank 0 alone reports and writes
                 return 0
-            from ..study.checkpoint import atomic_write
+            from .._files import atomic_write
 
             print()
             print(result.table(width=_terminal_width()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._files import atomic_write
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
@@ -24,8 +26,7 @@ def _save(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
+    return atomic_write(out, lambda tmp: fig.savefig(tmp, format="png"))  # (whole, or the old file kept)
 
 
 #: What a title says of an encoding whose parameters have not been trained.

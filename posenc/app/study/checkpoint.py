@@ -1,4 +1,4 @@
-"""Saving and loading the study's models, and writing files so that an interrupt leaves no half file.
+"""Saving and loading the study's models (each file written whole: :func:`posenc.app._files.atomic_write`).
 
 A checkpoint is one ``torch.save`` file holding plain data only (loaded with
 ``weights_only=True``): the :class:`~posenc.nn.TransformerLM` arguments, the character
@@ -11,52 +11,18 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._files import atomic_write
 from .config import ConfigError
 
-__all__ = ["FORMAT", "atomic_write", "check_writable", "load_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "check_writable", "load_checkpoint", "save_checkpoint"]
 
 #: The ``format`` entry of every checkpoint this module writes.
 FORMAT = "posenc.study.checkpoint/1"
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it to ``path``.
-
-    The rename is atomic on one file system: after Ctrl-C or a crash, ``path`` holds either
-    the old content or the new, never half of it. The file gets the permissions of any file
-    the process makes (``0o666`` less the umask), not ``mkstemp``'s private ``0o600``.
-    """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-    finally:
-        os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def _umask() -> int:
-    """This process's umask (read by setting it and setting it back, under a lock)."""
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
 
 
 def check_writable(out_dir: str | Path, argument: str = "out_dir") -> Path:

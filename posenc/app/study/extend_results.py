@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import atomic_write
+from .._files import atomic_write
 from .results import format_table, scored_per_length, wrap
 
 __all__ = ["DISPLAY_NAMES", "ExtendResult", "ExtendRow"]

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import atomic_write
 from .config import ConfigError, StudyConfig
 
 __all__ = ["DISPLAY_NAMES", "EncodingResult", "LengthResult", "StudyResult", "display_name", "format_table"]
@@ -260,8 +261,6 @@ class StudyResult:
             raise ConfigError(f"out_dir {str(out)!r} exists and is not a folder", argument="out_dir")
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / "results.json", "csv": out / "results.csv"}
-        from .checkpoint import atomic_write  # imports torch: only when files are written
-
         text = json.dumps(self.to_dict(), indent=2) + "\n"
         atomic_write(paths["json"], lambda tmp: tmp.write_text(text, encoding="utf-8"))
         atomic_write(paths["csv"], self._write_csv)
