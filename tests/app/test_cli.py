@@ -693,6 +693,22 @@ def test_a_folder_of_one_command_is_never_overwritten_by_the_other(corpus_file, 
     assert json.loads((study / "results.json").read_text())["results"]
 
 
+@pytest.mark.parametrize("command", ["extrapolate", "extend"])
+def test_resume_into_a_folder_without_a_study_replaces_nothing(command, corpus_file, tmp_path, capsys):
+    """Files of a study's names that no posenc study made (a hand-made results.csv, report.md) and no
+    results.json: nothing to resume, so --resume is refused like a plain run (it replaced them)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name in ("results.csv", "report.md"):
+        (out / name).write_text("my own\n")
+    tiny = TINY_ARGS if command == "extrapolate" else EXTEND_TINY
+    argv = [command, "--corpus", str(corpus_file), "--out", str(out), *tiny]
+    for extra in ([], ["--resume"]):
+        code, _, stderr = run([*argv, *extra], capsys)
+        assert code == 2 and "no results.json to resume from: add --force to overwrite" in stderr
+    assert all((out / name).read_text() == "my own\n" for name in ("results.csv", "report.md"))
+
+
 def test_an_extend_folder_with_only_its_base_model_is_not_retrained_over(corpus_file, tmp_path, capsys):
     """An extend run stopped after its base model: the next run into the folder needs --resume or
     --force; with --resume a base model of other settings is refused, not trained again over."""

@@ -60,11 +60,13 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
         what = "a results.json that is not a posenc study's" if kind == "other" else f"a posenc {kind} study"
         raise _UsageError(f"--out {shown} holds {what}; use another folder, or add --force to overwrite it")
     files = sorted(outputs(out), key=lambda name: name != "results.json")  # results.json first
-    if files and not args.resume:
+    # (without a results.json there is nothing to resume, but an interrupted extend's checkpoints, which it
+    # checks on loading; any other file of those names is not this study's to replace)
+    resumable = kind == args.command or (args.command == "extend" and all(f.endswith(".pt") for f in files))
+    if files and not (args.resume and resumable):
         named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        raise _UsageError(
-            f"--out {shown} already holds {named}; add --resume to reuse its models or --force to overwrite"
-        )
+        hint = "add --resume to reuse its models or" if resumable else "no results.json to resume from: add"
+        raise _UsageError(f"--out {shown} already holds {named}; {hint} --force to overwrite")
 
 
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
