@@ -239,12 +239,10 @@ ABSOLUTE_ONLY = frozenset(
 ) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
 
 
-#: Models whose attention also adds relative positions where this flag is true: (the flag, its class default);
-#: MPNet's always (its T5-like bucketed bias of relative_attention_num_buckets).
-_RELATIVE_TOO: dict[str, tuple[str | None, bool]] = {
+#: Models whose attention also adds relative positions where this flag is true: the flag, and its class default.
+_RELATIVE_TOO = {
     "layoutlmv3": ("has_relative_attention_bias", True),
     **dict.fromkeys(("deberta", "deberta-v2"), ("relative_attention", False)),  # (disentangled attention)
-    "mpnet": (None, True),
 }
 
 
@@ -273,16 +271,17 @@ def learned_by_field(
             f"{model_type} config: position_embedding_type={kind!r} adds distance embeddings inside each "
             "attention layer, which posenc does not convert; accepted: 'absolute'"
         )
-    flag, default = _RELATIVE_TOO.get(model_type, ("", False))
-    if flag is None or (flag and check_bool(f"{model_type} config: {flag}", get(cfg, flag, default=default))):
-        what = (
-            f"{flag}=True"
-            if flag
-            else f"relative_attention_num_buckets={cfg.get('relative_attention_num_buckets')}"
-        )
+    if model_type == "mpnet":  # (its attention always adds a T5-like bucketed bias)
         raise ValueError(
-            f"{model_type} config: {what}: its code adds relative positions inside each attention layer, which "
-            f"posenc does not convert; accepted: {f'{flag}=false' if flag else 'none (MPNet adds them always)'}"
+            f"{model_type} config: relative_attention_num_buckets={cfg.get('relative_attention_num_buckets')}: its "
+            "code adds relative positions inside each attention layer, which posenc does not convert; accepted: "
+            "none (MPNet always adds them)"
+        )
+    flag, default = _RELATIVE_TOO.get(model_type, ("", False))
+    if flag and check_bool(f"{model_type} config: {flag}", get(cfg, flag, default=default)):
+        raise ValueError(
+            f"{model_type} config: {flag}=True: its code adds relative positions inside each attention layer, "
+            f"which posenc does not convert; accepted: {flag}=false"
         )
     if model_type.startswith("deberta") and not check_bool(
         f"{model_type} config: position_biased_input", get(cfg, "position_biased_input", default=True)
@@ -300,7 +299,7 @@ def learned_by_field(
     if rows <= offset:
         raise ValueError(
             f"{model_type} config: max_position_embeddings={rows} leaves no position after the padding rows "
-            f"({offset} rows before the first real token's)"
+            f"(pad_token_id + 1 = {offset})"
         )
     return Learned(d_model, rows - offset, offset=offset)
 
