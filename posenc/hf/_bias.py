@@ -247,10 +247,9 @@ _RELATIVE_TOO = {
 
 
 def absolute_table(cfg: Config, model_type: str) -> bool:
-    """Whether ``cfg`` describes a BERT-like learned table (by its field, or by its model type in 5.x)."""
-    return cfg.get("position_embedding_type") is not None or (
-        model_type in ABSOLUTE_ONLY and cfg.get("rope_theta") is None and cfg.get("rope_parameters") is None
-    )
+    """Whether ``cfg`` describes a BERT-like learned table (by its field, or by its model type in 5.x; a RoPE key
+    beside it is refused by :func:`posenc.hf._rule.by_rule`)."""
+    return cfg.get("position_embedding_type") is not None or model_type in ABSOLUTE_ONLY
 
 
 def learned_by_field(

@@ -23,7 +23,7 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count, sliding_windows
 from ._read import Convert, class_defaults, config_dict, get, positive_int
-from ._rule import as_class, by_rule, refuse_undeclared_rope
+from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
@@ -66,10 +66,7 @@ def _resolve(config: Any) -> list[_Stack]:
         flat = _TEXT_MODEL_TYPES[model_type] == "flat"
         config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if flat and k != "model_type"}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
-    if (
-        model_type not in _OWN_ROPE_BESIDE_STACKS
-        or get(cfg, "rope_parameters", "rope_scaling", "rope_theta") is None
-    ):
+    if model_type not in _OWN_ROPE_BESIDE_STACKS or get(cfg, *ROPE_KEYS) is None:
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
@@ -328,7 +325,8 @@ def from_hf_config(
         ValueError: a ``model_type`` outside the table whose config falls short of the
             standardized fields (the message names the field), an unsupported ``rope_type`` or a
             ``rope_parameters`` key it does not read, a RoPE key on a config object whose transformers class
-            has none (its model's code does not read it; a ``config.json`` dict is read as given), layers that differ without ``layer=``, ``layer`` outside
+            has none (its model's code does not read it; a ``config.json`` dict is read as given), layers that
+            differ without ``layer=``, ``layer`` outside
             the model, a bad ``layer_types`` / ``no_rope_layers`` / nested ``rope_parameters``,
             sizes that do not fit, an encoder-decoder config whose stacks differ (the message names the
             sub-configs to pass instead), or ``stack`` missing where the stacks differ, or not one the model has.
