@@ -55,13 +55,7 @@ from .attend import attention
 from .base import PositionalEncoding
 from .masking import document_numbers
 
-__all__ = [
-    "Balance",
-    "context_parallel_attention",
-    "shard_batch",
-    "shard_positions",
-    "unshard",
-]
+__all__ = ["Balance", "context_parallel_attention", "shard_batch", "shard_positions", "unshard"]
 
 Balance = Literal["headtail", "contiguous"]
 _BALANCES = ("headtail", "contiguous")
@@ -363,11 +357,7 @@ def context_parallel_attention(
 
 
 def unshard(
-    tensor: Tensor,
-    *,
-    seq_dim: int = 1,
-    balance: Balance = "headtail",
-    group: dist.ProcessGroup | None = None,
+    tensor: Tensor, *, seq_dim: int = 1, balance: Balance = "headtail", group: dist.ProcessGroup | None = None
 ) -> Tensor:
     """Gather every rank's shard of ``tensor`` back into the whole sequence, in position order.
 
