@@ -79,11 +79,9 @@ def mask_dtype(q: Tensor) -> torch.dtype:
     in float32 (measured, torch 2.13). Other devices' fused kernels want the query dtype,
     so there the bias is cast (and :func:`posenc.attention` asks for it in small query chunks).
     """
-    if q.dtype == torch.float64:
-        return torch.float64
     if q.dtype in (torch.float16, torch.bfloat16) and q.device.type != "cpu":
         return q.dtype
-    return torch.float32
+    return precise_dtype(q)
 
 
 def over_query_chunks(

@@ -275,6 +275,4 @@ class Visibility:
 
 def check_window(window: object) -> int | None:
     """``None`` or a positive int (the sliding window)."""
-    if window is None:
-        return None
-    return check_positive_int("window", window)
+    return None if window is None else check_positive_int("window", window)
