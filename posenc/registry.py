@@ -223,13 +223,12 @@ def describe(name: str | type[PositionalEncoding]) -> dict[str, Any]:
         }
         for n, p in _options(cls).items()
     ]
-    doc = inspect.getdoc(cls) or ""
     return {
         "name": canonical,
         "aliases": aliases,
         "class": cls.__name__,
         "kind": cls.kind,
-        "doc": doc.split("\n\n")[0],
+        "doc": (inspect.getdoc(cls) or "").split("\n\n")[0],
         "options": options,
     }
 
@@ -261,8 +260,7 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     """
     if isinstance(spec, PositionalEncoding):
         return spec
-    unknown_dims = sorted(set(dims) - set(DIM_NAMES))
-    if unknown_dims:
+    if unknown_dims := sorted(set(dims) - set(DIM_NAMES)):
         raise ValueError(
             f"build: unknown model size(s) {short(unknown_dims)}; accepted: {', '.join(DIM_NAMES)}"
         )
@@ -283,8 +281,7 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
         )
     cls = lookup(name)
     accepted = _options(cls)
-    unknown = [k for k in options if k not in accepted]
-    if unknown:
+    if unknown := [k for k in options if k not in accepted]:
         listing = ", ".join(n if p.default is p.empty else f"{n}={p.default!r}" for n, p in accepted.items())
         raise ValueError(
             f"{name}: unknown option(s) {', '.join(map(short, unknown))}; {cls.__name__} accepts: {listing}"
@@ -292,8 +289,7 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     kwargs = {k: v for k, v in dims.items() if k in accepted and v is not None} | options
     for key, value in kwargs.items():
         check_option(cls.__name__, key, value, accepted[key].annotation)
-    missing = [n for n, p in accepted.items() if p.default is p.empty and n not in kwargs]
-    if missing:
+    if missing := [n for n, p in accepted.items() if p.default is p.empty and n not in kwargs]:
         raise ValueError(
             f"{name}: missing required size(s) {', '.join(missing)}; pass them to build(), e.g. "
             f"build({name!r}, {', '.join(f'{m}=...' for m in missing)})"
