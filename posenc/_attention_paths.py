@@ -211,7 +211,6 @@ def _toeplitz(
         chunk: query rows per SDPA call (``tq`` for one call).
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    heads = values.shape[0]
     if vis.causal or vis.window is not None:
         # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
         behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
@@ -223,7 +222,7 @@ def _toeplitz(
         end, lo = tq if qs.stop is None else qs.stop, ks.start or 0
         strip = values[:, tq - end + lo :]  # from the entry of (last row, key lo)
         mask = strip.as_strided(
-            (1, heads, end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
+            (1, values.shape[0], end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
             (0, strip.stride(0), 1, 1),
         )
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, soft).flip(2)
