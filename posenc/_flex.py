@@ -168,6 +168,10 @@ def flex_attention_path(
             "backend='flex' cannot run with gradients on the CPU (FlexAttention has no CPU backward); "
             "use backend='auto' or 'chunked' for training, or wrap the call in torch.no_grad()"
         )
+    if q.device.type == "cpu" and q.dtype == torch.float64:  # (inductor's error says it only after compiling)
+        raise ValueError(
+            f"backend='flex' on the CPU takes float32, float16 or bfloat16, got {q.dtype}; use backend='auto'"
+        )
     q, k, v = _row_major(q), _row_major(k), _row_major(v)
     mod = state.score_mod(q, k)
     if mod is None and state.bias_form != "none":

@@ -187,7 +187,8 @@ def attention(
             last ``tq`` keys: a shard, a decoding step). Given, both sides' ids are compared as they are,
             not renumbered where they change: they must differ between the documents of a row (two
             documents both numbered 0 are then one), e.g. :func:`posenc.masking.document_numbers` of the
-            whole sequence, as context parallelism passes them.
+            whole sequence, as context parallelism passes them. The queries' positions are then given
+            too (``q_positions``), where anything reads them: ``causal``, ``window`` or the encoding.
         sinks: ``(h,)`` float sink logits, one per query head (any float dtype, on ``q``'s
             device; applied in the scores' float dtype, differentiable), or ``None`` for none.
 
@@ -225,6 +226,16 @@ def attention(
             k_positions = document_positions(k_doc)
             if q_document_ids is None:
                 q_positions = k_positions[..., tk - tq :]
+        hooks = getattr(encoding, "overridden_hooks", set()) - {"encode_input"}
+        unplaced = (
+            q_document_ids is not None and q_positions is None and not isinstance(encoding, PositionState)
+        )
+        if unplaced and (causal or window is not None or hooks):
+            # (queries given their own documents are not the last tq keys, which default positions take them for)
+            raise ValueError(
+                f"q_document_ids places the {tq} queries apart from the keys, but their positions are not given: "
+                "pass q_positions and k_positions (e.g. posenc.document_positions of the whole sequence)"
+            )
     elif q_document_ids is not None:
         raise ValueError("q_document_ids was given without document_ids (the keys' document ids)")
     state = _state(encoding, q, k, q_positions, k_positions)
@@ -247,8 +258,7 @@ def attention(
         )
     # Explicit positions in the rules only where a side is not the default range.
     explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
-    axes = bool(getattr(state.encoding, "num_axes", 0))  # (positions with axes: rules by token order)
-    if (causal or window is not None) and not explicit and tq > tk and encoding is not None and not axes:
+    if (causal or window is not None) and not explicit and tq > tk and encoding is not None:
         # (the rules align the queries' end with the keys' by index, but the encoding's default positions put
         # both from 0: the distances it encodes would be off by tq - tk)
         raise ValueError(

@@ -580,6 +580,13 @@ def test_flex_backend_refuses_cpu_gradients():
         attention(q, k, v, make("alibi", True), causal=True, backend="flex")
 
 
+def test_flex_backend_refuses_float64_on_the_cpu():
+    """The CPU's compiled FlexAttention takes float32 and half precision only: said before compiling."""
+    q, k, v = qkv(dh=16, dtype=torch.float64)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"backend='flex' on the CPU .* got torch.float64"):
+        attention(q, k, v, make("alibi", True, torch.float64), causal=True, backend="flex")
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 
@@ -795,3 +802,12 @@ def test_more_queries_than_keys_needs_positions_where_it_masks(enc, causal, wind
     ref = reference(q, k, v, enc, causal=causal, window=window, q_positions=qp, k_positions=kp)
     torch.testing.assert_close(out, ref, **TOL[torch.float32])
     attention(q, k, v, enc)  # (neither causal nor a window: nothing to align)
+
+
+@pytest.mark.parametrize(("causal", "window"), [(True, None), (False, 3)], ids=["causal", "window"])
+def test_more_queries_than_keys_with_positions_on_axes_is_refused_as_with_rope(causal, window):
+    """M-RoPE's default positions put both sides from 0 as RoPE's do; its masks go by token order, aligned at
+    the end: refused alike (it ran, the distances off by tq - tk)."""
+    q, k, v = qkv(tq=6, tk=3)
+    with pytest.raises(ValueError, match=r"more queries \(6\) than keys \(3\) at default positions"):
+        attention(q, k, v, posenc.MRoPE(8, mrope_section=(2, 1, 1)), causal=causal, window=window)

@@ -193,3 +193,51 @@ def test_packed_model_refuses_a_cache_and_bad_ids():
         model(tokens, document_ids=torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(TypeError, match=r"document_ids must have an integer dtype"):
         model(tokens, document_ids=torch.zeros(2, T))
+
+
+@pytest.mark.parametrize(
+    ("name", "causal", "window"), [("rope", False, None), ("none", True, None), ("none", False, 3)]
+)
+def test_a_query_shard_without_its_positions_is_refused(name, causal, window):
+    """q_document_ids names queries that are not the last tq keys: their default positions would be."""
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids(unique=True)
+    with pytest.raises(ValueError, match=r"q_document_ids .* pass q_positions"):
+        attention(
+            q[:, :, 4:10],
+            k,
+            v,
+            make(name, True),
+            causal=causal,
+            window=window,
+            document_ids=docs,
+            q_document_ids=docs[:, 4:10],
+        )
+
+
+def test_a_query_shard_without_positions_attends_bidirectionally_without_an_encoding_that_reads_them():
+    """Where no rule or encoding reads positions, the shard needs none: those rows of the full call."""
+    q, k, v = qkv(tq=T, tk=T)
+    docs = packed_ids(unique=True)
+    full = attention(q, k, v, make("sinusoidal", True), document_ids=docs)
+    shard = attention(
+        q[:, :, 4:10], k, v, make("sinusoidal", True), document_ids=docs, q_document_ids=docs[:, 4:10]
+    )
+    torch.testing.assert_close(shard, full[:, :, 4:10], **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("position", LM_ENCODINGS)
+def test_padding_inside_packed_documents_takes_no_position(position):
+    """A padding mask beside document ids: each document's real tokens as if alone and unpadded."""
+    model = make_model(position, causal=True)
+    gen = torch.Generator().manual_seed(6)
+    tokens = torch.randint(0, VOCAB, (2, T), generator=gen)
+    docs = packed_ids()
+    keep = torch.ones(2, T, dtype=torch.bool)
+    keep[0, 0] = keep[0, 5] = keep[1, 3] = keep[1, 4] = False  # left-padded documents, both rows
+    packed = model(tokens, document_ids=docs, attention_mask=keep)
+    for row, lengths in enumerate(LENGTHS):
+        for part in spans(lengths):
+            real = torch.arange(T)[part][keep[row, part]]
+            alone = model(tokens[row : row + 1, real])
+            torch.testing.assert_close(packed[row : row + 1, real], alone, **LOGITS_TOL)

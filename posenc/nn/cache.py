@@ -42,6 +42,10 @@ class KVCache:
     (``max + 1``; on every axis for M-RoPE, as Qwen-VL continues text after an image), so a
     prompt prefilled at explicit positions is followed where it ended, not at the cache length.
 
+    Decoding equals the full forward except with a length-dependent RoPE scaling (dynamic NTK,
+    LongRoPE) past its trained length: each step's keys keep the frequencies of the length when they
+    were cached, as in transformers' generation; the full forward rotates all with those of its length.
+
     **Static cache** (``KVCache(capacity=n)``): each layer's keys, values and positions live in
     buffers of ``n`` slots allocated at the first call, and each call writes its tokens with
     ``index_copy_`` at the fill index, a device tensor. A decode step then has the same tensor

@@ -18,6 +18,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
+from .._compat import check_values
 from .._positions import check_ids, mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
@@ -161,6 +162,15 @@ class MultiheadAttention(nn.Module):
         causal, window = self.causal, self.window
         attn_mask = None if key_mask is None else key_mask[:, None, None, :]
         axes = bool(getattr(state.encoding, "num_axes", 0))
+        if axes and window is not None and key_mask is not None:
+            # Positions with axes are windowed by token order, where a pad between real tokens would count.
+            real = key_mask.long()  # (b, tk), a static cache's slots too
+            gap = (real.cumsum(-1) > 0) & (real.flip(-1).cumsum(-1).flip(-1) > 0) & ~key_mask
+            check_values(
+                ~gap,
+                f"window={window} with {type(state.encoding).__name__} goes by token order (positions with "
+                "axes have no order), where padding between real tokens would count: pad on the left",
+            )
         if cache is not None and cache.static:
             # A static cache's slots past the filled length (after the update below) hold no keys: masked.
             # Causality and the window follow the keys' positions, as in a growing cache; positions with
@@ -253,6 +263,10 @@ def _prepare(
         return key_mask, document_ids, []
     if positions is None and document_ids is not None:
         positions = document_positions(document_ids)
+        if key_mask is not None:  # padding in a document takes no position: count its real tokens
+            before = key_mask.cumsum(-1) - key_mask.long()  # real tokens before each token
+            starts = (torch.arange(t, device=x.device) - positions).expand(b, t)  # its document's first index
+            positions = (before - before.gather(-1, starts)) * key_mask
     if positions is None and key_mask is not None:
         # (b, tk) positions of every key; the new tokens are the last t, or at a static cache's fill index
         positions = mask_to_positions(key_mask)

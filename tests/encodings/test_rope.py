@@ -287,6 +287,22 @@ def test_rotary_offset_moves_the_rotated_slice_on_every_path(layout, dtype):
         assert_close(g, w, **(F32_TOL if dtype != torch.bfloat16 else {"atol": 2e-2, "rtol": 1e-2}))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1, 1, 8), (1, 2, 1, 8), (2, 1, 3, 8)])
+def test_an_odd_rotary_offset_rotates_interleaved_pairs_at_any_shape(shape, dtype):
+    """An odd offset starts the interleaved pairs at an odd channel: a slice that is contiguous (one token of one
+    head) or not, rotated as the first pairs of the head rolled by the offset."""
+    moved = RoPE(8, layout="interleaved", rotary_dim=4, rotary_offset=1)
+    first = RoPE(8, layout="interleaved", rotary_dim=4)
+    x = torch.randn(shape, dtype=dtype)
+    positions = torch.arange(shape[2]) + 5
+    for got, want in zip(moved(x, x), first(x.roll(-1, -1), x.roll(-1, -1)), strict=True):
+        assert_close(got, want.roll(1, -1), atol=0, rtol=0)
+    assert_close(
+        moved.rotate(x, positions), first.rotate(x.roll(-1, -1), positions).roll(1, -1), atol=0, rtol=0
+    )
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_conjugate_rotates_by_minus_the_angles_on_every_path(layout):
     """conjugate=True (NanoChat) equals rotating at negated positions, written out with the paper's

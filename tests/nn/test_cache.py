@@ -283,3 +283,30 @@ def test_a_schedule_mixing_m_rope_and_rope_decodes_to_the_full_forward(schedule)
     for cache in (KVCache(), KVCache(capacity=10)):
         steps = [model(x[:, :5], cache=cache)] + [model(x[:, i : i + 1], cache=cache) for i in range(5, 8)]
         torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
+
+
+@pytest.mark.parametrize("capacity", [None, 8])
+@pytest.mark.parametrize("position", ["mrope(mrope_section=(2, 1, 1))", "rope"])
+def test_a_window_over_positions_with_axes_refuses_padding_between_real_tokens(position, capacity):
+    """Positions with axes are windowed by token order, where a pad between real tokens (a right-padded
+    prompt, then a step) would count: refused; left padding, and padding after the last real token, stay."""
+    torch.manual_seed(0)
+    kwargs = {"vocab_size": VOCAB, "d_model": 32, "num_layers": 1, "num_heads": 4, "max_len": 64}
+    model = TransformerLM(**kwargs, position=position, window=2).double().eval()
+    x = ids(b=1, t=3)
+    alone = model(x[:, [0, 2]])[:, -1]
+    cache = KVCache(capacity=capacity)
+    prompt = torch.tensor(
+        [[True] + [False] * ((capacity or 2) - 1)]
+    )  # (a static cache's mask covers every slot)
+    model(x[:, :2], attention_mask=prompt, cache=cache)
+    step = torch.tensor([[True, False, True] + [False] * ((capacity or 3) - 3)])
+    if position == "rope":  # positions in one dimension are ordered: the pad takes none
+        torch.testing.assert_close(model(x[:, 2:], attention_mask=step, cache=cache)[:, -1], alone)
+        return
+    with pytest.raises(ValueError, match=r"window=2 .* MRoPE .* padding between real tokens"):
+        model(x[:, 2:], attention_mask=step, cache=cache)
+    with pytest.raises(ValueError, match=r"padding between real tokens"):
+        model(x, attention_mask=torch.tensor([[True, False, True]]))
+    for keep in ([False, True, True], [True, True, False]):
+        model(x, attention_mask=torch.tensor([keep]))  # left and right padding
