@@ -129,10 +129,8 @@ def _sinusoidal(
 
 def _after_pad(cfg: Config, model_type: str, default: int | None = None) -> int:
     """``pad_token_id + 1``: the first position of real tokens in fairseq's and RoBERTa's numbering."""
-    return (
-        check_int(f"{model_type} config: pad_token_id", get(cfg, "pad_token_id", default=default), minimum=0)
-        + 1
-    )
+    pad = get(cfg, "pad_token_id", default=default)
+    return check_int(f"{model_type} config: pad_token_id", pad, minimum=0) + 1
 
 
 class _Table(NamedTuple):

@@ -156,11 +156,7 @@ def class_defaults(name: str) -> dict[str, Any]:
 
 def get(cfg: Config, *names: str, default: Any = None) -> Any:
     """The first of ``names`` present in ``cfg`` with a value other than ``None``, else ``default``."""
-    for name in names:
-        value = cfg.get(name)
-        if value is not None:
-            return value
-    return default
+    return next((cfg[name] for name in names if cfg.get(name) is not None), default)
 
 
 def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
