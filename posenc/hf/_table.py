@@ -45,8 +45,6 @@ _QWEN2_VL = (
 )
 _QWEN3_VL = "MRoPE, interleaved (t, h, w) sections, `mrope_section` (24, 20, 20), base 5e5"
 _SLIDING = "RoPE, half layout, base `rope_local_base_freq` (1e4), sliding window"
-_GPTJ = (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")
-_T5 = (_t5, "RelativeBias (encoder bidirectional, decoder causal)")
 _T2T = "Sinusoidal, concat layout, tensor2tensor spacing, offset"
 _PHI3_TYPES = (("su", "longrope"), ("yarn", "longrope"))
 
@@ -56,8 +54,7 @@ def _fairseq(
 ) -> tuple[Convert, str]:
     """fairseq's sinusoids (M2M100's table), real tokens numbered from ``pad_token_id + 1``: ``width`` and
     ``length`` the class's defaults, ``keys`` those of the length (its first set)."""
-    convert = _sinusoidal("tensor2tensor", width, length, keys, offset=None, pad=pad)
-    return convert, f"{_T2T} pad_token_id + 1"
+    return _sinusoidal("tensor2tensor", width, length, keys, offset=None, pad=pad), f"{_T2T} pad_token_id + 1"
 
 
 def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
@@ -120,8 +117,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     ),
     # M-RoPE over whole heads (the rule would read partial_rotary_factor / rope_interleave, which their code
     # does not), its class's mrope_section and sizes for a config.json: positions (t, 3) or (b, t, 3)
-    "qwen2_vl_text": _QWEN2_VL,
-    "qwen2_5_vl_text": _QWEN2_VL,
+    **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), _QWEN2_VL),
     "qwen3_vl_text": (
         mrope(RopeDefaults(4096, 32, 128000, theta=5e5, head_dim=128), (24, 20, 20), interleaved=True),
         _QWEN3_VL,
@@ -159,10 +155,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         rope(3072, 32, 4096, partial=1.0, original_max=4096, renamed_types=_PHI3_TYPES),
         "RoPE, half layout, longrope",
     ),
-    "gpt_neox": (
-        rope(6144, 64, 2048, partial=0.25),
-        "RoPE, half layout, rotary_pct (0.25), rotary_emb_base",
-    ),
+    "gpt_neox": (rope(6144, 64, 2048, partial=0.25), "RoPE, half layout, rotary_pct (0.25), rotary_emb_base"),
     # vision (a 2D grid of patches, no text RoPE fields): ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
     "vit": (_learned_grid(1, 224, 16), "Learned2D, class token first, bicubic resampling"),
     "deit": (_learned_grid(2, 224, 16), "Learned2D, class and distillation tokens first, bicubic resampling"),
@@ -196,8 +189,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "AxialRoPE, `axis_layout='alternate'` (even frequencies to rows), base `rope_theta`",
     ),
     # GPT-J / CodeGen: no rope fields; rotary_dim, and the base fixed in their code
-    "gptj": _GPTJ,
-    "codegen": _GPTJ,
+    **dict.fromkeys(("gptj", "codegen"), (gptj, "RoPE, interleaved layout, rotary_dim (64), no scaling")),
     # its own sinusoidal table (no rope fields), applied to neighbouring pairs; rotary_value rotates values too
     "roformer": (
         roformer,
@@ -218,15 +210,13 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
     "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
-    "t5": _T5,
-    "mt5": _T5,
+    **dict.fromkeys(("t5", "mt5"), (_t5, "RelativeBias (encoder bidirectional, decoder causal)")),
     "bloom": (_bloom, "ALiBi"),
     "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max"),
     # learned tables (posenc.hf._bias._LEARNED: their sizes and where from_hf_model finds them)
     **dict.fromkeys(("gpt2", "gpt_neo"), (learned_by_field, "Learned")),
     **dict.fromkeys(("opt", "bart", "mbart"), (learned_by_field, "Learned, offset 2")),
-    "marian": _MARIAN,
-    "pegasus": _MARIAN,
+    **dict.fromkeys(("marian", "pegasus"), _MARIAN),
     "speech_to_text": _fairseq(256, 1024, ("max_target_positions", "max_source_positions")),
     "m2m_100": _fairseq(1024, 1024),
     # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
