@@ -25,14 +25,12 @@ __all__ = ["from_hf_model"]
 #: before it; ``{layer}``: one set per layer). The parameter names after it are posenc's own, except
 #: those in :data:`_RENAMED`.
 _T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder", "decoder")}
-# the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
-_SPEECH = {"encoder": "encoder.layers.{layer}.self_attn."}
 #: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
 _VIT_TABLES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers"})
 _PREFIXES: dict[str, dict[str, str]] = {
-    "t5": _T5,
-    "mt5": _T5,
-    **{name: _SPEECH for name in SPEECH_MODEL_TYPES},
+    **dict.fromkeys(("t5", "mt5"), _T5),
+    # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
+    **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{
         name: {"encoder": "embeddings.position_embedding."}
