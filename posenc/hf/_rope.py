@@ -38,11 +38,7 @@ class RopeDefaults:
 
 
 def rope_parameters(
-    cfg: Config,
-    model_type: str,
-    d: RopeDefaults,
-    params: Mapping[str, Any] | None = None,
-    where: str = "rope_parameters",
+    cfg: Config, model_type: str, d: RopeDefaults, params: Mapping[str, Any] | None, where: str
 ) -> tuple[float, float, dict]:
     """Standardise ``rope_parameters`` / legacy ``rope_scaling`` + ``rope_theta`` as transformers 5 does.
 
@@ -119,9 +115,8 @@ def rope_parameters(
             )
     partial = get(params, "partial_rotary_factor", default=top if type_partial is None else type_partial)
     partial_key = f"{where}['partial_rotary_factor']" if in_dict else "partial_rotary_factor"
-    default = 1.0 if d.partial is None else d.partial
     partial = check_positive_float(
-        f"{model_type} config: {partial_key}", default if partial is None else partial
+        f"{model_type} config: {partial_key}", (d.partial or 1.0) if partial is None else partial
     )
     if partial > 1:
         raise ValueError(f"{model_type} config: {partial_key} must be in (0, 1], got {partial}")
