@@ -176,9 +176,8 @@ _UNROTATED: dict[str, Callable[[], PositionalEncoding]] = {
     "beam": lambda: QueryTemperature(2048.0, 0.1, form="power"),
 }
 
-_READ = frozenset(
-    "rope_parameters rope_scaling rope_theta partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim "
-    "default_rope_type".split()
+_READ = frozenset(ROPE_KEYS).union(
+    "partial_rotary_factor qk_rope_head_dim rope_interleave rotary_dim default_rope_type".split()
 )
 
 
@@ -362,8 +361,8 @@ def by_rule(
             if family in _ROTATED_LAYERS:
                 return nope_layers(d, _ROTATED_LAYERS[family])(cfg, model_type, causal)
             return build_rope(cfg, model_type, d, head_dim)
-        count = required_count(cfg, model_type)  # one RoPE per head width of per_layer_config
-        dims = layer_head_dims(cfg, model_type, ["all"] * count, head_dim, None)
+        # one RoPE per head width of per_layer_config
+        dims = layer_head_dims(cfg, model_type, ["all"] * required_count(cfg, model_type), head_dim, None)
         built = {dim: build_rope(cfg, model_type, d, dim) for dim in sorted(set(dims))}
         return [built[dim] for dim in dims] if len(built) > 1 else built[dims[0]]
     types = layer_types(cfg, model_type)
@@ -421,8 +420,7 @@ def _layer_rope(cfg: Config, model_type: str, d: RopeDefaults, family: str) -> l
         settings: list[Mapping | None] = [raw if i in scaled else plain for i in range(count)]
     else:
         if cfg.get("layer_rope_theta") is None:
-            own = _LAYER_THETA[family]
-            thetas = [base if own or (count - 1 - i) % 4 else 0 for i in range(count)]
+            thetas = [base if _LAYER_THETA[family] or (count - 1 - i) % 4 else 0 for i in range(count)]
         else:
             thetas = per_layer(cfg, model_type, "layer_rope_theta", "bases", "one base (0: NoPE)")
         if not _LAYER_THETA[family] and any(t and t != base for t in thetas):
