@@ -25,13 +25,7 @@ from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count
 from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES, speech
-from ._table import (
-    _CONVERTERS,
-    _TEXT_MODEL_TYPES,
-    SUPPORTED_MODEL_TYPES,
-    PerStack,
-    supported_models_markdown,
-)
+from ._table import _CONVERTERS, _TEXT_MODEL_TYPES, SUPPORTED_MODEL_TYPES, PerStack, supported_models_markdown
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
