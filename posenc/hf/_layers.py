@@ -92,10 +92,9 @@ def rope_flags(cfg: Config, model_type: str) -> list[bool]:
     return [bool(flag) for flag in flags]
 
 
-def sliding_windows(
-    cfg: Config, model_type: str, config: Any, *, known: bool, n: int | None = None
-) -> list[int | None]:
-    """The sliding window of each layer (``None``: attends to every key), transformers' rule.
+def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n: int) -> list[int | None]:
+    """The sliding window of each of the ``n`` layers (of one stack; ``None``: attends to every key),
+    transformers' rule.
 
     A query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (causal, transformers'
     ``sliding_window_overlay``: ``W`` keys) or ``|i - j| <= W // 2`` (ModernBERT, bidirectional):
@@ -113,7 +112,6 @@ def sliding_windows(
     generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
-    n = required_count(cfg, model_type) if n is None else n  # (n: the layers of one stack)
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
     window = get(cfg, key, default=default_window)
