@@ -346,14 +346,10 @@ def layer_head_dims(
                 f"{model_type} config: per_layer_config[{i}] overrides {', '.join(map(repr, rope_keys))}, "
                 "which posenc does not read per layer"
             )
-    dims = []
-    for i, name in enumerate(types):
-        if overrides is not None:
-            dim = get(by_layer.get(i, {}), "head_dim", default=head_dim)
-        else:
-            dim = global_dim if global_dim is not None and name == "full_attention" else head_dim
-        dims.append(check_positive_int(f"{model_type} config: head_dim of layer {i}", dim))
-    return dims
+    if overrides is None and global_dim is not None:  # (the per_layer_config its class writes)
+        by_layer = {i: {"head_dim": global_dim} for i, name in enumerate(types) if name == "full_attention"}
+    dims = [get(by_layer.get(i, {}), "head_dim", default=head_dim) for i in range(len(types))]
+    return [check_positive_int(f"{model_type} config: head_dim of layer {i}", d) for i, d in enumerate(dims)]
 
 
 #: ModernBERT: base 160k on the global layers (every third, from the first), 10k on the local ones.
