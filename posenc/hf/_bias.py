@@ -150,9 +150,6 @@ class _Table(NamedTuple):
     stacks: tuple[str, ...] = ("encoder",)
 
 
-_PAD = _Table(offset="pad")
-
-
 def _gpt(default: tuple[int, int], module: str = "wpe", offset: int = 0) -> _Table:
     """GPT-2's kin (a decoder's table): ``wpe`` (GPT-1: ``positions_embed``; OPT, BioGPT: ``embed_positions``,
     2 rows kept ahead) of ``n_embd`` x ``n_positions``."""
@@ -182,7 +179,7 @@ _LEARNED: dict[str, _Table] = {
             # (LiLT: its text stream's table; its layout stream reads a table of its own at the same positions)
             "layoutlmv3 lilt"
         ).split(),
-        _PAD,
+        _Table(offset="pad"),
     ),
     **dict.fromkeys(("albert", "convbert", "electra"), _Table("embedding_size")),
     "rembert": _Table("input_embedding_size"),
