@@ -218,9 +218,8 @@ def heads_and_head_dim(
     """``(num_heads, head_dim)`` with the config class's defaults ``d``; ``head_dim`` defaults to
     ``hidden_size // heads`` as in transformers (always, for a model whose code does not ``read_head_dim``)."""
     num_heads = positive_int(cfg, model_type, heads, default=d.num_heads)
-    head_dim = cfg.get("head_dim") if read_head_dim else None
-    if head_dim is None and read_head_dim and "head_dim" not in cfg:
-        head_dim = d.head_dim  # absent: the config class default; an explicit null: hidden // heads
+    # absent: the config class default; an explicit null: hidden // heads
+    head_dim = cfg.get("head_dim", d.head_dim) if read_head_dim else None
     if head_dim is None:
         hidden = positive_int(cfg, model_type, "hidden_size", default=d.hidden_size)
         if hidden % num_heads != 0:
