@@ -33,7 +33,7 @@ from .._checks import check_bool, check_choice, check_int
 from .._compat import precise_dtype
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
-from ..functional.rotary import rope_cos_sin
+from ..functional.rotary import eager_rows, rope_cos_sin
 from .rotary import RotaryState, _Rotary
 
 __all__ = ["RoPE"]
@@ -197,9 +197,8 @@ class RoPE(_Rotary):
         table, inv_freq = self._cos_sin, self._inv_freq64[:, None, :]  # float64: exact angles
         positions = torch.arange(self.cached_len, device=table.device)
         cos, sin = rope_cos_sin(positions, inv_freq, self.attention_scaling, dtype=table.dtype)
-        cos, sin = cos.flatten(0, 1), sin.flatten(0, 1)
         sin = -sin if self.conjugate else sin
-        self._cos_sin = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)))
+        self._cos_sin = torch.stack(eager_rows(cos.flatten(0, 1), sin.flatten(0, 1), table.dtype, "half"))
         self.table_builds += 1
 
     def _table_rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> Tensor | None:

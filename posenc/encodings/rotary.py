@@ -225,9 +225,8 @@ class _Rotary(PositionalEncoding):
     def reset_caches(self) -> None:
         """Rebuild the caches where they are now (e.g. after ``to_empty()``): ``(s, r/2)`` float64
         frequencies, one row per set (longrope: short, long)."""
-        sets = self.params.inv_freq(device=self._inv_freq64.device)
-        self._inv_freq64 = sets
-        self.inv_freq = sets.to(self.inv_freq.dtype)
+        self._inv_freq64 = self.params.inv_freq(device=self._inv_freq64.device)
+        self.inv_freq = self._inv_freq64.to(self.inv_freq.dtype)
 
     def _rows(self, state: RotaryState, side: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin at the positions of ``side`` of ``state``, in ``dtype``, from float64 angles:

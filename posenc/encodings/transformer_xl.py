@@ -84,17 +84,14 @@ class RelPosXLState(ContentBiasState):
         h, dh = q.shape[1], q.shape[-1]
         weight = enc.linear_pos.weight.to(dtype).view(h, dh, enc.d_model)
         p = (q.to(dtype) + enc.pos_bias_v.to(dtype)[:, None]) @ weight  # (b, h, tq, d_model)
-        half = enc.d_model // 2
         # the sin and cos channels of R
-        alpha, beta = (
-            (p[..., 0::2], p[..., 1::2]) if enc.layout == "interleaved" else (p[..., :half], p[..., half:])
-        )
+        alpha, beta = p.unflatten(-1, (-1, 2)).unbind(-1) if enc.layout == "interleaved" else p.chunk(2, -1)
 
-        def sin_cos(positions: Tensor) -> tuple[Tensor, Tensor]:
+        def sin_cos(positions: Tensor) -> tuple[Tensor, ...]:
             # [sin | cos] of the angles (float64, rounded once): (t, d_model) or (b, t, d_model)
             table = sinusoidal_table(positions, enc.d_model, enc.base, "concat").to(dtype)
             table = table[:, None] if table.dim() == 3 else table  # heads axis
-            return table[..., :half], table[..., half:]
+            return table.chunk(2, -1)
 
         sin_a, cos_a = sin_cos(self.q_positions)
         sin_c, cos_c = sin_cos(self.k_positions)
