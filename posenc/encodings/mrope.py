@@ -14,7 +14,6 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int
 from ..functional.axial import mrope_axes
-from ..functional.rope_freqs import RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling, rope_type_of
 from .axial import _AxisRotary
 
@@ -118,9 +117,7 @@ class MRoPE(_AxisRotary):
             legacy = rope_type_of(rest) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
             dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
             rest = {k: v for k, v in rest.items() if k not in dropped}
-        self.params: RopeParameters = resolve_rope_scaling(
-            rest, head_dim=head_dim, base=base, max_len=max_len
-        )
+        self.params = resolve_rope_scaling(rest, head_dim=head_dim, base=base, max_len=max_len)
         if self.params.query_scale_beta:
             raise ValueError(
                 "scaling['llama_4_scaling_beta'] (Ministral 3's query scaling) is RoPE's: MRoPE has none"
