@@ -147,8 +147,7 @@ class RoPE(_Rotary):
                 f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - self.rotary_dim} (the rotated channels "
                 f"end inside the head), got {rotary_offset}"
             )
-        self.head_dim = head_dim
-        self.layout = layout
+        self.head_dim, self.layout = head_dim, layout
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len
         self.axis = None
