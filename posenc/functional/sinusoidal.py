@@ -178,11 +178,11 @@ def sinusoidal_2d_table(
     cols = torch.arange(width, dtype=dtype, device=device)
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
     axes = (col_of, row_of) if order == "mae" else (row_of, col_of)
-    inv_freq = sinusoidal_inv_freq(dim // 2, base, dtype=dtype, device=device)  # base ** (-i / (dim / 4))
-    angles = torch.stack([a.flatten() for a in axes], -1)[..., None] * inv_freq  # (n, 2 axes, dim/4)
-    # sin/cos outside the axes (timm: [sin h | sin w | cos h | cos w]) or inside each axis
-    # (mae: [sin w | cos w | sin h | cos h]; timm_interleaved: [sin h | cos h | sin w | cos w])
-    return torch.stack((angles.sin(), angles.cos()), dim=1 if order == "timm" else 2).flatten(1)
+    # each axis's 1D [sin | cos] table of width dim/2 (base ** (-i / (dim / 4))): (n, 2 axes, dim/2)
+    table = sinusoidal_table(torch.stack(axes, -1).flatten(0, 1), dim // 2, base, "concat", dtype=dtype)
+    # sin/cos inside each axis as they are (mae: [sin w | cos w | sin h | cos h]; timm_interleaved:
+    # [sin h | cos h | sin w | cos w]) or outside the axes (timm: [sin h | sin w | cos h | cos w])
+    return (table.unflatten(-1, (2, -1)).transpose(1, 2) if order == "timm" else table).flatten(1)
 
 
 def sinusoidal_3d_widths(dim: int) -> tuple[int, int, int]:
