@@ -142,7 +142,11 @@ def rotate_eager(x: Tensor, rows: tuple[Tensor, ...], layout: RopeLayout, *, off
         out = (part * cos).addcmul_(part.roll(rot // 2, -1), signed_sin)
     else:
         # (the rows' real dtype from x's: reading rows[0].real makes a view, ~1/4 of a decode step's rotation)
-        pairs = torch.view_as_complex(part.to(precise_dtype(x.dtype)).unflatten(-1, (-1, 2)).contiguous())
+        pairs = part.to(precise_dtype(x.dtype)).unflatten(-1, (-1, 2)).contiguous()
+        # One row at an odd channel is contiguous already, and the complex view refuses its odd start.
+        if pairs.storage_offset() % 2:
+            pairs = pairs.clone()
+        pairs = torch.view_as_complex(pairs)
         out = torch.view_as_real(pairs * rows[0]).flatten(-2).to(x.dtype)
     return out if part is x else _with_rest(out, x, offset)
 
