@@ -301,6 +301,10 @@ def test_an_odd_rotary_offset_rotates_interleaved_pairs_at_any_shape(shape, dtyp
     assert_close(
         moved.rotate(x, positions), first.rotate(x.roll(-1, -1), positions).roll(1, -1), atol=0, rtol=0
     )
+    fused = torch.randn(*shape[:-1], 9, dtype=dtype)[..., 1:]  # the whole head, a slice at an odd start
+    whole = RoPE(8, layout="interleaved")
+    for got, want in zip(whole(fused, fused), whole(fused.clone(), fused.clone()), strict=True):
+        assert_close(got, want, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
