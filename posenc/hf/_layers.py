@@ -314,7 +314,16 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     types = table_types(cfg, model_type)
     head_dim = heads_and_head_dim(cfg, model_type, d)[1]
     dims = layer_head_dims(cfg, model_type, types, head_dim, get(cfg, "global_head_dim", default=512))
-    return per_type_rope(cfg, model_type, d, types, dims, lambda flat: _GEMMA4_ROPE)
+
+    def per_type(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        if flat:  # (its class keeps a flat dict as given, and its model reads rope_parameters[layer_type]: KeyError)
+            raise ValueError(
+                f"{model_type} config: rope_parameters must hold one dict per layer type ({', '.join(_GEMMA4_ROPE)}), "
+                f"as its model reads them; got the flat keys {sorted(flat)}"
+            )
+        return _GEMMA4_ROPE
+
+    return per_type_rope(cfg, model_type, d, types, dims, per_type)
 
 
 def layer_head_dims(

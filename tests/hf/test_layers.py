@@ -508,6 +508,15 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
         ValueError,
         "partial_rotary_factor",
     ),
+    (  # its class keeps a flat dict, and its model reads rope_parameters[layer_type] (a KeyError there)
+        {
+            "model_type": "gemma4_text",
+            "num_hidden_layers": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5e3},
+        },
+        ValueError,
+        r"rope_parameters must hold one dict per layer type .* flat keys \['rope_theta', 'rope_type'\]",
+    ),
     ({"model_type": "falcon", "alibi": "false"}, TypeError, "alibi"),
     ({"model_type": "phi3", "rope_theta": True}, TypeError, "rope_theta"),
     ({"model_type": "phi3", "rope_theta": "abc"}, TypeError, "rope_theta"),
