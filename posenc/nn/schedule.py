@@ -8,7 +8,8 @@
   ``rope, rope, rope, none`` repeated (Llama 4's iRoPE, SmolLM3), ``"rope(base=1e4)*5 +
   rope(base=1e6)"`` Gemma 3's five local layers then one global. ``*`` repeats a spec or a
   parenthesised group by a positive int, ``+`` concatenates; the group need not divide the
-  number of layers (it is cut at the last layer, as Gemma 3's 26 layers cut a group of 6).
+  number of layers (its last repetition is cut at the last layer, as Gemma 3's 26 layers cut
+  their fifth group of 6), but a group longer than the model is refused.
 
 Patterns are parsed with :mod:`ast`, never evaluated; each spec inside is checked by
 :func:`posenc.registry.parse_spec`.
