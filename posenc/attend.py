@@ -226,7 +226,7 @@ def attention(
             k_positions = document_positions(k_doc)
             if q_document_ids is None:
                 q_positions = k_positions[..., tk - tq :]
-        hooks = getattr(encoding, "overridden_hooks", set()) - {"encode_input"}
+        hooks = getattr(encoding, "overridden_hooks", frozenset[str]()) - {"encode_input"}
         unplaced = (
             q_document_ids is not None and q_positions is None and not isinstance(encoding, PositionState)
         )
