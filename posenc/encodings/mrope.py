@@ -50,7 +50,8 @@ class MRoPE(_AxisRotary):
     ``omni="qwen3"`` gives float32 positions, which turn as they are; rounding them would rotate by
     other angles) (transformers' ``get_rope_index`` gives
     ``(3, b, t)``: use :func:`posenc.functional.axes_last`), or 1D ``(t,)``/``(b, t)`` for text,
-    taken as the same position on every axis (then M-RoPE equals RoPE). ``None`` means
+    taken as the same position on every axis (then M-RoPE rotates as RoPE; causal masks and windows
+    still follow the token order, as with every position of an encoding with axes). ``None`` means
     ``0 .. t-1`` on every axis. When ``t == 3`` a rank-2 ``(3, 3)`` tensor is read as ``(b, t)``
     if the batch is 3, else as ``(t, a)``; pass ``(1, t, 3)`` to be explicit. For the length of
     ``"dynamic"`` and ``"longrope"`` the largest position on any axis counts, as transformers does.
