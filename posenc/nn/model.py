@@ -203,7 +203,8 @@ class TransformerLM(nn.Module):
             document_ids: ``(b, t)`` (or ``(t,)``) integer ids of packed documents (a new
                 document starts where the id changes): each token attends only within its
                 document, and positions restart at 0 in each one (unless ``positions`` is
-                given), so each document's logits equal those of the document alone.
+                given; with ``attention_mask`` they count its real tokens), so each document's logits
+                equal those of the document alone, unpadded.
 
         Returns:
             ``(b, t, v)`` logits.
