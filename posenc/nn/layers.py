@@ -136,7 +136,8 @@ class MultiheadAttention(nn.Module):
                 given, ``positions`` is not used. Default: prepared here from this layer's encoding.
             document_ids: ``(b, t)`` or ``(t,)`` ids of packed documents: attention stays within
                 each document, and default positions restart in each one
-                (:func:`posenc.document_positions`). Not with a ``cache``.
+                (:func:`posenc.document_positions`; with ``attention_mask``, counting its real tokens).
+                Not with a ``cache``.
 
         Returns:
             ``(b, t, d)``.
