@@ -159,6 +159,7 @@ def test_baselines_are_trained_and_scored_like_the_methods(corpus):
         # the bad spec is a baseline: the error blames baselines, not encodings
         ({"baselines": ("sinusoidal2d",)}, "baselines"),
         ({"baselines": ("ropee",)}, "baselines"),
+        ({"baselines": ("none", "nope")}, "baselines"),  # one encoding, one row: the second replaced the first
     ],
 )
 def test_bad_settings_fail_before_training(corpus, settings, argument):
@@ -347,6 +348,19 @@ def test_resume_with_other_lengths_is_refused_and_points_to_loading_the_base_mod
         corpus, longer, out_dir=tmp_path / "b", model_path=tmp_path / "a" / "base.pt", progress=False
     )
     assert again.base["how"].startswith("loaded from") and again.perplexity("none", 128) > 1.0
+
+
+def test_a_rope_baseline_beside_a_loaded_base_model_never_replaces_it(corpus, tmp_path):
+    """The RoPE baseline trained from scratch is saved as a baseline, never as base.pt (the --model file, here)."""
+    config = ExtendConfig(**TINY, finetune_steps=0, methods=("none",), baselines=("rope",))
+    first = run_extend(corpus, config, out_dir=tmp_path, progress=False)
+    assert not (tmp_path / "baseline-rope.pt").exists()  # without --model the base model is that baseline
+    assert first.perplexity("rope", 64) == first.perplexity("none", 64)
+    base = (tmp_path / "base.pt").read_bytes()
+    again = ExtendConfig(**{**TINY, "steps": 10}, finetune_steps=0, methods=("none",), baselines=("rope",))
+    run_extend(corpus, again, out_dir=tmp_path, model_path=tmp_path / "base.pt", progress=False)
+    assert (tmp_path / "base.pt").read_bytes() == base
+    assert (tmp_path / "baseline-rope.pt").is_file()
 
 
 @pytest.mark.parametrize("spec", ["xpos", "rope_axial", "alibi"])

@@ -236,6 +236,56 @@ def test_two_process_extend_equals_one_process(corpus: Corpus, tmp_path: Path) -
     assert written == ["base.pt", "baseline-alibi.pt", "results.csv", "results.json"]
 
 
+_KILLED_PARENT_SCRIPT = """
+import os, sys, time
+from pathlib import Path
+from posenc.app.study.parallel import spawn
+
+def started(folder, log=None):
+    import torch.distributed as dist
+    Path(folder, f"rank{dist.get_rank()}").write_text(str(os.getpid()))
+    time.sleep(600)
+
+if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a job a script puts in the background (`cmd &`)
+    spawn(started, 2, "cpu", sys.argv[1])
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped by a container's init, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signal", ["kill", "terminate"])
+def test_ranks_end_when_the_process_that_spawned_them_is_killed(tmp_path: Path, signal: str) -> None:
+    """A killed parent no longer holds the folder's lock: its ranks must not run on and write there (torch's
+    spawn sends them SIGINT, which a background job of a script ignores)."""
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(_KILLED_PARENT_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    files = [tmp_path / "rank0", tmp_path / "rank1"]
+    deadline = time.monotonic() + 120
+    while not all(f.is_file() and f.read_text() for f in files) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(f.read_text()) for f in files]
+    assert all(map(_running, pids))
+    getattr(parent, signal)()
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while any(map(_running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_running, pids))
+
+
 _TORCHRUN_SCRIPT = """
 import json, sys
 from posenc.app.study import Corpus, run_study

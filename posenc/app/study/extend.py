@@ -219,9 +219,9 @@ def run_extend(
         previous = None
         if resume and out is not None:
             previous = _resumable(out, config, corpus_info)
-            names = ([] if loaded is not None else [("rope", "rope")]) + baselines
-            for label, spec in names:
-                _check_checkpoint(out, label, spec, meta, vocab.chars)
+            files = [] if loaded is not None else [("base.pt", "rope")]
+            for file, spec in files + [(_checkpoint_name(_spec_key(spec)), spec) for _, spec in baselines]:
+                _check_checkpoint(out / file, spec, meta, vocab.chars)
         if wants_spawn(config):  # everything is checked: now the same call in nproc processes
             return spawn(
                 run_extend,
@@ -291,6 +291,12 @@ def _check_baselines(config: ExtendConfig) -> list[tuple[str, Any]]:
         if err.argument == "encodings":  # the shared spec check speaks of encodings
             message = "baselines" + message.removeprefix("encodings")
         raise ConfigError(message, argument="baselines") from err
+    rows = [_row_label(label) for label, _ in baselines]
+    if twice := next((row for row in rows if rows.count(row) > 1), None):
+        raise ConfigError(
+            f"baselines: {twice!r} is given twice ('none' and 'nope' are one encoding, one row)",
+            argument="baselines",
+        )
     for label, spec in baselines:
         if _length_limit(TransformerLM(2, 8, 1, 1, position=spec, max_len=config.train_len)) is not None:
             raise ConfigError(
@@ -359,10 +365,9 @@ def _resumable(out: Path, config: ExtendConfig, corpus_info: dict[str, Any]) -> 
     return saved
 
 
-def _check_checkpoint(out: Path, label: str, spec: Any, meta: dict[str, Any], chars: list[str]) -> None:
-    """Refuse a checkpoint in ``out`` that another run made (other settings, text or spec)."""
+def _check_checkpoint(path: Path, spec: Any, meta: dict[str, Any], chars: list[str]) -> None:
+    """Refuse the checkpoint at ``path`` where another run made it (other settings, text or spec)."""
     key = _spec_key(spec)
-    path = out / _checkpoint_name(key)
     if not path.is_file():
         return
     _, saved_chars, saved = load_checkpoint(path, argument="out_dir")
@@ -433,7 +438,18 @@ def _run(
             base, base_info = loaded[0], {"how": f"loaded from {model_path}"}
         else:
             base, base_info = _base_model(
-                "rope", config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
+                "rope",
+                config,
+                vocab,
+                train_ids,
+                out,
+                resume,
+                meta,
+                progress,
+                say,
+                device,
+                parallel,
+                "base.pt",
             )
         base_info["fingerprint"] = _fingerprint(base)
         reused, kept = _reusable(previous, base_info, specs, out)
@@ -506,9 +522,12 @@ def _run(
             if _row_label(label) in reused:
                 score(None, _row_label(label), k, True)
                 continue
-            model, _ = _base_model(
-                spec, config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
-            )
+            if label == "rope" and loaded is None:  # the base model is this baseline: trained once
+                model = base
+            else:
+                model, _ = _base_model(
+                    spec, config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
+                )
             score(model.to(device), _row_label(label), k, True)
     return result()
 

@@ -41,12 +41,14 @@ def _base_model(
     say: Any,
     device: torch.device,
     parallel: Ranks | None,
+    file: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Train the model of ``spec`` at ``train_len`` or, with ``resume``, load it from ``out``."""
+    """Train the model of ``spec`` at ``train_len`` or, with ``resume``, load it from ``out`` (its ``file``:
+    ``base.pt`` for the base model, a baseline's by default)."""
 
     label = _spec_key(spec)
     meta = {**meta, "spec": label}  # the full spec: a file is never taken for another spec's
-    path = None if out is None else out / _checkpoint_name(label)
+    path = None if out is None else out / (file or _checkpoint_name(label))
     if resume and path is not None and path.is_file():
         model, chars, saved = load_checkpoint(path, argument="out_dir")
         if saved != meta or chars != vocab.chars:  # run_extend checked it first: another run wrote it since
@@ -95,8 +97,8 @@ def _spec_key(spec: Any) -> str:
 
 
 def _checkpoint_name(label: str) -> str:
-    """The checkpoint file of the base model (``rope``: ``base.pt``) or of a baseline's spec."""
-    return "base.pt" if label == "rope" else f"baseline-{_file_name(label)}.pt"
+    """The checkpoint file of a baseline's spec (never ``base.pt``: a loaded base model may be that file)."""
+    return f"baseline-{_file_name(label)}.pt"
 
 
 class _LoadedVocabulary(_Vocabulary):

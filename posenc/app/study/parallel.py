@@ -25,6 +25,7 @@ import os
 import pickle
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -250,8 +251,12 @@ def _worker(
     device: str,
     lines: Any,
     result_path: str,
+    parent: int,
 ) -> None:
     """One spawned rank: join the group on 127.0.0.1, run ``fn``, rank 0 saves what it returns."""
+    # A killed parent (SIGKILL, SIGTERM: no exception there to stop the ranks) released the folder's
+    # lock; a rank that ran on would write its results over the next run's.
+    threading.Thread(target=_exit_without, args=(parent,), daemon=True).start()
     where = _rank_device(torch.device(device), rank)
     if where.type == "cuda":
         torch.cuda.set_device(where)
@@ -280,6 +285,13 @@ def _worker(
         dist.destroy_process_group()
 
 
+def _exit_without(parent: int) -> None:
+    """End this process as soon as ``parent`` is no longer its parent (it was killed)."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
+
+
 def spawn(
     fn: Callable[..., Any],
     nproc: int,
@@ -293,7 +305,8 @@ def spawn(
     The processes are started with the spawn method and join one process group over TCP on
     127.0.0.1 (a free port): gloo on the CPU, nccl on CUDA (rank ``r`` on ``cuda:r``). Rank 0's
     log lines come back here and go to ``log``; its return value comes back pickled. When one
-    rank fails the others are stopped and its exception is raised here; past
+    rank fails the others are stopped and its exception is raised here, and each rank ends itself
+    when this process is killed (its lock released, it must not write on); past
     :data:`SPAWN_TIMEOUT_S` all are stopped and ``TimeoutError`` is raised. ``fn``, ``args``
     and ``kwargs`` must pickle.
     """
@@ -304,7 +317,7 @@ def spawn(
         result_path = str(Path(tmp) / "result.pkl")
         ctx = mp.start_processes(
             _worker,
-            args=(fn, args, kwargs, nproc, _free_port(), device, lines, result_path),
+            args=(fn, args, kwargs, nproc, _free_port(), device, lines, result_path, os.getpid()),
             nprocs=nproc,
             join=False,
             start_method="spawn",
