@@ -159,7 +159,10 @@ def test_baselines_are_trained_and_scored_like_the_methods(corpus):
         # the bad spec is a baseline: the error blames baselines, not encodings
         ({"baselines": ("sinusoidal2d",)}, "baselines"),
         ({"baselines": ("ropee",)}, "baselines"),
-        ({"baselines": ("none", "nope")}, "baselines"),  # one encoding, one row: the second replaced the first
+        (
+            {"baselines": ("none", "nope")},
+            "baselines",
+        ),  # one encoding, one row: the second replaced the first
     ],
 )
 def test_bad_settings_fail_before_training(corpus, settings, argument):
