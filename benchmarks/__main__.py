@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cuda_only is not None and args.device != "cuda":
         parser.error("--cuda-only needs --device cuda")
+    try:  # before measuring: a folder that cannot be made would lose the run at its end
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        parser.error(f"--out {args.out} cannot be a folder: {err.strerror or err}")
     if args.device == "cuda":
         from .cuda import gpu_missing, run
 

@@ -143,12 +143,18 @@ def run(shapes: list[tuple[int, int, int, int]]) -> None:
                 decode_step(shape, dtype)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help=f"also {LARGE} (minutes)")
     parser.add_argument("--shape", action="append", help="b,h,t,dh instead of the defaults")
     parser.add_argument("--out", type=Path, default=OUT, help=f"the report (default {OUT})")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:  # before measuring: a report that cannot be written would lose the run at its end
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        if args.out.is_dir():
+            raise IsADirectoryError(21, "a folder, not the report's file")
+    except OSError as err:
+        parser.error(f"--out {args.out} cannot be written: {err.strerror or err}")
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shape] if args.shape else SHAPES
     run(shapes + (LARGE if args.large else []))  # type: ignore[arg-type]
     info = machine_info()

@@ -577,6 +577,23 @@ def test_cli_rejects_bad_arguments(capsys, tmp_path):
     assert "posenc/__init__.py does not exist" in capsys.readouterr().err
 
 
+def test_an_out_that_cannot_be_written_is_refused_before_measuring(capsys, tmp_path):
+    """A minutes-long run whose --out is a file, under a file or a folder (for one report) failed at its end."""
+    from benchmarks import rope_floors
+
+    a_file = tmp_path / "report.md"
+    a_file.write_text("kept")
+    for out in (a_file, a_file / "below"):
+        with pytest.raises(SystemExit):
+            cli_main(["--only", "packed", "--out", str(out)])
+        assert f"--out {out} cannot be a folder" in capsys.readouterr().err
+    for out in (tmp_path, a_file / "below.md"):
+        with pytest.raises(SystemExit):
+            rope_floors.main(["--shape", "1,1,2,8", "--out", str(out)])
+        assert f"--out {out} cannot be written" in capsys.readouterr().err
+    assert a_file.read_text() == "kept"
+
+
 def test_unknown_names_are_rejected():
     with pytest.raises(ValueError, match="unknown RoPE implementations"):
         rope_bench.run_rope(
