@@ -49,8 +49,9 @@ def rope_parameters(
     ``rope_type`` reads, every implicit default resolved (for ``"proportional"`` the partial
     factor is also in ``scaling``: it picks rotated pairs, not channels).
     """
+    per_type = params is not None
     # (where its code reads the factor of a layer type's dict alone: its own default there, not the top-level one)
-    type_partial = _PER_TYPE_PARTIAL.get(model_type) if params is not None else None
+    type_partial = _PER_TYPE_PARTIAL.get(model_type) if per_type else None
     raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
     params = dict(raw)
     nested = [key for key in params if isinstance(params[key], Mapping)]
@@ -137,9 +138,10 @@ def rope_parameters(
     if rope_type == "proportional":  # p-RoPE: the fraction picks rotated pairs, not channels
         scaling["partial_rotary_factor"], partial = partial, 1.0
     if _ORIGINAL in keys:
-        # A top-level original_max_position_embeddings wins over the dict's (transformers' Phi-3 rule,
-        # which it applies to every model with that attribute); otherwise the trained length.
-        top = get(cfg, _ORIGINAL, default=d.original_max)
+        # A top-level original_max_position_embeddings wins over a flat dict's (transformers' Phi-3 rule,
+        # which it applies to every model with that attribute); a layer type's dict keeps its own, else
+        # the trained length.
+        top = None if per_type else get(cfg, _ORIGINAL, default=d.original_max)
         original = top if top is not None else get(params, _ORIGINAL, default=max_pos)
         if original is None:
             raise ValueError(

@@ -137,6 +137,25 @@ def test_a_layer_types_dict_without_its_partial_factor_rotates_as_the_models_cod
             posenc.hf.layer_encodings(config)
 
 
+@pytest.mark.parametrize("model_type", ["gemma3_text", "olmo3", "modernbert"])
+def test_a_top_level_original_length_is_not_read_into_a_layer_types_dict(monkeypatch, model_type):
+    """transformers reads a top-level original_max_position_embeddings into a flat rope dict only (Phi-3's
+    rule); a layer type's dict keeps its own, else max_position_embeddings (posenc read the top-level one)."""
+    original = "original_max_position_embeddings"
+    own = {
+        name: {**one, "rope_type": "yarn", "factor": 4.0}
+        for name, one in CONFIG_MAPPING[model_type]().rope_parameters.items()
+    }
+    variant = {**ROTARY_VARIANT.get(model_type, {}), original: 24}
+    for dicts in (
+        own,
+        {name: {**one, original: 16} for name, one in own.items()},
+    ):  # (absent: the trained length)
+        monkeypatch.setitem(ROTARY_VARIANT, model_type, {**variant, "rope_parameters": copy.deepcopy(dicts)})
+        outcome, detail = survey([model_type])[model_type]
+        assert outcome == "matched", detail
+
+
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarns_truncate_in_a_layer_types_dict_is_refused_where_the_model_does_not_read_it(
     monkeypatch, truncate
