@@ -133,6 +133,10 @@ def config_dict(config: Any) -> dict[str, Any]:
             for k in aliases
             if k not in cfg and isinstance(value := getattr(config, k, None), (list, tuple))
         }
+        # A transformers class's model reads its standardised rope_parameters: a legacy rope_scaling that
+        # to_dict() keeps beside them (Cohere2-MoE's class does not fold it in) is not read.
+        if type(config).__module__.startswith("transformers.models.") and getattr(config, "rope_parameters", None):
+            cfg.pop("rope_scaling", None)
     else:
         raise TypeError(
             "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "

@@ -2316,3 +2316,22 @@ def test_an_absolute_table_beside_relative_attention_is_refused(model_type, chan
         from_hf_config({**config, **change})
     if model_type.startswith("deberta"):
         assert isinstance(from_hf_config(config), posenc.Learned)
+
+
+@requires_transformers
+def test_a_legacy_rope_scaling_the_class_leaves_beside_its_rope_parameters_is_not_read():
+    """Cohere2-MoE's class does not fold a rope_scaling kwarg into its rope_parameters, which its model reads;
+    to_dict() keeps both: the object converts as its model rotates (posenc scaled by the leftover)."""
+    from posenc.app.hf_zoo import TINY as ZOO_TINY
+    from transformers.models.cohere2_moe import modeling_cohere2_moe as cohere
+
+    config = cohere.Cohere2MoeConfig(
+        **ZOO_TINY, rope_theta=777.0, rope_scaling={"type": "linear", "factor": 2.0}
+    )
+    assert config.rope_parameters == {"rope_type": "default", "rope_theta": 777.0}
+    q, k = torch.randn(2, 1, 2, 50, config.head_dim).unbind()
+    positions = torch.arange(50)[None]
+    want = cohere.apply_rotary_pos_emb(q, k, *cohere.Cohere2MoeRotaryEmbedding(config)(q, positions))
+    got = posenc.hf.layer_encodings(config)[0].encode_qk(q, k, q_positions=positions, k_positions=positions)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=1e-5)
