@@ -150,3 +150,16 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
     n = {"num_hidden_layers": config.num_hidden_layers}  # (the encoder-decoders' to_dict() leaves it out)
     bare = {"model_type": model_type, **n}
     assert layer_windows(config) == layer_windows({**config.to_dict(), **n}) == layer_windows(bare)
+
+
+@pytest.mark.parametrize("model_type", sorted(_WINDOWS))
+def test_a_config_json_that_gives_a_null_window_gives_none(model_type: str) -> None:
+    """``"sliding_window": null`` (with ``use_sliding_window``) is kept by the class: every layer attends to every
+    key. posenc read it as absent and took the class default (Qwen2: windows of 4096 from max_window_layers on)."""
+    key = "local_attention" if model_type == "modernbert" else "sliding_window"
+    given = {"num_hidden_layers": 4, "use_sliding_window": True, "max_window_layers": 2, key: None}
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **given)
+    except (TypeError, ValueError):
+        pytest.skip(f"{model_type}'s class refuses a null {key}")
+    assert layer_windows({"model_type": model_type, **given}) == layer_windows(config)
