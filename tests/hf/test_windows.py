@@ -160,6 +160,6 @@ def test_a_config_json_that_gives_a_null_window_gives_none(model_type: str) -> N
     given = {"num_hidden_layers": 4, "use_sliding_window": True, "max_window_layers": 2, key: None}
     try:
         config = transformers.AutoConfig.for_model(model_type, **given)
-    except (TypeError, ValueError):
+    except Exception:  # (a strict dataclass's validation error)
         pytest.skip(f"{model_type}'s class refuses a null {key}")
     assert layer_windows({"model_type": model_type, **given}) == layer_windows(config)
