@@ -114,7 +114,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     """
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
-    window = cfg[key] if key in cfg else default_window  # (a key it gives, even null, wins: the class keeps it)
+    window = (
+        cfg[key] if key in cfg else default_window
+    )  # (a key it gives, even null, wins: the class keeps it)
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
     use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):

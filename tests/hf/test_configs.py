@@ -2322,8 +2322,9 @@ def test_an_absolute_table_beside_relative_attention_is_refused(model_type, chan
 def test_a_legacy_rope_scaling_the_class_leaves_beside_its_rope_parameters_is_not_read():
     """Cohere2-MoE's class does not fold a rope_scaling kwarg into its rope_parameters, which its model reads;
     to_dict() keeps both: the object converts as its model rotates (posenc scaled by the leftover)."""
-    from posenc.app.hf_zoo import TINY as ZOO_TINY
     from transformers.models.cohere2_moe import modeling_cohere2_moe as cohere
+
+    from posenc.app.hf_zoo import TINY as ZOO_TINY
 
     config = cohere.Cohere2MoeConfig(
         **ZOO_TINY, rope_theta=777.0, rope_scaling={"type": "linear", "factor": 2.0}
