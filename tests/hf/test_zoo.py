@@ -302,3 +302,12 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
 if __name__ == "__main__":
     REPORT.write_text(report(survey()), encoding="utf-8")
     print(f"wrote {REPORT}")
+
+
+@pytest.mark.parametrize("key", ["attention_head_dim", "head_dim"])
+def test_zamba2_keeps_a_head_width_its_config_gives(monkeypatch, key):
+    """Zamba2's heads are 2 * hidden / heads wide unless the config gives a width, which its class keeps (posenc
+    forced the default: a RoPE of another width)."""
+    monkeypatch.setitem(ROTARY_VARIANT, "zamba2", {**ROTARY_VARIANT.get("zamba2", {}), key: 24})
+    outcome, detail = survey(["zamba2"])["zamba2"]
+    assert outcome == "matched", detail
