@@ -689,8 +689,14 @@ def test_a_folder_of_one_command_is_never_overwritten_by_the_other(corpus_file, 
         assert {folder: _snapshot(folder) for folder in (study, ext)} == before, argv
     # the same settings resume, and --force replaces what the user asked to replace
     assert run(["extend", *corpus, "--out", str(ext), *EXTEND_TINY, "--resume"], capsys)[0] == 0
+    (study / "extrapolation.png").write_bytes(
+        b"the figure of the study replaced"
+    )  # (drawn without matplotlib too)
     assert run(["extend", *corpus, "--out", str(study), *EXTEND_TINY, "--force"], capsys)[0] == 0
     assert json.loads((study / "results.json").read_text())["results"]
+    assert not (
+        study / "extrapolation.png"
+    ).exists()  # a figure of the results replaced: not left beside them
 
 
 @pytest.mark.parametrize("command", ["extrapolate", "extend"])

@@ -43,7 +43,8 @@ def _hold_out(args: argparse.Namespace) -> contextlib.AbstractContextManager[Pat
 
 
 def _check_out(out: Path, args: argparse.Namespace) -> None:
-    """Refuse to write over what ``--out`` holds, unless ``--force`` (or ``--resume`` of the same study).
+    """Refuse to write over what ``--out`` holds, unless ``--force`` (or ``--resume`` of the same study);
+    ``--force`` alone removes the figures and report of the results it replaces.
 
     One rule for both commands, checked before anything is written: a folder holding the other
     command's study (or files that are not a study's) is refused even with ``--resume``; a
@@ -53,6 +54,11 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
     from ..study.outdir import outputs, study_kind
 
     if args.force:
+        if not args.resume:
+            # The figures and the report show the results this run replaces (it draws its own at the end):
+            # left beside new results, an interrupted run's folder would show another run's numbers.
+            for name in ("extrapolation.png", "extend.png", "report.md"):
+                (out / name).unlink(missing_ok=True)
         return
     shown = repr(str(args.out)[:200])
     kind = study_kind(out)
