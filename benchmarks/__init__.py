@@ -185,7 +185,8 @@ def run_suite(
     command: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the configured sections, evaluate the targets and write ``{stem}.json`` and ``{stem}.md``.
+    """Run the configured sections, evaluate the targets and write ``{stem}.json`` and ``{stem}.md`` (interrupted,
+    the sections that finished to ``{stem}.unfinished.json`` and ``.md``).
 
     Args:
         config: what to run (see :func:`preset`).
@@ -232,23 +233,36 @@ def run_suite(
         "relative": run_relative,
         "packed": run_packed,
     }
-    for name in SECTIONS:
-        section_config = getattr(config, name)
-        if section_config is None:
-            continue
-        n = set_threads(_section_threads(section_config, threads))
-        section = {"threads": n, "started_utc": now_utc(), "load_average_start": load_average()}
-        log(f"[{name}] {n} thread{'s' if n != 1 else ''}, load average {section['load_average_start']}")
-        section_start = time.perf_counter()
-        report[name] = runners[name](section_config, log=log)
-        section["wall_s"] = time.perf_counter() - section_start
-        section["load_average_end"] = load_average()
-        report["sections"][name] = section
-    report["targets"] = evaluate_targets(report)
-    report["finished_utc"] = now_utc()
-    report["load_average_end"] = load_average()
-    report["wall_s"] = time.perf_counter() - start
-    if out_dir is not None:
-        write_json(Path(out_dir) / f"{stem}.json", report)
-        write_whole(Path(out_dir) / f"{stem}.md", render(report, markdown=True) + "\n")
+
+    def finish(name: str) -> None:
+        report["targets"] = evaluate_targets(report)
+        report["finished_utc"] = now_utc()
+        report["load_average_end"] = load_average()
+        report["wall_s"] = time.perf_counter() - start
+        if out_dir is not None:
+            write_json(Path(out_dir) / f"{name}.json", report)
+            write_whole(Path(out_dir) / f"{name}.md", render(report, markdown=True) + "\n")
+
+    try:
+        for name in SECTIONS:
+            section_config = getattr(config, name)
+            if section_config is None:
+                continue
+            n = set_threads(_section_threads(section_config, threads))
+            section = {"threads": n, "started_utc": now_utc(), "load_average_start": load_average()}
+            log(f"[{name}] {n} thread{'s' if n != 1 else ''}, load average {section['load_average_start']}")
+            section_start = time.perf_counter()
+            report[name] = runners[name](section_config, log=log)
+            section["wall_s"] = time.perf_counter() - section_start
+            section["load_average_end"] = load_average()
+            report["sections"][name] = section
+    except KeyboardInterrupt:
+        # The finished sections are kept apart (a whole run's files stay as they are), as --device cuda does.
+        if report["sections"] and out_dir is not None:
+            finish(f"{stem}.unfinished")
+            user_log(
+                f"interrupted: the finished sections are in {Path(out_dir) / stem}.unfinished.json and .md"
+            )
+        raise
+    finish(stem)
     return report

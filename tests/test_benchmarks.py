@@ -343,6 +343,27 @@ def report(tmp_path_factory):
     return result, out
 
 
+def test_an_interrupted_run_keeps_its_finished_sections_apart(tmp_path, monkeypatch):
+    """Ctrl-C in the model section: the RoPE section's rows are written to STEM.unfinished.*, and a whole
+    run's STEM.* stay as they were (it kept nothing)."""
+    (tmp_path / "tiny.md").write_text("the last whole run")
+
+    def log(line):
+        if "[model]" in line:
+            raise KeyboardInterrupt
+
+    _fake_time(monkeypatch)
+    config = benchmarks.SuiteConfig("tiny", TINY_ROPE, None, TINY_MODEL)
+    with pytest.raises(KeyboardInterrupt):
+        benchmarks.run_suite(config, out_dir=tmp_path, stem="tiny", command="tiny", log=log)
+    kept = json.loads((tmp_path / "tiny.unfinished.json").read_text())
+    assert kept["rope"] and kept["model"] is None and list(kept["sections"]) == ["rope"]
+    assert (tmp_path / "tiny.unfinished.md").read_text().startswith("#")
+    assert (tmp_path / "tiny.md").read_text() == "the last whole run" and not (
+        tmp_path / "tiny.json"
+    ).exists()
+
+
 def test_tiny_run_writes_both_files_with_threads_per_section(report):
     result, out = report
     on_disk = json.loads((out / "tiny.json").read_text())
