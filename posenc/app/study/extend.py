@@ -433,24 +433,17 @@ def _run(
     specs.update({_row_label(label): spec for label, spec in baselines})
     done: dict[str, list[ExtendRow]] = {}  # by row label: this run's rows, or reused ones
     total = len(specs)
+
+    def trained(spec: Any, file: str | None = None) -> tuple[Any, dict[str, Any]]:
+        """The model of ``spec`` trained (or, resuming, loaded from ``out``); ``file``: its checkpoint's name."""
+        args = (config, vocab, train_ids, out, resume, meta, progress, say, device, parallel)
+        return _base_model(spec, *args, file)
+
     with _deterministic(config.threads):
         if loaded is not None:
             base, base_info = loaded[0], {"how": f"loaded from {model_path}"}
         else:
-            base, base_info = _base_model(
-                "rope",
-                config,
-                vocab,
-                train_ids,
-                out,
-                resume,
-                meta,
-                progress,
-                say,
-                device,
-                parallel,
-                "base.pt",
-            )
+            base, base_info = trained("rope", "base.pt")
         base_info["fingerprint"] = _fingerprint(base)
         reused, kept = _reusable(previous, base_info, specs, out)
         if parallel is not None:
@@ -525,9 +518,7 @@ def _run(
             if label == "rope" and loaded is None:  # the base model is this baseline: trained once
                 model = base
             else:
-                model, _ = _base_model(
-                    spec, config, vocab, train_ids, out, resume, meta, progress, say, device, parallel
-                )
+                model, _ = trained(spec)
             score(model.to(device), _row_label(label), k, True)
     return result()
 
