@@ -678,7 +678,7 @@ def test_config_json_defaults_match_transformers(model_type: str) -> None:
 
 def test_zamba2_rotates_only_with_use_mem_rope() -> None:
     """Zamba2's shared attention applies RoPE only with use_mem_rope (class default False: NoPE); its heads are
-    2 * hidden_size // heads wide (its class computes attention_head_dim so, whatever a config.json says)."""
+    2 * hidden_size // heads wide (its class computes attention_head_dim so, unless the config gives one)."""
     from transformers.models.zamba2 import modeling_zamba2 as zamba2
 
     off = transformers.Zamba2Config(hidden_size=64, num_attention_heads=2)
