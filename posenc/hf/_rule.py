@@ -33,7 +33,7 @@ from ._layers import (
     required_count,
     sliding_layers,
 )
-from ._read import Config, get, positive_int, rope_dict
+from ._read import Config, get, key_of, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
 from ._table import SUPPORTED_MODEL_TYPES
 
@@ -208,8 +208,10 @@ def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
             cfg = {**cfg, "partial_rotary_factor": cfg["rotary_dim"] / get(cfg, "head_dim", default=128)}
     if family == "zamba2":  # its attention reads the input and the embeddings concatenated: 2 * hidden_size
         heads, hidden = (positive_int(cfg, model_type, k) for k in ("num_attention_heads", "hidden_size"))
-        # (a width given is kept by its class: attention_head_dim, its to_dict()'s name for head_dim)
-        cfg = {**cfg, "head_dim": get(cfg, "attention_head_dim", default=2 * hidden // heads)}
+        # (a width given is kept by its class: attention_head_dim, or head_dim by that name; its kv_channels,
+        # which posenc reads as head_dim elsewhere, is a Mamba size)
+        given = cfg.get("head_dim") if key_of(cfg, "head_dim") == "head_dim" else None
+        cfg = {**cfg, "head_dim": get(cfg, "attention_head_dim", default=given or 2 * hidden // heads)}
         if check_bool(f"{model_type} config: use_long_context", cfg.get("use_long_context", False)):
             cfg["max_position_embeddings"] = 16384  # (the rope_theta its warning names is not rescaled)
     raw = rope_dict(cfg, model_type) if family == "neomme" else None

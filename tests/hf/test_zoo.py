@@ -311,3 +311,13 @@ def test_zamba2_keeps_a_head_width_its_config_gives(monkeypatch, key):
     monkeypatch.setitem(ROTARY_VARIANT, "zamba2", {**ROTARY_VARIANT.get("zamba2", {}), key: 24})
     outcome, detail = survey(["zamba2"])["zamba2"]
     assert outcome == "matched", detail
+    config = {
+        "model_type": "zamba2",
+        "use_mem_rope": True,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_theta": 1e4,
+    }
+    assert (
+        posenc.hf.from_hf_config({**config, key: 24}).head_dim == 24
+    )  # a config.json's (its class keeps it)
