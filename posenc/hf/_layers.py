@@ -117,8 +117,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     window = (
         cfg[key] if key in cfg else default_window
     )  # (a key it gives, even null, wins: the class keeps it)
-    # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window
-    use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
+    # the Qwen-style configs (and SmolLM3, Qwen2/3-MoE) drop sliding_window without use_sliding_window
+    off = rule in ("qwen", "smollm3") or model_type in ("qwen2_moe", "qwen3_moe")
+    use = cfg.get("use_sliding_window", False if off else None)
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
         window = None
     if rule == "none" or window is None:

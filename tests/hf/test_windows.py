@@ -163,3 +163,16 @@ def test_a_config_json_that_gives_a_null_window_gives_none(model_type: str) -> N
     except Exception:  # (a strict dataclass's validation error)
         pytest.skip(f"{model_type}'s class refuses a null {key}")
     assert layer_windows({"model_type": model_type, **given}) == layer_windows(config)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_moe", "qwen3_moe"])
+def test_a_config_json_without_use_sliding_window_slides_nowhere_as_its_class(model_type: str) -> None:
+    """Their classes drop sliding_window unless use_sliding_window (default False), layer_types or not: posenc
+    read a config.json's sliding_window at face value (windows of 7 on its sliding layers)."""
+    given = {
+        "num_hidden_layers": 3,
+        "sliding_window": 7,
+        "layer_types": ["full_attention", *["sliding_attention"] * 2],
+    }
+    config = transformers.AutoConfig.for_model(model_type, **given)
+    assert layer_windows({"model_type": model_type, **given}) == layer_windows(config) == [None] * 3
