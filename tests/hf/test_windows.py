@@ -132,10 +132,13 @@ def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: di
     forms = [config, config.to_dict(), minimal]
     if model_type not in SUPPORTED_MODEL_TYPES and model_type not in _WINDOWS:
         # without a window rule a config class may derive layer_types in code: dicts without them are refused
+        # (unless no layer slides: Qwen2-MoE without use_sliding_window), else checked below as the others
         for form in [f for f in forms[1:] if f.get("layer_types") is None]:
-            with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
+            try:
                 layer_windows(form)
-            forms.remove(form)
+            except ValueError as err:
+                assert "'sliding_window' without 'layer_types'" in str(err)
+                forms.remove(form)
     for form in forms:
         windows = layer_windows(form)
         got = [_allowed(w, bidirectional) for w in windows]
