@@ -114,9 +114,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     """
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
-    window = (
-        cfg[key] if key in cfg else default_window
-    )  # (a key it gives, even null, wins: the class keeps it)
+    # (a key the config gives, even null, wins: its class keeps it)
+    window = cfg[key] if key in cfg else default_window
     # the Qwen-style configs (and SmolLM3, Qwen2/3-MoE) drop sliding_window without use_sliding_window
     off = rule in ("qwen", "smollm3") or model_type in ("qwen2_moe", "qwen3_moe")
     use = cfg.get("use_sliding_window", False if off else None)

@@ -135,9 +135,8 @@ def config_dict(config: Any) -> dict[str, Any]:
         }
         # A transformers class's model reads its standardised rope_parameters: a legacy rope_scaling that
         # to_dict() keeps beside them (Cohere2-MoE's class does not fold it in) is not read.
-        if type(config).__module__.startswith("transformers.models.") and getattr(
-            config, "rope_parameters", None
-        ):
+        own_class = type(config).__module__.startswith("transformers.models.")
+        if own_class and getattr(config, "rope_parameters", None):
             cfg.pop("rope_scaling", None)
     else:
         raise TypeError(
