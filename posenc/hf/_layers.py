@@ -17,7 +17,7 @@ from ..base import PositionalEncoding
 from ..encodings import NoPE
 from ..encodings.temperature import QueryTemperature
 from ..functional.rope_scaling import rope_type_of
-from ._read import Config, Convert, get, positive_int, rope_dict
+from ._read import GEMMA4_ROPE, Config, Convert, get, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 from ._speech import SPEECH_MODEL_TYPES
 
@@ -266,35 +266,41 @@ def check_type_dict(one: Mapping[str, Any], model_type: str, where: str) -> None
         )
 
 
+def two_bases_as_class(
+    cfg: Config, keys: tuple[str | None, str | None], defaults: tuple[float, float], *, scale_local: bool
+) -> dict[str, Any]:
+    """``cfg`` with ``rope_parameters`` by layer type as Gemma 3's, ModernBERT's, OLMo 3's and T5Gemma 2's classes
+    make them: their own (else a default-type dict for each of full and sliding attention), a legacy
+    ``rope_scaling`` merged into the full-attention one (and the sliding one, ``scale_local``), then each
+    ``rope_theta`` left out taken from its legacy key ``keys[i]`` (``None``: none), else ``defaults[i]``. A flat
+    ``rope_parameters`` stays beside them, unread by the model (refused later)."""
+    params = cfg.get("rope_parameters")
+    names = ("full_attention", "sliding_attention")
+    given = {name: {"rope_type": "default"} for name in names} if params is None else params
+    nested: dict[str, Any] = {
+        name: dict(one) if isinstance(one, Mapping) else one for name, one in given.items()
+    }
+    scaling = cfg.get("rope_scaling")
+    for i, (name, key, base) in enumerate(zip(names, keys, defaults, strict=True)):
+        if nested.get(name) is None:
+            nested[name] = {"rope_type": "default"}
+        if isinstance(scaling, Mapping) and (i == 0 or scale_local):
+            nested[name].update(scaling)
+        nested[name].setdefault("rope_theta", base if key is None else get(cfg, key, default=base))
+    return {**cfg, "rope_scaling": None, "rope_parameters": nested}
+
+
 def two_bases(
     d: RopeDefaults, keys: tuple[str, str], defaults: tuple[float, float], *, scale_local: bool
 ) -> Convert:
-    """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from the nested ``rope_parameters``.
-
-    Or the legacy keys: the global base ``keys[0]`` and the flat scaling dict on full layers, the
-    local base ``keys[1]`` on sliding layers (which ModernBERT also scales, ``scale_local``);
-    :func:`table_types` gives the layer types a config leaves out.
-    """
+    """Gemma 3 / 3n and ModernBERT: one RoPE per layer type, from ``rope_parameters`` by layer type or the legacy
+    keys (:func:`two_bases_as_class`); :func:`table_types` gives the layer types a config leaves out."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         types = table_types(cfg, model_type)
-        # each layer type's base: its legacy key, else the class's default (also what the class fills into a
-        # layer type's dict that leaves rope_theta out; a flat dict's rope_theta is not read)
-        bases = {
-            name: get(cfg, key, default=base)
-            for name, key, base in zip(("full_attention", "sliding_attention"), keys, defaults, strict=True)
-        }
-        raw = rope_dict(cfg, model_type)
-        if raw and all(isinstance(value, Mapping) for value in raw.values()):
-            nested = {name: {"rope_theta": bases.get(name), **value} for name, value in raw.items()}
-            cfg = {**cfg, "rope_scaling": None, "rope_parameters": nested}
-
-        def legacy(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
-            flat = {k: v for k, v in flat.items() if k != "rope_theta"}
-            rows = {"full_attention": flat, "sliding_attention": flat if scale_local else {}}
-            return {name: {"rope_type": "default", "rope_theta": bases[name], **rows[name]} for name in rows}
-
-        return per_type_rope(cfg, model_type, d, types, heads_and_head_dim(cfg, model_type, d)[1], legacy)
+        cfg = two_bases_as_class(cfg, keys, defaults, scale_local=scale_local)
+        # (nested now; a legacy map all the same: a table model's layer type names are checked)
+        return per_type_rope(cfg, model_type, d, types, heads_and_head_dim(cfg, model_type, d)[1], dict)
 
     return convert
 
@@ -302,12 +308,6 @@ def two_bases(
 def gemma3(d: RopeDefaults) -> Convert:
     """Gemma 3 / 3n: local base on sliding layers, global base (and the scaling dict) on full layers."""
     return two_bases(d, ("rope_theta", "rope_local_base_freq"), (1e6, 1e4), scale_local=False)
-
-
-_GEMMA4_ROPE = {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
-}
 
 
 def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
@@ -320,10 +320,10 @@ def gemma4(cfg: Config, model_type: str, causal: bool | None) -> Layers:
     def per_type(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if flat:  # (its class keeps a flat dict as given, and its model reads rope_parameters[layer_type]: KeyError)
             raise ValueError(
-                f"{model_type} config: rope_parameters must hold one dict per layer type ({', '.join(_GEMMA4_ROPE)}), "
+                f"{model_type} config: rope_parameters must hold one dict per layer type ({', '.join(GEMMA4_ROPE)}), "
                 f"as its model reads them; got the flat keys {sorted(flat)}"
             )
-        return _GEMMA4_ROPE
+        return GEMMA4_ROPE
 
     return per_type_rope(cfg, model_type, d, types, dims, per_type)
 

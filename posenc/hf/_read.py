@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._checks import check_positive_int
-from ..functional.rope_scaling import rope_type_of
+from ..functional.rope_scaling import _ORIGINAL, rope_type_of
 
 if TYPE_CHECKING:
     from ..base import PositionalEncoding
@@ -18,16 +19,13 @@ Convert = Callable[[Config, str, "bool | None"], "PositionalEncoding | list[Posi
 
 #: transformers' standard names and the older ones a ``config.json`` may keep instead (what config classes'
 #: attribute_map reads them as: GPT-2's n_embd, BART's d_model, DBRX's n_heads, JetMoE's kv_channels, Moonshine's
-#: decoder; GPT-NeoX's legacy rotary_emb_base / rotary_pct): :func:`config_dict` fills a standard name that is
-#: missing (or null) from the first alias set.
+#: decoder): :func:`config_dict` fills a standard name that is missing (or null) from the first alias set.
 ALIASES = {
     "num_attention_heads": ("n_head", "n_heads", "num_heads", "decoder_num_attention_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model", "embed_dim", "emb_dim"),
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers"),
     "max_position_embeddings": ("n_positions", "max_seq_len"),
     "head_dim": ("kv_channels",),
-    "rope_theta": ("rotary_emb_base",),
-    "partial_rotary_factor": ("rotary_pct",),
     "sliding_window": ("attention_window_size",),  # RecurrentGemma's local attention
 }
 
@@ -38,11 +36,17 @@ ALIASES = {
 _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "head_dim": {
         256: "gemma gemma2 diffusion_gemma_text dory embedding_gemma2_text gemma4_unified_text qwen3_5_moe_text "
-        "qwen3_next qwen4_exp_text t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma",
+        "qwen3_5_text qwen3_next qwen4_exp_text t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma",
+        192: "mimo_v2_flash",
         # (Voxtral's class fills its text_config dict with its own defaults, Llama's head_dim among them)
-        128: "qwen3 voxtral.text_config dia_encoder ernie4_5 flint hy_v3 jetmoe lara_mini mellum minimax_m2 "
-        "muse_glimmer_assistant muse_glimmer_text qwen3_omni_moe_talker_code_predictor solar_open step3p5 zaya",
-        64: "gpt_oss hy_v4_vl_text voxtral_realtime_encoder",
+        128: "qwen3 voxtral.text_config afmoe beam cohere2_moe cosmos3_edge_text cwm dia_decoder dia_encoder "
+        "ernie4_5 flint glm glm4 helium higgs_audio_v2 hrm_text hy_v3 internlm3 iquestcoder jetmoe kolibri1 "
+        "laguna lara_mini lfm3 mellum minimax_m2 ministral3 molmo2_text muse_glimmer_assistant "
+        "muse_glimmer_text pe_audio_encoder pe_audio_video_encoder pe_video_encoder "
+        "qwen3_omni_moe_talker_code_predictor seed_oss solar_open step3p5 zaya",
+        80: "timesfm2_5",
+        64: "gpt_oss hy_v4_vl_text muse_spark_text neomme neucodec openai_privacy_filter sarvam_moe "
+        "voxtral_realtime_encoder xcodec2",
     },
     # Gemma 4's kin: their config classes turn global_head_dim into per_layer_config
     "global_head_dim": {512: "diffusion_gemma_text embedding_gemma2_text gemma4_unified_text"},
@@ -70,7 +74,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # (read as the rope dict's when it has none: GLM's and Qwen3-Next's classes write theirs into it)
     "partial_rotary_factor": {
         0.9: "moonshine",
-        0.5: "phi persimmon bamba dots3_note_audio_encoder glm glm4 glmasr_encoder nemotron recurrent_gemma",
+        0.5: "phi persimmon bamba dots3_note_audio_encoder glm glm4 glm4_moe glmasr_encoder nemotron recurrent_gemma",
         0.25: "stablelm qwen3_5_moe_text qwen3_5_text qwen3_next",
     },
     "rotary_dim": {64: "minimax_m3_vl_text"},
@@ -102,26 +106,103 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         "qwen3_vl_moe_vision qwen3_vl_vision qwen4_exp_vision sam2_video sam3_tracker_video sam3_vit_model "
         "step3p5_vision video_llama_3_vision"
     },
-    "rope_parameters": {
-        (
-            ("rope_type", "yarn"),
-            ("factor", 32.0),
-            ("beta_fast", 32.0),
-            ("beta_slow", 1.0),
-            ("truncate", False),
-            ("original_max_position_embeddings", 4096),
-            ("rope_theta", 150000.0),
-        ): "gpt_oss"
+    "rope_theta": {150000.0: "gpt_oss openai_privacy_filter"},
+}
+
+
+GEMMA4_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+_LLAMA3 = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0, _ORIGINAL: 8192}
+_YARN = {"rope_type": "yarn", "beta_fast": 32.0, "beta_slow": 1.0}
+#: The rope_parameters a config class fills in where a ``config.json`` gives neither them nor the legacy
+#: ``rope_scaling``: a top-level ``rope_theta`` or ``partial_rotary_factor`` only fills what these leave out
+#: (transformers 5's standardisation), so the class's own values win. tests/hf/test_config_json.py checks
+#: each against its class, with the dicts of a transformers-4 ``config.json``.
+CLASS_ROPE: dict[str, dict[str, Any]] = {
+    "apertus apertus1p5_text": {**_LLAMA3, "rope_theta": 1.2e7, "factor": 8.0},
+    "cwm": {**_LLAMA3, "rope_theta": 1e6, "factor": 16.0},
+    "higgs_audio_v2": {
+        **_LLAMA3,
+        "rope_theta": 5e5,
+        "factor": 32.0,
+        "low_freq_factor": 0.125,
+        "high_freq_factor": 0.5,
+        _ORIGINAL: 1024,
     },
+    # (rope_theta: the top-level one, else the class's default_theta, 150000)
+    "gpt_oss openai_privacy_filter": {**_YARN, "factor": 32.0, "truncate": False, _ORIGINAL: 4096},
+    "ministral3": {
+        **_YARN,
+        "rope_theta": 1e6,
+        "factor": 16.0,
+        _ORIGINAL: 16384,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "llama_4_scaling_beta": 0.1,
+    },
+    "cosmos3_edge_text": {"rope_type": "default", "rope_theta": 1e8, "mrope_section": [24, 20, 20]},
+    "muse_spark_text": {"rope_type": "default", "rope_theta": 5e5},
+    "moonshine_streaming": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.8},
+    "nemotron3_5_transcribe_asr_audio nemotron3_5_transcribe_word_timestamp": {
+        "rope_type": "default",
+        "rope_theta": 1e4,
+        "partial_rotary_factor": 0.5,
+    },
+    "dory": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+    "beam": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "full_attention": None},
+    "diffusion_gemma_text gemma4_unified_text": GEMMA4_ROPE,
+    "embedding_gemma2_text": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+    },
+    "lfm3": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+    },
+    "mellum": {
+        "full_attention": {"rope_type": "default", "rope_theta": 5e5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    },
+    "laguna": {
+        "full_attention": {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0},
+    },
+    "mimo_v2_flash": {
+        "full_attention": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.334},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.334},
+    },
+    "zaya": {
+        "hybrid": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
+        "hybrid_sliding": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+    },
+}
+#: Top-level keys a class reads under names of its own (GPT-NeoX's), or not at all (Bamba hard-codes its factor,
+#: Cohere 2 its head width, hidden_size // num_attention_heads; Cohere 2 MoE keeps rope_scaling unread beside its
+#: rope_parameters): name -> (its key or None, its value)
+_OWN_KEYS: dict[str, dict[str, tuple[str | None, Any]]] = {
+    "gpt_neox": {"rope_theta": ("rotary_emb_base", 10000.0), "partial_rotary_factor": ("rotary_pct", 0.25)},
+    "gpt_neox_japanese": {
+        "rope_theta": ("rotary_emb_base", 10000.0),
+        "partial_rotary_factor": ("rotary_pct", 1.0),
+    },
+    "bamba": {"partial_rotary_factor": (None, 0.5)},
+    "cohere2": {"head_dim": (None, None)},
+    "cohere2_moe": {"rope_scaling": (None, None)},
 }
 
 
 def config_dict(config: Any) -> dict[str, Any]:
     """A plain dict from a ``transformers`` config object (via ``to_dict()``) or a mapping, with the
-    standard names of :data:`ALIASES` filled in, then the :data:`_DEFAULTS_BY_KEY` of its model type for the
-    keys it leaves out (a key it gives, even null, wins)."""
+    standard names of :data:`ALIASES` filled in, then the :data:`_DEFAULTS_BY_KEY` and :data:`CLASS_ROPE` of
+    its model type for the keys it leaves out (a key it gives, even null, wins); a mapping's keys that its
+    class reads under other names or not at all (:data:`_OWN_KEYS`) replaced as its class does."""
     if isinstance(config, Mapping):
         cfg = dict(config)
+        # (a config object's class has done this: its to_dict() holds the standard names' values)
+        for name, (key, default) in _OWN_KEYS.get(str(cfg.get("model_type")), {}).items():
+            cfg[name] = cfg.get(key, default) if key else default
     elif callable(getattr(config, "to_dict", None)) and isinstance(as_dict := config.to_dict(), Mapping):
         # the standard names the class maps onto its own (attribute_map: BART's num_hidden_layers ->
         # encoder_layers): to_dict() leaves them out
@@ -146,17 +227,22 @@ def config_dict(config: Any) -> dict[str, Any]:
     for name, names in ALIASES.items():
         if cfg.get(name) is None and (value := get(cfg, *names)) is not None:
             cfg[name] = value
+    if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
+        cfg.pop("rope_parameters", None)
     return {**class_defaults(str(cfg.get("model_type"))), **cfg}
 
 
 def class_defaults(name: str) -> dict[str, Any]:
-    """The :data:`_DEFAULTS_BY_KEY` of a model type, or of a parent's sub-config (``"voxtral.text_config"``)."""
-    return {
-        key: dict(value) if isinstance(value, tuple) else value  # (a rope dict: its items)
+    """The :data:`_DEFAULTS_BY_KEY` and :data:`CLASS_ROPE` of a model type, or of a parent's sub-config
+    (``"voxtral.text_config"``)."""
+    own = {
+        key: value
         for key, by_value in _DEFAULTS_BY_KEY.items()
         for value, types in by_value.items()
         if name in types.split()
     }
+    rope = [copy.deepcopy(params) for types, params in CLASS_ROPE.items() if name in types.split()]
+    return own | ({"rope_parameters": rope[0]} if rope else {})
 
 
 def get(cfg: Config, *names: str, default: Any = None) -> Any:

@@ -264,7 +264,14 @@ def mistral4(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     )
     rotated = positive_int(cfg, model_type, "qk_rope_head_dim", default=64)
     params = dict(rope_dict(cfg, model_type) or _MISTRAL4_ROPE)
-    factor = params.setdefault("partial_rotary_factor", rotated / (nope + rotated))  # (as its class does)
+    if not cfg.get("rope_scaling"):
+        params.setdefault("partial_rotary_factor", rotated / (nope + rotated))  # (as its class does)
+    elif "partial_rotary_factor" not in params and nope:
+        raise ValueError(  # (its class fills the factor into rope_parameters, which a legacy rope_scaling replaces)
+            f"{model_type} config: rope_scaling has no partial_rotary_factor: its code then computes frequencies for "
+            f"the whole head, which do not fit its qk_rope_head_dim={rotated} rotated channels"
+        )
+    factor = params.get("partial_rotary_factor", 1.0)
     if rope_type_of(params) == "default" and nope:
         raise ValueError(  # (its default frequencies span the whole head, which fail on the rope slice)
             f"{model_type} config: rope_type 'default' with qk_nope_head_dim={nope}: its code computes default "
@@ -355,7 +362,7 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     """EoMT (DINOv3 backbone): DINOv3's RoPE, base from its default-type ``rope_parameters``; its last
     ``num_blocks`` layers put ``num_queries`` query tokens before the class and register tokens, unrotated too."""
     cfg = {**_EOMT, **cfg}
-    params = rope_dict(cfg, model_type)
+    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
     if params.get("rope_type", "default") != "default" or set(params) - {"rope_type", "rope_theta"}:
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
@@ -371,9 +378,21 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
 
 
+def _with_top_partial(cfg: Config, params: Any) -> Any:
+    """A flat rope dict with the top-level ``partial_rotary_factor`` that transformers writes into it."""
+    top = cfg.get("partial_rotary_factor")
+    return (
+        {"partial_rotary_factor": top, **params}
+        if isinstance(params, Mapping) and top is not None
+        else params
+    )
+
+
 def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> float:
     """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
-    nothing else), else of the config, else ``default``."""
+    nothing else; a top-level ``partial_rotary_factor`` is one more, which transformers writes into it), else of
+    the config, else ``default``."""
+    params = _with_top_partial(cfg, params)
     axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
     if not axial or set(params) - {"rope_type", "rope_theta"}:
         raise ValueError(

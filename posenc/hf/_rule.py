@@ -32,6 +32,7 @@ from ._layers import (
     per_type_rope,
     required_count,
     sliding_layers,
+    two_bases_as_class,
 )
 from ._read import Config, get, key_of, positive_int, rope_dict
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
@@ -184,6 +185,17 @@ _READ = frozenset(ROPE_KEYS).union(
 #: NeoMMe's class defaults by layer type: (rope_theta, partial_rotary_factor)
 _NEOMME_ROPE = {"full_attention": (1_000_000.0, 0.25), "sliding_attention": (10_000.0, 1.0)}
 
+#: The classes that nest a config.json's legacy keys by layer type as Gemma 3's (:func:`two_bases_as_class`): the
+#: keys of full and sliding attention's bases (OLMo 3's reads rope_theta for the first only), their defaults,
+#: and whether rope_scaling also scales sliding attention
+_TWO_BASES: dict[str, tuple[tuple[str | None, str | None], tuple[float, float], bool]] = {
+    "olmo3": (("rope_theta", None), (5e5, 5e5), False),
+    **dict.fromkeys(
+        ("t5gemma2", "t5gemma2_decoder"), (("rope_theta", "rope_local_base_freq"), (1e6, 1e4), False)
+    ),
+    "modernbert-decoder": (("global_rope_theta", "local_rope_theta"), (1.6e5, 1e4), True),
+}
+
 #: model types without modeling code of their own, whose auto mapping builds another family's model
 _RUNS = {"sarvam_mla": "deepseek_v3", "sarvam_moe": "glm4_moe"}
 
@@ -197,8 +209,17 @@ def _family(model_type: str) -> str:
 def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """``cfg`` as the model's config class rewrites it in code (a ``config.json``, and what its ``to_dict()``
     writes back): Dory's attention and mlp blocks listed apart, MiniMax M2's rotary_dim, Zamba2's head width,
-    NeoMMe's RoPE defaults by layer type."""
+    NeoMMe's RoPE defaults by layer type, OLMo 3's and its kin's legacy bases (:data:`_TWO_BASES`)."""
     family = _family(model_type)
+    if family == "zaya" and "rope_type" in (params := rope_dict(cfg, model_type)):  # (its class deletes it)
+        cfg = {
+            **cfg,
+            "rope_scaling": None,
+            "rope_parameters": {k: v for k, v in params.items() if k != "rope_type"},
+        }
+    if family in _TWO_BASES:
+        keys, defaults, scale_local = _TWO_BASES[family]
+        cfg = two_bases_as_class(cfg, keys, defaults, scale_local=scale_local)
     if family == "dory" and "mlp" in (cfg.get("layer_types") or ()):  # its class keeps every other entry
         n = required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": list(cfg["layer_types"])[::2], "num_hidden_layers": n // 2}
@@ -264,9 +285,7 @@ def by_rule(
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
     family = _family(model_type)
-    if family == "step3p7" and (
-        cfg.get("partial_rotary_factors") is not None or isinstance(cfg.get("rope_theta"), (list, tuple))
-    ):
+    if family in ("step3p5", "step3p7"):
         cfg = _step3p7_per_type(cfg, model_type)
     axial = rope_dict(cfg, model_type).get("rope_type") == "axial"  # a vision tower's (h, w) rotary
     if family in _REFUSED:
@@ -379,10 +398,17 @@ def by_rule(
 
 
 def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
-    """Step 3.7's ``config.json``: ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
-    per layer) become ``rope_parameters`` per layer type, as its config class builds them; the layers of a
-    type must agree (the class takes the first one's), and a ``rope_scaling`` dict goes to full attention."""
+    """Step 3.5's and 3.7's ``config.json``, as their config class reads it: ``rope_parameters`` with a dict for
+    each layer type are kept; else ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
+    per layer) become them, the layers of a type agreeing (the class takes the first one's), and a
+    ``rope_scaling`` dict goes to full attention. A top-level ``partial_rotary_factor`` is not read."""
     types = layer_types(cfg, model_type)
+    if types is None and "sparse_attention_config" not in cfg:  # (its class's: full attention throughout)
+        types = ["full_attention"] * required_count(cfg, model_type)
+        cfg = {**cfg, "layer_types": types}
+    given = rope_dict(cfg, model_type)
+    if types is not None and all(isinstance(given.get(name), Mapping) for name in types):
+        return {k: v for k, v in cfg.items() if k != "partial_rotary_factor"}
     if types is None:
         raise ValueError(
             f"{model_type} config: per-layer rope_theta / partial_rotary_factors need 'layer_types'"
@@ -403,7 +429,7 @@ def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
                 )
     if isinstance(cfg.get("rope_scaling"), Mapping) and "full_attention" in per_type:
         per_type["full_attention"].update(cfg["rope_scaling"])
-    dropped = ("rope_theta", "rope_scaling", "partial_rotary_factors")
+    dropped = ("rope_theta", "rope_scaling", "partial_rotary_factors", "partial_rotary_factor")
     return {**{k: v for k, v in cfg.items() if k not in dropped}, "rope_parameters": per_type}
 
 

@@ -112,7 +112,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     ),
     # its code rotates only the sliding layers
     "cohere2": (
-        nope_layers(RopeDefaults(8192, 64, 8192, head_dim=128, layout="interleaved"), sliding_layers),
+        nope_layers(RopeDefaults(8192, 64, 8192, layout="interleaved"), sliding_layers),
         {"sliding_attention": "RoPE, interleaved layout, sliding window", "full_attention": "NoPE"},
     ),
     # M-RoPE over whole heads (the rule would read partial_rotary_factor / rope_interleave, which their code

@@ -1,0 +1,122 @@
+"""A ``config.json`` in the forms older transformers wrote, read as the model's config class reads it.
+
+transformers 4 wrote ``rope_theta`` and ``rope_scaling`` at the top level (and no ``rope_parameters``); a
+class of transformers 5 turns them into ``rope_parameters`` by its own rules: its default dict where the file
+gives none (a top-level ``rope_theta`` then fills only what that leaves out), legacy keys of its own
+(``rotary_emb_base``, ``rope_local_base_freq``...), a fixed head width. For every model type with a rotary
+embedding: posenc's encoding of such a dict either is refused (ValueError) or equals posenc's encoding of the
+config object the model's class makes of the same dict (which tests/hf/test_zoo.py checks against the model's
+own code). The dicts are the tiny configs of the zoo survey with their RoPE fields rewritten.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
+
+import posenc  # noqa: E402
+from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
+
+_ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+
+
+def _legacy_forms(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``config`` (a config object's to_dict()) rewritten: without RoPE fields, in transformers 4's form, and
+    with a top-level field each, which some classes read and others do not."""
+    bare = {k: v for k, v in config.items() if k not in _ROPE_KEYS}
+    linear = {"rope_type": "linear", "factor": 2.0}
+    yield "no RoPE fields", bare
+    yield "no head_dim", {k: v for k, v in config.items() if k != "head_dim"}
+    yield "rope_theta", {**bare, "rope_theta": 777.0}
+    yield "partial_rotary_factor", {**bare, "rope_theta": 777.0, "partial_rotary_factor": 0.75}
+    yield (
+        "rope_scaling with type",
+        {**bare, "rope_theta": 777.0, "rope_scaling": {"type": "linear", "factor": 2.0}},
+    )
+    yield (
+        "rope_scaling with rope_theta",
+        {**bare, "rope_theta": 777.0, "rope_scaling": {**linear, "rope_theta": 5.0}},
+    )
+    yield "flat rope_parameters", {**bare, "rope_parameters": {**linear, "rope_theta": 5.0}}
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and not any(
+        isinstance(v, dict) for v in params.values()
+    ):  # one dict: v4's form
+        flat = dict(params)
+        top = {k: flat.pop(k) for k in ("rope_theta", "partial_rotary_factor") if k in flat}
+        scaled = flat.get("rope_type", flat.get("type")) != "default"
+        yield "transformers 4", {**bare, **top, "rope_scaling": flat if scaled else None}
+
+
+def _tiny_configs() -> Iterator[tuple[str, type, dict[str, Any]]]:
+    """(model_type, config class, its tiny config's to_dict()) for the model types posenc rotates by."""
+    for model_type, config_class in CONFIG_MAPPING.items():
+        fit = {k: v for k, v in FIT.items() if hasattr(config_class, k)}
+        fit.update(ROTARY_VARIANT.get(model_type, {}))
+        try:
+            try:
+                config = config_class(**{**TINY, **copy.deepcopy(fit)})
+            except Exception:
+                config = config_class(**copy.deepcopy(fit))
+            if config.get_text_config() is not config:  # (parents: their text model's type is here too)
+                continue
+            encodings = posenc.hf.layer_encodings(config)
+        except Exception:
+            continue
+        if any(isinstance(e, (posenc.RoPE, posenc.MRoPE, posenc.AxialRoPE)) for e in encodings):
+            yield model_type, config_class, config.to_dict()
+
+
+def _computed(encodings: list[posenc.PositionalEncoding]) -> list[Any]:
+    """What each layer's encoding computes on fixed inputs (its class and head width, and the rotated q)."""
+    out = []
+    for enc in encodings:
+        if isinstance(enc, (posenc.RoPE, posenc.MRoPE, posenc.AxialRoPE)):
+            q = torch.randn(1, 2, 12, enc.head_dim, generator=torch.Generator().manual_seed(0))
+            out.append((type(enc), enc.head_dim, enc.encode_qk(q, q)[0]))
+        else:
+            out.append((type(enc), repr(enc)))
+    return out
+
+
+def _same(ours: list[Any], theirs: list[Any]) -> bool:
+    return len(ours) == len(theirs) and all(
+        a[:2] == b[:2] and (len(a) == 2 or torch.allclose(a[2], b[2], atol=1e-5, rtol=1e-5))
+        for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+def test_a_config_json_in_any_form_gives_what_its_class_makes_of_it() -> None:
+    compared, differ = 0, []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model_type, config_class, config in _tiny_configs():
+            for form, raw in _legacy_forms(config):
+                try:
+                    made = config_class.from_dict(copy.deepcopy(raw))
+                except Exception:  # (its class refuses the dict: so does the model)
+                    continue
+                try:
+                    ours = _computed(posenc.hf.layer_encodings(copy.deepcopy(raw)))
+                except ValueError:
+                    continue
+                try:
+                    theirs = _computed(posenc.hf.layer_encodings(made))
+                except ValueError as err:  # converted from the dict, refused from the object
+                    differ.append(f"{model_type}, {form}: the object is refused ({err})")
+                    continue
+                compared += 1
+                if not _same(ours, theirs):
+                    differ.append(
+                        f"{model_type}, {form}: its class makes {getattr(made, 'rope_parameters', None)}"
+                    )
+    assert not differ, "\n".join(differ)
+    assert compared >= 1000, compared  # (the zoo's tiny configs, each in several forms)
