@@ -70,6 +70,9 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         64: "modernbert-decoder",
         8: "moshi_depth",
     },
+    "use_sliding_window": {
+        False: "deepseek_ocr2_encoder qwen2_5_omni_talker qwen2_5_omni_text qwen2_moe qwen3_moe"
+    },  # (their classes then drop sliding_window)
     "position_embedding_type": {"absolute": "esm"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
     # (read as the rope dict's when it has none: GLM's and Qwen3-Next's classes write theirs into it)
     "partial_rotary_factor": {

@@ -168,10 +168,20 @@ def test_a_config_json_that_gives_a_null_window_gives_none(model_type: str) -> N
     assert layer_windows({"model_type": model_type, **given}) == layer_windows(config)
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_moe", "qwen3_moe"])
+#: The model types whose config class declares use_sliding_window, default False (Qwen2-MoE, Qwen2.5-Omni's
+#: thinker and talker, DeepSeek-OCR 2's encoder, ...)
+_USE_SLIDING_OFF = sorted(
+    model_type
+    for model_type, config_class in transformers.models.auto.configuration_auto.CONFIG_MAPPING.items()
+    if getattr(getattr(config_class, "__dataclass_fields__", {}).get("use_sliding_window"), "default", None)
+    is False
+)
+
+
+@pytest.mark.parametrize("model_type", _USE_SLIDING_OFF)
 def test_a_config_json_without_use_sliding_window_slides_nowhere_as_its_class(model_type: str) -> None:
-    """Their classes drop sliding_window unless use_sliding_window (default False), layer_types or not: posenc
-    read a config.json's sliding_window at face value (windows of 7 on its sliding layers)."""
+    """Their classes drop sliding_window unless use_sliding_window, layer_types or not: posenc read a
+    config.json's sliding_window at face value (windows of 7 on its sliding layers)."""
     given = {
         "num_hidden_layers": 3,
         "sliding_window": 7,
