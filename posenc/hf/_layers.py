@@ -43,11 +43,45 @@ def layer_count(cfg: Config, model_type: str) -> int | None:
     return required_count(cfg, model_type) if given else None
 
 
+#: transformers' old layer type names, which every config class renames (LFM's "attention")
+_RENAMED_TYPES = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
+    "deepseek_sparse_attention": "indexed_attention",
+    "qwen_sparse_attention": "indexed_attention",
+}
+#: Hybrids whose config class derives its layer types where a config.json gives none: full attention every
+#: ``cfg[key]`` (else ``default``) layers, the last of each group, and linear attention in the others
+_EVERY: dict[str, tuple[str | None, int, str]] = {
+    **dict.fromkeys(
+        ("qwen3_next", "qwen3_5", "qwen3_5_moe"), ("full_attention_interval", 4, "full_attention")
+    ),
+    "qwen4_exp": ("full_attention_interval", 4, "indexed_attention"),
+    "bailing_hybrid": ("layer_group_size", 6, "full_attention"),
+    "olmo_hybrid": (None, 4, "full_attention"),  # (and at least its last layer)
+}
+
+
 def layer_types(cfg: Config, model_type: str) -> list[str] | None:
-    """The config's ``layer_types`` (checked against ``num_hidden_layers``), else those a hybrid's config class
-    reads from its ``config.json`` (Zamba's ``layers_block_type``, RecurrentGemma's ``block_types`` in turn,
-    Bamba's ``attn_layer_indices``), else ``None``."""
+    """The config's ``layer_types`` (checked against ``num_hidden_layers``; old names renamed), else those a
+    hybrid's config class reads from its ``config.json`` (Zamba's ``layers_block_type``, RecurrentGemma's
+    ``block_types`` in turn, Bamba's ``attn_layer_indices``) or derives (:data:`_EVERY`; MiniMax: full attention
+    in every other layer from the first; Granite MoE hybrid: Mamba throughout), else ``None``."""
     key = next((k for k in ("layer_types", "layers_block_type") if cfg.get(k) is not None), None)
+    family = model_type.split(" ")[0].removesuffix("_text")
+    if key is None and family in (*_EVERY, "minimax", "granitemoehybrid"):
+        n = required_count(cfg, model_type)
+        if family not in _EVERY:  # (MiniMax, Granite MoE hybrid)
+            return [
+                "linear_attention" if family == "granitemoehybrid" or i % 2 else "full_attention"
+                for i in range(n)
+            ]
+        every_key, every, full = _EVERY[family]
+        every = positive_int(cfg, model_type, every_key, every) if every_key else every
+        types = [full if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+        if family == "olmo_hybrid" and full not in types:
+            types[-1] = full
+        return types
     if key is None:
         if isinstance(blocks := cfg.get("block_types"), list) and blocks:  # RecurrentGemma: local attention
             n = required_count(cfg, model_type)
@@ -63,7 +97,7 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: {key}[{i}] must be a str, got {name!r}")
-    return types
+    return [_RENAMED_TYPES.get(name, name) for name in types]
 
 
 def per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:

@@ -38,8 +38,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         256: "gemma gemma2 diffusion_gemma_text dory embedding_gemma2_text gemma4_unified_text qwen3_5_moe_text "
         "qwen3_5_text qwen3_next qwen4_exp_text t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma",
         192: "mimo_v2_flash",
-        # (Voxtral's class fills its text_config dict with its own defaults, Llama's head_dim among them)
-        128: "qwen3 voxtral.text_config afmoe beam cohere2_moe cosmos3_edge_text cwm dia_decoder dia_encoder "
+        128: "qwen3 afmoe beam cohere2_moe cosmos3_edge_text cwm dia_decoder dia_encoder "
         "ernie4_5 flint glm glm4 helium higgs_audio_v2 hrm_text hy_v3 internlm3 iquestcoder jetmoe kolibri1 "
         "laguna lara_mini lfm3 mellum minimax_m2 ministral3 molmo2_text muse_glimmer_assistant "
         "muse_glimmer_text pe_audio_encoder pe_audio_video_encoder pe_video_encoder "
@@ -52,7 +51,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "global_head_dim": {512: "diffusion_gemma_text embedding_gemma2_text gemma4_unified_text"},
     "sliding_window": {
         8192: "cwm",
-        4096: "exaone4 exaone_moe cohere2_moe ministral olmo3 t5_gemma_module t5gemma2_decoder t5gemma2_text "
+        4096: "exaone4 exaone_moe cohere2_moe cohere_compass_text ministral olmo3 t5_gemma_module t5gemma2_decoder t5gemma2_text "
         "vaultgemma voxtral_realtime_text",
         3000: "moshi",
         2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text",
@@ -86,14 +85,8 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "rope_interleave": {True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"},
     # sizes: wav2vec2-conformer's (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers), and
     # those the Perception Encoder models fill their ModernBERT text_config dict with
-    "hidden_size": {
-        768: "wav2vec2-conformer",
-        1024: "pe_audio.text_config pe_audio_video.text_config pe_video.text_config",
-    },
-    "num_attention_heads": {
-        12: "wav2vec2-conformer",
-        16: "pe_audio.text_config pe_audio_video.text_config pe_video.text_config",
-    },
+    "hidden_size": {768: "wav2vec2-conformer"},
+    "num_attention_heads": {12: "wav2vec2-conformer"},
     "num_hidden_layers": {12: "wav2vec2-conformer"},
     # (vision towers whose rotary is not read by rule: refused by these, as their config objects are)
     "image_size": {448: "llama4_vision_model", 224: "sapiens2"},
@@ -154,6 +147,10 @@ CLASS_ROPE: dict[str, dict[str, Any]] = {
         "partial_rotary_factor": 0.5,
     },
     "dory": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+    "ultrabert": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "default", "rope_theta": 2.56e6},
+    },
     "beam": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "full_attention": None},
     "diffusion_gemma_text gemma4_unified_text": GEMMA4_ROPE,
     "embedding_gemma2_text": {
@@ -180,6 +177,34 @@ CLASS_ROPE: dict[str, dict[str, Any]] = {
         "hybrid": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
         "hybrid_sliding": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
     },
+}
+
+
+def _sizes(hidden: int, heads: int, layers: int, **more: Any) -> dict[str, Any]:
+    return {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, **more}
+
+
+#: What a parent's class merges a text_config dict over (its SubConfigSpec init_kwargs, the keys posenc reads),
+#: as :func:`class_defaults` of ``"<parent>.text_config"``; other parents' classes take a dict as it is
+_PARENT_TEXT: dict[str, dict[str, Any]] = {
+    "glmasr": _sizes(
+        2048,
+        16,
+        28,
+        max_position_embeddings=8192,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+    ),
+    **dict.fromkeys(("pe_audio", "pe_audio_video", "pe_video"), _sizes(1024, 16, 22)),
+    "voxtral": {
+        "hidden_size": 3072,
+        "num_hidden_layers": 30,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1e8,
+        "head_dim": 128,
+    },
+    "voxtral_realtime": _sizes(
+        3072, 32, 26, max_position_embeddings=131072, rope_theta=1e6, head_dim=128, sliding_window=8192
+    ),
 }
 #: Top-level keys a class reads under names of its own (GPT-NeoX's), or not at all (Bamba hard-codes its factor,
 #: Cohere 2 its head width, hidden_size // num_attention_heads; Cohere 2 MoE keeps rope_scaling unread beside its
@@ -236,8 +261,11 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 def class_defaults(name: str) -> dict[str, Any]:
-    """The :data:`_DEFAULTS_BY_KEY` and :data:`CLASS_ROPE` of a model type, or of a parent's sub-config
-    (``"voxtral.text_config"``)."""
+    """The :data:`_DEFAULTS_BY_KEY` and :data:`CLASS_ROPE` of a model type, or the :data:`_PARENT_TEXT` of a
+    parent's sub-config (``"voxtral.text_config"``)."""
+    parent, _, field = name.partition(".")
+    if field == "text_config":
+        return copy.deepcopy(_PARENT_TEXT.get(parent, {}))
     own = {
         key: value
         for key, by_value in _DEFAULTS_BY_KEY.items()

@@ -285,7 +285,7 @@ def by_rule(
         ValueError: no RoPE fields, a missing ``rope_theta`` / size, or a field posenc does not read.
     """
     family = _family(model_type)
-    if family in ("step3p5", "step3p7"):
+    if family in ("step3p5", "step3p7", "ultrabert"):
         cfg = _step3p7_per_type(cfg, model_type)
     axial = rope_dict(cfg, model_type).get("rope_type") == "axial"  # a vision tower's (h, w) rotary
     if family in _REFUSED:
@@ -398,17 +398,29 @@ def by_rule(
 
 
 def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
-    """Step 3.5's and 3.7's ``config.json``, as their config class reads it: ``rope_parameters`` with a dict for
+    """Step 3.5's and 3.7's (and UltraBERT's) ``config.json``, as their config class reads it: ``rope_parameters`` with a dict for
     each layer type are kept; else ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
     per layer) become them, the layers of a type agreeing (the class takes the first one's), and a
-    ``rope_scaling`` dict goes to full attention. A top-level ``partial_rotary_factor`` is not read."""
+    ``rope_scaling`` dict goes to full attention (a top-level ``partial_rotary_factor`` is not read then)."""
     types = layer_types(cfg, model_type)
-    if types is None and "sparse_attention_config" not in cfg:  # (its class's: full attention throughout)
+    if (
+        types is None and "sparse_attention_config" not in cfg and "ultrabert" not in model_type
+    ):  # (Step's class's)
         types = ["full_attention"] * required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": types}
     given = rope_dict(cfg, model_type)
     if types is not None and all(isinstance(given.get(name), Mapping) for name in types):
-        return {k: v for k, v in cfg.items() if k != "partial_rotary_factor"}
+        # (its class pops rope_theta first: a dict without one gets its default, 10000; the top-level
+        # partial_rotary_factor is copied into them by transformers' standardisation)
+        nested = {
+            name: {"rope_theta": 10000.0, **one} if isinstance(one, Mapping) else one
+            for name, one in given.items()
+        }
+        return {
+            **{k: v for k, v in cfg.items() if k != "rope_theta"},
+            "rope_scaling": None,
+            "rope_parameters": nested,
+        }
     if types is None:
         raise ValueError(
             f"{model_type} config: per-layer rope_theta / partial_rotary_factors need 'layer_types'"

@@ -24,6 +24,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 import posenc  # noqa: E402
 from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
+from posenc.hf._read import class_defaults  # noqa: E402
 
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
 
@@ -46,6 +47,18 @@ def _legacy_forms(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
         {**bare, "rope_theta": 777.0, "rope_scaling": {**linear, "rope_theta": 5.0}},
     )
     yield "flat rope_parameters", {**bare, "rope_parameters": {**linear, "rope_theta": 5.0}}
+    yield "no layer_types", {k: v for k, v in config.items() if k != "layer_types"}
+    yield "no sliding_window", {k: v for k, v in config.items() if k != "sliding_window"}
+    old_names = {
+        "full_attention": "attention",
+        "linear_attention": "mamba",
+        "indexed_attention": "deepseek_sparse_attention",
+    }
+    if config.get("layer_types"):
+        yield (
+            "old layer type names",
+            {**config, "layer_types": [old_names.get(t, t) for t in config["layer_types"]]},
+        )
     params = config.get("rope_parameters")
     if isinstance(params, dict) and not any(
         isinstance(v, dict) for v in params.values()
@@ -95,6 +108,7 @@ def _same(ours: list[Any], theirs: list[Any]) -> bool:
 
 
 def test_a_config_json_in_any_form_gives_what_its_class_makes_of_it() -> None:
+    """The encodings, and the sliding windows, of each form."""
     compared, differ = 0, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -118,5 +132,37 @@ def test_a_config_json_in_any_form_gives_what_its_class_makes_of_it() -> None:
                     differ.append(
                         f"{model_type}, {form}: its class makes {getattr(made, 'rope_parameters', None)}"
                     )
+                try:
+                    windows = posenc.hf.layer_windows(copy.deepcopy(raw)), posenc.hf.layer_windows(made)
+                except ValueError:
+                    continue
+                if windows[0] != windows[1]:
+                    differ.append(f"{model_type}, {form}: windows {windows[0]}, its class's {windows[1]}")
     assert not differ, "\n".join(differ)
     assert compared >= 1000, compared  # (the zoo's tiny configs, each in several forms)
+
+
+def test_a_parents_text_defaults_are_those_its_class_fills_a_text_config_dict_with() -> None:
+    """Some parents' classes merge a text_config dict over defaults of their own (SubConfigSpec's init_kwargs),
+    which a config.json's text_config may leave out: posenc's copy of those it reads; none for the others."""
+    read = {"hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings", "head_dim"}
+    read |= {"rope_parameters", "rope_theta", "partial_rotary_factor", "sliding_window", "use_sliding_window"}
+    for model_type, config_class in CONFIG_MAPPING.items():
+        spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("text_config")
+        given = {
+            k: v for k, v in (getattr(spec, "init_kwargs", None) or {}).items() if k in read and v is not None
+        }
+        if given:
+            bare = {"model_type": spec.model_type or spec.config_class.model_type}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    made = config_class(text_config=bare).text_config.to_dict()
+            except Exception:  # (its class refuses a bare text model: FunASR-Nano's sizes must agree)
+                continue
+            own = transformers.AutoConfig.for_model(bare["model_type"]).to_dict()
+            if all(own.get(k) == v for k, v in given.items()):  # (the text model's own: merged or not alike)
+                continue
+            if any(made.get(k) != v for k, v in given.items() if "rope" not in k):  # (standardised apart)
+                given = {}  # (its class takes a text_config dict as it is)
+        assert class_defaults(f"{model_type}.text_config") == given, model_type
