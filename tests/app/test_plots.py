@@ -54,6 +54,21 @@ def test_plot_default_file_name_and_spec_names(tmp_path, monkeypatch, capsys):
     assert png_size(tmp_path / "alibi_max_bias_4.0.png")
 
 
+def test_plot_refuses_to_overwrite_a_file_without_force(tmp_path, monkeypatch, capsys):
+    """A file at --out (or the default NAME.png) that the user made is kept; --force replaces it."""
+    monkeypatch.chdir(tmp_path)
+    for argv, path in ((["plot", "rope", "--out", "mine.png"], "mine.png"), (["plot", "rope"], "rope.png")):
+        (tmp_path / path).write_text("my own figure")
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"posenc plot: error: --out {path!r} already exists; give another file, or add --force to overwrite it\n"
+        )
+        assert (tmp_path / path).read_text() == "my own figure"
+    assert main(["plot", "rope", "--force"]) == 0
+    assert png_size(tmp_path / "rope.png")
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [

@@ -47,6 +47,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     except ConfigError as err:
         message = str(err).removeprefix("encodings: ")
         raise _UsageError(message if err.argument == "--out" else f"NAME: {message}") from err
+    if out.exists() and not args.force:
+        raise _UsageError(
+            f"--out {str(out)[:200]!r} already exists; give another file, or add --force to overwrite it"
+        )
     try:
         path = plot_encoding(
             args.name, out, length=args.length, d_model=args.d_model, num_heads=args.num_heads

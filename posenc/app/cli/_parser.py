@@ -161,6 +161,9 @@ def _build_parser() -> _Parser:
         "--out", metavar="FILE", help="PNG file to write (default: NAME.png in the current folder)"
     )
     pl.add_argument(
+        "--force", action="store_true", help="replace the file at --out (else a run there is refused)"
+    )
+    pl.add_argument(
         "--length",
         type=_bounded(MAX_PLOT_LENGTH),
         default=128,
