@@ -733,6 +733,25 @@ def test_an_extend_folder_with_only_its_base_model_is_not_retrained_over(corpus_
     assert code == 0 and "rope: reusing" in stdout, stderr
 
 
+def test_force_removes_the_checkpoints_of_the_study_it_replaces(corpus_file, tmp_path, capsys):
+    """--force left the earlier run's model-*.pt and baseline-*.pt beside the new results (a later --resume
+    reused them as this run's); they go first, but never a file no study made, nor the --model to load."""
+    out = tmp_path / "o"
+    corpus = ["--corpus", str(corpus_file), "--out", str(out)]
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope,alibi"], capsys)[0] == 0
+    (out / "model-mine.pt").write_text("not a checkpoint")
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope", "--force"], capsys)[0] == 0
+    assert sorted(p.name for p in out.glob("*.pt")) == ["model-mine.pt", "model-rope.pt"]
+    # the other command over it; then a forced run that loads the base model from the folder it clears
+    assert run(["extend", *corpus, *EXTEND_TINY, "--baselines", "alibi", "--force"], capsys)[0] == 0
+    assert sorted(p.name for p in out.glob("*.pt")) == ["base.pt", "baseline-alibi.pt", "model-mine.pt"]
+    code, _, stderr = run(
+        ["extend", *corpus, *EXTEND_TINY, "--model", str(out / "base.pt"), "--force"], capsys
+    )
+    assert code == 0, stderr
+    assert sorted(p.name for p in out.glob("*.pt")) == ["base.pt", "model-mine.pt"]
+
+
 def test_corpus_dot_with_the_default_out_reads_the_same_text_every_run(tmp_path, capsys):
     """``--corpus .`` and the default --out inside it: the second run reads the same text (its
     --resume finds the same corpus), never the first run's results."""

@@ -68,8 +68,8 @@ def _build_parser() -> _Parser:
     ex.add_argument(
         "--force",
         action="store_true",
-        help="replace the results already in --out, first removing their figures and report (else a run "
-        "there is refused)",
+        help="replace the study already in --out, first removing its results, figures, report and checkpoints "
+        "(else a run there is refused)",
     )
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -141,8 +141,8 @@ def _build_parser() -> _Parser:
     en.add_argument(
         "--force",
         action="store_true",
-        help="replace the results already in --out, first removing their figures and report (else a run "
-        "there is refused)",
+        help="replace the study already in --out, first removing its results, figures, report and checkpoints "
+        "(else a run there is refused)",
     )
     _add_study_options(en, ext_defaults)
     en.add_argument("--quiet", action="store_true", help="no progress bars")

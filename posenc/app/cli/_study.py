@@ -44,24 +44,38 @@ def _hold_out(args: argparse.Namespace) -> contextlib.AbstractContextManager[Pat
 
 def _check_out(out: Path, args: argparse.Namespace) -> None:
     """Refuse to write over what ``--out`` holds, unless ``--force`` (or ``--resume`` of the same study);
-    ``--force`` alone removes the figures and report of the results it replaces.
+    ``--force`` alone first removes the files of the study it replaces.
 
     One rule for both commands, checked before anything is written: a folder holding the other
     command's study (or files that are not a study's) is refused even with ``--resume``; a
     folder holding this command's results or checkpoints needs ``--resume`` or ``--force``
     (the study then checks, with ``--resume``, that its settings match).
     """
+    from ..study.checkpoint import load_checkpoint
+    from ..study.config import ConfigError
     from ..study.outdir import outputs, study_kind
 
+    kind = study_kind(out)
     if args.force:
-        if not args.resume:
-            # The figures and the report show the results this run replaces (it draws its own at the end):
-            # left beside new results, an interrupted run's folder would show another run's numbers.
-            for name in ("extrapolation.png", "extend.png", "report.md"):
-                (out / name).unlink(missing_ok=True)
+        if args.resume:
+            return
+        # Left beside new results, the earlier run's figures, report and checkpoints would pass for this run's
+        # (and a later --resume would reuse its checkpoints): all go first. Never a file no posenc study made
+        # (a .pt that is not a study checkpoint, the results.* of something else), nor the --model to load.
+        model = getattr(args, "model", None)
+        keep = Path(model).expanduser().resolve() if model is not None else None
+        for name in outputs(out):
+            path = out / name
+            if path.resolve() == keep or (name.startswith("results.") and kind in (None, "other")):
+                continue
+            if name.endswith(".pt"):
+                try:
+                    load_checkpoint(path, argument="--out")
+                except ConfigError:
+                    continue
+            path.unlink(missing_ok=True)
         return
     shown = repr(str(args.out)[:200])
-    kind = study_kind(out)
     if kind is not None and kind != args.command:
         what = "a results.json that is not a posenc study's" if kind == "other" else f"a posenc {kind} study"
         raise _UsageError(f"--out {shown} holds {what}; use another folder, or add --force to overwrite it")
