@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import posenc
 from posenc.app.cli import main
@@ -750,6 +751,30 @@ def test_force_removes_the_checkpoints_of_the_study_it_replaces(corpus_file, tmp
     )
     assert code == 0, stderr
     assert sorted(p.name for p in out.glob("*.pt")) == ["base.pt", "model-mine.pt"]
+
+
+@pytest.mark.parametrize("command", ["extrapolate", "extend"])
+def test_resume_refuses_results_of_another_posenc_or_torch(command, corpus_file, tmp_path, capsys):
+    """--resume merged rows made by another posenc or torch with this run's, unsaid; the results record both
+    versions, and results of others (or of an older posenc, which recorded neither) are refused."""
+    out = tmp_path / "o"
+    tiny = TINY_ARGS if command == "extrapolate" else EXTEND_TINY
+    argv = [command, "--corpus", str(corpus_file), "--out", str(out), *tiny]
+    assert run(argv, capsys)[0] == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["environment"]["posenc"] == posenc.__version__
+    data["environment"]["posenc"] = "0.1.0"
+    del data["environment"]["torch"]
+    (out / "results.json").write_text(json.dumps(data))
+    before = _snapshot(out)
+    code, _, stderr = run([*argv, "--resume"], capsys)
+    assert code == 2 and stderr.count("\n") == 1
+    assert (
+        f"was made by another version (posenc 0.1.0 there, {posenc.__version__} now; torch not recorded there, "
+        f"{torch.__version__} now); resume with the versions that made it, use another folder, or start over "
+        f"(posenc {command} --force)"
+    ) in stderr
+    assert _snapshot(out) == before
 
 
 def test_corpus_dot_with_the_default_out_reads_the_same_text_every_run(tmp_path, capsys):

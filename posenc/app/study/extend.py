@@ -50,6 +50,7 @@ from .outdir import hold, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .specs import _check_specs
 from .training import (
+    _check_versions,
     _checked_split,
     _corpus_info,
     _corpus_summary,
@@ -336,6 +337,7 @@ def _resumable(out: Path, config: ExtendConfig, corpus_info: dict[str, Any]) -> 
             f"resume: {str(path)[:200]!r} cannot be read as extend results ({type(err).__name__}); {start_over}",
             argument="resume",
         ) from None
+    _check_versions(saved.environment, path, "extend")
     now, then = _plain(asdict(config)), _plain(asdict(saved.config))
     changed = [
         f"{key} {then.get(key)!r} there, {now[key]!r} now"

@@ -29,6 +29,7 @@ from .plan import default_encodings
 from .results import EncodingResult, StudyResult
 from .specs import _check_specs
 from .training import (
+    _check_versions,
     _checked_split,
     _corpus_info,
     _corpus_summary,
@@ -270,6 +271,7 @@ def _resumable(out: Path, config: StudyConfig, corpus_info: dict[str, Any]) -> d
             "folder, or start over (posenc extrapolate --force)",
             argument="resume",
         ) from None
+    _check_versions(saved.environment, path, "extrapolate")
     now, then = _settings(config), _settings(saved.config)
     # The process count changes no result (beyond float rounding): a study may resume with another.
     changed = [

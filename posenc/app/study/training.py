@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+import posenc
 from posenc import PositionalEncoding
 from posenc.registry import describe, lookup, parse_spec
 
@@ -341,14 +342,31 @@ def _length_limit(model: torch.nn.Module) -> int | None:
 
 
 def environment(config: StudyConfig, parallel: Ranks | None = None) -> dict[str, Any]:
-    """Python, torch, platform, thread count and process count, recorded beside every result."""
+    """posenc, Python, torch, platform, thread count and process count, recorded beside every result."""
     return {
+        "posenc": posenc.__version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
         "threads": torch.get_num_threads() if config.threads is None else config.threads,
         "processes": 1 if parallel is None else parallel.world_size,
     }
+
+
+def _check_versions(saved: dict[str, Any], path: Any, command: str) -> None:
+    """Refuse to resume into results (their ``environment``, read from ``path``) that another posenc or
+    torch made: their rows would be merged with this run's as if one version had measured them all."""
+    now = {"posenc": posenc.__version__, "torch": torch.__version__}
+    then = {key: saved.get(key) or "not recorded" for key in now}
+    if then != now:
+        changed = "; ".join(
+            f"{key} {then[key]} there, {now[key]} now" for key in now if then[key] != now[key]
+        )
+        raise ConfigError(
+            f"resume: {str(path)[:200]!r} was made by another version ({changed}); resume with the versions "
+            f"that made it, use another folder, or start over (posenc {command} --force)",
+            argument="resume",
+        )
 
 
 def _kind_of(spec: Any) -> str:
