@@ -777,6 +777,19 @@ def test_resume_refuses_results_of_another_posenc_or_torch(command, corpus_file,
     assert _snapshot(out) == before
 
 
+def test_extend_resume_keeps_the_base_model_s_training_record(corpus_file, tmp_path, capsys):
+    """The base model reused by --resume lost its final training loss and time from results.json."""
+    argv = ["extend", "--corpus", str(corpus_file), "--out", str(tmp_path / "o"), *EXTEND_TINY]
+    assert run(argv, capsys)[0] == 0
+    first = json.loads((tmp_path / "o" / "results.json").read_text())["base"]
+    assert run([*argv, "--resume", "--methods", "none,linear,yarn"], capsys)[0] == 0
+    base = json.loads((tmp_path / "o" / "results.json").read_text())["base"]
+    assert first["how"] == "trained" and base["how"].startswith("resumed from ")
+    assert {key: base[key] for key in first if key != "how"} == {
+        key: value for key, value in first.items() if key != "how"
+    }
+
+
 def test_corpus_dot_with_the_default_out_reads_the_same_text_every_run(tmp_path, capsys):
     """``--corpus .`` and the default --out inside it: the second run reads the same text (its
     --resume finds the same corpus), never the first run's results."""

@@ -448,6 +448,8 @@ def _run(
             base, base_info = trained("rope", "base.pt")
         base_info["fingerprint"] = _fingerprint(base)
         reused, kept = _reusable(previous, base_info, specs, out)
+        if previous is not None:  # the same base model (checked): its training record is kept, not dropped
+            base_info = {**previous.base, **base_info}
         if parallel is not None:
             parallel.check_same("the results to reuse", (sorted(reused), sorted(kept)))
         merged = _merged_config(config, previous, kept)
