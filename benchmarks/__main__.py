@@ -1,11 +1,12 @@
 """``python -m benchmarks``: the command line of the benchmark suite.
 
 The one command that writes ``benchmarks/results/latest.md`` and ``latest.json`` (the full
-run of every section; about 15 minutes on the project's 2-core CPU machine)::
+run of every section with the default options; about 15 minutes on the project's 2-core CPU machine)::
 
     .venv/bin/python -m benchmarks
 
-Other runs write beside them under another name (git ignores them)::
+Other runs write beside them under another name (git ignores them; ``--no-compile``, ``--no-memory``,
+``--threads N`` and ``--posenc DIR`` add ``-no-compile``, ``-no-memory``, ``-threadsN``, ``-posenc``)::
 
     .venv/bin/python -m benchmarks --quick                # quick.{md,json}: about 5 minutes
     .venv/bin/python -m benchmarks --only model           # full-model.{md,json}: the model forward alone
@@ -46,12 +47,15 @@ def _sections(text: str) -> list[str]:
     return names
 
 
-def default_stem(preset_name: str, only: list[str] | None) -> str:
-    """``latest`` for the full run of every section; else e.g. ``quick``, ``full-model``, ``quick-rope+bias``."""
+def default_stem(preset_name: str, only: list[str] | None, changes: list[str] | None = None) -> str:
+    """``latest`` for the full run of every section with the default options (the committed results); else
+    e.g. ``quick``, ``full-model``, ``quick-rope+bias``, ``full-no-compile`` (``changes``: the options that
+    make the run another one: ``no-compile``, ``no-memory``, ``threads2``, ``posenc``)."""
     partial = only is not None and set(only) != set(SECTIONS)
-    if preset_name == "full" and not partial:
+    if preset_name == "full" and not partial and not changes:
         return "latest"
-    return preset_name + ("-" + "+".join(s for s in SECTIONS if s in only) if partial else "")
+    sections = ["+".join(s for s in SECTIONS if s in only)] if partial and only is not None else []
+    return "-".join([preset_name, *sections, *(changes or [])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         description="posenc benchmarks: RoPE against transformers, rotary-embedding-torch and the complex "
         "multiply, with a clone baseline checked to scale with bytes; causal ALiBi/T5 attention time and "
         "peak memory; a 4-layer TransformerLM forward per position encoding; Shaw (with values) and FIRE beside their naive (t, t, d) forms; packed documents. Prints tables and writes "
-        "STEM.json and STEM.md (latest.* for the full run of every section).",
+        "STEM.json and STEM.md (latest.* for the full run of every section with the default options).",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a short run (about 5 minutes) instead of the full one"
@@ -149,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         for section in (config.bias, config.relative, config.packed):
             if section is not None:
                 section.memory_lengths = []
-    stem = args.name or default_stem(preset_name, args.only)
+    changes = {
+        "no-compile": args.no_compile,
+        "no-memory": args.no_memory,
+        f"threads{args.threads}": args.threads is not None,
+        "posenc": args.posenc is not None,
+    }
+    stem = args.name or default_stem(preset_name, args.only, [name for name, on in changes.items() if on])
     command = shlex.join(["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)])
     report = run_suite(
         config,

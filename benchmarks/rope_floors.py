@@ -1,7 +1,8 @@
 """RoPE's performance floors, single-threaded: ``python -m benchmarks.rope_floors [--large]``.
 
 Prints each line as it is measured and writes them, with the machine, to
-``benchmarks/results/rope-floors.md`` (``--out`` elsewhere) once the run is complete.
+``benchmarks/results/rope-floors.md`` (a ``--shape`` run: ``rope-floors-shapes.md``; ``--out`` elsewhere) once
+the run is complete.
 
 * eager ``state.encode_qk(q, k)`` (``state = RoPE(dh).prepare(t)`` outside the timed region, as a
   model prepares once per forward) against transformers' Llama ``apply_rotary_pos_emb`` with its
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -147,8 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help=f"also {LARGE} (minutes)")
     parser.add_argument("--shape", action="append", help="b,h,t,dh instead of the defaults")
-    parser.add_argument("--out", type=Path, default=OUT, help=f"the report (default {OUT})")
+    parser.add_argument(
+        "--out", type=Path, help=f"the report (default {OUT}; with --shape, {OUT.stem}-shapes.md beside it)"
+    )
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    # the committed report is the default shapes': a run of others never replaces it unless --out names it
+    args.out = args.out or (OUT.with_name(f"{OUT.stem}-shapes.md") if args.shape else OUT)
     try:  # before measuring: a report that cannot be written would lose the run at its end
         args.out.parent.mkdir(parents=True, exist_ok=True)
         if args.out.is_dir():
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     info = machine_info()
     src = info["posenc_source"]
     header = [
-        "# RoPE's performance floors (`python -m benchmarks.rope_floors`)",
+        f"# RoPE's performance floors (`{shlex.join(['python', '-m', 'benchmarks.rope_floors', *argv])}`)",
         "",
         f"{info['date_utc']}; posenc {info['posenc']} at {src.get('git_commit')} (dirty: {src.get('git_dirty')},"
         f" source {src.get('source_sha256')}); torch {info['torch']};",

@@ -584,6 +584,50 @@ def test_output_names():
     assert default_stem("quick", None) == "quick"
     assert default_stem("full", ["model"]) == "full-model"
     assert default_stem("quick", ["bias", "rope"]) == "quick-rope+bias"
+    assert default_stem("quick", ["rope"], ["no-memory", "threads2"]) == "quick-rope-no-memory-threads2"
+
+
+def test_a_run_with_other_options_never_replaces_the_committed_results(monkeypatch, tmp_path):
+    """--no-compile, --no-memory or --threads N (a run without some cases, or measured otherwise) wrote
+    latest.*, the committed full run's files; they name their own files."""
+    import benchmarks.__main__ as bench_main
+
+    stems = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(config, *, stem, **_):
+        stems.append(stem)
+        raise Stop  # what would run is known: nothing is measured
+
+    monkeypatch.setattr(bench_main, "run_suite", stop)
+    for argv in (
+        ["--no-compile"],
+        ["--no-memory"],
+        ["--threads", "2"],
+        ["--name", "latest", "--no-memory"],
+        [],
+    ):
+        with pytest.raises(Stop):
+            cli_main([*argv, "--out", str(tmp_path)])
+    assert stems == ["full-no-compile", "full-no-memory", "full-threads2", "latest", "latest"]
+
+
+def test_rope_floors_of_other_shapes_never_replace_the_committed_report(monkeypatch, tmp_path, capsys):
+    """``rope_floors --shape`` wrote the committed rope-floors.md (the default shapes' report), its header
+    naming the plain command; it writes rope-floors-shapes.md beside it, naming its shapes."""
+    from benchmarks import rope_floors
+
+    committed = tmp_path / "rope-floors.md"
+    committed.write_text("the committed report")
+    monkeypatch.setattr(rope_floors, "OUT", committed)
+    rope_floors.main(["--shape", "1,1,2,8"])
+    assert committed.read_text() == "the committed report"
+    report = (tmp_path / "rope-floors-shapes.md").read_text()
+    assert report.startswith(
+        "# RoPE's performance floors (`python -m benchmarks.rope_floors --shape 1,1,2,8`)"
+    )
 
 
 def test_cli_rejects_bad_arguments(capsys, tmp_path):
