@@ -24,8 +24,9 @@ from ._speech import SPEECH_MODEL_TYPES
 #: Layer type names transformers knows besides those a config lists.
 _KNOWN_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 #: Layer types whose blocks read no positions: transformers' recurrent layers (Mamba, gated DeltaNet, MiniMax's
-#: lightning attention; ``"mamba"`` is the legacy name), LFM's convolutions, Nemotron-H's MLP and MoE blocks.
-NO_POSITION_TYPES = frozenset({"linear_attention", "mamba", "conv", "mlp", "moe"})
+#: lightning attention; :func:`layer_types` renames the legacy ``"mamba"``), LFM's convolutions, Nemotron-H's MLP
+#: and MoE blocks.
+NO_POSITION_TYPES = frozenset({"linear_attention", "conv", "mlp", "moe"})
 
 Layers = list[PositionalEncoding]
 

@@ -51,8 +51,8 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "global_head_dim": {512: "diffusion_gemma_text embedding_gemma2_text gemma4_unified_text"},
     "sliding_window": {
         8192: "cwm",
-        4096: "exaone4 exaone_moe cohere2_moe cohere_compass_text ministral olmo3 t5_gemma_module t5gemma2_decoder t5gemma2_text "
-        "vaultgemma voxtral_realtime_text",
+        4096: "exaone4 exaone_moe cohere2_moe cohere_compass_text ministral olmo3 t5_gemma_module t5gemma2_decoder "
+        "t5gemma2_text vaultgemma voxtral_realtime_text",
         3000: "moshi",
         2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text",
         1024: "afmoe dory gemma4_unified_text",
@@ -76,15 +76,15 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # (read as the rope dict's when it has none: GLM's and Qwen3-Next's classes write theirs into it)
     "partial_rotary_factor": {
         0.9: "moonshine",
-        0.5: "phi persimmon bamba dots3_note_audio_encoder glm glm4 glm4_moe glmasr_encoder nemotron recurrent_gemma",
+        0.5: "phi persimmon bamba dots3_note_audio_encoder glm glm4 glm4_moe glmasr_encoder nemotron "
+        "recurrent_gemma",
         0.25: "stablelm qwen3_5_moe_text qwen3_5_text qwen3_next",
     },
     "rotary_dim": {64: "minimax_m3_vl_text"},
     "qk_rope_head_dim": {64: "deepseek_v2 deepseek_v3 sarvam_mla"},
     # (DeepSeek V3's own config.json leaves rope_interleave out)
     "rope_interleave": {True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"},
-    # sizes: wav2vec2-conformer's (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers), and
-    # those the Perception Encoder models fill their ModernBERT text_config dict with
+    # sizes: wav2vec2-conformer's (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
     "num_attention_heads": {12: "wav2vec2-conformer"},
     "num_hidden_layers": {12: "wav2vec2-conformer"},
@@ -181,6 +181,7 @@ CLASS_ROPE: dict[str, dict[str, Any]] = {
 
 
 def _sizes(hidden: int, heads: int, layers: int, **more: Any) -> dict[str, Any]:
+    """A text model's sizes (and ``more``), as a parent's class fills them in."""
     return {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, **more}
 
 

@@ -398,14 +398,14 @@ def by_rule(
 
 
 def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
-    """Step 3.5's and 3.7's (and UltraBERT's) ``config.json``, as their config class reads it: ``rope_parameters`` with a dict for
-    each layer type are kept; else ``rope_theta`` (one, or one per layer) and ``partial_rotary_factors`` (one
-    per layer) become them, the layers of a type agreeing (the class takes the first one's), and a
-    ``rope_scaling`` dict goes to full attention (a top-level ``partial_rotary_factor`` is not read then)."""
+    """Step 3.5's and 3.7's (and UltraBERT's) ``config.json``, as their config class reads it: ``rope_parameters``
+    with a dict for each layer type are kept; else ``rope_theta`` (one, or one per layer) and
+    ``partial_rotary_factors`` (one per layer) become them, the layers of a type agreeing (the class takes the
+    first one's), and a ``rope_scaling`` dict goes to full attention (a top-level ``partial_rotary_factor`` is not
+    read then)."""
     types = layer_types(cfg, model_type)
-    if (
-        types is None and "sparse_attention_config" not in cfg and "ultrabert" not in model_type
-    ):  # (Step's class's)
+    step = "ultrabert" not in model_type
+    if types is None and step and "sparse_attention_config" not in cfg:  # (Step's class: full attention)
         types = ["full_attention"] * required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": types}
     given = rope_dict(cfg, model_type)

@@ -3,10 +3,10 @@
 transformers 4 wrote ``rope_theta`` and ``rope_scaling`` at the top level (and no ``rope_parameters``); a
 class of transformers 5 turns them into ``rope_parameters`` by its own rules: its default dict where the file
 gives none (a top-level ``rope_theta`` then fills only what that leaves out), legacy keys of its own
-(``rotary_emb_base``, ``rope_local_base_freq``...), a fixed head width. For every model type with a rotary
-embedding: posenc's encoding of such a dict either is refused (ValueError) or equals posenc's encoding of the
-config object the model's class makes of the same dict (which tests/hf/test_zoo.py checks against the model's
-own code). The dicts are the tiny configs of the zoo survey with their RoPE fields rewritten.
+(``rotary_emb_base``, ``rope_local_base_freq``...), a fixed head width, layer types it derives or renames. For
+every model type with a rotary embedding: posenc's encoding of such a dict either is refused (ValueError) or
+equals posenc's encoding of the config object the model's class makes of the same dict (which
+tests/hf/test_zoo.py checks against the model's own code); their sliding windows likewise. The dicts are the tiny configs of the zoo survey, rewritten.
 """
 
 from __future__ import annotations
