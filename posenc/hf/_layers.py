@@ -301,23 +301,38 @@ def check_type_dict(one: Mapping[str, Any], model_type: str, where: str) -> None
 
 
 def two_bases_as_class(
-    cfg: Config, keys: tuple[str | None, str | None], defaults: tuple[float, float], *, scale_local: bool
+    cfg: Config,
+    model_type: str,
+    keys: tuple[str | None, str | None],
+    defaults: tuple[float, float],
+    *,
+    scale_local: bool,
 ) -> dict[str, Any]:
     """``cfg`` with ``rope_parameters`` by layer type as Gemma 3's, ModernBERT's, OLMo 3's and T5Gemma 2's classes
     make them: their own (else a default-type dict for each of full and sliding attention), a legacy
     ``rope_scaling`` merged into the full-attention one (and the sliding one, ``scale_local``), then each
     ``rope_theta`` left out taken from its legacy key ``keys[i]`` (``None``: none), else ``defaults[i]``. A flat
-    ``rope_parameters`` stays beside them, unread by the model (refused later)."""
-    params = cfg.get("rope_parameters")
+    ``rope_parameters`` stays beside them, unread by the model (refused later).
+
+    Raises:
+        TypeError: ``rope_parameters``, ``rope_scaling``, or the dict of full or sliding attention is not a dict.
+    """
+    params, scaling = cfg.get("rope_parameters"), cfg.get("rope_scaling")
     names = ("full_attention", "sliding_attention")
+    for field, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if value is not None and not isinstance(value, Mapping):
+            raise TypeError(f"{model_type} config: {field} must be a dict, got {type(value).__name__}")
     given = {name: {"rope_type": "default"} for name in names} if params is None else params
     nested: dict[str, Any] = {
         name: dict(one) if isinstance(one, Mapping) else one for name, one in given.items()
     }
-    scaling = cfg.get("rope_scaling")
     for i, (name, key, base) in enumerate(zip(names, keys, defaults, strict=True)):
         if nested.get(name) is None:
             nested[name] = {"rope_type": "default"}
+        elif not isinstance(nested[name], Mapping):
+            raise TypeError(
+                f"{model_type} config: rope_parameters[{name!r}] must be a dict, got {type(nested[name]).__name__}"
+            )
         if isinstance(scaling, Mapping) and (i == 0 or scale_local):
             nested[name].update(scaling)
         nested[name].setdefault("rope_theta", base if key is None else get(cfg, key, default=base))
@@ -332,7 +347,7 @@ def two_bases(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> Layers:
         types = table_types(cfg, model_type)
-        cfg = two_bases_as_class(cfg, keys, defaults, scale_local=scale_local)
+        cfg = two_bases_as_class(cfg, model_type, keys, defaults, scale_local=scale_local)
         # (nested now; a legacy map all the same: a table model's layer type names are checked)
         return per_type_rope(cfg, model_type, d, types, heads_and_head_dim(cfg, model_type, d)[1], dict)
 

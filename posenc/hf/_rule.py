@@ -219,7 +219,7 @@ def as_class(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
         }
     if family in _TWO_BASES:
         keys, defaults, scale_local = _TWO_BASES[family]
-        cfg = two_bases_as_class(cfg, keys, defaults, scale_local=scale_local)
+        cfg = two_bases_as_class(cfg, model_type, keys, defaults, scale_local=scale_local)
     if family == "dory" and "mlp" in (cfg.get("layer_types") or ()):  # its class keeps every other entry
         n = required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": list(cfg["layer_types"])[::2], "num_hidden_layers": n // 2}

@@ -400,6 +400,26 @@ def test_unsupported_model_type_names_it_and_lists_the_supported():
             ValueError,
             "speech_to_text config: pad_token_id must be >= 0, got -1",
         ),
+        # (the classes that nest legacy keys by layer type, by table and by rule)
+        (
+            {"model_type": "gemma3_text", "num_hidden_layers": 2, "rope_parameters": "x"},
+            {},
+            TypeError,
+            "rope_parameters must be a dict",
+        ),
+        ({"model_type": "olmo3", "rope_parameters": [1, 2]}, {}, TypeError, "rope_parameters must be a dict"),
+        (
+            {"model_type": "olmo3", "rope_scaling": "linear"},
+            {},
+            TypeError,
+            "rope_scaling must be a dict, got str",
+        ),
+        (
+            {"model_type": "t5gemma2_text", "rope_parameters": {"full_attention": 3}},
+            {},
+            TypeError,
+            r"rope_parameters\['full_attention'\] must be a dict, got int",
+        ),
     ],
 )
 def test_from_hf_config_errors(config, kwargs, error, match):
