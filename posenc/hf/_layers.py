@@ -151,8 +151,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
     # (a key the config gives, even null, wins: its class keeps it)
     window = cfg[key] if key in cfg else default_window
-    # the Qwen-style configs (and SmolLM3; the others' defaults: _read) drop sliding_window without use_sliding_window
-    use = cfg.get("use_sliding_window", False if rule in ("qwen", "smollm3") else None)
+    # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window (its class default: _read)
+    use = cfg.get("use_sliding_window")
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
         window = None
     if rule == "none" or window is None:

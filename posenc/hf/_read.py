@@ -70,7 +70,8 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         8: "moshi_depth",
     },
     "use_sliding_window": {
-        False: "deepseek_ocr2_encoder qwen2_5_omni_talker qwen2_5_omni_text qwen2_moe qwen3_moe"
+        False: "deepseek_ocr2_encoder qwen2 qwen2_5_omni_talker qwen2_5_omni_text qwen2_5_vl_text qwen2_moe "
+        "qwen2_vl_text qwen3 qwen3_moe smollm3"
     },  # (their classes then drop sliding_window)
     "position_embedding_type": {"absolute": "esm"},  # (ESM-1b's table; ESM-2's checkpoints say "rotary")
     # (read as the rope dict's when it has none: GLM's and Qwen3-Next's classes write theirs into it)
