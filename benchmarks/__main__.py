@@ -106,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--cuda-only",
-        choices=("rope", "attention"),
+        choices=("rope", "attention", "chunks"),
         default=None,
-        help="with --device cuda: measure one section only (written to cuda-<gpu>-<section>.md)",
+        help="with --device cuda: measure one section only (written to cuda-<gpu>-<section>.md); chunks: "
+        "biased attention in bfloat16 through the single call, 'auto' and fixed query chunks (what set "
+        "posenc.attend.BIAS_BUDGET_BYTES['cuda'])",
     )
     args = parser.parse_args(argv)
     if args.cuda_only is not None and args.device != "cuda":

@@ -20,6 +20,7 @@ executes every case's code without timing a GPU.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import re
 import statistics
@@ -31,7 +32,17 @@ import torch
 from torch import Tensor
 
 from .common import write_whole
-from .cuda_cases import ATTENTION_SHAPES, ROPE_SHAPES, Impl, Shape, Skip, attention_impls, rope_impls
+from .cuda_cases import (
+    ATTENTION_SHAPES,
+    CHUNK_SHAPES,
+    ROPE_SHAPES,
+    Impl,
+    Shape,
+    Skip,
+    attention_impls,
+    chunk_impls,
+    rope_impls,
+)
 
 __all__ = ["Row", "gpu_missing", "render", "run", "time_cuda"]
 
@@ -281,7 +292,7 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def describe(device: torch.device) -> tuple[str, list[str]]:
+def describe(device: torch.device, warmup: int = WARMUP, repeats: int = REPEATS) -> tuple[str, list[str]]:
     """(the device's name, the report's header lines)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -297,7 +308,7 @@ def describe(device: torch.device) -> tuple[str, list[str]]:
         "",
         f"- {machine}",
         f"- {packages}",
-        f"- time: median of {REPEATS} CUDA-event timings after {WARMUP} warm-up calls (compiles included in"
+        f"- time: median of {repeats} CUDA-event timings after {warmup} warm-up calls (compiles included in"
         " the warm-up); peak MiB: torch.cuda.max_memory_allocated during one call, above the inputs",
         "- max abs diff: forward outputs against the reference row (posenc's eager RoPE; posenc's"
         " backend='sdpa' for each bias), in float32",
@@ -312,11 +323,20 @@ def run(
 
     ``options`` go to :func:`measure` (shapes, implementations, dtypes, passes, timer, peak,
     compile backend, ``only`` one section: then the file is ``cuda-<gpu>-<section>.md``).
+    ``only="chunks"`` is the attention section reduced to :func:`~benchmarks.cuda_cases.chunk_impls`
+    at :data:`~benchmarks.cuda_cases.CHUNK_SHAPES` in bfloat16, 10 timings after 3 warm-up calls
+    (a few minutes: what a GPU lease allows), written to ``cuda-<gpu>-chunks.md``.
     """
     device = torch.device("cuda") if device is None else device
-    name, header = describe(device)
+    label = options.get("only")
+    warmup, repeats = (3, 10) if label == "chunks" else (WARMUP, REPEATS)
+    if label == "chunks":
+        preset = {"attention": chunk_impls(), "attention_shapes": CHUNK_SHAPES, "dtypes": ("bfloat16",)}
+        timer = functools.partial(time_cuda, warmup=warmup, repeats=repeats)
+        options = {**preset, "timer": timer, **options, "only": "attention"}
+    name, header = describe(device, warmup, repeats)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "-".join(filter(None, ["cuda", name, options.get("only")]))
+    stem = "-".join(filter(None, ["cuda", name, label]))
     path = out_dir / f"{re.sub(r'[^A-Za-z0-9]+', '-', stem).strip('-').lower()}.md"
     # rewritten after every group into a file of its own, so that a run stopped part way (a time limit, a
     # crash) keeps what it measured, marked as such, and leaves the report of an earlier finished run whole

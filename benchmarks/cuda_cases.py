@@ -45,11 +45,14 @@ from .rope import TARGET_SHAPES
 __all__ = [
     "ATTENTION_SHAPES",
     "BIAS_SPECS",
+    "CHUNK_ROWS",
+    "CHUNK_SHAPES",
     "POSENC_BACKENDS",
     "ROPE_SHAPES",
     "Impl",
     "Skip",
     "attention_impls",
+    "chunk_impls",
     "rope_impls",
 ]
 
@@ -61,6 +64,11 @@ ROPE_SHAPES: list[Shape] = [*TARGET_SHAPES, (4, 32, 8192, 128)]
 #: Attention ``(b, h, t, dh)``.
 ATTENTION_SHAPES: list[Shape] = [(1, 16, 2048, 64), (1, 16, 8192, 64)]
 BIAS_SPECS = ("alibi", "t5", "kerple", "fire")
+#: ``--cuda-only chunks``, what set ``posenc.attend.BIAS_BUDGET_BYTES["cuda"]``: bfloat16 (where
+#: ``"auto"`` takes query chunks on a GPU; the Toeplitz view is for float32) at the attention shapes
+#: and a training batch, each bias through the single call, ``"auto"`` and query chunks of these rows.
+CHUNK_SHAPES: list[Shape] = [*ATTENTION_SHAPES, (4, 32, 4096, 128)]
+CHUNK_ROWS = (512, 1024, 2048)
 POSENC_BACKENDS = ("auto", "sdpa", "chunked", "flex")
 BASE = 10000.0
 
@@ -273,7 +281,9 @@ def _flash_attn(slopes_of: str | None) -> Callable[..., tuple[Apply, list[Tensor
     return build
 
 
-def _posenc_attention(spec: str, backend_name: str) -> Callable[..., tuple[Apply, list[Tensor]]]:
+def _posenc_attention(
+    spec: str, backend_name: str, chunk_size: int | None = None
+) -> Callable[..., tuple[Apply, list[Tensor]]]:
     def build(
         shape: Shape, dtype: torch.dtype, device: torch.device, backend: str
     ) -> tuple[Apply, list[Tensor]]:
@@ -283,7 +293,9 @@ def _posenc_attention(spec: str, backend_name: str) -> Callable[..., tuple[Apply
         encoding = posenc.build(spec, num_heads=shape[1], head_dim=shape[-1], causal=True).to(device)
 
         def apply(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor]:
-            return (posenc.attention(q, k, v, encoding, causal=True, backend=backend_name),)
+            return (
+                posenc.attention(q, k, v, encoding, causal=True, backend=backend_name, chunk_size=chunk_size),
+            )
 
         return apply, [p for p in encoding.parameters() if p.requires_grad]
 
@@ -315,3 +327,15 @@ def attention_impls(
                 Impl("flash-attn flash_attn_func, alibi_slopes", _flash_attn("alibi"), requires="flash_attn")
             )
     return rows
+
+
+def chunk_impls(specs: tuple[str, ...] = BIAS_SPECS, rows: tuple[int, ...] = CHUNK_ROWS) -> list[Impl]:
+    """The ``chunks`` rows: bias-free causal SDPA (the baseline), then each bias through the single
+    call (its reference), ``"auto"`` and query chunks of each of ``rows``."""
+    impls = [Impl("SDPA causal, no bias", _sdpa(False), baseline=True)]
+    for spec in specs:
+        impls.append(Impl(f"posenc {spec} [sdpa]", _posenc_attention(spec, "sdpa"), reference=True))
+        impls.append(Impl(f"posenc {spec} [auto]", _posenc_attention(spec, "auto")))
+        for n in rows:
+            impls.append(Impl(f"posenc {spec} [chunked, {n} rows]", _posenc_attention(spec, "chunked", n)))
+    return impls

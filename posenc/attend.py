@@ -41,9 +41,11 @@ Encoding = PositionalEncoding | PositionState | None
 Backend = Literal["auto", "sdpa", "chunked", "flex"]
 
 #: Above this many bytes for one dense float mask, eager ``backend="auto"`` works over
-#: query chunks instead, so that memory stays O(chunk * tk) (64 MiB is a (8, 1448, 1448)
-#: float32 bias: large enough that small and medium calls take the single SDPA call).
-BIAS_BUDGET_BYTES = 64 * 2**20
+#: query chunks instead, so that memory stays O(chunk * tk); by device type, others take the
+#: CPU's. CPU: 64 MiB, a (8, 1448, 1448) float32 bias, so small and medium calls take the single
+#: SDPA call. CUDA: 1 GiB, since chunks of fewer than ~1024 rows cost 3-9x the single call with
+#: the backward on an H100 (bfloat16, ``benchmarks/results/cuda-*-bias-chunks.md``).
+BIAS_BUDGET_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
 #: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
 #: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
 #: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
@@ -98,7 +100,7 @@ def attention(
                                                    calls run over query chunks of 512 that read only
                                                    the keys they see: ~1.1x bias-free causal SDPA
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
-    :data:`BIAS_BUDGET_BYTES` (64 MiB)             where masked)
+    :data:`BIAS_BUDGET_BYTES` (the device's)       where masked); 64 MiB on the CPU, 1 GiB on CUDA
     a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
     padding at long length, ...)                   positions and only the keys the chunk can see;
                                                    memory O(chunk·tk); with gradients each chunk is
@@ -117,7 +119,8 @@ def attention(
     a float32 mask to half-precision scores (the CPU kernels do); elsewhere the bias is cast
     to the input dtype, and for half precision in its full form (relative distances, exact near
     every diagonal), never ALiBi's key-only one (whose large values would lose the steps between
-    neighbouring keys).
+    neighbouring keys); such a half-precision mask never takes the Toeplitz view (through it,
+    causal ALiBi in bfloat16 gave NaN on an H100, torch 2.11) but the dense or chunked paths.
 
     Causal masking follows positions: key ``j`` is visible to query ``i`` iff
     ``k_pos[j] <= q_pos[i]`` (per batch row for ``(b, t)`` positions), so a shard of queries
@@ -273,13 +276,14 @@ def attention(
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
     form, soft = state.bias_form, Softmax(scale, dropout_p, sinks)
+    budget = BIAS_BUDGET_BYTES.get(q.device.type, BIAS_BUDGET_BYTES["cpu"])
     if state.has_value_term:
         if backend == "flex":
             raise ValueError(
                 f"backend='flex' cannot apply the value term of {type(state.encoding).__name__} (it needs "
                 f"the attention weights); use backend='auto'"
             )
-        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * h * tk * 4))  # float32 weights
+        rows = chunk_size or max(1, budget // max(1, b * h * tk * 4))  # float32 weights
         return weighted_attention(q, k, v, state, vis, soft, rows)
     if backend == "flex":
         if sinks is None or lse_supported(q.device):
@@ -305,12 +309,10 @@ def attention(
     scratch = state.bias_scratch
     per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
-    large = dense_bytes > BIAS_BUDGET_BYTES and (
-        per_head or vis.structural or (vis.causal and vis.user is not None)
-    )
+    large = dense_bytes > budget and (per_head or vis.structural or (vis.causal and vis.user is not None))
     if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
-        rows = chunk_size or max(1, BIAS_BUDGET_BYTES // max(1, b * (h + scratch) * tk * dtype.itemsize))
+        rows = chunk_size or max(1, budget // max(1, b * (h + scratch) * tk * dtype.itemsize))
         return sdpa_attention(q, k, v, state, vis, soft, rows)
     return sdpa_attention(q, k, v, _full_bias(state), vis, soft, None)
 

@@ -228,3 +228,17 @@ def test_one_section_only_goes_to_its_own_file(tmp_path: Path) -> None:
     assert rows and {row.section for row in rows} == {"attention"}
     with pytest.raises(SystemExit):
         cli_main(["--cuda-only", "rope"])  # without --device cuda
+
+
+def test_the_chunks_preset_times_auto_beside_the_single_call_and_fixed_chunks(tmp_path: Path) -> None:
+    path, rows = _smoke(tmp_path, only="chunks")
+    assert path == tmp_path / "cuda-cpu-smoke-chunks.md"
+    assert {row.label for row in rows} == {impl.label for impl in cuda_cases.chunk_impls()}
+    assert {row.dtype for row in rows} == {"bfloat16"} and {row.section for row in rows} == {"attention"}
+    assert all(row.ms == 2.0 and not row.note for row in rows), [row.note for row in rows if row.note]
+    # every auto and chunked forward is checked against its bias's single call
+    checked = [row for row in rows if row.max_diff is not None]
+    per_shape = len(cuda_cases.BIAS_SPECS) * (1 + len(cuda_cases.CHUNK_ROWS))
+    assert len(checked) == per_shape * len(TINY_ATTENTION)
+    assert all(row.max_diff <= 0.05 for row in checked), [row.max_diff for row in checked]
+    assert "median of 10 CUDA-event timings after 3 warm-up calls" in path.read_text()

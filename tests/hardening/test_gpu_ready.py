@@ -269,6 +269,24 @@ def test_flex_block_mask_without_a_host_copy() -> None:
     assert copies.copies == [], copies.copies
 
 
+@needs_cuda_build
+def test_auto_takes_the_gpu_budget_for_a_half_precision_bias() -> None:
+    """On CUDA a bfloat16 bias (a GPU kernel's mask dtype: no Toeplitz view) goes to one SDPA call
+    while its dense form fits in ``BIAS_BUDGET_BYTES["cuda"]`` (1 GiB) and above it to chunks of as
+    many rows as fit: on an H100 chunks of the CPU's 64 MiB cost 3-9x the single call with the
+    backward. Under fake CUDA SDPA runs its math kernel, one softmax per call."""
+    calls = {}
+    for t in (2048, 8192):  # the dense (1, 16, t, t) bfloat16 bias: 128 MiB, then 2 GiB
+        with fake_cuda() as device:
+            encoding = _build(lambda: posenc.build("t5", num_heads=16, head_dim=64, causal=True), device)
+            q, k, v = (torch.randn(1, 16, t, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+            with SyncCounter(shapes=True) as counter:
+                posenc.attention(q, k, v, encoding, causal=True)
+        assert counter.shapes is not None
+        calls[t] = sum("softmax" in op for op, _ in counter.shapes)
+    assert calls == {2048: 1, 8192: 2}
+
+
 def test_backward_without_sync() -> None:
     """Training: a forward and backward on the accelerator's path make no host sync (on the CPU:
     backward on fake CUDA needs a real device)."""
