@@ -256,18 +256,76 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.
-#: Multimodal configs (``gemma3``, ``gemma3n``, ``gemma4``, ``llama4``...) are read through their
-#: ``text_config``.
+#: Multimodal parents (``gemma3``, ``llava``, ... :data:`_TEXT_TYPE`) are read through their ``text_config``.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_CONVERTERS))
 
-#: Multimodal model types whose text model (``{name}_text``) lives under ``text_config``, and what a config
-#: without one holds: the text keys at the top level (``"flat"``, as transformers' Qwen2-VL config reads
-#: them), the defaults (``"default"``), or nothing to convert (``None``).
-_TEXT_MODEL_TYPES: dict[str, str | None] = {
-    **dict.fromkeys("gemma3 gemma3n gemma4 llama4".split()),
-    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl"), "flat"),
-    **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe"), "default"),
+#: The model type of the text model a parent's class builds from a ``text_config`` dict that names none
+#: (transformers' SubConfigSpec): ``<parent>_text``, ``<parent>_text_model`` or another model's. A parent not
+#: listed reads such a dict by rule, as ``"<parent> text_config"``.
+_TEXT_TYPE: dict[str, str] = {
+    **{
+        parent: f"{parent}_text"
+        for parent in (
+            "apertus1p5 aria cohere_compass cosmos3_edge deepseek_ocr2 diffusion_gemma dots3_note embedding_gemma2 "
+            "ernie4_5_vl_moe gemma3 gemma3n gemma4 gemma4_unified glm4v glm4v_moe glm5_next glm_image glm_ocr "
+            "granite4_vision granite_docling hunyuan_vl hy_v4_vl inkling2 inkling2_loop llama4 minimax_m3_vl "
+            "mistral_large4 molmo2 muse_glimmer muse_spark paddleocr_vl pp_formulanet qwen2_5_vl qwen2_vl qwen3_5 "
+            "qwen3_5_moe qwen3_vl qwen3_vl_moe qwen4_exp unlimited_ocr voxtral_realtime"
+        ).split()
+    },
+    **{
+        parent: f"{parent}_text_model"
+        for parent in (
+            "aimv2 align altclip blip bridgetower chinese_clip clap clip clipseg emu3 flava groupvit metaclip_2 "
+            "mllama owlv2 owlvit pix2struct sam3_lite_text siglip siglip2 tipsv2 videoprism xclip"
+        ).split()
+    },
+    **{
+        parent: text
+        for text, parents in {
+            "bart": "florence2",
+            "bert": "grounding-dino mm-grounding-dino vision-text-dual-encoder",
+            "clip_text_model": "omdet-turbo sam3",
+            "clvp_encoder": "clvp",
+            "cohere2": "aya_vision cohere2_vision",
+            "deepseek_v3": "kimi_k25",
+            "exaone4": "exaone4_5",
+            "gemma": "paligemma",
+            "gemma3_text": "shieldgemma2",
+            "gemma4_text": "gemma4_assistant",
+            "gemma4_unified_text": "gemma4_unified_assistant",
+            "glm4v_text": "glm46v glmga",
+            "granite": "granite_speech granite_speech_plus",
+            "hyperclovax": "hyperclovax_vision_v2",
+            "inkling_text": "inkling_mm_model",
+            "kosmos_2_5_text_model": "kosmos-2.5",
+            "kosmos_2_text_model": "kosmos-2",
+            "lfm2": "lfm2_vl",
+            "lfm3": "lfm3_vl",
+            "llama": "deepseek_vl deepseek_vl_hybrid glmasr idefics3 janus llava llava_next llava_next_video "
+            "omniasr perception_lm smolvlm video_llava vipllava voxtral",
+            "mistral": "idefics2 mistral3",
+            "modernbert": "modernvbert pe_audio pe_audio_video pe_video",
+            "nemotron_h": "nemo_speechlm nemotron_h_omni",
+            "opt": "blip-2 instructblip instructblipvideo",
+            "persimmon": "fuyu",
+            "qwen2": "audioflamingo3 fast_vlm got_ocr2 internvl llava_onevision musicflamingo ovis2 "
+            "pp_chart2table qwen2_audio vibevoice vibevoice_asr video_llama_3",
+            "qwen2_5_omni_text": "qwen2_5_omni_thinker",
+            "qwen3": "fun_asr_nano lighton_ocr moss_transcribe_diarize qianfan_ocr qwen3_asr",
+            "qwen3_5_text": "jev minicpm_ocr minicpmv4_6 minicpmv4_7",
+            "qwen3_omni_moe_text": "qwen3_omni_moe_thinker",
+            "qwen3_vl_text": "cosmos3_omni",
+            "step3p5": "step3p7",
+            "t5gemma2_text": "t5gemma2_encoder",
+            "ultrabert": "ultravbert",
+        }.items()
+        for parent in parents.split()
+    },
 }
+#: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
+#: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
+_FLAT_TEXT = frozenset("fuyu glm5_next hunyuan_vl paddleocr_vl qwen2_5_vl qwen2_vl".split())
 
 
 def supported_models_markdown() -> str:
@@ -282,5 +340,4 @@ def supported_models_markdown() -> str:
         summary = _CONVERTERS[name][1]
         lines = {"all": summary} if isinstance(summary, str) else summary
         rows += [f"| `{name}` | {layers} | {text} |" for layers, text in lines.items()]
-    rows += [f"| `{t}` | all | as `{t}_text`, read from `text_config` |" for t in sorted(_TEXT_MODEL_TYPES)]
     return "\n".join(rows)

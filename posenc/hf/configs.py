@@ -25,7 +25,14 @@ from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count
 from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES, speech
-from ._table import _CONVERTERS, _TEXT_MODEL_TYPES, SUPPORTED_MODEL_TYPES, PerStack, supported_models_markdown
+from ._table import (
+    _CONVERTERS,
+    _FLAT_TEXT,
+    _TEXT_TYPE,
+    SUPPORTED_MODEL_TYPES,
+    PerStack,
+    supported_models_markdown,
+)
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -56,8 +63,10 @@ def _resolve(config: Any) -> list[_Stack]:
             f"config has no 'model_type' (got {model_type!r}); a config.json dict must carry it. "
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if cfg.get("text_config") is None and _TEXT_MODEL_TYPES.get(model_type):
-        flat = _TEXT_MODEL_TYPES[model_type] == "flat"
+    if cfg.get("text_config") is None and model_type in _TEXT_TYPE:
+        # The parent's class builds its default text model (what a config object of it holds), ignoring text keys
+        # at its top level, or reads those keys (_FLAT_TEXT)
+        flat = model_type in _FLAT_TEXT
         config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if flat and k != "model_type"}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
     if model_type not in _OWN_ROPE_BESIDE_STACKS or get(cfg, *ROPE_KEYS) is None:
@@ -69,16 +78,11 @@ def _resolve(config: Any) -> list[_Stack]:
             # (with what its parent's class fills a dict with: Voxtral's text model's head_dim)
             if isinstance(sub, Mapping):
                 sub = {**class_defaults(f"{model_type}.{field}"), **sub}
-                if sub.get("model_type") is None:
-                    text = model_type in _TEXT_MODEL_TYPES
-                    sub = {**sub, "model_type": f"{model_type}_text" if text else f"{model_type} {field}"}
+                if sub.get("model_type") in (None, model_type):  # (a parent's class never nests itself)
+                    text = _TEXT_TYPE.get(model_type) if field == "text_config" else None
+                    sub = {**sub, "model_type": text or f"{model_type} {field}"}
             stacks += [(field if len(fields[0]) > 1 else s[0], *s[1:]) for s in _resolve(sub)]
         return stacks
-    if model_type in _TEXT_MODEL_TYPES:
-        raise ValueError(
-            f"model_type {model_type!r} is not supported without its 'text_config' (the {model_type}_text "
-            "model it wraps)"
-        )
     if model_type in _CONVERTERS:
         return [(None, cfg, model_type, _CONVERTERS[model_type][0], config)]
     # outside the table: the standardized fields (posenc.hf._rule), refused by name where they fall short

@@ -25,6 +25,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 import posenc  # noqa: E402
 from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
 from posenc.hf._read import class_defaults  # noqa: E402
+from posenc.hf._table import _FLAT_TEXT, _TEXT_TYPE  # noqa: E402
 
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
 
@@ -166,3 +167,62 @@ def test_a_parents_text_defaults_are_those_its_class_fills_a_text_config_dict_wi
             if any(made.get(k) != v for k, v in given.items() if "rope" not in k):  # (standardised apart)
                 given = {}  # (its class takes a text_config dict as it is)
         assert class_defaults(f"{model_type}.text_config") == given, model_type
+
+
+def _parents() -> Iterator[tuple[str, type, Any]]:
+    """(model_type, config class, its text_config SubConfigSpec) of every parent the installed transformers knows."""
+    for model_type, config_class in CONFIG_MAPPING.items():
+        spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("text_config")
+        if spec is not None:
+            yield model_type, config_class, spec
+
+
+def _encodings_or_refusal(config: Any) -> list[Any] | None:
+    try:
+        return _computed(posenc.hf.layer_encodings(config))
+    except ValueError:
+        return None
+
+
+def test_a_parents_text_model_type_is_the_one_its_class_builds() -> None:
+    """posenc's table of parents (a text_config dict that names no model_type is this text model) is transformers'."""
+    theirs = {mt: spec.model_type or spec.config_class.model_type for mt, _, spec in _parents()}
+    assert _TEXT_TYPE == theirs
+
+
+def test_a_parent_without_text_config_or_its_model_type_gives_what_its_class_makes_of_it() -> None:
+    """A text_config dict without model_type is the parent's default text model (Aya Vision's: Cohere 2's, NoPE
+    layers and all). Without text_config, a parent's class builds its default text model and ignores text keys
+    at its top level; the parents of ``_FLAT_TEXT`` read them. Either way posenc's encodings of the dict are
+    those of the object its class makes of it, or a ValueError."""
+    compared, differ = 0, []
+    top = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 3}
+    top |= {"intermediate_size": 64, "head_dim": 32, "rope_theta": 777.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model_type, config_class, _ in _parents():
+            forms = {"text keys at the top level": {"model_type": model_type, **top}}
+            try:
+                full = config_class().to_dict()
+                forms["a text_config without model_type"] = {
+                    **full,
+                    "text_config": {k: v for k, v in full["text_config"].items() if k != "model_type"},
+                }
+            except Exception:  # (its class needs arguments: Gemma 4 assistant's)
+                pass
+            for form, raw in forms.items():
+                try:
+                    made = config_class.from_dict(copy.deepcopy(raw))
+                except Exception:  # (its class refuses the dict: so does the model)
+                    continue
+                if form.startswith("text keys"):
+                    flat = made.get_text_config().num_hidden_layers == top["num_hidden_layers"]
+                    assert flat == (model_type in _FLAT_TEXT), model_type
+                ours, theirs = _encodings_or_refusal(copy.deepcopy(raw)), _encodings_or_refusal(made)
+                if ours is None or theirs is None:  # (refused: from the dict, or from the object as well)
+                    continue
+                compared += 1
+                if not _same(ours, theirs):
+                    differ.append(f"{model_type}, {form}")
+    assert not differ, "\n".join(differ)
+    assert compared >= 100, compared  # (of ~140 parents, the rest refused)

@@ -31,7 +31,7 @@ from posenc.hf import (
     layer_windows,
     supported_models_markdown,
 )
-from posenc.hf._table import _CONVERTERS, _TEXT_MODEL_TYPES
+from posenc.hf._table import _CONVERTERS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -240,9 +240,9 @@ def test_supported_model_types_are_generated_from_the_table():
     table = supported_models_markdown()
     for name in SUPPORTED_MODEL_TYPES:
         assert f"| `{name}` |" in table
-    # one row per type, one per layer type where the layers differ, one per multimodal wrapper
+    # one row per type, one per layer type where the layers differ
     rows = sum(1 if isinstance(s, str) else len(s) for _, s in _CONVERTERS.values())
-    assert len(table.splitlines()) == rows + len(_TEXT_MODEL_TYPES) + 2
+    assert len(table.splitlines()) == rows + 2
 
 
 def test_unsupported_model_type_names_it_and_lists_the_supported():
@@ -369,7 +369,8 @@ def test_unsupported_model_type_names_it_and_lists_the_supported():
             {"model_type": "gemma3", "rope_parameters": {"full_attention": {}, "sliding_attention": {}}},
             {},
             ValueError,
-            "not supported",
+            # (no text_config: its class builds its default text model, which needs its sizes)
+            "gemma3_text config: missing 'num_hidden_layers'",
         ),
         (
             {
