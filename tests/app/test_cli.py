@@ -690,9 +690,10 @@ def test_a_folder_of_one_command_is_never_overwritten_by_the_other(corpus_file, 
         assert {folder: _snapshot(folder) for folder in (study, ext)} == before, argv
     # the same settings resume, and --force replaces what the user asked to replace
     assert run(["extend", *corpus, "--out", str(ext), *EXTEND_TINY, "--resume"], capsys)[0] == 0
+    # the figure of the study replaced, as a study marks it (drawn here without matplotlib too)
     (study / "extrapolation.png").write_bytes(
-        b"the figure of the study replaced"
-    )  # (drawn without matplotlib too)
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\x1ctEXtSoftware\x00posenc study figure"
+    )
     assert run(["extend", *corpus, "--out", str(study), *EXTEND_TINY, "--force"], capsys)[0] == 0
     assert json.loads((study / "results.json").read_text())["results"]
     assert not (
@@ -751,6 +752,27 @@ def test_force_removes_the_checkpoints_of_the_study_it_replaces(corpus_file, tmp
     )
     assert code == 0, stderr
     assert sorted(p.name for p in out.glob("*.pt")) == ["base.pt", "model-mine.pt"]
+
+
+def test_force_removes_only_the_figures_and_report_a_study_made(corpus_file, tmp_path, capsys):
+    """--force removed report.md and the figures by name, whoever made them; now only those carrying a study's
+    mark (the PNG's Software text, the report's heading)."""
+    from posenc.app.study.outdir import made_by_posenc
+
+    out = tmp_path / "o"
+    corpus = ["--corpus", str(corpus_file), "--out", str(out)]
+    assert run(["extend", *corpus, *EXTEND_TINY], capsys)[0] == 0
+    made = [out / "report.md", out / "extend.png"]
+    assert all(p.is_file() and made_by_posenc(p) for p in made)
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope", "--force"], capsys)[0] == 0
+    assert not any(p.exists() for p in made)  # the replaced study's: they would pass for this run's
+    (out / "report.md").write_text("# my notes\n")
+    (out / "extend.png").write_bytes(b"\x89PNG\r\n\x1a\n a figure of mine")
+    assert not any(made_by_posenc(p) for p in made)
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope", "--force"], capsys)[0] == 0
+    assert (out / "report.md").read_text() == "# my notes\n" and (out / "extend.png").read_bytes().endswith(
+        b"mine"
+    )
 
 
 @pytest.mark.parametrize("command", ["extrapolate", "extend"])

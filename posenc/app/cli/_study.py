@@ -53,7 +53,7 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
     """
     from ..study.checkpoint import load_checkpoint
     from ..study.config import ConfigError
-    from ..study.outdir import outputs, study_kind
+    from ..study.outdir import made_by_posenc, outputs, study_kind
 
     kind = study_kind(out)
     if args.force:
@@ -61,12 +61,15 @@ def _check_out(out: Path, args: argparse.Namespace) -> None:
             return
         # Left beside new results, the earlier run's figures, report and checkpoints would pass for this run's
         # (and a later --resume would reuse its checkpoints): all go first. Never a file no posenc study made
-        # (a .pt that is not a study checkpoint, the results.* of something else), nor the --model to load.
+        # (a .pt that is not a study checkpoint, the results.* of something else, a figure or report.md without
+        # a study's mark), nor the --model to load.
         model = getattr(args, "model", None)
         keep = Path(model).expanduser().resolve() if model is not None else None
         for name in outputs(out):
             path = out / name
             if path.resolve() == keep or (name.startswith("results.") and kind in (None, "other")):
+                continue
+            if not made_by_posenc(path):
                 continue
             if name.endswith(".pt"):
                 try:

@@ -12,6 +12,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The figure resolution: keeps every PNG well under 300 KB while staying sharp on screen.
 DPI = 110
+#: The PNG text chunk every figure carries (``outdir.made_by_posenc`` reads it back).
+FIGURE_SOFTWARE = "posenc study figure"
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -26,7 +28,10 @@ def _save(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(out, lambda tmp: fig.savefig(tmp, format="png"))  # (whole, or the old file kept)
+    # (whole, or the old file kept); its Software names posenc: `posenc ... --force` removes only such figures
+    return atomic_write(
+        out, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": FIGURE_SOFTWARE})
+    )
 
 
 #: What a title says of an encoding whose parameters have not been trained.

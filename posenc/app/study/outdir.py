@@ -28,7 +28,7 @@ from typing import Any
 
 from .config import ConfigError
 
-__all__ = ["LOCK_NAME", "hold", "is_output", "outputs", "study_kind"]
+__all__ = ["LOCK_NAME", "hold", "is_output", "made_by_posenc", "outputs", "study_kind"]
 
 #: The lock file in a study's folder (hidden: a corpus folder's reader skips it anyway).
 LOCK_NAME = ".posenc.lock"
@@ -63,6 +63,25 @@ def study_kind(folder: str | Path) -> str | None:
     if "results" in data and "methods" in data:
         return "extend"
     return "other"
+
+
+#: How a figure and a report of a study begin (``plots._figure.FIGURE_SOFTWARE`` in a PNG text chunk; the
+#: heading of ``ExtendResult.report``).
+_MARKS = {".png": b"tEXtSoftware\x00posenc study figure", ".md": b"# Context extension of a RoPE model\n"}
+
+
+def made_by_posenc(path: str | Path) -> bool:
+    """Whether the figure or report at ``path`` was written by a posenc study (by its mark; other files: True)."""
+    p = Path(path)
+    mark = _MARKS.get(p.suffix)
+    if mark is None:
+        return True
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(mark) if p.suffix == ".md" else mark in head
 
 
 def outputs(folder: str | Path) -> list[str]:
