@@ -116,6 +116,10 @@ def grid_positions(
     check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
     check_choice("kind", kind, ("index", "pixel", "center"))
     check_choice("normalize", normalize, ("separate", "max", "min"))
+    if normalize != "separate" and kind != "center":  # (else silently the same coordinates as without it)
+        raise ValueError(
+            f"normalize={normalize!r} sizes the cell centres of kind='center' only, got kind={kind!r}"
+        )
     if ref_grid is not None:
         ref = check_grid(ref_grid)
         if kind != "index":
@@ -234,6 +238,14 @@ def axial_frequencies(
     check_choice("axis_layout", axis_layout, ("cat", "alternate", "cycle", "blocks"))
     base = check_positive_float("base", base)
     max_freq = check_positive_float("max_freq", max_freq)
+    # an option the frequencies would not read is refused (else silently the frequencies without it)
+    if max_freq != 10.0 and freqs != "pixel":
+        raise ValueError(
+            f"max_freq={max_freq!r} sets the frequencies of freqs='pixel' only, got freqs={freqs!r}"
+        )
+    if base != 10000.0 and (freqs == "pixel" or min_period is not None):
+        what = "freqs='pixel'" if freqs == "pixel" else "min_period and max_period"
+        raise ValueError(f"base={base!r} is not read with {what}, whose frequencies do not depend on it")
     if (min_period is None) != (max_period is None) or (min_period is not None and freqs != "period"):
         raise ValueError(
             "min_period and max_period go together, with freqs='period' (they replace base), got "

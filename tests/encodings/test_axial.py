@@ -26,9 +26,8 @@ def test_parity_with_rotary_embedding_torch_axial(freqs, device):
     torch.manual_seed(0)
     q = torch.randn(2, 3, h, w, 2 * dim).to(device)
     want = ret.apply_rotary_emb(ref.get_axial_freqs(h, w), q).flatten(2, 3)
-    ours = posenc.AxialRoPE(2 * dim, freqs=freqs, layout="interleaved", max_freq=12.0, grid_size=(h, w)).to(
-        device
-    )
+    pixel = {"max_freq": 12.0} if freqs == "pixel" else {}  # (which rotary-embedding-torch's "lang" ignores)
+    ours = posenc.AxialRoPE(2 * dim, freqs=freqs, layout="interleaved", grid_size=(h, w), **pixel).to(device)
     got = ours.rotate(q.flatten(2, 3))
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
@@ -361,3 +360,30 @@ def test_the_state_of_a_subclass_that_overrides_a_hook_keeps_its_rows():
     assert torch.equal(state.q_cos, plain.q_cos) and torch.equal(state.q_sin, plain.q_sin)
     q = torch.randn(1, 2, 12, 16)
     assert torch.equal(state.encode_qk(q, q)[0], 2 * plain.encode_qk(q, q)[0])
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda: posenc.AxialRoPE(32, max_freq=12.0),
+            "max_freq=12.0 sets the frequencies of freqs='pixel' only",
+        ),
+        (
+            lambda: posenc.AxialRoPE(32, freqs="pixel", base=100.0),
+            "base=100.0 is not read with freqs='pixel'",
+        ),
+        (
+            lambda: posenc.AxialRoPE(32, freqs="period", base=100.0, min_period=0.5, max_period=50.0),
+            "base=100.0 is not read with min_period and max_period",
+        ),
+        (
+            lambda: grid_positions((4, 6), normalize="max"),
+            "normalize='max' sizes the cell centres of kind='center'",
+        ),
+    ],
+)
+def test_an_option_the_mode_does_not_read_is_refused(make, match):
+    """Given, an option of another mode was ignored: the same encoding as without it, unsaid."""
+    with pytest.raises(ValueError, match=match):
+        make()
