@@ -180,8 +180,8 @@ def run_suite(
     config: SuiteConfig,
     *,
     threads: int | None = None,
-    out_dir: Path | None = RESULTS_DIR,
-    stem: str = "latest",
+    out_dir: Path | None = None,
+    stem: str | None = None,
     command: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -192,8 +192,9 @@ def run_suite(
         config: what to run (see :func:`preset`).
         threads: torch threads for every section (default: each section's own ``threads``,
             one unless set otherwise; ``None`` there means every usable CPU).
-        out_dir: where the two files go; ``None`` writes nothing.
-        stem: the files' name without extension.
+        out_dir: where the two files go; ``None`` (the default) writes nothing.
+        stem: the files' name without extension, required with ``out_dir`` (no default: ``latest``, the
+            committed results, is for ``python -m benchmarks``'s full run; see ``default_stem``).
         command: the command line to record (default: this process's ``sys.argv``).
         log: where progress lines go.
 
@@ -203,6 +204,11 @@ def run_suite(
         started_utc, load_average_start, load_average_end``), ``rope, bias, model`` (``None``
         when not run) and ``targets``.
     """
+    if out_dir is not None and not stem:
+        raise ValueError(
+            f"run_suite(out_dir={str(out_dir)!r}) needs stem=, the name of the files it writes there (a default "
+            "would replace another run's results, such as the committed latest.*)"
+        )
     start = time.perf_counter()
     user_log = log
 
@@ -234,7 +240,7 @@ def run_suite(
         "packed": run_packed,
     }
 
-    def finish(name: str) -> None:
+    def finish(name: str | None) -> None:
         report["targets"] = evaluate_targets(report)
         report["finished_utc"] = now_utc()
         report["load_average_end"] = load_average()

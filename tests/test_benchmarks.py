@@ -343,6 +343,16 @@ def report(tmp_path_factory):
     return result, out
 
 
+def test_run_suite_from_python_names_its_files_or_writes_none(tmp_path):
+    """From Python, run_suite wrote latest.* into benchmarks/results by default: the committed results of the full
+    run, replaced by any other. Now it writes nothing unless given out_dir, and out_dir needs a stem."""
+    config = benchmarks.SuiteConfig("tiny", None, None, None)
+    assert benchmarks.run_suite(config, command="tiny", log=lambda line: None)["suite"] == "tiny"
+    with pytest.raises(ValueError, match="needs stem=, the name of the files it writes there"):
+        benchmarks.run_suite(config, out_dir=tmp_path, command="tiny", log=lambda line: None)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_interrupted_run_keeps_its_finished_sections_apart(tmp_path, monkeypatch):
     """Ctrl-C in the model section: the RoPE section's rows are written to STEM.unfinished.*, and a whole
     run's STEM.* stay as they were (it kept nothing)."""
