@@ -729,7 +729,7 @@ def test_an_extend_folder_with_only_its_base_model_is_not_retrained_over(corpus_
     code, _, stderr = run(argv, capsys)
     assert code == 2 and "already holds base.pt; add --resume" in stderr
     code, _, stderr = run([*argv, "--resume", "--seed", "5"], capsys)
-    assert code == 2 and "base.pt' was trained with other settings (seed 0 there, 5 now)" in stderr
+    assert code == 2 and "base.pt' was trained with other settings or versions (seed 0 there, 5 now)" in stderr
     assert _snapshot(out) == before
     code, stdout, stderr = run([*argv, "--resume"], capsys)
     assert code == 0 and "rope: reusing" in stdout, stderr
@@ -797,6 +797,24 @@ def test_resume_refuses_results_of_another_posenc_or_torch(command, corpus_file,
         f"(posenc {command} --force)"
     ) in stderr
     assert _snapshot(out) == before
+
+
+def test_resume_refuses_checkpoints_of_another_posenc_or_torch(corpus_file, tmp_path, capsys):
+    """An interrupted extend leaves checkpoints and no results.json, and --resume reused them whatever versions
+    made them; checkpoints record posenc's and torch's (as results do), and a resume compares them."""
+    out = tmp_path / "o"
+    argv = ["extend", "--corpus", str(corpus_file), "--out", str(out), *EXTEND_TINY]
+    assert run(argv, capsys)[0] == 0
+    for path in out.iterdir():  # (interrupted before its results: only its checkpoints)
+        if path.suffix != ".pt":
+            path.unlink()
+    payload = torch.load(out / "base.pt", weights_only=True)
+    assert payload["meta"]["posenc"] == posenc.__version__ and payload["meta"]["torch"] == torch.__version__
+    payload["meta"]["posenc"] = "0.1.0"
+    torch.save(payload, out / "base.pt")
+    code, _, stderr = run([*argv, "--resume"], capsys)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert f"other settings or versions (posenc '0.1.0' there, '{posenc.__version__}' now)" in stderr
 
 
 def test_extend_resume_keeps_the_base_model_s_training_record(corpus_file, tmp_path, capsys):

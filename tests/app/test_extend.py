@@ -278,7 +278,7 @@ def test_a_checkpoint_of_another_spec_under_its_name_is_refused_on_resume(corpus
     (tmp_path / "baseline-t5.pt").write_bytes((tmp_path / "baseline-alibi.pt").read_bytes())
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(
-        ConfigError, match=r"baseline-t5.pt' was trained with other settings \(spec 'alibi' there"
+        ConfigError, match=r"baseline-t5.pt' was trained with other settings or versions \(spec 'alibi' there"
     ):
         run_extend(corpus, config, out_dir=tmp_path, resume=True, progress=False)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # refused before any write

@@ -62,6 +62,7 @@ from .training import (
     _Vocabulary,
     environment,
     train_steps,
+    versions,
 )
 
 __all__ = ["METHODS", "ExtendConfig", "run_extend", "scaling_for"]
@@ -209,7 +210,7 @@ def run_extend(
     chunks = _eval_chunks(val_ids, config)
     corpus_info = _corpus_info(corpus, train_text, val_text, vocab)
     summary = _corpus_summary(corpus, train_text, val_text, vocab, config)
-    meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"]}
+    meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"], **versions()}
     # Every option is checked: now the folder, held by this run alone (the process that spawns
     # the ranks, or rank 0 under torchrun), and what it holds, before anything is written there.
     with contextlib.ExitStack() as stack:
@@ -383,8 +384,9 @@ def _check_checkpoint(path: Path, spec: Any, meta: dict[str, Any], chars: list[s
         if saved_chars != chars:
             changed.append("another corpus text")
         raise ConfigError(
-            f"resume: {str(path)[:200]!r} was trained with other settings ({'; '.join(changed)[:300]}); resume "
-            "with the same settings and corpus, use another folder, or start over (posenc extend --force)",
+            f"resume: {str(path)[:200]!r} was trained with other settings or versions ({'; '.join(changed)[:300]}); "
+            "resume with the same settings, corpus and versions, use another folder, or start over (posenc extend "
+            "--force)",
             argument="resume",
         )
 
@@ -428,7 +430,7 @@ def _run(
     """
     say(summary)
     longest = config.eval_lens[-1]
-    meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"]}
+    meta = {**_train_settings(config), "corpus_sha256": corpus_info["sha256"], **versions()}
     main = parallel is None or parallel.is_main
     env = environment(config, parallel)
     specs: dict[str, Any] = {m: scalings[m] for m in methods}

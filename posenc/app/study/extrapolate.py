@@ -42,6 +42,7 @@ from .training import (
     environment,
     study_model,
     train_study_model,
+    versions,
 )
 
 __all__ = ["checkpoint_name", "run_study"]
@@ -206,6 +207,7 @@ def _study(
                 if out is not None and main:
                     if isinstance(spec, (str, dict)):  # a built module is not plain data: no checkpoint
                         meta = {**_settings(config), "corpus_sha256": corpus_info["sha256"], "label": label}
+                        meta |= versions()
                         path = out / checkpoint_name(label)
                         save_checkpoint(path, model, vocab=vocab.chars, position=spec, meta=meta)
                         saved = f"; saved {path.name}"

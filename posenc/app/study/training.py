@@ -353,10 +353,15 @@ def environment(config: StudyConfig, parallel: Ranks | None = None) -> dict[str,
     }
 
 
+def versions() -> dict[str, str]:
+    """posenc's and torch's versions, recorded in every checkpoint's ``meta`` (a resume compares them)."""
+    return {"posenc": posenc.__version__, "torch": str(torch.__version__)}  # (plain str: weights_only loads)
+
+
 def _check_versions(saved: dict[str, Any], path: Any, command: str) -> None:
     """Refuse to resume into results (their ``environment``, read from ``path``) that another posenc or
     torch made: their rows would be merged with this run's as if one version had measured them all."""
-    now = {"posenc": posenc.__version__, "torch": torch.__version__}
+    now = versions()
     then = {key: saved.get(key) or "not recorded" for key in now}
     if then != now:
         changed = "; ".join(
