@@ -729,7 +729,9 @@ def test_an_extend_folder_with_only_its_base_model_is_not_retrained_over(corpus_
     code, _, stderr = run(argv, capsys)
     assert code == 2 and "already holds base.pt; add --resume" in stderr
     code, _, stderr = run([*argv, "--resume", "--seed", "5"], capsys)
-    assert code == 2 and "base.pt' was trained with other settings or versions (seed 0 there, 5 now)" in stderr
+    assert (
+        code == 2 and "base.pt' was trained with other settings or versions (seed 0 there, 5 now)" in stderr
+    )
     assert _snapshot(out) == before
     code, stdout, stderr = run([*argv, "--resume"], capsys)
     assert code == 0 and "rope: reusing" in stdout, stderr
@@ -752,6 +754,26 @@ def test_force_removes_the_checkpoints_of_the_study_it_replaces(corpus_file, tmp
     )
     assert code == 0, stderr
     assert sorted(p.name for p in out.glob("*.pt")) == ["base.pt", "model-mine.pt"]
+
+
+def test_a_full_disk_is_said_in_one_line_with_what_was_kept(corpus_file, tmp_path, capsys, monkeypatch):
+    """No space left while a study saves its results: a traceback; now one line, and what --resume keeps."""
+    import errno
+    from pathlib import Path
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    out = tmp_path / "o"
+    monkeypatch.setattr(Path, "write_text", full)
+    code, _, stderr = run(
+        ["extrapolate", "--corpus", str(corpus_file), "--out", str(out), *TINY_ARGS, "--encodings", "rope"],
+        capsys,
+    )
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert "posenc extrapolate: error: no space left on the device writing " in stderr
+    # (its first results were not written: nothing to resume, which --resume would refuse)
+    assert "holds no results to resume from: run it again with --force" in stderr
 
 
 def test_force_removes_only_the_figures_and_report_a_study_made(corpus_file, tmp_path, capsys):

@@ -390,6 +390,17 @@ def test_save_refuses_a_file_as_the_folder(tmp_path):
     assert info.value.argument == "out_dir"
 
 
+def test_a_dangling_link_as_the_folder_is_named_as_such(tmp_path):
+    """A symbolic link to a folder that does not exist was refused with mkdir's "File exists"."""
+    from posenc.app.study.checkpoint import check_writable
+
+    (tmp_path / "out").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(
+        ConfigError, match=r"out_dir .*out' is a symbolic link to .*nowhere', which does not exist"
+    ):
+        check_writable(tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     ("code", "absent"),
     [

@@ -25,6 +25,7 @@ options and help), ``_study`` (``extrapolate``, ``extend``) and ``_inspect`` (``
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import warnings
@@ -82,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # on a line of its own, not inside a progress bar's line
         print(f"\nposenc {args.command}: interrupted{_how_to_resume(args)}", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk: said in one line, with what was kept (each file is written whole)
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {str(err.filename)[:200]!r}" if err.filename else ""
+        print(
+            f"posenc {args.command}: error: no space left on the device{where}{_how_to_resume(args)}",
+            file=sys.stderr,
+        )
+        return 1
     except (MemoryError, RuntimeError) as err:
         if not _is_allocation_error(err):
             raise
@@ -96,11 +106,17 @@ def _how_to_resume(args: argparse.Namespace) -> str:
     """What an interrupted study keeps and how to go on (nothing to say for the other commands)."""
     if args.command not in ("extrapolate", "extend"):
         return ""
-    from ..study.outdir import outputs
+    from ..study.outdir import outputs, study_kind
 
-    out = str(args.out)[:200]
-    if not outputs(Path(args.out).expanduser()):
+    out, folder = str(args.out)[:200], Path(args.out).expanduser()
+    files = outputs(folder)
+    if not files:
         return f"; nothing was saved in {out!r} yet"
+    # (the rule --resume applies: a study's results, or an extend's checkpoints alone)
+    if study_kind(folder) != args.command and not (
+        args.command == "extend" and all(f.endswith(".pt") for f in files)
+    ):
+        return f"; {out!r} holds no results to resume from: run it again with --force"
     return (
         f"; what finished is saved in {out!r}: run the same command with --resume to continue "
         "without redoing it"

@@ -35,6 +35,13 @@ def check_writable(out_dir: str | Path, argument: str = "out_dir") -> Path:
     shown = repr(str(out_dir)) if len(str(out_dir)) <= 200 else f"{str(out_dir)[:180]!r}..."
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{argument} {shown} exists and is not a folder", argument=argument)
+    if out.is_symlink() and not out.exists():  # (mkdir would say "File exists")
+        target = os.readlink(out)
+        raise ConfigError(
+            f"{argument} {shown} is a symbolic link to {target[:200]!r}, which does not exist; make that folder "
+            "or give another",
+            argument=argument,
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".posenc-write-test.", dir=out)
