@@ -43,8 +43,8 @@ Backend = Literal["auto", "sdpa", "chunked", "flex"]
 #: Above this many bytes for one dense float mask, eager ``backend="auto"`` works over
 #: query chunks instead, so that memory stays O(chunk * tk); by device type, others take the
 #: CPU's. CPU: 64 MiB, a (8, 1448, 1448) float32 bias, so small and medium calls take the single
-#: SDPA call. CUDA: 1 GiB, since chunks of fewer than ~1024 rows cost 3-9x the single call with
-#: the backward on an H100 (bfloat16, ``benchmarks/results/cuda-*-chunks.md``).
+#: SDPA call. CUDA: 1 GiB, since chunks of 512-1024 rows cost up to 7.6x the single call with the
+#: backward on an H100 (bfloat16, ``benchmarks/results/cuda-*-chunks.md``).
 BIAS_BUDGET_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
 #: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
 #: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for

@@ -273,7 +273,7 @@ def test_flex_block_mask_without_a_host_copy() -> None:
 def test_auto_takes_the_gpu_budget_for_a_half_precision_bias() -> None:
     """On CUDA a bfloat16 bias (a GPU kernel's mask dtype: no Toeplitz view) goes to one SDPA call
     while its dense form fits in ``BIAS_BUDGET_BYTES["cuda"]`` (1 GiB) and above it to chunks of as
-    many rows as fit: on an H100 chunks of the CPU's 64 MiB cost 3-9x the single call with the
+    many rows as fit: on an H100 chunks of the CPU's 64 MiB cost up to 7.6x the single call with the
     backward. Under fake CUDA SDPA runs its math kernel, one softmax per call."""
     calls = {}
     for t in (2048, 8192):  # the dense (1, 16, t, t) bfloat16 bias: 128 MiB, then 2 GiB
