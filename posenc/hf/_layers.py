@@ -98,7 +98,14 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: {key}[{i}] must be a str, got {name!r}")
-    return [_RENAMED_TYPES.get(name, name) for name in types]
+    types = [_RENAMED_TYPES.get(name, name) for name in types]
+    if model_type in _LAST_GLOBAL:
+        types[-1] = "full_attention"
+    return types
+
+
+#: Whose config classes force the last layer to full attention, whatever ``layer_types`` says (Gemma 4's kin).
+_LAST_GLOBAL = frozenset("gemma4_text diffusion_gemma_text embedding_gemma2_text gemma4_unified_text".split())
 
 
 def per_layer(cfg: Config, model_type: str, key: str, kind: str, one: str) -> list:
@@ -196,8 +203,8 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
         return "sliding_attention" if (i + shift) % every else "full_attention"
 
     types = layer_types(cfg, model_type) or [kind(i) for i in range(required_count(cfg, model_type))]
-    if model_type == "gemma4_text":
-        types[-1] = "full_attention"  # transformers forces the last layer global
+    if model_type in _LAST_GLOBAL:  # (derived: the last layer of the pattern)
+        types[-1] = "full_attention"
     return types
 
 

@@ -60,6 +60,13 @@ def _legacy_forms(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
             "old layer type names",
             {**config, "layer_types": [old_names.get(t, t) for t in config["layer_types"]]},
         )
+        if {"full_attention", "sliding_attention"} <= set(
+            config["layer_types"]
+        ):  # (Gemma 4's kin force it full)
+            yield (
+                "last layer sliding",
+                {**config, "layer_types": [*config["layer_types"][:-1], "sliding_attention"]},
+            )
     params = config.get("rope_parameters")
     if isinstance(params, dict) and not any(
         isinstance(v, dict) for v in params.values()
