@@ -189,3 +189,11 @@ def test_a_config_json_without_use_sliding_window_slides_nowhere_as_its_class(mo
     }
     config = transformers.AutoConfig.for_model(model_type, **given)
     assert layer_windows({"model_type": model_type, **given}) == layer_windows(config) == [None] * 3
+
+
+def test_a_modernbert_config_json_with_sliding_window_is_read_as_its_class_reads_it() -> None:
+    """ModernBERT's class turns a ``sliding_window`` (the half window) into ``local_attention = 2 *`` it, over a
+    ``local_attention`` given beside it; posenc read only ``local_attention`` (windows of 128, not 64)."""
+    given = {"num_hidden_layers": 3, "sliding_window": 32, "local_attention": 100}
+    config = transformers.ModernBertConfig(**given)
+    assert layer_windows({"model_type": "modernbert", **given}) == layer_windows(config) == [None, 64, 64]
