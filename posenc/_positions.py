@@ -107,10 +107,7 @@ def resolve_positions(
     positions = check_ids(name, positions, length).long()
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
-    if positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch):
-        raise ValueError(
-            f"{name} has batch size {positions.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
-        )
+    check_batch(name, positions, batch, rank=2)
     # A negative position must fail, not wrap around a table (a kernel assert off the CPU: no sync).
     check_values(
         positions >= 0,
@@ -118,6 +115,14 @@ def resolve_positions(
         lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
     )
     return positions
+
+
+def check_batch(name: str, t: Tensor, batch: int | None, *, rank: int) -> None:
+    """Refuse a ``rank``-dim ``t`` (batched positions or ids) whose batch size is neither 1 nor ``batch``."""
+    if t.dim() == rank and batch is not None and t.shape[0] not in (1, batch):
+        raise ValueError(
+            f"{name} has batch size {t.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
+        )
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

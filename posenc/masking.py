@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ._checks import check_positive_int
 from ._compat import can_sync
-from ._positions import check_ids
+from ._positions import check_batch, check_ids
 
 __all__ = ["Visibility", "document_numbers", "document_positions", "resolve_document_ids", "visible"]
 
@@ -105,10 +105,8 @@ def resolve_document_ids(
             f"pass q_document_ids of length {tq}"
         )
     for name, ids in (("document_ids", k_ids), ("q_document_ids", q_ids)):
-        if ids is not None and ids.dim() == 2 and ids.shape[0] not in (1, batch):
-            raise ValueError(
-                f"{name} has batch size {ids.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
-            )
+        if ids is not None:
+            check_batch(name, ids, batch, rank=2)
     if q_ids is None:
         # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
         # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.

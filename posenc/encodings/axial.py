@@ -23,6 +23,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._checks import check_choice, check_grid, check_int
 from .._compat import check_values
+from .._positions import check_batch
 from ..functional.axial import axial_frequencies, check_axis_widths, grid_positions
 from ..functional.rope_freqs import DefaultRope
 from ..state import PositionState
@@ -174,10 +175,7 @@ class _AxisRotary(_Rotary):
             raise ValueError(
                 f"{name} has {positions.shape[-2]} positions, expected {length} (the sequence length)"
             )
-        if positions.dim() == 3 and batch is not None and positions.shape[0] not in (1, batch):
-            raise ValueError(
-                f"{name} has batch size {positions.shape[0]}, expected {batch if batch == 1 else f'{batch} or 1'}"
-            )
+        check_batch(name, positions, batch, rank=3)
         if positions.is_floating_point():
             check_values(positions.isfinite(), f"{name} must be finite, got a NaN or infinite coordinate")
         if not self.negative_positions:
