@@ -158,10 +158,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
     # (a key the config gives, even null, wins: its class keeps it)
     window = cfg[key] if key in cfg else default_window
-    if model_type == "modernbert" and cfg.get("sliding_window") is not None:  # (a dict's: to_dict() has none)
-        window = 2 * positive_int(
-            cfg, model_type, "sliding_window"
-        )  # its class's setter, over local_attention
+    # ModernBERT's class sets local_attention = 2 * a sliding_window given (a dict's: its to_dict() has none)
+    if model_type == "modernbert" and cfg.get("sliding_window") is not None:
+        window = 2 * positive_int(cfg, model_type, "sliding_window")
     # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window (its class default: _read)
     use = cfg.get("use_sliding_window")
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
