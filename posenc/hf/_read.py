@@ -208,9 +208,10 @@ _PARENT_TEXT: dict[str, dict[str, Any]] = {
         3072, 32, 26, max_position_embeddings=131072, rope_theta=1e6, head_dim=128, sliding_window=8192
     ),
 }
-#: Top-level keys a class reads under names of its own (GPT-NeoX's), or not at all (Bamba hard-codes its factor,
-#: Cohere 2 its head width, hidden_size // num_attention_heads; Cohere 2 MoE keeps rope_scaling unread beside its
-#: rope_parameters): name -> (its key or None, its value)
+#: Top-level keys a class reads under names of its own (GPT-NeoX's; HunYuan V4 VL's head width is its
+#: qk_rope_head_dim), or not at all (Bamba hard-codes its factor, DeepSeek-OCR 2's and kin's classes their head
+#: width, hidden_size // num_attention_heads; Cohere 2 MoE keeps rope_scaling unread beside its rope_parameters):
+#: name -> (its key or None, its value); the standard name's aliases are then not read
 _OWN_KEYS: dict[str, dict[str, tuple[str | None, Any]]] = {
     "gpt_neox": {"rope_theta": ("rotary_emb_base", 10000.0), "partial_rotary_factor": ("rotary_pct", 0.25)},
     "gpt_neox_japanese": {
@@ -218,7 +219,13 @@ _OWN_KEYS: dict[str, dict[str, tuple[str | None, Any]]] = {
         "partial_rotary_factor": ("rotary_pct", 1.0),
     },
     "bamba": {"partial_rotary_factor": (None, 0.5)},
-    "cohere2": {"head_dim": (None, None)},
+    # (Cohere 2's class keeps a head_dim given, else hidden // heads; it never reads kv_channels)
+    "cohere2": {"head_dim": ("head_dim", None)},
+    **{
+        name: {"head_dim": (None, None)}
+        for name in "deepseek_ocr2_text unlimited_ocr_text dots3_note_audio_encoder".split()
+    },
+    "hy_v4_vl_text": {"head_dim": ("qk_rope_head_dim", 64)},
     "cohere2_moe": {"rope_scaling": (None, None)},
 }
 
@@ -254,8 +261,9 @@ def config_dict(config: Any) -> dict[str, Any]:
             "config must be a transformers config object (with .to_dict()) or a dict as in a model's config.json, "
             f"got {type(config).__name__}"
         )
+    own = _OWN_KEYS.get(str(cfg.get("model_type")), {}) if isinstance(config, Mapping) else {}
     for name, names in ALIASES.items():
-        if cfg.get(name) is None and (value := get(cfg, *names)) is not None:
+        if name not in own and cfg.get(name) is None and (value := get(cfg, *names)) is not None:
             cfg[name] = value
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)

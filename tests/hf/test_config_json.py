@@ -233,3 +233,27 @@ def test_a_parent_without_text_config_or_its_model_type_gives_what_its_class_mak
                     differ.append(f"{model_type}, {form}")
     assert not differ, "\n".join(differ)
     assert compared >= 100, compared  # (of ~140 parents, the rest refused)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "key"),
+    [
+        (
+            "deepseek_ocr2_text",
+            "head_dim",
+        ),  # (its class: hidden_size // num_attention_heads, whatever is given)
+        ("unlimited_ocr_text", "head_dim"),
+        ("hy_v4_vl_text", "head_dim"),  # (its class: qk_rope_head_dim)
+        ("cohere2", "head_dim"),  # (its class keeps a head_dim given ...)
+        ("cohere2", "kv_channels"),  # (... and never reads kv_channels)
+    ],
+)
+def test_a_head_width_given_is_read_as_its_class_reads_it(model_type: str, key: str) -> None:
+    config_class = CONFIG_MAPPING[model_type]
+    sizes = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2}
+    raw = {**config_class(**sizes).to_dict(), key: 8}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made = config_class.from_dict(copy.deepcopy(raw))
+    ours, theirs = posenc.hf.layer_encodings(raw), posenc.hf.layer_encodings(made)
+    assert [e.head_dim for e in ours] == [e.head_dim for e in theirs]
