@@ -267,7 +267,17 @@ def config_dict(config: Any) -> dict[str, Any]:
             cfg[name] = value
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)
-    return {**class_defaults(str(cfg.get("model_type"))), **cfg}
+    defaults = class_defaults(model_type := str(cfg.get("model_type")))
+    if cfg.get("rope_scaling") == {} and model_type in _EMPTY_SCALING_WINS:
+        defaults.pop("rope_parameters", None)
+    return {**defaults, **cfg}
+
+
+#: Classes that take a config.json's ``"rope_scaling": {}`` as their ``rope_parameters`` (then read a top-level
+#: ``rope_theta``), instead of their own dict of :data:`CLASS_ROPE` (the others keep it).
+_EMPTY_SCALING_WINS = frozenset(
+    "beam diffusion_gemma_text embedding_gemma2_text gemma4_unified_text laguna mellum mimo_v2_flash zaya".split()
+)
 
 
 def class_defaults(name: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 import posenc  # noqa: E402
 from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
-from posenc.hf._read import class_defaults  # noqa: E402
+from posenc.hf._read import _EMPTY_SCALING_WINS, class_defaults  # noqa: E402
 from posenc.hf._table import _FLAT_TEXT, _TEXT_TYPE  # noqa: E402
 
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
@@ -257,3 +257,18 @@ def test_a_head_width_given_is_read_as_its_class_reads_it(model_type: str, key: 
         made = config_class.from_dict(copy.deepcopy(raw))
     ours, theirs = posenc.hf.layer_encodings(raw), posenc.hf.layer_encodings(made)
     assert [e.head_dim for e in ours] == [e.head_dim for e in theirs]
+
+
+@pytest.mark.parametrize("model_type", sorted(_EMPTY_SCALING_WINS))
+def test_an_empty_rope_scaling_is_the_rope_parameters_of_the_classes_that_take_it(model_type: str) -> None:
+    """Their classes take ``"rope_scaling": {}`` as their rope_parameters (not their own per-type dict) and then
+    read the top-level rope_theta; posenc filled in the class's dict (Mellum: base 5e5 instead of 777)."""
+    config_class = CONFIG_MAPPING[model_type]
+    sizes = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2}
+    raw = {k: v for k, v in config_class(**sizes).to_dict().items() if k not in _ROPE_KEYS}
+    raw |= {"rope_theta": 777.0, "rope_scaling": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made = config_class.from_dict(copy.deepcopy(raw))
+    assert made.rope_parameters == {}
+    assert _same(_computed(posenc.hf.layer_encodings(raw)), _computed(posenc.hf.layer_encodings(made)))
