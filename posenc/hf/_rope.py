@@ -37,6 +37,20 @@ class RopeDefaults:
     conjugate: bool = False  # rotates by minus the angles (NanoChat)
 
 
+def _theta(cfg: Config, model_type: str, params: Mapping[str, Any], where: str, default: float | None) -> Any:
+    """``rope_theta`` by transformers' priority: the RoPE dict's own, the config's top-level one, ``default``.
+
+    Raises:
+        ValueError: the dict holds a null, which transformers keeps (setdefault) and its model cannot rotate by.
+    """
+    if "rope_theta" in params and params["rope_theta"] is None:
+        raise ValueError(
+            f"{model_type} config: {where}['rope_theta'] is None; transformers keeps a null there (a top-level "
+            "rope_theta does not replace it) and its model cannot rotate by it: give a number or leave the key out"
+        )
+    return get(params, "rope_theta", default=get(cfg, "rope_theta", default=default))
+
+
 def rope_parameters(
     cfg: Config, model_type: str, d: RopeDefaults, params: Mapping[str, Any] | None, where: str
 ) -> tuple[float, float, dict]:
@@ -60,9 +74,8 @@ def rope_parameters(
             f"{model_type} config: {where} are given per layer type ({', '.join(map(repr, nested))}), but "
             f"transformers' {model_type} reads one RoPE setting for the whole model"
         )
-    # Priority as in transformers: the dict's own value, then the legacy top-level key, then the default.
     theta_key = f"{where}['rope_theta']" if params.get("rope_theta") is not None else "rope_theta"
-    base = get(params, "rope_theta", default=get(cfg, "rope_theta", default=d.theta))
+    base = _theta(cfg, model_type, params, where, d.theta)
     if base is None:  # (models outside the table)
         raise ValueError(
             f"{model_type} config: missing 'rope_theta' (in {where} or at the top level); posenc has no default "
@@ -368,7 +381,7 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
             f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
             f"reads nothing else), got {dict(params)!r}"
         )
-    cfg["rope_theta"] = get(params, "rope_theta", default=cfg.get("rope_theta"))
+    cfg["rope_theta"] = _theta(cfg, model_type, params, "rope_parameters", None)
     n, blocks, queries = (
         positive_int(cfg, model_type, k) for k in ("num_hidden_layers", "num_blocks", "num_queries")
     )
@@ -398,7 +411,7 @@ def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | Non
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
         )
-    theta = get(params, "rope_theta", default=get(cfg, "rope_theta", default=default))
+    theta = _theta(cfg, model_type, params, "rope_parameters", default)
     if theta is None:
         raise ValueError(
             f"{model_type} config: missing 'rope_theta' (in rope_parameters or at the top level)"

@@ -68,6 +68,13 @@ def _legacy_forms(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
                 {**config, "layer_types": [*config["layer_types"][:-1], "sliding_attention"]},
             )
     params = config.get("rope_parameters")
+    if isinstance(params, dict):  # (transformers keeps the null: its model cannot rotate by it)
+        nested = any(isinstance(v, dict) for v in params.values())
+        null = {k: {**v, "rope_theta": None} if isinstance(v, dict) else v for k, v in params.items()}
+        yield (
+            "rope_theta null in rope_parameters",
+            {**config, "rope_theta": 777.0, "rope_parameters": null if nested else {**params, "rope_theta": None}},
+        )
     if isinstance(params, dict) and not any(
         isinstance(v, dict) for v in params.values()
     ):  # one dict: v4's form
