@@ -24,7 +24,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 import posenc  # noqa: E402
 from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
-from posenc.hf._read import _EMPTY_SCALING_WINS, class_defaults  # noqa: E402
+from posenc.hf._read import _EMPTY_SCALING_WINS, ALIASES, class_defaults  # noqa: E402
 from posenc.hf._table import _FLAT_TEXT, _TEXT_TYPE  # noqa: E402
 
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
@@ -73,7 +73,11 @@ def _legacy_forms(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
         null = {k: {**v, "rope_theta": None} if isinstance(v, dict) else v for k, v in params.items()}
         yield (
             "rope_theta null in rope_parameters",
-            {**config, "rope_theta": 777.0, "rope_parameters": null if nested else {**params, "rope_theta": None}},
+            {
+                **config,
+                "rope_theta": 777.0,
+                "rope_parameters": null if nested else {**params, "rope_theta": None},
+            },
         )
     if isinstance(params, dict) and not any(
         isinstance(v, dict) for v in params.values()
@@ -279,3 +283,36 @@ def test_an_empty_rope_scaling_is_the_rope_parameters_of_the_classes_that_take_i
         made = config_class.from_dict(copy.deepcopy(raw))
     assert made.rope_parameters == {}
     assert _same(_computed(posenc.hf.layer_encodings(raw)), _computed(posenc.hf.layer_encodings(made)))
+
+
+def _mapped_aliases() -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(model_type, standard name, the name its class keeps it under, a tiny config's to_dict()) for every class
+    whose attribute_map reads a standard name of posenc's ALIASES under another."""
+    for model_type, config_class in CONFIG_MAPPING.items():
+        for name, kept in (getattr(config_class, "attribute_map", None) or {}).items():
+            if kept in ALIASES.get(name, ()):
+                try:
+                    yield model_type, name, kept, config_class().to_dict()
+                except Exception:  # (its class needs arguments)
+                    continue
+
+
+def test_a_null_standard_name_beside_the_name_its_class_keeps_is_refused() -> None:
+    """``"sliding_window": null`` beside RecurrentGemma's ``attention_window_size`` (JetMoE's ``head_dim`` beside
+    ``kv_channels``...): the class sets the kept attribute to the null. posenc read the kept value."""
+    seen = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model_type, name, kept, config in _mapped_aliases():
+            if config.get(kept) is None:
+                continue
+            raw = {**config, name: None}
+            try:
+                made = CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(raw))
+            except Exception:  # (its class refuses the null: StrictDataclassClassValidationError...)
+                made = None
+            assert made is None or getattr(made, kept) is None, model_type
+            with pytest.raises(ValueError, match=f"'{name}' is null beside '{kept}'"):
+                posenc.hf.layer_encodings(raw)
+            seen.add((model_type, name))
+    assert {("recurrent_gemma", "sliding_window"), ("jetmoe", "head_dim"), ("gpt2", "hidden_size")} <= seen
