@@ -282,18 +282,16 @@ def axial_frequencies(
         # rotary-embedding-torch "pixel" / timm pixel bands: pi * linspace(1, max_freq / 2)
         return torch.linspace(1.0, max_freq / 2, pairs, dtype=torch.float64, device=where) * math.pi
 
-    if axis_layout == "alternate":
+    # each axis's pairs in one block, in every layout but "cycle" (reordered below)
+    axis = torch.tensor([j for j, d in enumerate(widths) for _ in range(d // 2)], device=where)
+    if axis_layout == "alternate":  # one set over the whole width: frequency i to axis i mod n
         r = sum(widths)
         every = frequencies(r // 2, r)
         inv_freq = torch.cat([every[j::n] for j in range(n)])
-        axis = torch.arange(n, device=where).repeat_interleave(widths[0] // 2)
     else:
         inv_freq = torch.cat([frequencies(d // 2, d) for d in widths])
-        axis = torch.cat(
-            [torch.full((d // 2,), j, dtype=torch.long, device=where) for j, d in enumerate(widths)]
-        )
-        if axis_layout == "cycle":  # (a, r/2a) -> (r/2a, a): one pair of each axis in turn
-            inv_freq, axis = (x.unflatten(0, (n, -1)).T.flatten() for x in (inv_freq, axis))
+    if axis_layout == "cycle":  # (a, r/2a) -> (r/2a, a): one pair of each axis in turn
+        inv_freq, axis = (x.unflatten(0, (n, -1)).T.flatten() for x in (inv_freq, axis))
     return inv_freq, torch.tensor(order, device=where)[axis]
 
 
