@@ -126,10 +126,9 @@ def grid_positions(
             raise ValueError(f"ref_grid rescales index coordinates; {kind} coordinates already span [-1, 1]")
         if len(ref) != len(sizes):
             raise ValueError(f"ref_grid={tuple(ref)} must have one size per axis of grid={sizes}")
-    floats = kind != "index" or ref_grid is not None
     span = {"max": max(sizes), "min": min(sizes)}.get(normalize)
-    if dtype is None:
-        dtype = torch.float32 if floats else torch.long
+    if dtype is None:  # plain indices are integers, every other coordinate a float
+        dtype = torch.long if kind == "index" and ref_grid is None else torch.float32
     axes = []
     for i, s in enumerate(sizes):
         if kind == "pixel":
