@@ -22,7 +22,7 @@ from .._compat import check_values
 from .._positions import check_ids, mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
-from ..masking import check_window, document_positions
+from ..masking import check_window, document_positions, visible
 from ..registry import build
 from ..state import PositionState
 from .cache import KVCache, describe_encoding
@@ -179,10 +179,9 @@ class MultiheadAttention(nn.Module):
             # the new keys for the last slots: for them both go by slot here.
             slots = cache.slots(layer, x.shape[1], x.device)  # (t,) where the new keys go
             cols = torch.arange(cache.capacity or 0, device=x.device)
-            keep = cols <= (slots[:, None] if axes and causal else slots[-1:, None])  # (t|1, capacity)
-            if axes and window is not None:
-                apart = slots[:, None] - cols  # (t, capacity): the query's slot - the key's
-                keep = keep & ((apart < window) if causal else (apart.abs() <= window // 2))
+            keep = cols <= slots[-1:, None]  # (1, capacity): the filled slots
+            if axes and (causal or window is not None):  # masking's rules, with slots for positions
+                keep = keep & visible(slots[:, None], cols, causal, window)  # (t, capacity)
             causal, window = (False, None) if axes else (causal, window)
             attn_mask = keep[None, None] if key_mask is None else keep & key_mask[:, None, None, :]
         if cache is not None:
