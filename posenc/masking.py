@@ -104,15 +104,14 @@ def resolve_document_ids(
             f"document_ids has {tk} entries (one per key) but there are {tq} queries; "
             f"pass q_document_ids of length {tq}"
         )
-    for name, ids in (("document_ids", k_ids), ("q_document_ids", q_ids)):
-        if ids is not None:
-            check_batch(name, ids, batch, rank=2)
-    if q_ids is None:
-        # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
-        # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.
-        k_ids = document_numbers(k_ids)
-        q_ids = k_ids[..., tk - tq :]
-    return q_ids, k_ids
+    check_batch("document_ids", k_ids, batch, rank=2)
+    if q_ids is not None:
+        check_batch("q_document_ids", q_ids, batch, rank=2)
+        return q_ids, k_ids
+    # Number the documents (0, 1, 2, ... where the id changes), so that two documents with the
+    # same id that are not adjacent stay apart; the queries' are the last tq of the keys'.
+    k_ids = document_numbers(k_ids)
+    return k_ids[..., tk - tq :], k_ids
 
 
 def _rows(x: Tensor) -> Tensor:
