@@ -67,9 +67,8 @@ class KERPLE(PositionBias):
     def reset_parameters(self) -> None:
         """The authors' initialisation (see the class docstring)."""
         scale1, scale2 = (2.0, 1.0) if self.kind_name == "log" else (1.0, 2.0)
-        with torch.no_grad():
-            self.r1.uniform_(0.0, scale1)
-            self.r2.uniform_(0.0, scale2)
+        nn.init.uniform_(self.r1, 0.0, scale1)
+        nn.init.uniform_(self.r2, 0.0, scale2)
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         log = self.kind_name == "log"
@@ -159,9 +158,8 @@ class FIRE(PositionBias):
 
     def reset_parameters(self) -> None:
         """``c = init_c``, ``L_multiplier = 1``, the MLP as ``nn.Linear`` initialises it."""
-        with torch.no_grad():
-            self.c.fill_(self.init_c)
-            self.L_multiplier.fill_(1.0)
+        nn.init.constant_(self.c, self.init_c)
+        nn.init.ones_(self.L_multiplier)
         for layer in (self.mlp[0], self.mlp[2]):
             cast(nn.Linear, layer).reset_parameters()
 
