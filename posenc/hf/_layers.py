@@ -332,9 +332,9 @@ def two_bases_as_class(
     for field, value in (("rope_parameters", params), ("rope_scaling", scaling)):
         if value is not None and not isinstance(value, Mapping):
             raise TypeError(f"{model_type} config: {field} must be a dict, got {type(value).__name__}")
-    given = {name: {"rope_type": "default"} for name in names} if params is None else params
+    # (a dict missing or None for full or sliding attention is filled in below)
     nested: dict[str, Any] = {
-        name: dict(one) if isinstance(one, Mapping) else one for name, one in given.items()
+        name: dict(one) if isinstance(one, Mapping) else one for name, one in (params or {}).items()
     }
     for i, (name, key, base) in enumerate(zip(names, keys, defaults, strict=True)):
         if nested.get(name) is None:
