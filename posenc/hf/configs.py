@@ -27,6 +27,7 @@ from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES, speech
 from ._table import (
     _CONVERTERS,
+    _DEFAULT_STACKS,
     _FLAT_TEXT,
     _TEXT_TYPE,
     SUPPORTED_MODEL_TYPES,
@@ -62,6 +63,12 @@ def _resolve(config: Any) -> list[_Stack]:
         raise ValueError(
             f"config has no 'model_type' (got {model_type!r}); a config.json dict must carry it. "
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    absent = [f for f in _DEFAULT_STACKS.get(model_type, ()) if not isinstance(cfg.get(f), Mapping)]
+    if absent and isinstance(config, Mapping):
+        raise ValueError(
+            f"{model_type} config: no {absent[0]!r} dict; its class builds a default one, whose settings posenc "
+            "does not hold: give it"
         )
     if cfg.get("text_config") is None and model_type in _TEXT_TYPE:
         # The parent's class builds its default text model (what a config object of it holds), ignoring text keys

@@ -260,3 +260,32 @@ def test_seamless_m4t_layer_encodings_per_stack() -> None:
         ValueError, match="stack must be None, 'encoder' or 'decoder' for t5, got 'text_encoder'"
     ):
         layer_windows({"model_type": "t5"}, stack="text_encoder")
+
+
+def test_a_config_json_without_a_sub_config_its_class_fills_is_refused() -> None:
+    """T5Gemma's class builds a default ``encoder`` where a ``config.json`` has none (26 layers, windows of 4096
+    on every other one); posenc holds no such defaults. Its layer windows were ``[None] * n`` of a top-level
+    ``num_hidden_layers``. The table of such parents is transformers' (every sub-config posenc reads as a
+    stack or thinker that the class fills in when it is left out)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from posenc.hf._table import _DEFAULT_STACKS
+
+    fields = ("encoder", "decoder", "encoder_config", "decoder_config", "thinker_config")
+    filled = {}
+    for model_type, config_class in CONFIG_MAPPING.items():
+        try:
+            full = config_class().to_dict()
+        except Exception:  # (its class needs arguments)
+            continue
+        given = tuple(f for f in fields if isinstance(full.get(f), dict))
+        pairs = given in (("encoder", "decoder"), ("encoder_config", "decoder_config"))
+        if (pairs and model_type != "blt") or given == ("thinker_config",):  # (BLT reads its own RoPE)
+            filled[model_type] = given
+            for field in given:
+                raw = {k: v for k, v in full.items() if k != field} | {"num_hidden_layers": 2}
+                assert getattr(config_class.from_dict(raw), field) is not None  # (its class fills it in)
+                for read in (layer_encodings, layer_windows):
+                    with pytest.raises(ValueError, match=f"{model_type} config: no '{field}' dict"):
+                        read(raw)
+    assert filled == _DEFAULT_STACKS
