@@ -323,8 +323,6 @@ _TEXT_TYPE: dict[str, str] = {
         for parent in parents.split()
     },
 }
-#: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
-#: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
 #: Parents whose class builds a default sub-config for a stack (or thinker) a ``config.json`` leaves out, which
 #: posenc would read; it holds no such defaults, so such a dict is refused.
 _DEFAULT_STACKS = {
@@ -335,6 +333,8 @@ _DEFAULT_STACKS = {
     **dict.fromkeys("canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
     **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
 }
+#: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
+#: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
 _FLAT_TEXT = frozenset("fuyu glm5_next hunyuan_vl paddleocr_vl qwen2_5_vl qwen2_vl".split())
 
 
