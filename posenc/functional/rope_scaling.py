@@ -134,8 +134,10 @@ def _read_type(
             raise needs(f"the trained context length: give scaling[{_ORIGINAL!r}] or max_len")
         fields["original_max_len"] = trained
     factor = _optional(scaling, "factor", minimum=MIN_FACTOR) if kind != "default" else None
-    # transformers' rule for yarn and longrope dicts without one (DeepSeek-V3, Phi-3): the context ratio
-    if factor is None and kind in ("yarn", "longrope") and max_len is not None and scaling.get(_ORIGINAL):
+    # transformers' rule for yarn and longrope dicts without one (DeepSeek-V3, Phi-3): the context ratio (a
+    # longrope dict without its trained length trained at max_len, as transformers fills it in: 1)
+    given = scaling.get(_ORIGINAL) or kind == "longrope"
+    if factor is None and kind in ("yarn", "longrope") and max_len is not None and given:
         factor = max_len / fields["original_max_len"]
     if factor is None and kind not in ("default", "longrope", "proportional"):
         raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")

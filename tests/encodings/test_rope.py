@@ -78,6 +78,8 @@ SCALINGS = {
         "factor": 4.0,
         "original_max_position_embeddings": 64,
     },
+    # (transformers trains it at max_position_embeddings: factor and attention factor 1)
+    "longrope_without_its_length": {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG},
 }
 
 
