@@ -70,12 +70,15 @@ def mrope_positions(
     packed documents. Feed ``posenc.functional.axes_last(positions)`` to
     :class:`~posenc.MRoPE`. ERNIE 4.5 VL's ``get_rope_index`` merges each ``temporal_merge_size`` (2)
     frames of a video into one before its tokens: give its ``video_grid_thw`` with ``t`` divided by
-    that merge, and the positions equal its own.
+    that merge, and the positions equal its own. Qwen3-VL's and GLM-4V's split each video into one grid
+    per frame (their processors put a timestamp between frames): give their ``video_grid_thw`` split the
+    same way, ``t`` rows of ``(1, h, w)`` for each video.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
     ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their
     token counts. Padding (``attention_mask == 0``) is skipped and gets position 0 on every axis
-    (Qwen2.5-Omni's own puts 1 there; attention masks it either way).
+    (Qwen2.5-Omni's own puts 1 there; attention masks it either way). In a batch with no image or video
+    grid the Omni models' deltas count that 1: a row of one real token gets delta 1 there, 0 here.
 
     Runs on the host, like transformers' own: the token types are read value by value, so the
     inputs are copied to the CPU once and the results moved to ``token_types.device`` (one host
