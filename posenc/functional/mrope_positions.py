@@ -214,6 +214,11 @@ def mrope_positions(
                         "(its end markers) just after it, in its document"
                     )
                 free = end + 2
+            elif kind == VIDEO and use_audio_in_video:  # (transformers' then gives its tokens text positions)
+                raise ValueError(
+                    f"use_audio_in_video=True: the video at row {row}, token {int(index[start])} has no audio tokens "
+                    "beside it; pass use_audio_in_video=False for videos without their audio"
+                )
             vision = kinds[start:end] != AUDIO  # (tokens,) all but a video's audio
             kind = VIDEO if mixed else kind
             places = index[start:end][vision]  # where the run's image or video tokens are in the row

@@ -898,6 +898,16 @@ AV = torch.tensor([[0, 0, 2, 3, 2, 0, 0]])  # markers, a video of 2 frames with 
             ValueError,
             r"one video with its audio, but the one at row 0, token 2 holds the tokens of video_grid_thw\[0:2\]",
         ),
+        (
+            {
+                "token_types": torch.tensor([[0, 0, 2, 2, 2, 2, 0, 0]]),
+                "video_grid_thw": torch.tensor([[1, 4, 4]]),
+                "position_id_per_seconds": 25,
+                "use_audio_in_video": True,
+            },
+            ValueError,
+            "the video at row 0, token 2 has no audio tokens beside it; pass use_audio_in_video=False",
+        ),
     ],
 )
 def test_bad_omni_inputs_name_argument_value_and_expectation(kwargs, error, match):
