@@ -214,7 +214,7 @@ def mrope_positions(
                         "(its end markers) just after it, in its document"
                     )
                 free = end + 2
-            elif kind == VIDEO and use_audio_in_video:  # (transformers' then gives its tokens text positions)
+            elif kind == VIDEO and use_audio_in_video:  # (transformers then gives its tokens text positions)
                 raise ValueError(
                     f"use_audio_in_video=True: the video at row {row}, token {int(index[start])} has no audio tokens "
                     "beside it; pass use_audio_in_video=False for videos without their audio"
