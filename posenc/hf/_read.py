@@ -264,15 +264,16 @@ def config_dict(config: Any) -> dict[str, Any]:
     own = _OWN_KEYS.get(str(cfg.get("model_type")), {}) if isinstance(config, Mapping) else {}
     for name, names in ALIASES.items():
         alias = next((a for a in names if cfg.get(a) is not None), None)
-        if name in cfg and cfg[name] is None and alias and isinstance(config, Mapping) and name not in own:
+        if name in own or alias is None or cfg.get(name) is not None:
+            continue
+        if name in cfg and isinstance(config, Mapping):
             # (a class that keeps the value under the old name maps the standard one onto it, null and all:
             # JetMoE's head_dim -> kv_channels, RecurrentGemma's sliding_window -> attention_window_size)
             raise ValueError(
                 f"{cfg.get('model_type')} config: {name!r} is null beside {alias!r} = {cfg[alias]!r}; a class "
                 f"that reads {alias!r} as {name!r} takes the null: leave {name!r} out or give its value"
             )
-        if name not in own and cfg.get(name) is None and (value := get(cfg, *names)) is not None:
-            cfg[name] = value
+        cfg[name] = cfg[alias]
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)
     defaults = class_defaults(model_type := str(cfg.get("model_type")))

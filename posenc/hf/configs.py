@@ -65,7 +65,7 @@ def _resolve(config: Any) -> list[_Stack]:
             f"Supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     absent = [f for f in _DEFAULT_STACKS.get(model_type, ()) if not isinstance(cfg.get(f), Mapping)]
-    if absent and isinstance(config, Mapping):
+    if absent and isinstance(config, Mapping):  # (an object's class has built them)
         raise ValueError(
             f"{model_type} config: no {absent[0]!r} dict; its class builds a default one, whose settings posenc "
             "does not hold: give it"
