@@ -245,19 +245,12 @@ def test_timm_resample_abs_pos_embed_nhwc(pos_embed, antialias):
 # --- torchtune vision RoPE --------------------------------------------------------------------
 
 
-def _torchtune_coords(side: int, *, append_cls: bool) -> torch.Tensor:
-    """torchtune's positions in posenc's terms: ``(x + 1, y + 1)`` (column first, 1-based) per patch,
-    the class token at ``(0, 0)``: unrotated."""
-    patches = grid_positions((side, side)).flip(-1) + 1
-    cls = torch.zeros(1, 2, dtype=patches.dtype)
-    return torch.cat((patches, cls) if append_cls else (cls, patches))
-
-
 @pytest.mark.parametrize("append_cls", [True, False])
 @pytest.mark.parametrize(("head_dim", "side", "tiles", "base"), [(32, 4, 1, 10000), (16, 3, 2, 500)])
 def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, base, device):
     # Llama 3.2 / Llama 4 vision tower: dim = head_dim // 2 per axis, interleaved pairs, every tile
-    # rotated the same way.
+    # rotated the same way: patch (row, col) at (col + 1, row + 1), the class token (first, or last
+    # with append_cls_token) at (0, 0), unrotated.
     tt = torchtune_pe.VisionRotaryPositionalEmbeddings(
         patch_size=14,
         tile_size=14 * side,
@@ -266,10 +259,21 @@ def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, 
         base=base,
         append_cls_token=append_cls,
     ).to(device)
-    rope = posenc.AxialRoPE(head_dim, base=float(base), layout="interleaved").to(device)
+    rope = posenc.AxialRoPE(
+        head_dim,
+        base=float(base),
+        layout="interleaved",
+        axis_order=(1, 0),
+        first_index=1,
+        grid_size=(side, side),
+        num_prefix_tokens=int(not append_cls),
+        num_suffix_tokens=int(append_cls),
+    ).to(device)
     s = tiles * (side * side + 1)
     x = torch.randn(2, s, 3, head_dim).to(device)  # torchtune's (b, s, n_h, h_d)
     want = tt(x)
-    coords = _torchtune_coords(side, append_cls=append_cls).repeat(tiles, 1).to(device)  # (s, 2)
+    coords = rope.grid_positions().repeat(tiles, 1)  # (s, 2): one tile's default positions per tile
     got = rope.rotate(x.transpose(1, 2), coords).transpose(1, 2)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    if tiles == 1:  # the default positions are the tile's
+        torch.testing.assert_close(rope.rotate(x.transpose(1, 2)).transpose(1, 2), want, atol=ATOL, rtol=0)

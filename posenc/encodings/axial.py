@@ -225,7 +225,8 @@ class AxialRoPE(_AxisRotary):
       rotary-embedding-torch ``get_axial_freqs`` (``layout="interleaved"``; timm's
       ``rotate_half=True`` is ``layout="half"``, its ``grid_indexing="xy"`` is ``axis_order=(1, 0)``),
       torchtune's vision RoPE / Llama 4 (interleaved, columns first and 1-based: patch ``(row, col)``
-      at ``(col + 1, row + 1)``, the class token at 0), the vision towers of Step 3.5 (``layout="half"``)
+      at ``(col + 1, row + 1)``, ``axis_order=(1, 0), first_index=1``; the class token at 0, first or
+      Llama 4's last: ``num_suffix_tokens=1``), the vision towers of Step 3.5 (``layout="half"``)
       and Inkling 2 (``"interleaved"``), columns first: ``axis_order=(1, 0)``;
     * alternating frequencies, ``axis_layout="alternate"``: Pixtral (``layout="half"``): one
       frequency set for the whole head, even frequencies to rows, odd ones to columns;
@@ -246,8 +247,8 @@ class AxialRoPE(_AxisRotary):
     Positions are coordinates ``(t, a)`` or ``(b, t, a)``, integer **or float** in every layout
     (the formula is continuous: pixel coordinates, and index coordinates rescaled for another
     resolution, are floats), negative allowed. ``None`` means the grid ``grid_size`` with
-    ``num_prefix_tokens`` leading tokens at coordinate 0 (no rotation: class and register
-    tokens, as torchtune and EVA do); see :meth:`grid_positions`. 1D positions are refused: an
+    ``num_prefix_tokens`` leading and ``num_suffix_tokens`` trailing tokens at coordinate 0 (no rotation: class
+    and register tokens, as torchtune and EVA do); see :meth:`grid_positions`. 1D positions are refused: an
     image token needs one coordinate per axis.
 
     Args:
@@ -266,6 +267,9 @@ class AxialRoPE(_AxisRotary):
             one to the other instead of from ``base`` (DINOv3's ``min_period`` / ``max_period``).
         grid_size: the default grid (``(h, w)``, ``(t, h, w)``), used when positions are ``None``.
         num_prefix_tokens: tokens before the grid that are not rotated.
+        num_suffix_tokens: tokens after the grid that are not rotated (Llama 4's class token).
+        first_index: the grid's first index on every axis (``"lang"`` without ``ref_grid`` only):
+            1 for torchtune's and Llama 4's patches.
         ref_grid: the grid the model was trained at: coordinates of other grids are scaled to span
             it (EVA / timm ``ref_feat_shape``); ``"lang"`` only.
         device: where the caches are built.
@@ -283,7 +287,10 @@ class AxialRoPE(_AxisRotary):
     """
 
     negative_positions = True  # pixels, and index coordinates rescaled to another grid
-    repr_optional = ("axis_order", "min_period", "max_period", "grid_size", "num_prefix_tokens")
+    repr_optional = (
+        *("axis_order", "min_period", "max_period", "grid_size"),
+        *("num_prefix_tokens", "num_suffix_tokens", "first_index"),
+    )
     repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis
 
@@ -303,6 +310,8 @@ class AxialRoPE(_AxisRotary):
         max_period: float | None = None,
         grid_size: tuple[int, ...] | list[int] | None = None,
         num_prefix_tokens: int = 0,
+        num_suffix_tokens: int = 0,
+        first_index: int = 0,
         ref_grid: tuple[int, ...] | list[int] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -350,6 +359,13 @@ class AxialRoPE(_AxisRotary):
             raise ValueError(
                 f"ref_grid rescales index coordinates; freqs={freqs!r} coordinates already span [-1, 1]"
             )
+        self.num_suffix_tokens = check_int("num_suffix_tokens", num_suffix_tokens, minimum=0)
+        self.first_index = check_int("first_index", first_index, minimum=0)
+        if first_index and (freqs != "lang" or self.ref_grid is not None):
+            raise ValueError(
+                f"first_index={first_index} numbers plain index cells (freqs='lang' without ref_grid), got "
+                f"freqs={freqs!r}" + (f" with ref_grid={self.ref_grid}" if self.ref_grid else "")
+            )
         self._init_caches((self.rotary_dim // 2,), device)
 
     def _pairs(self, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -362,6 +378,7 @@ class AxialRoPE(_AxisRotary):
         grid: Sequence[int] | None = None,
         *,
         num_prefix_tokens: int | None = None,
+        num_suffix_tokens: int | None = None,
         device: torch.device | str | None = None,
         shift: float | None = None,
         jitter: float | None = None,
@@ -370,15 +387,16 @@ class AxialRoPE(_AxisRotary):
     ) -> Tensor:
         """The coordinates of ``grid`` (default ``grid_size``) as this encoding reads them.
 
-        ``num_prefix_tokens`` (default: the constructor's) zero rows first, then the cells row-major: integer indices
-        (``"lang"``), scaled to ``ref_grid`` when one was given (float), pixel coordinates in
+        ``num_prefix_tokens`` (default: the constructor's) zero rows first, then the cells row-major, then
+        ``num_suffix_tokens`` (default: the constructor's) zero rows. The cells: integer indices from
+        ``first_index`` (``"lang"``), scaled to ``ref_grid`` when one was given (float), pixel coordinates in
         ``[-1, 1]`` (``"pixel"``), or cell centres in ``(-1, 1)`` (``"period"``). ``shift``,
         ``jitter``, ``rescale`` and ``generator``: DINOv3's training-time augmentation of float
         coordinates (see :func:`~posenc.functional.grid_positions`); give the result as positions
         at each training step, as DINOv3 does in training mode.
 
         Returns:
-            ``(p + prod(grid), a)`` coordinates.
+            ``(p + prod(grid) + q, a)`` coordinates (``p``/``q``: the prefix and suffix rows).
         """
         grid = self.grid_size if grid is None else check_grid(grid, "grid", axes=self.num_axes)
         if grid is None:
@@ -386,6 +404,8 @@ class AxialRoPE(_AxisRotary):
         return grid_positions(
             grid,
             num_prefix_tokens=self.num_prefix_tokens if num_prefix_tokens is None else num_prefix_tokens,
+            num_suffix_tokens=self.num_suffix_tokens if num_suffix_tokens is None else num_suffix_tokens,
+            first_index=self.first_index,
             kind="index" if self.freqs == "lang" else "pixel" if self.freqs == "pixel" else "center",
             ref_grid=None if self.ref_grid is None or tuple(grid) == self.ref_grid else self.ref_grid,
             device=device if device is not None else self.inv_freq.device,
@@ -401,10 +421,11 @@ class AxialRoPE(_AxisRotary):
                 f"AxialRoPE needs positions of shape (seq, {self.num_axes}) (e.g. from grid_positions((h, w))), "
                 "or grid_size at construction for the default"
             )
-        expected = self.num_prefix_tokens + math.prod(self.grid_size)
-        if length != expected:
+        extra = self.num_prefix_tokens + self.num_suffix_tokens
+        if length != (expected := extra + math.prod(self.grid_size)):
             raise ValueError(
                 f"the default positions are the grid_size={self.grid_size} grid with num_prefix_tokens="
-                f"{self.num_prefix_tokens}: {expected} tokens, got {length}; pass positions for other grids"
+                f"{self.num_prefix_tokens} and num_suffix_tokens={self.num_suffix_tokens}: {expected} tokens, "
+                f"got {length}; pass positions for other grids"
             )
         return self.grid_positions(device=device)

@@ -67,6 +67,8 @@ def grid_positions(
     grid: Sequence[int],
     *,
     num_prefix_tokens: int = 0,
+    num_suffix_tokens: int = 0,
+    first_index: int = 0,
     kind: GridKind = "index",
     normalize: Normalize = "separate",
     ref_grid: Sequence[int] | None = None,
@@ -78,14 +80,19 @@ def grid_positions(
     device: torch.device | str | None = None,
     merge_size: int = 1,
 ) -> Tensor:
-    """The coordinates of every cell of a grid, row-major, after ``num_prefix_tokens`` zero rows.
+    """The coordinates of every cell of a grid, row-major, between ``num_prefix_tokens`` and
+    ``num_suffix_tokens`` zero rows.
 
     A zero coordinate is no rotation in RoPE, so class and register tokens in front of the
-    patches attend unrotated (as torchtune's vision RoPE and timm's EVA do).
+    patches attend unrotated (as torchtune's vision RoPE and timm's EVA do), or after them (Llama 4's
+    vision tower appends its class token).
 
     Args:
         grid: ``(h, w)``, ``(t, h, w)`` or any number of axis sizes.
         num_prefix_tokens: leading rows at coordinate 0.
+        num_suffix_tokens: trailing rows at coordinate 0.
+        first_index: ``"index"`` only, without ``ref_grid``: the index of each axis's first cell, ``first_index
+            .. first_index + s - 1`` (torchtune's and Llama 4's vision RoPE: 1, so that no patch is unrotated).
         kind: ``"index"``: integer indices ``0 .. s-1`` per axis; ``"pixel"``: ``s`` evenly
             spaced floats in ``[-1, 1]`` per axis (rotary-embedding-torch's ``freqs_for="pixel"``);
             ``"center"``: the cell centres ``2 (i + 0.5) / n - 1`` (DINOv3), in ``(-1, 1)`` when ``n`` is
@@ -110,10 +117,17 @@ def grid_positions(
             ``include_temporal=True``, else ``(h, w)`` and ``.repeat(t, 1)``). ``m`` must divide both.
 
     Returns:
-        ``(p + prod(grid), a)`` coordinates, ``a = len(grid)``.
+        ``(p + prod(grid) + q, a)`` coordinates, ``a = len(grid)``, ``p``/``q`` the prefix and suffix rows.
     """
     sizes = check_grid(grid)
     check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
+    check_int("num_suffix_tokens", num_suffix_tokens, minimum=0)
+    if check_int("first_index", first_index, minimum=0) and (kind != "index" or ref_grid is not None):
+        raise ValueError(
+            f"first_index={first_index} numbers plain index cells; kind={kind!r}"
+            + (" with ref_grid" if ref_grid is not None else "")
+            + " coordinates have no first index: leave it 0"
+        )
     check_choice("kind", kind, ("index", "pixel", "center"))
     check_choice("normalize", normalize, ("separate", "max", "min"))
     if normalize != "separate" and kind != "center":  # (else silently the same coordinates as without it)
@@ -139,7 +153,7 @@ def grid_positions(
         elif ref_grid is not None:
             axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
         else:
-            axes.append(torch.arange(s, device=device))
+            axes.append(torch.arange(first_index, first_index + s, device=device))
     coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).to(dtype)
     m = check_int("merge_size", merge_size, minimum=1)
     if m > 1:  # (..., h, w, a) -> (..., h/m, w/m, m, m, a): each block's cells together
@@ -150,8 +164,8 @@ def grid_positions(
     coords = coords.reshape(-1, len(sizes))
     if shift is not None or jitter is not None or rescale is not None:
         coords = _augment(coords, shift, jitter, rescale, generator)
-    prefix = torch.zeros(num_prefix_tokens, len(sizes), dtype=coords.dtype, device=coords.device)
-    return torch.cat((prefix, coords))
+    zeros = coords.new_zeros(num_prefix_tokens + num_suffix_tokens, len(sizes))
+    return torch.cat((zeros[:num_prefix_tokens], coords, zeros[num_prefix_tokens:]))
 
 
 def _augment(

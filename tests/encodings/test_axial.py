@@ -215,6 +215,23 @@ def test_attention_with_prepared_grid_and_prefix_tokens():
     torch.testing.assert_close(out_b[0], out[0])
 
 
+def test_grid_numbered_from_first_index_between_prefix_and_suffix_tokens():
+    """Llama 4's vision tower: patches from (1, 1), its class token last at (0, 0); the prefix and suffix tokens
+    unrotated wherever they are, the cells' scores depending only on their offsets."""
+    rope = posenc.AxialRoPE(16, grid_size=(2, 3), num_prefix_tokens=1, num_suffix_tokens=2, first_index=1)
+    coords = rope.grid_positions()
+    cells = [[1, 1], [1, 2], [1, 3], [2, 1], [2, 2], [2, 3]]
+    assert coords.tolist() == [[0, 0], *cells, [0, 0], [0, 0]]
+    assert rope.grid_positions(num_prefix_tokens=0, num_suffix_tokens=0).tolist() == cells
+    q, k = torch.randn(2, 1, 2, 9, 16).unbind(0)
+    rq, rk = rope.encode_qk(q, k)  # the default positions: coords
+    keep = [0, 7, 8]
+    torch.testing.assert_close(rq[..., keep, :], q[..., keep, :], rtol=0, atol=0)
+    from_zero = posenc.AxialRoPE(16, grid_size=(2, 3))
+    zq, zk = from_zero.encode_qk(q[..., 1:7, :], k[..., 1:7, :])
+    torch.testing.assert_close(rq[..., 1:7, :] @ rk[..., 1:7, :].mT, zq @ zk.mT)
+
+
 def test_caches_copy_dtype_meta():
     rope = posenc.AxialRoPE(24, (8, 8, 8), grid_size=(2, 3, 4))
     assert rope.state_dict() == {} and rope.grid_positions().shape == (24, 3)
@@ -253,6 +270,8 @@ def test_caches_copy_dtype_meta():
         ({"freqs": "pixels"}, ValueError, "freqs must be one of"),
         ({"grid_size": (4, 4, 4)}, ValueError, "grid_size must be a tuple of 2 ints"),
         ({"freqs": "pixel", "ref_grid": (4, 4)}, ValueError, "ref_grid"),
+        ({"num_suffix_tokens": -1}, ValueError, r"num_suffix_tokens must be >= 0, got -1"),
+        ({"first_index": 1.0}, TypeError, r"first_index must be an int, got 1\.0"),
     ],
 )
 def test_constructor_errors(kwargs, error, match):
@@ -271,6 +290,9 @@ def test_position_errors():
         rope(q, q, torch.full((4, 2), float("nan")))
     with pytest.raises(ValueError, match=r"grid_size=\(2, 2\).*4 tokens, got 5"):
         rope.prepare(5)
+    suffixed = posenc.AxialRoPE(32, grid_size=(2, 2), num_prefix_tokens=1, num_suffix_tokens=2)
+    with pytest.raises(ValueError, match=r"num_prefix_tokens=1 and num_suffix_tokens=2: 7 tokens, got 5"):
+        suffixed.prepare(5)
     with pytest.raises(ValueError, match="needs positions of shape"):
         posenc.AxialRoPE(32).prepare(4)
 
@@ -380,6 +402,22 @@ def test_the_state_of_a_subclass_that_overrides_a_hook_keeps_its_rows():
         (
             lambda: grid_positions((4, 6), normalize="max"),
             "normalize='max' sizes the cell centres of kind='center'",
+        ),
+        (
+            lambda: grid_positions((4, 6), kind="center", first_index=1),
+            "first_index=1 numbers plain index cells; kind='center' coordinates have no first index",
+        ),
+        (
+            lambda: grid_positions((4, 6), ref_grid=(8, 8), first_index=1),
+            "first_index=1 numbers plain index cells; kind='index' with ref_grid coordinates",
+        ),
+        (
+            lambda: posenc.AxialRoPE(32, freqs="pixel", first_index=1),
+            r"first_index=1 numbers plain index cells \(freqs='lang' without ref_grid\), got freqs='pixel'",
+        ),
+        (
+            lambda: posenc.AxialRoPE(32, ref_grid=(4, 4), first_index=2),
+            r"got freqs='lang' with ref_grid=\(4, 4\)",
         ),
     ],
 )

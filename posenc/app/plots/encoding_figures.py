@@ -237,7 +237,7 @@ def _axial_figure(pe: Any, name: str, head_dim: int) -> Figure:
     """Axial RoPE on its grid: cos per channel over the patches, and the 2D similarity of the
     centre patch with every patch (``q = k =`` all-ones, the 2D analogue of RoFormer's decay)."""
     grid = tuple(pe.grid_size) if pe.grid_size is not None else (16,) * pe.num_axes
-    coords = pe.grid_positions(grid, num_prefix_tokens=0)  # (n, a), row-major
+    coords = pe.grid_positions(grid, num_prefix_tokens=0, num_suffix_tokens=0)  # (n, a), row-major
     n = coords.shape[0]
     basis = torch.eye(head_dim).reshape(head_dim, 1, 1, head_dim).expand(head_dim, 1, n, head_dim)
     rotated, _ = pe.encode_qk(basis.contiguous(), basis.contiguous(), q_positions=coords, k_positions=coords)
