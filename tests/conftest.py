@@ -30,6 +30,13 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+# oneMKL picks each math function's kernel on its first call, and a first call run on several threads at once can
+# give one thread's share from a low-accuracy kernel (pytorch#188792: float32 cos 1.5e-4 off, in 9 of 24 fresh
+# processes on a 2-core Xeon). The references tests compare with compute in float32: one call on one
+# element, per function and dtype, settles the choice before any test runs.
+for _dtype in (torch.float32, torch.float64):
+    for _op in (torch.cos, torch.sin, torch.exp, torch.log, torch.log1p, torch.sqrt, torch.rsqrt, torch.tanh):
+        _op(torch.ones(1, dtype=_dtype))
 # Tests compile the same methods (RoPE.encode_qk, ...) for many differently configured modules on purpose,
 # each one a recompile of the same code object: with dynamo's default limit (8) a fullgraph test would fail
 # or pass depending on which tests ran before it in the same process.

@@ -13,7 +13,9 @@ must give the same rotated q/k, or the same q·k scores where the model permutes
 
 Vision towers whose config has ``rope_type: "axial"`` (Qwen2-VL's and its kin's; a modeling module with a
 ``compute_axial_rope_parameters`` rotary) are checked against that vision rotary module and the tower's
-``apply_rotary_pos_emb_vision`` instead, at :data:`GRIDS`' positions (:func:`_check_vision`).
+``apply_rotary_pos_emb_vision`` instead, at :data:`GRIDS`' positions (:func:`_check_vision`). A rotary with
+the rows of a whole, fixed sequence (Llama 4's vision tower) is checked at posenc's default positions
+(:func:`_check_whole_sequence`), a DINOv3-style one per patch of two images (:func:`_check_patches`).
 
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
 refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
@@ -163,7 +165,8 @@ def _rotary_classes(module: Any) -> list[type]:
 
 
 def _used_rotary(module: Any, config_class: type) -> type | None:
-    """The rotary class the model of ``config_class`` builds (``self.rotary_emb = X(`` in its source):
+    """The rotary class the model of ``config_class`` builds (``self.rotary_emb = X(`` in its source, Llama 4's
+    vision model's ``self.rotary_embedding``):
     a module may define several (Qwen3-Omni: an M-RoPE one for the talker, a plain one for its code
     predictor), which the names alone do not tell apart."""
     for obj in vars(module).values():
@@ -172,7 +175,9 @@ def _used_rotary(module: Any, config_class: type) -> type | None:
             and getattr(obj, "config_class", None) is config_class
             and "__init__" in vars(obj)
         ):
-            found = re.search(r"self\.rotary_emb = (\w+)\(", inspect.getsource(vars(obj)["__init__"]))
+            found = re.search(
+                r"self\.rotary_emb(?:edding)? = (\w+)\(", inspect.getsource(vars(obj)["__init__"])
+            )
             if found and isinstance(getattr(module, found.group(1), None), type):
                 return getattr(module, found.group(1))
     return None
@@ -442,6 +447,30 @@ def _check_patches(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
     return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
 
 
+def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
+    """A rotary whose rows are those of the model's whole, fixed token sequence (Llama 4's vision tower: the
+    complex ``freqs_ci`` of every patch and then its class token, whatever ``forward`` is given) through the
+    module's ``vision_apply_rotary_emb``, per layer, against posenc's encoding at its default positions."""
+    freqs_ci = rotary(torch.zeros(1))
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        try:
+            layers = layer_encodings(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        for i, enc in enumerate(layers):
+            if not isinstance(enc, posenc.AxialRoPE):
+                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
+            q, k = (torch.randn(2, len(freqs_ci), 2, enc.head_dim, generator=gen) for _ in range(2))
+            ref = module.vision_apply_rotary_emb(q, k, freqs_ci)  # its (b, t, h, dh)
+            ours = (x.transpose(1, 2) for x in enc.encode_qk(q.transpose(1, 2), k.transpose(1, 2)))
+            if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
+                return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
+    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
     Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
@@ -534,6 +563,10 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         "pixel_values"
     ]:  # DINOv3's kin: per image patch
         return _check_patches(module, config, rotary.eval())  # (eval: no augmentation of the coordinates)
+    if list(inspect.signature(rotary.forward).parameters) == ["hidden_states"] and hasattr(
+        module, "vision_apply_rotary_emb"
+    ):  # Llama 4's vision tower: the rows of its whole, fixed sequence
+        return _check_whole_sequence(module, config, rotary)
     try:
         types, cases, references = _references(module, text, rotary)
     except Exception as err:
@@ -616,9 +649,32 @@ def convert_model_type(model_type: str) -> tuple[str, str]:
     return "converted", " ".join(repr(encoding).split())  # (a module with children spans lines)
 
 
+def resolve_math_kernels() -> None:
+    """Call torch's MKL math functions once each, on one element (one thread), in float32 and float64.
+
+    oneMKL picks a function's kernel on its first call; when that call runs on several threads at once, one
+    thread's share can come from a low-accuracy kernel (pytorch#188792: here a reference's float32 cos 1.5e-4
+    off in 9 of 24 fresh processes on a 2-core Xeon). The references compared with compute in float32: their first
+    call must not be such a race, or the survey reports a mismatch of theirs."""
+    for dtype in (torch.float32, torch.float64):
+        one = torch.ones(1, dtype=dtype)
+        for op in (
+            torch.cos,
+            torch.sin,
+            torch.exp,
+            torch.log,
+            torch.log1p,
+            torch.sqrt,
+            torch.rsqrt,
+            torch.tanh,
+        ):
+            op(one)
+
+
 def survey(model_types: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:
     """:func:`check_model_type` of every model type of the installed transformers (or of ``model_types``),
     for those with a text rotary embedding or an axial vision one."""
+    resolve_math_kernels()
     results = {}
     for model_type in CONFIG_MAPPING_NAMES if model_types is None else model_types:
         outcome, detail = check_model_type(model_type)
@@ -639,7 +695,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "positions (and distinct positions per axis for M-RoPE), per layer type, from the config object and",
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
         "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",
-        "`get_vision_position_ids` (a non-square image and a second one packed, a two-frame video)",
+        "`get_vision_position_ids` (a non-square image and a second one packed, a two-frame video), and Llama 4's",
+        "vision tower with its `vision_apply_rotary_emb` on its whole sequence of patches and class token",
         "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
         "",
         "| outcome | model types |",

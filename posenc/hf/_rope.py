@@ -375,13 +375,7 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     """EoMT (DINOv3 backbone): DINOv3's RoPE, base from its default-type ``rope_parameters``; its last
     ``num_blocks`` layers put ``num_queries`` query tokens before the class and register tokens, unrotated too."""
     cfg = {**_EOMT, **cfg}
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    if params.get("rope_type", "default") != "default" or set(params) - {"rope_type", "rope_theta"}:
-        raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
-            f"reads nothing else), got {dict(params)!r}"
-        )
-    cfg["rope_theta"] = _theta(cfg, model_type, params, "rope_parameters", None)
+    cfg["rope_theta"] = _plain_theta(cfg, model_type, 100.0)
     n, blocks, queries = (
         positive_int(cfg, model_type, k) for k in ("num_hidden_layers", "num_blocks", "num_queries")
     )
@@ -389,6 +383,19 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     late = dinov3({**cfg, "num_register_tokens": early.num_prefix_tokens - 1 + queries}, model_type, causal)
     layers: list[PositionalEncoding] = [early] * n  # its queries join at layer n - num_blocks (if it has one)
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
+
+
+def _plain_theta(cfg: Config, model_type: str, default: float) -> float:
+    """The ``rope_theta`` of a model whose code reads nothing else of its ``rope_parameters``, which must then be
+    ``{"rope_type": "default", "rope_theta": ...}`` (EoMT, Llama 4's vision tower)."""
+    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
+    if params.get("rope_type", "default") != "default" or set(params) - {"rope_type", "rope_theta"}:
+        raise ValueError(
+            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
+            f"reads nothing else), got {dict(params)!r}"
+        )
+    theta = _theta(cfg, model_type, params, "rope_parameters", default)
+    return check_positive_float(f"{model_type} config: rope_theta", theta)
 
 
 def _with_top_partial(cfg: Config, params: Any) -> Any:
@@ -427,6 +434,28 @@ def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(head_dim, axis_layout="alternate", base=theta, grid_size=(side, side))
+
+
+def llama4_vision(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Llama 4's vision tower: per axis ``dh / 4`` frequencies ``rope_theta ** (-2i / (dh / 2))`` on neighbouring
+    pairs, columns first, on the ``image_size // patch_size`` square grid numbered from 1, then its class token,
+    unrotated (``Llama4VisionRotaryEmbedding``: every tile has this grid)."""
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(768, 16, None), read_head_dim=False)
+    if head_dim % 4:  # (its code's frequencies then miss the head's pairs)
+        raise ValueError(
+            f"{model_type} config: head_dim={head_dim} (hidden_size // num_attention_heads) must be a multiple of 4"
+        )
+    side = positive_int(cfg, model_type, "image_size", default=448)
+    side //= positive_int(cfg, model_type, "patch_size", default=14)
+    return AxialRoPE(
+        head_dim,
+        base=_plain_theta(cfg, model_type, 10000.0),
+        axis_order=(1, 0),
+        layout="interleaved",
+        grid_size=(side, side),
+        num_suffix_tokens=1,
+        first_index=1,
+    )
 
 
 def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) -> AxialRoPE:

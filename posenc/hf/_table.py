@@ -30,7 +30,18 @@ from ._layers import (
     sliding_layers,
 )
 from ._read import Convert
-from ._rope import RopeDefaults, dinov3, eomt_dinov3, gptj, mistral4, mrope, pixtral, roformer, rope
+from ._rope import (
+    RopeDefaults,
+    dinov3,
+    eomt_dinov3,
+    gptj,
+    llama4_vision,
+    mistral4,
+    mrope,
+    pixtral,
+    roformer,
+    rope,
+)
 from ._speech import speech
 
 #: One line, or one per layer type where the layers (or stacks) differ.
@@ -183,6 +194,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "first `num_hidden_layers - num_blocks`": "as `dinov3_vit`, class and register tokens (4) unrotated",
             "last `num_blocks` (4)": "the same, its `num_queries` (200) query tokens (first) also unrotated",
         },
+    ),
+    # its code reads rope_theta, image_size and patch_size (a fixed grid: it tiles images), its class token last
+    "llama4_vision_model": (
+        llama4_vision,
+        "AxialRoPE, interleaved layout, columns first, patches numbered from 1, the class token last (unrotated)",
     ),
     "pixtral": (
         pixtral,

@@ -722,10 +722,10 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
-# proven below against their own RoPE modules and position tables
+# proven below against their own RoPE modules and position tables (Llama 4's: in tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [
-    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "pixtral", "siglip_vision_model",
-    "siglip2_vision_model", "vit",
+    "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "pixtral",
+    "siglip_vision_model", "siglip2_vision_model", "vit",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py
 STACKED_MODEL_TYPES = ["led", "whisper"]
@@ -2191,12 +2191,11 @@ def test_a_vision_tower_is_refused_by_rule_unless_its_class_says_axial():
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", ["llama4_vision_model", "sapiens2"])
 @pytest.mark.parametrize("key", ["image_size", "patch_size"])
-def test_a_vision_tower_config_json_without_its_image_or_patch_size_is_refused(model_type, key):
-    """Their config classes default both: a dict that leaves one out is a vision tower still (refused as its
+def test_a_vision_tower_config_json_without_its_image_or_patch_size_is_refused(key):
+    """Its config class defaults both: a dict that leaves one out is a vision tower still (refused as its
     object is), not a text model's 1D RoPE."""
-    config = transformers.AutoConfig.for_model(model_type)
+    config = transformers.AutoConfig.for_model("sapiens2")
     for form in (config, {k: v for k, v in config.to_dict().items() if k != key}):
         with pytest.raises(ValueError, match="patch_size and image_size, a vision model"):
             layer_encodings(form)

@@ -123,3 +123,55 @@ def test_vision_axial_config_errors_name_the_field() -> None:
         posenc.from_hf_config(
             {**base, "hidden_size": 72, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4}}
         )
+
+
+@pytest.mark.parametrize(("sizes", "theta"), [((64, 4, 56, 14), 10000.0), ((96, 2, 60, 20), 123.0)])
+def test_llama4_vision_rotation_equals_the_models(sizes, theta) -> None:
+    """Llama 4's vision tower: its freqs_ci (every patch of the image_size // patch_size grid, columns first and
+    numbered from 1, then the class token unrotated) through its vision_apply_rotary_emb, at posenc's default
+    positions (the model's fixed token order), for the config object and its dict."""
+    from transformers.models.llama4 import modeling_llama4
+
+    hidden, heads, image, patch = sizes
+    config = CONFIG_MAPPING["llama4_vision_model"](
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        image_size=image,
+        patch_size=patch,
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+    )
+    freqs_ci = modeling_llama4.Llama4VisionRotaryEmbedding(config)(torch.zeros(1))
+    tokens, head_dim = (image // patch) ** 2 + 1, hidden // heads
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, tokens, heads, head_dim, generator=gen) for _ in range(2))  # its (b, t, h, dh)
+    q_ref, k_ref = modeling_llama4.vision_apply_rotary_emb(q, k, freqs_ci)
+    for form in (config, config.to_dict()):
+        enc = posenc.from_hf_config(form)
+        assert (
+            isinstance(enc, posenc.AxialRoPE) and enc.base == theta and enc.grid_size == (image // patch,) * 2
+        )
+        q_ours, k_ours = enc.encode_qk(q.transpose(1, 2), k.transpose(1, 2))
+        torch.testing.assert_close(q_ours.transpose(1, 2), q_ref, **TOL)
+        torch.testing.assert_close(k_ours.transpose(1, 2), k_ref, **TOL)
+    assert torch.equal(q_ours[:, :, -1], q[:, -1])  # the class token, last: unrotated
+
+
+def test_llama4_vision_config_json_without_a_key_takes_its_class_default() -> None:
+    defaults = CONFIG_MAPPING["llama4_vision_model"]()
+    want = repr(posenc.from_hf_config(defaults))
+    assert repr(posenc.from_hf_config({"model_type": "llama4_vision_model"})) == want
+    for key in ("image_size", "patch_size", "rope_parameters", "hidden_size", "num_attention_heads"):
+        form = {k: v for k, v in defaults.to_dict().items() if k != key}
+        assert repr(posenc.from_hf_config(form)) == want, key
+
+
+def test_llama4_vision_config_errors_name_the_field() -> None:
+    base = {"model_type": "llama4_vision_model", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.raises(
+        ValueError, match=r"head_dim=6 \(hidden_size // num_attention_heads\) must be a multiple of 4"
+    ):
+        posenc.from_hf_config({**base, "hidden_size": 24})
+    with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'default'"):
+        posenc.from_hf_config(
+            {**base, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}
+        )
