@@ -15,7 +15,8 @@ Vision towers whose config has ``rope_type: "axial"`` (Qwen2-VL's and its kin's;
 ``compute_axial_rope_parameters`` rotary) are checked against that vision rotary module and the tower's
 ``apply_rotary_pos_emb_vision`` instead, at :data:`GRIDS`' positions (:func:`_check_vision`). A rotary with
 the rows of a whole, fixed sequence (Llama 4's vision tower) is checked at posenc's default positions
-(:func:`_check_whole_sequence`), a DINOv3-style one per patch of two images (:func:`_check_patches`).
+(:func:`_check_whole_sequence`), a DINOv3-style one per patch of two images (:func:`_check_patches`), and
+one whose layers hold their own positions (SAM 3's ViT) layer by layer (:func:`_check_layer_rows`).
 
 Outcomes: matched (by posenc's table of model types, or by rule from the standardized fields);
 refused (posenc raised ValueError, naming the field; also where the rotation could not be built for
@@ -113,6 +114,13 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
     # (Mellum's code reads the factor of each layer type's dict alone, and its class copies none in)
     "mellum": {"partial_rotary_factor": 0.5},
     "eomt_dinov3": {"num_blocks": 1, "num_queries": 3},
+    # windows of 4x4 patches, a global layer on the 8x8 grid (coordinates halved)
+    "sam3_vit_model": {
+        "image_size": 112,
+        "window_size": 4,
+        "global_attn_indexes": [1],
+        "num_hidden_layers": 3,
+    },
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},
     "ernie4_5_vl_moe_text": {
@@ -471,6 +479,39 @@ def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, s
     return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
 
 
+def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
+    """A vision model whose layers each hold their rotary module and their patches' positions (SAM 3's ViT: a
+    windowed layer a window's grid, a global one the whole grid scaled to span a window), each layer's rotation
+    through the module's ``apply_rotary_pos_emb_2d``, against posenc's encoding of that layer at its default
+    positions, config object and dict."""
+    model = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))(config)
+    layers: list[tuple[Any, torch.Tensor]] = [
+        (m.rotary_emb, positions)
+        for m in model.modules()
+        if hasattr(m, "rotary_emb")
+        and isinstance(positions := getattr(m, "position_ids", None), torch.Tensor)
+    ]
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        try:
+            encodings = layer_encodings(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        if len(encodings) != len(layers):
+            return "mismatched", f"{len(encodings)} encodings for the model's {len(layers)} rotary layers"
+        for i, ((rotary, positions), enc) in enumerate(zip(layers, encodings, strict=True)):
+            if not isinstance(enc, posenc.AxialRoPE):
+                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
+            cos, sin = rotary(torch.zeros(1), positions)
+            q, k = (torch.randn(1, 2, len(positions), enc.head_dim, generator=gen) for _ in range(2))
+            ref = module.apply_rotary_pos_emb_2d(q, k, cos=cos, sin=sin)
+            if not all(torch.allclose(a, b, **TOL) for a, b in zip(enc.encode_qk(q, k), ref, strict=True)):
+                return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
+    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
     Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
@@ -501,6 +542,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         module = importlib.import_module(name)
     except Exception as err:  # (any import failure: a missing optional dependency)
         return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
+    if model_type in SUPPORTED_MODEL_TYPES and hasattr(module, "apply_rotary_pos_emb_2d"):
+        # SAM 3's ViT (the other SAM models, refused, are checked below as any axial tower)
+        return _check_layer_rows(module, config_class(**{**TINY, **ROTARY_VARIANT.get(model_type, {})}))
     if model_type not in SUPPORTED_MODEL_TYPES and any(
         isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters")
         for obj in vars(module).values()
@@ -696,7 +740,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',
         "vision rotary module and `apply_rotary_pos_emb_vision` at the (h, w) patch positions of",
         "`get_vision_position_ids` (a non-square image and a second one packed, a two-frame video), and Llama 4's",
-        "vision tower with its `vision_apply_rotary_emb` on its whole sequence of patches and class token",
+        "vision tower with its `vision_apply_rotary_emb` on its whole sequence of patches and class token, and",
+        "SAM 3's ViT layer by layer (its windows, and its global layers) with its `apply_rotary_pos_emb_2d`",
         "(`tests/hf/test_zoo.py`; written by `python tests/hf/test_zoo.py`).",
         "",
         "| outcome | model types |",

@@ -289,7 +289,7 @@ class AxialRoPE(_AxisRotary):
     negative_positions = True  # pixels, and index coordinates rescaled to another grid
     repr_optional = (
         *("axis_order", "min_period", "max_period", "grid_size"),
-        *("num_prefix_tokens", "num_suffix_tokens", "first_index"),
+        *("num_prefix_tokens", "num_suffix_tokens", "first_index", "ref_grid"),
     )
     repr_names = ("head_dim", "axes_dim", "freqs", "axis_layout", "layout", *repr_optional)
     one_d_positions = False  # an image token needs one coordinate per axis

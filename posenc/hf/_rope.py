@@ -340,20 +340,24 @@ def roformer(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     )
 
 
+def _sides(cfg: Config, model_type: str, key: str, default: int) -> list[int]:
+    """An image's or a patch's ``[height, width]``, given as an int or a pair."""
+    value = get(cfg, key, default=default)
+    sides = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(sides) != 2:
+        raise ValueError(f"{model_type} config: {key} must be an int or (height, width), got {value!r}")
+    return [check_positive_int(f"{model_type} config: {key}", side) for side in sides]
+
+
 def dinov3(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     """DINOv3's 2D RoPE: periods ``rope_theta ** (2i / (dh / 2))`` per axis on patch centres in (-1, 1),
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(384, 6, None), read_head_dim=False)
-
-    def pair(key: str, default: int) -> list[int]:
-        value = get(cfg, key, default=default)
-        sides = list(value) if isinstance(value, (list, tuple)) else [value, value]
-        if len(sides) != 2:
-            raise ValueError(f"{model_type} config: {key} must be an int or (height, width), got {value!r}")
-        return [check_positive_int(f"{model_type} config: {key}", side) for side in sides]
-
-    (image_h, image_w), (patch_h, patch_w) = pair("image_size", 224), pair("patch_size", 16)
+    (image_h, image_w), (patch_h, patch_w) = (
+        _sides(cfg, model_type, "image_size", 224),
+        _sides(cfg, model_type, "patch_size", 16),
+    )
     registers = check_int(
         f"{model_type} config: num_register_tokens", get(cfg, "num_register_tokens", default=0), minimum=0
     )
@@ -456,6 +460,59 @@ def llama4_vision(cfg: Config, model_type: str, causal: bool | None) -> Position
         num_suffix_tokens=1,
         first_index=1,
     )
+
+
+#: SAM 3's ViT's config class defaults for keys a config.json leaves out
+_SAM3_VIT: dict[str, Any] = {
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "num_hidden_layers": 32,
+    "image_size": 1008,
+}
+_SAM3_VIT |= {"patch_size": 14, "window_size": 24, "global_attn_indexes": [7, 15, 23, 31]}
+
+
+def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[PositionalEncoding]:
+    """SAM 3's ViT: per axis ``dh / 4`` frequencies ``rope_theta ** (-2i / (dh / 2))`` on neighbouring pairs,
+    columns first. A windowed layer rotates each ``window_size`` square window's patches by their place in it;
+    a global layer (``global_attn_indexes``) the whole ``image_size // patch_size`` grid, its coordinates scaled
+    to span a window (``ref_grid``, EVA's rule)."""
+    cfg = {**_SAM3_VIT, **cfg}
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(None, None, None), read_head_dim=False)
+    if head_dim % 4:  # (its code's frequencies then miss the head's pairs)
+        raise ValueError(
+            f"{model_type} config: head_dim={head_dim} (hidden_size // num_attention_heads) must be a multiple of 4"
+        )
+    (image_h, image_w), (patch_h, patch_w) = (
+        _sides(cfg, model_type, k, 0) for k in ("image_size", "patch_size")
+    )
+    if (
+        image_h // patch_h != image_w // patch_w
+    ):  # (its code lays a non-square grid's positions out transposed)
+        raise ValueError(
+            f"{model_type} config: image_size={cfg['image_size']!r} over patch_size={cfg['patch_size']!r} is not a "
+            "square grid of patches, which its code positions as the transposed grid"
+        )
+    window, layers = (positive_int(cfg, model_type, key) for key in ("window_size", "num_hidden_layers"))
+    global_layers = cfg["global_attn_indexes"]
+    if not isinstance(global_layers, (list, tuple)) or not all(type(i) is int for i in global_layers):
+        raise TypeError(
+            f"{model_type} config: global_attn_indexes must be a list of ints, got {global_layers!r}"
+        )
+    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
+    side = image_h // patch_h
+    in_window = AxialRoPE(
+        head_dim, base=theta, layout="interleaved", axis_order=(1, 0), grid_size=(window, window)
+    )
+    whole = AxialRoPE(
+        head_dim,
+        base=theta,
+        layout="interleaved",
+        axis_order=(1, 0),
+        grid_size=(side, side),
+        ref_grid=(window, window),
+    )
+    return [whole if i in global_layers else in_window for i in range(layers)]
 
 
 def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) -> AxialRoPE:

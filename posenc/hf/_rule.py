@@ -89,7 +89,7 @@ _REFUSED = {
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
     **dict.fromkeys(
-        "edgetam_video sam2_video sam3_tracker_video sam3_vit_model".split(),
+        "edgetam_video sam2_video sam3_tracker_video".split(),
         "SAM's 2D rotary (apply_rotary_pos_emb_2d) works on its own feature grid and widths, not the standardized fields",
     ),
 }

@@ -41,6 +41,7 @@ from ._rope import (
     pixtral,
     roformer,
     rope,
+    sam3_vit,
 )
 from ._speech import speech
 
@@ -199,6 +200,15 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "llama4_vision_model": (
         llama4_vision,
         "AxialRoPE, interleaved layout, columns first, patches numbered from 1, the class token last (unrotated)",
+    ),
+    # windowed and global layers (global_attn_indexes), both on neighbouring pairs, columns first
+    "sam3_vit_model": (
+        sam3_vit,
+        {
+            "windowed": "AxialRoPE, interleaved layout, columns first, on each `window_size` (24) window's patches",
+            "`global_attn_indexes` (7, 15, 23, 31)": "the same on the `image_size // patch_size` grid, "
+            "coordinates scaled to span a window (`ref_grid`)",
+        },
     ),
     "pixtral": (
         pixtral,

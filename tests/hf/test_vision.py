@@ -101,7 +101,7 @@ def test_grid_positions_in_merge_blocks_equal_get_vision_position_ids(grid, merg
 @pytest.mark.parametrize(
     ("model_type", "why"),
     [
-        ("sam3_vit_model", r"SAM's 2D rotary"),
+        ("sam3_tracker_video", r"SAM's 2D rotary"),
     ],
 )
 def test_vision_towers_posenc_cannot_express_are_refused(model_type: str, why: str) -> None:
@@ -174,4 +174,59 @@ def test_llama4_vision_config_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'default'"):
         posenc.from_hf_config(
             {**base, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}
+        )
+
+
+@pytest.mark.parametrize(("image_size", "window"), [(112, 4), (140, 4), (56, 4)])
+def test_sam3_vit_rotation_equals_the_models(image_size, window) -> None:
+    """SAM 3's ViT, layer by layer: a windowed layer's rotary on one window's patches, a global layer's on the
+    whole grid with coordinates scaled to span a window (a 10x10 grid: windows padded, coordinates * 0.4; a
+    4x4 grid: the window's own), each through its apply_rotary_pos_emb_2d, config object and dict alike."""
+    # (imported as the zoo does: `from transformers.models.sam3 import ...` asks for torchvision)
+    modeling_sam3 = importlib.import_module("transformers.models.sam3.modeling_sam3")
+    config = CONFIG_MAPPING["sam3_vit_model"](
+        hidden_size=64,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_hidden_layers=3,
+        image_size=image_size,
+        patch_size=14,
+        window_size=window,
+        global_attn_indexes=[1],
+        rope_parameters={"rope_type": "axial", "rope_theta": 123.0},
+    )
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        encodings = posenc.hf.layer_encodings(form)
+        assert len(encodings) == 3 and [e.grid_size for e in encodings] == [
+            (window, window),
+            (image_size // 14,) * 2,
+            (window, window),
+        ]
+        for i, enc in enumerate(encodings):
+            layer = modeling_sam3.Sam3ViTLayer(config, window_size=0 if i == 1 else window)
+            cos, sin = layer.rotary_emb(torch.zeros(1), layer.position_ids)
+            q, k = (torch.randn(1, 2, len(layer.position_ids), 32, generator=gen) for _ in range(2))
+            q_ref, k_ref = modeling_sam3.apply_rotary_pos_emb_2d(q, k, cos=cos, sin=sin)
+            q_ours, k_ours = enc.encode_qk(q, k)
+            torch.testing.assert_close(q_ours, q_ref, **TOL)
+            torch.testing.assert_close(k_ours, k_ref, **TOL)
+
+
+def test_sam3_vit_config_json_takes_its_class_defaults_and_errors_name_the_field() -> None:
+    defaults = CONFIG_MAPPING["sam3_vit_model"]()
+    want = repr(posenc.hf.layer_encodings(defaults))
+    assert repr(posenc.hf.layer_encodings({"model_type": "sam3_vit_model"})) == want
+    base = {"model_type": "sam3_vit_model", "hidden_size": 64, "num_attention_heads": 2}
+    with pytest.raises(ValueError, match=r"image_size=\[112, 140\] over patch_size=14 is not a square grid"):
+        posenc.hf.layer_encodings({**base, "image_size": [112, 140]})
+    with pytest.raises(
+        ValueError, match=r"head_dim=6 \(hidden_size // num_attention_heads\) must be a multiple of 4"
+    ):
+        posenc.hf.layer_encodings({**base, "hidden_size": 12})
+    with pytest.raises(TypeError, match=r"global_attn_indexes must be a list of ints, got 7"):
+        posenc.hf.layer_encodings({**base, "global_attn_indexes": 7})
+    with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'axial'"):
+        posenc.hf.layer_encodings(
+            {**base, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2}}
         )
