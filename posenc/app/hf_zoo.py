@@ -121,6 +121,20 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
         "global_attn_indexes": [1],
         "num_hidden_layers": 3,
     },
+    # two heads of 32; SAM 2: a 6 x 4 (w, h) grid of features, rows and columns told apart; SAM 3: 4 x 4 (its
+    # class makes them image_size // patch_size)
+    **{
+        name: {
+            "memory_attention_hidden_size": 64,
+            "memory_attention_num_attention_heads": 2,
+            "memory_attention_num_layers": 2,
+            **grid,
+        }
+        for name, grid in (
+            ("sam2_video", {"memory_attention_rope_feat_sizes": [6, 4]}),
+            ("sam3_tracker_video", {"image_size": 56}),
+        )
+    },
     "minimax_m3_vl_text": _MINIMAX,
     "minimax_m3_vl": {"text_config": {**TINY, **_MINIMAX}},
     "ernie4_5_vl_moe_text": {
@@ -481,15 +495,18 @@ def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, s
 
 def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     """A vision model whose layers each hold their rotary module and their patches' positions (SAM 3's ViT: a
-    windowed layer a window's grid, a global one the whole grid scaled to span a window), each layer's rotation
-    through the module's ``apply_rotary_pos_emb_2d``, against posenc's encoding of that layer at its default
-    positions, config object and dict."""
+    windowed layer a window's grid, a global one the whole grid scaled to span a window), or whose one such
+    module serves all its layers (SAM 2's memory attention), each layer's rotation through the module's
+    ``apply_rotary_pos_emb_2d``, against posenc's encoding of that layer at its default positions, config object
+    and dict; where the apply function takes memory keys (SAM 2's cross-attention: the grid for each of two
+    frames, then three object pointer tokens, unrotated), those too, at the positions posenc's docs give."""
     model = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))(config)
     layers: list[tuple[Any, torch.Tensor]] = [
         (m.rotary_emb, positions)
         for m in model.modules()
         if hasattr(m, "rotary_emb")
         and isinstance(positions := getattr(m, "position_ids", None), torch.Tensor)
+        and getattr(m, "config", config).model_type == config.model_type  # (not a sub-model's: SAM 3's ViT)
     ]
     gen = torch.Generator().manual_seed(0)
     for form in (config, config.to_dict()):
@@ -499,9 +516,10 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
             return "refused", str(err)
         except Exception as err:
             return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        if len(encodings) != len(layers):
+        shared = layers * len(encodings) if len(layers) == 1 else layers  # (SAM 2: one for the whole stack)
+        if len(encodings) != len(shared):
             return "mismatched", f"{len(encodings)} encodings for the model's {len(layers)} rotary layers"
-        for i, ((rotary, positions), enc) in enumerate(zip(layers, encodings, strict=True)):
+        for i, ((rotary, positions), enc) in enumerate(zip(shared, encodings, strict=True)):
             if not isinstance(enc, posenc.AxialRoPE):
                 return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
             cos, sin = rotary(torch.zeros(1), positions)
@@ -509,6 +527,16 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
             ref = module.apply_rotary_pos_emb_2d(q, k, cos=cos, sin=sin)
             if not all(torch.allclose(a, b, **TOL) for a, b in zip(enc.encode_qk(q, k), ref, strict=True)):
                 return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
+            if "num_k_exclude_rope" in inspect.signature(module.apply_rotary_pos_emb_2d).parameters:
+                memory = torch.randn(1, 2, 2 * len(positions) + 3, enc.head_dim, generator=gen)
+                ref = module.apply_rotary_pos_emb_2d(
+                    q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True
+                )
+                grid = enc.grid_positions()
+                keys = torch.cat((grid.repeat(2, 1), torch.zeros(3, 2).long()))
+                ours = enc.encode_qk(q, memory, q_positions=grid, k_positions=keys)
+                if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
+                    return "mismatched", f"{type(form).__name__}, layer {i}, memory keys: {enc!r}"
     return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
 
 
@@ -543,7 +571,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     except Exception as err:  # (any import failure: a missing optional dependency)
         return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
     if model_type in SUPPORTED_MODEL_TYPES and hasattr(module, "apply_rotary_pos_emb_2d"):
-        # SAM 3's ViT (the other SAM models, refused, are checked below as any axial tower)
+        # SAM 3's ViT, SAM 2's and SAM 3's trackers (EdgeTAM's, refused, is checked below as any axial tower)
         return _check_layer_rows(module, config_class(**{**TINY, **ROTARY_VARIANT.get(model_type, {})}))
     if model_type not in SUPPORTED_MODEL_TYPES and any(
         isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters")

@@ -89,7 +89,8 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "hidden_size": {768: "wav2vec2-conformer"},
     "num_attention_heads": {12: "wav2vec2-conformer"},
     "num_hidden_layers": {12: "wav2vec2-conformer"},
-    # (vision towers whose rotary is not read by rule: refused by these, as their config objects are)
+    # (vision towers whose grid is not read by rule: Llama 4's, whose converter reads it; Sapiens 2, refused by
+    # these as its config object is)
     "image_size": {448: "llama4_vision_model", 224: "sapiens2"},
     "patch_size": {14: "llama4_vision_model", 16: "sapiens2"},
     # (not a config key: the class attribute by which transformers reads a flat rope dict's rope_type "default",
@@ -274,6 +275,12 @@ def config_dict(config: Any) -> dict[str, Any]:
                 f"that reads {alias!r} as {name!r} takes the null: leave {name!r} out or give its value"
             )
         cfg[name] = cfg[alias]
+    # (SAM's video trackers: the layers with positions are their memory attention's)
+    if (
+        str(cfg.get("model_type")) in ("sam2_video", "sam3_tracker_video")
+        and cfg.get("num_hidden_layers") is None
+    ):
+        cfg["num_hidden_layers"] = get(cfg, "memory_attention_num_layers", default=4)
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)
     defaults = class_defaults(model_type := str(cfg.get("model_type")))

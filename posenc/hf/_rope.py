@@ -515,6 +515,37 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
     return [whole if i in global_layers else in_window for i in range(layers)]
 
 
+def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
+    """SAM 2's and SAM 3's video trackers, their memory attention (its layers: the model's): per axis ``dh / 4`` frequencies
+    ``rope_theta ** (-2i / (dh / 2))`` on neighbouring pairs, columns first, on the current frame's
+    ``memory_attention_rope_feat_sizes`` ``(w, h)`` grid of features (SAM 3's: ``image_size // patch_size``
+    squared, as its class sets them) (its self-attention: the default positions).
+    Its cross-attention's keys are that grid once per memory frame, then the object pointer tokens, unrotated:
+    ``k_positions = torch.cat((rope.grid_positions().repeat(frames, 1), torch.zeros(pointers, 2).long()))``."""
+    width = positive_int(cfg, model_type, "memory_attention_hidden_size", default=256)
+    heads = positive_int(cfg, model_type, "memory_attention_num_attention_heads", default=1)
+    rate = positive_int(cfg, model_type, "memory_attention_downsample_rate", default=1)
+    head_dim = width // (rate * heads)  # (its rotary's width; its attention's is width // rate // heads)
+    if head_dim % 4 or width % (rate * heads):
+        raise ValueError(
+            f"{model_type} config: memory_attention_hidden_size={width} over downsample_rate * heads = "
+            f"{rate} * {heads} must be a head width that is a multiple of 4"
+        )
+    if model_type == "sam3_tracker_video":  # (its class writes image_size // patch_size over the sizes given)
+        patch = (cfg.get("vision_config") or {}).get("backbone_config") or {}
+        side = positive_int(cfg, model_type, "image_size", default=1008)
+        sizes = [side // positive_int(patch, f"{model_type} backbone_config", "patch_size", default=14)] * 2
+    else:
+        sizes = get(cfg, "memory_attention_rope_feat_sizes", default=[64, 64])
+    if not isinstance(sizes, (list, tuple)) or len(sizes) != 2:
+        raise ValueError(
+            f"{model_type} config: memory_attention_rope_feat_sizes must be (w, h), got {sizes!r}"
+        )
+    w, h = (check_positive_int(f"{model_type} config: memory_attention_rope_feat_sizes", s) for s in sizes)
+    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
+    return AxialRoPE(head_dim, base=theta, layout="interleaved", axis_order=(1, 0), grid_size=(h, w))
+
+
 def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) -> AxialRoPE:
     """A vision tower with ``rope_type: "axial"`` (Qwen2-VL's and its kin's ``*VisionRotaryEmbedding``):
     per axis ``s / 2`` frequencies ``rope_theta ** (-2i / s)``, ``s = 2 * (head_dim // axes // 2)``, the

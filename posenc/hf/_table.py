@@ -42,6 +42,7 @@ from ._rope import (
     roformer,
     rope,
     sam3_vit,
+    sam_memory,
 )
 from ._speech import speech
 
@@ -209,6 +210,15 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "`global_attn_indexes` (7, 15, 23, 31)": "the same on the `image_size // patch_size` grid, "
             "coordinates scaled to span a window (`ref_grid`)",
         },
+    ),
+    # the memory attention's rotary (the rest of the model has none): its cross-attention's keys repeat the grid
+    **dict.fromkeys(
+        ("sam2_video", "sam3_tracker_video"),
+        (
+            sam_memory,
+            "AxialRoPE, interleaved layout, columns first, on the `memory_attention_rope_feat_sizes` grid (memory "
+            "frames: the grid repeated, object pointer tokens unrotated)",
+        ),
     ),
     "pixtral": (
         pixtral,

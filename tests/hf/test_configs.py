@@ -722,10 +722,10 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
-# proven below against their own RoPE modules and position tables (Llama 4's and SAM 3's: tests/hf/test_vision.py)
+# proven below against their own RoPE modules and position tables (Llama 4's and SAM's: tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [
     "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "pixtral",
-    "sam3_vit_model", "siglip_vision_model", "siglip2_vision_model", "vit",
+    "sam2_video", "sam3_tracker_video", "sam3_vit_model", "siglip_vision_model", "siglip2_vision_model", "vit",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py
 STACKED_MODEL_TYPES = ["led", "whisper"]

@@ -101,7 +101,7 @@ def test_grid_positions_in_merge_blocks_equal_get_vision_position_ids(grid, merg
 @pytest.mark.parametrize(
     ("model_type", "why"),
     [
-        ("sam3_tracker_video", r"SAM's 2D rotary"),
+        ("edgetam_video", r"rotates its keys on a grid of their own"),
     ],
 )
 def test_vision_towers_posenc_cannot_express_are_refused(model_type: str, why: str) -> None:
@@ -230,3 +230,64 @@ def test_sam3_vit_config_json_takes_its_class_defaults_and_errors_name_the_field
         posenc.hf.layer_encodings(
             {**base, "rope_parameters": {"rope_type": "axial", "rope_theta": 1e4, "factor": 2}}
         )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "grid"),
+    [
+        ("sam2_video", {"memory_attention_rope_feat_sizes": [6, 4]}),
+        # (its class writes image_size // patch_size over the feature sizes given)
+        ("sam3_tracker_video", {"image_size": 70, "memory_attention_rope_feat_sizes": [6, 4]}),
+    ],
+)
+def test_sam_video_memory_attention_rotation_equals_the_models(model_type, grid) -> None:
+    """SAM 2's and SAM 3's trackers: the memory attention's rotary on its (w, h) grid of features (SAM 2's
+    6 x 4, SAM 3's 5 x 5), its self-attention at posenc's default positions, its cross-attention's keys (the grid
+    for each of two memory frames, then three object pointer tokens, unrotated) at the positions posenc's docs
+    give."""
+    modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    config = CONFIG_MAPPING[model_type](
+        memory_attention_hidden_size=64,
+        memory_attention_num_attention_heads=2,
+        memory_attention_num_layers=3,
+        rope_parameters={"rope_type": "axial", "rope_theta": 123.0},
+        **grid,
+    )
+    tokens = 24 if model_type == "sam2_video" else 25
+    attention = next(o for n, o in vars(modeling).items() if n.endswith("VideoMemoryAttention"))(config)
+    cos, sin = attention.rotary_emb(torch.zeros(1), attention.position_ids)
+    gen = torch.Generator().manual_seed(0)
+    q, k, memory = (torch.randn(1, 2, n, 32, generator=gen) for n in (tokens, tokens, 2 * tokens + 3))
+    q_ref, k_ref = modeling.apply_rotary_pos_emb_2d(q, k, cos, sin)
+    _, memory_ref = modeling.apply_rotary_pos_emb_2d(
+        q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True
+    )
+    for form in (config, config.to_dict()):
+        layers = posenc.hf.layer_encodings(form)
+        assert len(layers) == 3 and len(set(layers)) == 1
+        rope = posenc.from_hf_config(form)
+        assert rope.grid_size == ((4, 6) if tokens == 24 else (5, 5)) and rope.base == 123.0
+        q_ours, k_ours = rope.encode_qk(q, k)
+        torch.testing.assert_close(q_ours, q_ref, **TOL)
+        torch.testing.assert_close(k_ours, k_ref, **TOL)
+        keys = torch.cat((rope.grid_positions().repeat(2, 1), torch.zeros(3, 2).long()))
+        _, memory_ours = rope.encode_qk(q, memory, k_positions=keys)
+        torch.testing.assert_close(memory_ours, memory_ref, **TOL)
+    defaults = CONFIG_MAPPING[model_type]()
+    assert repr(posenc.from_hf_config({"model_type": model_type})) == repr(posenc.from_hf_config(defaults))
+    with pytest.raises(
+        ValueError, match=r"memory_attention_hidden_size=64 over downsample_rate \* heads = 1 \* 3"
+    ):
+        posenc.from_hf_config(
+            {
+                "model_type": model_type,
+                "memory_attention_num_attention_heads": 3,
+                "memory_attention_hidden_size": 64,
+            }
+        )
+    given = {"memory_attention_rope_feat_sizes": [6, 4]}  # (SAM 3's class writes 72 x 72 over them)
+    want = repr(posenc.from_hf_config(CONFIG_MAPPING[model_type](**given)))
+    assert repr(posenc.from_hf_config({"model_type": model_type, **given})) == want
+    if model_type == "sam2_video":
+        with pytest.raises(ValueError, match=r"memory_attention_rope_feat_sizes must be \(w, h\), got 64"):
+            posenc.from_hf_config({"model_type": model_type, "memory_attention_rope_feat_sizes": 64})
