@@ -133,6 +133,10 @@ ROTARY_VARIANT: dict[str, dict[str, Any]] = {
         for name, grid in (
             ("sam2_video", {"memory_attention_rope_feat_sizes": [6, 4]}),
             ("sam3_tracker_video", {"image_size": 56}),
+            (
+                "edgetam_video",
+                {"memory_attention_rope_feat_sizes": [6, 4], "memory_attention_rope_k_sizes": [3, 2]},
+            ),
         )
     },
     "minimax_m3_vl_text": _MINIMAX,
@@ -497,12 +501,13 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     """A vision model whose layers each hold their rotary module and their patches' positions (SAM 3's ViT: a
     windowed layer a window's grid, a global one the whole grid scaled to span a window), or whose one such
     module serves all its layers (SAM 2's memory attention), each layer's rotation through the module's
-    ``apply_rotary_pos_emb_2d``, against posenc's encoding of that layer at its default positions, config object
-    and dict; where the apply function takes memory keys (SAM 2's cross-attention: the grid for each of two
-    frames, then three object pointer tokens, unrotated), those too, at the positions posenc's docs give."""
+    ``apply_rotary_pos_emb_2d`` (EdgeTAM's ``..._self_attn``), against posenc's encoding of that layer at its
+    default positions, config object and dict; where the module rotates memory keys (SAM 2's cross-attention: the
+    grid for each of two frames, then three object pointer tokens, unrotated; EdgeTAM's: two temporal tokens
+    unrotated and its key grid, per frame), those too, at the positions posenc's docs give."""
     model = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))(config)
     layers: list[tuple[Any, torch.Tensor]] = [
-        (m.rotary_emb, positions)
+        (m, positions)
         for m in model.modules()
         if hasattr(m, "rotary_emb")
         and isinstance(positions := getattr(m, "position_ids", None), torch.Tensor)
@@ -519,24 +524,36 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
         shared = layers * len(encodings) if len(layers) == 1 else layers  # (SAM 2: one for the whole stack)
         if len(encodings) != len(shared):
             return "mismatched", f"{len(encodings)} encodings for the model's {len(layers)} rotary layers"
-        for i, ((rotary, positions), enc) in enumerate(zip(shared, encodings, strict=True)):
+        for i, ((owner, positions), enc) in enumerate(zip(shared, encodings, strict=True)):
             if not isinstance(enc, posenc.AxialRoPE):
                 return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
-            cos, sin = rotary(torch.zeros(1), positions)
+            cos, sin = owner.rotary_emb(torch.zeros(1), positions)
             q, k = (torch.randn(1, 2, len(positions), enc.head_dim, generator=gen) for _ in range(2))
-            ref = module.apply_rotary_pos_emb_2d(q, k, cos=cos, sin=sin)
+            apply = (
+                getattr(module, "apply_rotary_pos_emb_2d", None) or module.apply_rotary_pos_emb_2d_self_attn
+            )
+            ref = apply(q, k, cos=cos, sin=sin)
             if not all(torch.allclose(a, b, **TOL) for a, b in zip(enc.encode_qk(q, k), ref, strict=True)):
                 return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
-            if "num_k_exclude_rope" in inspect.signature(module.apply_rotary_pos_emb_2d).parameters:
-                memory = torch.randn(1, 2, 2 * len(positions) + 3, enc.head_dim, generator=gen)
-                ref = module.apply_rotary_pos_emb_2d(
-                    q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True
+            grid, pointers = enc.grid_positions(), torch.zeros(3, 2).long()
+            if hasattr(module, "apply_rotary_pos_emb_2d_cross_attn"):  # EdgeTAM: its keys' own grid
+                w, h = config.memory_attention_rope_k_sizes
+                frame = enc.grid_positions((h, w), num_prefix_tokens=2)  # two temporal tokens, then the grid
+                memory = torch.randn(1, 2, 2 * len(frame) + 3, enc.head_dim, generator=gen)
+                cos_k, sin_k = owner.rotary_emb(torch.zeros(1), owner.position_ids_k)
+                ref = module.apply_rotary_pos_emb_2d_cross_attn(
+                    q, memory, cos, sin, cos_k, sin_k, num_k_exclude_rope=3, repeat_freqs_k=2
                 )
-                grid = enc.grid_positions()
-                keys = torch.cat((grid.repeat(2, 1), torch.zeros(3, 2).long()))
-                ours = enc.encode_qk(q, memory, q_positions=grid, k_positions=keys)
-                if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
-                    return "mismatched", f"{type(form).__name__}, layer {i}, memory keys: {enc!r}"
+                keys = torch.cat((frame.repeat(2, 1), pointers))
+            elif "num_k_exclude_rope" in inspect.signature(apply).parameters:  # SAM 2: the grid per frame
+                memory = torch.randn(1, 2, 2 * len(positions) + 3, enc.head_dim, generator=gen)
+                ref = apply(q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True)
+                keys = torch.cat((grid.repeat(2, 1), pointers))
+            else:
+                continue
+            ours = enc.encode_qk(q, memory, q_positions=grid, k_positions=keys)
+            if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
+                return "mismatched", f"{type(form).__name__}, layer {i}, memory keys: {enc!r}"
     return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
 
 
@@ -570,8 +587,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         module = importlib.import_module(name)
     except Exception as err:  # (any import failure: a missing optional dependency)
         return ("", "") if "No module named" in str(err) else ("not built", f"modeling import: {err}")
-    if model_type in SUPPORTED_MODEL_TYPES and hasattr(module, "apply_rotary_pos_emb_2d"):
-        # SAM 3's ViT, SAM 2's and SAM 3's trackers (EdgeTAM's, refused, is checked below as any axial tower)
+    if model_type in SUPPORTED_MODEL_TYPES and any(
+        hasattr(module, name) for name in ("apply_rotary_pos_emb_2d", "apply_rotary_pos_emb_2d_self_attn")
+    ):  # SAM 3's ViT, the trackers of SAM 2, SAM 3 and EdgeTAM
         return _check_layer_rows(module, config_class(**{**TINY, **ROTARY_VARIANT.get(model_type, {})}))
     if model_type not in SUPPORTED_MODEL_TYPES and any(
         isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters")

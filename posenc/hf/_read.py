@@ -275,12 +275,10 @@ def config_dict(config: Any) -> dict[str, Any]:
                 f"that reads {alias!r} as {name!r} takes the null: leave {name!r} out or give its value"
             )
         cfg[name] = cfg[alias]
-    # (SAM's video trackers: the layers with positions are their memory attention's)
-    if (
-        str(cfg.get("model_type")) in ("sam2_video", "sam3_tracker_video")
-        and cfg.get("num_hidden_layers") is None
-    ):
-        cfg["num_hidden_layers"] = get(cfg, "memory_attention_num_layers", default=4)
+    # (SAM's video trackers: the layers with positions are their memory attention's, as many as their class's)
+    tracker = {"sam2_video": 4, "sam3_tracker_video": 4, "edgetam_video": 2}.get(str(cfg.get("model_type")))
+    if tracker and cfg.get("num_hidden_layers") is None:
+        cfg["num_hidden_layers"] = get(cfg, "memory_attention_num_layers", default=tracker)
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)
     defaults = class_defaults(model_type := str(cfg.get("model_type")))

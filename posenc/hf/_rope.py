@@ -516,12 +516,15 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
 
 
 def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
-    """SAM 2's and SAM 3's video trackers, their memory attention (its layers: the model's): per axis ``dh / 4`` frequencies
+    """SAM 2's, SAM 3's and EdgeTAM's video trackers, their memory attention (its layers: the model's): per axis ``dh / 4`` frequencies
     ``rope_theta ** (-2i / (dh / 2))`` on neighbouring pairs, columns first, on the current frame's
     ``memory_attention_rope_feat_sizes`` ``(w, h)`` grid of features (SAM 3's: ``image_size // patch_size``
     squared, as its class sets them) (its self-attention: the default positions).
     Its cross-attention's keys are that grid once per memory frame, then the object pointer tokens, unrotated:
-    ``k_positions = torch.cat((rope.grid_positions().repeat(frames, 1), torch.zeros(pointers, 2).long()))``."""
+    ``k_positions = torch.cat((rope.grid_positions().repeat(frames, 1), torch.zeros(pointers, 2).long()))``.
+    EdgeTAM's memory frames are each its temporal tokens, unrotated, then its spatial ones on the grid of
+    ``memory_attention_rope_k_sizes`` ``(w, h)``: ``rope.grid_positions((h, w), num_prefix_tokens=temporal)`` per
+    frame."""
     width = positive_int(cfg, model_type, "memory_attention_hidden_size", default=256)
     heads = positive_int(cfg, model_type, "memory_attention_num_attention_heads", default=1)
     rate = positive_int(cfg, model_type, "memory_attention_downsample_rate", default=1)

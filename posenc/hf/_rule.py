@@ -88,8 +88,6 @@ _REFUSED = {
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
-    "edgetam_video": "its memory attention rotates its keys on a grid of their own "
-    "(memory_attention_rope_k_sizes) and repeats it for spatial memory tokens, which posenc has no form for",
 }
 #: the key and the value without which the model's code does not rotate at all (NoPE in every layer): Zamba2's
 #: shared attention rotates only with use_mem_rope (class default False); GraniteMoeHybrid builds its rotary

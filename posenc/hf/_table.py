@@ -213,11 +213,12 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     ),
     # the memory attention's rotary (the rest of the model has none): its cross-attention's keys repeat the grid
     **dict.fromkeys(
-        ("sam2_video", "sam3_tracker_video"),
+        ("sam2_video", "sam3_tracker_video", "edgetam_video"),
         (
             sam_memory,
             "AxialRoPE, interleaved layout, columns first, on the `memory_attention_rope_feat_sizes` grid (memory "
-            "frames: the grid repeated, object pointer tokens unrotated)",
+            "frames: the grid repeated, EdgeTAM's on `memory_attention_rope_k_sizes`; object pointer tokens "
+            "unrotated)",
         ),
     ),
     "pixtral": (

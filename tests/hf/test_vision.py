@@ -101,7 +101,7 @@ def test_grid_positions_in_merge_blocks_equal_get_vision_position_ids(grid, merg
 @pytest.mark.parametrize(
     ("model_type", "why"),
     [
-        ("edgetam_video", r"rotates its keys on a grid of their own"),
+        ("hunyuan_vl", r"turns the two channels of a pair by different angles"),
     ],
 )
 def test_vision_towers_posenc_cannot_express_are_refused(model_type: str, why: str) -> None:
@@ -291,3 +291,33 @@ def test_sam_video_memory_attention_rotation_equals_the_models(model_type, grid)
     if model_type == "sam2_video":
         with pytest.raises(ValueError, match=r"memory_attention_rope_feat_sizes must be \(w, h\), got 64"):
             posenc.from_hf_config({"model_type": model_type, "memory_attention_rope_feat_sizes": 64})
+
+
+def test_edgetam_video_memory_attention_rotation_equals_the_models() -> None:
+    """EdgeTAM's tracker: its memory attention's self-attention on its (w, h) = (6, 4) grid at posenc's default
+    positions; its cross-attention's keys, per memory frame two temporal tokens unrotated then its own (3, 2) key
+    grid, then three object pointer tokens unrotated, at the positions the converter's docstring gives."""
+    modeling = importlib.import_module("transformers.models.edgetam_video.modeling_edgetam_video")
+    config = CONFIG_MAPPING["edgetam_video"](
+        memory_attention_hidden_size=64,
+        memory_attention_num_attention_heads=2,
+        memory_attention_rope_feat_sizes=[6, 4],
+        memory_attention_rope_k_sizes=[3, 2],
+        rope_parameters={"rope_type": "axial", "rope_theta": 123.0},
+    )
+    attention = modeling.EdgeTamVideoMemoryAttention(config)
+    cos, sin = attention.rotary_emb(torch.zeros(1), attention.position_ids)
+    cos_k, sin_k = attention.rotary_emb(torch.zeros(1), attention.position_ids_k)
+    gen = torch.Generator().manual_seed(0)
+    q, k, memory = (torch.randn(1, 2, n, 32, generator=gen) for n in (24, 24, 2 * (2 + 6) + 3))
+    q_ref, k_ref = modeling.apply_rotary_pos_emb_2d_self_attn(q, k, cos, sin)
+    _, memory_ref = modeling.apply_rotary_pos_emb_2d_cross_attn(
+        q, memory, cos, sin, cos_k, sin_k, num_k_exclude_rope=3, repeat_freqs_k=2
+    )
+    for form in (config, config.to_dict()):
+        assert len(posenc.hf.layer_encodings(form)) == 2  # (its class's memory_attention_num_layers)
+        rope = posenc.from_hf_config(form)
+        torch.testing.assert_close(rope.encode_qk(q, k), (q_ref, k_ref), **TOL)
+        frame = rope.grid_positions((2, 3), num_prefix_tokens=2)
+        keys = torch.cat((frame.repeat(2, 1), torch.zeros(3, 2).long()))
+        torch.testing.assert_close(rope.encode_qk(q, memory, k_positions=keys)[1], memory_ref, **TOL)
