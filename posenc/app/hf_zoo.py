@@ -557,6 +557,43 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
 
 
+def _check_feature_map(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
+    """A rotary whose rows follow an image's feature map (EfficientLoFTR: ``forward(x)`` of a ``(b, c, h, w)`` map,
+    cos/sin per aggregated cell over the whole hidden vector), through the module's ``apply_rotary_pos_emb`` on
+    ``(b, t, 1, hidden)`` queries and keys, against posenc's encoding at ``grid_positions`` of that grid, for two
+    maps (one not square), per layer, config object and dict."""
+    gen = torch.Generator().manual_seed(0)
+    for form in (config, config.to_dict()):
+        try:
+            encodings = layer_encodings(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        for i, enc in enumerate(encodings):
+            if not isinstance(enc, posenc.AxialRoPE):
+                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of cells"
+            for height, width in ((16, 16), (18, 13)):
+                cos, sin = (
+                    x.flatten(1, 2) for x in rotary(torch.zeros(1, 1, height, width))
+                )  # (1, h'w', hidden)
+                q, k = (torch.randn(2, cos.shape[1], 1, enc.head_dim, generator=gen) for _ in range(2))
+                ref = module.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+                grid = [
+                    (n - config.q_aggregation_kernel_size) // config.q_aggregation_stride + 1
+                    for n in (height, width)
+                ]
+                cells = enc.grid_positions(grid)
+                ours = enc.encode_qk(
+                    q.transpose(1, 2), k.transpose(1, 2), q_positions=cells, k_positions=cells
+                )
+                if not all(
+                    torch.allclose(a.transpose(1, 2), b, **TOL) for a, b in zip(ours, ref, strict=True)
+                ):
+                    return "mismatched", f"{type(form).__name__}, layer {i}, a {height}x{width} map: {enc!r}"
+    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     """Not built for ``reason``, unless posenc refuses the config anyway (naming the field): refused.
     Only for a config whose model builds the rotary module (a text model, not a tower beside it)."""
@@ -653,6 +690,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         "pixel_values"
     ]:  # DINOv3's kin: per image patch
         return _check_patches(module, config, rotary.eval())  # (eval: no augmentation of the coordinates)
+    if list(inspect.signature(rotary.forward).parameters) == ["x"] and hasattr(text, "q_aggregation_stride"):
+        return _check_feature_map(module, config, rotary)  # EfficientLoFTR: its rows follow the feature map
     if list(inspect.signature(rotary.forward).parameters) == ["hidden_states"] and hasattr(
         module, "vision_apply_rotary_emb"
     ):  # Llama 4's vision tower: the rows of its whole, fixed sequence

@@ -275,10 +275,8 @@ def config_dict(config: Any) -> dict[str, Any]:
                 f"that reads {alias!r} as {name!r} takes the null: leave {name!r} out or give its value"
             )
         cfg[name] = cfg[alias]
-    # (SAM's video trackers: the layers with positions are their memory attention's, as many as their class's)
-    tracker = {"sam2_video": 4, "sam3_tracker_video": 4, "edgetam_video": 2}.get(str(cfg.get("model_type")))
-    if tracker and cfg.get("num_hidden_layers") is None:
-        cfg["num_hidden_layers"] = get(cfg, "memory_attention_num_layers", default=tracker)
+    if (count := _LAYER_COUNTS.get(str(cfg.get("model_type")))) and cfg.get("num_hidden_layers") is None:
+        cfg["num_hidden_layers"] = get(cfg, count[0], default=count[1])
     if cfg.get("rope_parameters") is None:  # (null: the class's own, as none)
         cfg.pop("rope_parameters", None)
     defaults = class_defaults(model_type := str(cfg.get("model_type")))
@@ -286,6 +284,14 @@ def config_dict(config: Any) -> dict[str, Any]:
         defaults.pop("rope_parameters", None)
     return {**defaults, **cfg}
 
+
+#: Models without ``num_hidden_layers`` whose layers with positions another key counts (SAM's video trackers:
+#: their memory attention's; EfficientLoFTR: its feature transformer's): that key and its class's default
+_LAYER_COUNTS = {
+    **dict.fromkeys(("sam2_video", "sam3_tracker_video"), ("memory_attention_num_layers", 4)),
+    "edgetam_video": ("memory_attention_num_layers", 2),
+    "efficientloftr": ("num_attention_layers", 4),
+}
 
 #: Classes that take a config.json's ``"rope_scaling": {}`` as their ``rope_parameters`` (then read a top-level
 #: ``rope_theta``), instead of their own dict of :data:`CLASS_ROPE` (the others keep it).

@@ -549,6 +549,48 @@ def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     return AxialRoPE(head_dim, base=theta, layout="interleaved", axis_order=(1, 0), grid_size=(h, w))
 
 
+#: EfficientLoFTR's config class defaults for keys a config.json leaves out
+_EFFICIENTLOFTR: dict[str, Any] = {"hidden_size": 256, "num_attention_heads": 8}
+_EFFICIENTLOFTR["rope_parameters"] = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 4.0,
+}
+
+
+def efficientloftr(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
+    """EfficientLoFTR's 2D RoPE, turning the whole ``hidden_size`` vector of each query and key before its heads are
+    split (the encoding's ``head_dim`` is ``hidden_size``): neighbouring pairs, the row and then the column at each
+    frequency ``rope_theta ** (-4n / hidden_size)`` (``axis_layout="cycle"``), on its aggregated feature grid
+    numbered from 1. The grid follows the image, so there is no default: ``rope.grid_positions((h, w))`` with
+    ``h = (feature_height - q_aggregation_kernel_size) // q_aggregation_stride + 1``, ``w`` likewise."""
+    cfg = {**_EFFICIENTLOFTR, **cfg}
+    hidden = positive_int(cfg, model_type, "hidden_size")
+    head_dim = get(cfg, "head_dim", default=hidden // positive_int(cfg, model_type, "num_attention_heads"))
+    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
+    if params.get("rope_type", "default") != "default" or set(params) - {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+    }:
+        raise ValueError(
+            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ..., "
+            f"'partial_rotary_factor': ...}} (its code reads nothing else), got {dict(params)!r}"
+        )
+    factor = params.get("partial_rotary_factor", 1.0)
+    pairs = int(head_dim * factor) // 2  # (its code's frequencies: one per row pair and column pair)
+    if 4 * pairs != hidden or int(head_dim * factor) % 2:
+        raise ValueError(
+            f"{model_type} config: rope_parameters['partial_rotary_factor']={factor} gives {pairs} frequencies, "
+            f"but its code turns hidden_size / 4 = {hidden / 4:g} pairs per axis with them: the factor must be "
+            "hidden_size / (2 * head_dim)"
+        )
+    theta = check_positive_float(
+        f"{model_type} config: rope_theta", _theta(cfg, model_type, params, "rope_parameters", 10000.0)
+    )
+    return AxialRoPE(hidden, base=theta, axis_layout="cycle", layout="interleaved", first_index=1)
+
+
 def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) -> AxialRoPE:
     """A vision tower with ``rope_type: "axial"`` (Qwen2-VL's and its kin's ``*VisionRotaryEmbedding``):
     per axis ``s / 2`` frequencies ``rope_theta ** (-2i / s)``, ``s = 2 * (head_dim // axes // 2)``, the

@@ -33,6 +33,7 @@ from ._read import Convert
 from ._rope import (
     RopeDefaults,
     dinov3,
+    efficientloftr,
     eomt_dinov3,
     gptj,
     llama4_vision,
@@ -220,6 +221,12 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "frames: the grid repeated, EdgeTAM's on `memory_attention_rope_k_sizes`; object pointer tokens "
             "unrotated)",
         ),
+    ),
+    # its rotary spans the whole hidden vector (before the heads are split); partial_rotary_factor sizes it
+    "efficientloftr": (
+        efficientloftr,
+        "AxialRoPE over `hidden_size`, `axis_layout='cycle'` (row and column at each frequency), interleaved "
+        "layout, cells numbered from 1",
     ),
     "pixtral": (
         pixtral,

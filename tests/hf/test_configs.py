@@ -725,7 +725,7 @@ SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2v
 # proven below against their own RoPE modules and position tables (Llama 4's and SAM's: tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [
     "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "pixtral",
-    "edgetam_video", "sam2_video", "sam3_tracker_video", "sam3_vit_model", "siglip_vision_model",
+    "edgetam_video", "efficientloftr", "sam2_video", "sam3_tracker_video", "sam3_vit_model", "siglip_vision_model",
     "siglip2_vision_model", "vit",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py

@@ -321,3 +321,42 @@ def test_edgetam_video_memory_attention_rotation_equals_the_models() -> None:
         frame = rope.grid_positions((2, 3), num_prefix_tokens=2)
         keys = torch.cat((frame.repeat(2, 1), torch.zeros(3, 2).long()))
         torch.testing.assert_close(rope.encode_qk(q, memory, k_positions=keys)[1], memory_ref, **TOL)
+
+
+@pytest.mark.parametrize(("hidden", "heads", "factor"), [(256, 8, 4.0), (256, 2, 1.0)])
+def test_efficientloftr_rotation_equals_the_models(hidden, heads, factor) -> None:
+    """EfficientLoFTR: its rotary over the whole hidden vector (before the heads are split), row and column at
+    each frequency, cells numbered from 1, on the aggregated grid of a non-square feature map, through its
+    apply_rotary_pos_emb, config object and dict; a partial factor that does not span the vector is refused."""
+    modeling = importlib.import_module("transformers.models.efficientloftr.modeling_efficientloftr")
+    params = {"rope_type": "default", "rope_theta": 123.0, "partial_rotary_factor": factor}
+    config = CONFIG_MAPPING["efficientloftr"](
+        hidden_size=hidden, num_attention_heads=heads, rope_parameters=params
+    )
+    cos, sin = (
+        x.flatten(1, 2) for x in modeling.EfficientLoFTRRotaryEmbedding(config)(torch.zeros(1, 1, 18, 13))
+    )
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 12, 1, hidden, generator=gen) for _ in range(2))  # its (b, t, 1, hidden_size)
+    q_ref, k_ref = modeling.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+    for form in (config, config.to_dict()):
+        rope = posenc.from_hf_config(form)
+        cells = rope.grid_positions((4, 3))  # ((18 - 4) // 4 + 1, (13 - 4) // 4 + 1), from (1, 1)
+        q_ours, k_ours = rope.encode_qk(
+            q.transpose(1, 2), k.transpose(1, 2), q_positions=cells, k_positions=cells
+        )
+        torch.testing.assert_close(q_ours.transpose(1, 2), q_ref, **TOL)
+        torch.testing.assert_close(k_ours.transpose(1, 2), k_ref, **TOL)
+    with pytest.raises(
+        ValueError, match=r"partial_rotary_factor'\]=2.0 gives 32 frequencies, but its code turns"
+    ):
+        posenc.from_hf_config(
+            {
+                **config.to_dict(),
+                "num_attention_heads": 8,
+                "rope_parameters": {**params, "partial_rotary_factor": 2.0},
+            }
+        )
+    assert repr(posenc.from_hf_config({"model_type": "efficientloftr"})) == repr(
+        posenc.from_hf_config(CONFIG_MAPPING["efficientloftr"]())
+    )
