@@ -379,7 +379,7 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     """EoMT (DINOv3 backbone): DINOv3's RoPE, base from its default-type ``rope_parameters``; its last
     ``num_blocks`` layers put ``num_queries`` query tokens before the class and register tokens, unrotated too."""
     cfg = {**_EOMT, **cfg}
-    cfg["rope_theta"] = _plain_theta(cfg, model_type, 100.0)
+    cfg["rope_theta"] = _only_theta(cfg, model_type, 100.0)
     n, blocks, queries = (
         positive_int(cfg, model_type, k) for k in ("num_hidden_layers", "num_blocks", "num_queries")
     )
@@ -387,19 +387,6 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     late = dinov3({**cfg, "num_register_tokens": early.num_prefix_tokens - 1 + queries}, model_type, causal)
     layers: list[PositionalEncoding] = [early] * n  # its queries join at layer n - num_blocks (if it has one)
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
-
-
-def _plain_theta(cfg: Config, model_type: str, default: float) -> float:
-    """The ``rope_theta`` of a model whose code reads nothing else of its ``rope_parameters``, which must then be
-    ``{"rope_type": "default", "rope_theta": ...}`` (EoMT, Llama 4's vision tower)."""
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    if params.get("rope_type", "default") != "default" or set(params) - {"rope_type", "rope_theta"}:
-        raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ...}} (its code "
-            f"reads nothing else), got {dict(params)!r}"
-        )
-    theta = _theta(cfg, model_type, params, "rope_parameters", default)
-    return check_positive_float(f"{model_type} config: rope_theta", theta)
 
 
 def _with_top_partial(cfg: Config, params: Any) -> Any:
@@ -412,15 +399,27 @@ def _with_top_partial(cfg: Config, params: Any) -> Any:
     )
 
 
-def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | None) -> float:
-    """The ``rope_theta`` of a vision tower's ``rope_parameters`` (``{"rope_type": "axial", "rope_theta": ...}``,
-    nothing else; a top-level ``partial_rotary_factor`` is one more, which transformers writes into it), else of
-    the config, else ``default``."""
-    params = _with_top_partial(cfg, params)
-    axial = isinstance(params, Mapping) and params.get("rope_type", "axial") == "axial"
-    if not axial or set(params) - {"rope_type", "rope_theta"}:
+def _only_theta(
+    cfg: Config,
+    model_type: str,
+    default: float | None,
+    rope_type: str = "default",
+    also: tuple[str, ...] = (),
+) -> float:
+    """The ``rope_theta`` of a model whose code reads nothing else of its ``rope_parameters`` (but ``also``), which
+    must then be ``{"rope_type": rope_type, "rope_theta": ...}`` (a top-level ``partial_rotary_factor`` is one key
+    more: transformers writes it in): the dict's own, else the config's, else ``default`` (EoMT, the vision
+    towers)."""
+    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
+    if (
+        not isinstance(params, Mapping)
+        or params.get("rope_type", rope_type) != rope_type
+        or set(params) - {"rope_type", "rope_theta", *also}
+    ):
+        more = "".join(f", {key!r}: ..." for key in also)
         raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'axial', 'rope_theta': ...}}, got {params!r}"
+            f"{model_type} config: rope_parameters must be {{'rope_type': {rope_type!r}, 'rope_theta': ...{more}}} "
+            f"(its code reads nothing else), got {params!r}"
         )
     theta = _theta(cfg, model_type, params, "rope_parameters", default)
     if theta is None:
@@ -430,11 +429,19 @@ def _axial_theta(cfg: Config, model_type: str, params: Any, default: float | Non
     return check_positive_float(f"{model_type} config: rope_theta", theta)
 
 
+def _columns_first(head_dim: int, model_type: str, theta: float, **grid: Any) -> AxialRoPE:
+    """Per axis ``dh / 4`` frequencies ``rope_theta ** (-2i / (dh / 2))`` on neighbouring pairs, columns first: the
+    2D rotary of Llama 4's vision tower and of SAM's models."""
+    if head_dim % 4:  # (their code's frequencies then miss the head's pairs)
+        raise ValueError(f"{model_type} config: its head width {head_dim} must be a multiple of 4")
+    return AxialRoPE(head_dim, base=theta, layout="interleaved", axis_order=(1, 0), **grid)
+
+
 def pixtral(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """Pixtral's vision encoder: 2D RoPE with alternating frequencies (even to rows, odd to columns),
     ``rope_type: "axial"`` at ``rope_theta``, on the ``image_size // patch_size`` grid of patches."""
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(1024, 16, None, head_dim=64))
-    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
+    theta = _only_theta(cfg, model_type, 10000.0, "axial")
     side = positive_int(cfg, model_type, "image_size", default=1024)
     side //= positive_int(cfg, model_type, "patch_size", default=16)
     return AxialRoPE(head_dim, axis_layout="alternate", base=theta, grid_size=(side, side))
@@ -445,20 +452,11 @@ def llama4_vision(cfg: Config, model_type: str, causal: bool | None) -> Position
     pairs, columns first, on the ``image_size // patch_size`` square grid numbered from 1, then its class token,
     unrotated (``Llama4VisionRotaryEmbedding``: every tile has this grid)."""
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(768, 16, None), read_head_dim=False)
-    if head_dim % 4:  # (its code's frequencies then miss the head's pairs)
-        raise ValueError(
-            f"{model_type} config: head_dim={head_dim} (hidden_size // num_attention_heads) must be a multiple of 4"
-        )
     side = positive_int(cfg, model_type, "image_size", default=448)
     side //= positive_int(cfg, model_type, "patch_size", default=14)
-    return AxialRoPE(
-        head_dim,
-        base=_plain_theta(cfg, model_type, 10000.0),
-        axis_order=(1, 0),
-        layout="interleaved",
-        grid_size=(side, side),
-        num_suffix_tokens=1,
-        first_index=1,
+    theta = _only_theta(cfg, model_type, 10000.0)
+    return _columns_first(
+        head_dim, model_type, theta, grid_size=(side, side), num_suffix_tokens=1, first_index=1
     )
 
 
@@ -479,10 +477,6 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
     to span a window (``ref_grid``, EVA's rule)."""
     cfg = {**_SAM3_VIT, **cfg}
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(None, None, None), read_head_dim=False)
-    if head_dim % 4:  # (its code's frequencies then miss the head's pairs)
-        raise ValueError(
-            f"{model_type} config: head_dim={head_dim} (hidden_size // num_attention_heads) must be a multiple of 4"
-        )
     (image_h, image_w), (patch_h, patch_w) = (
         _sides(cfg, model_type, k, 0) for k in ("image_size", "patch_size")
     )
@@ -499,19 +493,9 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
         raise TypeError(
             f"{model_type} config: global_attn_indexes must be a list of ints, got {global_layers!r}"
         )
-    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
-    side = image_h // patch_h
-    in_window = AxialRoPE(
-        head_dim, base=theta, layout="interleaved", axis_order=(1, 0), grid_size=(window, window)
-    )
-    whole = AxialRoPE(
-        head_dim,
-        base=theta,
-        layout="interleaved",
-        axis_order=(1, 0),
-        grid_size=(side, side),
-        ref_grid=(window, window),
-    )
+    theta, side = _only_theta(cfg, model_type, 10000.0, "axial"), image_h // patch_h
+    in_window = _columns_first(head_dim, model_type, theta, grid_size=(window, window))
+    whole = _columns_first(head_dim, model_type, theta, grid_size=(side, side), ref_grid=(window, window))
     return [whole if i in global_layers else in_window for i in range(layers)]
 
 
@@ -528,11 +512,10 @@ def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     width = positive_int(cfg, model_type, "memory_attention_hidden_size", default=256)
     heads = positive_int(cfg, model_type, "memory_attention_num_attention_heads", default=1)
     rate = positive_int(cfg, model_type, "memory_attention_downsample_rate", default=1)
-    head_dim = width // (rate * heads)  # (its rotary's width; its attention's is width // rate // heads)
-    if head_dim % 4 or width % (rate * heads):
+    if width % (rate * heads):  # (its rotary's width, width // (rate * heads), is then not its attention's)
         raise ValueError(
-            f"{model_type} config: memory_attention_hidden_size={width} over downsample_rate * heads = "
-            f"{rate} * {heads} must be a head width that is a multiple of 4"
+            f"{model_type} config: memory_attention_hidden_size={width} does not split into downsample_rate * "
+            f"heads = {rate} * {heads}"
         )
     if model_type == "sam3_tracker_video":  # (its class writes image_size // patch_size over the sizes given)
         patch = (cfg.get("vision_config") or {}).get("backbone_config") or {}
@@ -545,8 +528,8 @@ def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
             f"{model_type} config: memory_attention_rope_feat_sizes must be (w, h), got {sizes!r}"
         )
     w, h = (check_positive_int(f"{model_type} config: memory_attention_rope_feat_sizes", s) for s in sizes)
-    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), 10000.0)
-    return AxialRoPE(head_dim, base=theta, layout="interleaved", axis_order=(1, 0), grid_size=(h, w))
+    theta = _only_theta(cfg, model_type, 10000.0, "axial")
+    return _columns_first(width // (rate * heads), model_type, theta, grid_size=(h, w))
 
 
 #: EfficientLoFTR's config class defaults for keys a config.json leaves out
@@ -567,16 +550,8 @@ def efficientloftr(cfg: Config, model_type: str, causal: bool | None) -> AxialRo
     cfg = {**_EFFICIENTLOFTR, **cfg}
     hidden = positive_int(cfg, model_type, "hidden_size")
     head_dim = get(cfg, "head_dim", default=hidden // positive_int(cfg, model_type, "num_attention_heads"))
+    theta = _only_theta(cfg, model_type, 10000.0, also=("partial_rotary_factor",))
     params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    if params.get("rope_type", "default") != "default" or set(params) - {
-        "rope_type",
-        "rope_theta",
-        "partial_rotary_factor",
-    }:
-        raise ValueError(
-            f"{model_type} config: rope_parameters must be {{'rope_type': 'default', 'rope_theta': ..., "
-            f"'partial_rotary_factor': ...}} (its code reads nothing else), got {dict(params)!r}"
-        )
     factor = params.get("partial_rotary_factor", 1.0)
     pairs = int(head_dim * factor) // 2  # (its code's frequencies: one per row pair and column pair)
     if 4 * pairs != hidden or int(head_dim * factor) % 2:
@@ -585,9 +560,6 @@ def efficientloftr(cfg: Config, model_type: str, causal: bool | None) -> AxialRo
             f"but its code turns hidden_size / 4 = {hidden / 4:g} pairs per axis with them: the factor must be "
             "hidden_size / (2 * head_dim)"
         )
-    theta = check_positive_float(
-        f"{model_type} config: rope_theta", _theta(cfg, model_type, params, "rope_parameters", 10000.0)
-    )
     return AxialRoPE(hidden, base=theta, axis_layout="cycle", layout="interleaved", first_index=1)
 
 
@@ -598,7 +570,7 @@ def vision_axial(cfg: Config, model_type: str, axes: int = 2, **options: Any) ->
     ``layout="half"``; ``axes=3``: ``[t | h | w]``, the channels left over pass through; ``options``: the
     other :class:`AxialRoPE` keywords of a tower laid out otherwise), on the patch indices of
     ``get_vision_position_ids`` (no default grid: images vary in size)."""
-    theta = _axial_theta(cfg, model_type, rope_dict(cfg, model_type), None)
+    theta = _only_theta(cfg, model_type, None, "axial")
     # the attention width: Qwen2-VL's embed_dim where it has one (its hidden_size is the merger's output)
     width = {"hidden_size": cfg["embed_dim"]} if cfg.get("embed_dim") is not None else {}
     _, head_dim = heads_and_head_dim({**cfg, **width}, model_type, RopeDefaults(None, None, None))

@@ -167,9 +167,7 @@ def test_llama4_vision_config_json_without_a_key_takes_its_class_default() -> No
 
 def test_llama4_vision_config_errors_name_the_field() -> None:
     base = {"model_type": "llama4_vision_model", "hidden_size": 64, "num_attention_heads": 4}
-    with pytest.raises(
-        ValueError, match=r"head_dim=6 \(hidden_size // num_attention_heads\) must be a multiple of 4"
-    ):
+    with pytest.raises(ValueError, match=r"its head width 6 must be a multiple of 4"):
         posenc.from_hf_config({**base, "hidden_size": 24})
     with pytest.raises(ValueError, match=r"rope_parameters must be \{'rope_type': 'default'"):
         posenc.from_hf_config(
@@ -220,9 +218,7 @@ def test_sam3_vit_config_json_takes_its_class_defaults_and_errors_name_the_field
     base = {"model_type": "sam3_vit_model", "hidden_size": 64, "num_attention_heads": 2}
     with pytest.raises(ValueError, match=r"image_size=\[112, 140\] over patch_size=14 is not a square grid"):
         posenc.hf.layer_encodings({**base, "image_size": [112, 140]})
-    with pytest.raises(
-        ValueError, match=r"head_dim=6 \(hidden_size // num_attention_heads\) must be a multiple of 4"
-    ):
+    with pytest.raises(ValueError, match=r"its head width 6 must be a multiple of 4"):
         posenc.hf.layer_encodings({**base, "hidden_size": 12})
     with pytest.raises(TypeError, match=r"global_attn_indexes must be a list of ints, got 7"):
         posenc.hf.layer_encodings({**base, "global_attn_indexes": 7})
@@ -276,13 +272,22 @@ def test_sam_video_memory_attention_rotation_equals_the_models(model_type, grid)
     defaults = CONFIG_MAPPING[model_type]()
     assert repr(posenc.from_hf_config({"model_type": model_type})) == repr(posenc.from_hf_config(defaults))
     with pytest.raises(
-        ValueError, match=r"memory_attention_hidden_size=64 over downsample_rate \* heads = 1 \* 3"
+        ValueError,
+        match=r"memory_attention_hidden_size=64 does not split into downsample_rate \* heads = 1 \* 3",
     ):
         posenc.from_hf_config(
             {
                 "model_type": model_type,
                 "memory_attention_num_attention_heads": 3,
                 "memory_attention_hidden_size": 64,
+            }
+        )
+    with pytest.raises(ValueError, match=r"its head width 18 must be a multiple of 4"):
+        posenc.from_hf_config(
+            {
+                "model_type": model_type,
+                "memory_attention_hidden_size": 36,
+                "memory_attention_num_attention_heads": 2,
             }
         )
     given = {"memory_attention_rope_feat_sizes": [6, 4]}  # (SAM 3's class writes 72 x 72 over them)
