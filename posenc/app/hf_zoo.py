@@ -38,7 +38,7 @@ import re
 import typing
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import torch
@@ -432,6 +432,29 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
     return "matched", "rule"
 
 
+def _each_axial_layer(config: Any, check: Callable[[int, Any, int], str | None]) -> tuple[str, str]:
+    """``check(i, encoding, layers)`` of each layer's :class:`posenc.AxialRoPE`, of the config object and of its
+    dict: ``None``, or where they differ; refused where posenc raises ValueError (naming the field)."""
+    for form in (config, config.to_dict()):
+        try:
+            encodings = layer_encodings(form)
+        except ValueError as err:
+            return "refused", str(err)
+        except Exception as err:
+            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
+        for i, enc in enumerate(encodings):
+            where = f"{type(form).__name__}, layer {i}"
+            if not isinstance(enc, posenc.AxialRoPE):
+                return "mismatched", f"{where}: {enc!r}, the model rotates by a grid"
+            if (differs := check(i, enc, len(encodings))) is not None:
+                return "mismatched", f"{where}{differs}: {enc!r}"
+    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+
+def _same(ours: Any, ref: Any) -> bool:
+    return all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True))
+
+
 def _check_patches(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
     """A DINOv3-style rotary (``forward(pixel_values)``: cos, sin at each patch centre) through the module's
     apply_rotary_pos_emb, which leaves the tokens before the patches unrotated: as many as its ``*Embeddings``
@@ -449,28 +472,25 @@ def _check_patches(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
     prefix = embed(config)(torch.zeros(1, 3, p, p)).shape[1] - 1
     first_query_layer = n - getattr(config, "num_blocks", 0)
     gen = torch.Generator().manual_seed(0)
-    for form in (config, config.to_dict()):
-        try:
-            layers = layer_encodings(form)
-        except ValueError as err:
-            return "refused", str(err)
-        except Exception as err:
-            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        for i, enc in enumerate(layers):
-            want = prefix + (
-                config.num_queries if getattr(config, "num_queries", 0) and i >= first_query_layer else 0
-            )
-            if not isinstance(enc, posenc.AxialRoPE) or enc.num_prefix_tokens != want:
-                return "mismatched", f"layer {i}: {enc!r}, the model leaves {want} tokens unrotated"
-            for h, w in ((4, 4), (6, 3)):
-                cos, sin = rotary(torch.zeros(1, 3, h * p, w * p))
-                q, k = (torch.randn(2, 2, want + h * w, enc.head_dim, generator=gen) for _ in range(2))
-                coords = enc.grid_positions((h, w))
-                ours = enc.encode_qk(q, k, q_positions=coords, k_positions=coords)
-                ref = module.apply_rotary_pos_emb(q, k, cos, sin)
-                if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
-                    return "mismatched", f"{type(form).__name__}, layer {i}, {h}x{w} patches: {enc!r}"
-    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+    def check(i: int, enc: Any, _: int) -> str | None:
+        want = prefix + (
+            config.num_queries if getattr(config, "num_queries", 0) and i >= first_query_layer else 0
+        )
+        if enc.num_prefix_tokens != want:
+            return f", the model leaves {want} tokens unrotated"
+        for h, w in ((4, 4), (6, 3)):
+            cos, sin = rotary(torch.zeros(1, 3, h * p, w * p))
+            q, k = (torch.randn(2, 2, want + h * w, enc.head_dim, generator=gen) for _ in range(2))
+            coords = enc.grid_positions((h, w))
+            if not _same(
+                enc.encode_qk(q, k, q_positions=coords, k_positions=coords),
+                module.apply_rotary_pos_emb(q, k, cos, sin),
+            ):
+                return f", {h}x{w} patches"
+        return None
+
+    return _each_axial_layer(config, check)
 
 
 def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
@@ -479,22 +499,14 @@ def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, s
     module's ``vision_apply_rotary_emb``, per layer, against posenc's encoding at its default positions."""
     freqs_ci = rotary(torch.zeros(1))
     gen = torch.Generator().manual_seed(0)
-    for form in (config, config.to_dict()):
-        try:
-            layers = layer_encodings(form)
-        except ValueError as err:
-            return "refused", str(err)
-        except Exception as err:
-            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        for i, enc in enumerate(layers):
-            if not isinstance(enc, posenc.AxialRoPE):
-                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
-            q, k = (torch.randn(2, len(freqs_ci), 2, enc.head_dim, generator=gen) for _ in range(2))
-            ref = module.vision_apply_rotary_emb(q, k, freqs_ci)  # its (b, t, h, dh)
-            ours = (x.transpose(1, 2) for x in enc.encode_qk(q.transpose(1, 2), k.transpose(1, 2)))
-            if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
-                return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
-    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+    def check(i: int, enc: Any, _: int) -> str | None:
+        q, k = (torch.randn(2, len(freqs_ci), 2, enc.head_dim, generator=gen) for _ in range(2))
+        ref = module.vision_apply_rotary_emb(q, k, freqs_ci)  # its (b, t, h, dh)
+        ours = (x.transpose(1, 2) for x in enc.encode_qk(q.transpose(1, 2), k.transpose(1, 2)))
+        return None if _same(ours, ref) else ""
+
+    return _each_axial_layer(config, check)
 
 
 def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
@@ -514,47 +526,36 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
         and getattr(m, "config", config).model_type == config.model_type  # (not a sub-model's: SAM 3's ViT)
     ]
     gen = torch.Generator().manual_seed(0)
-    for form in (config, config.to_dict()):
-        try:
-            encodings = layer_encodings(form)
-        except ValueError as err:
-            return "refused", str(err)
-        except Exception as err:
-            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        shared = layers * len(encodings) if len(layers) == 1 else layers  # (SAM 2: one for the whole stack)
-        if len(encodings) != len(shared):
-            return "mismatched", f"{len(encodings)} encodings for the model's {len(layers)} rotary layers"
-        for i, ((owner, positions), enc) in enumerate(zip(shared, encodings, strict=True)):
-            if not isinstance(enc, posenc.AxialRoPE):
-                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of patches"
-            cos, sin = owner.rotary_emb(torch.zeros(1), positions)
-            q, k = (torch.randn(1, 2, len(positions), enc.head_dim, generator=gen) for _ in range(2))
-            apply = (
-                getattr(module, "apply_rotary_pos_emb_2d", None) or module.apply_rotary_pos_emb_2d_self_attn
+    apply = getattr(module, "apply_rotary_pos_emb_2d", None) or module.apply_rotary_pos_emb_2d_self_attn
+
+    def check(i: int, enc: Any, n: int) -> str | None:
+        if len(layers) not in (1, n):  # (SAM 2: one for the whole stack)
+            return f", one of {n} encodings for the model's {len(layers)} rotary layers"
+        owner, positions = layers[i if len(layers) > 1 else 0]
+        cos, sin = owner.rotary_emb(torch.zeros(1), positions)
+        q, k = (torch.randn(1, 2, len(positions), enc.head_dim, generator=gen) for _ in range(2))
+        if not _same(enc.encode_qk(q, k), apply(q, k, cos=cos, sin=sin)):
+            return ""
+        grid, pointers = enc.grid_positions(), torch.zeros(3, 2).long()
+        if hasattr(module, "apply_rotary_pos_emb_2d_cross_attn"):  # EdgeTAM: its keys' own grid
+            w, h = config.memory_attention_rope_k_sizes
+            frame = enc.grid_positions((h, w), num_prefix_tokens=2)  # two temporal tokens, then the grid
+            memory = torch.randn(1, 2, 2 * len(frame) + 3, enc.head_dim, generator=gen)
+            cos_k, sin_k = owner.rotary_emb(torch.zeros(1), owner.position_ids_k)
+            ref = module.apply_rotary_pos_emb_2d_cross_attn(
+                q, memory, cos, sin, cos_k, sin_k, num_k_exclude_rope=3, repeat_freqs_k=2
             )
-            ref = apply(q, k, cos=cos, sin=sin)
-            if not all(torch.allclose(a, b, **TOL) for a, b in zip(enc.encode_qk(q, k), ref, strict=True)):
-                return "mismatched", f"{type(form).__name__}, layer {i}: {enc!r}"
-            grid, pointers = enc.grid_positions(), torch.zeros(3, 2).long()
-            if hasattr(module, "apply_rotary_pos_emb_2d_cross_attn"):  # EdgeTAM: its keys' own grid
-                w, h = config.memory_attention_rope_k_sizes
-                frame = enc.grid_positions((h, w), num_prefix_tokens=2)  # two temporal tokens, then the grid
-                memory = torch.randn(1, 2, 2 * len(frame) + 3, enc.head_dim, generator=gen)
-                cos_k, sin_k = owner.rotary_emb(torch.zeros(1), owner.position_ids_k)
-                ref = module.apply_rotary_pos_emb_2d_cross_attn(
-                    q, memory, cos, sin, cos_k, sin_k, num_k_exclude_rope=3, repeat_freqs_k=2
-                )
-                keys = torch.cat((frame.repeat(2, 1), pointers))
-            elif "num_k_exclude_rope" in inspect.signature(apply).parameters:  # SAM 2: the grid per frame
-                memory = torch.randn(1, 2, 2 * len(positions) + 3, enc.head_dim, generator=gen)
-                ref = apply(q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True)
-                keys = torch.cat((grid.repeat(2, 1), pointers))
-            else:
-                continue
-            ours = enc.encode_qk(q, memory, q_positions=grid, k_positions=keys)
-            if not all(torch.allclose(a, b, **TOL) for a, b in zip(ours, ref, strict=True)):
-                return "mismatched", f"{type(form).__name__}, layer {i}, memory keys: {enc!r}"
-    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+            keys = torch.cat((frame.repeat(2, 1), pointers))
+        elif "num_k_exclude_rope" in inspect.signature(apply).parameters:  # SAM 2: the grid per frame
+            memory = torch.randn(1, 2, 2 * len(positions) + 3, enc.head_dim, generator=gen)
+            ref = apply(q, memory, cos, sin, num_k_exclude_rope=3, repeat_freqs_k=True)
+            keys = torch.cat((grid.repeat(2, 1), pointers))
+        else:
+            return None
+        ours = enc.encode_qk(q, memory, q_positions=grid, k_positions=keys)
+        return None if _same(ours, ref) else ", memory keys"
+
+    return _each_axial_layer(config, check)
 
 
 def _check_feature_map(module: Any, config: Any, rotary: Any) -> tuple[str, str]:
@@ -563,35 +564,25 @@ def _check_feature_map(module: Any, config: Any, rotary: Any) -> tuple[str, str]
     ``(b, t, 1, hidden)`` queries and keys, against posenc's encoding at ``grid_positions`` of that grid, for two
     maps (one not square), per layer, config object and dict."""
     gen = torch.Generator().manual_seed(0)
-    for form in (config, config.to_dict()):
-        try:
-            encodings = layer_encodings(form)
-        except ValueError as err:
-            return "refused", str(err)
-        except Exception as err:
-            return "mismatched", f"{type(form).__name__}: {type(err).__name__}: {err}"
-        for i, enc in enumerate(encodings):
-            if not isinstance(enc, posenc.AxialRoPE):
-                return "mismatched", f"layer {i}: {enc!r}, the model rotates by a grid of cells"
-            for height, width in ((16, 16), (18, 13)):
-                cos, sin = (
-                    x.flatten(1, 2) for x in rotary(torch.zeros(1, 1, height, width))
-                )  # (1, h'w', hidden)
-                q, k = (torch.randn(2, cos.shape[1], 1, enc.head_dim, generator=gen) for _ in range(2))
-                ref = module.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
-                grid = [
-                    (n - config.q_aggregation_kernel_size) // config.q_aggregation_stride + 1
-                    for n in (height, width)
-                ]
-                cells = enc.grid_positions(grid)
-                ours = enc.encode_qk(
-                    q.transpose(1, 2), k.transpose(1, 2), q_positions=cells, k_positions=cells
-                )
-                if not all(
-                    torch.allclose(a.transpose(1, 2), b, **TOL) for a, b in zip(ours, ref, strict=True)
-                ):
-                    return "mismatched", f"{type(form).__name__}, layer {i}, a {height}x{width} map: {enc!r}"
-    return "matched", "table" if type(config).model_type in SUPPORTED_MODEL_TYPES else "rule"
+
+    def check(i: int, enc: Any, _: int) -> str | None:
+        for height, width in ((16, 16), (18, 13)):
+            cos, sin = (
+                x.flatten(1, 2) for x in rotary(torch.zeros(1, 1, height, width))
+            )  # (1, h'w', hidden)
+            q, k = (torch.randn(2, cos.shape[1], 1, enc.head_dim, generator=gen) for _ in range(2))
+            ref = module.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+            grid = [
+                (n - config.q_aggregation_kernel_size) // config.q_aggregation_stride + 1
+                for n in (height, width)
+            ]
+            cells = enc.grid_positions(grid)
+            ours = enc.encode_qk(q.transpose(1, 2), k.transpose(1, 2), q_positions=cells, k_positions=cells)
+            if not _same((x.transpose(1, 2) for x in ours), ref):
+                return f", a {height}x{width} map"
+        return None
+
+    return _each_axial_layer(config, check)
 
 
 def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
