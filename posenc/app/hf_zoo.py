@@ -509,6 +509,15 @@ def _check_whole_sequence(module: Any, config: Any, rotary: Any) -> tuple[str, s
     return _each_axial_layer(config, check)
 
 
+def _holds_rows(obj: Any) -> bool:
+    """A module class built from its config alone whose ``__init__`` makes both ``rotary_emb`` and ``position_ids``."""
+    init = vars(obj).get("__init__") if isinstance(obj, type) else None
+    if not inspect.isfunction(init) or list(inspect.signature(init).parameters) != ["self", "config"]:
+        return False
+    source = inspect.getsource(init)
+    return "self.position_ids =" in source and "self.rotary_emb =" in source
+
+
 def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     """A vision model whose layers each hold their rotary module and their patches' positions (SAM 3's ViT: a
     windowed layer a window's grid, a global one the whole grid scaled to span a window), or whose one such
@@ -517,7 +526,11 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     default positions, config object and dict; where the module rotates memory keys (SAM 2's cross-attention: the
     grid for each of two frames, then three object pointer tokens, unrotated; EdgeTAM's: two temporal tokens
     unrotated and its key grid, per frame), those too, at the positions posenc's docs give."""
-    model = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))(config)
+    # the modules that hold both, built from the config alone where they can be (the trackers' memory attention:
+    # not their image encoder, 2 GiB for SAM 3's), else within the whole model (SAM 3's ViT layers)
+    owners = [o for o in vars(module).values() if _holds_rows(o)]
+    whole = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))
+    model = torch.nn.ModuleList([o(config) for o in owners]) if owners else whole(config)
     layers: list[tuple[Any, torch.Tensor]] = [
         (m, positions)
         for m in model.modules()
