@@ -212,7 +212,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "coordinates scaled to span a window (`ref_grid`)",
         },
     ),
-    # the memory attention's rotary (the rest of the model has none): its cross-attention's keys repeat the grid
+    # the memory attention's rotary (SAM 3's image encoder, a ViT, converts from its backbone_config as
+    # sam3_vit_model; the others' have none): its cross-attention's keys repeat the grid
     **dict.fromkeys(
         ("sam2_video", "sam3_tracker_video", "edgetam_video"),
         (
