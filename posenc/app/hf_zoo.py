@@ -530,7 +530,10 @@ def _check_layer_rows(module: Any, config: Any) -> tuple[str, str]:
     # not their image encoder, 2 GiB for SAM 3's), else within the whole model (SAM 3's ViT layers)
     owners = [o for o in vars(module).values() if _holds_rows(o)]
     whole = getattr(module, str(MODEL_MAPPING_NAMES[type(config).model_type]))
-    model = torch.nn.ModuleList([o(config) for o in owners]) if owners else whole(config)
+    try:  # (a rope_type its rotary does not take: the model cannot run the config, and posenc refuses it)
+        model = torch.nn.ModuleList([o(config) for o in owners]) if owners else whole(config)
+    except Exception as err:
+        return _unbuilt(config, f"its model: {type(err).__name__}: {str(err)[:80]}")
     layers: list[tuple[Any, torch.Tensor]] = [
         (m, positions)
         for m in model.modules()
@@ -631,7 +634,11 @@ def check_model_type(model_type: str) -> tuple[str, str]:
     if model_type in SUPPORTED_MODEL_TYPES and any(
         hasattr(module, name) for name in ("apply_rotary_pos_emb_2d", "apply_rotary_pos_emb_2d_self_attn")
     ):  # SAM 3's ViT, the trackers of SAM 2, SAM 3 and EdgeTAM
-        return _check_layer_rows(module, config_class(**{**TINY, **ROTARY_VARIANT.get(model_type, {})}))
+        try:
+            tiny = config_class(**{**TINY, **ROTARY_VARIANT.get(model_type, {})})
+        except Exception as err:  # (a rope_type its class cannot take: YaRN without max_position_embeddings)
+            return "not built", f"config: {type(err).__name__}: {str(err)[:80]}"
+        return _check_layer_rows(module, tiny)
     if model_type not in SUPPORTED_MODEL_TYPES and any(
         isinstance(obj, type) and hasattr(obj, "compute_axial_rope_parameters")
         for obj in vars(module).values()
