@@ -427,7 +427,7 @@ def _check_vision(module: Any, config: Any) -> tuple[str, str]:
             except Exception as err:
                 return "mismatched", f"{type(form).__name__}: {enc!r}: {type(err).__name__}: {err}"
             q_ours, k_ours = (x[0].transpose(0, 1) for x in (q_ours, k_ours))
-            if not (torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)):
+            if not _same((q_ours, k_ours), (q_ref, k_ref)):
                 return "mismatched", f"{type(form).__name__}, grid {pos.shape[0]} patches: {enc!r}"
     return "matched", "rule"
 
@@ -757,7 +757,7 @@ def check_model_type(model_type: str) -> tuple[str, str]:
                 q_ref, k_ref = q_ref[..., part], k_ref[..., part]  # (MLA: the model rotates only q_pe / k_pe)
                 q_in, k_in = q[..., part], k[..., part]
                 q_ours, k_ours = enc.encode_qk(q_in, k_in, q_positions=pos, k_positions=pos)
-                same = torch.allclose(q_ours, q_ref, **TOL) and torch.allclose(k_ours, k_ref, **TOL)
+                same = _same((q_ours, k_ours), (q_ref, k_ref))
                 scores = torch.allclose(q_ours @ k_ours.mT, q_ref @ k_ref.mT, atol=1e-4, rtol=1e-4)
                 if not (same or scores):
                     where = f"{type(form).__name__}, layer {layer} ({layer_type}), {name} positions"

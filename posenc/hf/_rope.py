@@ -452,8 +452,8 @@ def llama4_vision(cfg: Config, model_type: str, causal: bool | None) -> Position
     pairs, columns first, on the ``image_size // patch_size`` square grid numbered from 1, then its class token,
     unrotated (``Llama4VisionRotaryEmbedding``: every tile has this grid)."""
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(768, 16, None), read_head_dim=False)
-    side = positive_int(cfg, model_type, "image_size", default=448)
-    side //= positive_int(cfg, model_type, "patch_size", default=14)
+    # (a config.json without image_size or patch_size: config_dict fills its class's, _DEFAULTS_BY_KEY)
+    side = positive_int(cfg, model_type, "image_size") // positive_int(cfg, model_type, "patch_size")
     theta = _only_theta(cfg, model_type, 10000.0)
     return _columns_first(
         head_dim, model_type, theta, grid_size=(side, side), num_suffix_tokens=1, first_index=1
