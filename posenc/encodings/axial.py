@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -74,19 +74,18 @@ class AxisRotaryState(RotaryState):
     def _rotate(self, x: Tensor, side: str, role: str, formula: bool) -> Tensor:
         if not self.encoding._axis_blocks:
             return super()._rotate(x, side, role, formula)
-        rotate = super()._rotate
-        return self._blockwise(x, lambda blocks: rotate(blocks, side, role, formula))
+        return self._blockwise(super()._rotate, x, side, role, formula)
 
     def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         if not self.encoding._axis_blocks:
             return super()._apply(x, cos, sin)
-        apply = super()._apply
-        return self._blockwise(x, lambda blocks: apply(blocks, cos, sin))
+        return self._blockwise(super()._apply, x, cos, sin)
 
-    def _blockwise(self, x: Tensor, rotate: Callable[[Tensor], Tensor]) -> Tensor:
-        """``rotate`` of ``x``'s rotated channels as ``(..., t, a, r/a)`` blocks, the rest passed on."""
+    def _blockwise(self, rotate: Callable[..., Tensor], x: Tensor, *args: Any) -> Tensor:
+        """``rotate(blocks, *args)`` of ``x``'s rotated channels as ``(..., t, a, r/a)`` blocks, the rest
+        passed on."""
         n, r = self.encoding._axis_blocks, self.encoding.rotary_dim
-        out = rotate(x[..., :r].unflatten(-1, (n, -1))).flatten(-2)
+        out = rotate(x[..., :r].unflatten(-1, (n, -1)), *args).flatten(-2)
         return out if r == x.shape[-1] else torch.cat((out, x[..., r:]), -1)
 
 
