@@ -15,8 +15,6 @@ from ._patches import add_patch_table, input_grid, patch_grid
 
 __all__ = ["Learned2D"]
 
-Mode = Literal["bicubic", "bilinear", "nearest", "area"]
-
 
 class Learned2D(PositionalEncoding):
     """A trained embedding per patch of an ``h × w`` grid, plus one per prefix token.
@@ -68,7 +66,7 @@ class Learned2D(PositionalEncoding):
         *,
         num_prefix_tokens: int = 0,
         interpolate: bool = True,
-        mode: Mode = "bicubic",
+        mode: Literal["bicubic", "bilinear", "nearest", "area"] = "bicubic",
         antialias: bool = False,
         interpolate_offset: float = 0.0,
         init_std: float = 0.02,

@@ -43,11 +43,6 @@ __all__ = [
 #: (a module constructed under ``with torch.device("meta")`` must still size its buffers).
 _CPU = torch.device("cpu")
 
-FreqKind = Literal["lang", "pixel", "period"]
-AxisLayout = Literal["cat", "alternate", "cycle", "blocks"]
-GridKind = Literal["index", "pixel", "center"]
-Normalize = Literal["separate", "max", "min"]
-
 
 def axes_last(position_ids: Tensor) -> Tensor:
     """transformers' M-RoPE ``position_ids`` ``(a, b, t)`` -> posenc's axis-last ``(b, t, a)``.
@@ -69,8 +64,8 @@ def grid_positions(
     num_prefix_tokens: int = 0,
     num_suffix_tokens: int = 0,
     first_index: int = 0,
-    kind: GridKind = "index",
-    normalize: Normalize = "separate",
+    kind: Literal["index", "pixel", "center"] = "index",
+    normalize: Literal["separate", "max", "min"] = "separate",
     ref_grid: Sequence[int] | None = None,
     shift: float | None = None,
     jitter: float | None = None,
@@ -212,8 +207,8 @@ def axial_frequencies(
     axes_dim: Sequence[int],
     *,
     base: float = 10000.0,
-    freqs: FreqKind = "lang",
-    axis_layout: AxisLayout = "cat",
+    freqs: Literal["lang", "pixel", "period"] = "lang",
+    axis_layout: Literal["cat", "alternate", "cycle", "blocks"] = "cat",
     axis_order: Sequence[int] | None = None,
     max_freq: float = 10.0,
     min_period: float | None = None,
