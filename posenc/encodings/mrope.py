@@ -155,15 +155,13 @@ class MRoPE(_AxisRotary):
         return torch.arange(length, device=device)[:, None].expand(length, self.num_axes)
 
     def extra_repr(self) -> str:
-        optional = {  # each shown where it is not the default
+        parts = {  # the first three always, the others where they are not the default
+            f"head_dim={self.head_dim}": True,
+            f"mrope_section={list(self.mrope_section)}": True,
+            f"base={self.base}": True,
             f"rotary_dim={self.rotary_dim}": self.rotary_dim != self.head_dim,
             f"interleaved={self.interleaved!r}": self.interleaved,
             f"layout={self.layout!r}": self.layout != "half",
             f"rope_type={self.rope_type!r}": self.rope_type != "default",
         }
-        parts = [
-            f"head_dim={self.head_dim}",
-            f"mrope_section={list(self.mrope_section)}",
-            f"base={self.base}",
-        ]
-        return ", ".join(parts + [part for part, shown in optional.items() if shown])
+        return ", ".join(part for part, shown in parts.items() if shown)
