@@ -211,7 +211,7 @@ def _toeplitz(
         chunk: query rows per SDPA call (``tq`` for one call).
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    if vis.causal or vis.window is not None:
+    if vis.positional:
         # Entry n holds keys j = i + n - (tq - 1); the query sits at key index i + offset.
         behind = vis.offset - (torch.arange(values.shape[-1], device=values.device) - (tq - 1))
         values = values.masked_fill(~visible(behind, 0, vis.causal, vis.window), float("-inf"))
@@ -230,7 +230,7 @@ def _toeplitz(
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
     grad = soft.sinks is not None and needs_grad(q, k, v, values, soft.sinks)
     out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
-    if tq <= tk or not (vis.causal or vis.window is not None):
+    if tq <= tk or not vis.positional:
         return out
     # More queries than keys (index rule): the first rows may see no key; zeros, as on every path.
     # A row before the keys (at < 0) sees none iff it does not see key 0.

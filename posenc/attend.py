@@ -301,7 +301,7 @@ def attention(
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
             # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
-            chunked = vis.causal or window is not None or sinks is not None
+            chunked = vis.positional or sinks is not None
             rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
             return _toeplitz(q, k, v, values, vis, soft, rows)
     # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined

@@ -378,7 +378,6 @@ def unshard(
     _check_dim("seq_dim", seq_dim, tensor)
     check_choice("balance", balance, _BALANCES)
     _require_process_group()
-    seq_dim = seq_dim % tensor.dim()
     _check_same_shapes({"tensor": tensor}, group, tensor.device)
     gathered = _GatherSequence.apply(tensor, seq_dim, group)
     order = _sequence_order(gathered.shape[seq_dim], dist.get_world_size(group), balance, tensor.device)

@@ -51,8 +51,6 @@ def document_positions(document_ids: Tensor) -> Tensor:
     """
     ids = check_ids("document_ids", document_ids)
     index = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
-    if ids.shape[-1] == 0:
-        return index.clone()
     # The index of each token's document start: the running maximum of the start indices.
     first = torch.where(_starts(ids), index, torch.zeros_like(index)).cummax(dim=-1).values
     return index - first
