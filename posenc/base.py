@@ -41,23 +41,6 @@ Kind = Literal["additive", "rotary", "bias", "none"]
 HOOKS = ("encode_input", "encode_qk", "attention_bias", "value_term", "score_mod")
 
 
-def _overrides_hook_below_state(cls: type) -> bool:
-    """Whether ``cls`` overrides a hook below the class that chose its state.
-
-    Such a subclass (say, a user's ALiBi whose ``attention_bias`` doubles the bias) must not be
-    bypassed by the built-in's prepared state: its states then call its hooks.
-    """
-    mro = cls.__mro__
-
-    def definer(name: str) -> int:
-        return next(i for i, c in enumerate(mro) if name in c.__dict__)
-
-    # A hook written beside `state_class` is applied over that state (so it counts as below it);
-    # one beside `prepare_state` (RoPE's) is the same computation as the state's.
-    state_at = min(definer("state_class") + 1, definer("prepare_state"))
-    return any(definer(hook) < state_at for hook in HOOKS if hook != "encode_input")
-
-
 class PositionalEncoding(nn.Module):
     """Base class of every position encoding: three hooks, each a no-op by default.
 
@@ -72,8 +55,8 @@ class PositionalEncoding(nn.Module):
 
     A model with several layers prepares the position state once per forward instead
     (:meth:`prepare`) and hands it to every layer; the hooks are that state, applied once. A
-    subclass that overrides a hook below its :attr:`state_class` gets a generic state that calls
-    its hooks back, so it is never bypassed.
+    subclass that overrides an attention hook gets a generic state that calls its hooks back, so
+    it is never bypassed.
 
     Positions are explicit and optional everywhere: integer tensors of shape ``(t,)`` or
     ``(b, t)``, passed by keyword in the attention hooks; ``None`` means ``0..t-1`` for
@@ -99,8 +82,8 @@ class PositionalEncoding(nn.Module):
     #: attention hooks: the base class's hooks build it (:meth:`prepare`) and apply it once, so each
     #: hook is written once, on the state. ``None``: the hooks are the module's own (or no-ops).
     state_class: ClassVar[type[PositionState] | None] = None
-    #: Set per class (see :func:`_overrides_hook_below_state`); a class attribute, not a lookup
-    #: at call time, so that compiled code guards on nothing mutable.
+    #: Whether :meth:`prepare` returns the generic state (the class overrides an attention hook); set
+    #: per class, not looked up at call time, so that compiled code guards on nothing mutable.
     _generic_state: ClassVar[bool] = False
     #: The hooks its :attr:`state_class` implements: the base class's hooks apply the state there.
     _state_hooks: ClassVar[frozenset[str]] = frozenset()
@@ -115,13 +98,16 @@ class PositionalEncoding(nn.Module):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._generic_state = _overrides_hook_below_state(cls)
         state = cls.state_class or PositionState
         cls._state_hooks = frozenset(
             hook for hook in HOOKS if getattr(state, hook, None) is not getattr(PositionState, hook, None)
         )
         overrides = {hook for hook in HOOKS if getattr(cls, hook) is not getattr(PositionalEncoding, hook)}
         cls.overridden_hooks = cls._state_hooks | overrides
+        # A subclass that overrides an attention hook (say, a user's ALiBi whose `attention_bias` doubles
+        # the bias, or one written beside its `state_class`) must not be bypassed by a prepared state
+        # that applies the hook without it: its state calls its hooks back.
+        cls._generic_state = bool(overrides - {"encode_input"})
 
     def encode_input(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Add the position signal to token embeddings.
@@ -245,9 +231,15 @@ class PositionalEncoding(nn.Module):
         elif (device := torch.device(device)).index is None and device.type not in ("cpu", "meta"):
             device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", as a tensor's
         k_len = q_len if k_len is None else k_len
-        return self._state(
-            q_len, k_len, batch, device, q_positions, k_positions, self._generic_state, **options
-        )
+        if not self._generic_state:
+            return self._state(q_len, k_len, batch, device, q_positions, k_positions, **options)
+        # A subclass that overrides a hook: a generic state, whose methods call back into the hooks.
+        qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
+        try:  # the keywords are still checked: a misspelled one is an error, not ignored
+            inspect.signature(self.prepare_state).bind(qp, kp, q_start=q_start, k_start=k_start, **options)
+        except TypeError as error:
+            raise TypeError(f"{type(self).__name__}.prepare(): {error}") from None
+        return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
 
     def _state(
         self,
@@ -257,21 +249,11 @@ class PositionalEncoding(nn.Module):
         device: torch.device,
         q_positions: Tensor | None,
         k_positions: Tensor | None,
-        generic: bool = False,
         **options: Any,
     ) -> PositionState:
-        """The state at the resolved positions: this class's own (:meth:`prepare_state`), what its
-        built-in hooks read; or, with ``generic`` (a subclass that overrides a hook, in :meth:`prepare`),
-        a :attr:`_generic_state_class`, whose methods call back into the hooks."""
+        """This class's own state (:meth:`prepare_state`, what its built-in hooks read) at the resolved
+        positions, never the generic one."""
         qp, kp, q_start, k_start = self._resolve(q_len, k_len, batch, device, q_positions, k_positions)
-        if generic:  # the keywords are still checked: a misspelled one is an error, not ignored
-            try:
-                inspect.signature(self.prepare_state).bind(
-                    qp, kp, q_start=q_start, k_start=k_start, **options
-                )
-            except TypeError as error:
-                raise TypeError(f"{type(self).__name__}.prepare(): {error}") from None
-            return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
         return self.prepare_state(qp, kp, q_start=q_start, k_start=k_start, **options)
 
     def _hook_state(

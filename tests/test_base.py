@@ -218,6 +218,22 @@ def test_a_hook_written_beside_the_state_class_is_applied_over_it():
     assert torch.equal(state.attention_bias(q, k), _Distance().attention_bias(q, k) / 2)
 
 
+def test_a_hook_is_applied_over_a_prepare_state_written_beside_it():
+    """Whatever the subclass also writes (its own ``prepare_state``), an overridden hook is called back."""
+
+    class Negated(_Distance):
+        def prepare_state(self, q_positions, k_positions, *, q_start, k_start):
+            return super().prepare_state(q_positions, k_positions, q_start=q_start, k_start=k_start)
+
+        def attention_bias(self, q, k, *, q_positions=None, k_positions=None):
+            return -super().attention_bias(q, k, q_positions=q_positions, k_positions=k_positions)
+
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    state = Negated().prepare(3)
+    assert Negated._generic_state and type(state) is PositionState
+    assert torch.equal(state.attention_bias(q, k), -_Distance().attention_bias(q, k))
+
+
 def test_a_subclass_that_overrides_a_hook_still_refuses_an_unknown_prepare_keyword():
     """The generic state (a hook overridden) takes the own state's keywords, and refuses others."""
 
