@@ -168,16 +168,15 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     if rule == "none" or window is None:
         return [None] * n
     types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
-    if types is None and rule == "any":
-        if isinstance(config, Mapping) or hasattr(type(config), "layer_types"):
+    if types is None:  # as the config class derives them when a config.json leaves them out
+        if rule == "any" and (isinstance(config, Mapping) or hasattr(type(config), "layer_types")):
             raise ValueError(
                 f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not "
                 "in posenc's table and its config class may derive its layer types in its own code; pass the "
                 "config object (its to_dict() carries them) or give 'layer_types'"
             )
-        if not hasattr(type(config), "sliding_window"):
+        if rule == "any" and not hasattr(type(config), "sliding_window"):
             return [None] * n
-    if types is None:  # as the config class derives them when a config.json leaves them out
         if rule == "smollm3":  # the NoPE layers slide
             types = [
                 "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)

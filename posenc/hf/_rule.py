@@ -405,7 +405,11 @@ def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
         types = ["full_attention"] * required_count(cfg, model_type)
         cfg = {**cfg, "layer_types": types}
     given = rope_dict(cfg, model_type)
-    if types is not None and all(isinstance(given.get(name), Mapping) for name in types):
+    if types is None:
+        raise ValueError(
+            f"{model_type} config: per-layer rope_theta / partial_rotary_factors need 'layer_types'"
+        )
+    if all(isinstance(given.get(name), Mapping) for name in types):
         # (its class pops rope_theta first: a dict without one gets its default, 10000; the top-level
         # partial_rotary_factor is copied into them by transformers' standardisation)
         nested = {
@@ -417,10 +421,6 @@ def _step3p7_per_type(cfg: Config, model_type: str) -> dict[str, Any]:
             "rope_scaling": None,
             "rope_parameters": nested,
         }
-    if types is None:
-        raise ValueError(
-            f"{model_type} config: per-layer rope_theta / partial_rotary_factors need 'layer_types'"
-        )
     per_type: dict[str, dict[str, Any]] = {t: {"rope_type": "default"} for t in types}
     for name, key in (("rope_theta", "rope_theta"), ("partial_rotary_factors", "partial_rotary_factor")):
         values = cfg.get(name)
