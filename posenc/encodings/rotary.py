@@ -108,11 +108,10 @@ class RotaryState(PositionState):
             if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
                 plain = layout == "half" and not enc.by_role
                 wide = enc._table_rows(self, side, x.dtype) if plain else None
-                rows = (
-                    eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
-                    if wide is None
-                    else wide.unbind(0)
-                )
+                if wide is None:
+                    rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
+                else:
+                    rows = wide.unbind(0)
                 self._cache[key] = rows
             out = rotate_eager(x, rows, layout, offset=enc.rotary_offset)
         if role == "query" and enc.params.query_scale_beta and enc.rotary_dim < enc.head_dim:

@@ -141,8 +141,8 @@ def _read_type(
         factor = max_len / fields["original_max_len"]
     if factor is None and kind not in ("default", "longrope", "proportional"):
         raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
-    if kind != "default":
-        fields["factor"] = 1.0 if factor is None and kind == "proportional" else factor
+    if factor is not None:  # else the dataclass's default: proportional's 1, longrope's None
+        fields["factor"] = factor
     if kind == "proportional":
         # p-RoPE: partial_rotary_factor (checked by resolve_rope_scaling) is the rotated fraction of the
         # pairs; the exponents span rotary_dim

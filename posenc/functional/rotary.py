@@ -93,10 +93,7 @@ def rotary_reference(
         ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
     wide = x[..., offset : offset + 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
-    if layout == "half":
-        x1, x2 = wide.chunk(2, dim=-1)
-    else:
-        x1, x2 = wide.unflatten(-1, (-1, 2)).unbind(-1)
+    x1, x2 = wide.chunk(2, dim=-1) if layout == "half" else wide.unflatten(-1, (-1, 2)).unbind(-1)
     first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     out = torch.cat((first, second), -1) if layout == "half" else torch.stack((first, second), -1).flatten(-2)
     return _with_rest(out.to(x.dtype), x, offset)
