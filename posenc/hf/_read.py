@@ -108,8 +108,13 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
 }
 
 
+def _default_rope(theta: float, **more: Any) -> dict[str, Any]:
+    """A ``"default"`` rope_parameters dict of base ``theta`` (and ``more``), as a config class fills it in."""
+    return {"rope_type": "default", "rope_theta": theta, **more}
+
+
 GEMMA4_ROPE = {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "sliding_attention": _default_rope(10_000.0),
     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
 }
 _LLAMA3 = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0, _ORIGINAL: 8192}
@@ -140,44 +145,33 @@ CLASS_ROPE: dict[str, dict[str, Any]] = {
         "mscale_all_dim": 1.0,
         "llama_4_scaling_beta": 0.1,
     },
-    "cosmos3_edge_text": {"rope_type": "default", "rope_theta": 1e8, "mrope_section": [24, 20, 20]},
-    "muse_spark_text": {"rope_type": "default", "rope_theta": 5e5},
-    "moonshine_streaming": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.8},
-    "nemotron3_5_transcribe_asr_audio nemotron3_5_transcribe_word_timestamp": {
-        "rope_type": "default",
-        "rope_theta": 1e4,
-        "partial_rotary_factor": 0.5,
-    },
-    "dory": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
-    "ultrabert": {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-        "full_attention": {"rope_type": "default", "rope_theta": 2.56e6},
-    },
-    "beam": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "full_attention": None},
+    "cosmos3_edge_text": _default_rope(1e8, mrope_section=[24, 20, 20]),
+    "muse_spark_text": _default_rope(5e5),
+    "moonshine_streaming": _default_rope(1e4, partial_rotary_factor=0.8),
+    "nemotron3_5_transcribe_asr_audio nemotron3_5_transcribe_word_timestamp": _default_rope(
+        1e4, partial_rotary_factor=0.5
+    ),
+    "dory": {"sliding_attention": _default_rope(1e4)},
+    "ultrabert": {"sliding_attention": _default_rope(1e4), "full_attention": _default_rope(2.56e6)},
+    "beam": {"sliding_attention": _default_rope(1e4), "full_attention": None},
     "diffusion_gemma_text gemma4_unified_text": GEMMA4_ROPE,
-    "embedding_gemma2_text": {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
-    },
+    "embedding_gemma2_text": {"sliding_attention": _default_rope(1e4), "full_attention": _default_rope(1e6)},
     "lfm3": {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "sliding_attention": _default_rope(1e4),
         "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
     },
-    "mellum": {
-        "full_attention": {"rope_type": "default", "rope_theta": 5e5},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-    },
+    "mellum": {"full_attention": _default_rope(5e5), "sliding_attention": _default_rope(1e4)},
     "laguna": {
-        "full_attention": {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0},
+        "full_attention": _default_rope(5e5, partial_rotary_factor=0.5),
+        "sliding_attention": _default_rope(1e4, partial_rotary_factor=1.0),
     },
     "mimo_v2_flash": {
-        "full_attention": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.334},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.334},
+        "full_attention": _default_rope(5e6, partial_rotary_factor=0.334),
+        "sliding_attention": _default_rope(1e4, partial_rotary_factor=0.334),
     },
     "zaya": {
-        "hybrid": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
-        "hybrid_sliding": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+        "hybrid": _default_rope(5e6, partial_rotary_factor=0.5),
+        "hybrid_sliding": _default_rope(1e4, partial_rotary_factor=0.5),
     },
 }
 
@@ -190,13 +184,7 @@ def _sizes(hidden: int, heads: int, layers: int, **more: Any) -> dict[str, Any]:
 #: What a parent's class merges a text_config dict over (its SubConfigSpec init_kwargs, the keys posenc reads),
 #: as :func:`class_defaults` of ``"<parent>.text_config"``; other parents' classes take a dict as it is
 _PARENT_TEXT: dict[str, dict[str, Any]] = {
-    "glmasr": _sizes(
-        2048,
-        16,
-        28,
-        max_position_embeddings=8192,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e4},
-    ),
+    "glmasr": _sizes(2048, 16, 28, max_position_embeddings=8192, rope_parameters=_default_rope(1e4)),
     **dict.fromkeys(("pe_audio", "pe_audio_video", "pe_video"), _sizes(1024, 16, 22)),
     "voxtral": {
         "hidden_size": 3072,

@@ -47,10 +47,9 @@ __all__ = [
 #: Where a parent config keeps its text model (as transformers' get_text_config; Qwen2.5-Omni: its thinker's
 #: text_config), and the stacks of an encoder-decoder parent (T5Gemma, Dia: its model reads no RoPE field at the
 #: parent's top level, though a config may carry one), except where the parent's own model reads them (BLT's
-#: global transformer; its encoder_config / decoder_config are its byte-level stacks).
+#: global transformer; its encoder_config / decoder_config are its byte-level stacks: :func:`_resolve`).
 _TEXT_FIELDS = ("text_config", "thinker_config")
 _STACK_FIELDS = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
-_OWN_ROPE_BESIDE_STACKS = frozenset({"blt"})
 #: A resolved config: the parent's field it came from (None: itself), dict, model_type, converter, object.
 _Stack = tuple[str | None, dict[str, Any], str, Convert | PerStack, Any]
 
@@ -76,7 +75,7 @@ def _resolve(config: Any) -> list[_Stack]:
         flat = model_type in _FLAT_TEXT
         config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if flat and k != "model_type"}}
     fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
-    if model_type not in _OWN_ROPE_BESIDE_STACKS or get(cfg, *ROPE_KEYS) is None:
+    if model_type != "blt" or get(cfg, *ROPE_KEYS) is None:  # (BLT: its own RoPE beside its stacks)
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
