@@ -19,6 +19,7 @@ Shape key: ``b`` batch, ``h`` heads, ``tq`` queries, ``tk`` keys.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -71,11 +72,8 @@ def _row_major(x: Tensor) -> Tensor:
     ``is_contiguous()`` ignores the strides of size-1 dims and dynamo does not, so the strides
     themselves are compared: every call then meets the same stride guards.
     """
-    expected, step = [], 1
-    for size in reversed(x.shape):
-        expected.append(step)
-        step *= size
-    if tuple(reversed(expected)) == x.stride():
+    # row-major: the stride of a dim is the product of the sizes after it
+    if tuple(math.prod(x.shape[i + 1 :]) for i in range(x.dim())) == x.stride():
         return x
     return x.clone(memory_format=torch.contiguous_format)
 

@@ -55,10 +55,9 @@ def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirecti
     check_bool("bidirectional", bidirectional)
     per_direction = num_buckets // 2 if bidirectional else num_buckets
     if per_direction < 2:
-        least = 4 if bidirectional else 2
         raise ValueError(
             f"num_buckets={num_buckets} is too small for bidirectional={bidirectional}: each direction needs at least "
-            f"2 buckets (one exact, one logarithmic), so num_buckets must be >= {least}"
+            f"2 buckets (one exact, one logarithmic), so num_buckets must be >= {4 if bidirectional else 2}"
         )
     max_exact = per_direction // 2
     if max_distance <= max_exact:
