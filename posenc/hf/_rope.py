@@ -389,16 +389,6 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
 
 
-def _with_top_partial(cfg: Config, params: Any) -> Any:
-    """A flat rope dict with the top-level ``partial_rotary_factor`` that transformers writes into it."""
-    top = cfg.get("partial_rotary_factor")
-    return (
-        {"partial_rotary_factor": top, **params}
-        if isinstance(params, Mapping) and top is not None
-        else params
-    )
-
-
 def _only_theta(
     cfg: Config,
     model_type: str,
@@ -410,12 +400,10 @@ def _only_theta(
     must then be ``{"rope_type": rope_type, "rope_theta": ...}`` (a top-level ``partial_rotary_factor`` is one key
     more: transformers writes it in): the dict's own, else the config's, else ``default`` (EoMT, the vision
     towers)."""
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    if (
-        not isinstance(params, Mapping)
-        or params.get("rope_type", rope_type) != rope_type
-        or set(params) - {"rope_type", "rope_theta", *also}
-    ):
+    params = rope_dict(cfg, model_type)
+    if cfg.get("partial_rotary_factor") is not None:  # (transformers writes a top-level one into the dict)
+        params = {"partial_rotary_factor": cfg["partial_rotary_factor"], **params}
+    if params.get("rope_type", rope_type) != rope_type or set(params) - {"rope_type", "rope_theta", *also}:
         more = "".join(f", {key!r}: ..." for key in also)
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': {rope_type!r}, 'rope_theta': ...{more}}} "
@@ -551,8 +539,9 @@ def efficientloftr(cfg: Config, model_type: str, causal: bool | None) -> AxialRo
     hidden = positive_int(cfg, model_type, "hidden_size")
     head_dim = get(cfg, "head_dim", default=hidden // positive_int(cfg, model_type, "num_attention_heads"))
     theta = _only_theta(cfg, model_type, 10000.0, also=("partial_rotary_factor",))
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    factor = params.get("partial_rotary_factor", 1.0)
+    # (the dict's own factor, else the top-level one that transformers writes into it)
+    top = get(cfg, "partial_rotary_factor", default=1.0)
+    factor = rope_dict(cfg, model_type).get("partial_rotary_factor", top)
     pairs = int(head_dim * factor) // 2  # (its code's frequencies: one per row pair and column pair)
     if 4 * pairs != hidden or int(head_dim * factor) % 2:
         raise ValueError(
