@@ -66,8 +66,7 @@ def rope_parameters(
     per_type = params is not None
     # (where its code reads the factor of a layer type's dict alone: its own default there, not the top-level one)
     type_partial = _PER_TYPE_PARTIAL.get(model_type) if per_type else None
-    raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
-    params = dict(raw)
+    params = dict(rope_dict(cfg, model_type) if params is None else params)  # {}: the class's default
     nested = [key for key in params if isinstance(params[key], Mapping)]
     if nested:
         raise ValueError(
@@ -88,8 +87,8 @@ def rope_parameters(
     if ntk_alpha:
         # Hunyuan's code reads a "dynamic" dict with a fixed `alpha` as a larger static base,
         # theta * alpha ** (d / (d - 2)): posenc's "ntk" with factor alpha. It reads no other key.
-        params = {key: params[key] for key in ("rope_theta", "partial_rotary_factor") if key in params}
-        params |= {"rope_type": "ntk", "factor": raw["alpha"]}
+        kept = {key: params[key] for key in ("rope_theta", "partial_rotary_factor") if key in params}
+        params = kept | {"rope_type": "ntk", "factor": params["alpha"]}
         rope_type = "ntk"
     if rope_type not in ROPE_TYPES:
         raise ValueError(
@@ -354,10 +353,8 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(384, 6, None), read_head_dim=False)
-    (image_h, image_w), (patch_h, patch_w) = (
-        _sides(cfg, model_type, "image_size", 224),
-        _sides(cfg, model_type, "patch_size", 16),
-    )
+    image_h, image_w = _sides(cfg, model_type, "image_size", 224)
+    patch_h, patch_w = _sides(cfg, model_type, "patch_size", 16)
     registers = check_int(
         f"{model_type} config: num_register_tokens", get(cfg, "num_register_tokens", default=0), minimum=0
     )
@@ -465,12 +462,10 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
     to span a window (``ref_grid``, EVA's rule)."""
     cfg = {**_SAM3_VIT, **cfg}
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(None, None, None), read_head_dim=False)
-    (image_h, image_w), (patch_h, patch_w) = (
-        _sides(cfg, model_type, k, 0) for k in ("image_size", "patch_size")
-    )
-    if (
-        image_h // patch_h != image_w // patch_w
-    ):  # (its code lays a non-square grid's positions out transposed)
+    image_h, image_w = _sides(cfg, model_type, "image_size", 0)
+    patch_h, patch_w = _sides(cfg, model_type, "patch_size", 0)
+    side = image_h // patch_h
+    if side != image_w // patch_w:  # (its code lays a non-square grid's positions out transposed)
         raise ValueError(
             f"{model_type} config: image_size={cfg['image_size']!r} over patch_size={cfg['patch_size']!r} is not a "
             "square grid of patches, which its code positions as the transposed grid"
@@ -481,7 +476,7 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
         raise TypeError(
             f"{model_type} config: global_attn_indexes must be a list of ints, got {global_layers!r}"
         )
-    theta, side = _only_theta(cfg, model_type, 10000.0, "axial"), image_h // patch_h
+    theta = _only_theta(cfg, model_type, 10000.0, "axial")
     in_window = _columns_first(head_dim, model_type, theta, grid_size=(window, window))
     whole = _columns_first(head_dim, model_type, theta, grid_size=(side, side), ref_grid=(window, window))
     return [whole if i in global_layers else in_window for i in range(layers)]
@@ -521,11 +516,10 @@ def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
 
 
 #: EfficientLoFTR's config class defaults for keys a config.json leaves out
-_EFFICIENTLOFTR: dict[str, Any] = {"hidden_size": 256, "num_attention_heads": 8}
-_EFFICIENTLOFTR["rope_parameters"] = {
-    "rope_type": "default",
-    "rope_theta": 10000.0,
-    "partial_rotary_factor": 4.0,
+_EFFICIENTLOFTR: dict[str, Any] = {
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 4.0},
 }
 
 
