@@ -210,7 +210,7 @@ def build_rope(
         mrope_section = mrope_section(rotary_dim // 2)
     if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
         scaling = {**scaling, "partial_rotary_factor": partial}
-    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}
+    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling, "max_len": max_len}
     try:
         if mrope_section is not None:
             return MRoPE(head_dim, mrope_section=list(mrope_section), interleaved=interleaved, **kw)
@@ -589,8 +589,6 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
             )
         if interleaved == "hw" and len(section) == 3:  # (h, w, t) -> (t, h, w)
             section = [section[2], section[0], section[1]]
-        return build_rope(
-            cfg, model_type, d, params=params, mrope_section=list(section), interleaved=interleaved
-        )
+        return build_rope(cfg, model_type, d, params=params, mrope_section=section, interleaved=interleaved)
 
     return convert
