@@ -66,8 +66,7 @@ def rope_parameters(
     per_type = params is not None
     # (where its code reads the factor of a layer type's dict alone: its own default there, not the top-level one)
     type_partial = _PER_TYPE_PARTIAL.get(model_type) if per_type else None
-    raw = rope_dict(cfg, model_type) if params is None else params  # {}: the class's default
-    params = dict(raw)
+    params = dict(rope_dict(cfg, model_type) if params is None else params)  # {}: the class's default
     nested = [key for key in params if isinstance(params[key], Mapping)]
     if nested:
         raise ValueError(
@@ -88,8 +87,8 @@ def rope_parameters(
     if ntk_alpha:
         # Hunyuan's code reads a "dynamic" dict with a fixed `alpha` as a larger static base,
         # theta * alpha ** (d / (d - 2)): posenc's "ntk" with factor alpha. It reads no other key.
-        params = {key: params[key] for key in ("rope_theta", "partial_rotary_factor") if key in params}
-        params |= {"rope_type": "ntk", "factor": raw["alpha"]}
+        kept = {key: params[key] for key in ("rope_theta", "partial_rotary_factor") if key in params}
+        params = kept | {"rope_type": "ntk", "factor": params["alpha"]}
         rope_type = "ntk"
     if rope_type not in ROPE_TYPES:
         raise ValueError(
@@ -211,7 +210,7 @@ def build_rope(
         mrope_section = mrope_section(rotary_dim // 2)
     if mrope_section is not None and partial != 1.0:  # (Qwen3.5: the sections cover the rotated part)
         scaling = {**scaling, "partial_rotary_factor": partial}
-    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling or None, "max_len": max_len}
+    kw: dict[str, Any] = {"base": base, "layout": d.layout, "scaling": scaling, "max_len": max_len}
     try:
         if mrope_section is not None:
             return MRoPE(head_dim, mrope_section=list(mrope_section), interleaved=interleaved, **kw)
@@ -354,10 +353,8 @@ def dinov3(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
     CLS and register tokens unrotated (HF DINOv3ViT reads no other rope field; eval: no augmentation)."""
     # (the head width is hidden_size // heads in its code: no head_dim key)
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(384, 6, None), read_head_dim=False)
-    (image_h, image_w), (patch_h, patch_w) = (
-        _sides(cfg, model_type, "image_size", 224),
-        _sides(cfg, model_type, "patch_size", 16),
-    )
+    image_h, image_w = _sides(cfg, model_type, "image_size", 224)
+    patch_h, patch_w = _sides(cfg, model_type, "patch_size", 16)
     registers = check_int(
         f"{model_type} config: num_register_tokens", get(cfg, "num_register_tokens", default=0), minimum=0
     )
@@ -389,16 +386,6 @@ def eomt_dinov3(cfg: Config, model_type: str, causal: bool | None) -> list[Posit
     return layers[: n - blocks] + [late] * blocks if blocks <= n else layers
 
 
-def _with_top_partial(cfg: Config, params: Any) -> Any:
-    """A flat rope dict with the top-level ``partial_rotary_factor`` that transformers writes into it."""
-    top = cfg.get("partial_rotary_factor")
-    return (
-        {"partial_rotary_factor": top, **params}
-        if isinstance(params, Mapping) and top is not None
-        else params
-    )
-
-
 def _only_theta(
     cfg: Config,
     model_type: str,
@@ -410,12 +397,10 @@ def _only_theta(
     must then be ``{"rope_type": rope_type, "rope_theta": ...}`` (a top-level ``partial_rotary_factor`` is one key
     more: transformers writes it in): the dict's own, else the config's, else ``default`` (EoMT, the vision
     towers)."""
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    if (
-        not isinstance(params, Mapping)
-        or params.get("rope_type", rope_type) != rope_type
-        or set(params) - {"rope_type", "rope_theta", *also}
-    ):
+    params = rope_dict(cfg, model_type)
+    if cfg.get("partial_rotary_factor") is not None:  # (transformers writes a top-level one into the dict)
+        params = {"partial_rotary_factor": cfg["partial_rotary_factor"], **params}
+    if params.get("rope_type", rope_type) != rope_type or set(params) - {"rope_type", "rope_theta", *also}:
         more = "".join(f", {key!r}: ..." for key in also)
         raise ValueError(
             f"{model_type} config: rope_parameters must be {{'rope_type': {rope_type!r}, 'rope_theta': ...{more}}} "
@@ -477,12 +462,10 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
     to span a window (``ref_grid``, EVA's rule)."""
     cfg = {**_SAM3_VIT, **cfg}
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(None, None, None), read_head_dim=False)
-    (image_h, image_w), (patch_h, patch_w) = (
-        _sides(cfg, model_type, k, 0) for k in ("image_size", "patch_size")
-    )
-    if (
-        image_h // patch_h != image_w // patch_w
-    ):  # (its code lays a non-square grid's positions out transposed)
+    image_h, image_w = _sides(cfg, model_type, "image_size", 0)
+    patch_h, patch_w = _sides(cfg, model_type, "patch_size", 0)
+    side = image_h // patch_h
+    if side != image_w // patch_w:  # (its code lays a non-square grid's positions out transposed)
         raise ValueError(
             f"{model_type} config: image_size={cfg['image_size']!r} over patch_size={cfg['patch_size']!r} is not a "
             "square grid of patches, which its code positions as the transposed grid"
@@ -493,7 +476,7 @@ def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[Position
         raise TypeError(
             f"{model_type} config: global_attn_indexes must be a list of ints, got {global_layers!r}"
         )
-    theta, side = _only_theta(cfg, model_type, 10000.0, "axial"), image_h // patch_h
+    theta = _only_theta(cfg, model_type, 10000.0, "axial")
     in_window = _columns_first(head_dim, model_type, theta, grid_size=(window, window))
     whole = _columns_first(head_dim, model_type, theta, grid_size=(side, side), ref_grid=(window, window))
     return [whole if i in global_layers else in_window for i in range(layers)]
@@ -533,11 +516,10 @@ def sam_memory(cfg: Config, model_type: str, causal: bool | None) -> AxialRoPE:
 
 
 #: EfficientLoFTR's config class defaults for keys a config.json leaves out
-_EFFICIENTLOFTR: dict[str, Any] = {"hidden_size": 256, "num_attention_heads": 8}
-_EFFICIENTLOFTR["rope_parameters"] = {
-    "rope_type": "default",
-    "rope_theta": 10000.0,
-    "partial_rotary_factor": 4.0,
+_EFFICIENTLOFTR: dict[str, Any] = {
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 4.0},
 }
 
 
@@ -551,8 +533,9 @@ def efficientloftr(cfg: Config, model_type: str, causal: bool | None) -> AxialRo
     hidden = positive_int(cfg, model_type, "hidden_size")
     head_dim = get(cfg, "head_dim", default=hidden // positive_int(cfg, model_type, "num_attention_heads"))
     theta = _only_theta(cfg, model_type, 10000.0, also=("partial_rotary_factor",))
-    params = _with_top_partial(cfg, rope_dict(cfg, model_type))
-    factor = params.get("partial_rotary_factor", 1.0)
+    # (the dict's own factor, else the top-level one that transformers writes into it)
+    top = get(cfg, "partial_rotary_factor", default=1.0)
+    factor = rope_dict(cfg, model_type).get("partial_rotary_factor", top)
     pairs = int(head_dim * factor) // 2  # (its code's frequencies: one per row pair and column pair)
     if 4 * pairs != hidden or int(head_dim * factor) % 2:
         raise ValueError(
@@ -606,8 +589,6 @@ def mrope(d: RopeDefaults, default_section: tuple[int, ...], *, interleaved: boo
             )
         if interleaved == "hw" and len(section) == 3:  # (h, w, t) -> (t, h, w)
             section = [section[2], section[0], section[1]]
-        return build_rope(
-            cfg, model_type, d, params=params, mrope_section=list(section), interleaved=interleaved
-        )
+        return build_rope(cfg, model_type, d, params=params, mrope_section=section, interleaved=interleaved)
 
     return convert

@@ -71,6 +71,11 @@ def _fairseq(
     return _sinusoidal("tensor2tensor", width, length, keys, offset=None, pad=pad), f"{_T2T} pad_token_id + 1"
 
 
+def _qwen3_vl(d: RopeDefaults) -> tuple[Convert, str]:
+    """Qwen3-VL's text models: interleaved MRoPE, their class's ``mrope_section``; ``d``: its defaults."""
+    return mrope(d, (24, 20, 20), interleaved=True), _QWEN3_VL
+
+
 def _seamless(length: int, speech_line: str) -> tuple[PerStack, Summary]:
     """SeamlessM4T: the speech encoder's relative tables (by default), its text stacks' M2M100 sinusoids."""
     text, line = _fairseq(1024, length, pad=0)
@@ -132,14 +137,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # M-RoPE over whole heads (the rule would read partial_rotary_factor / rope_interleave, which their code
     # does not), its class's mrope_section and sizes for a config.json: positions (t, 3) or (b, t, 3)
     **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), _QWEN2_VL),
-    "qwen3_vl_text": (
-        mrope(RopeDefaults(4096, 32, 128000, theta=5e5, head_dim=128), (24, 20, 20), interleaved=True),
-        _QWEN3_VL,
-    ),
-    "qwen3_vl_moe_text": (
-        mrope(RopeDefaults(2048, 16, 128000, theta=5e5), (24, 20, 20), interleaved=True),
-        _QWEN3_VL,
-    ),
+    "qwen3_vl_text": _qwen3_vl(RopeDefaults(4096, 32, 128000, theta=5e5, head_dim=128)),
+    "qwen3_vl_moe_text": _qwen3_vl(RopeDefaults(2048, 16, 128000, theta=5e5)),
     # MLA heads [nope | rope] whose code rotates the last qk_rope_head_dim channels and scales whole queries
     # (llama_4_scaling_beta), with a partial_rotary_factor the rule cannot place
     "mistral4": (
