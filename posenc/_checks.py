@@ -62,6 +62,22 @@ def check_positive_int(name: str, value: object) -> int:
     return value
 
 
+def check_rotary_channels(head_dim: int, rotary_dim: int | None, rotary_offset: int = 0) -> int:
+    """The rotated channels of a ``head_dim``-wide head: ``rotary_dim`` (``None``: all) checked to be a positive
+    even int that fits from ``rotary_offset`` (an int >= 0) on; returns ``rotary_dim``."""
+    rotary_dim = check_positive_int("rotary_dim", head_dim if rotary_dim is None else rotary_dim)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even (RoPE rotates channel pairs), got {rotary_dim}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim={head_dim}, got {rotary_dim}")
+    if check_int("rotary_offset", rotary_offset, minimum=0) + rotary_dim > head_dim:
+        raise ValueError(
+            f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - rotary_dim} (the rotated channels "
+            f"end inside the head), got {rotary_offset}"
+        )
+    return rotary_dim
+
+
 def check_positive_float(name: str, value: object) -> float:
     """Return ``float(value)`` if ``value`` is a finite real number ``> 0`` (ints accepted)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -29,7 +29,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_int
+from .._checks import check_bool, check_choice, check_rotary_channels
 from .._compat import precise_dtype
 from ..functional.rope_freqs import DynamicRope, LongRope, RopeParameters
 from ..functional.rope_scaling import resolve_rope_scaling
@@ -140,13 +140,9 @@ class RoPE(_Rotary):
         self.params: RopeParameters = resolve_rope_scaling(
             scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base, max_len=max_len
         )
-        self.rotary_offset = check_int("rotary_offset", rotary_offset, minimum=0)
+        check_rotary_channels(head_dim, self.rotary_dim, rotary_offset)
+        self.rotary_offset = rotary_offset
         self.conjugate = check_bool("conjugate", conjugate)
-        if rotary_offset + self.rotary_dim > head_dim:
-            raise ValueError(
-                f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - self.rotary_dim} (the rotated channels "
-                f"end inside the head), got {rotary_offset}"
-            )
         self.head_dim, self.layout = head_dim, layout
         self.scaling = dict(scaling) if scaling is not None else None
         self.max_len = max_len

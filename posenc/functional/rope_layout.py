@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int, check_positive_int
+from .._checks import check_choice, check_positive_int, check_rotary_channels
 
 __all__ = ["half_to_interleaved", "interleaved_to_half", "rope_layout_permutation"]
 
@@ -51,18 +51,7 @@ def rope_layout_permutation(
         TypeError: ``head_dim`` or ``rotary_dim`` is not an int.
         ValueError: a size out of range, or ``to`` not one of the two layouts.
     """
-    check_positive_int("head_dim", head_dim)
-    rotary_dim = check_positive_int("rotary_dim", head_dim if rotary_dim is None else rotary_dim)
-    if rotary_dim % 2:
-        raise ValueError(
-            f"rotary_dim must be a positive even int (channels rotate in pairs), got {rotary_dim}"
-        )
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim={rotary_dim} must not exceed head_dim={head_dim}")
-    if check_int("rotary_offset", rotary_offset, minimum=0) + rotary_dim > head_dim:
-        raise ValueError(
-            f"rotary_offset must be <= head_dim - rotary_dim = {head_dim - rotary_dim}, got {rotary_offset}"
-        )
+    rotary_dim = check_rotary_channels(check_positive_int("head_dim", head_dim), rotary_dim, rotary_offset)
     check_choice("to", to, ("half", "interleaved"))
     # to "half": half channel j takes interleaved channel 2j, half + j takes 2j + 1 (0, 2, 4, .., 1, 3, ..);
     # to "interleaved": channel 2j takes half channel j, 2j + 1 takes half + j (0, r/2, 1, r/2 + 1, ..)

@@ -19,7 +19,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._checks import check_bool, check_choice, check_positive_float, check_positive_int, short
+from .._checks import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_rotary_channels,
+    short,
+)
 from .rope_freqs import RopeParameters
 
 __all__ = ["ROPE_TYPES", "resolve_rope_scaling"]
@@ -271,11 +278,7 @@ def resolve_rope_scaling(
                 f"(head_dim {head_dim} × {fraction} = {from_fraction}); give one of them"
             )
         rotary_dim = from_fraction
-    rotary_dim = check_positive_int("rotary_dim", head_dim if rotary_dim is None else rotary_dim)
-    if rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even (RoPE rotates channel pairs), got {rotary_dim}")
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be <= head_dim={head_dim}, got {rotary_dim}")
+    rotary_dim = check_rotary_channels(head_dim, rotary_dim)
 
     common: dict[str, Any] = {"base": base, "rotary_dim": rotary_dim}
     beta = _optional(scaling, "llama_4_scaling_beta", minimum=0.0)
