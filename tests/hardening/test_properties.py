@@ -528,3 +528,41 @@ def test_t5_bias_equals_bucketing_every_pair(data) -> None:
     torch.testing.assert_close(
         bias.expand(batch, 3, tq, tk), expected.expand(batch, 3, tq, tk), rtol=0, atol=0
     )
+
+
+def test_a_pass_through_subclass_gives_the_built_in_results(attention_entry: Entry) -> None:
+    """A subclass that overrides each hook its encoding acts at with a call to ``super()`` gets the generic
+    state (whose methods call the hooks back), and that state gives exactly what the built-in's own state gives:
+    rotated q/k, bias, value term and the attention output, at explicit positions after a cache."""
+    entry = attention_entry
+    module = entry.build().double()
+    hooks = module.overridden_hooks - {"encode_input"}
+
+    def pass_through(name):
+        def hook(self, *args, **kwargs):
+            return getattr(super(Sub, self), name)(*args, **kwargs)
+
+        return hook
+
+    Sub = type(f"PassThrough{type(module).__name__}", (type(module),), {h: pass_through(h) for h in hooks})
+    sub = copy.deepcopy(module)
+    sub.__class__ = Sub
+    assert Sub._generic_state  # (the built-in's own may be generic too: hooks written on the module)
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = make_qk(entry, 2, 3, 7, torch.float64, generator=gen)
+    v = torch.randn(k.shape, generator=gen, dtype=torch.float64)
+    q_pos, k_pos = entry.qk_positions(3, 7, torch.arange(4, 7), torch.arange(7))
+    own = module.prepare(3, 7, q_positions=q_pos, k_positions=k_pos)
+    generic = sub.prepare(3, 7, q_positions=q_pos, k_positions=k_pos)
+
+    for a, b in zip(own.encode_qk(q, k), generic.encode_qk(q, k), strict=True):
+        assert torch.equal(a, b)
+    bias, again = own.attention_bias(q, k), generic.attention_bias(q, k)
+    assert (bias is None) == (again is None) and (bias is None or torch.equal(bias, again))
+    probs = torch.rand(2, entry.num_heads, 3, 7, generator=gen, dtype=torch.float64).softmax(-1)
+    term, again = own.value_term(probs), generic.value_term(probs)
+    assert (term is None) == (again is None) and (term is None or torch.equal(term, again))
+    torch.testing.assert_close(
+        posenc.attention(q, k, v, generic, causal=True), posenc.attention(q, k, v, own, causal=True)
+    )
