@@ -40,6 +40,7 @@ class Sinusoidal(PositionalEncoding):
     Variants (for parity with existing checkpoints):
 
     * ``layout="concat"``: ``[sin | cos]`` instead of interleaved (tensor2tensor, Marian, MAE);
+      ``layout="concat_cos"``: ``[cos | sin]`` (MusicGen);
     * ``freq_spacing="tensor2tensor"``: ``omega_i = base^(-i/(d_model/2 - 1))``
       (tensor2tensor's ``get_timing_signal_1d``, fairseq, Speech2Text, M2M100);
     * ``offset``: added to every position (fairseq-style models start at ``padding_idx + 1``).
@@ -47,7 +48,7 @@ class Sinusoidal(PositionalEncoding):
     Args:
         d_model: the embedding width, even.
         base: the wavelength scale, finite and > 0.
-        layout: ``"interleaved"`` (the paper) or ``"concat"``.
+        layout: ``"interleaved"`` (the paper), ``"concat"`` or ``"concat_cos"``.
         max_len: positions cached at construction (default :data:`DEFAULT_INITIAL_LEN`, at
             most :data:`MAX_TABLE_LEN`); not a limit: positions past it are computed.
         offset: added to every position before the look-up, >= 0.
@@ -82,7 +83,7 @@ class Sinusoidal(PositionalEncoding):
         self,
         d_model: int,
         base: float = 10000.0,
-        layout: Literal["interleaved", "concat"] = "interleaved",
+        layout: Literal["interleaved", "concat", "concat_cos"] = "interleaved",
         max_len: int | None = None,
         offset: int = 0,
         freq_spacing: Literal["paper", "tensor2tensor"] = "paper",

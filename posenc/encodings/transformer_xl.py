@@ -14,7 +14,7 @@ of the original code as a gather, so explicit positions work too. Never ``(b, h,
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .._checks import check_choice, check_float_tensor, check_positive_float, check_positive_int
 from .._compat import can_sync, precise_dtype
 from ..base import PositionalEncoding
-from ..functional.sinusoidal import Layout, sinusoidal_table
+from ..functional.sinusoidal import sinusoidal_table
 from ..state import ScoreMod
 from ._bias import ContentBiasState, _add_to_scores
 
@@ -184,7 +184,7 @@ class RelPosXL(PositionalEncoding):
         head_dim: int,
         d_model: int | None = None,
         base: float = 10000.0,
-        layout: Layout = "interleaved",
+        layout: Literal["interleaved", "concat"] = "interleaved",
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,

@@ -29,7 +29,8 @@ __all__ = [
     "sinusoidal_table",
 ]
 
-Layout = Literal["interleaved", "concat"]
+Layout = Literal["interleaved", "concat", "concat_cos"]
+LAYOUTS = ("interleaved", "concat", "concat_cos")
 FreqSpacing = Literal["paper", "tensor2tensor"]
 Order2D = Literal["mae", "timm", "timm_interleaved"]
 
@@ -86,23 +87,25 @@ def sinusoidal_table(
 
     ``layout="interleaved"`` is the paper's ``PE[p, 2i] = sin(p·omega_i)``,
     ``PE[p, 2i+1] = cos(p·omega_i)``; ``layout="concat"`` is ``[sin(p·omega) | cos(p·omega)]``
-    (tensor2tensor, MAE, Marian, most later code).
+    (tensor2tensor, MAE, Marian, most later code); ``layout="concat_cos"`` is ``[cos(p·omega) | sin(p·omega)]``
+    (MusicGen).
 
     Args:
         positions: integer or float tensor of any shape ``(...)``.
         dim: the table width, even.
         base, freq_spacing: see :func:`sinusoidal_inv_freq`.
-        layout: ``"interleaved"`` or ``"concat"``.
+        layout: ``"interleaved"``, ``"concat"`` or ``"concat_cos"``.
         dtype: the dtype the angles are computed and returned in (float64 by default).
 
     Returns:
         ``(..., dim)`` tensor on ``positions.device``.
     """
-    check_choice("layout", layout, ("interleaved", "concat"))
+    check_choice("layout", layout, LAYOUTS)
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., dim/2)
     # interleaved: (..., dim/2, 2) -> sin on even channels, cos on odd; concat: (..., 2, dim/2) -> [sin | cos]
-    return torch.stack((angles.sin(), angles.cos()), dim=-1 if layout == "interleaved" else -2).flatten(-2)
+    pair = (angles.cos(), angles.sin()) if layout == "concat_cos" else (angles.sin(), angles.cos())
+    return torch.stack(pair, dim=-1 if layout == "interleaved" else -2).flatten(-2)
 
 
 def sinusoidal_shift_map(
@@ -128,13 +131,15 @@ def sinusoidal_shift_map(
     Returns:
         ``(dim, dim)`` matrix acting on row vectors.
     """
-    check_choice("layout", layout, ("interleaved", "concat"))
+    check_choice("layout", layout, LAYOUTS)
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
     angle = inv_freq * shift
     c, s = angle.cos(), angle.sin()
     # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b: entry [x, y, i, i]
     # takes channel x (0: sin, 1: cos) of frequency i to channel y, (2, 2, dim/2, dim/2)
     blocks = torch.diag_embed(torch.stack((c, -s, s, c)).view(2, 2, -1))
+    if layout == "concat_cos":  # channel x = 0 is cos there, 1 sin
+        blocks = blocks.flip(0, 1)
     # channels numbered 2i + x (interleaved: side by side) or x * dim/2 + i (concat: dim/2 apart)
     m = blocks.permute(2, 0, 3, 1) if layout == "interleaved" else blocks.permute(0, 2, 1, 3)
     return m.reshape(dim, dim)

@@ -102,11 +102,12 @@ def _sinusoidal(
     *,
     offset: int | None = 0,
     pad: int = 1,
+    layout: Literal["concat", "concat_cos"] = "concat",
 ) -> Convert:
-    """A ``[sin | cos]`` table: Marian / Pegasus (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``),
-    fairseq / tensor2tensor (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from
-    ``pad_token_id + 1`` (Speech2Text, M2M100; ``pad``: the class's default), XGLM adds a fixed 2 to its
-    position ids."""
+    """A ``[sin | cos]`` table (``[cos | sin]`` with ``layout="concat_cos"``: MusicGen): Marian / Pegasus
+    (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``), fairseq / tensor2tensor
+    (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from ``pad_token_id + 1``
+    (Speech2Text, M2M100; ``pad``: the class's default), XGLM adds a fixed 2 to its position ids."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=default_width)
@@ -122,7 +123,7 @@ def _sinusoidal(
                 f"below {offset} (its checkpoints' 1)"
             )
         max_len = get(cfg, *length, default=default_length)
-        return Sinusoidal(d_model, layout="concat", max_len=max_len, offset=start, freq_spacing=spacing)
+        return Sinusoidal(d_model, layout=layout, max_len=max_len, offset=start, freq_spacing=spacing)
 
     return convert
 

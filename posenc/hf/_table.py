@@ -269,6 +269,14 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
     "kosmos_2_5_text_model": _fairseq(1536, 4096),
     "xglm": (_sinusoidal("tensor2tensor", 1024, 2048, offset=2), f"{_T2T} 2"),
+    # (its decoder's config; the parents' hold it as `config.decoder`)
+    **dict.fromkeys(
+        ("musicgen_decoder", "musicgen_melody_decoder"),
+        (
+            _sinusoidal("tensor2tensor", 1024, 2048, layout="concat_cos"),
+            "Sinusoidal, `concat_cos` layout (cos before sin), tensor2tensor spacing, positions from 0",
+        ),
+    ),
     # its own flag picks the table: learned (BART's offset 2), or fairseq's sinusoids
     "trocr": (
         trocr,

@@ -36,8 +36,10 @@ def reference_1d(positions: np.ndarray, dim: int, base: float, layout: str, spac
     out = np.empty((len(positions), dim), dtype=np.float64)
     if layout == "interleaved":
         out[:, 0::2], out[:, 1::2] = np.sin(angle), np.cos(angle)
-    else:
+    elif layout == "concat":
         out[:, : dim // 2], out[:, dim // 2 :] = np.sin(angle), np.cos(angle)
+    else:  # "concat_cos": [cos | sin] (MusicGen)
+        out[:, : dim // 2], out[:, dim // 2 :] = np.cos(angle), np.sin(angle)
     return out
 
 
@@ -60,7 +62,7 @@ def reference_mae_2d(dim: int, h: int, w: int, cls_token: bool = False) -> np.nd
 # ----------------------------------------------------------------------------- 1D: exactness
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "concat_cos"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 @pytest.mark.parametrize("base", [10000.0, 500.0])
 def test_table_matches_float64_formula(layout, spacing, base):
@@ -146,7 +148,9 @@ def test_table_rejects_negative_positions():
 
 
 def test_functional_rejects_bad_arguments():
-    with pytest.raises(ValueError, match=r"layout must be one of \['interleaved', 'concat'\], got 'halves'"):
+    with pytest.raises(
+        ValueError, match=r"layout must be one of \['interleaved', 'concat', 'concat_cos'\], got 'halves'"
+    ):
         sinusoidal_shift_map(1, 8, layout="halves")
     with pytest.raises(ValueError, match=r"dim must be an even int >= 2 .* got 7"):
         sinusoidal_table(torch.arange(3), 7)

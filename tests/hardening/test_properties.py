@@ -405,7 +405,7 @@ def test_rope_rotations_compose(qk_entry: Entry, data) -> None:
 # --- sinusoidal -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "concat_cos"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 @PROFILE
 @given(data=st.data())

@@ -306,7 +306,10 @@ def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
     ):  # (its source's table is a tower's, which this model does not build: Qwen3-VL's text model)
         return "no text table", "its model builds none"
     pad = getattr(config, "pad_token_id", None)
-    ids = torch.randint(3, TINY["vocab_size"], (2, T), generator=torch.Generator().manual_seed(0))
+    codebooks = (
+        getattr(config, "num_codebooks", None) or 1
+    )  # (MusicGen's decoder: ids per codebook of a sample)
+    ids = torch.randint(3, TINY["vocab_size"], (2 * codebooks, T), generator=torch.Generator().manual_seed(0))
     if isinstance(pad, int):
         ids[ids == pad] = 3 if pad != 3 else 4  # no padding: every token has a position
     try:
@@ -320,7 +323,8 @@ def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
         keep = torch.ones(2, T, dtype=torch.bool)
         keep[0, :2] = keep[1, -1] = False  # row 0 padded on the left, row 1 on the right
         try:
-            padded = keep, _record(model, tables, ids.masked_fill(~keep, pad), keep.long())
+            rows = keep.repeat_interleave(codebooks, 0)
+            padded = keep, _record(model, tables, ids.masked_fill(~rows, pad), keep.long())
         except Exception as err:
             return "not built", f"padded forward: {type(err).__name__}: {str(err)[:80]}"
     results: list[tuple[str, str]] = []
@@ -447,6 +451,30 @@ def test_trocrs_sinusoidal_table_matches_its_own(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(TINY_FOR, "trocr", {"use_learned_position_embeddings": False})
     outcome, detail = check_model_type("trocr")
     assert outcome == "matched" and "Sinusoidal(" in detail and "positions from the padding" in detail, detail
+
+
+@pytest.mark.parametrize("model_type", ["musicgen_decoder", "musicgen_melody_decoder"])
+def test_musicgens_cos_first_sinusoids_match_its_own_module_after_a_cache(model_type: str) -> None:
+    """MusicGen's decoder adds ``[cos | sin]`` tensor2tensor sinusoids at each token's index plus the cache's
+    length: its own module at the class's sizes, against the config object's and a ``config.json``'s encoding."""
+    config = CONFIG_MAPPING[model_type]()
+    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    (table_class,) = (c for name, c in vars(module).items() if name.endswith("SinusoidalPositionalEmbedding"))
+    own = table_class(config.max_position_embeddings, config.hidden_size)
+    cached, t = 30, 7
+    # (MusicGen's reads the ids' (b, codebooks, t) shape, MusicGen Melody's the embeddings' (b, t, d))
+    first = next(iter(inspect.signature(own.forward).parameters))
+    given_rows = (
+        torch.zeros(2, config.num_codebooks, t, dtype=torch.long)
+        if first == "input_ids"
+        else torch.zeros(2, t, config.hidden_size)
+    )
+    ref = own(given_rows, cache_length=cached)  # (t, d)
+    for given in (config, {"model_type": model_type}):
+        pe = from_hf_config(given)
+        ours = pe.encode_input(torch.zeros(1, t, config.hidden_size), torch.arange(cached, cached + t))
+        torch.testing.assert_close(ours[0], ref, **HF_FLOAT32_ANGLES)
+        assert not torch.allclose(ours[0], ref.roll(config.hidden_size // 2, -1), **HF_FLOAT32_ANGLES)
 
 
 @pytest.mark.parametrize(
