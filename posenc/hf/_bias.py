@@ -220,6 +220,8 @@ _LEARNED: dict[str, _Table] = {
             "aimv2_text_model": (768, 77),
         }.items()
     },
+    # ViLT: its text tokens' table (its image patches have their own, read by the image's grid)
+    "vilt": _Table(default=(768, 40), module="embeddings.text_embeddings.position_embeddings"),
 }
 
 

@@ -289,11 +289,12 @@ def by_rule(
     if axial:
         return vision_axial(cfg, model_type, **_VISION.get(family, {}))
     # (an image's size in pixels or patches beside patch_size: a vision tower; a byte-patching text model, BLT's
-    # or NeoMMe's, has patch_size alone)
+    # or NeoMMe's, has patch_size alone; ViLT's text tokens read a learned table beside its image)
     grid = [
         key for key in ("image_size", "max_image_size", "num_patches", "spatial_merge_size") if key in cfg
     ]
-    if cfg.get("patch_size") is not None and any(cfg[key] is not None for key in grid):
+    vision = cfg.get("patch_size") is not None and model_type not in ABSOLUTE_ONLY
+    if vision and any(cfg[key] is not None for key in grid):
         raise ValueError(
             f"model_type {model_type!r} is not supported by rule: its config has patch_size and {grid[0]}, a vision "
             "model, whose rotary works on a grid of patches (2D) that the standardized fields do not describe; "

@@ -250,10 +250,13 @@ def _record(
 
 def _other_inputs(model: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """What a document or vision-language model's forward needs beside the tokens, all zeros: each token's
-    box (LayoutLM's kin, BROS, LiLT) and three image regions (LXMERT's features and boxes)."""
+    box (LayoutLM's kin, BROS, LiLT), three image regions (LXMERT's features and boxes) and ViLT's image."""
     wanted = inspect.signature(model.forward).parameters
     b, t = ids.shape
     inputs = {"bbox": torch.zeros(b, t, 4, dtype=torch.long)}
+    if model.config.model_type == "vilt":  # (its text table is read beside the image's patches)
+        side = model.config.image_size
+        inputs["pixel_values"] = torch.zeros(b, model.config.num_channels, side, side)
     if "visual_feats" in wanted:
         regions = 3
         inputs |= {
