@@ -365,9 +365,14 @@ def by_rule(
     if not has_rope:
         if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
             return learned_by_field(cfg, model_type, causal)
+        # (a parent that holds its models' configs, MusicGen's text_encoder and decoder: name them)
+        subs = ", ".join(
+            f"{k} ({v['model_type']})" for k, v in cfg.items() if isinstance(v, Mapping) and "model_type" in v
+        )
+        held = f"; it holds the configs {subs}: to convert one of its models, pass that one" if subs else ""
         raise ValueError(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
-            f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}{held}"
         )
     if family in _PER_LAYER_KEY:
         return _layer_rope(cfg, model_type, d, family)

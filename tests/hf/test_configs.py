@@ -710,16 +710,16 @@ TINY: dict[str, dict] = {
     # (proven inside the model, both tables, in tests/hf/test_absolute.py)
     "trocr": {"decoder_layers": 1, "vocab_size": 64, "d_model": 32, "max_position_embeddings": 48},
     # (proven inside the model, and their own module after a cache, in tests/hf/test_absolute.py)
-    **dict.fromkeys(
-        ("musicgen_decoder", "musicgen_melody_decoder"),
-        {
+    **{
+        name: {
             "num_hidden_layers": 1,
             "vocab_size": 64,
             "hidden_size": 32,
             "num_attention_heads": 4,
             "max_position_embeddings": 48,
-        },
-    ),
+        }
+        for name in ("musicgen_decoder", "musicgen_melody_decoder")
+    },
 }
 
 

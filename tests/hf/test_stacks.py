@@ -289,3 +289,22 @@ def test_a_config_json_without_a_sub_config_its_class_fills_is_refused() -> None
                     with pytest.raises(ValueError, match=f"{model_type} config: no '{field}' dict"):
                         read(raw)
     assert filled == _DEFAULT_STACKS
+
+
+def test_a_parent_holding_its_models_configs_is_refused_naming_them() -> None:
+    """MusicGen's config holds its text encoder's, audio codec's and decoder's: the refusal names them, and the
+    decoder's converts."""
+    from transformers import MusicgenConfig
+
+    config = MusicgenConfig()
+    held = (
+        "text_encoder (t5), audio_encoder (encodec), decoder (musicgen_decoder): to convert one of its models"
+    )
+    for form in (config, config.to_dict()):
+        with pytest.raises(
+            ValueError, match=r"it holds the configs " + held.replace("(", r"\(").replace(")", r"\)")
+        ):
+            from_hf_config(form)
+    assert isinstance(from_hf_config(config.decoder), posenc.Sinusoidal)
+    with pytest.raises(ValueError, match=r"it is not one of .*xglm$"):  # (no configs held: nothing more said)
+        from_hf_config({"model_type": "bert_generation_like_without_fields"})
