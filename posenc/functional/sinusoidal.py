@@ -13,7 +13,7 @@ about ``1e-7 × position`` (2e-4 at position 4096), so callers build in float64 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 Layout = Literal["interleaved", "concat", "concat_cos"]
-LAYOUTS = ("interleaved", "concat", "concat_cos")
 FreqSpacing = Literal["paper", "tensor2tensor"]
 Order2D = Literal["mae", "timm", "timm_interleaved"]
 
@@ -100,10 +99,11 @@ def sinusoidal_table(
     Returns:
         ``(..., dim)`` tensor on ``positions.device``.
     """
-    check_choice("layout", layout, LAYOUTS)
+    check_choice("layout", layout, get_args(Layout))
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=positions.device)
     angles = positions.to(dtype).unsqueeze(-1) * inv_freq  # (..., dim/2)
     # interleaved: (..., dim/2, 2) -> sin on even channels, cos on odd; concat: (..., 2, dim/2) -> [sin | cos]
+    # (concat_cos: [cos | sin])
     pair = (angles.cos(), angles.sin()) if layout == "concat_cos" else (angles.sin(), angles.cos())
     return torch.stack(pair, dim=-1 if layout == "interleaved" else -2).flatten(-2)
 
@@ -131,7 +131,7 @@ def sinusoidal_shift_map(
     Returns:
         ``(dim, dim)`` matrix acting on row vectors.
     """
-    check_choice("layout", layout, LAYOUTS)
+    check_choice("layout", layout, get_args(Layout))
     inv_freq = sinusoidal_inv_freq(dim, base, freq_spacing, dtype=dtype, device=device)
     angle = inv_freq * shift
     c, s = angle.cos(), angle.sin()
