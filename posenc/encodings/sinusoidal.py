@@ -43,7 +43,8 @@ class Sinusoidal(PositionalEncoding):
       ``layout="concat_cos"``: ``[cos | sin]`` (MusicGen);
     * ``freq_spacing="tensor2tensor"``: ``omega_i = base^(-i/(d_model/2 - 1))``
       (tensor2tensor's ``get_timing_signal_1d``, fairseq, Speech2Text, M2M100);
-    * ``offset``: added to every position (fairseq-style models start at ``padding_idx + 1``).
+    * ``offset``: added to every position (fairseq-style models start at ``padding_idx + 1``);
+    * ``scale``: multiplies the table (NeMo's and Canary's ``1/sqrt(d_model)``).
 
     Args:
         d_model: the embedding width, even.
@@ -53,6 +54,7 @@ class Sinusoidal(PositionalEncoding):
             most :data:`MAX_TABLE_LEN`); not a limit: positions past it are computed.
         offset: added to every position before the look-up, >= 0.
         freq_spacing: ``"paper"`` or ``"tensor2tensor"``.
+        scale: the table's amplitude, finite and > 0 (1: the paper's).
         device: where the table is built.
 
     Shape:
@@ -75,7 +77,7 @@ class Sinusoidal(PositionalEncoding):
 
     kind = "additive"
     cache_names = ("_table",)
-    repr_optional = ("freq_spacing", "offset")
+    repr_optional = ("freq_spacing", "offset", "scale")
     repr_names = ("d_model", "/", "base", "layout", *repr_optional)
     _table: Tensor
 
@@ -87,6 +89,7 @@ class Sinusoidal(PositionalEncoding):
         max_len: int | None = None,
         offset: int = 0,
         freq_spacing: Literal["paper", "tensor2tensor"] = "paper",
+        scale: float = 1.0,
         *,
         device: torch.device | str | None = None,
     ) -> None:
@@ -102,6 +105,7 @@ class Sinusoidal(PositionalEncoding):
         self.layout = layout
         self.offset = check_int("offset", offset, minimum=0)
         self.freq_spacing = freq_spacing
+        self.scale = check_positive_float("scale", scale)
         rows = min((max_len if max_len is not None else DEFAULT_INITIAL_LEN) + offset, MAX_TABLE_LEN)
         table = self._compute(torch.arange(rows, device=device), torch.float32)  # None: the default device
         self.register_buffer("_table", table, persistent=False)
@@ -110,7 +114,7 @@ class Sinusoidal(PositionalEncoding):
         """Encodings of table rows (positions already offset), built in float64, cast once."""
         wide = wide_dtype(rows.device)
         table = sinusoidal_table(rows, self.d_model, self.base, self.layout, self.freq_spacing, dtype=wide)
-        return table.to(dtype)
+        return (table if self.scale == 1.0 else table * self.scale).to(dtype)
 
     def reset_caches(self) -> None:
         """Rebuild the table (on its current device and in its dtype), e.g. after ``to_empty()``."""

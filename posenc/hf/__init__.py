@@ -12,7 +12,7 @@
   :func:`layer_windows` the sliding window of each layer.
 * :func:`from_hf_model` (:mod:`posenc.hf.weights`) also copies the trained position weights
   out of a loaded model; ``layer=i`` for the conformer speech encoders (Wav2Vec2-BERT,
-  wav2vec2-conformer, SeamlessM4T), whose layers each hold their own relative tables.
+  wav2vec2-conformer, SeamlessM4T, Parakeet), whose layers each hold their own relative tables.
 * ``stack=`` (both functions) picks the stack of an encoder-decoder model whose stacks differ
   (Whisper, LED, SeamlessM4T's text stacks) or of a parent config (T5Gemma, Dia).
 * Qwen2-VL / Qwen2.5-VL / Qwen3-VL text models map to :class:`~posenc.MRoPE`.

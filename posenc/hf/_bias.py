@@ -103,11 +103,13 @@ def _sinusoidal(
     offset: int | None = 0,
     pad: int = 1,
     layout: Literal["concat", "concat_cos"] = "concat",
+    scaled: bool = False,
 ) -> Convert:
     """A ``[sin | cos]`` table (``[cos | sin]`` with ``layout="concat_cos"``: MusicGen): Marian / Pegasus
     (``"paper"``: positions from 0, ``inv_freq = base^(-2i/d)``), fairseq / tensor2tensor
     (``inv_freq = base^(-i/(d/2-1))``); ``offset=None``: real tokens numbered from ``pad_token_id + 1``
-    (Speech2Text, M2M100; ``pad``: the class's default), XGLM adds a fixed 2 to its position ids."""
+    (Speech2Text, M2M100; ``pad``: the class's default), XGLM adds a fixed 2 to its position ids;
+    ``scaled``: times ``1/sqrt(d)`` (Canary's decoder, as NeMo's ``FixedPositionalEncoding``)."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=default_width)
@@ -123,7 +125,10 @@ def _sinusoidal(
                 f"below {offset} (its checkpoints' 1)"
             )
         max_len = get(cfg, *length, default=default_length)
-        return Sinusoidal(d_model, layout=layout, max_len=max_len, offset=start, freq_spacing=spacing)
+        scale = d_model**-0.5 if scaled else 1.0
+        return Sinusoidal(
+            d_model, layout=layout, max_len=max_len, offset=start, freq_spacing=spacing, scale=scale
+        )
 
     return convert
 
@@ -220,6 +225,8 @@ _LEARNED: dict[str, _Table] = {
             "aimv2_text_model": (768, 77),
         }.items()
     },
+    # Cohere ASR's decoder (its parent's own fields; its encoder: encoder_config, a Parakeet encoder)
+    "cohere_asr": _Table(default=(1024, 1024), module="decoder.pos_emb", stacks=("decoder",)),
     # ViLT: its text tokens' table (its image patches have their own, read by the image's grid)
     "vilt": _Table(default=(768, 40), module="embeddings.text_embeddings.position_embeddings"),
 }
@@ -310,6 +317,19 @@ def trocr(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodi
     ):
         return learned_by_field(cfg, model_type, causal)
     return _sinusoidal("tensor2tensor", 1024, 512, offset=None)(cfg, model_type, causal)
+
+
+def held_stack(field: str, sub_type: str) -> Convert:
+    """The stack of a parent whose own fields are its other stack's (Cohere ASR's: its decoder's): refused, naming
+    the sub-config ``field`` (of ``sub_type``) that holds it."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        raise ValueError(
+            f"{model_type}: this stack's config is its {field} ({sub_type}): pass config.{field} "
+            f"(config[{field!r}] of a config.json dict)"
+        )
+
+    return convert
 
 
 def learned_table_prefixes(model_type: str) -> dict[str, str]:

@@ -85,9 +85,10 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "qk_rope_head_dim": {64: "deepseek_v2 deepseek_v3 sarvam_mla"},
     # (DeepSeek V3's own config.json leaves rope_interleave out)
     "rope_interleave": {True: "deepseek_v3 axk1 glm4_moe_lite sarvam_mla youtu"},
-    # sizes: wav2vec2-conformer's (posenc's speech converter assumes the others': 16 heads of 1024 in 24 layers)
+    # sizes: wav2vec2-conformer's, Parakeet's (posenc's speech converter assumes the others': 16 heads of 1024 in
+    # 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
-    "num_attention_heads": {12: "wav2vec2-conformer"},
+    "num_attention_heads": {12: "wav2vec2-conformer", 8: "parakeet_encoder"},
     "num_hidden_layers": {12: "wav2vec2-conformer"},
     # (vision towers whose grid is not read by rule: Llama 4's, whose converter reads it; Sapiens 2, refused by
     # these as its config object is)

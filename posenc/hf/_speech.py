@@ -1,6 +1,7 @@
-"""Conformer speech encoders: Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T (v1, v2).
+"""Conformer speech encoders: Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T (v1, v2), Parakeet.
 
-Their self-attention reads ``position_embeddings_type``:
+Their self-attention reads ``position_embeddings_type`` (Parakeet's, NeMo's FastConformer, has none: it is
+always ``"relative"``, with ``relative_k_proj``, ``bias_u``, ``bias_v``):
 
 * ``"relative_key"`` (Wav2Vec2-BERT and SeamlessM4T-v2 by default): Shaw's relative keys,
   clipped ``left_max_position_embeddings`` (64) to the left and ``right_max_position_embeddings``
@@ -27,19 +28,22 @@ from ._rope import RopeDefaults, heads_and_head_dim
 __all__ = ["SPEECH_MODEL_TYPES", "speech"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
-#: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's: 12 of 768 in 12, filled in by _read.config_dict)
+#: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
+#: by _read.config_dict)
 SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
     "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", "relative_key"),
     "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative"),
     "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative"),
     "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key"),
+    "parakeet_encoder": ("num_attention_heads", "num_hidden_layers", "relative"),
 }
 
 
 def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
-    # an explicit None: no position in attention
-    mode = cfg.get("position_embeddings_type", SPEECH_MODEL_TYPES[model_type][2])
+    # an explicit None: no position in attention (Parakeet's code reads no such key)
+    default = SPEECH_MODEL_TYPES[model_type][2]
+    mode = default if model_type == "parakeet_encoder" else cfg.get("position_embeddings_type", default)
     if mode == "rotary":
         raise ValueError(
             f"{model_type} config: position_embeddings_type='rotary' rotates the hidden states before the q/k "

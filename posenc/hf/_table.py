@@ -15,6 +15,7 @@ from ._bias import (
     _siglip2,
     _sinusoidal,
     _t5,
+    held_stack,
     learned_by_field,
     learned_stack,
     trocr,
@@ -250,6 +251,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "ShawRelative (`relative_key`, left 64 / right 8) or RelPosXL (`relative`), per layer",
     ),
     "wav2vec2-conformer": (speech, "RelPosXL (`relative`, Transformer-XL), per layer"),
+    # NeMo's FastConformer (Parakeet CTC/TDT, Canary's and Cohere ASR's encoders): always Transformer-XL
+    "parakeet_encoder": (
+        speech,
+        "RelPosXL (Transformer-XL; `relative_k_proj`, `bias_u`, `bias_v`), per layer",
+    ),
     # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
     "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
@@ -277,6 +283,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "Sinusoidal, `concat_cos` layout (cos before sin), tensor2tensor spacing, positions from 0",
         ),
     ),
+    # Canary's decoder (its parent's `decoder_config`): the paper's table over sqrt(hidden_size), by index from 0
+    "canary_decoder": (
+        _sinusoidal("paper", 1024, 1024, scaled=True),
+        "Sinusoidal, concat layout, positions from 0, times 1/sqrt(`hidden_size`)",
+    ),
     # its own flag picks the table: learned (BART's offset 2), or fairseq's sinusoids
     "trocr": (
         trocr,
@@ -296,6 +307,14 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         {
             "`stack='encoder'`": f"{_T2T} 0, `max_source_positions` (fixed)",
             "`stack='decoder'`": "Learned, `max_target_positions`",
+        },
+    ),
+    # Cohere ASR: its top-level fields are its decoder's; its encoder is a Parakeet encoder (encoder_config)
+    "cohere_asr": (
+        {"encoder": held_stack("encoder_config", "parakeet_encoder"), "decoder": learned_by_field},
+        {
+            "`stack='encoder'`": "refused: pass its `encoder_config` (parakeet_encoder)",
+            "`stack='decoder'`": "Learned",
         },
     ),
     "led": (

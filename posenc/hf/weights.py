@@ -31,6 +31,9 @@ _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5"), _T5),
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
+    "parakeet_encoder": {
+        "encoder": "layers.{layer}.self_attn."
+    },  # (the encoder's own model: a CTC head's .encoder)
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{
         name: {"encoder": "embeddings.position_embedding."}
@@ -40,8 +43,17 @@ _PREFIXES: dict[str, dict[str, str]] = {
     "whisper": {"decoder": "decoder.embed_positions."},
     "led": {stack: f"{stack}.embed_positions." for stack in ("encoder", "decoder")},
 }
-#: posenc's parameter name -> the model's, where they differ (ShawRelative's key table)
+#: posenc's parameter name -> the model's, where they differ: ShawRelative's key table; a ViT table; Parakeet's
+#: RelPosXL weights
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
+_RENAMED_BY_TYPE = {
+    **{name: {**_RENAMED, "weight": "position_embeddings"} for name in _VIT_TABLES},
+    "parakeet_encoder": {
+        "linear_pos.weight": "relative_k_proj.weight",
+        "pos_bias_u": "bias_u",
+        "pos_bias_v": "bias_v",
+    },
+}
 
 
 def from_hf_model(
@@ -68,10 +80,11 @@ def from_hf_model(
             decoder-only models have one stack. Required where the stacks differ (Whisper, LED; SeamlessM4T's
             text stacks: ``"text_encoder"``, ``"decoder"``), as in :func:`from_hf_config`.
         layer: the 0-based layer whose encoding to return. Required for the conformer speech
-            encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2), where every layer
+            encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2, Parakeet), where every layer
             has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
             :class:`~posenc.ShawRelative`) or ``linear_pos``/``pos_bias_u``/``pos_bias_v``
-            (``relative`` -> :class:`~posenc.RelPosXL`) are copied. For other models, as in
+            (``relative`` -> :class:`~posenc.RelPosXL`; Parakeet's ``relative_k_proj``/``bias_u``/``bias_v``)
+            are copied. For other models, as in
             :func:`from_hf_config` (models whose layers differ).
 
     Returns:
@@ -116,7 +129,7 @@ def from_hf_model(
                 f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
             )
         prefix = prefix.format(layer=layer)
-    renamed = {**_RENAMED, "weight": "position_embeddings"} if model_type in _VIT_TABLES else _RENAMED
+    renamed = _RENAMED_BY_TYPE.get(model_type, _RENAMED)
     names = {name: renamed.get(name, name) for name, _ in encoding.named_parameters()}
     if not names:  # no trained weights (a fixed table; a speech layer without position in attention: NoPE)
         return encoding

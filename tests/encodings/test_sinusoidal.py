@@ -189,6 +189,19 @@ def test_cache_covers_max_len_and_longer_is_computed():
     assert pe._table is cached  # never replaced: calls do not allocate tables
 
 
+def test_scale_multiplies_every_row_the_table_holds_or_computes():
+    """``scale`` (Canary's 1/sqrt(d)) multiplies cached rows, rows past the table, explicit and float64 ones."""
+    plain, scaled = Sinusoidal(16, max_len=8), Sinusoidal(16, max_len=8, scale=0.25)
+    positions = torch.tensor([0, 3, 7, 50, 10**6])
+    for x, given in ((torch.zeros(2, 20, 16), None), (torch.zeros(1, 5, 16, dtype=torch.float64), positions)):
+        torch.testing.assert_close(scaled(x, given), plain(x, given) * 0.25, atol=0, rtol=0)
+    torch.testing.assert_close(scaled.table(positions), plain.table(positions) * 0.25, atol=0, rtol=0)
+    assert repr(scaled) == "Sinusoidal(16, base=10000.0, layout='interleaved', scale=0.25)"
+    assert "scale" not in repr(plain)
+    scaled.reset_caches()
+    torch.testing.assert_close(scaled._table, plain._table * 0.25, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
 def test_low_precision_cast_keeps_table_float32(low):
     pe = Sinusoidal(32, max_len=64).to(low)
@@ -271,6 +284,8 @@ def test_hooks_other_than_encode_input_are_no_ops():
         ({"d_model": 2, "freq_spacing": "tensor2tensor"}, ValueError, r"d_model >= 4.*2"),
         ({"d_model": 8, "max_len": 0}, ValueError, r"max_len must be >= 1, got 0"),
         ({"d_model": 8, "offset": -1}, ValueError, r"offset must be >= 0, got -1"),
+        ({"d_model": 8, "scale": 0.0}, ValueError, r"scale must be a finite number > 0, got 0.0"),
+        ({"d_model": 8, "scale": None}, TypeError, r"scale must be a float"),
     ],
 )
 def test_constructor_errors(kwargs, error, match):

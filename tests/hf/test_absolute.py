@@ -55,6 +55,7 @@ TINY: dict[str, Any] = {
     "hidden_size": 32,
     "intermediate_size": 32,
     "num_attention_heads": 2,
+    "num_key_value_heads": 2,
     "num_hidden_layers": 1,
     "max_position_embeddings": 40,
     "vocab_size": 99,
@@ -102,6 +103,9 @@ TABLE = re.compile(r"self\.(?:" + "|".join(NAMES) + r")\s*=\s*(nn\.Embedding|\w*
 #: Mismatches whose fix lies in a module this survey does not own, with the fix; each must still mismatch
 #: (a fix then fails the test, to be removed from here).
 KNOWN: dict[str, str] = {}
+#: Tables a model adds to something other than its tokens: Moonshine Streaming's decoder adds ``pos_emb`` to the
+#: encoder's frames it cross-attends to (its tokens it rotates: tests/hf/test_zoo.py).
+NOT_TOKENS = {"moonshine_streaming": "decoder.pos_emb"}
 # relative and rotary modules under the same attribute names (RoFormer's sinusoidal table feeds its rotation:
 # tests/hf/test_configs.py checks it)
 _NOT_ABSOLUTE = ("Rotary", "Rel", "RoFormer")
@@ -173,16 +177,16 @@ def _tiny_model(config: Any) -> Any:
             if "Unrecognized configuration class" not in str(err):
                 raise
     module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
-    # (a decoder-only model's may be its *ForCausalLM alone: TrOCR)
+    # (a decoder-only model's may be its *ForCausalLM alone: TrOCR; or its *Decoder: Canary's)
     found = sorted(
         (
             c
             for c in vars(module).values()
             if isinstance(c, type)
-            and c.__name__.endswith(("Model", "ForCausalLM"))
+            and c.__name__.endswith(("Model", "ForCausalLM", "Decoder"))
             and not c.__name__.endswith("PreTrainedModel")
         ),
-        key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)),
+        key=lambda c: (not c.__name__.endswith("Model"), c.__name__.endswith("Decoder"), len(c.__name__)),
     )
     found = [c for c in found if getattr(c, "config_class", None) is type(config)]
     if not found:
@@ -241,7 +245,11 @@ def _record(
                 decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
                 if decoder is None or decoder is model:
                     raise
-                decoder(**{k: v for k, v in kwargs.items() if not k.startswith("decoder_")})
+                tokens = {k: v for k, v in kwargs.items() if not k.startswith("decoder_")}
+                if "encoder_hidden_states" in inspect.signature(decoder.forward).parameters:
+                    # (Cohere ASR's cross-attention reads them: three frames of zeros)
+                    tokens["encoder_hidden_states"] = torch.zeros(len(ids), 3, decoder.config.hidden_size)
+                decoder(**tokens)
     finally:
         for hook in hooks:
             hook.remove()
@@ -303,7 +311,7 @@ def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
         config, model = _build(model_type)
     except Exception as err:  # (the tiny sizes do not fit this architecture, nor the retries)
         return "not built", f"tiny model: {type(err).__name__}: {str(err)[:80]}"
-    tables = _tables(model)
+    tables = {n: m for n, m in _tables(model).items() if n != NOT_TOKENS.get(model_type)}
     if (
         not tables
     ):  # (its source's table is a tower's, which this model does not build: Qwen3-VL's text model)
@@ -406,7 +414,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         ),
         "",
         "These never call the table found in their source: their text forward does not, or the model built here "
-        "holds none (a vision or audio tower's, or a part it does not build: SpeechT5's prenets): "
+        "holds none (a vision or audio tower's, or a part it does not build: SpeechT5's prenets), or it adds the "
+        "table to something else (Moonshine Streaming's decoder: to the encoder's frames): "
         + ", ".join(f"`{t}`" for t, (o, _) in sorted(results.items()) if o not in OUTCOMES)
         + ".",
         "",
@@ -480,6 +489,38 @@ def test_musicgens_cos_first_sinusoids_match_its_own_module_after_a_cache(model_
         assert not torch.allclose(ours[0], ref.roll(config.hidden_size // 2, -1), **HF_FLOAT32_ANGLES)
 
 
+def test_canarys_scaled_sinusoids_match_its_own_module() -> None:
+    """Canary's decoder adds the paper's ``[sin | cos]`` table over sqrt(hidden_size) at each token's index: its own
+    module at the class's sizes, against the parent's config object and ``config.json`` (``stack="decoder"``)."""
+    from transformers.models.canary.modeling_canary import CanaryPositionalEmbedding
+
+    config = CONFIG_MAPPING["canary"]()
+    d = config.decoder_config.hidden_size
+    positions = torch.tensor([0, 1, 5, 300, config.decoder_config.max_position_embeddings - 1])
+    ref = CanaryPositionalEmbedding(config.decoder_config.max_position_embeddings, d)(positions)
+    for given in (config, config.to_dict(), config.decoder_config):
+        pe = (
+            from_hf_config(given, stack="decoder")
+            if given is not config.decoder_config
+            else from_hf_config(given)
+        )
+        ours = pe.encode_input(torch.zeros(1, len(positions), d), positions)[0]
+        torch.testing.assert_close(ours, ref, **HF_FLOAT32_ANGLES)
+        assert not torch.allclose(ours * d**0.5, ref, **HF_FLOAT32_ANGLES)  # (the scale is there)
+
+
+def test_cohere_asrs_stacks_are_its_decoder_table_and_its_encoder_config() -> None:
+    """Cohere ASR's top-level fields are its decoder's (a learned table, copied by from_hf_model); its encoder is
+    the Parakeet encoder it holds, which the parent refuses to stand for, naming it."""
+    config = CONFIG_MAPPING["cohere_asr"]()
+    assert repr(from_hf_config(config, stack="decoder")) == "Learned(1024, max_len=1024)"
+    with pytest.raises(ValueError, match=r"this stack's config is its encoder_config \(parakeet_encoder\)"):
+        from_hf_config(config, stack="encoder")
+    with pytest.raises(ValueError, match="pass stack='encoder' or 'decoder'"):
+        from_hf_config(config)
+    assert isinstance(from_hf_config(config.encoder_config), posenc.RelPosXL)
+
+
 @pytest.mark.parametrize(
     ("model_type", "outcome"),
     [*((t, "matched") for t in ("roberta", "xlm-roberta", "m2m_100")), ("xglm", "refused")],
@@ -510,9 +551,10 @@ def test_absolute_only_types_convert_from_the_installed_config_object(model_type
 )
 def test_a_config_json_leaving_out_the_sizes_takes_the_class_defaults(model_type: str) -> None:
     """A ``config.json`` saved by transformers holds only what differs from its class: the width and length
-    it leaves out are the class's."""
-    assert repr(from_hf_config({"model_type": model_type})) == repr(
-        from_hf_config(CONFIG_MAPPING[model_type]())
+    it leaves out are the class's (of the table's stack: Cohere ASR's decoder)."""
+    stack = _LEARNED[model_type].stacks[0]
+    assert repr(from_hf_config({"model_type": model_type}, stack=stack)) == repr(
+        from_hf_config(CONFIG_MAPPING[model_type](), stack=stack)
     )
 
 

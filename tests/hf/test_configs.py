@@ -709,7 +709,7 @@ TINY: dict[str, dict] = {
     },
     # (proven inside the model, both tables, in tests/hf/test_absolute.py)
     "trocr": {"decoder_layers": 1, "vocab_size": 64, "d_model": 32, "max_position_embeddings": 48},
-    # (proven inside the model, and their own module after a cache, in tests/hf/test_absolute.py)
+    # (proven inside the model, and their own module (MusicGen's after a cache), in tests/hf/test_absolute.py)
     **{
         name: {
             "num_hidden_layers": 1,
@@ -718,7 +718,7 @@ TINY: dict[str, dict] = {
             "num_attention_heads": 4,
             "max_position_embeddings": 48,
         }
-        for name in ("musicgen_decoder", "musicgen_melody_decoder")
+        for name in ("musicgen_decoder", "musicgen_melody_decoder", "canary_decoder")
     },
 }
 
@@ -732,15 +732,22 @@ LAYERED_MODEL_TYPES = [
 # M-RoPE text models (proven below against transformers' rotary embeddings) and the conformer
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
-SPEECH_MODEL_TYPES = ["seamless_m4t", "seamless_m4t_v2", "wav2vec2-bert", "wav2vec2-conformer"]
+SPEECH_MODEL_TYPES = [
+    "seamless_m4t",
+    "seamless_m4t_v2",
+    "wav2vec2-bert",
+    "wav2vec2-conformer",
+    "parakeet_encoder",
+]
 # proven below against their own RoPE modules and position tables (Llama 4's and SAM's: tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [
     "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "pixtral",
     "edgetam_video", "efficientloftr", "sam2_video", "sam3_tracker_video", "sam3_vit_model", "siglip_vision_model",
     "siglip2_vision_model", "vit",
 ]  # fmt: skip
-# encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py
-STACKED_MODEL_TYPES = ["led", "whisper"]
+# encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
+# decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
+STACKED_MODEL_TYPES = ["led", "whisper", "cohere_asr"]
 OTHER_PROVEN = [
     *LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES, *STACKED_MODEL_TYPES
 ]  # fmt: skip
@@ -939,6 +946,7 @@ SINUSOIDAL_MODEL_TYPES = [
     "tipsv2_text_model",
     "musicgen_decoder",
     "musicgen_melody_decoder",
+    "canary_decoder",
 ]
 
 

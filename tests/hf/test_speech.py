@@ -1,6 +1,6 @@
 """posenc.from_hf_model(model, layer=i) for the conformer speech encoders: whole-layer attention parity.
 
-Tiny random Wav2Vec2-BERT, wav2vec2-conformer and SeamlessM4T-v2 speech encoders (built from
+Tiny random Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T-v2 and Parakeet speech encoders (built from
 configs, nothing downloaded): the attention output of one layer's self-attention equals
 ``posenc.attention`` with the encoding ``from_hf_model`` gives for that layer.
 """
@@ -83,30 +83,50 @@ def _seamless_v2(mode: str):
     return SeamlessM4Tv2SpeechEncoder(config).eval()
 
 
+def _parakeet(mode: str):
+    config = transformers.ParakeetEncoderConfig(
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_hidden_layers=LAYERS,
+        intermediate_size=37,
+        subsampling_conv_channels=4,
+        num_mel_bins=16,
+        attn_implementation="eager",
+    )
+    return transformers.ParakeetEncoder(config).eval()
+
+
 MODELS = {
     ("wav2vec2-bert", "relative_key"): _wav2vec2_bert,
     ("wav2vec2-bert", "relative"): _wav2vec2_bert,
     ("wav2vec2-conformer", "relative"): _wav2vec2_conformer,
     ("seamless_m4t_v2", "relative_key"): _seamless_v2,
+    ("parakeet_encoder", "relative"): _parakeet,
 }
 
 
 def _layer_output(model, layer: int, x: torch.Tensor, encoding: posenc.PositionalEncoding) -> tuple:
     """(transformers' self-attention output of ``layer``, posenc.attention's with ``encoding``)."""
-    attn = model.encoder.layers[layer].self_attn
     b, t, _ = x.shape
     dh = HIDDEN // HEADS
     with torch.no_grad():
-        embed = getattr(model.encoder, "embed_positions", None)
-        rel = embed(x) if embed is not None else None
-        expected = attn(x, relative_position_embeddings=rel)[0] if rel is not None else attn(x)[0]
+        if hasattr(model, "encode_positions"):  # Parakeet: the encoder itself, its table given to each layer
+            attn = model.layers[layer].self_attn
+            expected = attn(x, position_embeddings=model.encode_positions(x))[0]
+            projections = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        else:
+            attn = model.encoder.layers[layer].self_attn
+            embed = getattr(model.encoder, "embed_positions", None)
+            rel = embed(x) if embed is not None else None
+            expected = attn(x, relative_position_embeddings=rel)[0] if rel is not None else attn(x)[0]
+            projections = attn.linear_q, attn.linear_k, attn.linear_v, attn.linear_out
 
         def split(y: torch.Tensor) -> torch.Tensor:
             return y.view(b, t, HEADS, dh).transpose(1, 2)
 
-        q, k, v = split(attn.linear_q(x)), split(attn.linear_k(x)), split(attn.linear_v(x))
+        q, k, v = (split(project(x)) for project in projections[:3])
         out = posenc.attention(q, k, v, encoding)
-        got = attn.linear_out(out.transpose(1, 2).reshape(b, t, HIDDEN))
+        got = projections[3](out.transpose(1, 2).reshape(b, t, HIDDEN))
     return expected, got
 
 
