@@ -22,7 +22,7 @@ from .._checks import check_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
-from ._read import Config, get
+from ._read import Config, get, positive_int
 from ._rope import RopeDefaults, heads_and_head_dim
 
 __all__ = ["SPEECH_MODEL_TYPES", "speech"]
@@ -42,8 +42,8 @@ SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
 def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
     # an explicit None: no position in attention (Parakeet's code reads no such key)
-    default = SPEECH_MODEL_TYPES[model_type][2]
-    mode = default if model_type == "parakeet_encoder" else cfg.get("position_embeddings_type", default)
+    default, parakeet = SPEECH_MODEL_TYPES[model_type][2], model_type == "parakeet_encoder"
+    mode = default if parakeet else cfg.get("position_embeddings_type", default)
     if mode == "rotary":
         raise ValueError(
             f"{model_type} config: position_embeddings_type='rotary' rotates the hidden states before the q/k "
@@ -57,11 +57,11 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
     if mode is None:
         return NoPE()
     heads_key = SPEECH_MODEL_TYPES[model_type][0]
-    heads, head_dim = heads_and_head_dim(
-        cfg, model_type, RopeDefaults(1024, 16, None), heads=heads_key, read_head_dim=False
+    heads, head_dim = heads_and_head_dim(  # (Parakeet's code reads a head_dim its config may carry)
+        cfg, model_type, RopeDefaults(1024, 16, None), heads=heads_key, read_head_dim=parakeet
     )
-    if mode == "relative":
-        return RelPosXL(heads, head_dim, d_model=heads * head_dim)
+    if mode == "relative":  # (the table is hidden_size wide, projected to the heads)
+        return RelPosXL(heads, head_dim, d_model=positive_int(cfg, model_type, "hidden_size", default=1024))
     left, right = (
         check_int(f"{model_type} config: {key}", get(cfg, key, default=default), minimum=0)
         for key, default in (("left_max_position_embeddings", 64), ("right_max_position_embeddings", 8))

@@ -83,8 +83,9 @@ def _seamless_v2(mode: str):
     return SeamlessM4Tv2SpeechEncoder(config).eval()
 
 
-def _parakeet(mode: str):
+def _parakeet(mode: str, **more):
     config = transformers.ParakeetEncoderConfig(
+        **more,
         hidden_size=HIDDEN,
         num_attention_heads=HEADS,
         num_hidden_layers=LAYERS,
@@ -108,7 +109,7 @@ MODELS = {
 def _layer_output(model, layer: int, x: torch.Tensor, encoding: posenc.PositionalEncoding) -> tuple:
     """(transformers' self-attention output of ``layer``, posenc.attention's with ``encoding``)."""
     b, t, _ = x.shape
-    dh = HIDDEN // HEADS
+    dh = encoding.head_dim
     with torch.no_grad():
         if hasattr(model, "encode_positions"):  # Parakeet: the encoder itself, its table given to each layer
             attn = model.layers[layer].self_attn
@@ -126,7 +127,7 @@ def _layer_output(model, layer: int, x: torch.Tensor, encoding: posenc.Positiona
 
         q, k, v = (split(project(x)) for project in projections[:3])
         out = posenc.attention(q, k, v, encoding)
-        got = projections[3](out.transpose(1, 2).reshape(b, t, HIDDEN))
+        got = projections[3](out.transpose(1, 2).reshape(b, t, HEADS * dh))
     return expected, got
 
 
@@ -147,6 +148,21 @@ def test_each_layer_attention_equals_the_models(model_type: str, mode: str, devi
     # another layer's tables give another output (each layer has its own)
     wrong = _layer_output(model, 0, x, from_hf_model(model, layer=LAYERS - 1).to(device))[1]
     assert not torch.allclose(wrong, outputs[0], **FP32)
+
+
+def test_a_parakeet_head_width_its_config_gives_is_its_attentions() -> None:
+    """Parakeet's attention reads a ``head_dim`` its config carries (heads x head_dim need not be hidden_size);
+    its relative table stays hidden_size wide."""
+    model = _parakeet("relative", head_dim=6)
+    _randomise(model)
+    x = torch.randn(2, 9, HIDDEN, generator=torch.Generator().manual_seed(1))
+    for given in (
+        model,
+        type("Json", (), {"config": model.config.to_dict(), "state_dict": model.state_dict}),
+    ):
+        encoding = from_hf_model(given, layer=1)
+        assert (encoding.head_dim, encoding.d_model) == (6, HIDDEN)
+        torch.testing.assert_close(*_layer_output(model, 1, x, encoding)[::-1], **FP32)
 
 
 def test_shaw_settings_come_from_the_config() -> None:
