@@ -394,6 +394,8 @@ _TEXT_TYPE: dict[str, str] = {
         for parent in parents.split()
     },
 }
+#: Parents whose only attention is the encoder they hold (Parakeet's CTC, RNN-T and TDT heads): read as that one.
+ENCODER_OF = dict.fromkeys(("parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"), "encoder_config")
 #: Parents whose class builds a default sub-config for a stack (or thinker) a ``config.json`` leaves out, which
 #: posenc would read; it holds no such defaults, so such a dict is refused.
 _DEFAULT_STACKS = {
@@ -403,6 +405,7 @@ _DEFAULT_STACKS = {
     ),
     **dict.fromkeys("canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
     **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
+    **{parent: (field,) for parent, field in ENCODER_OF.items()},
 }
 #: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
 #: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.

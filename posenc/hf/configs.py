@@ -30,6 +30,7 @@ from ._table import (
     _DEFAULT_STACKS,
     _FLAT_TEXT,
     _TEXT_TYPE,
+    ENCODER_OF,
     SUPPORTED_MODEL_TYPES,
     PerStack,
     supported_models_markdown,
@@ -74,7 +75,9 @@ def _resolve(config: Any) -> list[_Stack]:
         # at its top level, or reads those keys (_FLAT_TEXT)
         flat = model_type in _FLAT_TEXT
         config = cfg = {**cfg, "text_config": {k: v for k, v in cfg.items() if flat and k != "model_type"}}
-    fields: list[tuple[str, ...]] = [(f,) for f in _TEXT_FIELDS if cfg.get(f) is not None]
+    fields: list[tuple[str, ...]] = [
+        (f,) for f in (*_TEXT_FIELDS, ENCODER_OF.get(model_type)) if f and cfg.get(f) is not None
+    ]
     if model_type != "blt" or get(cfg, *ROPE_KEYS) is None:  # (BLT: its own RoPE beside its stacks)
         fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
@@ -114,7 +117,7 @@ def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
             detail = (
                 f"{len(first)} vs {len(value)} layers"
                 if i is None
-                else f"layer {i}: {first[i]!r} vs {value[i]!r}"
+                else " ".join(f"layer {i}: {first[i]!r} vs {value[i]!r}".split())  # (one line: RelPosXL's)
             )
             raise ValueError(
                 f"this encoder-decoder config's {field} and {other} differ in their {what} ({detail}): pass "

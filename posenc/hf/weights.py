@@ -9,6 +9,7 @@ the model's ``state_dict`` by key suffix.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..base import PositionalEncoding
@@ -16,6 +17,7 @@ from ._bias import absolute_table, learned_table_prefixes
 from ._layers import required_count
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES
+from ._table import ENCODER_OF
 from .configs import from_hf_config
 
 __all__ = ["from_hf_model"]
@@ -31,9 +33,7 @@ _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5"), _T5),
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
-    "parakeet_encoder": {
-        "encoder": "layers.{layer}.self_attn."
-    },  # (the encoder's own model: a CTC head's .encoder)
+    "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{
         name: {"encoder": "embeddings.position_embedding."}
@@ -104,6 +104,10 @@ def from_hf_model(
         )
     cfg = config_dict(config)
     model_type = cfg.get("model_type", "")
+    # (Parakeet's heads: their encoder's config and weights)
+    if isinstance(cfg.get(ENCODER_OF.get(model_type, "")), Mapping):
+        cfg = config_dict(cfg[ENCODER_OF[model_type]])
+        model_type = cfg.get("model_type", "")
     learned = absolute_table(cfg, model_type) and cfg.get("position_embedding_type") in (None, "absolute")
     prefixes = _PREFIXES.get(model_type) or (learned_table_prefixes(model_type) if learned else None)
     if prefixes is None:

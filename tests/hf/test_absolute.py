@@ -507,6 +507,11 @@ def test_canarys_scaled_sinusoids_match_its_own_module() -> None:
         ours = pe.encode_input(torch.zeros(1, len(positions), d), positions)[0]
         torch.testing.assert_close(ours, ref, **HF_FLOAT32_ANGLES)
         assert not torch.allclose(ours * d**0.5, ref, **HF_FLOAT32_ANGLES)  # (the scale is there)
+    # its stacks differ (a Parakeet encoder): the refusal says so on one line
+    with pytest.raises(
+        ValueError, match=r"differ in their position encodings \(layer 0: RelPosXL\( num_heads=8"
+    ):
+        from_hf_config(config)
 
 
 def test_cohere_asrs_stacks_are_its_decoder_table_and_its_encoder_config() -> None:

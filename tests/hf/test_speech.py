@@ -165,6 +165,24 @@ def test_a_parakeet_head_width_its_config_gives_is_its_attentions() -> None:
         torch.testing.assert_close(*_layer_output(model, 1, x, encoding)[::-1], **FP32)
 
 
+@pytest.mark.parametrize("head", ["ParakeetForCTC", "ParakeetForTDT"])
+def test_parakeets_heads_are_read_as_their_encoder(head: str) -> None:
+    """Parakeet's CTC, RNN-T and TDT models hold their only attention in ``encoder_config``: their config (object
+    and ``config.json``) converts as it, and ``from_hf_model(model, layer=i)`` copies that layer's weights."""
+    model_class = getattr(transformers, head)
+    config = model_class.config_class(encoder_config=_parakeet("relative").config.to_dict())
+    model = model_class(config).eval()
+    _randomise(model)
+    x = torch.randn(2, 9, HIDDEN, generator=torch.Generator().manual_seed(1))
+    for given in (config, config.to_dict()):
+        assert repr(from_hf_config(given)) == repr(from_hf_config(config.encoder_config))
+        assert len(layer_encodings(given)) == LAYERS
+    encoding = from_hf_model(model, layer=LAYERS - 1)
+    torch.testing.assert_close(*_layer_output(model.encoder, LAYERS - 1, x, encoding)[::-1], **FP32)
+    with pytest.raises(ValueError, match="no 'encoder_config' dict"):
+        from_hf_config({"model_type": config.model_type})
+
+
 def test_shaw_settings_come_from_the_config() -> None:
     shaw = from_hf_config(
         {"model_type": "seamless_m4t_v2", "hidden_size": 64, "speech_encoder_attention_heads": 4}
