@@ -227,6 +227,17 @@ _LEARNED: dict[str, _Table] = {
     },
     # Cohere ASR's decoder (its parent's own fields; its encoder: encoder_config, a Parakeet encoder)
     "cohere_asr": _Table(default=(1024, 1024), module="decoder.pos_emb", stacks=("decoder",)),
+    # Whisper's kin among audio towers: a table the checkpoint holds (frozen), every row added to the fixed
+    # max_source_positions frames (Whisper's own encoder: its sinusoids, posenc.hf._table)
+    **{
+        name: _Table(length="max_source_positions", default=(width, 1500), module="embed_positions")
+        for name, width in {
+            "qwen2_audio_encoder": 1280,
+            "audioflamingo3_encoder": 1280,
+            "voxtral_encoder": 1280,
+            "moss_transcribe_diarize_audio": 1024,
+        }.items()
+    },
     # ViLT: its text tokens' table (its image patches have their own, read by the image's grid)
     "vilt": _Table(default=(768, 40), module="embeddings.text_embeddings.position_embeddings"),
 }

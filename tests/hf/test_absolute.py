@@ -307,6 +307,8 @@ def _same(pe: posenc.PositionalEncoding, ours: torch.Tensor, ref: torch.Tensor) 
 
 def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
     """(outcome, detail) for one model type (or ``("no text table", tables)``)."""
+    if model_type in AUDIO_TOWERS:
+        return check_audio_tower(model_type)
     try:
         config, model = _build(model_type)
     except Exception as err:  # (the tiny sizes do not fit this architecture, nor the retries)
@@ -371,6 +373,51 @@ def check_model_type(model_type: str, *, as_v4: bool = True) -> tuple[str, str]:
         results.append(("matched", detail))
     outcome = next(o for o in ("mismatched", "refused", "matched") if any(r == o for r, _ in results))
     return outcome, "; ".join(d for r, d in results if r == outcome)
+
+
+#: Whisper's kin among audio towers: every row of their table added to their fixed frames (:func:`check_audio_tower`)
+AUDIO_TOWERS = [
+    "qwen2_audio_encoder",
+    "audioflamingo3_encoder",
+    "voxtral_encoder",
+    "moss_transcribe_diarize_audio",
+]
+
+
+def check_audio_tower(model_type: str) -> tuple[str, str]:
+    """A Whisper-like audio tower adds every row of its table (a checkpoint's, frozen) to the ``max_source_positions``
+    frames its convolutions give, reading the table's weight (no call a hook sees): posenc's ``from_hf_model`` must
+    give the same sums, whole tensors, for the model and for its ``config.json``."""
+    frames, width = 6, 32
+    sizes = {"num_mel_bins": 4, "max_source_positions": frames, "encoder_layers": 1, "num_hidden_layers": 1}
+    heads = {
+        "encoder_attention_heads": 2,
+        "num_attention_heads": 2,
+        "encoder_ffn_dim": 8,
+        "intermediate_size": 8,
+    }
+    config = CONFIG_MAPPING[model_type](**sizes, **heads, d_model=width)
+    model = _tiny_model(config).eval()
+    with torch.no_grad():
+        model.embed_positions.weight.normal_(generator=torch.Generator().manual_seed(0))
+    seen: dict[str, torch.Tensor] = {}
+    model.conv2.register_forward_hook(lambda _m, _a, out: seen.update(conv=out))
+    model.layers[0].register_forward_pre_hook(
+        lambda _m, args, kw: seen.update(first=(args or (kw["hidden_states"],))[0]), with_kwargs=True
+    )
+    features = torch.randn(2, 4, 2 * frames, generator=torch.Generator().manual_seed(1))
+    wanted = inspect.signature(model.forward).parameters  # (AudioFlamingo 3's: a mask of its features)
+    mask = {"input_features_mask": torch.ones(2, 2 * frames, dtype=torch.long)}
+    with torch.no_grad():
+        model(features, **(mask if "input_features_mask" in wanted else {}))
+    tokens = torch.nn.functional.gelu(seen["conv"]).permute(
+        0, 2, 1
+    )  # (b, frames, width): what the model adds to
+    for given in (model, SimpleNamespace(config=config.to_dict(), state_dict=model.state_dict)):
+        pe = from_hf_model(given)
+        if not torch.equal(pe.encode_input(tokens), seen["first"]):
+            return "mismatched", f"`embed_positions`: {pe!r}: the sums differ from the model's"
+    return "matched", f"`embed_positions`: {pe!r}; every row, to its frames"
 
 
 def survey() -> dict[str, tuple[str, str]]:
@@ -512,6 +559,14 @@ def test_canarys_scaled_sinusoids_match_its_own_module() -> None:
         ValueError, match=r"differ in their position encodings \(layer 0: RelPosXL\( num_heads=8"
     ):
         from_hf_config(config)
+
+
+@pytest.mark.parametrize("model_type", AUDIO_TOWERS)
+def test_whisper_like_audio_towers_add_the_table_they_hold(model_type: str) -> None:
+    outcome, detail = check_audio_tower(model_type)
+    assert outcome == "matched" and detail.endswith("Learned(32, max_len=6); every row, to its frames"), (
+        detail
+    )
 
 
 def test_cohere_asrs_stacks_are_its_decoder_table_and_its_encoder_config() -> None:
