@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from ..encodings import NoPE
 from ._bias import (
     _bloom,
     _falcon,
@@ -259,6 +260,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
     "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
+    # hybrids whose attention layers add no position at all: their Mamba / linear-attention layers carry the order
+    **dict.fromkeys(
+        ("jamba", "kimi_linear", "nemotron_h", "zamba"),
+        (lambda cfg, model_type, causal: NoPE(), "NoPE (no position in attention; its recurrent layers order)"),
+    ),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
     **dict.fromkeys(("t5", "mt5"), (_t5, "RelativeBias (encoder bidirectional, decoder causal)")),
     "bloom": (_bloom, "ALiBi"),

@@ -748,8 +748,11 @@ VISION_MODEL_TYPES = [
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
 STACKED_MODEL_TYPES = ["led", "whisper", "cohere_asr"]
+# hybrids whose attention adds no position: proven NoPE in tests/hf/test_layers.py
+NOPE_MODEL_TYPES = ["jamba", "kimi_linear", "nemotron_h", "zamba"]
 OTHER_PROVEN = [
-    *LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES, *STACKED_MODEL_TYPES
+    *LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES, *STACKED_MODEL_TYPES,
+    *NOPE_MODEL_TYPES,
 ]  # fmt: skip
 SINGLE_MODEL_TYPES = [name for name in SUPPORTED_MODEL_TYPES if name not in OTHER_PROVEN]
 # RoPE models outside the table, converted by rule from their fields and proven inside a model here

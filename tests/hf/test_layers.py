@@ -876,3 +876,74 @@ def test_dots3_note_rotates_each_layers_q_pe_at_its_layer_types_base(monkeypatch
         layer_encodings(broken)
     with pytest.raises(ValueError, match="needs 'layer_types' and one rope_parameters dict per layer type"):
         layer_encodings({**config.to_dict(), "layer_types": None})
+
+
+#: Hybrids whose attention adds no position (posenc: NoPE in every layer), with tiny sizes their classes accept.
+_NOPE_HYBRIDS: dict[str, dict[str, Any]] = {
+    "jamba": {"num_hidden_layers": 2, "attn_layer_period": 2, "attn_layer_offset": 1, "num_experts": 2},
+    "zamba": {
+        "num_hidden_layers": 12,
+        "n_mamba_heads": 2,
+        "attention_hidden_size": 64,
+        "attention_head_dim": 16,
+    },
+    "nemotron_h": {
+        "layers_block_type": ["mamba", "attention"],
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 16,
+        "n_groups": 1,
+    },
+    "kimi_linear": {
+        "num_hidden_layers": 2,
+        "layer_types": ["linear_attention", "full_attention"],
+        "linear_attn_config": {"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4},
+        "pad_token_id": 0,
+    },
+}
+
+
+@pytest.mark.parametrize("model_type", [*_NOPE_HYBRIDS, "llama"])
+def test_hybrids_without_position_in_attention_are_nope(model_type: str) -> None:
+    """Jamba, Zamba, NemotronH and Kimi Linear attend without positions (their Mamba, KDA layers order the tokens):
+    their model holds no rotary or position table, and its output does not change with the positions it is given,
+    as posenc's NoPE in every layer says. Llama, which rotates, changes (the check can fail)."""
+    sizes = {
+        **SMALL,
+        "num_key_value_heads": 4,
+        "num_attention_heads": 4,
+        "mamba_d_state": 4,
+        "ssm_state_size": 4,
+    }
+    config = transformers.AutoConfig.for_model(model_type, **sizes, **_NOPE_HYBRIDS.get(model_type, {}))
+    model = transformers.AutoModel.from_config(config).eval()
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 9, dtype=torch.long)  # (given: no packed sequences read from the positions)
+    gapped = torch.tensor([[0, 3, 4, 10, 11, 12, 30, 31, 40]] * 2)
+    with torch.no_grad():
+        outputs = [
+            model(input_ids=ids, attention_mask=mask, position_ids=p).last_hidden_state
+            for p in (gapped, None)
+        ]
+    encodings = layer_encodings(config)
+    if model_type == "llama":
+        assert not torch.allclose(*outputs) and isinstance(encodings[0], RoPE)
+        return
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
+    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings != 64]
+    assert not tables and not any("Rotary" in type(m).__name__ for m in model.modules())
+    assert len(encodings) == config.num_hidden_layers and all(type(e) is NoPE for e in encodings)
+    assert [type(e) for e in layer_encodings(config.to_dict())] == [NoPE] * config.num_hidden_layers
+
+
+@pytest.mark.parametrize("model_type", ["jamba", "kimi_linear", "zamba", "nemotron_h"])
+def test_nope_hybrids_config_json_counts_the_classes_layers(model_type: str) -> None:
+    """A ``config.json`` leaving the layer count out takes the class's; NemotronH counts its ``layers_block_type``
+    (its class has no default count of its own to fall back on: without the pattern, refused by name)."""
+    default = transformers.AutoConfig.for_model(model_type)
+    if model_type == "nemotron_h":
+        given = {"model_type": model_type, "layers_block_type": ["mamba", "attention", "moe"]}
+        assert len(layer_encodings(given)) == 3
+        with pytest.raises(ValueError, match="missing 'num_hidden_layers'"):
+            layer_encodings({"model_type": model_type})
+        return
+    assert len(layer_encodings({"model_type": model_type})) == default.num_hidden_layers
