@@ -183,7 +183,7 @@ _LEARNED: dict[str, _Table] = {
             "roberta camembert data2vec-text longformer luke markuplm mpnet roberta-prelayernorm "
             "xlm-roberta xlm-roberta-xl xmod altclip_text_model bridgetower_text_model clap_text_model esm "
             # (LiLT: its text stream's table; its layout stream reads a table of its own at the same positions)
-            "layoutlmv3 lilt"
+            "layoutlmv3 lilt ibert"
         ).split(),
         _Table(offset="pad"),
     ),
@@ -247,7 +247,7 @@ _LEARNED: dict[str, _Table] = {
 #: object says nothing about positions: BERT's kin (their config class dropped ``position_embedding_type``)
 #: and every :data:`_LEARNED` model outside BERT's family (whose config never had it).
 ABSOLUTE_ONLY = frozenset(
-    "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert "
+    "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert ibert "
     "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model "
     # document and vision-language models (what they embed of boxes and image regions is the layout or the
     # image, not the tokens' positions)

@@ -263,7 +263,10 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # hybrids whose attention layers add no position at all: their Mamba / linear-attention layers carry the order
     **dict.fromkeys(
         ("jamba", "kimi_linear", "nemotron_h", "zamba"),
-        (lambda cfg, model_type, causal: NoPE(), "NoPE (no position in attention; its recurrent layers order)"),
+        (
+            lambda cfg, model_type, causal: NoPE(),
+            "NoPE (no position in attention; its recurrent layers order)",
+        ),
     ),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
     **dict.fromkeys(("t5", "mt5"), (_t5, "RelativeBias (encoder bidirectional, decoder causal)")),

@@ -307,5 +307,7 @@ def test_a_parent_holding_its_models_configs_is_refused_naming_them() -> None:
         ):
             from_hf_config(form)
     assert isinstance(from_hf_config(config.decoder), posenc.Sinusoidal)
-    with pytest.raises(ValueError, match=r"it is not one of [^;]*xglm, zamba$"):  # (no configs held: nothing more said)
+    with pytest.raises(
+        ValueError, match=r"it is not one of [^;]*xglm, zamba$"
+    ):  # (no configs held: nothing more said)
         from_hf_config({"model_type": "bert_generation_like_without_fields"})
