@@ -277,5 +277,5 @@ def test_repr_of_a_subclass_whose_constructor_drops_an_option_shows_it():
         def __init__(self, d_model: int) -> None:
             super().__init__(d_model, offset=0)
 
-    expected = "Shifted(8, base=10000.0, layout='interleaved', freq_spacing='paper', offset=0)"
+    expected = "Shifted(8, base=10000.0, layout='interleaved', freq_spacing='paper', offset=0, scale=1.0)"
     assert repr(Shifted(8)) == expected
