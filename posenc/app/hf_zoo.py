@@ -47,7 +47,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_M
 from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 import posenc
-from posenc.hf import SUPPORTED_MODEL_TYPES, layer_encodings
+from posenc.hf import SUPPORTED_MODEL_TYPES, from_hf_config, layer_encodings
 
 __all__ = ["OUTCOMES", "check_model_type", "convert_model_type", "report", "survey"]
 
@@ -613,6 +613,16 @@ def _unbuilt(config: Any, reason: str) -> tuple[str, str]:
     return "not built", reason
 
 
+def _table_gives_no_rotation(model_type: str, config: Any) -> bool:
+    """Whether posenc's table converts ``config`` to an encoding that does not rotate (a vision tower's grid)."""
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return False
+    try:
+        return from_hf_config(config).kind != "rotary"
+    except ValueError:
+        return False
+
+
 def check_model_type(model_type: str) -> tuple[str, str]:
     """``(outcome, detail)`` for one model type, or ``("", "")`` when it has neither a text rotary embedding nor an axial vision one.
 
@@ -679,6 +689,10 @@ def check_model_type(model_type: str) -> tuple[str, str]:
         except Exception as err:
             reason = f"{cls.__name__}(config): {type(err).__name__}: {str(err)[:80]}"
     own = None if rotary is not None or used else _own_rotary(module, config)
+    if rotary is not None and not used and _table_gives_no_rotation(model_type, config):
+        # a tower posenc's table reads as a learned grid, whose config lets its module's text rotary build (a
+        # rope field given): what its own model builds
+        own = _own_rotary(module, config)
     if own is not None:  # a tower (or a parent of towers) beside the text model: what its own model builds
         owner, classes, inner = own
         if not classes:

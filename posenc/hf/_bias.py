@@ -12,7 +12,7 @@ import math
 from functools import partial
 from typing import Literal, NamedTuple
 
-from .._checks import check_bool, check_int
+from .._checks import check_bool, check_int, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, Learned2D, RelativeBias, Sinusoidal
 from ..encodings.alibi import FalconALiBi
@@ -66,18 +66,33 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 # --- absolute (added to the embeddings) --------------------------------------------------------
 
 
-def _learned_grid(prefix: int, image: int, patch: int, *, antialias: bool = False) -> Convert:
+def _learned_grid(
+    prefix: int, image: int, patch: int, *, width: int = 768, antialias: bool = False
+) -> Convert:
     """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
-    patch_size`` square grid, resampled bicubic (``antialias`` when shrinking) for other grids as
-    their ``interpolate_pos_encoding``."""
+    patch_size`` grid (each an int, or InternVL's ``[h, w]``), resampled bicubic (``antialias`` when shrinking)
+    for other grids as their ``interpolate_pos_encoding``; ``width``: the class's ``hidden_size``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, "hidden_size", default=768)
-        side = positive_int(cfg, model_type, "image_size", default=image)
-        side //= positive_int(cfg, model_type, "patch_size", default=patch)
-        return Learned2D(d_model, side, num_prefix_tokens=prefix, antialias=antialias)
+        d_model = positive_int(cfg, model_type, "hidden_size", default=width)
+        (image_h, image_w), (patch_h, patch_w) = (
+            _height_width(cfg, model_type, key, default)
+            for key, default in (("image_size", image), ("patch_size", patch))
+        )
+        grid = (image_h // patch_h, image_w // patch_w)
+        return Learned2D(d_model, grid, num_prefix_tokens=prefix, antialias=antialias)
 
     return convert
+
+
+def _height_width(cfg: Config, model_type: str, key: str, default: int) -> tuple[int, int]:
+    """``cfg[key]`` as (height, width): an int for both, or InternVL's ``[h, w]``."""
+    value = get(cfg, key, default=default)
+    pair = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(pair) != 2:
+        raise ValueError(f"{model_type} config: {key} must be an int or [height, width], got {value!r}")
+    height, width = (check_positive_int(f"{model_type} config: {key}", v) for v in pair)
+    return height, width
 
 
 def _siglip2(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

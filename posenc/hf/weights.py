@@ -27,18 +27,31 @@ __all__ = ["from_hf_model"]
 #: before it; ``{layer}``: one set per layer). The parameter names after it are posenc's own, except
 #: those in :data:`_RENAMED`.
 _T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder", "decoder")}
-#: model types whose table is a parameter named ``position_embeddings`` with a leading batch axis of 1
-_VIT_TABLES = frozenset({"vit", "deit", "dinov2", "dinov2_with_registers"})
+#: model types whose table is a parameter of their embeddings with a leading batch axis of 1: its name
+_VIT_TABLES = {
+    **dict.fromkeys(
+        "vit deit dinov2 dinov2_with_registers vit_mae vit_msn ijepa flava_image_model groupvit_vision_model "
+        "internvl_vision qianfan_ocr_vision".split(),
+        "position_embeddings",
+    ),
+    **dict.fromkeys(
+        "blip_vision_model blip_2_vision_model instructblip_vision_model instructblipvideo_vision_model".split(),
+        "position_embedding",
+    ),
+}
+#: ... and whose table is an ``nn.Embedding`` there
+_EMBEDDING_TABLES = (
+    "siglip_vision_model siglip2_vision_model altclip_vision_model chinese_clip_vision_model clip_vision_model "
+    "clipseg_vision_model metaclip_2_vision_model xclip_vision_model git_vision_model owlvit_vision_model "
+    "owlv2_vision_model janus_vision_model granite_docling_vision"
+).split()
 _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5"), _T5),
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
-    **{
-        name: {"encoder": "embeddings.position_embedding."}
-        for name in ("siglip_vision_model", "siglip2_vision_model")
-    },
+    **{name: {"encoder": "embeddings.position_embedding."} for name in _EMBEDDING_TABLES},
     # encoder-decoders whose stacks differ (Whisper's encoder table is fixed: built from the config)
     "whisper": {"decoder": "decoder.embed_positions."},
     "led": {stack: f"{stack}.embed_positions." for stack in ("encoder", "decoder")},
@@ -47,7 +60,7 @@ _PREFIXES: dict[str, dict[str, str]] = {
 #: RelPosXL weights
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 _RENAMED_BY_TYPE = {
-    **{name: {**_RENAMED, "weight": "position_embeddings"} for name in _VIT_TABLES},
+    **{name: {**_RENAMED, "weight": parameter} for name, parameter in _VIT_TABLES.items()},
     "parakeet_encoder": {
         "linear_pos.weight": "relative_k_proj.weight",
         "pos_bias_u": "bias_u",

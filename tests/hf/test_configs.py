@@ -744,6 +744,12 @@ VISION_MODEL_TYPES = [
     "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "eomt_dinov3", "llama4_vision_model", "pixtral",
     "edgetam_video", "efficientloftr", "sam2_video", "sam3_tracker_video", "sam3_vit_model", "siglip_vision_model",
     "siglip2_vision_model", "vit",
+    # ViT's kin (test_vision_learned_tables_are_copied_and_resampled_as_the_model_does)
+    "altclip_vision_model", "chinese_clip_vision_model", "clip_vision_model", "clipseg_vision_model",
+    "metaclip_2_vision_model", "xclip_vision_model", "flava_image_model", "git_vision_model", "vit_mae", "vit_msn",
+    "blip_2_vision_model", "instructblip_vision_model", "instructblipvideo_vision_model", "blip_vision_model",
+    "internvl_vision", "qianfan_ocr_vision", "owlvit_vision_model", "owlv2_vision_model", "groupvit_vision_model",
+    "ijepa", "janus_vision_model", "granite_docling_vision",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
@@ -1329,20 +1335,44 @@ def test_muse_nope_every_fourth_layer_from_the_last_and_one_base(model_type):
         posenc.hf.layer_encodings(other)
 
 
+#: ViT's kin among vision towers: model type -> prefix rows (class, distillation tokens) of its learned table
+VIT_LIKE = {
+    "vit": 1, "deit": 2, "dinov2": 1, "dinov2_with_registers": 1, "siglip_vision_model": 0,
+    **dict.fromkeys(
+        "altclip_vision_model chinese_clip_vision_model clip_vision_model clipseg_vision_model metaclip_2_vision_model "
+        "xclip_vision_model flava_image_model git_vision_model vit_mae vit_msn blip_2_vision_model "
+        "instructblip_vision_model instructblipvideo_vision_model blip_vision_model internvl_vision "
+        "qianfan_ocr_vision owlvit_vision_model owlv2_vision_model".split(),
+        1,
+    ),
+    **dict.fromkeys("groupvit_vision_model ijepa janus_vision_model granite_docling_vision".split(), 0),
+}  # fmt: skip
+
+
+def _vision_model(config):
+    """``AutoModel``'s model, else its modeling module's ``*Model`` for this config class (CLIP's vision tower)."""
+    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
+    found = [
+        c for c in vars(module).values()
+        if isinstance(c, type) and getattr(c, "config_class", None) is type(config) and c.__name__.endswith("Model")
+    ]  # fmt: skip
+    if type(config) in transformers.models.auto.modeling_auto.MODEL_MAPPING or not found:
+        return transformers.AutoModel.from_config(config)
+    return min(found, key=lambda c: len(c.__name__))(config)
+
+
 @requires_transformers
-@pytest.mark.parametrize(
-    ("model_type", "prefix"),
-    [("vit", 1), ("deit", 2), ("dinov2", 1), ("dinov2_with_registers", 1), ("siglip_vision_model", 0)],
-)
+@pytest.mark.parametrize(("model_type", "prefix"), sorted(VIT_LIKE.items()))
 def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_type, prefix):
-    """ViT, DeiT, DINOv2 (with registers too: they take no position), SigLIP: from_hf_model copies the trained table; at another image size the
-    grid is resampled as the model's own interpolate_pos_encoding does (prefix rows kept)."""
+    """ViT's kin (DeiT, DINOv2 (with registers too: they take no position), SigLIP, CLIP's, BLIP's, OWL-ViT's,
+    InternVL's towers...): from_hf_model copies the trained table; at another image size the grid is resampled as
+    the model's own interpolate_pos_encoding does (prefix rows kept)."""
     config = transformers.AutoConfig.for_model(
         model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         image_size=32, patch_size=8,
     )  # fmt: skip
-    model = transformers.AutoModel.from_config(config).eval()
-    embeddings = model.embeddings
+    model = _vision_model(config).eval()
+    embeddings = getattr(model, "vision_model", model).embeddings  # (GIT's, OWL-ViT's: inside vision_model)
     with torch.no_grad():
         for name, weight in embeddings.named_parameters():
             if "position" in name:
