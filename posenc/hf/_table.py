@@ -49,6 +49,7 @@ from ._rope import (
 )
 from ._speech import speech
 
+#: How a vision table's summary names its prefix rows
 _FIRST = {0: "no prefix token", 1: "class token first"}
 #: One line, or one per layer type where the layers (or stacks) differ.
 Summary = str | dict[str, str]
@@ -182,30 +183,26 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "own), bicubic antialiased resampling",
     ),
     "siglip_vision_model": (_learned_grid(0, 224, 16), "Learned2D, no prefix token, bicubic resampling"),
-    # ... and ViT's kin among towers (CLIP's, BLIP's, OWL-ViT's, InternVL's, ...): (prefix, image, patch, width)
+    # ... and ViT's kin among towers (CLIP's, BLIP's, OWL-ViT's, InternVL's, ...), by (prefix, image, patch, width)
     **{
         name: (
-            _learned_grid(prefix, image, patch, width=width),
-            f"Learned2D, {_FIRST[prefix]}, bicubic resampling",
+            _learned_grid(*sizes[:3], width=sizes[3]),
+            f"Learned2D, {_FIRST[sizes[0]]}, bicubic resampling",
         )
-        for names, (prefix, image, patch, width) in {
-            "altclip_vision_model chinese_clip_vision_model clip_vision_model clipseg_vision_model "
-            "metaclip_2_vision_model xclip_vision_model": (1, 224, 32, 768),
-            "flava_image_model git_vision_model vit_mae vit_msn": (1, 224, 16, 768),
-            "blip_2_vision_model instructblip_vision_model instructblipvideo_vision_model": (
-                1,
-                224,
-                14,
-                1408,
-            ),
-            "blip_vision_model": (1, 384, 16, 768),
-            "internvl_vision qianfan_ocr_vision": (1, 448, 14, 1024),
-            "owlvit_vision_model": (1, 768, 32, 768),
-            "owlv2_vision_model": (1, 768, 16, 768),
-            "groupvit_vision_model": (0, 224, 16, 384),
-            "ijepa": (0, 224, 16, 768),
-            "janus_vision_model": (0, 384, 16, 1024),
-            "granite_docling_vision": (0, 512, 16, 768),
+        for sizes, names in {
+            (1, 224, 32, 768): "altclip_vision_model chinese_clip_vision_model clip_vision_model "
+            "clipseg_vision_model metaclip_2_vision_model xclip_vision_model",
+            (1, 224, 16, 768): "flava_image_model git_vision_model vit_mae vit_msn",
+            (1, 224, 14, 1408): "blip_2_vision_model instructblip_vision_model "
+            "instructblipvideo_vision_model",
+            (1, 384, 16, 768): "blip_vision_model",
+            (1, 448, 14, 1024): "internvl_vision qianfan_ocr_vision",
+            (1, 768, 32, 768): "owlvit_vision_model",
+            (1, 768, 16, 768): "owlv2_vision_model",
+            (0, 224, 16, 384): "groupvit_vision_model",
+            (0, 224, 16, 768): "ijepa",
+            (0, 384, 16, 1024): "janus_vision_model",
+            (0, 512, 16, 768): "granite_docling_vision",
         }.items()
         for name in names.split()
     },
