@@ -67,11 +67,18 @@ def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnco
 
 
 def _learned_grid(
-    prefix: int, image: int, patch: int, *, width: int = 768, antialias: bool = False
+    prefix: int,
+    image: int,
+    patch: int,
+    *,
+    width: int = 768,
+    antialias: bool = False,
+    mode: Literal["bicubic", "bucketize"] = "bicubic",
 ) -> Convert:
     """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
     patch_size`` grid (each an int, or InternVL's ``[h, w]``), resampled bicubic (``antialias`` when shrinking)
-    for other grids as their ``interpolate_pos_encoding``; ``width``: the class's ``hidden_size``."""
+    for other grids as their ``interpolate_pos_encoding`` (``mode="bucketize"``: NaViT's look-up, Idefics');
+    ``width``: the class's ``hidden_size``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=width)
@@ -80,7 +87,7 @@ def _learned_grid(
             for key, default in (("image_size", image), ("patch_size", patch))
         )
         grid = (image_h // patch_h, image_w // patch_w)
-        return Learned2D(d_model, grid, num_prefix_tokens=prefix, antialias=antialias)
+        return Learned2D(d_model, grid, num_prefix_tokens=prefix, antialias=antialias, mode=mode)
 
     return convert
 

@@ -206,6 +206,19 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         }.items()
         for name in names.split()
     },
+    # NaViT's look-up: each patch reads the table cell its fractional coordinates fall in
+    **{
+        name: (
+            _learned_grid(0, image, patch, width=width, mode="bucketize"),
+            "Learned2D, no prefix token, NaViT's bucketized look-up for other grids (`mode='bucketize'`)",
+        )
+        for name, (image, patch, width) in {
+            "idefics2_vision": (224, 32, 768),
+            "idefics3_vision": (224, 32, 1152),
+            "smolvlm_vision": (224, 32, 1152),
+            "phi4_multimodal_vision": (448, 14, 1152),
+        }.items()
+    },
     "siglip2_vision_model": (
         _siglip2,
         "Learned2D, a `num_patches` square grid, no prefix token, resized per image (`spatial_shapes`) "

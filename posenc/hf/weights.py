@@ -43,7 +43,8 @@ _VIT_TABLES = {
 _EMBEDDING_TABLES = (
     "siglip_vision_model siglip2_vision_model altclip_vision_model chinese_clip_vision_model clip_vision_model "
     "clipseg_vision_model metaclip_2_vision_model xclip_vision_model git_vision_model owlvit_vision_model "
-    "owlv2_vision_model janus_vision_model granite_docling_vision"
+    "owlv2_vision_model janus_vision_model granite_docling_vision idefics2_vision idefics3_vision smolvlm_vision "
+    "phi4_multimodal_vision"
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5"), _T5),

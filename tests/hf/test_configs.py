@@ -750,6 +750,8 @@ VISION_MODEL_TYPES = [
     "blip_2_vision_model", "instructblip_vision_model", "instructblipvideo_vision_model", "blip_vision_model",
     "internvl_vision", "qianfan_ocr_vision", "owlvit_vision_model", "owlv2_vision_model", "groupvit_vision_model",
     "ijepa", "janus_vision_model", "granite_docling_vision",
+    # NaViT's look-up (test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does)
+    "idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
@@ -1350,15 +1352,17 @@ VIT_LIKE = {
 
 
 def _vision_model(config):
-    """``AutoModel``'s model, else its modeling module's ``*Model`` for this config class (CLIP's vision tower)."""
+    """``AutoModel``'s model, else its modeling module's ``*Model`` (``*Transformer``: Idefics 2's) for this config
+    class (CLIP's vision tower)."""
     module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
     found = [
         c for c in vars(module).values()
-        if isinstance(c, type) and getattr(c, "config_class", None) is type(config) and c.__name__.endswith("Model")
+        if isinstance(c, type) and getattr(c, "config_class", None) is type(config)
+        and c.__name__.endswith(("Model", "Transformer"))
     ]  # fmt: skip
     if type(config) in transformers.models.auto.modeling_auto.MODEL_MAPPING or not found:
         return transformers.AutoModel.from_config(config)
-    return min(found, key=lambda c: len(c.__name__))(config)
+    return min(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))(config)
 
 
 @requires_transformers
@@ -1384,6 +1388,42 @@ def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_
         tokens = torch.zeros(1, prefix + grid[0] * grid[1], 32)
         want = embeddings.interpolate_pos_encoding(tokens, height, width)[0]
         torch.testing.assert_close(encoding.table(grid), want, atol=1e-6, rtol=0)
+    assert repr(from_hf_config({"model_type": model_type})) == repr(
+        from_hf_config(transformers.AutoConfig.for_model(model_type))
+    )
+
+
+@requires_transformers
+@pytest.mark.parametrize(
+    "model_type", ["idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision"]
+)
+def test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does(model_type):
+    """Idefics 2/3, SmolVLM and Phi-4's vision towers: each real patch of an image padded into a batch reads the
+    table cell its fractional coordinates fall in (their float32 bucketize); from_hf_model's table((h, w)) gives
+    those rows, per image, on a 19 x 19 table (where nearest resampling would differ, its own grid included)."""
+    config = transformers.AutoConfig.for_model(
+        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        image_size=19 * 8, patch_size=8,
+    )  # fmt: skip
+    model = _vision_model(config).eval()
+    embeddings = model.embeddings
+    with torch.no_grad():
+        embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
+    encoding = posenc.hf.from_hf_model(model)
+    assert isinstance(encoding, posenc.Learned2D) and encoding.mode == "bucketize"
+    grids, padded = [(19, 19), (10, 25), (4, 7)], (19, 25)
+    pixels = torch.zeros(len(grids), 3, padded[0] * 8, padded[1] * 8)
+    mask = torch.zeros(len(grids), *padded, dtype=torch.bool)
+    for i, (h, w) in enumerate(grids):
+        mask[i, :h, :w] = True
+    with torch.no_grad():
+        rows = embeddings(pixels, mask) - embeddings.patch_embedding(pixels).flatten(2).transpose(1, 2)
+    for i, (h, w) in enumerate(grids):
+        real = rows[i].view(*padded, -1)[:h, :w].reshape(h * w, -1)
+        torch.testing.assert_close(encoding.table((h, w)), real, atol=0, rtol=0)
+    nearest = posenc.Learned2D(32, 19, mode="nearest")
+    nearest.load_state_dict(encoding.state_dict())
+    assert not torch.equal(nearest.table((19, 19)), encoding.table((19, 19)))
     assert repr(from_hf_config({"model_type": model_type})) == repr(
         from_hf_config(transformers.AutoConfig.for_model(model_type))
     )
