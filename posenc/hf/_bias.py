@@ -73,11 +73,11 @@ def _learned_grid(
     *,
     width: int = 768,
     antialias: bool = False,
-    mode: Literal["bicubic", "bucketize"] = "bicubic",
+    mode: Literal["bicubic", "bilinear", "bucketize"] = "bicubic",
 ) -> Convert:
     """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
     patch_size`` grid (each an int, or InternVL's ``[h, w]``), resampled bicubic (``antialias`` when shrinking)
-    for other grids as their ``interpolate_pos_encoding`` (``mode="bucketize"``: NaViT's look-up, Idefics');
+    for other grids as their ``interpolate_pos_encoding`` (or by ``mode``: ``"bucketize"``, NaViT's look-up);
     ``width``: the class's ``hidden_size``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

@@ -206,6 +206,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         }.items()
         for name in names.split()
     },
+    "tipsv2_vision_model": (
+        _learned_grid(1, 448, 14, antialias=True, mode="bilinear"),
+        "Learned2D, class token first (its register tokens come after the table is added), bilinear antialiased "
+        "resampling",
+    ),
     # NaViT's look-up: each patch reads the table cell its fractional coordinates fall in
     **{
         name: (

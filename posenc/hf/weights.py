@@ -31,7 +31,7 @@ _T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder",
 _VIT_TABLES = {
     **dict.fromkeys(
         "vit deit dinov2 dinov2_with_registers vit_mae vit_msn ijepa flava_image_model groupvit_vision_model "
-        "internvl_vision qianfan_ocr_vision".split(),
+        "internvl_vision qianfan_ocr_vision tipsv2_vision_model".split(),
         "position_embeddings",
     ),
     **dict.fromkeys(

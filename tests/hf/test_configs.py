@@ -749,7 +749,7 @@ VISION_MODEL_TYPES = [
     "metaclip_2_vision_model", "xclip_vision_model", "flava_image_model", "git_vision_model", "vit_mae", "vit_msn",
     "blip_2_vision_model", "instructblip_vision_model", "instructblipvideo_vision_model", "blip_vision_model",
     "internvl_vision", "qianfan_ocr_vision", "owlvit_vision_model", "owlv2_vision_model", "groupvit_vision_model",
-    "ijepa", "janus_vision_model", "granite_docling_vision",
+    "ijepa", "janus_vision_model", "granite_docling_vision", "tipsv2_vision_model",
     # NaViT's look-up (test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does)
     "idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision",
 ]  # fmt: skip
@@ -1344,7 +1344,7 @@ VIT_LIKE = {
         "altclip_vision_model chinese_clip_vision_model clip_vision_model clipseg_vision_model metaclip_2_vision_model "
         "xclip_vision_model flava_image_model git_vision_model vit_mae vit_msn blip_2_vision_model "
         "instructblip_vision_model instructblipvideo_vision_model blip_vision_model internvl_vision "
-        "qianfan_ocr_vision owlvit_vision_model owlv2_vision_model".split(),
+        "qianfan_ocr_vision owlvit_vision_model owlv2_vision_model tipsv2_vision_model".split(),
         1,
     ),
     **dict.fromkeys("groupvit_vision_model ijepa janus_vision_model granite_docling_vision".split(), 0),
