@@ -32,28 +32,31 @@ def _randomise(model: torch.nn.Module) -> None:
             p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
 
 
+#: The sizes every tiny encoder below shares (its heads and layers under their standard names)
+SIZES = {
+    "hidden_size": HIDDEN,
+    "num_attention_heads": HEADS,
+    "num_hidden_layers": LAYERS,
+    "intermediate_size": 37,
+    "attn_implementation": "eager",
+}
+
+
 def _wav2vec2_bert(mode: str):
     config = transformers.Wav2Vec2BertConfig(
-        hidden_size=HIDDEN,
-        num_attention_heads=HEADS,
-        num_hidden_layers=LAYERS,
-        intermediate_size=37,
+        **SIZES,
         feature_projection_input_dim=16,
         position_embeddings_type=mode,
         left_max_position_embeddings=5,
         right_max_position_embeddings=2,
         max_source_positions=32,
-        attn_implementation="eager",
     )
     return transformers.Wav2Vec2BertModel(config).eval()
 
 
 def _wav2vec2_conformer(mode: str):
     config = transformers.Wav2Vec2ConformerConfig(
-        hidden_size=HIDDEN,
-        num_attention_heads=HEADS,
-        num_hidden_layers=LAYERS,
-        intermediate_size=37,
+        **SIZES,
         conv_dim=(8,),
         conv_stride=(1,),
         conv_kernel=(1,),
@@ -61,7 +64,6 @@ def _wav2vec2_conformer(mode: str):
         num_conv_pos_embedding_groups=2,
         position_embeddings_type=mode,
         max_source_positions=32,
-        attn_implementation="eager",
     )
     return transformers.Wav2Vec2ConformerModel(config).eval()
 
@@ -84,16 +86,7 @@ def _seamless_v2(mode: str):
 
 
 def _parakeet(mode: str, **more):
-    config = transformers.ParakeetEncoderConfig(
-        **more,
-        hidden_size=HIDDEN,
-        num_attention_heads=HEADS,
-        num_hidden_layers=LAYERS,
-        intermediate_size=37,
-        subsampling_conv_channels=4,
-        num_mel_bins=16,
-        attn_implementation="eager",
-    )
+    config = transformers.ParakeetEncoderConfig(**more, **SIZES, subsampling_conv_channels=4, num_mel_bins=16)
     return transformers.ParakeetEncoder(config).eval()
 
 
