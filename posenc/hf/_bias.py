@@ -12,9 +12,10 @@ import math
 from functools import partial
 from typing import Literal, NamedTuple
 
-from .._checks import check_bool, check_int, check_positive_int
+from .._checks import check_bool, check_int
 from ..base import PositionalEncoding
 from ..encodings import ALiBi, Learned, Learned2D, RelativeBias, Sinusoidal
+from ..encodings._patches import patch_grid
 from ..encodings.alibi import FalconALiBi
 from ._read import Config, Convert, config_dict, get, key_of, positive_int
 from ._rope import RopeDefaults, build_rope, heads_and_head_dim
@@ -82,24 +83,15 @@ def _learned_grid(
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=width)
+        sizes = (("image_size", image), ("patch_size", patch))
         (image_h, image_w), (patch_h, patch_w) = (
-            _height_width(cfg, model_type, key, default)
-            for key, default in (("image_size", image), ("patch_size", patch))
+            patch_grid(f"{model_type} config: {key}", get(cfg, key, default=default))
+            for key, default in sizes
         )
         grid = (image_h // patch_h, image_w // patch_w)
         return Learned2D(d_model, grid, num_prefix_tokens=prefix, antialias=antialias, mode=mode)
 
     return convert
-
-
-def _height_width(cfg: Config, model_type: str, key: str, default: int) -> tuple[int, int]:
-    """``cfg[key]`` as (height, width): an int for both, or InternVL's ``[h, w]``."""
-    value = get(cfg, key, default=default)
-    pair = list(value) if isinstance(value, (list, tuple)) else [value, value]
-    if len(pair) != 2:
-        raise ValueError(f"{model_type} config: {key} must be an int or [height, width], got {value!r}")
-    height, width = (check_positive_int(f"{model_type} config: {key}", v) for v in pair)
-    return height, width
 
 
 def _siglip2(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

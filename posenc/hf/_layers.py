@@ -35,10 +35,10 @@ def required_count(cfg: Config, model_type: str) -> int:
     """The config's number of layers (of the encoder, for the speech models)."""
     if model_type in SPEECH_MODEL_TYPES:  # (speech) encoder layers
         return positive_int(cfg, model_type, SPEECH_MODEL_TYPES[model_type][1], default=24)
-    # (NemotronH's class counts its layers by its pattern)
-    pattern = get(cfg, "layer_types", "layers_block_type")
-    if cfg.get("num_hidden_layers") is None and isinstance(pattern, list) and pattern:
-        return len(pattern)
+    if cfg.get("num_hidden_layers") is None:  # (NemotronH's class counts its layers by its pattern)
+        pattern = get(cfg, "layer_types", "layers_block_type")
+        if isinstance(pattern, list) and pattern:
+            return len(pattern)
     return positive_int(cfg, model_type, "num_hidden_layers")
 
 

@@ -49,8 +49,6 @@ from ._rope import (
 )
 from ._speech import speech
 
-#: How a vision table's summary names its prefix rows
-_FIRST = {0: "no prefix token", 1: "class token first"}
 #: One line, or one per layer type where the layers (or stacks) differ.
 Summary = str | dict[str, str]
 #: An encoder-decoder whose stacks differ: ``stack`` -> converter (``None``: the stack taken without one).
@@ -187,7 +185,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     **{
         name: (
             _learned_grid(*sizes[:3], width=sizes[3]),
-            f"Learned2D, {_FIRST[sizes[0]]}, bicubic resampling",
+            f"Learned2D, {'class token first' if sizes[0] else 'no prefix token'}, bicubic resampling",
         )
         for sizes, names in {
             (1, 224, 32, 768): "altclip_vision_model chinese_clip_vision_model clip_vision_model "

@@ -180,13 +180,14 @@ def _tiny_model(config: Any) -> Any:
             if "Unrecognized configuration class" not in str(err):
                 raise
     module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
-    # (a decoder-only model's may be its *ForCausalLM alone: TrOCR; or its *Decoder: Canary's)
+    # (a decoder-only model's may be its *ForCausalLM alone: TrOCR; or its *Decoder: Canary's; a vision tower's its
+    # *Transformer: Idefics 2's)
     found = sorted(
         (
             c
             for c in vars(module).values()
             if isinstance(c, type)
-            and c.__name__.endswith(("Model", "ForCausalLM", "Decoder"))
+            and c.__name__.endswith(("Model", "ForCausalLM", "Decoder", "Transformer"))
             and not c.__name__.endswith("PreTrainedModel")
         ),
         key=lambda c: (not c.__name__.endswith("Model"), c.__name__.endswith("Decoder"), len(c.__name__)),

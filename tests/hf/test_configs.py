@@ -1351,20 +1351,6 @@ VIT_LIKE = {
 }  # fmt: skip
 
 
-def _vision_model(config):
-    """``AutoModel``'s model, else its modeling module's ``*Model`` (``*Transformer``: Idefics 2's) for this config
-    class (CLIP's vision tower)."""
-    module = importlib.import_module(type(config).__module__.replace("configuration_", "modeling_"))
-    found = [
-        c for c in vars(module).values()
-        if isinstance(c, type) and getattr(c, "config_class", None) is type(config)
-        and c.__name__.endswith(("Model", "Transformer"))
-    ]  # fmt: skip
-    if type(config) in transformers.models.auto.modeling_auto.MODEL_MAPPING or not found:
-        return transformers.AutoModel.from_config(config)
-    return min(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__)))(config)
-
-
 @requires_transformers
 @pytest.mark.parametrize(("model_type", "prefix"), sorted(VIT_LIKE.items()))
 def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_type, prefix):
@@ -1375,7 +1361,9 @@ def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_
         model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         image_size=32, patch_size=8,
     )  # fmt: skip
-    model = _vision_model(config).eval()
+    from tests.hf.test_absolute import _tiny_model  # (its modeling module's class where AutoModel has none)
+
+    model = _tiny_model(config).eval()
     embeddings = getattr(model, "vision_model", model).embeddings  # (GIT's, OWL-ViT's: inside vision_model)
     with torch.no_grad():
         for name, weight in embeddings.named_parameters():
@@ -1405,7 +1393,9 @@ def test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does
         model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         image_size=19 * 8, patch_size=8,
     )  # fmt: skip
-    model = _vision_model(config).eval()
+    from tests.hf.test_absolute import _tiny_model  # (its modeling module's class where AutoModel has none)
+
+    model = _tiny_model(config).eval()
     embeddings = model.embeddings
     with torch.no_grad():
         embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
