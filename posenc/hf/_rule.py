@@ -365,6 +365,13 @@ def by_rule(
     if not has_rope:
         if absolute_table(cfg, model_type):  # BERT-like: a learned table, or refused by its kind
             return learned_by_field(cfg, model_type, causal)
+        # wav2vec 2.0's kin (HuBERT, WavLM, SEW, UniSpeech, ...): a convolution over the features
+        if cfg.get("num_conv_pos_embeddings") is not None:
+            raise ValueError(
+                f"model_type {model_type!r} is not supported: its code adds a convolutional position embedding "
+                f"(num_conv_pos_embeddings={cfg['num_conv_pos_embeddings']}, a grouped Conv1d over the audio "
+                "features, learned), which posenc has no form for"
+            )
         # (a parent that holds its models' configs, MusicGen's text_encoder and decoder: name them)
         subs = ", ".join(
             f"{k} ({v['model_type']})" for k, v in cfg.items() if isinstance(v, Mapping) and "model_type" in v

@@ -233,3 +233,28 @@ def test_errors_name_the_layer_and_the_mode() -> None:
         match=r"expected one encoder position weight ending in 'encoder\.layers\.1\.self_attn\.",
     ):
         from_hf_model(Mismatch(), layer=1)
+
+
+#: Speech encoders whose only position in the encoder is a convolution over the features (WavLM, SEW-D and
+#: SpeechT5 add relative terms in attention too): refused, naming it
+CONV_POSITION_TYPES = (
+    "data2vec-audio hubert omniasr_audio sew sew-d speecht5 unispeech unispeech-sat wav2vec2 wavlm".split()
+)
+
+
+@pytest.mark.parametrize("model_type", CONV_POSITION_TYPES)
+def test_a_convolutional_position_embedding_is_refused_by_name(model_type: str) -> None:
+    config = transformers.AutoConfig.for_model(model_type)
+    # (SpeechT5's convolution is in its speech encoder's prenet, which its bare model leaves out)
+    speecht5 = model_type == "speecht5"
+    build = (
+        transformers.SpeechT5ForSpeechToText._from_config if speecht5 else transformers.AutoModel.from_config
+    )
+    with torch.device("meta"):
+        model = build(config)
+    assert any(type(m).__name__.endswith("PositionalConvEmbedding") for m in model.modules())
+    for given in (config, config.to_dict()):
+        with pytest.raises(
+            ValueError, match=r"convolutional position embedding \(num_conv_pos_embeddings=\d+"
+        ):
+            from_hf_config(given)
