@@ -41,7 +41,8 @@ class Learned2D(PositionalEncoding):
         num_prefix_tokens: rows for tokens before the patches (1 for ViT's class token).
         interpolate: resample for other grids (else crop, or refuse larger grids).
         mode: the resampling mode (``"bicubic"``, ``"bilinear"``, ``"nearest"``, ``"area"``), or NaViT's
-            ``"bucketize"`` look-up (Idefics 2/3, SmolVLM: :func:`~posenc.functional.resample_grid_table`).
+            ``"bucketize"`` look-up (Idefics 2/3, SmolVLM; ``"bucketize_divide"``: MiniCPM-V's;
+            :func:`~posenc.functional.resample_grid_table`).
         antialias: low-pass filter when shrinking (bicubic/bilinear only).
         interpolate_offset: DINOv2's offset added to the new grid size in the scale factors,
             in ``[0, 1)`` (0: resize to the size, as transformers and timm).
@@ -67,7 +68,7 @@ class Learned2D(PositionalEncoding):
         *,
         num_prefix_tokens: int = 0,
         interpolate: bool = True,
-        mode: Literal["bicubic", "bilinear", "nearest", "area", "bucketize"] = "bicubic",
+        mode: Literal["bicubic", "bilinear", "nearest", "area", "bucketize", "bucketize_divide"] = "bicubic",
         antialias: bool = False,
         interpolate_offset: float = 0.0,
         init_std: float = 0.02,
@@ -79,7 +80,9 @@ class Learned2D(PositionalEncoding):
         self.grid_size = patch_grid("grid_size", grid_size)
         self.num_prefix_tokens = check_int("num_prefix_tokens", num_prefix_tokens, minimum=0)
         self.interpolate = check_bool("interpolate", interpolate)
-        check_choice("mode", mode, ("bicubic", "bilinear", "nearest", "area", "bucketize"))
+        check_choice(
+            "mode", mode, ("bicubic", "bilinear", "nearest", "area", "bucketize", "bucketize_divide")
+        )
         self.mode = mode
         self.antialias = check_bool("antialias", antialias)
         if antialias and mode not in ("bicubic", "bilinear"):

@@ -335,12 +335,12 @@ def mrope_axes(
     return torch.tensor(axes, dtype=torch.long, device=_CPU)
 
 
-def _fraction_buckets(old: int, new: int, device: torch.device) -> Tensor:
+def _fraction_buckets(old: int, new: int, device: torch.device, divide: bool) -> Tensor:
     """``(new,)``: the old cell each new one reads, as Idefics' code finds it (float32 ``i * (1/new)``, clamped
-    below 1, bucketized at ``k/old``)."""
-    fractions = torch.arange(new, dtype=torch.float32, device=device) * (
-        1.0 / torch.tensor(new, device=device)
-    )
+    below 1), or with ``divide`` as MiniCPM-V's (float32 ``i / new``), bucketized at ``k/old``."""
+    steps = torch.arange(new, dtype=torch.float32, device=device)
+    # (the two differ by an ulp on a few grids, one that crosses a boundary k/old: 107 of the 70 x 70 pairs)
+    fractions = steps / new if divide else steps * (1.0 / torch.tensor(new, device=device))
     boundaries = torch.arange(1 / old, 1.0, 1 / old, device=device)
     return torch.bucketize(fractions.clamp(max=1.0 - 1e-6), boundaries, right=True)
 
@@ -364,14 +364,16 @@ def resample_grid_table(
 
     ``mode="bucketize"`` is NaViT's look-up instead (Idefics 2/3, SmolVLM, Phi-4's vision towers): cell ``(i, j)``
     of the new grid reads the old cell its fractional coordinates ``(i/H, j/W)`` fall in, computed in float32 as
-    their code does (``torch.bucketize``; not always the identity on the table's own grid).
+    their code does (``i * (1/H)``, ``torch.bucketize``; not always the identity on the table's own grid).
+    ``mode="bucketize_divide"``: the same with the fractions ``i / H`` (MiniCPM-V's towers, transformers'
+    ``get_vision_nearest_position_ids``), which differ on a few grids.
 
     Args:
         table: ``(p + h*w, d)``.
         old_grid, new_grid: ``(h, w)`` and ``(H, W)``.
         num_prefix_tokens: ``p``, rows copied unchanged (class / register tokens).
         mode: an ``interpolate`` mode for 4-D input (``"bicubic"``, ``"bilinear"``, ``"nearest"``…), or
-            ``"bucketize"``.
+            ``"bucketize"`` / ``"bucketize_divide"``.
         antialias: low-pass filter when shrinking (timm's default; ViT/DINOv2 do not).
         align_corners: as ``interpolate`` (``False`` as ViT and DINOv2; ``None`` for ``"nearest"``).
 
@@ -384,8 +386,9 @@ def resample_grid_table(
         raise ValueError(
             f"table must have shape (num_prefix_tokens + h*w, d) = ({p} + {h}*{w}, d), got {tuple(table.shape)}"
         )
-    if mode == "bucketize":
-        rows, cols = (_fraction_buckets(old, new, table.device) for old, new in ((h, nh), (w, nw)))
+    if mode in ("bucketize", "bucketize_divide"):
+        divide = mode == "bucketize_divide"
+        rows, cols = (_fraction_buckets(old, new, table.device, divide) for old, new in ((h, nh), (w, nw)))
         body = table[p:].reshape(h, w, -1)[rows[:, None], cols[None, :]].reshape(nh * nw, -1)
         return torch.cat((table[:p], body))
     if (h, w) == (nh, nw):

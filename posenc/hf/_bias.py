@@ -74,22 +74,28 @@ def _learned_grid(
     *,
     width: int = 768,
     antialias: bool = False,
-    mode: Literal["bicubic", "bilinear", "bucketize"] = "bicubic",
+    mode: Literal["bicubic", "bilinear", "bucketize", "bucketize_divide"] = "bicubic",
+    prefix_key: str | None = None,
 ) -> Convert:
-    """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens, then the ``image_size //
-    patch_size`` grid (each an int, or InternVL's ``[h, w]``), resampled bicubic (``antialias`` when shrinking)
-    for other grids as their ``interpolate_pos_encoding`` (or by ``mode``: ``"bucketize"``, NaViT's look-up);
-    ``width``: the class's ``hidden_size``."""
+    """A ViT-style table (:class:`~posenc.Learned2D`): ``prefix`` class tokens (or the config's ``prefix_key``,
+    Pixio's ``n_cls_tokens``), then the ``image_size // patch_size`` grid (each an int, or InternVL's ``[h, w]``),
+    resampled bicubic (``antialias`` when shrinking) for other grids as their ``interpolate_pos_encoding`` (or by
+    ``mode``: ``"bucketize"``, NaViT's look-up); ``width``: the class's ``hidden_size``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         d_model = positive_int(cfg, model_type, "hidden_size", default=width)
+        p = prefix
+        if prefix_key is not None:
+            p = check_int(
+                f"{model_type} config: {prefix_key}", get(cfg, prefix_key, default=prefix), minimum=0
+            )
         sizes = (("image_size", image), ("patch_size", patch))
         (image_h, image_w), (patch_h, patch_w) = (
             patch_grid(f"{model_type} config: {key}", get(cfg, key, default=default))
             for key, default in sizes
         )
         grid = (image_h // patch_h, image_w // patch_w)
-        return Learned2D(d_model, grid, num_prefix_tokens=prefix, antialias=antialias, mode=mode)
+        return Learned2D(d_model, grid, num_prefix_tokens=p, antialias=antialias, mode=mode)
 
     return convert
 

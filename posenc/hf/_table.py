@@ -222,6 +222,19 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "phi4_multimodal_vision": (448, 14, 1152),
         }.items()
     },
+    # the same where the fractions are i / n (MiniCPM-V's towers: transformers' get_vision_nearest_position_ids)
+    **dict.fromkeys(
+        ("minicpm_ocr_vision", "minicpmv4_6_vision", "minicpmv4_7_vision"),
+        (
+            _learned_grid(0, 224, 16, mode="bucketize_divide"),
+            "Learned2D, no prefix token, NaViT's bucketized look-up of fractions i / n (`mode='bucketize_divide'`)",
+        ),
+    ),
+    # its class tokens: n_cls_tokens (8)
+    "pixio": (
+        _learned_grid(8, 256, 16, width=1280, prefix_key="n_cls_tokens"),
+        "Learned2D, `n_cls_tokens` (8) class tokens first, bicubic resampling",
+    ),
     "siglip2_vision_model": (
         _siglip2,
         "Learned2D, a `num_patches` square grid, no prefix token, resized per image (`spatial_shapes`) "

@@ -31,7 +31,7 @@ _T5 = {stack: f"{stack}.block.0.layer.0.SelfAttention." for stack in ("encoder",
 _VIT_TABLES = {
     **dict.fromkeys(
         "vit deit dinov2 dinov2_with_registers vit_mae vit_msn ijepa flava_image_model groupvit_vision_model "
-        "internvl_vision qianfan_ocr_vision tipsv2_vision_model".split(),
+        "internvl_vision qianfan_ocr_vision tipsv2_vision_model pixio".split(),
         "position_embeddings",
     ),
     **dict.fromkeys(
@@ -44,7 +44,7 @@ _EMBEDDING_TABLES = (
     "siglip_vision_model siglip2_vision_model altclip_vision_model chinese_clip_vision_model clip_vision_model "
     "clipseg_vision_model metaclip_2_vision_model xclip_vision_model git_vision_model owlvit_vision_model "
     "owlv2_vision_model janus_vision_model granite_docling_vision idefics2_vision idefics3_vision smolvlm_vision "
-    "phi4_multimodal_vision"
+    "phi4_multimodal_vision minicpm_ocr_vision minicpmv4_6_vision minicpmv4_7_vision"
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5"), _T5),

@@ -749,9 +749,10 @@ VISION_MODEL_TYPES = [
     "metaclip_2_vision_model", "xclip_vision_model", "flava_image_model", "git_vision_model", "vit_mae", "vit_msn",
     "blip_2_vision_model", "instructblip_vision_model", "instructblipvideo_vision_model", "blip_vision_model",
     "internvl_vision", "qianfan_ocr_vision", "owlvit_vision_model", "owlv2_vision_model", "groupvit_vision_model",
-    "ijepa", "janus_vision_model", "granite_docling_vision", "tipsv2_vision_model",
-    # NaViT's look-up (test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does)
-    "idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision",
+    "ijepa", "janus_vision_model", "granite_docling_vision", "tipsv2_vision_model", "pixio",
+    # NaViT's look-up (test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does, and ..._quotients)
+    "idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision", "minicpm_ocr_vision",
+    "minicpmv4_6_vision", "minicpmv4_7_vision",
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
@@ -1348,6 +1349,7 @@ VIT_LIKE = {
         1,
     ),
     **dict.fromkeys("groupvit_vision_model ijepa janus_vision_model granite_docling_vision".split(), 0),
+    "pixio": 8,
 }  # fmt: skip
 
 
@@ -1414,6 +1416,42 @@ def test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does
     nearest = posenc.Learned2D(32, 19, mode="nearest")
     nearest.load_state_dict(encoding.state_dict())
     assert not torch.equal(nearest.table((19, 19)), encoding.table((19, 19)))
+    assert repr(from_hf_config({"model_type": model_type})) == repr(
+        from_hf_config(transformers.AutoConfig.for_model(model_type))
+    )
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["minicpm_ocr_vision", "minicpmv4_6_vision", "minicpmv4_7_vision"])
+def test_minicpm_towers_read_their_table_by_bucketized_quotients_as_the_model_does(model_type):
+    """MiniCPM-V's towers: NaViT's look-up with the fractions i / n (transformers' get_vision_nearest_position_ids),
+    for images packed into one sequence (their target_sizes); on a 10 x 10 table, where Idefics' i * (1/n) differs
+    on the grid (25, 50) below."""
+    config = transformers.AutoConfig.for_model(
+        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        image_size=10 * 8, patch_size=8,
+    )  # fmt: skip
+    from tests.hf.test_absolute import _tiny_model
+
+    model = _tiny_model(config).eval()
+    embeddings = model.embeddings
+    with torch.no_grad():
+        embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
+    encoding = posenc.hf.from_hf_model(model)
+    assert isinstance(encoding, posenc.Learned2D) and encoding.mode == "bucketize_divide"
+    grids = [(10, 10), (25, 50), (4, 7), (13, 3)]
+    pixels = torch.zeros(
+        1, 3, 8, 8 * sum(h * w for h, w in grids)
+    )  # (their packed images: one row of patches)
+    with torch.no_grad():
+        rows = embeddings(pixels, torch.tensor(grids)) - embeddings.patch_embedding(pixels).flatten(
+            2
+        ).transpose(1, 2)
+    want = torch.cat([encoding.table(grid) for grid in grids])
+    torch.testing.assert_close(want, rows[0], atol=0, rtol=0)
+    idefics = posenc.Learned2D(32, 10, mode="bucketize")
+    idefics.load_state_dict(encoding.state_dict())
+    assert not torch.equal(idefics.table((25, 50)), encoding.table((25, 50)))
     assert repr(from_hf_config({"model_type": model_type})) == repr(
         from_hf_config(transformers.AutoConfig.for_model(model_type))
     )
