@@ -14,6 +14,9 @@ always ``"relative"``, with ``relative_k_proj``, ``bias_u``, ``bias_v``):
   which is not a rotation of queries and keys (no posenc encoding computes it).
 
 Every layer holds its own tables (:func:`posenc.hf.from_hf_model` with ``layer=i`` copies them).
+
+SpeechT5's encoder (:func:`speecht5`) shares one table of Shaw's relative keys between its layers; its decoder's
+attention adds no position.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..encodings.transformer_xl import RelPosXL
 from ._read import Config, get, positive_int
 from ._rope import RopeDefaults, heads_and_head_dim
 
-__all__ = ["SPEECH_MODEL_TYPES", "speech"]
+__all__ = ["SPEECH_MODEL_TYPES", "speech", "speecht5", "speecht5_decoder"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
 #: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
@@ -67,3 +70,23 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
         for key, default in (("left_max_position_embeddings", 64), ("right_max_position_embeddings", 8))
     )
     return ShawRelative(head_dim, max_distance=left, max_distance_right=right, num_heads=heads)
+
+
+def speecht5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """SpeechT5's encoder: Shaw's relative keys (``pe_k``, ``hidden_size // encoder_attention_heads`` wide), one
+    table for every layer, distances ``i - j`` clipped to ``[-L, L - 1]`` (``L``: ``encoder_max_relative_position``):
+    ``L - 1`` keys back and ``L`` ahead in posenc's terms (:func:`~posenc.hf.from_hf_model` reverses its rows)."""
+    heads, head_dim = heads_and_head_dim(
+        cfg, model_type, RopeDefaults(768, 12, None), heads="encoder_attention_heads", read_head_dim=False
+    )
+    reach = positive_int(cfg, model_type, "encoder_max_relative_position", default=160)
+    return ShawRelative(head_dim, max_distance=reach - 1, max_distance_right=reach, num_heads=heads)
+
+
+def speecht5_decoder(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """Refused: SpeechT5's decoder attention adds no position, its task model's prenet adds them to the inputs."""
+    raise ValueError(
+        f"{model_type}: its decoder's attention adds no position; the prenet of its task model adds them to the "
+        "decoder's inputs (text: fairseq's sinusoids; speech: sinusoids times a learned alpha), which posenc does "
+        "not convert; stack='encoder' gives its encoder's relative keys"
+    )

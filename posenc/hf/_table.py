@@ -47,7 +47,7 @@ from ._rope import (
     sam3_vit,
     sam_memory,
 )
-from ._speech import speech
+from ._speech import speech, speecht5, speecht5_decoder
 
 #: One line, or one per layer type where the layers (or stacks) differ.
 Summary = str | dict[str, str]
@@ -310,6 +310,15 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "parakeet_encoder": (
         speech,
         "RelPosXL (Transformer-XL; `relative_k_proj`, `bias_u`, `bias_v`), per layer",
+    ),
+    # one table of relative keys for all its encoder's layers (its task models' prenets add input positions too)
+    "speecht5": (
+        {None: speecht5, "encoder": speecht5, "decoder": speecht5_decoder},
+        {
+            "`stack='encoder'` (or none)": "ShawRelative (relative keys `pe_k`, 159 back and 160 ahead: `encoder_max_"
+            "relative_position`), one table for every layer; its prenets' input positions not converted",
+            "`stack='decoder'`": "refused: its attention adds no position (its task's prenet does)",
+        },
     ),
     # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),

@@ -51,6 +51,7 @@ _PREFIXES: dict[str, dict[str, str]] = {
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)
+    "speecht5": {"encoder": "encoder.wrapped_encoder.embed_positions."},  # (one table for every layer)
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{name: {"encoder": "embeddings.position_embedding."} for name in _EMBEDDING_TABLES},
     # encoder-decoders whose stacks differ (Whisper's encoder table is fixed: built from the config)
@@ -62,6 +63,7 @@ _PREFIXES: dict[str, dict[str, str]] = {
 _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 _RENAMED_BY_TYPE = {
     **{name: {**_RENAMED, "weight": parameter} for name, parameter in _VIT_TABLES.items()},
+    "speecht5": {"key_embeddings.weight": "pe_k.weight"},
     "parakeet_encoder": {
         "linear_pos.weight": "relative_k_proj.weight",
         "pos_bias_u": "bias_u",
@@ -176,5 +178,8 @@ def from_hf_model(
     tables = {ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()}
     if model_type in _VIT_TABLES:
         tables = {ours: table.squeeze(0) for ours, table in tables.items()}  # (1, p + n, d) -> (p + n, d)
+    # (SpeechT5's rows run over i - j from -L, posenc's over j - i from 1 - L: the same rows reversed)
+    if model_type == "speecht5":
+        tables = {ours: table.flip(0) for ours, table in tables.items()}
     encoding.load_state_dict(tables)
     return encoding

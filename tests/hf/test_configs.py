@@ -738,6 +738,7 @@ SPEECH_MODEL_TYPES = [
     "wav2vec2-bert",
     "wav2vec2-conformer",
     "parakeet_encoder",
+    "speecht5",
 ]
 # proven below against their own RoPE modules and position tables (Llama 4's and SAM's: tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [

@@ -235,26 +235,52 @@ def test_errors_name_the_layer_and_the_mode() -> None:
         from_hf_model(Mismatch(), layer=1)
 
 
-#: Speech encoders whose only position in the encoder is a convolution over the features (WavLM, SEW-D and
-#: SpeechT5 add relative terms in attention too): refused, naming it
+#: Speech encoders that add a convolution over the features (WavLM and SEW-D add relative terms in attention
+#: too): refused, naming it
 CONV_POSITION_TYPES = (
-    "data2vec-audio hubert omniasr_audio sew sew-d speecht5 unispeech unispeech-sat wav2vec2 wavlm".split()
+    "data2vec-audio hubert omniasr_audio sew sew-d unispeech unispeech-sat wav2vec2 wavlm".split()
 )
 
 
 @pytest.mark.parametrize("model_type", CONV_POSITION_TYPES)
 def test_a_convolutional_position_embedding_is_refused_by_name(model_type: str) -> None:
     config = transformers.AutoConfig.for_model(model_type)
-    # (SpeechT5's convolution is in its speech encoder's prenet, which its bare model leaves out)
-    speecht5 = model_type == "speecht5"
-    build = (
-        transformers.SpeechT5ForSpeechToText._from_config if speecht5 else transformers.AutoModel.from_config
-    )
     with torch.device("meta"):
-        model = build(config)
+        model = transformers.AutoModel.from_config(config)
     assert any(type(m).__name__.endswith("PositionalConvEmbedding") for m in model.modules())
     for given in (config, config.to_dict()):
         with pytest.raises(
             ValueError, match=r"convolutional position embedding \(num_conv_pos_embeddings=\d+"
         ):
             from_hf_config(given)
+
+
+def test_speecht5_encoder_attention_equals_the_models() -> None:
+    """SpeechT5's encoder: every layer's self-attention with the one relative-key table its encoder shares
+    (clipped at encoder_max_relative_position 3 on a 12-frame input, both sides), copied out of a task model."""
+    config = transformers.SpeechT5Config(
+        hidden_size=HIDDEN, encoder_attention_heads=HEADS, encoder_layers=LAYERS, encoder_ffn_dim=37,
+        decoder_layers=1, decoder_attention_heads=HEADS, decoder_ffn_dim=37, encoder_max_relative_position=3,
+    )  # fmt: skip
+    model = transformers.SpeechT5ForSpeechToText(config).eval()
+    _randomise(model)
+    encoder = model.speecht5.encoder.wrapped_encoder
+    encoding = from_hf_model(model)
+    assert type(encoding) is posenc.ShawRelative
+    assert len(set(layer_encodings(config.to_dict(), stack="encoder"))) == 1  # (one instance: one table)
+    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1))
+    b, t, dh = 2, 12, HIDDEN // HEADS
+    flipped = posenc.ShawRelative(dh, max_distance=2, max_distance_right=3, num_heads=HEADS)
+    flipped.load_state_dict({"key_embeddings.weight": encoding.key_embeddings.weight.flip(0)})
+    with torch.no_grad():
+        for layer in range(LAYERS):
+            attn = encoder.layers[layer].attention
+            expected = attn(x, position_bias=encoder.embed_positions(x))[0]
+            q, k, v = (
+                p(x).view(b, t, HEADS, dh).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+            )
+            for shaw, same in ((encoding, True), (flipped, False)):
+                got = attn.out_proj(posenc.attention(q, k, v, shaw).transpose(1, 2).reshape(b, t, HIDDEN))
+                assert torch.allclose(got, expected, **FP32) is same
+    with pytest.raises(ValueError, match="its decoder's attention adds no position"):
+        from_hf_config(config, stack="decoder")
