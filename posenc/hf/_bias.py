@@ -271,7 +271,13 @@ ABSOLUTE_ONLY = frozenset(
     "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model "
     # document and vision-language models (what they embed of boxes and image regions is the layout or the
     # image, not the tokens' positions)
-    "layoutlm bros lilt lxmert".split()
+    "layoutlm bros lilt lxmert "
+    # ... and the BERT-likes whose config class never had the field (their code reads none)
+    "align_text_model bert-generation big_bird blip_text_model chinese_clip_text_model flava_text_model fnet git "
+    "instructblip_qformer instructblipvideo_qformer layoutlmv3 longformer luke markuplm mra nystromformer rembert "
+    "roberta-prelayernorm roc_bert splinter squeezebert tapas visual_bert xlm-roberta-xl yoso "
+    # (DeBERTa's and LayoutLMv3's: relative positions too, or instead, by their flags: refused by learned_by_field)
+    "deberta deberta-v2".split()
 ) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
 
 
