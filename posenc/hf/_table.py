@@ -332,7 +332,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         ),
     ),
     # attention biases, and below tables added to the embeddings: no RoPE fields to read
-    **dict.fromkeys(("t5", "mt5"), (_t5, "RelativeBias (encoder bidirectional, decoder causal)")),
+    # (Switch Transformers and Pop2Piano: T5's attention, copied)
+    **dict.fromkeys(
+        ("t5", "mt5", "switch_transformers", "pop2piano"),
+        (_t5, "RelativeBias (encoder bidirectional, decoder causal)"),
+    ),
     "bloom": (_bloom, "ALiBi"),
     "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max"),
     # learned tables (posenc.hf._bias._LEARNED: their sizes and where from_hf_model finds them)

@@ -47,7 +47,7 @@ _EMBEDDING_TABLES = (
     "phi4_multimodal_vision minicpm_ocr_vision minicpmv4_6_vision minicpmv4_7_vision"
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
-    **dict.fromkeys(("t5", "mt5"), _T5),
+    **dict.fromkeys(("t5", "mt5", "switch_transformers", "pop2piano"), _T5),
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)

@@ -599,6 +599,20 @@ TINY: dict[str, dict] = {
         "relative_attention_max_distance": 12,
     },
     "mt5": {"num_layers": 1, "vocab_size": 64, "d_model": 32, "d_kv": 8, "d_ff": 32, "num_heads": 3},
+    # (their class defaults differ: 12 decoder layers, Switch's experts; sized apart)
+    "switch_transformers": {
+        "num_layers": 1,
+        "num_decoder_layers": 1,
+        "vocab_size": 64,
+        "d_model": 32,
+        "d_kv": 8,
+        "d_ff": 32,
+        "num_heads": 5,
+        "num_experts": 2,
+        "relative_attention_num_buckets": 6,
+        "relative_attention_max_distance": 10,
+    },
+    "pop2piano": {"num_layers": 1, "vocab_size": 64, "d_model": 32, "d_kv": 8, "d_ff": 32, "num_heads": 2},
     "bloom": {"n_layer": 1, "vocab_size": 64, "hidden_size": 48, "n_head": 6},
     "mpt": {"n_layers": 1, "vocab_size": 64, "d_model": 48, "n_heads": 6, "max_seq_len": 64},
     "gpt2": {"n_layer": 1, "vocab_size": 64, "n_embd": 32, "n_head": 4, "n_positions": 48},
@@ -818,7 +832,7 @@ def test_config_json_defaults_match_transformers(model_type):
     cfg = transformers.AutoConfig.for_model(model_type)
     sizes = _sizes(cfg)
     sizes["heads"] = min(sizes["heads"], 2)  # the probe needs few heads; biases use the config's own count
-    if model_type in ("t5", "mt5", "bloom", "mpt"):
+    if model_type in BIAS_MODEL_TYPES:
         sizes["heads"] = from_hf_config(cfg).num_heads
     _same_encoding(from_hf_config(cfg), from_hf_config({"model_type": model_type}), 24, **sizes)
 
@@ -832,7 +846,7 @@ def test_config_object_and_its_json_agree(model_type):
     """
     cfg = _hf_config(model_type)
     sizes = _sizes(cfg)
-    if model_type in ("t5", "mt5", "bloom", "mpt"):
+    if model_type in BIAS_MODEL_TYPES:
         sizes["heads"] = from_hf_config(cfg).num_heads
     _same_encoding(from_hf_config(cfg), from_hf_config(cfg.to_diff_dict()), 40, **sizes)
     if model_type in SUPPORTED_MODEL_TYPES:
@@ -940,7 +954,14 @@ ROPE_MODEL_TYPES = [
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "starcoder2", "granite", "cohere",
     "phi", "phi3", "stablelm", "persimmon", "gpt_neox", "falcon", "gptj", "codegen", "nanochat",
 ]  # fmt: skip
-BIAS_MODEL_TYPES = ["t5", "mt5", "bloom", "mpt"]  # + falcon with alibi=True
+BIAS_MODEL_TYPES = [
+    "t5",
+    "mt5",
+    "switch_transformers",
+    "pop2piano",
+    "bloom",
+    "mpt",
+]  # + falcon with alibi=True
 MLA_MODEL_TYPES = ["mistral4"]  # whole MLA heads: test_mistral4_equals_what_reaches_its_attention
 OWN_APPLY_MODEL_TYPES = [
     "roformer"
@@ -1495,10 +1516,12 @@ def test_gpt_neox_partial_rotary_settings_are_carried_over():
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", ["t5", "mt5"])
+@pytest.mark.parametrize("model_type", ["t5", "mt5", "switch_transformers", "pop2piano"])
 def test_t5_bias_equals_the_models_encoder_and_decoder_bias(model_type):
     """Lengths past max_distance (12 for t5) exercise the saturated buckets; the model's own bias method."""
-    model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
+    pop2piano = transformers.Pop2PianoForConditionalGeneration  # (no AutoModel of its own)
+    build = pop2piano if model_type == "pop2piano" else transformers.AutoModel.from_config
+    model = build(_hf_config(model_type)).eval()
     enc_attn = model.encoder.block[0].layer[0].SelfAttention
     dec_attn = model.decoder.block[0].layer[0].SelfAttention
     heads, head_dim = model.config.num_heads, model.config.d_kv
@@ -1517,6 +1540,9 @@ def test_t5_bias_equals_the_models_encoder_and_decoder_bias(model_type):
     q, k = torch.zeros(1, heads, 3, head_dim), torch.zeros(1, heads, 10, head_dim)
     expected = dec_attn.compute_bias(3, 10, past_seen_tokens=7)
     torch.testing.assert_close(decoder_pe.attention_bias(q, k), expected, atol=0, rtol=0)
+    for stack, attention in (("encoder", enc_attn), ("decoder", dec_attn)):  # from_hf_model finds each table
+        copied = from_hf_model(model, stack=stack).relative_attention_bias.weight
+        torch.testing.assert_close(copied, attention.relative_attention_bias.weight, atol=0, rtol=0)
 
 
 def _softmax_with(scores: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
