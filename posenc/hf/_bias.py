@@ -277,8 +277,9 @@ ABSOLUTE_ONLY = frozenset(
     "align_text_model bert-generation big_bird blip_text_model chinese_clip_text_model flava_text_model fnet git "
     "instructblip_qformer instructblipvideo_qformer layoutlmv3 longformer luke markuplm mra nystromformer rembert "
     "roberta-prelayernorm roc_bert splinter squeezebert tapas visual_bert xlm-roberta-xl yoso "
-    # (DeBERTa's and LayoutLMv3's: relative positions too, or instead, by their flags: refused by learned_by_field)
-    "deberta deberta-v2".split()
+    # (DeBERTa's and LayoutLMv3's: relative positions too, or instead, by their flags; MPNet's always: refused by
+    # learned_by_field, naming them)
+    "deberta deberta-v2 mpnet".split()
 ) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
 
 
