@@ -343,10 +343,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     **dict.fromkeys(("gpt2", "gpt_neo"), (learned_by_field, "Learned")),
     **dict.fromkeys(("opt", "bart", "mbart"), (learned_by_field, "Learned, offset 2")),
     **dict.fromkeys(("marian", "pegasus"), _MARIAN),
+    "ctrl": (_sinusoidal("paper", 1280, 256), _MARIAN[1]),  # (its positional_encoding; n_positions rows)
     "speech_to_text": _fairseq(256, 1024, ("max_target_positions", "max_source_positions")),
     "m2m_100": _fairseq(1024, 1024),
-    # M2M100's table, copied in their code (Kosmos-2's width is embed_dim)
-    "nllb-moe": _fairseq(1024, 1024),
+    # M2M100's table, copied in their code (Kosmos-2's width is embed_dim; FSMT's: fairseq's own)
+    **dict.fromkeys(("nllb-moe", "fsmt"), _fairseq(1024, 1024)),
     "kosmos_2_text_model": _fairseq(2048, 2048),
     # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
     "kosmos_2_5_text_model": _fairseq(1536, 4096),

@@ -662,6 +662,18 @@ TINY: dict[str, dict] = {
         "max_position_embeddings": 48,
     },
     "speech_to_text": {"encoder_layers": 1, "decoder_layers": 1, "vocab_size": 64, "d_model": 32},
+    "ctrl": {"n_layer": 1, "vocab_size": 64, "n_embd": 32, "n_head": 2, "dff": 32, "n_positions": 48},
+    "fsmt": {
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "src_vocab_size": 64,
+        "tgt_vocab_size": 64,
+        "d_model": 32,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 32,
+        "decoder_ffn_dim": 32,
+    },
     "m2m_100": {
         "encoder_layers": 1,
         "decoder_layers": 1,
@@ -971,7 +983,9 @@ SINUSOIDAL_MODEL_TYPES = [
     "marian",
     "pegasus",
     "speech_to_text",
+    "ctrl",
     "m2m_100",
+    "fsmt",
     "nllb-moe",
     "kosmos_2_text_model",
     "kosmos_2_5_text_model",
@@ -1723,7 +1737,19 @@ def test_marian_sinusoid_equals_the_models_table(model_type):
 
 
 @requires_transformers
-@pytest.mark.parametrize("model_type", ["speech_to_text", "m2m_100", "nllb-moe", "xglm"])
+def test_ctrl_sinusoid_equals_what_its_forward_adds():
+    """CTRL adds its positional_encoding rows, by index, to the tokens' embeddings times sqrt(d)."""
+    model = transformers.AutoModel.from_config(_hf_config("ctrl")).eval()
+    ids = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[0]
+        added = hidden - model.w(ids) * model.config.n_embd**0.5
+    pe = from_hf_config(model.config)
+    torch.testing.assert_close(pe.encode_input(torch.zeros(1, 40, pe.d_model)), added, **TABLE_TOL)
+
+
+@requires_transformers
+@pytest.mark.parametrize("model_type", ["speech_to_text", "m2m_100", "nllb-moe", "fsmt", "xglm"])
 def test_fairseq_sinusoid_equals_the_models_table(model_type):
     """Real tokens are numbered from padding_idx + 1 (XGLM: + 2), skipping padding, as mask_to_positions + offset."""
     model = transformers.AutoModel.from_config(_hf_config(model_type)).eval()
@@ -1734,7 +1760,7 @@ def test_fairseq_sinusoid_equals_the_models_table(model_type):
     if model_type == "speech_to_text":
         module = model.decoder.embed_positions
         expected = module(ids)
-    elif model_type in ("m2m_100", "nllb-moe"):
+    elif model_type in ("m2m_100", "nllb-moe", "fsmt"):
         outputs = _output_of(model.encoder.embed_positions)
         with torch.no_grad():
             model.encoder(input_ids=ids, attention_mask=mask.long())
