@@ -337,6 +337,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         ("t5", "mt5", "switch_transformers", "pop2piano"),
         (_t5, "RelativeBias (encoder bidirectional, decoder causal)"),
     ),
+    # T5's bias in every layer, each its own table
+    "umt5": (_t5, "RelativeBias in every layer, each its own table (encoder bidirectional, decoder causal)"),
     "bloom": (_bloom, "ALiBi"),
     "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max"),
     # learned tables (posenc.hf._bias._LEARNED: their sizes and where from_hf_model finds them)

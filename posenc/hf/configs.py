@@ -15,7 +15,7 @@ against ``transformers`` itself).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -24,7 +24,7 @@ from ..encodings import NoPE
 from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count, sliding_windows
 from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
-from ._speech import SPEECH_MODEL_TYPES, speech
+from ._speech import SPEECH_MODEL_TYPES
 from ._table import (
     _CONVERTERS,
     _DEFAULT_STACKS,
@@ -228,8 +228,11 @@ def layer_encodings(
     built, cfg, model_type = _layers(config, causal, stack)
     if not isinstance(built, list):
         n = _stack_count(cfg, model_type, stack)
-        if model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder"):  # (speech) encoder layers, each
-            return [built, *(speech(cfg, model_type, causal) for _ in range(n - 1))]  # with its own tables
+        # layers that each hold their own tables ((speech) encoder layers, UMT5's): one built for each
+        speech_encoder = model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder")
+        if speech_encoder or model_type == "umt5":
+            again = (cast(PositionalEncoding, _layers(config, causal, stack)[0]) for _ in range(n - 1))
+            return [built, *again]
         built = [built] * n
     return _no_position_layers(built, cfg, model_type)
 
@@ -354,6 +357,8 @@ def from_hf_config(
                 f"layer must be an int (0-based layer index) or None, got {layer!r} ({type(layer).__name__})"
             )
         n = len(built) if isinstance(built, list) else layer_count(cfg, model_type)
+        if stack is not None and n is not None:  # (that stack's: T5's num_decoder_layers)
+            n = _stack_count(cfg, model_type, stack)
         if layer < 0 or (n is not None and layer >= n):
             count = f"it has {n} layers (0..{n - 1})" if n is not None else "layers count from 0"
             raise ValueError(f"layer={layer} is outside the {model_type} model: {count}")

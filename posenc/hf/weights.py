@@ -14,11 +14,10 @@ from typing import Any, Literal
 
 from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_table_prefixes
-from ._layers import required_count
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES
 from ._table import ENCODER_OF
-from .configs import from_hf_config
+from .configs import _stack_count, from_hf_config
 
 __all__ = ["from_hf_model"]
 
@@ -48,6 +47,7 @@ _EMBEDDING_TABLES = (
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5", "switch_transformers", "pop2piano"), _T5),
+    "umt5": {stack: f"{stack}.block.{{layer}}.layer.0.SelfAttention." for stack in ("encoder", "decoder")},
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)
@@ -95,9 +95,9 @@ def from_hf_model(
             ``model.config.is_decoder`` is set (a decoder stack on its own), else the encoder;
             decoder-only models have one stack. Required where the stacks differ (Whisper, LED; SeamlessM4T's
             text stacks: ``"text_encoder"``, ``"decoder"``), as in :func:`from_hf_config`.
-        layer: the 0-based layer whose encoding to return. Required for the conformer speech
-            encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2, Parakeet), where every layer
-            has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
+        layer: the 0-based layer whose encoding to return. Required for UMT5 (each layer's own T5 bias table)
+            and the conformer speech encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2, Parakeet),
+            where every layer has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
             :class:`~posenc.ShawRelative`) or ``linear_pos``/``pos_bias_u``/``pos_bias_v``
             (``relative`` -> :class:`~posenc.RelPosXL`; Parakeet's ``relative_k_proj``/``bias_u``/``bias_v``)
             are copied. For other models, as in
@@ -144,9 +144,9 @@ def from_hf_model(
     prefix = prefixes.get(chosen, "")
     if "{layer}" in prefix:
         if layer is None:
-            n = required_count(cfg, model_type)
+            n = _stack_count(cfg, model_type, chosen)
             raise ValueError(
-                f"{model_type}: every encoder layer has its own position tables; pass layer=i (0..{n - 1})"
+                f"{model_type}: every {chosen} layer has its own position tables; pass layer=i (0..{n - 1})"
             )
         prefix = prefix.format(layer=layer)
     renamed = _RENAMED_BY_TYPE.get(model_type, _RENAMED)

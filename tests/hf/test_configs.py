@@ -599,6 +599,7 @@ TINY: dict[str, dict] = {
         "relative_attention_max_distance": 12,
     },
     "mt5": {"num_layers": 1, "vocab_size": 64, "d_model": 32, "d_kv": 8, "d_ff": 32, "num_heads": 3},
+    "umt5": {"num_layers": 1, "vocab_size": 64, "d_model": 32, "d_kv": 8, "d_ff": 32, "num_heads": 3},
     # (their class defaults differ: 12 decoder layers, Switch's experts; sized apart)
     "switch_transformers": {
         "num_layers": 1,
@@ -969,6 +970,7 @@ ROPE_MODEL_TYPES = [
 BIAS_MODEL_TYPES = [
     "t5",
     "mt5",
+    "umt5",
     "switch_transformers",
     "pop2piano",
     "bloom",
@@ -1557,6 +1559,30 @@ def test_t5_bias_equals_the_models_encoder_and_decoder_bias(model_type):
     for stack, attention in (("encoder", enc_attn), ("decoder", dec_attn)):  # from_hf_model finds each table
         copied = from_hf_model(model, stack=stack).relative_attention_bias.weight
         torch.testing.assert_close(copied, attention.relative_attention_bias.weight, atol=0, rtol=0)
+
+
+@requires_transformers
+def test_umt5_every_layer_has_its_own_bias_table():
+    """UMT5: T5's bias in every self-attention layer, each its own table: from_hf_model(layer=i) copies layer i's,
+    per stack (3 encoder and 2 decoder layers), equal to that layer's own compute_bias past max_distance."""
+    config = transformers.UMT5Config(**{**TINY["t5"], "num_layers": 3, "num_decoder_layers": 2})
+    model = transformers.UMT5Model(config).eval()
+    q = torch.zeros(1, config.num_heads, 30, config.d_kv)
+    for stack, module, n in (("encoder", model.encoder, 3), ("decoder", model.decoder, 2)):
+        encodings = layer_encodings(config, stack=stack)
+        assert len(encodings) == n and len(set(map(id, encodings))) == n  # (one module per layer)
+        biases = []
+        for i in range(n):
+            pe = from_hf_model(model, stack=stack, layer=i)
+            assert isinstance(pe, posenc.RelativeBias) and pe.causal == (stack == "decoder")
+            expected = module.block[i].layer[0].SelfAttention.compute_bias(30, 30)
+            torch.testing.assert_close(pe.attention_bias(q, q), expected, atol=0, rtol=0)
+            biases.append(expected)
+        assert not torch.equal(biases[0], biases[-1])
+    with pytest.raises(
+        ValueError, match=r"every decoder layer has its own position tables; pass layer=i \(0\.\.1\)"
+    ):
+        from_hf_model(model, stack="decoder")
 
 
 def _softmax_with(scores: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
