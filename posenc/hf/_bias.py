@@ -154,6 +154,34 @@ def _sinusoidal(
     return convert
 
 
+def forecasting(stack: str, *, label: bool = False) -> Convert:
+    """The forecasting transformers' ``stack`` (Time Series Transformer, Informer, Autoformer): Marian's table over
+    the ``context_length + prediction_length`` steps, the encoder's from step 0, the decoder's from
+    ``context_length`` (with ``label``, Autoformer's: from ``context_length - label_length``, the known steps its
+    decoder starts with)."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        d_model = positive_int(cfg, model_type, "hidden_size", default=64)
+        if d_model % 2:
+            raise ValueError(
+                f"{model_type} config: d_model must be even for posenc's sin/cos table, got {d_model}"
+            )
+        steps = positive_int(cfg, model_type, "prediction_length")
+        context = positive_int(cfg, model_type, "context_length", default=steps)
+        start = 0 if stack == "encoder" else context
+        if stack == "decoder" and label:
+            known = positive_int(cfg, model_type, "label_length", default=10)
+            if known > context:
+                raise ValueError(
+                    f"{model_type} config: label_length={known} exceeds context_length={context}: its decoder "
+                    "would start before the first step; accepted: label_length <= context_length"
+                )
+            start -= known
+        return Sinusoidal(d_model, layout="concat", max_len=context + steps, offset=start)
+
+    return convert
+
+
 def _after_pad(cfg: Config, model_type: str, default: int | None = None) -> int:
     """``pad_token_id + 1``: the first position of real tokens in fairseq's and RoBERTa's numbering."""
     pad = get(cfg, "pad_token_id", default=default)

@@ -16,6 +16,7 @@ from ._bias import (
     _siglip2,
     _sinusoidal,
     _t5,
+    forecasting,
     held_stack,
     learned_by_field,
     learned_stack,
@@ -388,6 +389,19 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "`stack='decoder'`": "Learned, `max_target_positions`",
         },
     ),
+    # forecasting transformers: Marian's table over the context and prediction steps, the decoder's from
+    # context_length (Autoformer's from context_length - label_length)
+    **{
+        name: (
+            {stack: forecasting(stack, label=name == "autoformer") for stack in ("encoder", "decoder")},
+            {
+                "`stack='encoder'`": "Sinusoidal, concat layout, steps from 0",
+                "`stack='decoder'`": "the same, steps from `context_length`"
+                + (" - `label_length`" if name == "autoformer" else ""),
+            },
+        )
+        for name in ("time_series_transformer", "informer", "autoformer")
+    },
     # Cohere ASR: its top-level fields are its decoder's; its encoder is a Parakeet encoder (encoder_config)
     "cohere_asr": (
         {"encoder": held_stack("encoder_config", "parakeet_encoder"), "decoder": learned_by_field},

@@ -784,7 +784,7 @@ VISION_MODEL_TYPES = [
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
-STACKED_MODEL_TYPES = ["led", "whisper", "cohere_asr"]
+STACKED_MODEL_TYPES = ["led", "whisper", "cohere_asr", "time_series_transformer", "informer", "autoformer"]
 # hybrids whose attention adds no position: proven NoPE in tests/hf/test_layers.py
 NOPE_MODEL_TYPES = ["jamba", "kimi_linear", "nemotron_h", "zamba"]
 OTHER_PROVEN = [

@@ -311,3 +311,33 @@ def test_a_parent_holding_its_models_configs_is_refused_naming_them() -> None:
         ValueError, match=r"it is not one of [^;]*xglm, zamba$"
     ):  # (no configs held: nothing more said)
         from_hf_config({"model_type": "bert_generation_like_without_fields"})
+
+
+@pytest.mark.parametrize("name", ["time_series_transformer", "informer", "autoformer"])
+def test_forecasting_stacks_add_the_table_from_their_first_step(name: str) -> None:
+    """Time Series Transformer, Informer, Autoformer: what each stack's forward adds (a forward pass, whole
+    tensors), the decoder's from context_length (Autoformer's from context_length - label_length)."""
+    extra = {"label_length": 2} if name == "autoformer" else {}
+    config = transformers.AutoConfig.for_model(
+        name, prediction_length=4, context_length=6, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16,
+        lags_sequence=[1, 2], num_time_features=1, **extra,
+    )  # fmt: skip
+    model = transformers.AutoModel.from_config(config).eval()
+    added: dict[str, torch.Tensor] = {}
+    for stack in ("encoder", "decoder"):
+        module = getattr(model, stack).embed_positions
+        module.register_forward_hook(lambda m, args, out, stack=stack: added.__setitem__(stack, out))
+    past = 6 + 2  # (context_length steps and the largest lag)
+    with torch.no_grad():
+        model(
+            past_values=torch.randn(1, past), past_time_features=torch.randn(1, past, 1),
+            past_observed_mask=torch.ones(1, past), future_values=torch.randn(1, 4),
+            future_time_features=torch.randn(1, 4, 1),
+        )  # fmt: skip
+    for stack, form in (("encoder", config), ("decoder", config.to_dict())):
+        pe = from_hf_config(form, stack=stack)
+        rows = added[stack].reshape(-1, 16)
+        torch.testing.assert_close(pe.encode_input(torch.zeros(1, len(rows), 16))[0], rows, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="its stacks use different position encodings"):
+        from_hf_config(config)
