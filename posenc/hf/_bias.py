@@ -238,6 +238,10 @@ _LEARNED: dict[str, _Table] = {
     ),
     **dict.fromkeys(("albert", "convbert", "electra"), _Table("embedding_size")),
     "rembert": _Table("input_embedding_size"),
+    # CANINE: its characters' table, num_hash_buckets rows (the molecules it downsamples to get none)
+    "canine": _Table(
+        length="num_hash_buckets", default=(768, 16384), module="char_embeddings.char_position_embeddings"
+    ),
     "distilbert": _Table("dim"),
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)

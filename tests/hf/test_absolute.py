@@ -97,6 +97,7 @@ NAMES = (
     "embed_pos",
     "pos_embed",
     "position_embedding_table",
+    "char_position_embeddings",  # (CANINE's characters')
 )
 #: A table assigned in the modeling source: an ``nn.Embedding`` (I-BERT: its ``QuantEmbedding``) or a ``*PositionalEmbedding(s)``
 #: class.
