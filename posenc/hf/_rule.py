@@ -88,6 +88,12 @@ _REFUSED = {
     "(MistralLarge4TextSoftmaxScaling), which posenc has no form for",
     "esmfold2": "its atom encoder rotates by 3D atom coordinates and atom ids (num_spatial_rope_pairs_per_axis, "
     "num_uid_rope_pairs), which posenc has no form for; its ESM-C trunk converts as esmc",
+    **dict.fromkeys(
+        "mamba mamba2 falcon_mamba xlstm".split(),
+        "it has no attention layer (its recurrent layers order the tokens), so no position encoding applies",
+    ),
+    "rwkv": "its time mixing (RwkvSelfAttention) is a recurrence with a learned decay per channel, not softmax "
+    "attention over positions, so no position encoding applies",
 }
 #: the key and the value without which the model's code does not rotate at all (NoPE in every layer): Zamba2's
 #: shared attention rotates only with use_mem_rope (class default False); GraniteMoeHybrid builds its rotary

@@ -947,3 +947,15 @@ def test_nope_hybrids_config_json_counts_the_classes_layers(model_type: str) -> 
             layer_encodings({"model_type": model_type})
         return
     assert len(layer_encodings({"model_type": model_type})) == default.num_hidden_layers
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"])
+def test_models_without_attention_are_refused_naming_it(model_type: str) -> None:
+    config = transformers.AutoConfig.for_model(model_type)
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    names = {type(m).__name__ for m in model.modules()}  # (RWKV's "attention": its recurrent time mixing)
+    assert not any("Attention" in name for name in names - {"RwkvSelfAttention"})
+    for given in (config, config.to_dict()):
+        with pytest.raises(ValueError, match="so no position encoding applies"):
+            layer_encodings(given)
