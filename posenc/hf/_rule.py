@@ -94,6 +94,16 @@ _REFUSED = {
     ),
     "rwkv": "its time mixing (RwkvSelfAttention) is a recurrence with a learned decay per channel, not softmax "
     "attention over positions, so no position encoding applies",
+    # relative schemes of their own, named
+    "vits": "its text encoder's attention adds relative key and value embeddings within window_size and none "
+    "beyond it (Shaw's would repeat the edge ones), which posenc has no form for",
+    "longt5": "its encoder attends locally or transient-globally (encoder_attention_type), T5's bias inside those "
+    "blocks, which posenc has no form for",
+    "xlnet": "its two-stream attention adds Transformer-XL's relative sinusoids (r_w_bias, r_r_bias) and a "
+    "segment term (r_s_bias), which posenc does not convert",
+    "funnel": "its attention adds Funnel's relative positions (attention_type 'relative_shift' or 'factorized'), "
+    "pooled between blocks, which posenc has no form for",
+    "cpmant": "its attention adds CPM-Ant's bias of relative position and segment pair, which posenc has no form for",
 }
 #: the key and the value without which the model's code does not rotate at all (NoPE in every layer): Zamba2's
 #: shared attention rotates only with use_mem_rope (class default False); GraniteMoeHybrid builds its rotary

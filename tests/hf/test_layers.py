@@ -959,3 +959,27 @@ def test_models_without_attention_are_refused_naming_it(model_type: str) -> None
     for given in (config, config.to_dict()):
         with pytest.raises(ValueError, match="so no position encoding applies"):
             layer_encodings(given)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "module"),
+    [
+        ("vits", "VitsAttention"),
+        ("longt5", "LongT5LocalAttention"),
+        ("xlnet", "XLNetRelativeAttention"),
+        ("funnel", "FunnelRelMultiheadAttention"),
+        ("cpmant", "CpmAntSegmentPositionEmbedding"),
+    ],
+)
+def test_relative_schemes_of_their_own_are_refused_naming_them(model_type: str, module: str) -> None:
+    """Models whose attention adds positions in a way no posenc encoding computes: refused with what it is (the
+    module that does it is in the model built from the class defaults)."""
+    config = transformers.AutoConfig.for_model(model_type)
+    # (AutoModel maps Funnel to two classes, chosen by the architectures a checkpoint names)
+    build = transformers.FunnelModel if model_type == "funnel" else transformers.AutoModel.from_config
+    with torch.device("meta"):
+        model = build(config)
+    assert module in {type(m).__name__ for m in model.modules()}
+    for given in (config, config.to_dict()):
+        with pytest.raises(ValueError, match=f"model_type '{model_type}' is not supported: its"):
+            layer_encodings(given)
