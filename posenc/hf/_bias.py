@@ -390,15 +390,11 @@ def trocr(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodi
     return _sinusoidal("tensor2tensor", 1024, 512, offset=None)(cfg, model_type, causal)
 
 
-def held_stack(field: str, sub_type: str) -> Convert:
-    """The stack of a parent whose own fields are its other stack's (Cohere ASR's: its decoder's): refused, naming
-    the sub-config ``field`` (of ``sub_type``) that holds it."""
+def refused_stack(reason: str) -> Convert:
+    """A stack posenc does not convert (where the model's other stack converts): its converter raises ``reason``."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        raise ValueError(
-            f"{model_type}: this stack's config is its {field} ({sub_type}): pass config.{field} "
-            f"(config[{field!r}] of a config.json dict)"
-        )
+        raise ValueError(f"{model_type}: {reason}")
 
     return convert
 

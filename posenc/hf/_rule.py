@@ -97,8 +97,6 @@ _REFUSED = {
     # relative schemes of their own, named
     "vits": "its text encoder's attention adds relative key and value embeddings within window_size and none "
     "beyond it (Shaw's would repeat the edge ones), which posenc has no form for",
-    "longt5": "its encoder attends locally or transient-globally (encoder_attention_type), T5's bias inside those "
-    "blocks, which posenc has no form for",
     "xlnet": "its two-stream attention adds Transformer-XL's relative sinusoids (r_w_bias, r_r_bias) and a "
     "segment term (r_s_bias), which posenc does not convert",
     "funnel": "its attention adds Funnel's relative positions (attention_type 'relative_shift' or 'factorized'), "

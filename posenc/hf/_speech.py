@@ -28,7 +28,7 @@ from ..encodings.transformer_xl import RelPosXL
 from ._read import Config, get, positive_int
 from ._rope import RopeDefaults, heads_and_head_dim
 
-__all__ = ["SPEECH_MODEL_TYPES", "speech", "speecht5", "speecht5_decoder"]
+__all__ = ["SPEECH_MODEL_TYPES", "speech", "speecht5"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
 #: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
@@ -81,12 +81,3 @@ def speecht5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     )
     reach = positive_int(cfg, model_type, "encoder_max_relative_position", default=160)
     return ShawRelative(head_dim, max_distance=reach - 1, max_distance_right=reach, num_heads=heads)
-
-
-def speecht5_decoder(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-    """Refused: SpeechT5's decoder attention adds no position, its task model's prenet adds them to the inputs."""
-    raise ValueError(
-        f"{model_type}: its decoder's attention adds no position; the prenet of its task model adds them to the "
-        "decoder's inputs (text: fairseq's sinusoids; speech: sinusoids times a learned alpha), which posenc does "
-        "not convert; stack='encoder' gives its encoder's relative keys"
-    )

@@ -17,9 +17,9 @@ from ._bias import (
     _sinusoidal,
     _t5,
     forecasting,
-    held_stack,
     learned_by_field,
     learned_stack,
+    refused_stack,
     trocr,
 )
 from ._layers import (
@@ -48,7 +48,7 @@ from ._rope import (
     sam3_vit,
     sam_memory,
 )
-from ._speech import speech, speecht5, speecht5_decoder
+from ._speech import speech, speecht5
 
 #: One line, or one per layer type where the layers (or stacks) differ.
 Summary = str | dict[str, str]
@@ -314,7 +314,15 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     ),
     # one table of relative keys for all its encoder's layers (its task models' prenets add input positions too)
     "speecht5": (
-        {None: speecht5, "encoder": speecht5, "decoder": speecht5_decoder},
+        {
+            None: speecht5,
+            "encoder": speecht5,
+            "decoder": refused_stack(
+                "its decoder's attention adds no position; the prenet of its task model adds them to the decoder's "
+                "inputs (text: fairseq's sinusoids; speech: sinusoids times a learned alpha), which posenc does not "
+                "convert; stack='encoder' gives its encoder's relative keys"
+            ),
+        },
         {
             "`stack='encoder'` (or none)": "ShawRelative (relative keys `pe_k`, 159 back and 160 ahead: `encoder_max_"
             "relative_position`), one table for every layer; its prenets' input positions not converted",
@@ -337,6 +345,20 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     **dict.fromkeys(
         ("t5", "mt5", "switch_transformers", "pop2piano"),
         (_t5, "RelativeBias (encoder bidirectional, decoder causal)"),
+    ),
+    # its decoder's attention is T5's; its encoder's local or transient-global
+    "longt5": (
+        {
+            "encoder": refused_stack(
+                "its encoder attends locally or transient-globally (encoder_attention_type), T5's bias inside "
+                "those blocks, which posenc has no form for; stack='decoder' gives its decoder's T5 bias"
+            ),
+            "decoder": _t5,
+        },
+        {
+            "`stack='encoder'`": "refused: local or transient-global blocks",
+            "`stack='decoder'`": "RelativeBias (causal)",
+        },
     ),
     # T5's bias in every layer, each its own table
     "umt5": (_t5, "RelativeBias in every layer, each its own table (encoder bidirectional, decoder causal)"),
@@ -404,7 +426,13 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     },
     # Cohere ASR: its top-level fields are its decoder's; its encoder is a Parakeet encoder (encoder_config)
     "cohere_asr": (
-        {"encoder": held_stack("encoder_config", "parakeet_encoder"), "decoder": learned_by_field},
+        {
+            "encoder": refused_stack(
+                "this stack's config is its encoder_config (parakeet_encoder): pass config.encoder_config "
+                "(config['encoder_config'] of a config.json dict)"
+            ),
+            "decoder": learned_by_field,
+        },
         {
             "`stack='encoder'`": "refused: pass its `encoder_config` (parakeet_encoder)",
             "`stack='decoder'`": "Learned",

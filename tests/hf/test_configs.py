@@ -784,7 +784,10 @@ VISION_MODEL_TYPES = [
 ]  # fmt: skip
 # encoder-decoders whose stacks differ (stack= required): proven per stack in tests/hf/test_stacks.py (Cohere ASR's
 # decoder table in tests/hf/test_absolute.py, its encoder refused for its encoder_config)
-STACKED_MODEL_TYPES = ["led", "whisper", "cohere_asr", "time_series_transformer", "informer", "autoformer"]
+STACKED_MODEL_TYPES = [
+    "led", "whisper", "cohere_asr", "time_series_transformer", "informer", "autoformer",
+    "longt5",  # (test_longt5_decoder_bias_is_t5s_and_its_encoder_refused, here)
+]  # fmt: skip
 # hybrids whose attention adds no position: proven NoPE in tests/hf/test_layers.py
 NOPE_MODEL_TYPES = ["jamba", "kimi_linear", "nemotron_h", "zamba"]
 OTHER_PROVEN = [
@@ -1559,6 +1562,33 @@ def test_t5_bias_equals_the_models_encoder_and_decoder_bias(model_type):
     for stack, attention in (("encoder", enc_attn), ("decoder", dec_attn)):  # from_hf_model finds each table
         copied = from_hf_model(model, stack=stack).relative_attention_bias.weight
         torch.testing.assert_close(copied, attention.relative_attention_bias.weight, atol=0, rtol=0)
+
+
+@requires_transformers
+def test_longt5_decoder_bias_is_t5s_and_its_encoder_refused():
+    """LongT5's decoder: T5's causal bias (its own compute_bias, past max_distance and at a decoding step),
+    copied by from_hf_model; its encoder's local attention is refused, naming it."""
+    config = transformers.LongT5Config(**TINY["t5"], num_decoder_layers=2)
+    model = transformers.LongT5Model(config).eval()
+    attention = model.decoder.block[0].layer[0].SelfAttention
+    pe = from_hf_model(model, stack="decoder")
+    assert pe.causal and repr(pe) == repr(from_hf_config(config.to_dict(), stack="decoder"))
+    q, k = (
+        torch.zeros(1, config.num_heads, 31, config.d_kv),
+        torch.zeros(1, config.num_heads, 38, config.d_kv),
+    )
+    torch.testing.assert_close(pe.attention_bias(q, q), attention.compute_bias(31, 31), atol=0, rtol=0)
+    torch.testing.assert_close(
+        pe.attention_bias(q[:, :, :3], k[:, :, :10]),
+        attention.compute_bias(3, 10, past_seen_tokens=7),
+        atol=0,
+        rtol=0,
+    )
+    for stack in ("encoder", None):
+        with pytest.raises(
+            ValueError, match=r"locally or transient-globally|pass stack='encoder' or 'decoder'"
+        ):
+            from_hf_config(config, stack=stack)
 
 
 @requires_transformers

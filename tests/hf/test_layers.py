@@ -965,7 +965,6 @@ def test_models_without_attention_are_refused_naming_it(model_type: str) -> None
     ("model_type", "module"),
     [
         ("vits", "VitsAttention"),
-        ("longt5", "LongT5LocalAttention"),
         ("xlnet", "XLNetRelativeAttention"),
         ("funnel", "FunnelRelMultiheadAttention"),
         ("cpmant", "CpmAntSegmentPositionEmbedding"),
