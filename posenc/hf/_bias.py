@@ -26,7 +26,9 @@ from ._rope import RopeDefaults, build_rope, heads_and_head_dim
 def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     # The encoder's bias is bidirectional, the decoder's causal: a T5 config is the encoder's unless
     # is_decoder is set (transformers flips it for the decoder stack), so pass causal=True for the decoder.
-    default_heads = {"mt5": 6, "umt5": 6, "switch_transformers": 12}.get(model_type, 8)
+    default_heads = {"mt5": 6, "umt5": 6, "switch_transformers": 12, "pix2struct_text_model": 12}.get(
+        model_type, 8
+    )
     num_heads = positive_int(cfg, model_type, "num_attention_heads", default=default_heads)
     is_decoder = check_bool(f"{model_type} config: is_decoder", cfg.get("is_decoder", False))
     is_causal = is_decoder if causal is None else causal

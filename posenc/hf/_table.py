@@ -346,6 +346,11 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         ("t5", "mt5", "switch_transformers", "pop2piano"),
         (_t5, "RelativeBias (encoder bidirectional, decoder causal)"),
     ),
+    # Pix2Struct's text decoder: T5's bias, causal whatever is_decoder says (its code passes bidirectional=False)
+    "pix2struct_text_model": (
+        lambda cfg, model_type, causal: _t5({**cfg, "is_decoder": True}, model_type, causal),
+        "RelativeBias (causal)",
+    ),
     # its decoder's attention is T5's; its encoder's local or transient-global
     "longt5": (
         {

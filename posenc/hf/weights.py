@@ -47,6 +47,7 @@ _EMBEDDING_TABLES = (
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
     **dict.fromkeys(("t5", "mt5", "switch_transformers", "pop2piano", "longt5"), _T5),
+    "pix2struct_text_model": {"decoder": "layer.0.self_attention.attention."},  # (the parent's .decoder)
     "umt5": {stack: f"{stack}.block.{{layer}}.layer.0.SelfAttention." for stack in ("encoder", "decoder")},
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},

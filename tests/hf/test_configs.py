@@ -787,6 +787,7 @@ VISION_MODEL_TYPES = [
 STACKED_MODEL_TYPES = [
     "led", "whisper", "cohere_asr", "time_series_transformer", "informer", "autoformer",
     "longt5",  # (test_longt5_decoder_bias_is_t5s_and_its_encoder_refused, here)
+    "pix2struct_text_model",  # (test_pix2struct_text_bias_is_t5s_causal_one, here)
 ]  # fmt: skip
 # hybrids whose attention adds no position: proven NoPE in tests/hf/test_layers.py
 NOPE_MODEL_TYPES = ["jamba", "kimi_linear", "nemotron_h", "zamba"]
@@ -1589,6 +1590,26 @@ def test_longt5_decoder_bias_is_t5s_and_its_encoder_refused():
             ValueError, match=r"locally or transient-globally|pass stack='encoder' or 'decoder'"
         ):
             from_hf_config(config, stack=stack)
+
+
+@requires_transformers
+def test_pix2struct_text_bias_is_t5s_causal_one():
+    """Pix2Struct's text decoder (its own model cannot be built alone: from the parent): T5's bias, causal whatever
+    is_decoder says, its own compute_bias past max_distance and at a decoding step; from_hf_model copies it."""
+    text = {**TINY["t5"], "hidden_size": 32}
+    vision = {"num_hidden_layers": 1, "hidden_size": 32, "d_kv": 8, "d_ff": 32, "num_attention_heads": 2}
+    model = transformers.Pix2StructForConditionalGeneration(
+        transformers.Pix2StructConfig(text_config=text, vision_config=vision)
+    ).eval()
+    attention = model.decoder.layer[0].self_attention.attention
+    pe = from_hf_model(model.decoder)
+    heads, d_kv = model.config.text_config.num_heads, model.config.text_config.d_kv
+    assert pe.causal and repr(pe) == repr(from_hf_config(model.config))
+    assert from_hf_config({**model.config.text_config.to_dict(), "is_decoder": False}).causal
+    q, k = torch.zeros(1, heads, 31, d_kv), torch.zeros(1, heads, 10, d_kv)
+    torch.testing.assert_close(pe.attention_bias(q, q), attention.compute_bias(31, 31), atol=0, rtol=0)
+    step = attention.compute_bias(3, 10, past_seen_tokens=7)
+    torch.testing.assert_close(pe.attention_bias(q[:, :, :3], k), step, atol=0, rtol=0)
 
 
 @requires_transformers
