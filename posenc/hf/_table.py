@@ -324,8 +324,9 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             ),
         },
         {
-            "`stack='encoder'` (or none)": "ShawRelative (relative keys `pe_k`, 159 back and 160 ahead: `encoder_max_"
-            "relative_position`), one table for every layer; its prenets' input positions not converted",
+            "`stack='encoder'` (or none)": "ShawRelative (relative keys `pe_k`, clipped at "
+            "`encoder_max_relative_position`: 159 back, 160 ahead), one table for every layer; its prenets' input "
+            "positions not converted",
             "`stack='decoder'`": "refused: its attention adds no position (its task's prenet does)",
         },
     ),

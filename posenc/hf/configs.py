@@ -357,7 +357,7 @@ def from_hf_config(
                 f"layer must be an int (0-based layer index) or None, got {layer!r} ({type(layer).__name__})"
             )
         n = len(built) if isinstance(built, list) else layer_count(cfg, model_type)
-        if stack is not None and n is not None:  # (that stack's: T5's num_decoder_layers)
+        if stack is not None and n is not None and not isinstance(built, list):  # (T5's num_decoder_layers)
             n = _stack_count(cfg, model_type, stack)
         if layer < 0 or (n is not None and layer >= n):
             count = f"it has {n} layers (0..{n - 1})" if n is not None else "layers count from 0"

@@ -1615,11 +1615,12 @@ def test_pix2struct_text_bias_is_t5s_causal_one():
 @requires_transformers
 def test_umt5_every_layer_has_its_own_bias_table():
     """UMT5: T5's bias in every self-attention layer, each its own table: from_hf_model(layer=i) copies layer i's,
-    per stack (3 encoder and 2 decoder layers), equal to that layer's own compute_bias past max_distance."""
-    config = transformers.UMT5Config(**{**TINY["t5"], "num_layers": 3, "num_decoder_layers": 2})
+    per stack (2 encoder and 3 decoder layers: the decoder's last is past the encoder's count), equal to that
+    layer's own compute_bias past max_distance."""
+    config = transformers.UMT5Config(**{**TINY["t5"], "num_layers": 2, "num_decoder_layers": 3})
     model = transformers.UMT5Model(config).eval()
     q = torch.zeros(1, config.num_heads, 30, config.d_kv)
-    for stack, module, n in (("encoder", model.encoder, 3), ("decoder", model.decoder, 2)):
+    for stack, module, n in (("encoder", model.encoder, 2), ("decoder", model.decoder, 3)):
         encodings = layer_encodings(config, stack=stack)
         assert len(encodings) == n and len(set(map(id, encodings))) == n  # (one module per layer)
         biases = []
@@ -1631,7 +1632,7 @@ def test_umt5_every_layer_has_its_own_bias_table():
             biases.append(expected)
         assert not torch.equal(biases[0], biases[-1])
     with pytest.raises(
-        ValueError, match=r"every decoder layer has its own position tables; pass layer=i \(0\.\.1\)"
+        ValueError, match=r"every decoder layer has its own position tables; pass layer=i \(0\.\.2\)"
     ):
         from_hf_model(model, stack="decoder")
 
