@@ -159,7 +159,7 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
-    key = "local_attention" if model_type == "modernbert" else "sliding_window"
+    key = {"modernbert": "local_attention", "gpt_neo": "window_size"}.get(model_type, "sliding_window")
     # (a key the config gives, even null, wins: its class keeps it)
     window = cfg[key] if key in cfg else default_window
     # ModernBERT's class sets local_attention = 2 * a sliding_window given (a dict's: its to_dict() has none)
@@ -185,6 +185,18 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
             types = [
                 "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
             ]
+        elif (
+            rule == "gpt_neo"
+        ):  # its "local" layers (attention_layers, expanded by its class from attention_types)
+            kinds = cfg.get("attention_layers") or [
+                kind for pattern, repeat in get(cfg, "attention_types", default=arg) for _ in range(repeat)
+                for kind in pattern
+            ]  # fmt: skip
+            if len(kinds) != n or not set(kinds) <= {"global", "local"}:
+                raise ValueError(
+                    f"{model_type} config: attention_layers must be {n} entries of 'global' or 'local', got {kinds!r}"
+                )
+            types = ["sliding_attention" if kind == "local" else "full_attention" for kind in kinds]
         elif rule == "qwen":  # from max_window_layers on
             first = get(cfg, "max_window_layers", default=arg)
             first = check_positive_int(f"{model_type} config: max_window_layers", first) if first else 0
@@ -195,6 +207,30 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
         return [None] * n
     window = check_positive_int(f"{model_type} config: {key}", window)
     return [window if t == "sliding_attention" else None for t in types]
+
+
+def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None:
+    """Refuse the windows of an encoder whose attention is local in a way ``window=`` does not express.
+
+    Raises:
+        ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
+            BigBird-Pegasus's encoder with ``attention_type='block_sparse'``.
+    """
+    if stack not in (None, "encoder"):
+        return
+    if model_type in ("longformer", "led"):
+        what = (
+            f"attention_window={get(cfg, 'attention_window', default=512)!r}: each token sees the keys within half "
+            "of it, and tokens marked global see (and are seen by) all"
+        )
+    elif (
+        model_type in ("big_bird", "bigbird_pegasus")
+        and cfg.get("attention_type", "block_sparse") == "block_sparse"
+    ):
+        what = "attention_type='block_sparse': blocks of sliding, random and global keys (full attention on short inputs)"
+    else:
+        return
+    raise ValueError(f"{model_type} config: {what}, which posenc.attention's window= does not express")
 
 
 def table_types(cfg: Config, model_type: str) -> list[str]:
@@ -231,6 +267,8 @@ _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
     "qwen2_5_vl_text": ("qwen", 4096, 80),
     "smollm3": ("smollm3", None, None),
     "mistral": ("all", 4096, None),
+    # its local layers see the window_size keys up to their own
+    "gpt_neo": ("gpt_neo", 256, [[["global", "local"], 12]]),
     **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),
 }
 

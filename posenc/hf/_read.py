@@ -89,7 +89,13 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
     "num_attention_heads": {12: "wav2vec2-conformer", 8: "parakeet_encoder"},
-    "num_hidden_layers": {12: "wav2vec2-conformer", 32: "jamba", 27: "kimi_linear", 76: "zamba"},
+    "num_hidden_layers": {
+        12: "wav2vec2-conformer",
+        32: "jamba",
+        27: "kimi_linear",
+        76: "zamba",
+        24: "gpt_neo",
+    },
     # (vision towers whose grid is not read by rule: Llama 4's, whose converter reads it; Sapiens 2, refused by
     # these as its config object is)
     "image_size": {448: "llama4_vision_model", 224: "sapiens2"},

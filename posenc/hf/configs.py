@@ -21,7 +21,14 @@ import torch
 
 from ..base import PositionalEncoding
 from ..encodings import NoPE
-from ._layers import NO_POSITION_TYPES, layer_count, layer_types, required_count, sliding_windows
+from ._layers import (
+    NO_POSITION_TYPES,
+    layer_count,
+    layer_types,
+    refuse_local_blocks,
+    required_count,
+    sliding_windows,
+)
 from ._read import Convert, class_defaults, config_dict, get, positive_int
 from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES
@@ -258,9 +265,9 @@ def layer_windows(
     ModernBERT (bidirectional) ``|i - j| <= W // 2`` (``W = local_attention``). Layers without a window, models without sliding
     windows, and Llama 4's chunked layers (chunks, not windows) give ``None``. Without
     ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
-    from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern); for a model
-    outside the table a config object's class decides, and a dict with ``sliding_window`` but no
-    ``layer_types`` is refused (its class may derive them in code).
+    from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its
+    ``"local"`` layers, ``window_size``); for a model outside the table a config object's class decides,
+    and a dict with ``sliding_window`` but no ``layer_types`` is refused (its class may derive them in code).
 
     Args:
         config: as in :func:`layer_encodings`.
@@ -268,10 +275,17 @@ def layer_windows(
 
     Returns:
         ``num_hidden_layers`` entries (of ``stack``).
+
+    Raises:
+        ValueError: as :func:`layer_encodings`; also an encoder whose attention is local in a way ``window=``
+            does not express (Longformer's and LED's ``attention_window`` with global tokens, BigBird's
+            ``attention_type='block_sparse'``), never ``None`` for it.
     """
     stacks = _stacks(config, stack)
     for _, _, t, convert, _ in stacks if stack is not None else ():
         _of_stack(convert, t, stack)  # (a stack the model does not have: the same error as layer_encodings)
+    for _, cfg, t, _, _ in stacks:
+        refuse_local_blocks(cfg, t, stack)
     windows = [
         sliding_windows(cfg, t, obj, known=t in _CONVERTERS, n=_stack_count(cfg, t, stack))
         for _, cfg, t, _, obj in stacks

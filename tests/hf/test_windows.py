@@ -153,7 +153,11 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
     # (the encoder-decoders' to_dict() leaves it out; SAM's trackers have none: their memory attention's layers)
     n = {"num_hidden_layers": config.num_hidden_layers} if hasattr(config, "num_hidden_layers") else {}
     bare = {"model_type": model_type, **n}
-    assert layer_windows(config) == layer_windows({**config.to_dict(), **n}) == layer_windows(bare)
+    stack = (
+        "decoder" if model_type == "led" else None
+    )  # (LED's encoder is refused: a local attention with globals)
+    windows = [layer_windows(form, stack=stack) for form in (config, {**config.to_dict(), **n}, bare)]
+    assert windows[0] == windows[1] == windows[2]
 
 
 @pytest.mark.parametrize("model_type", sorted(_WINDOWS))
@@ -198,3 +202,46 @@ def test_a_modernbert_config_json_with_sliding_window_is_read_as_its_class_reads
     given = {"num_hidden_layers": 3, "sliding_window": 32, "local_attention": 100}
     config = transformers.ModernBertConfig(**given)
     assert layer_windows({"model_type": "modernbert", **given}) == layer_windows(config) == [None, 64, 64]
+
+
+def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None:
+    """GPT-Neo's "local" layers (expanded from attention_types) see the window_size keys up to the query, its
+    "global" ones every earlier key: its own attention weights in a forward pass (zero exactly where masked)."""
+    kinds = [[["global", "local"], 1], [["local"], 2]]
+    config = transformers.GPTNeoConfig(
+        vocab_size=64, hidden_size=16, num_heads=2, num_layers=4, window_size=3, attention_types=kinds,
+        max_position_embeddings=T, attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.AutoModel.from_config(config).eval()
+    with torch.no_grad():
+        weights = model(input_ids=torch.arange(1, T + 1)[None], output_attentions=True).attentions
+    minimal = {"model_type": "gpt_neo", "num_layers": 4, "window_size": 3, "attention_types": kinds}
+    for form in (config, config.to_dict(), minimal):
+        windows = layer_windows(form)
+        assert windows == [None, 3, 3, 3]
+        for layer, window in enumerate(windows):
+            assert torch.equal(weights[layer][0, 0] > 0, _allowed(window, bidirectional=False))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "stack", "field"),
+    [
+        ("longformer", None, "attention_window"),
+        ("led", "encoder", "attention_window"),
+        ("big_bird", None, "attention_type='block_sparse'"),
+        ("bigbird_pegasus", "encoder", "attention_type='block_sparse'"),
+    ],
+)
+def test_local_attention_window_does_not_express_is_refused(
+    model_type: str, stack: str | None, field: str
+) -> None:
+    """Longformer's window with global tokens and BigBird's block-sparse attention: refused, never ``None``
+    (every key); their decoders and BigBird's full attention do give ``None``."""
+    config = transformers.AutoConfig.for_model(model_type)
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match=f"{field}.*which posenc.attention's window= does not express"):
+            layer_windows(form, stack=stack)
+    if stack == "encoder":
+        assert set(layer_windows(config, stack="decoder")) == {None}
+    if model_type == "big_bird":
+        assert set(layer_windows({**config.to_dict(), "attention_type": "original_full"})) == {None}
