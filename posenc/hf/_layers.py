@@ -158,10 +158,19 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
+    odd = sorted(
+        {t for t in cfg.get("layer_types") or () if "sliding" in str(t) and t != "sliding_attention"}
+    )
+    if odd:  # (Inkling's hybrid_sliding, Unlimited-OCR's reference_sliding_attention)
+        raise ValueError(
+            f"{model_type} config: layer_types {odd} slide by rules of its own code, which posenc does not read"
+        )
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     key = {"modernbert": "local_attention", "gpt_neo": "window_size"}.get(model_type, "sliding_window")
     # (a key the config gives, even null, wins: its class keeps it)
     window = cfg[key] if key in cfg else default_window
+    if window is None and model_type == "dots3_note_text":  # (its class reads a null as its default)
+        window = default_window
     # ModernBERT's class sets local_attention = 2 * a sliding_window given (a dict's: its to_dict() has none)
     if model_type == "modernbert" and cfg.get("sliding_window") is not None:
         window = 2 * positive_int(cfg, model_type, "sliding_window")
@@ -175,9 +184,9 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     if types is None:  # as the config class derives them when a config.json leaves them out
         if rule == "any" and (isinstance(config, Mapping) or hasattr(type(config), "layer_types")):
             raise ValueError(
-                f"{model_type} config: 'sliding_window' without 'layer_types': model_type {model_type!r} is not "
-                "in posenc's table and its config class may derive its layer types in its own code; pass the "
-                "config object (its to_dict() carries them) or give 'layer_types'"
+                f"{model_type} config: 'sliding_window' without 'layer_types': its config class may derive its "
+                "layer types in its own code; pass the config object (its to_dict() carries them) or give "
+                "'layer_types'"
             )
         if rule == "any" and not hasattr(type(config), "sliding_window"):
             return [None] * n
@@ -210,11 +219,12 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
 
 
 def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None:
-    """Refuse the windows of an encoder whose attention is local in a way ``window=`` does not express.
+    """Refuse the windows of a stack whose attention is local in a way ``window=`` does not express.
 
     Raises:
         ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
-            BigBird-Pegasus's encoder with ``attention_type='block_sparse'``.
+            BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, DeepSeek V4's compressed layers,
+            Moonshine Streaming's encoder (a ``(left, right)`` window per layer).
     """
     if stack not in (None, "encoder"):
         return
@@ -228,6 +238,13 @@ def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None
         and cfg.get("attention_type", "block_sparse") == "block_sparse"
     ):
         what = "attention_type='block_sparse': blocks of sliding, random and global keys (full attention on short inputs)"
+    elif model_type == "deepseek_v4" and set(cfg.get("layer_types") or ("?",)) != {"sliding_attention"}:
+        what = (
+            "its compressed layers (CSA, HCA) see the sliding_window latest keys and compressed entries of the "
+            "earlier ones"
+        )
+    elif cfg.get("sliding_windows") is not None:  # (Moonshine Streaming's encoder)
+        what = f"sliding_windows={cfg['sliding_windows']!r}: keys (left, right) of each query, per layer"
     else:
         return
     raise ValueError(f"{model_type} config: {what}, which posenc.attention's window= does not express")
@@ -267,6 +284,10 @@ _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
     "qwen2_5_vl_text": ("qwen", 4096, 80),
     "smollm3": ("smollm3", None, None),
     "mistral": ("all", 4096, None),
+    # its sliding layers (its others: sparse attention by an indexer); every layer (DeepSeek V4's: its compressed
+    # ones refused above)
+    "dots3_note_text": ("any", 512, None),
+    "deepseek_v4": ("all", 128, None),
     # its local layers see the window_size keys up to their own
     "gpt_neo": ("gpt_neo", 256, [[["global", "local"], 12]]),
     **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),

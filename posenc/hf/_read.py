@@ -26,7 +26,8 @@ ALIASES = {
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers"),
     "max_position_embeddings": ("n_positions", "max_seq_len"),
     "head_dim": ("kv_channels",),
-    "sliding_window": ("attention_window_size",),  # RecurrentGemma's local attention
+    # RecurrentGemma's local attention; dots3 Note's released config.json
+    "sliding_window": ("attention_window_size", "sliding_window_size"),
 }
 
 

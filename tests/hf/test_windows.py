@@ -85,6 +85,14 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("llama", {"sliding_window": 3}),
     ("qwen3_vl_moe_text", {"sliding_window": 3, "num_experts": 2, "num_experts_per_tok": 1}),
     ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2}),
+    ("deepseek_v4", {"sliding_window": 3, "layer_types": ["sliding_attention"] * 6, "q_lora_rank": 8}),
+    (
+        "dots3_note_text",
+        {
+            "sliding_window": 3,
+            "layer_types": ["indexed_attention", "sliding_attention", "sliding_attention"] * 2,
+        },
+    ),
     # outside the table (the rule: layer_types, else Qwen2's fields, else every layer)
     ("qwen2_moe", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2, **_MOE}),
     ("qwen2_moe", {"sliding_window": 3, "max_window_layers": 2, **_MOE}),
@@ -153,10 +161,20 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
     # (the encoder-decoders' to_dict() leaves it out; SAM's trackers have none: their memory attention's layers)
     n = {"num_hidden_layers": config.num_hidden_layers} if hasattr(config, "num_hidden_layers") else {}
     bare = {"model_type": model_type, **n}
+    forms = (config, {**config.to_dict(), **n}, bare)
+    if model_type == "deepseek_v4":  # (its compressed layers: refused, test_local_attention_...)
+        for form in forms:
+            with pytest.raises(ValueError, match="compressed layers"):
+                layer_windows(form)
+        return
+    if model_type == "dots3_note_text":  # (its class derives layer_types, which posenc does not: refused)
+        with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
+            layer_windows(bare)
+        bare["layer_types"] = config.layer_types
     stack = (
         "decoder" if model_type == "led" else None
-    )  # (LED's encoder is refused: a local attention with globals)
-    windows = [layer_windows(form, stack=stack) for form in (config, {**config.to_dict(), **n}, bare)]
+    )  # (LED's encoder: refused, a local attention with globals)
+    windows = [layer_windows(form, stack=stack) for form in forms]
     assert windows[0] == windows[1] == windows[2]
 
 
@@ -166,6 +184,8 @@ def test_a_config_json_that_gives_a_null_window_gives_none(model_type: str) -> N
     key. posenc read it as absent and took the class default (Qwen2: windows of 4096 from max_window_layers on)."""
     key = "local_attention" if model_type == "modernbert" else "sliding_window"
     given = {"num_hidden_layers": 4, "use_sliding_window": True, "max_window_layers": 2, key: None}
+    if model_type == "dots3_note_text":  # (a dict must give them; its class reads the null as 512)
+        given["layer_types"] = ["indexed_attention", "sliding_attention"] * 2
     try:
         config = transformers.AutoConfig.for_model(model_type, **given)
     except Exception:  # (a strict dataclass's validation error)
@@ -230,13 +250,16 @@ def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None
         ("led", "encoder", "attention_window"),
         ("big_bird", None, "attention_type='block_sparse'"),
         ("bigbird_pegasus", "encoder", "attention_type='block_sparse'"),
+        ("deepseek_v4", None, "compressed layers"),
+        ("moonshine_streaming_encoder", None, "sliding_windows="),
     ],
 )
 def test_local_attention_window_does_not_express_is_refused(
     model_type: str, stack: str | None, field: str
 ) -> None:
-    """Longformer's window with global tokens and BigBird's block-sparse attention: refused, never ``None``
-    (every key); their decoders and BigBird's full attention do give ``None``."""
+    """Longformer's window with global tokens, BigBird's block-sparse attention, DeepSeek V4's compressed layers and
+    Moonshine Streaming's (left, right) windows: refused, never ``None`` (every key); the decoders, BigBird's full
+    attention and DeepSeek V4's sliding layers alone do give their windows."""
     config = transformers.AutoConfig.for_model(model_type)
     for form in (config, config.to_dict()):
         with pytest.raises(ValueError, match=f"{field}.*which posenc.attention's window= does not express"):
@@ -245,3 +268,16 @@ def test_local_attention_window_does_not_express_is_refused(
         assert set(layer_windows(config, stack="decoder")) == {None}
     if model_type == "big_bird":
         assert set(layer_windows({**config.to_dict(), "attention_type": "original_full"})) == {None}
+    if model_type == "deepseek_v4":
+        sliding = {**config.to_dict(), "layer_types": ["sliding_attention"] * config.num_hidden_layers}
+        assert set(layer_windows(sliding)) == {config.sliding_window}
+
+
+@pytest.mark.parametrize("model_type", ["inkling_text", "inkling2_text", "unlimited_ocr_text"])
+def test_layer_types_that_slide_by_rules_of_their_own_are_refused(model_type: str) -> None:
+    """Inkling's ``hybrid_sliding`` (its window: ``sliding_window_size``), Unlimited-OCR's
+    ``reference_sliding_attention``: never read as full attention."""
+    config = transformers.AutoConfig.for_model(model_type)
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match="slide by rules of its own code"):
+            layer_windows(form)
