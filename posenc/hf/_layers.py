@@ -181,6 +181,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     if rule == "none" or window is None:
         return [None] * n
     types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
+    if rule == "minimax" and types is not None:  # (its full-attention layers read sliding_window)
+        types = ["sliding_attention" if t == "full_attention" else t for t in types]
     if types is None:  # as the config class derives them when a config.json leaves them out
         if rule == "any" and (isinstance(config, Mapping) or hasattr(type(config), "layer_types")):
             raise ValueError(
@@ -215,7 +217,47 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     if "sliding_attention" not in types:
         return [None] * n
     window = check_positive_int(f"{model_type} config: {key}", window)
-    return [window if t == "sliding_attention" else None for t in types]
+    windows = [window if t == "sliding_attention" else None for t in types]
+    if (
+        model_type == "neomme"
+    ):  # per layer: its per_layer_config's, else every other sliding layer's 1024 (its class)
+        given = cfg.get("per_layer_config")
+        if given is None:
+            long = [i for i, t in enumerate(types) if t == "sliding_attention"][1::2]
+            windows = [1024 if i in long else w for i, w in enumerate(windows)]
+        else:
+            entries = {
+                int(i): entry
+                for i, entry in (given.items() if isinstance(given, Mapping) else enumerate(given))
+            }
+            windows = [entries.get(i, {}).get("sliding_window", w) for i, w in enumerate(windows)]
+    return _bidirectional(cfg, model_type, windows)
+
+
+#: Bidirectional models whose sliding layers see ``|i - j| <= sliding_window`` (transformers'
+#: ``sliding_window_bidirectional_overlay``): posenc's ``W`` (``|i - j| <= W // 2``) is twice it
+_BIDIRECTIONAL = frozenset("embedding_gemma2_text neomme openai_privacy_filter ultrabert".split())
+
+
+def _bidirectional(cfg: Config, model_type: str, windows: list[int | None]) -> list[int | None]:
+    """``windows`` as posenc's ``W`` where the model attends both ways.
+
+    Raises:
+        ValueError: ``use_bidirectional_attention`` (True, or ``"all"``) with sliding layers, in a model other than
+            Gemma 3 (EmbeddingGemma).
+    """
+    if model_type in _BIDIRECTIONAL:
+        return [None if w is None else 2 * w for w in windows]
+    # (True, or Gemma 4's "all"; its "vision" leaves the text causal)
+    if cfg.get("use_bidirectional_attention") not in (True, "all") or set(windows) == {None}:
+        return windows
+    if model_type != "gemma3_text":
+        raise ValueError(
+            f"{model_type} config: use_bidirectional_attention=True with sliding layers, whose mask posenc does not "
+            "read for this model"
+        )
+    # Gemma 3's class keeps sliding_window // 2 + 1 (its to_dict() writes the one given back), its mask |i - j| < that
+    return [None if w is None else 2 * (w // 2) for w in windows]
 
 
 def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None:
@@ -224,7 +266,8 @@ def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None
     Raises:
         ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
             BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, DeepSeek V4's compressed layers,
-            Moonshine Streaming's encoder (a ``(left, right)`` window per layer).
+            Moonshine Streaming's encoder (a ``(left, right)`` window per layer), Moshi's ``sliding_window``
+            (a window when generating, none in its forward).
     """
     if stack not in (None, "encoder"):
         return
@@ -242,6 +285,11 @@ def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None
         what = (
             "its compressed layers (CSA, HCA) see the sliding_window latest keys and compressed entries of the "
             "earlier ones"
+        )
+    elif model_type == "moshi" and cfg.get("sliding_window") is not None:
+        what = (
+            f"sliding_window={cfg['sliding_window']}: its forward masks no window, but the cache transformers "
+            "builds for it when generating keeps only that many keys"
         )
     elif cfg.get("sliding_windows") is not None:  # (Moonshine Streaming's encoder)
         what = f"sliding_windows={cfg['sliding_windows']!r}: keys (left, right) of each query, per layer"
@@ -288,6 +336,7 @@ _WINDOWS: dict[str, tuple[str, int | None, Any]] = {
     # ones refused above)
     "dots3_note_text": ("any", 512, None),
     "deepseek_v4": ("all", 128, None),
+    "minimax": ("minimax", None, None),
     # its local layers see the window_size keys up to their own
     "gpt_neo": ("gpt_neo", 256, [[["global", "local"], 12]]),
     **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),

@@ -261,8 +261,10 @@ def layer_windows(
     """The sliding window of each layer (``None`` for global layers), for ``window=`` per layer.
 
     ``W`` as transformers applies it and as ``posenc.attention(..., window=W)`` reads it: in a
-    causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in
-    ModernBERT (bidirectional) ``|i - j| <= W // 2`` (``W = local_attention``). Layers without a window, models without sliding
+    causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in a
+    bidirectional one ``|i - j| <= W // 2`` (ModernBERT: ``W = local_attention``; EmbeddingGemma 2, UltraBERT,
+    NeoMMe (per layer), OpenAI's privacy filter: twice their ``sliding_window``; Gemma 3 with
+    ``use_bidirectional_attention``: as its class halves it). Layers without a window, models without sliding
     windows, and Llama 4's chunked layers (chunks, not windows) give ``None``. Without
     ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
     from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its

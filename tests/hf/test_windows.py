@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from posenc.hf import SUPPORTED_MODEL_TYPES, layer_windows
-from posenc.hf._layers import _WINDOWS
+from posenc.hf._layers import _BIDIRECTIONAL, _WINDOWS
 
 transformers = pytest.importorskip("transformers")
 from transformers import AttentionInterface  # noqa: E402
@@ -36,7 +36,7 @@ _SEEN: dict[int, torch.Tensor] = {}
 
 
 def _capture(module: Any, query: torch.Tensor, key: Any, value: torch.Tensor, mask: Any, **_: Any) -> tuple:
-    _SEEN[module.layer_idx] = mask
+    _SEEN[getattr(module, "layer_idx", len(_SEEN))] = mask  # (OpenAI's privacy filter: in order, no index)
     b, h, t, _d = query.shape
     return query.new_zeros(b, t, h, value.shape[-1]), None
 
@@ -86,6 +86,21 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("qwen3_vl_moe_text", {"sliding_window": 3, "num_experts": 2, "num_experts_per_tok": 1}),
     ("modernbert", {"local_attention": 4, "global_attn_every_n_layers": 2}),
     ("deepseek_v4", {"sliding_window": 3, "layer_types": ["sliding_attention"] * 6, "q_lora_rank": 8}),
+    # bidirectional: |i - j| <= sliding_window (posenc's W twice it; NeoMMe's per layer, EmbeddingGemma's half)
+    ("embedding_gemma2_text", {"sliding_window": 3}),
+    ("openai_privacy_filter", {"sliding_window": 3, **_MOE}),
+    ("ultrabert", {"sliding_window": 2}),
+    (
+        "neomme",
+        {
+            "sliding_window": 2,
+            "head_dim": 16,
+            "per_layer_config": {"1": {"sliding_window": 3}, "5": {"sliding_window": None}},
+        },
+    ),
+    ("gemma3_text", {"sliding_window": 6, "use_bidirectional_attention": True}),
+    # its full-attention layers read sliding_window (its others: linear attention)
+    ("minimax", {"sliding_window": 3, **_MOE}),
     (
         "dots3_note_text",
         {
@@ -114,7 +129,7 @@ def _allowed(window: int | None, bidirectional: bool) -> torch.Tensor:
     return (j <= i) & (j > i - (T if window is None else window))
 
 
-def _model_masks(config: Any, bidirectional: bool) -> list[torch.Tensor]:
+def _model_masks(config: Any, bidirectional: bool) -> list[torch.Tensor | None]:
     _SEEN.clear()
     config._attn_implementation = "posenc_mask_capture"
     model = transformers.AutoModel.from_config(config).eval()
@@ -122,6 +137,9 @@ def _model_masks(config: Any, bidirectional: bool) -> list[torch.Tensor]:
         model(input_ids=torch.arange(1, T + 1)[None], attention_mask=torch.ones(1, T, dtype=torch.long))
     masks = []
     for layer in range(LAYERS):
+        if layer not in _SEEN:  # (no attention there: MiniMax's linear layers)
+            masks.append(None)
+            continue
         mask = _SEEN[layer]
         if mask is None:  # no mask needed: every key (bidirectional) or plain causal attention
             masks.append(_allowed(None, bidirectional))
@@ -133,8 +151,10 @@ def _model_masks(config: Any, bidirectional: bool) -> list[torch.Tensor]:
 @pytest.mark.parametrize(("model_type", "kwargs"), CASES, ids=[f"{t}-{i}" for i, (t, _) in enumerate(CASES)])
 def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: dict[str, Any]) -> None:
     tiny = {k: v for k, v in TINY.items() if model_type != "modernbert" or k != "num_key_value_heads"}
-    config = transformers.AutoConfig.for_model(model_type, **tiny, **kwargs)
-    bidirectional = model_type == "modernbert"
+    config = transformers.AutoConfig.for_model(model_type, **{**tiny, **kwargs})
+    bidirectional = model_type in {"modernbert", *_BIDIRECTIONAL} or bool(
+        kwargs.get("use_bidirectional_attention")
+    )
     masks = _model_masks(config, bidirectional)
     minimal = {"model_type": model_type, "num_hidden_layers": LAYERS, **kwargs}
     forms = [config, config.to_dict(), minimal]
@@ -151,7 +171,13 @@ def test_windows_match_the_masks_transformers_builds(model_type: str, kwargs: di
         windows = layer_windows(form)
         got = [_allowed(w, bidirectional) for w in windows]
         for layer, (mask, want) in enumerate(zip(masks, got, strict=True)):
-            assert torch.equal(mask, want), (model_type, kwargs, type(form).__name__, layer, windows)
+            assert mask is None or torch.equal(mask, want), (
+                model_type,
+                kwargs,
+                type(form).__name__,
+                layer,
+                windows,
+            )
 
 
 @pytest.mark.parametrize("model_type", sorted({*SUPPORTED_MODEL_TYPES, *_WINDOWS}))
@@ -252,6 +278,7 @@ def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None
         ("bigbird_pegasus", "encoder", "attention_type='block_sparse'"),
         ("deepseek_v4", None, "compressed layers"),
         ("moonshine_streaming_encoder", None, "sliding_windows="),
+        ("moshi", None, "its forward masks no window"),
     ],
 )
 def test_local_attention_window_does_not_express_is_refused(
@@ -281,3 +308,11 @@ def test_layer_types_that_slide_by_rules_of_their_own_are_refused(model_type: st
     for form in (config, config.to_dict()):
         with pytest.raises(ValueError, match="slide by rules of its own code"):
             layer_windows(form)
+
+
+def test_a_bidirectional_sliding_mask_posenc_does_not_read_is_refused() -> None:
+    """use_bidirectional_attention with sliding layers: Gemma 3's (EmbeddingGemma) is read (test above); the
+    other classes with the flag are refused rather than read as causal windows."""
+    config = transformers.AutoConfig.for_model("gemma2", use_bidirectional_attention=True)
+    with pytest.raises(ValueError, match="use_bidirectional_attention=True with sliding layers"):
+        layer_windows(config)
