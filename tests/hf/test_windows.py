@@ -316,3 +316,72 @@ def test_a_bidirectional_sliding_mask_posenc_does_not_read_is_refused() -> None:
     config = transformers.AutoConfig.for_model("gemma2", use_bidirectional_attention=True)
     with pytest.raises(ValueError, match="use_bidirectional_attention=True with sliding layers"):
         layer_windows(config)
+
+
+def _mask_window(mask: torch.Tensor | None) -> tuple[bool, int | None] | None:
+    """(bidirectional, W as posenc reads it) of a captured mask over T tokens; None if it is neither form."""
+    if mask is None:
+        return False, None
+    allowed = mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] > torch.finfo(mask.dtype).min / 2
+    for bidirectional in (False, True):
+        for window in (None, *range(1, 2 * T)):
+            if torch.equal(allowed, _allowed(window, bidirectional)):
+                return bidirectional, window
+    return None
+
+
+@pytest.mark.slow
+def test_every_model_with_a_sliding_window_gets_the_windows_its_model_masks() -> None:
+    """The whole zoo (-m slow, about a minute): every config class of the installed transformers that declares
+    sliding_window (set to 3) or has sliding layer types, built tiny; what each layer's attention is given, in a
+    forward pass, is the window layer_windows gives (one wider than the sequence reads as every key), or
+    layer_windows refuses. Found GPT-Neo's, dots3 Note's, the bidirectional models' and MiniMax's windows wrong."""
+    from posenc.app.hf_zoo import ROTARY_VARIANT
+    from posenc.app.hf_zoo import TINY as ZOO_TINY
+
+    matched, wrong = [], {}
+    for model_type, config_class in transformers.models.auto.configuration_auto.CONFIG_MAPPING.items():
+        fields = getattr(config_class, "__dataclass_fields__", {})
+        kwargs = {**ZOO_TINY, "num_hidden_layers": 4, **ROTARY_VARIANT.get(model_type, {})}
+        kwargs |= {"sliding_window": 3} if "sliding_window" in fields else {}
+        if isinstance(kwargs.get("layer_types"), list):
+            kwargs["layer_types"] = (kwargs["layer_types"] * 4)[:4]
+        try:
+            config = config_class(**kwargs)
+        except Exception:  # (a class that needs other arguments)
+            continue
+        if "sliding_window" not in fields and not any(
+            "sliding" in str(t) for t in config.to_dict().get("layer_types") or ()
+        ):
+            continue
+        try:
+            windows = layer_windows(config)
+        except ValueError:  # refused, naming why
+            continue
+        _SEEN.clear()
+        config._attn_implementation = "posenc_mask_capture"
+        try:
+            model = transformers.AutoModel.from_config(config).eval()
+            with torch.no_grad():
+                model(
+                    input_ids=torch.arange(1, T + 1)[None], attention_mask=torch.ones(1, T, dtype=torch.long)
+                )
+        except Exception:  # (a model that takes other inputs, or other sizes)
+            continue
+        for layer, mask in _SEEN.items():
+            seen = _mask_window(mask)
+            bidirectional = bool(seen and seen[0])
+            ours = windows[layer] if layer < len(windows) else "missing"
+            if (
+                ours is not None
+                and ours != "missing"
+                and ((ours // 2 >= T - 1) if bidirectional else ours >= T)
+            ):
+                ours = None  # (as wide as the sequence: every key)
+            if seen is None or seen[1] != ours:
+                wrong[model_type] = (layer, seen, windows)
+                break
+        else:
+            matched.append(model_type)
+    assert not wrong, wrong
+    assert len(matched) >= 30, matched
