@@ -237,6 +237,11 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
 #: Bidirectional models whose sliding layers see ``|i - j| <= sliding_window`` (transformers'
 #: ``sliding_window_bidirectional_overlay``): posenc's ``W`` (``|i - j| <= W // 2``) is twice it
 _BIDIRECTIONAL = frozenset("embedding_gemma2_text neomme openai_privacy_filter ultrabert".split())
+#: ... and T5Gemma's encoder (its stacks' model type: t5_gemma_module); these slide both ways by masks of their own
+_BIDIRECTIONAL_UNREAD = frozenset(
+    "diffusion_gemma_text gemma4_assistant muse_glimmer_assistant t5gemma2 t5gemma2_encoder t5gemma2_decoder "
+    "t5gemma2_text".split()
+)
 
 
 def _bidirectional(cfg: Config, model_type: str, windows: list[int | None]) -> list[int | None]:
@@ -246,8 +251,12 @@ def _bidirectional(cfg: Config, model_type: str, windows: list[int | None]) -> l
         ValueError: ``use_bidirectional_attention`` (True, or ``"all"``) with sliding layers, in a model other than
             Gemma 3 (EmbeddingGemma).
     """
-    if model_type in _BIDIRECTIONAL:
+    if model_type in _BIDIRECTIONAL or (model_type == "t5_gemma_module" and not cfg.get("is_decoder")):
         return [None if w is None else 2 * w for w in windows]
+    if model_type in _BIDIRECTIONAL_UNREAD and set(windows) != {None}:
+        raise ValueError(
+            f"{model_type} config: its attention slides both ways by a mask of its own, which posenc does not read"
+        )
     # (True, or Gemma 4's "all"; its "vision" leaves the text causal)
     if cfg.get("use_bidirectional_attention") not in (True, "all") or set(windows) == {None}:
         return windows

@@ -288,9 +288,16 @@ def layer_windows(
         _of_stack(convert, t, stack)  # (a stack the model does not have: the same error as layer_encodings)
     for _, cfg, t, _, _ in stacks:
         refuse_local_blocks(cfg, t, stack)
+    # (T5Gemma's decoder stack: a causal one, whatever its dict says)
     windows = [
-        sliding_windows(cfg, t, obj, known=t in _CONVERTERS, n=_stack_count(cfg, t, stack))
-        for _, cfg, t, _, obj in stacks
+        sliding_windows(
+            {**cfg, "is_decoder": field == "decoder"} if t == "t5_gemma_module" else cfg,
+            t,
+            obj,
+            known=t in _CONVERTERS,
+            n=_stack_count(cfg, t, stack),
+        )
+        for field, cfg, t, _, obj in stacks
     ]
     _agree(stacks, windows, "sliding windows")
     return windows[-1]

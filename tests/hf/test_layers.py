@@ -366,7 +366,9 @@ def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
     positions = torch.stack([torch.arange(T), torch.arange(T) + 37])
     for form in (config, config.to_dict()):
         rope = from_hf_config(form)
-        assert layer_windows(form) == [WINDOW, None] * 2
+        # (its encoder slides both ways: posenc's W twice the window; its decoder causally)
+        assert layer_windows(form, stack="encoder") == [2 * WINDOW, None] * 2
+        assert layer_windows(form, stack="decoder") == [WINDOW, None] * 2
         for sub in (config.encoder, config.decoder):
             cos, sin = modeling_t5gemma.T5GemmaRotaryEmbedding(sub)(q, positions)
             q_ref, k_ref = modeling_t5gemma.apply_rotary_pos_emb(q, k, cos, sin)

@@ -316,6 +316,9 @@ def test_a_bidirectional_sliding_mask_posenc_does_not_read_is_refused() -> None:
     config = transformers.AutoConfig.for_model("gemma2", use_bidirectional_attention=True)
     with pytest.raises(ValueError, match="use_bidirectional_attention=True with sliding layers"):
         layer_windows(config)
+    for model_type in ("diffusion_gemma_text", "muse_glimmer_assistant", "t5gemma2"):  # (masks of their own)
+        with pytest.raises(ValueError, match="slides both ways by a mask of its own"):
+            layer_windows(transformers.AutoConfig.for_model(model_type))
 
 
 def _mask_window(mask: torch.Tensor | None) -> tuple[bool, int | None] | None:
@@ -385,3 +388,30 @@ def test_every_model_with_a_sliding_window_gets_the_windows_its_model_masks() ->
             matched.append(model_type)
     assert not wrong, wrong
     assert len(matched) >= 30, matched
+
+
+def test_t5gemmas_encoder_slides_both_ways_its_decoder_causally() -> None:
+    """T5Gemma: its encoder's sliding layers see ``|i - j| <= sliding_window`` (posenc's W twice it), its
+    decoder's the causal window: the encoder's masks in a forward pass; a decoder dict without is_decoder too."""
+    module = {**TINY, "sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"] * 3}
+    config = transformers.T5GemmaConfig(encoder=module, decoder=module, vocab_size=64)
+    config.encoder._attn_implementation = "posenc_mask_capture"
+    model = transformers.T5GemmaModel(config).eval()
+    _SEEN.clear()
+    with torch.no_grad():
+        model.encoder(
+            input_ids=torch.arange(1, T + 1)[None], attention_mask=torch.ones(1, T, dtype=torch.long)
+        )
+    windows = layer_windows(config, stack="encoder")
+    assert windows == [6, None] * 3
+    for layer, window in enumerate(windows):
+        mask = _SEEN[layer]
+        seen = (
+            _allowed(None, True)
+            if mask is None
+            else (mask[0, 0] if mask.dtype == torch.bool else mask[0, 0] == 0)
+        )
+        assert torch.equal(seen, _allowed(window, bidirectional=True))
+    as_json = config.to_dict()
+    as_json["decoder"].pop("is_decoder", None)
+    assert layer_windows(as_json, stack="decoder") == layer_windows(config, stack="decoder") == [3, None] * 3
