@@ -1425,6 +1425,24 @@ def test_vision_learned_tables_are_copied_and_resampled_as_the_model_does(model_
     )
 
 
+def _navit_tower(model_type: str, side: int) -> tuple[Any, Any]:
+    """A tiny NaViT-style vision tower with a ``side`` x ``side`` table (8-pixel patches), its table random: its
+    embeddings module, and what from_hf_model makes of it."""
+    config = transformers.AutoConfig.for_model(
+        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        image_size=side * 8, patch_size=8,
+    )  # fmt: skip
+    from tests.hf.test_absolute import _tiny_model  # (its modeling module's class where AutoModel has none)
+
+    model = _tiny_model(config).eval()
+    with torch.no_grad():
+        model.embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
+    assert repr(from_hf_config({"model_type": model_type})) == repr(
+        from_hf_config(transformers.AutoConfig.for_model(model_type))
+    )
+    return model.embeddings, posenc.hf.from_hf_model(model)
+
+
 @requires_transformers
 @pytest.mark.parametrize(
     "model_type", ["idefics2_vision", "idefics3_vision", "smolvlm_vision", "phi4_multimodal_vision"]
@@ -1433,17 +1451,7 @@ def test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does
     """Idefics 2/3, SmolVLM and Phi-4's vision towers: each real patch of an image padded into a batch reads the
     table cell its fractional coordinates fall in (their float32 bucketize); from_hf_model's table((h, w)) gives
     those rows, per image, on a 19 x 19 table (where nearest resampling would differ, its own grid included)."""
-    config = transformers.AutoConfig.for_model(
-        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        image_size=19 * 8, patch_size=8,
-    )  # fmt: skip
-    from tests.hf.test_absolute import _tiny_model  # (its modeling module's class where AutoModel has none)
-
-    model = _tiny_model(config).eval()
-    embeddings = model.embeddings
-    with torch.no_grad():
-        embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
-    encoding = posenc.hf.from_hf_model(model)
+    embeddings, encoding = _navit_tower(model_type, 19)
     assert isinstance(encoding, posenc.Learned2D) and encoding.mode == "bucketize"
     grids, padded = [(19, 19), (10, 25), (4, 7)], (19, 25)
     pixels = torch.zeros(len(grids), 3, padded[0] * 8, padded[1] * 8)
@@ -1458,9 +1466,6 @@ def test_navit_towers_read_their_table_by_bucketized_fractions_as_the_model_does
     nearest = posenc.Learned2D(32, 19, mode="nearest")
     nearest.load_state_dict(encoding.state_dict())
     assert not torch.equal(nearest.table((19, 19)), encoding.table((19, 19)))
-    assert repr(from_hf_config({"model_type": model_type})) == repr(
-        from_hf_config(transformers.AutoConfig.for_model(model_type))
-    )
 
 
 @requires_transformers
@@ -1469,34 +1474,20 @@ def test_minicpm_towers_read_their_table_by_bucketized_quotients_as_the_model_do
     """MiniCPM-V's towers: NaViT's look-up with the fractions i / n (transformers' get_vision_nearest_position_ids),
     for images packed into one sequence (their target_sizes); on a 10 x 10 table, where Idefics' i * (1/n) differs
     on the grid (25, 50) below."""
-    config = transformers.AutoConfig.for_model(
-        model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        image_size=10 * 8, patch_size=8,
-    )  # fmt: skip
-    from tests.hf.test_absolute import _tiny_model
-
-    model = _tiny_model(config).eval()
-    embeddings = model.embeddings
-    with torch.no_grad():
-        embeddings.position_embedding.weight.normal_(generator=torch.Generator().manual_seed(3))
-    encoding = posenc.hf.from_hf_model(model)
+    embeddings, encoding = _navit_tower(model_type, 10)
     assert isinstance(encoding, posenc.Learned2D) and encoding.mode == "bucketize_divide"
     grids = [(10, 10), (25, 50), (4, 7), (13, 3)]
     pixels = torch.zeros(
         1, 3, 8, 8 * sum(h * w for h, w in grids)
-    )  # (their packed images: one row of patches)
+    )  # (packed: one row of every image's patches)
     with torch.no_grad():
-        rows = embeddings(pixels, torch.tensor(grids)) - embeddings.patch_embedding(pixels).flatten(
-            2
-        ).transpose(1, 2)
+        patches = embeddings.patch_embedding(pixels).flatten(2).transpose(1, 2)
+        rows = embeddings(pixels, torch.tensor(grids)) - patches
     want = torch.cat([encoding.table(grid) for grid in grids])
     torch.testing.assert_close(want, rows[0], atol=0, rtol=0)
     idefics = posenc.Learned2D(32, 10, mode="bucketize")
     idefics.load_state_dict(encoding.state_dict())
     assert not torch.equal(idefics.table((25, 50)), encoding.table((25, 50)))
-    assert repr(from_hf_config({"model_type": model_type})) == repr(
-        from_hf_config(transformers.AutoConfig.for_model(model_type))
-    )
 
 
 @requires_transformers
