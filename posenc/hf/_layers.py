@@ -151,7 +151,7 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     ``use_sliding_window`` (Qwen2 and kin), SmolLM3's NoPE layers, or every layer for models whose
     attention reads ``sliding_window`` in every layer (Mistral, Mixtral, Phi-3, Starcoder2).
     ``known``: ``model_type`` is in the conversion table, whose other models never slide
-    (Qwen3-VL-MoE drops its ``sliding_window``; Llama 4's chunked layers are chunks, not windows).
+    (Qwen3-VL-MoE drops its ``sliding_window``; Llama 4's chunked layers are refused before).
     A model outside the table slides as its ``layer_types`` say. Without them, the fields the class
     of ``config`` (the config object, or the dict) declares decide, as in transformers' mask helpers:
     every layer when the class declares ``sliding_window`` but no ``layer_types`` (transformers'
@@ -276,7 +276,7 @@ def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None
         ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
             BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, DeepSeek V4's compressed layers,
             Moonshine Streaming's encoder (a ``(left, right)`` window per layer), Moshi's ``sliding_window``
-            (a window when generating, none in its forward).
+            (a window when generating, none in its forward), chunked layers (Llama 4's).
     """
     if stack not in (None, "encoder"):
         return
@@ -294,6 +294,15 @@ def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None
         what = (
             "its compressed layers (CSA, HCA) see the sliding_window latest keys and compressed entries of the "
             "earlier ones"
+        )
+    elif "chunked_attention" in (cfg.get("layer_types") or ()) or (
+        model_type == "llama4_text" and cfg.get("attention_chunk_size", 8192) is not None
+        and cfg.get("layer_types") is None
+    ):  # fmt: skip
+        chunk = cfg.get("attention_chunk_size", 8192)
+        what = (
+            f"its chunked_attention layers attend within chunks of attention_chunk_size={chunk} (in "
+            f"posenc.attention: document_ids = positions // {chunk}), not a window"
         )
     elif model_type == "moshi" and cfg.get("sliding_window") is not None:
         what = (

@@ -265,7 +265,7 @@ def layer_windows(
     bidirectional one ``|i - j| <= W // 2`` (ModernBERT: ``W = local_attention``; EmbeddingGemma 2, UltraBERT,
     NeoMMe (per layer), OpenAI's privacy filter: twice their ``sliding_window``; Gemma 3 with
     ``use_bidirectional_attention``: as its class halves it). Layers without a window, models without sliding
-    windows, and Llama 4's chunked layers (chunks, not windows) give ``None``. Without
+    windows give ``None``; Llama 4's chunked layers (chunks, not windows) are refused. Without
     ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
     from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its
     ``"local"`` layers, ``window_size``); for a model outside the table a config object's class decides,

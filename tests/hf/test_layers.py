@@ -672,7 +672,8 @@ def test_config_json_defaults_match_transformers(model_type: str) -> None:
     bare = {"model_type": model_type, "num_hidden_layers": cfg.num_hidden_layers}
     if model_type in SUPPORTED_MODEL_TYPES:
         assert [_settings(e) for e in layer_encodings(cfg)] == [_settings(e) for e in layer_encodings(bare)]
-        assert layer_windows(cfg) == layer_windows(bare)
+        if model_type != "llama4_text":  # (its chunked layers: refused, tests/hf/test_windows.py)
+            assert layer_windows(cfg) == layer_windows(bare)
     assert [_settings(e) for e in layer_encodings(cfg)] == [
         _settings(e) for e in layer_encodings(cfg.to_dict())
     ]

@@ -188,9 +188,9 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
     n = {"num_hidden_layers": config.num_hidden_layers} if hasattr(config, "num_hidden_layers") else {}
     bare = {"model_type": model_type, **n}
     forms = (config, {**config.to_dict(), **n}, bare)
-    if model_type == "deepseek_v4":  # (its compressed layers: refused, test_local_attention_...)
+    if model_type in ("deepseek_v4", "llama4_text"):  # (compressed or chunked layers: refused, tests below)
         for form in forms:
-            with pytest.raises(ValueError, match="compressed layers"):
+            with pytest.raises(ValueError, match=r"compressed layers|chunked_attention layers"):
                 layer_windows(form)
         return
     if model_type == "dots3_note_text":  # (its class derives layer_types, which posenc does not: refused)
@@ -415,3 +415,22 @@ def test_t5gemmas_encoder_slides_both_ways_its_decoder_causally() -> None:
     as_json = config.to_dict()
     as_json["decoder"].pop("is_decoder", None)
     assert layer_windows(as_json, stack="decoder") == layer_windows(config, stack="decoder") == [3, None] * 3
+
+
+def test_chunked_layers_are_refused_pointing_at_document_ids() -> None:
+    """Llama 4's chunked layers attend within chunks, which no window expresses: refused (they got None, every
+    key); the mask they get in the model's forward pass is causal within each chunk, as document_ids say."""
+    config = transformers.AutoConfig.for_model(
+        "llama4_text", **{**TINY, "num_hidden_layers": 2}, attention_chunk_size=4, num_local_experts=2,
+        intermediate_size_mlp=16, no_rope_layers=[1, 0],
+    )  # fmt: skip
+    for form in (config, config.to_dict(), {"model_type": "llama4_text", "num_hidden_layers": 2}):
+        with pytest.raises(
+            ValueError, match=r"attention_chunk_size=(4|8192) .in posenc.attention: document_ids"
+        ):
+            layer_windows(form)
+    masks = _model_masks(config, bidirectional=False)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    assert torch.equal(masks[0], (j <= i) & (i // 4 == j // 4))
+    unchunked = {"model_type": "llama4_text", "num_hidden_layers": 2, "attention_chunk_size": None}
+    assert layer_windows(unchunked) == [None, None]
