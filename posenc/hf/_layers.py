@@ -196,9 +196,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
             types = [
                 "full_attention" if rope else "sliding_attention" for rope in rope_flags(cfg, model_type)
             ]
-        elif (
-            rule == "gpt_neo"
-        ):  # its "local" layers (attention_layers, expanded by its class from attention_types)
+        elif rule == "gpt_neo":
+            # its "local" layers (attention_layers, expanded by its class from attention_types)
             kinds = cfg.get("attention_layers") or [
                 kind for pattern, repeat in get(cfg, "attention_types", default=arg) for _ in range(repeat)
                 for kind in pattern
@@ -218,9 +217,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
         return [None] * n
     window = check_positive_int(f"{model_type} config: {key}", window)
     windows = [window if t == "sliding_attention" else None for t in types]
-    if (
-        model_type == "neomme"
-    ):  # per layer: its per_layer_config's, else every other sliding layer's 1024 (its class)
+    if model_type == "neomme":
+        # per layer: its per_layer_config's, else every other sliding layer's 1024 (as its class derives them)
         given = cfg.get("per_layer_config")
         if given is None:
             long = [i for i, t in enumerate(types) if t == "sliding_attention"][1::2]
@@ -235,9 +233,10 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
 
 
 #: Bidirectional models whose sliding layers see ``|i - j| <= sliding_window`` (transformers'
-#: ``sliding_window_bidirectional_overlay``): posenc's ``W`` (``|i - j| <= W // 2``) is twice it
+#: ``sliding_window_bidirectional_overlay``): posenc's ``W`` (``|i - j| <= W // 2``) is twice it (so is T5Gemma's
+#: encoder's, a t5_gemma_module that is no decoder)
 _BIDIRECTIONAL = frozenset("embedding_gemma2_text neomme openai_privacy_filter ultrabert".split())
-#: ... and T5Gemma's encoder (its stacks' model type: t5_gemma_module); these slide both ways by masks of their own
+#: Models that slide both ways by masks of their own: refused
 _BIDIRECTIONAL_UNREAD = frozenset(
     "diffusion_gemma_text gemma4_assistant muse_glimmer_assistant t5gemma2 t5gemma2_encoder t5gemma2_decoder "
     "t5gemma2_text".split()
