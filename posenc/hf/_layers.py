@@ -158,13 +158,6 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
-    odd = sorted(
-        {t for t in cfg.get("layer_types") or () if "sliding" in str(t) and t != "sliding_attention"}
-    )
-    if odd:  # (Inkling's hybrid_sliding, Unlimited-OCR's reference_sliding_attention)
-        raise ValueError(
-            f"{model_type} config: layer_types {odd} slide by rules of its own code, which posenc does not read"
-        )
     rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
     key = {"modernbert": "local_attention", "gpt_neo": "window_size"}.get(model_type, "sliding_window")
     # (a key the config gives, even null, wins: its class keeps it)
@@ -268,27 +261,34 @@ def _bidirectional(cfg: Config, model_type: str, windows: list[int | None]) -> l
     return [None if w is None else 2 * (w // 2) for w in windows]
 
 
-def refuse_local_blocks(cfg: Config, model_type: str, stack: str | None) -> None:
+def refuse_local_attention(cfg: Config, model_type: str, stack: str | None) -> None:
     """Refuse the windows of a stack whose attention is local in a way ``window=`` does not express.
 
     Raises:
         ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
-            BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, DeepSeek V4's compressed layers,
-            Moonshine Streaming's encoder (a ``(left, right)`` window per layer), Moshi's ``sliding_window``
-            (a window when generating, none in its forward), chunked layers (Llama 4's).
+            BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, layer types that slide by rules of
+            their own, DeepSeek V4's compressed layers, Moonshine Streaming's encoder (a ``(left, right)`` window
+            per layer), Moshi's ``sliding_window`` (a window when generating, none in its forward), chunked
+            layers (Llama 4's).
     """
-    if stack not in (None, "encoder"):
-        return
-    if model_type in ("longformer", "led"):
+    # (LED's and BigBird-Pegasus's encoder: their decoders attend causally; the other models have one stack)
+    encoder = stack in (None, "encoder") or model_type in ("longformer", "big_bird")
+    odd = sorted(
+        {t for t in cfg.get("layer_types") or () if "sliding" in str(t) and t != "sliding_attention"}
+    )
+    if encoder and model_type in ("longformer", "led"):
         what = (
             f"attention_window={get(cfg, 'attention_window', default=512)!r}: each token sees the keys within half "
             "of it, and tokens marked global see (and are seen by) all"
         )
     elif (
-        model_type in ("big_bird", "bigbird_pegasus")
+        encoder
+        and model_type in ("big_bird", "bigbird_pegasus")
         and cfg.get("attention_type", "block_sparse") == "block_sparse"
     ):
         what = "attention_type='block_sparse': blocks of sliding, random and global keys (full attention on short inputs)"
+    elif odd:  # (Inkling's hybrid_sliding, Unlimited-OCR's reference_sliding_attention)
+        what = f"layer_types {odd} slide by rules of its own code"
     elif model_type == "deepseek_v4" and set(cfg.get("layer_types") or ("?",)) != {"sliding_attention"}:
         what = (
             "its compressed layers (CSA, HCA) see the sliding_window latest keys and compressed entries of the "

@@ -25,7 +25,7 @@ from ._layers import (
     NO_POSITION_TYPES,
     layer_count,
     layer_types,
-    refuse_local_blocks,
+    refuse_local_attention,
     required_count,
     sliding_windows,
 )
@@ -287,7 +287,7 @@ def layer_windows(
     for _, _, t, convert, _ in stacks if stack is not None else ():
         _of_stack(convert, t, stack)  # (a stack the model does not have: the same error as layer_encodings)
     for _, cfg, t, _, _ in stacks:
-        refuse_local_blocks(cfg, t, stack)
+        refuse_local_attention(cfg, t, stack)
     # (T5Gemma's decoder stack: a causal one, whatever its dict says)
     windows = [
         sliding_windows(

@@ -293,6 +293,9 @@ def test_local_attention_window_does_not_express_is_refused(
             layer_windows(form, stack=stack)
     if stack == "encoder":
         assert set(layer_windows(config, stack="decoder")) == {None}
+    else:  # (one stack: stack="decoder" names it too)
+        with pytest.raises(ValueError, match=f"{field}.*which posenc.attention's window= does not express"):
+            layer_windows(config, stack="decoder")
     if model_type == "big_bird":
         assert set(layer_windows({**config.to_dict(), "attention_type": "original_full"})) == {None}
     if model_type == "deepseek_v4":
