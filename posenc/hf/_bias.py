@@ -135,11 +135,7 @@ def _sinusoidal(
     ``scaled``: times ``1/sqrt(d)`` (Canary's decoder, as NeMo's ``FixedPositionalEncoding``)."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, "hidden_size", default=default_width)
-        if d_model % 2:
-            raise ValueError(
-                f"{model_type} config: {key_of(cfg, 'hidden_size')} must be even for a sin/cos table, got {d_model}"
-            )
+        d_model = _sin_cos_width(cfg, model_type, default_width)
         start = _after_pad(cfg, model_type, default=pad) if offset is None else offset
         if offset and _after_pad(cfg, model_type, default=pad) - 1 >= offset:
             raise ValueError(  # (XGLM: row pad_token_id of its table is zeros, and its positions start at row 2)
@@ -156,6 +152,16 @@ def _sinusoidal(
     return convert
 
 
+def _sin_cos_width(cfg: Config, model_type: str, default: int) -> int:
+    """The ``hidden_size`` of a sin/cos table, checked to be even."""
+    d_model = positive_int(cfg, model_type, "hidden_size", default=default)
+    if d_model % 2:
+        raise ValueError(
+            f"{model_type} config: {key_of(cfg, 'hidden_size')} must be even for a sin/cos table, got {d_model}"
+        )
+    return d_model
+
+
 def forecasting(stack: str, *, label: bool = False) -> Convert:
     """The forecasting transformers' ``stack`` (Time Series Transformer, Informer, Autoformer): Marian's table over
     the ``context_length + prediction_length`` steps, the encoder's from step 0, the decoder's from
@@ -163,11 +169,7 @@ def forecasting(stack: str, *, label: bool = False) -> Convert:
     decoder starts with)."""
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
-        d_model = positive_int(cfg, model_type, "hidden_size", default=64)
-        if d_model % 2:
-            raise ValueError(
-                f"{model_type} config: d_model must be even for posenc's sin/cos table, got {d_model}"
-            )
+        d_model = _sin_cos_width(cfg, model_type, 64)
         steps = positive_int(cfg, model_type, "prediction_length")
         context = positive_int(cfg, model_type, "context_length", default=steps)
         start = 0 if stack == "encoder" else context

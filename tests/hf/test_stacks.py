@@ -341,3 +341,5 @@ def test_forecasting_stacks_add_the_table_from_their_first_step(name: str) -> No
         torch.testing.assert_close(pe.encode_input(torch.zeros(1, len(rows), 16))[0], rows, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="its stacks use different position encodings"):
         from_hf_config(config)
+    with pytest.raises(ValueError, match="d_model must be even for a sin/cos table, got 15"):
+        from_hf_config({**config.to_dict(), "d_model": 15}, stack="encoder")
