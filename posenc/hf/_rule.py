@@ -24,19 +24,12 @@ from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, QueryTemperature
 from ._bias import ABSOLUTE_ONLY, absolute_table, learned_by_field
-from ._layers import (
-    layer_head_dims,
-    layer_types,
-    nope_layers,
-    per_layer,
-    per_type_rope,
-    required_count,
-    sliding_layers,
-    two_bases_as_class,
-)
+from ._layer_types import layer_types, per_layer, required_count, sliding_layers
+from ._layers import layer_head_dims, nope_layers, per_type_rope, two_bases_as_class
 from ._read import Config, get, key_of, positive_int, rope_dict
-from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope, vision_axial
+from ._rope import RopeDefaults, build_rope, heads_and_head_dim, mrope
 from ._table import SUPPORTED_MODEL_TYPES
+from ._vision import vision_axial
 
 __all__ = ["as_class", "by_rule", "refuse_undeclared_rope"]
 

@@ -22,6 +22,7 @@ from ._bias import (
     refused_stack,
     trocr,
 )
+from ._layer_types import rope_flags, sliding_layers
 from ._layers import (
     deepseek_v4,
     dots3_note,
@@ -29,26 +30,11 @@ from ._layers import (
     gemma4,
     modernbert,
     nope_layers,
-    rope_flags,
-    sliding_layers,
 )
 from ._read import Convert
-from ._rope import (
-    RopeDefaults,
-    dinov3,
-    efficientloftr,
-    eomt_dinov3,
-    gptj,
-    llama4_vision,
-    mistral4,
-    mrope,
-    pixtral,
-    roformer,
-    rope,
-    sam3_vit,
-    sam_memory,
-)
+from ._rope import RopeDefaults, gptj, mistral4, mrope, roformer, rope
 from ._speech import speech, speecht5
+from ._vision import dinov3, efficientloftr, eomt_dinov3, llama4_vision, pixtral, sam3_vit, sam_memory
 
 #: One line, or one per layer type where the layers (or stacks) differ.
 Summary = str | dict[str, str]
@@ -454,89 +440,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.
-#: Multimodal parents (``gemma3``, ``llava``, ... :data:`_TEXT_TYPE`) are read through their ``text_config``.
+#: Multimodal parents (``gemma3``, ``llava``, ... :data:`posenc.hf.configs._TEXT_TYPE`) are read through their ``text_config``.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_CONVERTERS))
-
-#: The model type of the text model a parent's class builds from a ``text_config`` dict that names none
-#: (transformers' SubConfigSpec): ``<parent>_text``, ``<parent>_text_model`` or another model's. A parent not
-#: listed reads such a dict by rule, as ``"<parent> text_config"``.
-_TEXT_TYPE: dict[str, str] = {
-    **{
-        parent: f"{parent}_text"
-        for parent in (
-            "apertus1p5 aria cohere_compass cosmos3_edge deepseek_ocr2 diffusion_gemma dots3_note embedding_gemma2 "
-            "ernie4_5_vl_moe gemma3 gemma3n gemma4 gemma4_unified glm4v glm4v_moe glm5_next glm_image glm_ocr "
-            "granite4_vision granite_docling hunyuan_vl hy_v4_vl inkling2 inkling2_loop llama4 minimax_m3_vl "
-            "mistral_large4 molmo2 muse_glimmer muse_spark paddleocr_vl pp_formulanet qwen2_5_vl qwen2_vl qwen3_5 "
-            "qwen3_5_moe qwen3_vl qwen3_vl_moe qwen4_exp unlimited_ocr voxtral_realtime"
-        ).split()
-    },
-    **{
-        parent: f"{parent}_text_model"
-        for parent in (
-            "aimv2 align altclip blip bridgetower chinese_clip clap clip clipseg emu3 flava groupvit metaclip_2 "
-            "mllama owlv2 owlvit pix2struct sam3_lite_text siglip siglip2 tipsv2 videoprism xclip"
-        ).split()
-    },
-    **{
-        parent: text
-        for text, parents in {
-            "bart": "florence2",
-            "bert": "grounding-dino mm-grounding-dino vision-text-dual-encoder",
-            "clip_text_model": "omdet-turbo sam3",
-            "clvp_encoder": "clvp",
-            "cohere2": "aya_vision cohere2_vision",
-            "deepseek_v3": "kimi_k25",
-            "exaone4": "exaone4_5",
-            "gemma": "paligemma",
-            "gemma3_text": "shieldgemma2",
-            "gemma4_text": "gemma4_assistant",
-            "gemma4_unified_text": "gemma4_unified_assistant",
-            "glm4v_text": "glm46v glmga",
-            "granite": "granite_speech granite_speech_plus",
-            "hyperclovax": "hyperclovax_vision_v2",
-            "inkling_text": "inkling_mm_model",
-            "kosmos_2_5_text_model": "kosmos-2.5",
-            "kosmos_2_text_model": "kosmos-2",
-            "lfm2": "lfm2_vl",
-            "lfm3": "lfm3_vl",
-            "llama": "deepseek_vl deepseek_vl_hybrid glmasr idefics3 janus llava llava_next llava_next_video "
-            "omniasr perception_lm smolvlm video_llava vipllava voxtral",
-            "mistral": "idefics2 mistral3",
-            "modernbert": "modernvbert pe_audio pe_audio_video pe_video",
-            "nemotron_h": "nemo_speechlm nemotron_h_omni",
-            "opt": "blip-2 instructblip instructblipvideo",
-            "persimmon": "fuyu",
-            "qwen2": "audioflamingo3 fast_vlm got_ocr2 internvl llava_onevision musicflamingo ovis2 "
-            "pp_chart2table qwen2_audio vibevoice vibevoice_asr video_llama_3",
-            "qwen2_5_omni_text": "qwen2_5_omni_thinker",
-            "qwen3": "fun_asr_nano lighton_ocr moss_transcribe_diarize qianfan_ocr qwen3_asr",
-            "qwen3_5_text": "jev minicpm_ocr minicpmv4_6 minicpmv4_7",
-            "qwen3_omni_moe_text": "qwen3_omni_moe_thinker",
-            "qwen3_vl_text": "cosmos3_omni",
-            "step3p5": "step3p7",
-            "t5gemma2_text": "t5gemma2_encoder",
-            "ultrabert": "ultravbert",
-        }.items()
-        for parent in parents.split()
-    },
-}
-#: Parents whose only attention is the encoder they hold (Parakeet's CTC, RNN-T and TDT heads): read as that one.
-ENCODER_OF = dict.fromkeys(("parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"), "encoder_config")
-#: Parents whose class builds a default sub-config for a stack (or thinker) a ``config.json`` leaves out, which
-#: posenc would read; it holds no such defaults, so such a dict is refused.
-_DEFAULT_STACKS = {
-    **dict.fromkeys(
-        "encoder-decoder speech-encoder-decoder t5gemma t5gemma2 vision-encoder-decoder".split(),
-        ("encoder", "decoder"),
-    ),
-    **dict.fromkeys("canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
-    **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
-    **{parent: (field,) for parent, field in ENCODER_OF.items()},
-}
-#: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
-#: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
-_FLAT_TEXT = frozenset("fuyu glm5_next hunyuan_vl paddleocr_vl qwen2_5_vl qwen2_vl".split())
 
 
 def supported_models_markdown() -> str:

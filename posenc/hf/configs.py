@@ -4,8 +4,9 @@
 ``config.json``, and returns the posenc encoding that model uses, with every setting carried
 over. :data:`_CONVERTERS` (:mod:`posenc.hf._table`) maps each ``model_type`` to its converter and
 a one-line summary; :data:`SUPPORTED_MODEL_TYPES` and :func:`supported_models_markdown` are
-generated from it. The converters live in :mod:`posenc.hf._rope`, :mod:`posenc.hf._layers`,
-:mod:`posenc.hf._speech` and :mod:`posenc.hf._bias`, the config readers in :mod:`posenc.hf._read`.
+generated from it. The converters live in :mod:`posenc.hf._rope`, :mod:`posenc.hf._vision`,
+:mod:`posenc.hf._layers`, :mod:`posenc.hf._speech` and :mod:`posenc.hf._bias`, the config readers in
+:mod:`posenc.hf._read` and :mod:`posenc.hf._layer_types` (each layer's type and window).
 
 ``transformers`` is optional: nothing here imports it. The defaults of keys a ``config.json``
 leaves out are those of the matching ``transformers`` config class (checked by the tests
@@ -21,7 +22,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ..encodings import NoPE
-from ._layers import (
+from ._layer_types import (
     NO_POSITION_TYPES,
     layer_count,
     layer_types,
@@ -34,10 +35,6 @@ from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES
 from ._table import (
     _CONVERTERS,
-    _DEFAULT_STACKS,
-    _FLAT_TEXT,
-    _TEXT_TYPE,
-    ENCODER_OF,
     SUPPORTED_MODEL_TYPES,
     PerStack,
     supported_models_markdown,
@@ -52,6 +49,86 @@ __all__ = [
 ]
 
 
+#: The model type of the text model a parent's class builds from a ``text_config`` dict that names none
+#: (transformers' SubConfigSpec): ``<parent>_text``, ``<parent>_text_model`` or another model's. A parent not
+#: listed reads such a dict by rule, as ``"<parent> text_config"``.
+_TEXT_TYPE: dict[str, str] = {
+    **{
+        parent: f"{parent}_text"
+        for parent in (
+            "apertus1p5 aria cohere_compass cosmos3_edge deepseek_ocr2 diffusion_gemma dots3_note embedding_gemma2 "
+            "ernie4_5_vl_moe gemma3 gemma3n gemma4 gemma4_unified glm4v glm4v_moe glm5_next glm_image glm_ocr "
+            "granite4_vision granite_docling hunyuan_vl hy_v4_vl inkling2 inkling2_loop llama4 minimax_m3_vl "
+            "mistral_large4 molmo2 muse_glimmer muse_spark paddleocr_vl pp_formulanet qwen2_5_vl qwen2_vl qwen3_5 "
+            "qwen3_5_moe qwen3_vl qwen3_vl_moe qwen4_exp unlimited_ocr voxtral_realtime"
+        ).split()
+    },
+    **{
+        parent: f"{parent}_text_model"
+        for parent in (
+            "aimv2 align altclip blip bridgetower chinese_clip clap clip clipseg emu3 flava groupvit metaclip_2 "
+            "mllama owlv2 owlvit pix2struct sam3_lite_text siglip siglip2 tipsv2 videoprism xclip"
+        ).split()
+    },
+    **{
+        parent: text
+        for text, parents in {
+            "bart": "florence2",
+            "bert": "grounding-dino mm-grounding-dino vision-text-dual-encoder",
+            "clip_text_model": "omdet-turbo sam3",
+            "clvp_encoder": "clvp",
+            "cohere2": "aya_vision cohere2_vision",
+            "deepseek_v3": "kimi_k25",
+            "exaone4": "exaone4_5",
+            "gemma": "paligemma",
+            "gemma3_text": "shieldgemma2",
+            "gemma4_text": "gemma4_assistant",
+            "gemma4_unified_text": "gemma4_unified_assistant",
+            "glm4v_text": "glm46v glmga",
+            "granite": "granite_speech granite_speech_plus",
+            "hyperclovax": "hyperclovax_vision_v2",
+            "inkling_text": "inkling_mm_model",
+            "kosmos_2_5_text_model": "kosmos-2.5",
+            "kosmos_2_text_model": "kosmos-2",
+            "lfm2": "lfm2_vl",
+            "lfm3": "lfm3_vl",
+            "llama": "deepseek_vl deepseek_vl_hybrid glmasr idefics3 janus llava llava_next llava_next_video "
+            "omniasr perception_lm smolvlm video_llava vipllava voxtral",
+            "mistral": "idefics2 mistral3",
+            "modernbert": "modernvbert pe_audio pe_audio_video pe_video",
+            "nemotron_h": "nemo_speechlm nemotron_h_omni",
+            "opt": "blip-2 instructblip instructblipvideo",
+            "persimmon": "fuyu",
+            "qwen2": "audioflamingo3 fast_vlm got_ocr2 internvl llava_onevision musicflamingo ovis2 "
+            "pp_chart2table qwen2_audio vibevoice vibevoice_asr video_llama_3",
+            "qwen2_5_omni_text": "qwen2_5_omni_thinker",
+            "qwen3": "fun_asr_nano lighton_ocr moss_transcribe_diarize qianfan_ocr qwen3_asr",
+            "qwen3_5_text": "jev minicpm_ocr minicpmv4_6 minicpmv4_7",
+            "qwen3_omni_moe_text": "qwen3_omni_moe_thinker",
+            "qwen3_vl_text": "cosmos3_omni",
+            "step3p5": "step3p7",
+            "t5gemma2_text": "t5gemma2_encoder",
+            "ultrabert": "ultravbert",
+        }.items()
+        for parent in parents.split()
+    },
+}
+#: Parents whose only attention is the encoder they hold (Parakeet's CTC, RNN-T and TDT heads): read as that one.
+ENCODER_OF = dict.fromkeys(("parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"), "encoder_config")
+#: Parents whose class builds a default sub-config for a stack (or thinker) a ``config.json`` leaves out, which
+#: posenc would read; it holds no such defaults, so such a dict is refused.
+_DEFAULT_STACKS = {
+    **dict.fromkeys(
+        "encoder-decoder speech-encoder-decoder t5gemma t5gemma2 vision-encoder-decoder".split(),
+        ("encoder", "decoder"),
+    ),
+    **dict.fromkeys("canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
+    **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
+    **{parent: (field,) for parent, field in ENCODER_OF.items()},
+}
+#: The parents whose class reads a config without ``text_config`` from its top-level keys; every other
+#: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
+_FLAT_TEXT = frozenset("fuyu glm5_next hunyuan_vl paddleocr_vl qwen2_5_vl qwen2_vl".split())
 #: Where a parent config keeps its text model (as transformers' get_text_config; Qwen2.5-Omni: its thinker's
 #: text_config), and the stacks of an encoder-decoder parent (T5Gemma, Dia: its model reads no RoPE field at the
 #: parent's top level, though a config may carry one), except where the parent's own model reads them (BLT's

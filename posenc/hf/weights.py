@@ -16,8 +16,7 @@ from ..base import PositionalEncoding
 from ._bias import absolute_table, learned_table_prefixes
 from ._read import config_dict
 from ._speech import SPEECH_MODEL_TYPES
-from ._table import ENCODER_OF
-from .configs import _stack_count, from_hf_config
+from .configs import ENCODER_OF, _stack_count, from_hf_config
 
 __all__ = ["from_hf_model"]
 

@@ -25,7 +25,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 import posenc  # noqa: E402
 from posenc.app.hf_zoo import FIT, ROTARY_VARIANT, TINY  # noqa: E402
 from posenc.hf._read import _EMPTY_SCALING_WINS, ALIASES, class_defaults  # noqa: E402
-from posenc.hf._table import _FLAT_TEXT, _TEXT_TYPE  # noqa: E402
+from posenc.hf.configs import _FLAT_TEXT, _TEXT_TYPE  # noqa: E402
 
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
 

@@ -269,7 +269,7 @@ def test_a_config_json_without_a_sub_config_its_class_fills_is_refused() -> None
     stack or thinker that the class fills in when it is left out)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from posenc.hf._table import _DEFAULT_STACKS, ENCODER_OF
+    from posenc.hf.configs import _DEFAULT_STACKS, ENCODER_OF
 
     fields = ("encoder", "decoder", "encoder_config", "decoder_config", "thinker_config")
     filled = {}

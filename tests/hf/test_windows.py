@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from posenc.hf import SUPPORTED_MODEL_TYPES, layer_windows
-from posenc.hf._layers import _BIDIRECTIONAL, _WINDOWS
+from posenc.hf._layer_types import _BIDIRECTIONAL, _WINDOWS
 
 transformers = pytest.importorskip("transformers")
 from transformers import AttentionInterface  # noqa: E402
@@ -49,7 +49,7 @@ _MROPE = {"rope_parameters": {"rope_type": "default", "mrope_section": [1, 1, 2]
 #: Gemma 3n's and Gemma 4's per-layer input embeddings, tiny (their defaults, 262,144 ids x 256 per layer, are
 #: 1.6 GB at 6 layers and took 15-20 s to initialize); the token ids here are 1..T.
 _PER_LAYER = {"vocab_size_per_layer_input": 64, "hidden_size_per_layer_input": 4}
-# (model_type, config kwargs): every model with a window rule (posenc.hf._layers._WINDOWS), with and without
+# (model_type, config kwargs): every model with a window rule (posenc.hf._layer_types._WINDOWS), with and without
 # the fields that switch windows on, and a few that never slide although their config says so.
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("mistral", {"sliding_window": 3}),

@@ -270,7 +270,7 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
 
     from posenc.app.hf_zoo import FIT, TINY
     from posenc.hf import layer_encodings
-    from posenc.hf._layers import NO_POSITION_TYPES
+    from posenc.hf._layer_types import NO_POSITION_TYPES
     from tests.hf.test_absolute import _tiny_model
 
     matched = re.search(r"Matched: (.*)\.", REPORT.read_text(encoding="utf-8"))
