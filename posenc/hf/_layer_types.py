@@ -252,6 +252,13 @@ def _bidirectional(cfg: Config, model_type: str, windows: list[int | None]) -> l
     return [None if w is None else 2 * (w // 2) for w in windows]
 
 
+#: Models whose attention reads no ``sliding_window`` (their forward masks causally) while the ``DynamicCache``
+#: their ``generate`` builds from the config keeps only that many keys: no one window describes them
+_WINDOW_IN_CACHE_ONLY = frozenset(
+    "kyutai_speech_to_text moshi moshi_depth qwen3_omni_moe_talker_text qwen3_omni_moe_text".split()
+)
+
+
 def refuse_local_attention(cfg: Config, model_type: str, stack: str | None) -> None:
     """Refuse the windows of a stack whose attention is local in a way ``window=`` does not express.
 
@@ -259,8 +266,9 @@ def refuse_local_attention(cfg: Config, model_type: str, stack: str | None) -> N
         ValueError: Longformer's and LED's encoder (``attention_window``, and global tokens), BigBird's and
             BigBird-Pegasus's encoder with ``attention_type='block_sparse'``, layer types that slide by rules of
             their own, DeepSeek V4's compressed layers, Moonshine Streaming's encoder (a ``(left, right)`` window
-            per layer), Moshi's ``sliding_window`` (a window when generating, none in its forward), chunked
-            layers (Llama 4's).
+            per layer), a ``sliding_window`` that only the generation cache reads (Moshi, Kyutai's speech-to-text,
+            Qwen3-Omni's text models: :data:`_WINDOW_IN_CACHE_ONLY`), Nemotron's streaming ASR encoder (chunked
+            attention), chunked layers (Llama 4's).
     """
     # (LED's and BigBird-Pegasus's encoder: their decoders attend causally; the other models have one stack)
     encoder = stack in (None, "encoder") or model_type in ("longformer", "big_bird")
@@ -294,10 +302,16 @@ def refuse_local_attention(cfg: Config, model_type: str, stack: str | None) -> N
             f"its chunked_attention layers attend within chunks of attention_chunk_size={chunk} (in "
             f"posenc.attention: document_ids = positions // {chunk}), not a window"
         )
-    elif model_type == "moshi" and cfg.get("sliding_window") is not None:
+    elif model_type in _WINDOW_IN_CACHE_ONLY and cfg.get("sliding_window") is not None:
         what = (
             f"sliding_window={cfg['sliding_window']}: its forward masks no window, but the cache transformers "
             "builds for it when generating keeps only that many keys"
+        )
+    elif model_type == "nemotron_asr_streaming_encoder":
+        what = (
+            f"sliding_window={get(cfg, 'sliding_window', default=71)!r}: its attention is chunked (chunks of "
+            "num_lookahead_tokens + 1 frames; a query sees its own chunk and the (sliding_window - 1) // chunk "
+            "chunks before it)"
         )
     elif cfg.get("sliding_windows") is not None:  # (Moonshine Streaming's encoder)
         what = f"sliding_windows={cfg['sliding_windows']!r}: keys (left, right) of each query, per layer"
