@@ -124,6 +124,13 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("qwen2_moe", {"sliding_window": 3, "max_window_layers": 2, **_MOE}),
     ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 3, **_MOE}),
     ("ministral", {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"] * 3}),
+    ("ministral", {"sliding_window": 3, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}),
+    (
+        "dots1",
+        {"sliding_window": 3, "max_window_layers": 2, "n_routed_experts": 2, "num_experts_per_tok": 1}
+        | {"moe_intermediate_size": 16, "n_shared_experts": 1, "n_group": 1, "topk_group": 1},
+    ),
+    ("ministral", {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"] * 3}),
     ("ministral", {"sliding_window": 3}),
     ("olmo3", {"sliding_window": 3}),
     ("exaone4", {"sliding_window": 3, "sliding_window_pattern": 3}),
