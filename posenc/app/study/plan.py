@@ -82,9 +82,6 @@ def default_encodings() -> list[str]:
     return [c.name for c in encoding_plan() if c.included]
 
 
-_OPENERS = {"(": ")", "[": "]", "{": "}"}
-
-
 def has_fixed_length(info: dict[str, Any]) -> bool:
     """Whether a :func:`posenc.describe` result is a table with a hard size (a required ``max_len``).
 
