@@ -356,9 +356,11 @@ def layer_windows(
         ``num_hidden_layers`` entries (of ``stack``).
 
     Raises:
-        ValueError: as :func:`layer_encodings`; also an encoder whose attention is local in a way ``window=``
-            does not express (Longformer's and LED's ``attention_window`` with global tokens, BigBird's
-            ``attention_type='block_sparse'``), never ``None`` for it.
+        ValueError: as :func:`layer_encodings`; also attention that is local in a way ``window=`` does not
+            express (Longformer's and LED's ``attention_window`` with global tokens, BigBird's
+            ``attention_type='block_sparse'``, chunked layers, windows of an image in vision towers, chunks of
+            audio frames, a window only the generation cache keeps: ``posenc.hf._layer_types.refuse_local_attention``),
+            never ``None`` for it.
     """
     stacks = _stacks(config, stack)
     for _, _, t, convert, _ in stacks if stack is not None else ():

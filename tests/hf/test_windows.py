@@ -206,18 +206,19 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
     n = {"num_hidden_layers": config.num_hidden_layers} if hasattr(config, "num_hidden_layers") else {}
     bare = {"model_type": model_type, **n}
     forms = (config, {**config.to_dict(), **n}, bare)
-    if model_type in ("deepseek_v4", "llama4_text"):  # (compressed or chunked layers: refused, tests below)
-        for form in forms:
-            with pytest.raises(ValueError, match=r"compressed layers|chunked_attention layers"):
+    if model_type in ("deepseek_v4", "llama4_text", "sam3_vit_model"):  # (refused: compressed, chunked or
+        for form in forms:  # windowed layers, tests above and below)
+            with pytest.raises(
+                ValueError, match=r"compressed layers|chunked_attention layers|global_attn_indexes"
+            ):
                 layer_windows(form)
         return
     if model_type == "dots3_note_text":  # (its class derives layer_types, which posenc does not: refused)
         with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
             layer_windows(bare)
         bare["layer_types"] = config.layer_types
-    stack = (
-        "decoder" if model_type == "led" else None
-    )  # (LED's encoder: refused, a local attention with globals)
+    # (LED's and LongT5's encoders: refused, local attention with global tokens)
+    stack = "decoder" if model_type in ("led", "longt5") else None
     windows = [layer_windows(form, stack=stack) for form in forms]
     assert windows[0] == windows[1] == windows[2]
 
@@ -300,14 +301,27 @@ def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None
         ("moshi_depth", None, "its forward masks no window"),
         ("kyutai_speech_to_text", None, "its forward masks no window"),
         ("nemotron_asr_streaming_encoder", None, "its attention is chunked"),
+        # windows of an image, chunks of audio frames, LongT5's local encoder, Reformer
+        ("qwen2_5_vl_vision", None, "fullatt_block_indexes="),
+        ("exaone4_5_vision", None, "fullatt_block_indexes="),
+        ("sam3_vit_model", None, "global_attn_indexes="),
+        ("sam_vision_model", None, "global_attn_indexes="),
+        ("rf_detr_dinov2", None, "num_windows="),
+        ("swin", None, "shifted windows"),
+        ("qwen3_asr_encoder", None, "n_window="),
+        ("gemma3n_audio", None, "conf_attention_chunk_size="),
+        ("gemma4_audio", None, "attention_chunk_size="),
+        ("longt5", "encoder", "encoder_attention_type="),
+        ("reformer", None, "attn_layers="),
     ],
 )
 def test_local_attention_window_does_not_express_is_refused(
     model_type: str, stack: str | None, field: str
 ) -> None:
     """Longformer's window with global tokens, BigBird's block-sparse attention, DeepSeek V4's compressed layers,
-    Moonshine Streaming's (left, right) windows, a window only the generation cache keeps (Moshi's, Kyutai's) and
-    Nemotron's chunked streaming attention: refused, never ``None`` (every key) or a window its forward does not
+    Moonshine Streaming's (left, right) windows, a window only the generation cache keeps (Moshi's, Kyutai's),
+    Nemotron's chunked streaming attention, windows of an image (Qwen2.5-VL's and SAM's vision towers, RF-DETR's,
+    Swin's) and chunks of audio frames (Qwen's and Gemma's audio encoders), LongT5's encoder and Reformer: refused, never ``None`` (every key) or a window its forward does not
     mask; the decoders, BigBird's full attention and DeepSeek V4's sliding layers alone do give their windows."""
     config = transformers.AutoConfig.for_model(model_type)
     for form in (config, config.to_dict()):
@@ -340,6 +354,39 @@ def test_a_window_only_the_generation_cache_keeps_is_refused() -> None:
         with pytest.raises(ValueError, match="its forward masks no window"):
             layer_windows(form)
     assert set(layer_windows({**config.to_dict(), "sliding_window": None})) == {None}
+
+
+def test_attention_local_by_a_field_is_refused_for_every_class_that_turns_it_on() -> None:
+    """Every config class of the installed transformers whose default turns on attention that is local by a field
+    of its own (windows of an image, chunks of frames: posenc.hf._layer_types._LOCAL_FIELDS) is listed with those
+    defaults, so that a config.json that leaves them out is refused as its class reads it; turned off, it is not."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from posenc.hf._layer_types import _LOCAL_DEFAULTS, _LOCAL_FIELDS
+
+    turned_on = {}
+    for model_type, config_class in CONFIG_MAPPING.items():
+        try:
+            default = config_class().to_dict()
+        except Exception:  # (a class that needs arguments)
+            continue
+        on = [
+            k
+            for k, (rule, _) in _LOCAL_FIELDS.items()
+            if k in default and rule(default.get, model_type, True)
+        ]
+        if on:
+            turned_on[model_type] = on
+            assert _LOCAL_DEFAULTS[model_type].items() <= default.items(), model_type
+    assert sorted(turned_on) == sorted(_LOCAL_DEFAULTS)
+    for model_type in _LOCAL_DEFAULTS:
+        bare = {"model_type": model_type, "num_hidden_layers": 2}
+        with pytest.raises(ValueError, match="does not express"):
+            layer_windows(bare, stack="encoder" if model_type == "longt5" else None)
+    assert (
+        layer_windows({"model_type": "sam_vision_model", "num_hidden_layers": 2, "window_size": 0})
+        == [None] * 2
+    )
 
 
 @pytest.mark.parametrize("model_type", ["inkling_text", "inkling2_text", "unlimited_ocr_text"])
