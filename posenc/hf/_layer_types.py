@@ -261,73 +261,49 @@ _WINDOW_IN_CACHE_ONLY = frozenset(
 
 #: Swin and its kin (CLAP's audio tower is one): windows shifted every other layer
 _SHIFTED_WINDOWS = frozenset("swin swinv2 swin2sr donut-swin maskformer-swin clap_audio_model".split())
-#: Attention that is local in ways ``window=`` does not express, by the field that turns it on (read with the
-#: class defaults below): windows of an image (Qwen2.5-VL's vision tower and its kin, SAM's and ViTDet's, LW-DETR's
-#: and RF-DETR's, Swin's shifted ones), chunks of audio frames (Qwen's and Gemma's audio encoders), LongT5's local
-#: encoder, Reformer's local and LSH layers
-_LOCAL_FIELDS: dict[str, tuple[Callable[[Callable[[str], Any], str, bool], bool], str]] = {
+#: Attention that is local in ways ``window=`` does not express, by the field that turns it on (one a config.json
+#: leaves out: its class's, ``_read._DEFAULTS_BY_KEY``): windows of an image (Qwen2.5-VL's vision tower and its
+#: kin, SAM's and ViTDet's, LW-DETR's and RF-DETR's, Swin's shifted ones), chunks of audio frames (Qwen's and
+#: Gemma's audio encoders), LongT5's local encoder, Reformer's local and LSH layers
+_LOCAL_FIELDS: dict[str, tuple[Callable[[Config, str, bool], bool], str]] = {
     "fullatt_block_indexes": (
-        lambda value, t, enc: bool(value("window_size")),
+        lambda cfg, t, enc: bool(cfg.get("window_size")),
         "the other layers attend within windows of window_size pixels of the image",
     ),
     "global_attn_indexes": (
-        lambda value, t, enc: bool(value("window_size")),
+        lambda cfg, t, enc: bool(cfg.get("window_size")),
         "the other layers attend within windows of window_size x window_size patches",
     ),
     "num_windows": (
-        lambda value, t, enc: (value("num_windows") or 1) > 1,
+        lambda cfg, t, enc: (cfg.get("num_windows") or 1) > 1,
         "its windowed layers attend within num_windows windows of the image",
     ),
     "window_size": (
-        lambda value, t, enc: t in _SHIFTED_WINDOWS and bool(value("window_size")),
+        lambda cfg, t, enc: t in _SHIFTED_WINDOWS and bool(cfg.get("window_size")),
         "its layers attend within shifted windows of window_size x window_size patches",
     ),
     "n_window": (
-        lambda value, t, enc: bool(value("n_window")),
+        lambda cfg, t, enc: bool(cfg.get("n_window")),
         "its attention runs within chunks of 2 * n_window frames",
     ),
     **dict.fromkeys(
         ("conf_attention_chunk_size", "attention_chunk_size"),
         (
-            lambda value, t, enc: (
+            lambda cfg, t, enc: (
                 t.endswith("_audio")
-                and bool(value("attention_chunk_size") or value("conf_attention_chunk_size"))
+                and bool(cfg.get("attention_chunk_size") or cfg.get("conf_attention_chunk_size"))
             ),
             "its attention runs in chunks of frames, with left and right context",
         ),
     ),
     "encoder_attention_type": (
-        lambda value, t, enc: enc and t == "longt5",
+        lambda cfg, t, enc: enc and t == "longt5",
         "its encoder attends within local_radius keys of each block (and transient global ones)",
     ),
     "attn_layers": (
-        lambda value, t, enc: t == "reformer",
+        lambda cfg, t, enc: t == "reformer",
         "its layers attend within chunks (local) or hashed buckets (lsh)",
     ),
-}
-_SAM = {"global_attn_indexes": [2, 5, 8, 11], "window_size": 14}
-#: The class defaults of those fields, which a ``config.json`` may leave out (checked against transformers)
-_LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
-    **{
-        t: {"fullatt_block_indexes": [7, 15, 23, 31], "window_size": 112}
-        for t in ("qwen2_5_vl_vision", "qwen2_5_omni_vision_encoder", "exaone4_5_vision")
-    },
-    **dict.fromkeys(
-        "deepseek_ocr2_sam_vision_model got_ocr2_vision pp_chart2table_vision pp_formulanet_vision sam_hq_vision_model "
-        "sam_vision_model slanext_vision unlimited_ocr_sam_vision_model".split(),
-        _SAM,
-    ),
-    "sam3_vit_model": {"global_attn_indexes": [7, 15, 23, 31], "window_size": 24},
-    **{t: {"window_size": 7} for t in ("swin", "swinv2", "donut-swin", "maskformer-swin")},
-    **{t: {"window_size": 8} for t in ("swin2sr", "clap_audio_model")},
-    "lw_detr_vit": {"num_windows": 16},
-    "rf_detr_dinov2": {"num_windows": 4},
-    "qwen2_5_omni_audio_encoder": {"n_window": 100},
-    **{t: {"n_window": 50} for t in ("qwen3_asr_encoder", "qwen3_omni_moe_audio_encoder")},
-    "gemma3n_audio": {"conf_attention_chunk_size": 12},
-    "gemma4_audio": {"attention_chunk_size": 12},
-    "longt5": {"encoder_attention_type": "local"},
-    "reformer": {"attn_layers": ["local", "lsh", "local", "lsh", "local", "lsh"]},
 }
 
 
@@ -388,10 +364,9 @@ def refuse_local_attention(cfg: Config, model_type: str, stack: str | None) -> N
     elif cfg.get("sliding_windows") is not None:  # (Moonshine Streaming's encoder)
         what = f"sliding_windows={cfg['sliding_windows']!r}: keys (left, right) of each query, per layer"
     elif local := [
-        key for key, (on, _) in _LOCAL_FIELDS.items()
-        if key in (given := {**_LOCAL_DEFAULTS.get(model_type, {}), **cfg}) and on(given.get, model_type, encoder)
-    ]:  # fmt: skip
-        what = f"{local[0]}={given[local[0]]!r}: {_LOCAL_FIELDS[local[0]][1]}"
+        key for key, (on, _) in _LOCAL_FIELDS.items() if key in cfg and on(cfg, model_type, encoder)
+    ]:
+        what = f"{local[0]}={cfg[local[0]]!r}: {_LOCAL_FIELDS[local[0]][1]}"
     else:
         return
     raise ValueError(f"{model_type} config: {what}, which posenc.attention's window= does not express")

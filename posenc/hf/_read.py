@@ -31,6 +31,11 @@ ALIASES = {
 }
 
 
+#: SAM's vision tower and the models that reuse it
+_SAM_KIN = (
+    "deepseek_ocr2_sam_vision_model got_ocr2_vision pp_chart2table_vision pp_formulanet_vision sam_hq_vision_model "
+    "sam_vision_model slanext_vision unlimited_ocr_sam_vision_model"
+)
 #: Config-class defaults that differ from what posenc assumes for a key a ``config.json`` dict leaves out (a config
 #: object always has them): standard key (JetMoE's kv_channels: head_dim) -> value -> the model types whose class
 #: defaults to it. tests/hf/test_configs.py drops each key from every config class of the installed transformers.
@@ -113,6 +118,24 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         "step3p5_vision video_llama_3_vision"
     },
     "rope_theta": {150000.0: "gpt_oss openai_privacy_filter"},
+    # attention local by windows of the image or chunks of frames (refused by _layer_types.refuse_local_attention)
+    "window_size": {
+        112: "qwen2_5_vl_vision qwen2_5_omni_vision_encoder exaone4_5_vision",
+        14: _SAM_KIN,
+        24: "sam3_vit_model",
+        7: "swin swinv2 donut-swin maskformer-swin",
+        8: "swin2sr clap_audio_model",
+    },
+    "fullatt_block_indexes": {
+        (7, 15, 23, 31): "qwen2_5_vl_vision qwen2_5_omni_vision_encoder exaone4_5_vision"
+    },
+    "global_attn_indexes": {(2, 5, 8, 11): _SAM_KIN, (7, 15, 23, 31): "sam3_vit_model"},
+    "num_windows": {16: "lw_detr_vit", 4: "rf_detr_dinov2"},
+    "n_window": {100: "qwen2_5_omni_audio_encoder", 50: "qwen3_asr_encoder qwen3_omni_moe_audio_encoder"},
+    "conf_attention_chunk_size": {12: "gemma3n_audio"},
+    "attention_chunk_size": {12: "gemma4_audio"},
+    "encoder_attention_type": {"local": "longt5"},
+    "attn_layers": {("local", "lsh") * 3: "reformer"},
 }
 
 

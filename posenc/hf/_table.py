@@ -440,7 +440,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
 }
 
 #: The ``model_type`` values :func:`from_hf_config` accepts, generated from its conversion table.
-#: Multimodal parents (``gemma3``, ``llava``, ... :data:`posenc.hf.configs._TEXT_TYPE`) are read through their ``text_config``.
+#: Multimodal parents (``gemma3``, ``llava``, ... :data:`posenc.hf.configs._TEXT_TYPE`) are read through their
+#: ``text_config``.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_CONVERTERS))
 
 

@@ -127,8 +127,8 @@ _SAM3_VIT: dict[str, Any] = {
     "num_attention_heads": 16,
     "num_hidden_layers": 32,
     "image_size": 1008,
-}
-_SAM3_VIT |= {"patch_size": 14, "window_size": 24, "global_attn_indexes": [7, 15, 23, 31]}
+    "patch_size": 14,
+}  # (its window_size and global_attn_indexes: _read._DEFAULTS_BY_KEY)
 
 
 def sam3_vit(cfg: Config, model_type: str, causal: bool | None) -> list[PositionalEncoding]:

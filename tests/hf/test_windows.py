@@ -321,8 +321,8 @@ def test_local_attention_window_does_not_express_is_refused(
     """Longformer's window with global tokens, BigBird's block-sparse attention, DeepSeek V4's compressed layers,
     Moonshine Streaming's (left, right) windows, a window only the generation cache keeps (Moshi's, Kyutai's),
     Nemotron's chunked streaming attention, windows of an image (Qwen2.5-VL's and SAM's vision towers, RF-DETR's,
-    Swin's) and chunks of audio frames (Qwen's and Gemma's audio encoders), LongT5's encoder and Reformer: refused, never ``None`` (every key) or a window its forward does not
-    mask; the decoders, BigBird's full attention and DeepSeek V4's sliding layers alone do give their windows."""
+    Swin's) and chunks of audio frames (Qwen's and Gemma's audio encoders), LongT5's encoder and Reformer: refused,
+    never ``None`` (every key) or a window its forward does not mask; the decoders, BigBird's full attention and DeepSeek V4's sliding layers alone do give their windows."""
     config = transformers.AutoConfig.for_model(model_type)
     for form in (config, config.to_dict()):
         with pytest.raises(ValueError, match=f"{field}.*which posenc.attention's window= does not express"):
@@ -358,28 +358,28 @@ def test_a_window_only_the_generation_cache_keeps_is_refused() -> None:
 
 def test_attention_local_by_a_field_is_refused_for_every_class_that_turns_it_on() -> None:
     """Every config class of the installed transformers whose default turns on attention that is local by a field
-    of its own (windows of an image, chunks of frames: posenc.hf._layer_types._LOCAL_FIELDS) is listed with those
-    defaults, so that a config.json that leaves them out is refused as its class reads it; turned off, it is not."""
+    of its own (windows of an image, chunks of frames: posenc.hf._layer_types._LOCAL_FIELDS) has those defaults in
+    posenc's class defaults, so that a config.json that leaves them out is refused as its class reads it; turned
+    off, it is not."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from posenc.hf._layer_types import _LOCAL_DEFAULTS, _LOCAL_FIELDS
+    from posenc.hf._layer_types import _LOCAL_FIELDS
+    from posenc.hf._read import class_defaults
 
-    turned_on = {}
+    turned_on = []
     for model_type, config_class in CONFIG_MAPPING.items():
         try:
             default = config_class().to_dict()
         except Exception:  # (a class that needs arguments)
             continue
-        on = [
-            k
-            for k, (rule, _) in _LOCAL_FIELDS.items()
-            if k in default and rule(default.get, model_type, True)
-        ]
-        if on:
-            turned_on[model_type] = on
-            assert _LOCAL_DEFAULTS[model_type].items() <= default.items(), model_type
-    assert sorted(turned_on) == sorted(_LOCAL_DEFAULTS)
-    for model_type in _LOCAL_DEFAULTS:
+        if any(k in default and rule(default, model_type, True) for k, (rule, _) in _LOCAL_FIELDS.items()):
+            turned_on.append(model_type)
+            fields = {k for k in (*_LOCAL_FIELDS, "window_size") if k in default}
+            assert {k: v for k, v in class_defaults(model_type).items() if k in fields} == {
+                k: tuple(default[k]) if isinstance(default[k], list) else default[k] for k in fields
+            }, model_type
+    assert len(turned_on) == 27, turned_on
+    for model_type in turned_on:
         bare = {"model_type": model_type, "num_hidden_layers": 2}
         with pytest.raises(ValueError, match="does not express"):
             layer_windows(bare, stack="encoder" if model_type == "longt5" else None)
