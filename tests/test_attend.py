@@ -218,6 +218,18 @@ def test_explicit_positions_per_batch_row(name):
     torch.testing.assert_close(out, expected, **F32_TOL)
 
 
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "chunked"])
+@pytest.mark.parametrize(("q_batch", "k_batch"), [(1, 3), (3, 1)])
+@pytest.mark.parametrize("name", ["none", "rope", "alibi", "t5", "shaw(values=True)"])
+def test_a_batch_of_one_broadcasts_against_the_other(name, q_batch, k_batch, backend):
+    """One prompt's queries against a batch of caches, or one cache for a batch of queries."""
+    enc = None if name == "none" else make(name, causal=True)
+    q, k, v = qkv(b=q_batch)[0], *qkv(b=k_batch, seed=1)[1:]
+    out = attention(q, k, v, enc, causal=True, backend=backend, chunk_size=3)
+    expected = reference(*(t.expand(3, *t.shape[1:]) for t in (q, k, v)), enc, causal=True)
+    torch.testing.assert_close(out, expected, **F32_TOL)
+
+
 # --- causality by position (sequence shards, context parallelism) ---------------------------------
 
 
@@ -418,11 +430,13 @@ def test_fully_masked_rows_are_zero_not_nan(backend):
 
 def test_more_queries_than_keys_causal():
     """Bottom-right alignment: the first tq - tk queries see no key and return zeros (an encoding's positions
-    say the same: the keys the last tk of the queries' positions)."""
+    say the same: the keys the last tk of the queries' positions). Without an encoding a window takes the
+    Toeplitz path, which zeroes those rows itself."""
     q, k, v = qkv(tq=6, tk=4)
     positions = {"q_positions": torch.arange(6), "k_positions": torch.arange(4) + 2}
     for enc, given in (
         (None, {}),
+        (None, {"window": 2}),
         (make("alibi", causal=True), positions),
         (make("t5", causal=True), positions),
     ):

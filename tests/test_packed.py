@@ -182,6 +182,8 @@ def test_packed_model_equals_each_document_alone(position, causal):
         for part in spans(lengths):
             alone = model(tokens[row : row + 1, part])
             torch.testing.assert_close(packed[row : row + 1, part], alone, **LOGITS_TOL)
+    # one (seq,) packing for every row: as that row given for each
+    torch.testing.assert_close(model(tokens, document_ids=docs[1]), model(tokens, document_ids=docs[[1, 1]]))
 
 
 def test_packed_model_refuses_a_cache_and_bad_ids():

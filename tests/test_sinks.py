@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def make(name: str, causal: bool, dtype: torch.dtype) -> posenc.PositionalEncoding | None:
     if name == "none":
         return None
-    enc = posenc.build(name, causal=causal, **DIMS)
+    enc = posenc.build("shaw(values=True)" if name == "shaw" else name, causal=causal, **DIMS)
     with torch.no_grad():
         for p in enc.parameters():
             p.normal_()

@@ -233,6 +233,24 @@ def test_a_static_cache_follows_positions_as_a_growing_one(position):
     torch.testing.assert_close(steps[1], steps[0], **LOGITS_TOL)
 
 
+@pytest.mark.parametrize("capacity", [None, 10])
+@pytest.mark.parametrize("first_per_row", [True, False])
+def test_shared_and_per_row_positions_mix_across_steps(first_per_row, capacity):
+    """A prompt at shared ``(t,)`` positions, then steps at per-row ``(b, t)`` ones (or the reverse): the full
+    forward at the joined ``(b, t)`` positions, in a growing and a static cache."""
+    model = make_model("rope").eval()
+    x = ids(t=7)
+    rows = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 9, 12]])
+    prompt, steps = (rows[:, :5], rows[0, 5:]) if first_per_row else (rows[0, :5], rows[:, 5:])
+    cache = KVCache(capacity=capacity)
+    model(x[:, :5], positions=prompt, cache=cache)
+    out = torch.cat(
+        [model(x[:, i : i + 1], positions=steps[..., i - 5 : i - 4], cache=cache) for i in (5, 6)], 1
+    )
+    full = torch.cat([prompt.expand(2, -1), steps.expand(2, -1)], dim=1)
+    torch.testing.assert_close(out, model(x, positions=full)[:, 5:], **LOGITS_TOL)
+
+
 def test_static_cache_overflow_and_sizes_are_errors():
     model = make_model("rope")
     cache = KVCache(capacity=4)
