@@ -62,11 +62,14 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
     """The config's ``layer_types`` (checked against ``num_hidden_layers``; old names renamed), else those a
     hybrid's config class reads from its ``config.json`` (Zamba's ``layers_block_type``, RecurrentGemma's
     ``block_types`` in turn, Bamba's ``attn_layer_indices``) or derives (:data:`_EVERY`; MiniMax: full attention
-    in every other layer from the first; Granite MoE hybrid: Mamba throughout), else ``None``."""
+    in every other layer from the first; Granite MoE hybrid: Mamba throughout; LFM3-VL's vision tower), else
+    ``None``."""
     key = next((k for k in ("layer_types", "layers_block_type") if cfg.get(k) is not None), None)
     family = model_type.split(" ")[0].removesuffix("_text")
-    if key is None and family in (*_EVERY, "minimax", "granitemoehybrid"):
+    if key is None and family in (*_EVERY, "minimax", "granitemoehybrid", "lfm3_vl_vision"):
         n = required_count(cfg, model_type)
+        if family == "lfm3_vl_vision":  # (attention in the even layers from the third; conv blocks between)
+            return ["conv" if i < 2 or i % 2 else "full_attention" for i in range(n)]
         if family not in _EVERY:  # (MiniMax, Granite MoE hybrid)
             return [
                 "linear_attention" if family == "granitemoehybrid" or i % 2 else "full_attention"
@@ -79,7 +82,8 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
             types[-1] = full
         return types
     if key is None:
-        if isinstance(blocks := cfg.get("block_types"), list) and blocks:  # RecurrentGemma: local attention
+        # RecurrentGemma: local attention
+        if isinstance(blocks := cfg.get("block_types"), (list, tuple)) and blocks:
             n = required_count(cfg, model_type)
             return ["linear_attention" if b == "recurrent" else "sliding_attention" for b in (blocks * n)[:n]]
         if "attn_layer_indices" in cfg:  # Bamba: attention at these layers, Mamba in the others

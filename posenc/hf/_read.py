@@ -18,17 +18,19 @@ Convert = Callable[[Config, str, "bool | None"], "PositionalEncoding | list[Posi
 
 
 #: transformers' standard names and the older ones a ``config.json`` may keep instead (what config classes'
-#: attribute_map reads them as: GPT-2's n_embd, BART's d_model, DBRX's n_heads, JetMoE's kv_channels, Moonshine's
-#: decoder): :func:`config_dict` fills a standard name that is missing (or null) from the first alias set.
+#: attribute_map reads them as: GPT-2's n_embd, BART's d_model, DBRX's n_heads, JetMoE's kv_channels):
+#: :func:`config_dict` fills a standard name that is missing (or null) from the first alias set.
 ALIASES = {
-    "num_attention_heads": ("n_head", "n_heads", "num_heads", "decoder_num_attention_heads"),
+    "num_attention_heads": ("n_head", "n_heads", "num_heads"),
     "hidden_size": ("n_embd", "n_embed", "d_model", "embed_dim", "emb_dim"),
-    "num_hidden_layers": ("n_layer", "num_layers", "n_layers", "decoder_num_hidden_layers"),
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
     "max_position_embeddings": ("n_positions", "max_seq_len"),
     "head_dim": ("kv_channels",),
     # RecurrentGemma's local attention; dots3 Note's released config.json
     "sliding_window": ("attention_window_size", "sliding_window_size"),
 }
+#: Moonshine's class reads its decoder's sizes as the standard names (ViT-MAE's decoder_* keys are its MAE decoder's)
+_MOONSHINE_ALIASES = {name: (f"decoder_{name}",) for name in ("num_attention_heads", "num_hidden_layers")}
 
 
 #: SAM's vision tower and the models that reuse it
@@ -60,20 +62,26 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         4096: "exaone4 exaone_moe cohere2_moe cohere_compass_text ministral olmo3 t5_gemma_module t5gemma2_decoder "
         "t5gemma2_text vaultgemma voxtral_realtime_text",
         3000: "moshi",
-        2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text",
-        1024: "afmoe dory gemma4_unified_text",
+        2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text recurrent_gemma",
+        1024: "afmoe dory gemma4_unified_text inkling2_text inkling2_loop_text",
         750: "voxtral_realtime_encoder",
         513: "flint kolibri1",
-        512: "beam blt_patcher diffusion_gemma_text embedding_gemma2_text lara_mini",
+        512: "beam blt_patcher diffusion_gemma_text embedding_gemma2_text inkling_text lara_mini",
         375: "kyutai_speech_to_text",
         256: "lfm3 neomme",
         250: "mimi mimi_decoder mimi_encoder pocket_tts_audio_tokenizer pocket_tts_audio_tokenizer_decoder "
         "pocket_tts_audio_tokenizer_encoder",
         129: "mimo_v2_flash",
-        128: "granite_swa granitemoe_swa openai_privacy_filter ultrabert",
+        128: "esmfold2 granite_swa granitemoe_swa openai_privacy_filter ultrabert unlimited_ocr_text",
         71: "nemotron_asr_streaming_encoder",
         64: "modernbert-decoder",
         8: "moshi_depth",
+    },
+    # the layer patterns of RecurrentGemma (in turn) and Bamba (Mamba throughout); Moonshine Streaming's windows
+    "block_types": {("recurrent", "recurrent", "attention"): "recurrent_gemma"},
+    "attn_layer_indices": {None: "bamba"},
+    "sliding_windows": {
+        ((16, 4), (16, 4), (16, 0), (16, 0), (16, 4), (16, 4)): "moonshine_streaming_encoder"
     },
     "use_sliding_window": {
         False: "deepseek_ocr2_encoder qwen2 qwen2_5_omni_talker qwen2_5_omni_text qwen2_5_vl_text qwen2_moe "
@@ -95,6 +103,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
     "num_attention_heads": {12: "wav2vec2-conformer", 8: "parakeet_encoder"},
+    "encoder_layers": {1: "pp_doclayout_v2 pp_doclayout_v3"},
     "num_hidden_layers": {
         12: "wav2vec2-conformer",
         32: "jamba",
@@ -282,7 +291,9 @@ def config_dict(config: Any) -> dict[str, Any]:
             f"got {type(config).__name__}"
         )
     own = _OWN_KEYS.get(str(cfg.get("model_type")), {}) if isinstance(config, Mapping) else {}
-    for name, names in ALIASES.items():
+    for name, names in (
+        ALIASES | (_MOONSHINE_ALIASES if cfg.get("model_type") == "moonshine" else {})
+    ).items():
         alias = next((a for a in names if cfg.get(a) is not None), None)
         if name in own or alias is None or cfg.get(name) is not None:
             continue

@@ -2250,90 +2250,112 @@ def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
         from_hf_config(llama)
 
 
-#: keys whose class default differs from one model type to the next (posenc.hf._rule._DEFAULTS_BY_KEY)
-_CLASS_DEFAULT_KEYS = (
-    "head_dim global_head_dim sliding_window partial_rotary_factor rotary_dim qk_rope_head_dim rope_interleave "
-    "position_embedding_type rope_parameters"
-).split()
+def _read_layers(config: Any) -> tuple[list[str] | None, list[int | None] | None]:
+    """Every layer's encoding (its repr), and every layer's window; each ``None`` where posenc refuses it."""
+    try:
+        # (without the cache length: a dict may leave max_position_embeddings out, and it only sizes a cache)
+        encodings = [re.sub(r", max_len=\d+", "", repr(e)) for e in layer_encodings(config)]
+    except (ValueError, TypeError):  # refused, or a class default posenc cannot convert
+        encodings = None
+    try:
+        return encodings, layer_windows(config)
+    except (ValueError, TypeError):
+        return encodings, None
 
 
-@requires_transformers
-def test_a_config_json_without_a_key_converts_as_its_class_loads_it():
-    """Every config class of the installed transformers, with its defaults: its ``to_dict()`` without any one key
-    whose default differs between classes, or its rope dict (flat, or one layer type's) without any one key, or a
-    vision tower's with rope_type "default" (and, for a model type of posenc's table, the bare
-    ``{"model_type": ...}``; for a parent, its ``text_config`` dict without its sizes or window) gives the
-    encodings and sliding windows of the config transformers loads from it, or is refused; never a standard value
-    the class does not have (Qwen3-Next's head_dim 256, OLMo 3's sliding_window 4096, DeepSeek V3's
-    rope_interleave, Voxtral's head_dim, Gemma 3's global base 1e6, a vision tower's "axial")."""
+#: the speech encoders that num_hidden_layers does not size (each of their layers builds trained tables)
+_FEWER_LAYERS = {
+    "seamless_m4t": {"speech_encoder_layers": 2},
+    **{
+        name: {"encoder_config": {"num_hidden_layers": 2}}
+        for name in ("parakeet_ctc", "parakeet_tdt", "parakeet_rnnt")
+    },
+}
+
+
+def _class_forms(model_type: str) -> tuple[Any, dict[str, dict]] | None:
+    """A config object of ``model_type`` with its class defaults (six layers and a short cache, where its class
+    takes them: a speech encoder's 24 layers of trained tables would dominate the time), and its ``config.json``
+    forms: its ``to_dict()`` without any one key, or with its rope dict (flat, or one layer type's) without any
+    one key, or its ``text_config`` without any one key; a vision tower's with rope_type "default"; the bare
+    ``{"model_type": ..., "num_hidden_layers": ...}``."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    def read(config: Any) -> tuple | None:
+    small = {"num_hidden_layers": 6, "max_position_embeddings": 64, **_FEWER_LAYERS.get(model_type, {})}
+    for sizes in (small, {"max_position_embeddings": 64}):
         try:
-            # (without the cache length: a dict may leave max_position_embeddings out, and it only sizes a cache)
-            encodings = [re.sub(r", max_len=\d+", "", repr(e)) for e in layer_encodings(config)]
-            return encodings, layer_windows(config)
-        except (ValueError, TypeError):  # refused, or a class default posenc cannot convert
-            return None
-
-    def load(model_type: str, form: dict) -> Any:
-        """What from_dict loads, without its log line (a repr of the config: half the time); a copy, as the
-        class pops the text model's type from the dict."""
-        return CONFIG_MAPPING[model_type](**copy.deepcopy(form))
-
-    differ, checked = [], 0
-    for model_type in CONFIG_MAPPING:
-        try:  # (a short cache, its text model's too: the RoPE tables of 128k positions would dominate the time)
-            config = CONFIG_MAPPING[model_type](max_position_embeddings=64)
+            config = CONFIG_MAPPING[model_type](**sizes)
             full = config.to_dict()
             if isinstance(full.get("text_config"), dict) and "max_position_embeddings" in full["text_config"]:
                 full["text_config"]["max_position_embeddings"] = 64
-                config = load(model_type, full)
-        except Exception:  # (a class that needs arguments)
+                config = CONFIG_MAPPING[model_type](**copy.deepcopy(full))
+            break
+        except Exception:  # (a class that needs arguments, or refuses the sizes)
             continue
-        expected = read(config)
-        if expected is None:
-            continue
-        forms = {
-            key: {k: v for k, v in full.items() if k != key} for key in _CLASS_DEFAULT_KEYS if key in full
+    else:
+        return None
+    forms = {key: {k: v for k, v in full.items() if k != key} for key in full if key != "model_type"}
+    # (with its layer count, which posenc needs: a config.json always gives it)
+    forms["bare"] = {"model_type": model_type, **{k: full[k] for k in ("num_hidden_layers",) if k in full}}
+    rope = full["rope_parameters"] if isinstance(full.get("rope_parameters"), dict) else {}
+    per_type = {name: params for name, params in rope.items() if isinstance(params, dict)}
+    for layer_type, params in (per_type or {None: rope}).items():
+        for key in params:  # (its class may write a default of its own in: by model, or by layer type)
+            dropped = {k: v for k, v in params.items() if k != key}
+            nested = dropped if layer_type is None else {**rope, layer_type: dropped}
+            where = f"rope_parameters.{layer_type}" if layer_type else "rope_parameters"
+            forms[f"{where}.{key}"] = {**full, "rope_parameters": nested}
+    if rope.get("rope_type") == "axial":  # (a vision tower's class reads "default" as "axial")
+        forms["rope_parameters.rope_type=default"] = {
+            **full,
+            "rope_parameters": {**rope, "rope_type": "default"},
         }
-        if model_type in _CONVERTERS:
-            forms["bare"] = {"model_type": model_type, "max_position_embeddings": 64}
-        rope = full["rope_parameters"] if isinstance(full.get("rope_parameters"), dict) else {}
-        per_type = {name: params for name, params in rope.items() if isinstance(params, dict)}
-        for layer_type, params in (per_type or {None: rope}).items():
-            for key in params:  # (its class may write a default of its own in: by model, or by layer type)
-                dropped = {k: v for k, v in params.items() if k != key}
-                nested = dropped if layer_type is None else {**rope, layer_type: dropped}
-                where = f"rope_parameters.{layer_type}" if layer_type else "rope_parameters"
-                forms[f"{where}.{key}"] = {**full, "rope_parameters": nested}
-        if rope.get("rope_type") == "axial":  # (a vision tower's class reads "default" as "axial")
-            forms["rope_parameters.rope_type=default"] = {
-                **full,
-                "rope_parameters": {**rope, "rope_type": "default"},
-            }
-        text = full.get("text_config")
-        for key in (
-            ("head_dim", "sliding_window", "hidden_size", "num_attention_heads")
-            if isinstance(text, dict)
-            else ()
-        ):
-            if key in text:  # (its parent's class may fill the text model's dict with defaults of its own)
-                forms[f"text_config.{key}"] = {
-                    **full,
-                    "text_config": {k: v for k, v in text.items() if k != key},
-                }
-        for key, form in forms.items():
-            got, loaded = read(form), expected
-            if got is not None and "." in key:  # (what the class makes of a nested dict: its own rule)
-                try:
-                    loaded = read(load(model_type, form))
-                except Exception:  # (its class refuses the dict: FunASR-Nano's sizes must agree)
-                    continue
+    text = full.get("text_config")
+    for key in (
+        text if isinstance(text, dict) else ()
+    ):  # (its parent's class may fill it with its own defaults)
+        forms[f"text_config.{key}"] = {**full, "text_config": {k: v for k, v in text.items() if k != key}}
+    return config, forms
+
+
+def _model_type_shard(shard: int, shards: int = 8) -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return sorted(CONFIG_MAPPING)[shard::shards]
+
+
+@requires_transformers
+@pytest.mark.parametrize("shard", range(8))
+def test_a_config_json_without_a_key_converts_as_its_class_loads_it(shard):
+    """Every config class of the installed transformers, with its defaults: each ``config.json`` form of
+    :func:`_class_forms` gives the encodings and sliding windows of the config transformers loads from it, or
+    is refused (as the config is, where it is); never a value the class does not have (Qwen3-Next's head_dim
+    256, OLMo 3's sliding_window 4096, DeepSeek V3's rope_interleave, Voxtral's head_dim, Gemma 3's global base
+    1e6, a vision tower's "axial"; RecurrentGemma's window of 2048 and its recurrent layers, ViT-MAE's layer
+    count, Bamba's Mamba layers, Inkling's hybrid sliding layers)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    differ, checked = [], 0
+    for model_type in _model_type_shard(shard):
+        if (built := _class_forms(model_type)) is None:
+            continue
+        expected = _read_layers(
+            built[0]
+        )  # (a part None: refused, and then so must a form's be that loads as it)
+        for key, form in built[1].items():
             checked += 1
-            if got is not None and got != loaded:
-                differ.append(f"{model_type} without {key}")
-    assert checked > 400 and not differ, differ
+            got = _read_layers(form)
+            if all(part is None or part == want for part, want in zip(got, expected, strict=True)):
+                continue
+            try:  # (what the class loads from it: a default where the form left a key out; a copy, as the
+                # class pops the text model's type from the dict)
+                loaded = _read_layers(CONFIG_MAPPING[model_type](**copy.deepcopy(form)))
+            except Exception:  # (its class refuses the dict: FunASR-Nano's sizes must agree)
+                continue
+            for what, part, want in zip(("encodings", "windows"), got, loaded, strict=True):
+                if part is not None and part != want:
+                    differ.append(f"{model_type} without {key}: {what}")
+    assert checked > 1000 and not differ, differ
 
 
 @pytest.mark.parametrize(
