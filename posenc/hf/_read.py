@@ -371,7 +371,8 @@ def rope_dict(cfg: Config, model_type: str) -> Mapping[str, Any]:
 
 def key_of(cfg: Config, name: str) -> str:
     """The key the config gave ``cfg[name]`` under: the alias :func:`config_dict` read it from, else ``name``."""
-    return next((alias for alias in ALIASES.get(name, ()) if alias in cfg and cfg[alias] is cfg[name]), name)
+    value = cfg.get(name)
+    return next((alias for alias in ALIASES.get(name, ()) if alias in cfg and cfg[alias] is value), name)
 
 
 def positive_int(cfg: Config, model_type: str, name: str, default: int | None = None) -> int:

@@ -440,6 +440,19 @@ def test_explicit_null_head_dim_means_hidden_over_heads():
     assert from_hf_config({**gemma3, "head_dim": None}, layer=0).head_dim == 64
 
 
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"model_type": "gpt2"}, "n_embd"),
+        ({"model_type": "t5"}, "num_heads"),
+        ({"model_type": "bart"}, "d_model"),
+    ],
+)
+def test_a_null_old_name_reads_as_left_out(config, key):
+    """``"n_embd": null`` without ``hidden_size``: the default, as without the key (it was a KeyError)."""
+    assert repr(from_hf_config({**config, key: None})) == repr(from_hf_config(config))
+
+
 def test_dict_path_needs_no_transformers(monkeypatch):
     """A config.json dict converts with transformers made unimportable."""
     for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:
