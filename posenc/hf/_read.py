@@ -103,7 +103,15 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
     "num_attention_heads": {12: "wav2vec2-conformer", 8: "parakeet_encoder"},
-    "encoder_layers": {1: "pp_doclayout_v2 pp_doclayout_v3"},
+    # the stacks of an encoder-decoder (from_hf_config's stack=)
+    "encoder_layers": {1: "pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4", 24: "seamless_m4t"},
+    "decoder_layers": {
+        3: "lw_detr rf_detr",
+        6: "pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4",
+        24: "seamless_m4t",
+    },
+    "num_decoder_layers": {12: "switch_transformers", 2: "nemotron3_5_asr nemotron_asr_streaming"},
+    "num_layers": {3: "sam3_geometry_encoder sam3_lite_text_geometry_encoder"},
     "num_hidden_layers": {
         12: "wav2vec2-conformer",
         32: "jamba",

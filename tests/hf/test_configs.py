@@ -2263,17 +2263,21 @@ def test_unread_rope_parameters_keys_are_refused_for_table_models_too():
         from_hf_config(llama)
 
 
-def _read_layers(config: Any) -> tuple[list[str] | None, list[int | None] | None]:
+def _read_layers(config: Any, stack: str | None = None) -> tuple[list[str] | None, list[int | None] | None]:
     """Every layer's encoding (its repr), and every layer's window; each ``None`` where posenc refuses it."""
     try:
         # (without the cache length: a dict may leave max_position_embeddings out, and it only sizes a cache)
-        encodings = [re.sub(r", max_len=\d+", "", repr(e)) for e in layer_encodings(config)]
+        encodings = [re.sub(r", max_len=\d+", "", repr(e)) for e in layer_encodings(config, stack=stack)]
     except (ValueError, TypeError):  # refused, or a class default posenc cannot convert
         encodings = None
     try:
-        return encodings, layer_windows(config)
+        return encodings, layer_windows(config, stack=stack)
     except (ValueError, TypeError):
         return encodings, None
+
+
+#: the layer counts of an encoder-decoder's stacks (read per stack too)
+_STACK_COUNTS = ("bare", "encoder_layers", "decoder_layers", "num_decoder_layers", "num_layers")
 
 
 #: the speech encoders that num_hidden_layers does not size (each of their layers builds trained tables)
@@ -2352,22 +2356,23 @@ def test_a_config_json_without_a_key_converts_as_its_class_loads_it(shard):
     for model_type in _model_type_shard(shard):
         if (built := _class_forms(model_type)) is None:
             continue
-        expected = _read_layers(
-            built[0]
-        )  # (a part None: refused, and then so must a form's be that loads as it)
-        for key, form in built[1].items():
-            checked += 1
-            got = _read_layers(form)
-            if all(part is None or part == want for part, want in zip(got, expected, strict=True)):
-                continue
-            try:  # (what the class loads from it: a default where the form left a key out; a copy, as the
-                # class pops the text model's type from the dict)
-                loaded = _read_layers(CONFIG_MAPPING[model_type](**copy.deepcopy(form)))
-            except Exception:  # (its class refuses the dict: FunASR-Nano's sizes must agree)
-                continue
-            for what, part, want in zip(("encodings", "windows"), got, loaded, strict=True):
-                if part is not None and part != want:
-                    differ.append(f"{model_type} without {key}: {what}")
+        config, forms = built
+        # (a part None: refused, and then so must a form's be that loads as it)
+        expected = {stack: _read_layers(config, stack) for stack in (None, "encoder", "decoder")}
+        for key, form in forms.items():
+            for stack in (None, "encoder", "decoder") if key in _STACK_COUNTS else (None,):
+                checked += 1
+                got = _read_layers(form, stack)
+                if all(part is None or part == want for part, want in zip(got, expected[stack], strict=True)):
+                    continue
+                try:  # (what the class loads from it: a default where the form left a key out; a copy, as the
+                    # class pops the text model's type from the dict)
+                    loaded = _read_layers(CONFIG_MAPPING[model_type](**copy.deepcopy(form)), stack)
+                except Exception:  # (its class refuses the dict: FunASR-Nano's sizes must agree)
+                    continue
+                for what, part, want in zip(("encodings", "windows"), got, loaded, strict=True):
+                    if part is not None and part != want:
+                        differ.append(f"{model_type} without {key} (stack {stack}): {what}")
     assert checked > 1000 and not differ, differ
 
 
