@@ -29,8 +29,23 @@ ALIASES = {
     # RecurrentGemma's local attention; dots3 Note's released config.json
     "sliding_window": ("attention_window_size", "sliding_window_size"),
 }
-#: Moonshine's class reads its decoder's sizes as the standard names (ViT-MAE's decoder_* keys are its MAE decoder's)
-_MOONSHINE_ALIASES = {name: (f"decoder_{name}",) for name in ("num_attention_heads", "num_hidden_layers")}
+#: Classes that read a standard name under a key of their own (attribute_map) that other classes use for
+#: something else (ViT-MAE's decoder_* keys are its MAE decoder's; Janus's depth, its aligner's)
+_TYPE_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "moonshine": (
+        ("num_hidden_layers", "decoder_num_hidden_layers"),
+        ("num_attention_heads", "decoder_num_attention_heads"),
+    ),
+    **dict.fromkeys(("mask2former", "oneformer", "trocr"), (("num_hidden_layers", "decoder_layers"),)),
+    **dict.fromkeys(("kosmos_2_text_model", "kosmos_2_5_text_model"), (("num_hidden_layers", "layers"),)),
+    **dict.fromkeys(
+        "cohere_compass_vision ernie4_5_vl_moe_vision exaone4_5_vision glm4v_moe_vision glm4v_vision glm5_next_vision "
+        "glm_image_vision glm_ocr_vision pp_ocrv5_mobile_rec pp_ocrv5_server_rec pp_ocrv6_small_rec pp_ocrv6_tiny_rec "
+        "qwen2_5_omni_vision_encoder qwen2_5_vl_vision qwen2_vl_vision qwen3_5_moe_vision qwen3_5_vision "
+        "qwen3_omni_moe_vision_encoder qwen3_vl_moe_vision qwen3_vl_vision qwen4_exp_vision".split(),
+        (("num_hidden_layers", "depth"),),
+    ),
+}
 
 
 #: SAM's vision tower and the models that reuse it
@@ -102,17 +117,23 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     # sizes: wav2vec2-conformer's, Parakeet's (posenc's speech converter assumes the others': 16 heads of 1024 in
     # 24 layers)
     "hidden_size": {768: "wav2vec2-conformer"},
+    "embed_dim": {1280: "qwen2_vl_vision"},  # (its attention's width; its hidden_size is its merger's output)
     "num_attention_heads": {12: "wav2vec2-conformer", 8: "parakeet_encoder"},
     # the stacks of an encoder-decoder (from_hf_config's stack=)
-    "encoder_layers": {1: "pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4", 24: "seamless_m4t"},
+    "encoder_layers": {
+        1: "pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4",
+        6: "deformable_detr mask2former oneformer",
+        24: "seamless_m4t",
+    },
     "decoder_layers": {
         3: "lw_detr rf_detr",
-        6: "pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4",
+        6: "deformable_detr pp_doclayout_v2 pp_doclayout_v3 pp_doclayout_v4",
         24: "seamless_m4t",
     },
     "num_decoder_layers": {12: "switch_transformers", 2: "nemotron3_5_asr nemotron_asr_streaming"},
     "num_layers": {3: "sam3_geometry_encoder sam3_lite_text_geometry_encoder"},
     "num_hidden_layers": {
+        10: "mask2former oneformer",  # (their decoder_layers)
         12: "wav2vec2-conformer",
         32: "jamba",
         27: "kimi_linear",
@@ -299,9 +320,8 @@ def config_dict(config: Any) -> dict[str, Any]:
             f"got {type(config).__name__}"
         )
     own = _OWN_KEYS.get(str(cfg.get("model_type")), {}) if isinstance(config, Mapping) else {}
-    for name, names in (
-        ALIASES | (_MOONSHINE_ALIASES if cfg.get("model_type") == "moonshine" else {})
-    ).items():
+    own_aliases = {name: (key,) for name, key in _TYPE_ALIASES.get(str(cfg.get("model_type")), ())}
+    for name, names in (ALIASES | own_aliases).items():
         alias = next((a for a in names if cfg.get(a) is not None), None)
         if name in own or alias is None or cfg.get(name) is not None:
             continue

@@ -2291,14 +2291,15 @@ _FEWER_LAYERS = {
 
 
 def _class_forms(model_type: str) -> tuple[Any, dict[str, dict]] | None:
-    """A config object of ``model_type`` with its class defaults (six layers and a short cache, where its class
-    takes them: a speech encoder's 24 layers of trained tables would dominate the time), and its ``config.json``
+    """A config object of ``model_type`` with its class defaults (seven layers, a count no class defaults to, so
+    that a dict read by another key's count shows, and a short cache, where its class takes them: a speech
+    encoder's 24 layers of trained tables would dominate the time), and its ``config.json``
     forms: its ``to_dict()`` without any one key, or with its rope dict (flat, or one layer type's) without any
     one key, or its ``text_config`` without any one key; a vision tower's with rope_type "default"; the bare
     ``{"model_type": ..., "num_hidden_layers": ...}``."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    small = {"num_hidden_layers": 6, "max_position_embeddings": 64, **_FEWER_LAYERS.get(model_type, {})}
+    small = {"num_hidden_layers": 7, "max_position_embeddings": 64, **_FEWER_LAYERS.get(model_type, {})}
     for sizes in (small, {"max_position_embeddings": 64}):
         try:
             config = CONFIG_MAPPING[model_type](**sizes)
@@ -2374,6 +2375,34 @@ def test_a_config_json_without_a_key_converts_as_its_class_loads_it(shard):
                     if part is not None and part != want:
                         differ.append(f"{model_type} without {key} (stack {stack}): {what}")
     assert checked > 1000 and not differ, differ
+
+
+@requires_transformers
+def test_every_class_that_counts_its_layers_under_a_key_of_its_own_is_read_by_it():
+    """A config.json of a class whose attribute_map reads num_hidden_layers as ``depth`` (Qwen2-VL's vision tower),
+    ``decoder_layers`` (Mask2Former) or ``layers`` (Kosmos-2) has that count read, not another key's or none."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from posenc.hf._read import _TYPE_ALIASES, ALIASES
+
+    # (read by the BART-like rule, or layers without positions: ConvNeXt's stages, SegFormer's blocks; SeamlessM4T:
+    # its speech encoder's)
+    elsewhere = {
+        "num_hidden_layers",
+        "encoder_layers",
+        "num_stages",
+        "num_encoder_blocks",
+        *ALIASES["num_hidden_layers"],
+    }
+    unread = [
+        f"{model_type} ({key})"
+        for model_type, config_class in CONFIG_MAPPING.items()
+        if (key := (getattr(config_class, "attribute_map", None) or {}).get("num_hidden_layers")) is not None
+        and key not in elsewhere
+        and not model_type.startswith("seamless_m4t")
+        and ("num_hidden_layers", key) not in _TYPE_ALIASES.get(model_type, ())
+    ]
+    assert not unread, unread
 
 
 @pytest.mark.parametrize(
