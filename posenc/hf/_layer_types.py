@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._checks import check_bool, check_positive_int
-from ._read import Config, get, positive_int
+from ._read import Config, class_defaults, get, positive_int
 from ._speech import SPEECH_MODEL_TYPES
 
 #: Layer types whose blocks read no positions: transformers' recurrent layers (Mamba, gated DeltaNet, MiniMax's
@@ -153,12 +153,12 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
-    rule, default_window, arg = _WINDOWS.get(model_type, ("none" if known else "any", None, None))
+    rule, arg = _WINDOWS.get(model_type, ("none" if known else "any", None))
     key = {"modernbert": "local_attention", "gpt_neo": "window_size"}.get(model_type, "sliding_window")
-    # (a key the config gives, even null, wins: its class keeps it)
-    window = cfg[key] if key in cfg else default_window
+    # (a key the config gives, even null, wins: its class keeps it; a key left out: its class's, from config_dict)
+    window = cfg.get(key)
     if window is None and model_type == "dots3_note_text":  # (its class reads a null as its default)
-        window = default_window
+        window = class_defaults(model_type)[key]
     # ModernBERT's class sets local_attention = 2 * a sliding_window given (a dict's: its to_dict() has none)
     if model_type == "modernbert" and cfg.get("sliding_window") is not None:
         window = 2 * positive_int(cfg, model_type, "sliding_window")
@@ -380,7 +380,7 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
     """The ``layer_types`` of a model with a ``"pattern"`` in :data:`_WINDOWS`, else as its config class
     derives them: every ``n``-th layer full (the last of each group; ModernBERT: the first), ``n`` from the
     key its class reads."""
-    every, key = _WINDOWS[model_type][2]
+    every, key = _WINDOWS[model_type][1]
     every = positive_int(cfg, model_type, key, default=every) if key else every
     shift = 0 if model_type == "modernbert" else 1
 
@@ -393,31 +393,31 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
     return types
 
 
-#: How each table model's layers slide (types outside the table: "any"): the rule, the config class's
-#: window (``sliding_window``; ModernBERT: ``local_attention``) where a config.json leaves it out, and the
-#: rule's default: Qwen's ``max_window_layers``; the patterns' ``(n, the key of n)`` (:func:`table_types`).
-_WINDOWS: dict[str, tuple[str, int | None, Any]] = {
-    "gemma2": ("pattern", 4096, (2, None)),
-    "gpt_oss": ("pattern", 128, (2, None)),
-    "gemma3_text": ("pattern", 4096, (6, "sliding_window_pattern")),
-    "gemma3n_text": ("pattern", 512, (5, None)),
-    "gemma4_text": ("pattern", 512, (6, None)),
-    "cohere2": ("pattern", 4096, (4, "sliding_window_pattern")),
-    "modernbert": ("pattern", 128, (3, "global_attn_every_n_layers")),
-    "qwen2": ("qwen", 4096, 28),
-    "qwen3": ("qwen", 4096, 28),
-    "qwen2_vl_text": ("qwen", 4096, 80),
-    "qwen2_5_vl_text": ("qwen", 4096, 80),
-    "smollm3": ("smollm3", None, None),
-    "mistral": ("all", 4096, None),
+#: How each table model's layers slide (types outside the table: "any"): the rule, and the rule's default:
+#: Qwen's ``max_window_layers``; the patterns' ``(n, the key of n)`` (:func:`table_types`). Their class's window
+#: where a config.json leaves it out: ``_read._DEFAULTS_BY_KEY``.
+_WINDOWS: dict[str, tuple[str, Any]] = {
+    "gemma2": ("pattern", (2, None)),
+    "gpt_oss": ("pattern", (2, None)),
+    "gemma3_text": ("pattern", (6, "sliding_window_pattern")),
+    "gemma3n_text": ("pattern", (5, None)),
+    "gemma4_text": ("pattern", (6, None)),
+    "cohere2": ("pattern", (4, "sliding_window_pattern")),
+    "modernbert": ("pattern", (3, "global_attn_every_n_layers")),
+    "qwen2": ("qwen", 28),
+    "qwen3": ("qwen", 28),
+    "qwen2_vl_text": ("qwen", 80),
+    "qwen2_5_vl_text": ("qwen", 80),
+    "smollm3": ("smollm3", None),
+    "mistral": ("all", None),
     # its sliding layers (its others: sparse attention by an indexer); every layer (DeepSeek V4's: its compressed
     # ones refused above)
-    "dots3_note_text": ("any", 512, None),
-    "deepseek_v4": ("all", 128, None),
-    "minimax": ("minimax", None, None),
+    "dots3_note_text": ("any", None),
+    "deepseek_v4": ("all", None),
+    "minimax": ("minimax", None),
     # its local layers see the window_size keys up to their own
-    "gpt_neo": ("gpt_neo", 256, [[["global", "local"], 12]]),
-    **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None, None)),
+    "gpt_neo": ("gpt_neo", [[["global", "local"], 12]]),
+    **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None)),
 }
 
 

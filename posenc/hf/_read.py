@@ -74,24 +74,28 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "global_head_dim": {512: "diffusion_gemma_text embedding_gemma2_text gemma4_unified_text"},
     "sliding_window": {
         8192: "cwm",
-        4096: "exaone4 exaone_moe cohere2_moe cohere_compass_text ministral olmo3 t5_gemma_module t5gemma2_decoder "
-        "t5gemma2_text vaultgemma voxtral_realtime_text",
+        4096: "exaone4 exaone_moe cohere2 cohere2_moe cohere_compass_text gemma2 gemma3_text ministral mistral olmo3 "
+        "qwen2 qwen2_5_vl_text qwen2_vl_text qwen3 t5_gemma_module t5gemma2_decoder t5gemma2_text vaultgemma "
+        "voxtral_realtime_text",
         3000: "moshi",
         2048: "muse_glimmer_assistant muse_glimmer_text muse_spark_text recurrent_gemma",
         1024: "afmoe dory gemma4_unified_text inkling2_text inkling2_loop_text",
         750: "voxtral_realtime_encoder",
         513: "flint kolibri1",
-        512: "beam blt_patcher diffusion_gemma_text embedding_gemma2_text inkling_text lara_mini",
+        512: "beam blt_patcher diffusion_gemma_text dots3_note_text embedding_gemma2_text gemma3n_text gemma4_text "
+        "inkling_text lara_mini",
         375: "kyutai_speech_to_text",
         256: "lfm3 neomme",
         250: "mimi mimi_decoder mimi_encoder pocket_tts_audio_tokenizer pocket_tts_audio_tokenizer_decoder "
         "pocket_tts_audio_tokenizer_encoder",
         129: "mimo_v2_flash",
-        128: "esmfold2 granite_swa granitemoe_swa openai_privacy_filter ultrabert unlimited_ocr_text",
+        128: "deepseek_v4 esmfold2 gpt_oss granite_swa granitemoe_swa openai_privacy_filter ultrabert "
+        "unlimited_ocr_text",
         71: "nemotron_asr_streaming_encoder",
         64: "modernbert-decoder",
         8: "moshi_depth",
     },
+    "local_attention": {128: "modernbert"},
     # the layer patterns of RecurrentGemma (in turn) and Bamba (Mamba throughout); Moonshine Streaming's windows
     "block_types": {("recurrent", "recurrent", "attention"): "recurrent_gemma"},
     "attn_layer_indices": {None: "bamba"},
@@ -163,6 +167,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         24: "sam3_vit_model",
         7: "swin swinv2 donut-swin maskformer-swin",
         8: "swin2sr clap_audio_model",
+        256: "gpt_neo",  # (its local layers' window)
     },
     "fullatt_block_indexes": {
         (7, 15, 23, 31): "qwen2_5_vl_vision qwen2_5_omni_vision_encoder exaone4_5_vision"
