@@ -2312,7 +2312,9 @@ def _class_forms(model_type: str) -> tuple[Any, dict[str, dict]] | None:
             continue
     else:
         return None
-    forms = {key: {k: v for k, v in full.items() if k != key} for key in full if key != "model_type"}
+    # (not the keys every class inherits from PretrainedConfig, the same default in each, which posenc reads none of)
+    inherited = set(transformers.PretrainedConfig().to_dict())
+    forms = {key: {k: v for k, v in full.items() if k != key} for key in full if key not in inherited}
     # (with its layer count, which posenc needs: a config.json always gives it)
     forms["bare"] = {"model_type": model_type, **{k: full[k] for k in ("num_hidden_layers",) if k in full}}
     rope = full["rope_parameters"] if isinstance(full.get("rope_parameters"), dict) else {}
