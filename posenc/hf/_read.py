@@ -38,6 +38,7 @@ _TYPE_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     **dict.fromkeys(("mask2former", "oneformer", "trocr"), (("num_hidden_layers", "decoder_layers"),)),
     **dict.fromkeys(("kosmos_2_text_model", "kosmos_2_5_text_model"), (("num_hidden_layers", "layers"),)),
+    "bailing_hybrid": (("max_position_embeddings", "model_max_length"),),
     **dict.fromkeys(
         "cohere_compass_vision ernie4_5_vl_moe_vision exaone4_5_vision glm4v_moe_vision glm4v_vision glm5_next_vision "
         "glm_image_vision glm_ocr_vision pp_ocrv5_mobile_rec pp_ocrv5_server_rec pp_ocrv6_small_rec pp_ocrv6_tiny_rec "

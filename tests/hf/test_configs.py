@@ -2407,6 +2407,35 @@ def test_every_class_that_counts_its_layers_under_a_key_of_its_own_is_read_by_it
     assert not unread, unread
 
 
+def _own_keys_for(standard: str) -> list[tuple[str, str]]:
+    """``(model_type, key)`` of every config class whose attribute_map reads ``standard`` under a key of its own."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    maps = {t: getattr(c, "attribute_map", None) or {} for t, c in CONFIG_MAPPING.items()}
+    return sorted((t, m[standard]) for t, m in maps.items() if m.get(standard) not in (None, standard))
+
+
+@pytest.mark.parametrize(("model_type", "key"), _own_keys_for("max_position_embeddings"))
+def test_a_trained_length_under_a_key_of_its_own_is_read(model_type, key):
+    """Dynamic NTK reads the trained length, max_position_embeddings, which Bailing's class keeps as
+    model_max_length: its config.json scales as its config object (it was refused: no max_position_embeddings).
+    Classes whose model reads no RoPE field refuse both forms (GPT-2's kin, RWKV; Kimi Linear: NoPE)."""
+    transformers = pytest.importorskip("transformers")
+    scaling = {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e6}
+    config = transformers.AutoConfig.for_model(model_type, **{key: 4096, "rope_parameters": scaling})
+    outcomes = []
+    for form in (config, config.to_dict()):
+        try:
+            outcomes.append([repr(getattr(e, "params", e)) for e in layer_encodings(form)])
+        except ValueError:
+            outcomes.append("refused")
+    if model_type == "bailing_hybrid":
+        assert "original_max_len=4096" in outcomes[0][-1]
+    # (a config.json of a type outside posenc's table is read by its fields: Decision Transformer's object is
+    # refused, its class declaring no RoPE field, while its dict with one is RoPE by rule)
+    assert outcomes[0] == outcomes[1] or (model_type == "decision_transformer" and outcomes[0] == "refused")
+
+
 @pytest.mark.parametrize(
     "model_type", ["diffusion_gemma_text", "embedding_gemma2_text", "gemma4_unified_text"]
 )
