@@ -30,8 +30,8 @@ from ._layer_types import (
     required_count,
     sliding_windows,
 )
-from ._read import Convert, class_defaults, config_dict, get, positive_int
-from ._rule import ROPE_KEYS, as_class, by_rule, refuse_undeclared_rope
+from ._read import Convert, class_defaults, config_dict, positive_int
+from ._rule import as_class, by_rule, refuse_undeclared_rope
 from ._speech import SPEECH_MODEL_TYPES
 from ._table import (
     _CONVERTERS,
@@ -122,7 +122,7 @@ _DEFAULT_STACKS = {
         "encoder-decoder speech-encoder-decoder t5gemma t5gemma2 vision-encoder-decoder".split(),
         ("encoder", "decoder"),
     ),
-    **dict.fromkeys("canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
+    **dict.fromkeys("blt canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
     **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
     **{parent: (field,) for parent, field in ENCODER_OF.items()},
 }
@@ -130,9 +130,8 @@ _DEFAULT_STACKS = {
 #: parent's class then builds its default text model (what :func:`from_hf_config` reads) and ignores them.
 _FLAT_TEXT = frozenset("fuyu glm5_next hunyuan_vl paddleocr_vl qwen2_5_vl qwen2_vl".split())
 #: Where a parent config keeps its text model (as transformers' get_text_config; Qwen2.5-Omni: its thinker's
-#: text_config), and the stacks of an encoder-decoder parent (T5Gemma, Dia: its model reads no RoPE field at the
-#: parent's top level, though a config may carry one), except where the parent's own model reads them (BLT's
-#: global transformer; its encoder_config / decoder_config are its byte-level stacks: :func:`_resolve`).
+#: text_config), and the stacks of an encoder-decoder parent (T5Gemma, Dia; BLT's byte-level encoder_config /
+#: decoder_config: its model reads no RoPE field at the parent's top level, though a config may carry one).
 _TEXT_FIELDS = ("text_config", "thinker_config")
 _STACK_FIELDS = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
 #: A resolved config: the parent's field it came from (None: itself), dict, model_type, converter, object.
@@ -162,8 +161,7 @@ def _resolve(config: Any) -> list[_Stack]:
     fields: list[tuple[str, ...]] = [
         (f,) for f in (*_TEXT_FIELDS, ENCODER_OF.get(model_type)) if f and cfg.get(f) is not None
     ]
-    if model_type != "blt" or get(cfg, *ROPE_KEYS) is None:  # (BLT: its own RoPE beside its stacks)
-        fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
+    fields += [pair for pair in _STACK_FIELDS if all(isinstance(cfg.get(f), Mapping) for f in pair)]
     if model_type not in _CONVERTERS and fields:
         stacks: list[_Stack] = []
         for field in fields[0]:

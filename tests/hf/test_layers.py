@@ -346,6 +346,37 @@ def test_multimodal_configs_read_text_config() -> None:
     assert isinstance(from_hf_config(llama4, layer=3), QueryTemperature)
 
 
+def test_blt_is_read_through_its_byte_level_stacks_never_its_top_level_rope() -> None:
+    """BLT's model builds its four rotaries from its sub-configs (local encoder, global transformer, local
+    decoder, patcher) and none from the parent's own rope_parameters (which a config may carry, with sizes):
+    ``stack=`` gives the local encoder's and decoder's, as their rotary modules; without it, refused (the stacks
+    differ). It was the top-level RoPE, which no module of the model reads."""
+    sizes = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+    }
+    config = transformers.BltConfig(**sizes, rope_parameters={"rope_type": "default", "rope_theta": 1234.0})
+    sub = {"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 32}
+    bases = {"encoder_config": 5e5, "decoder_config": 2e5, "global_config": 3e5, "patcher_config": 4e5}
+    for field, base in bases.items():
+        setattr(config, field, type(getattr(config, field))(**sub, rope_parameters={"rope_theta": base}))
+    model = transformers.BltModel(config)
+    rotaries = {n: m for n, m in model.named_modules() if n.endswith("rotary_emb")}
+    assert sorted(m.config.rope_parameters["rope_theta"] for m in rotaries.values()) == sorted(bases.values())
+    pos = torch.tensor([[0, 3, 7, 40]])
+    q, k = (torch.randn(1, 2, 4, 16) for _ in range(2))
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match=r"pass config\.encoder_config or config\.decoder_config"):
+            from_hf_config(form)
+        for stack, owner in (("encoder", "local_encoder"), ("decoder", "local_decoder")):
+            ours = from_hf_config(form, stack=stack).encode_qk(q, k, q_positions=pos, k_positions=pos)
+            cos, sin = rotaries[f"{owner}.rotary_emb"](q, pos)
+            module = importlib.import_module("transformers.models.blt.modeling_blt")
+            torch.testing.assert_close(ours, module.apply_rotary_pos_emb(q, k, cos, sin))
+
+
 def test_encoder_decoder_parents_convert_where_their_stacks_agree() -> None:
     """T5Gemma's encoder / decoder (Dia's *_config): one encoding where the stacks agree, the model's own
     rotation; refused, naming the fields to pass, where they differ; never the parent's own top-level fields."""

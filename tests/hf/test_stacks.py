@@ -280,8 +280,8 @@ def test_a_config_json_without_a_sub_config_its_class_fills_is_refused() -> None
             continue
         given = tuple(f for f in fields if isinstance(full.get(f), dict))
         pairs = given in (("encoder", "decoder"), ("encoder_config", "decoder_config"))
-        # (BLT reads its own RoPE; Parakeet's heads read their encoder_config as their own)
-        if (pairs and model_type != "blt") or given == ("thinker_config",) or model_type in ENCODER_OF:
+        # (Parakeet's heads read their encoder_config as their own)
+        if pairs or given == ("thinker_config",) or model_type in ENCODER_OF:
             filled[model_type] = given
             for field in given:
                 raw = {k: v for k, v in full.items() if k != field} | {"num_hidden_layers": 2}
