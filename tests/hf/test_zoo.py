@@ -256,14 +256,21 @@ def test_no_model_type_differs_when_its_config_carries_a_field_its_code_may_igno
 #: whose tiny layers are all recurrent or convolutions: Flint's are full-attention ones, which it does not rotate.
 #: posenc's encoding applies to the layers of a full-size model that rotate.
 _NO_ROTATED_LAYER_WHEN_TINY = {"flint"}
+#: Matched types whose built model rotates at a width its config does not give: Moonshine's attention layers write
+#: their own head count into the config they share (config.update), so its rotaries, built after them, read the
+#: encoder's heads (8 of 64 channels at these sizes; its decoder's, 2, before); its checkpoints give both stacks
+#: the same count.
+_MODEL_REWRITES_ITS_CONFIG = {"moonshine"}
 
 
 @pytest.mark.slow
 def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -> None:
     """The zoo compares posenc with a model's rotary class whether or not the model uses it; here each matched
     type's class-default model (tiny, on the meta device: no memory) must build a rotary module exactly where
-    posenc's encoding of the same config rotates (GraniteMoeHybrid and Zamba2 build none by default: NoPE).
-    Types whose tiny model or tiny config does not build, or that posenc refuses at these sizes, are skipped."""
+    posenc's encoding of the same config rotates (GraniteMoeHybrid and Zamba2 build none by default: NoPE), and
+    every rotation posenc gives must have as many pairs as one of the model's rotary modules (the zoo had matched
+    BLT's top-level rope_parameters, from which its model builds no rotary). Types whose tiny model or tiny config
+    does not build, or that posenc refuses at these sizes, are skipped."""
     import re
 
     import torch
@@ -284,12 +291,22 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
                 config = cls(**{**TINY, **fit})
             except Exception:
                 config = cls(**fit)
+            encodings = layer_encodings(
+                config
+            )  # (before the model is built: Moonshine's rewrites its config)
             with torch.device("meta"):
                 model = _tiny_model(config)
-            kinds = {e.kind for e in layer_encodings(config)}
         except Exception:  # (not buildable at these sizes, or refused by posenc there)
             continue
         compared += 1
+        kinds = {e.kind for e in encodings}
+        pairs = {e.rotary_dim // 2 for e in encodings if isinstance(e, (posenc.RoPE, posenc.MRoPE))}
+        # (GPT-J's and CodeGen's rotaries hold a sin/cos table, no inv_freq)
+        built = {b.shape[-1] for name, b in model.named_buffers() if name.endswith("inv_freq")}
+        if built and pairs - built and model_type not in _MODEL_REWRITES_ITS_CONFIG:
+            differ.append(
+                f"{model_type}: posenc rotates {sorted(pairs)} pairs, the model's rotaries {sorted(built)}"
+            )
         names = (type(m).__name__.lower() for m in model.modules())
         builds = any("rotary" in n or "rope" in n for n in names)
         # (a tiny hybrid of recurrent or convolution layers alone builds its shared rotary module for none)
