@@ -357,7 +357,11 @@ def test_blt_is_read_through_its_byte_level_stacks_never_its_top_level_rope() ->
         "num_key_value_heads": 2,
         "max_position_embeddings": 64,
     }
-    config = transformers.BltConfig(**sizes, rope_parameters={"rope_type": "default", "rope_theta": 1234.0})
+    config = transformers.BltConfig(
+        **sizes,
+        rope_parameters={"rope_type": "default", "rope_theta": 1234.0},
+        encoder_hash_byte_group_vocab=64,
+    )
     sub = {"hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 32}
     bases = {"encoder_config": 5e5, "decoder_config": 2e5, "global_config": 3e5, "patcher_config": 4e5}
     for field, base in bases.items():
