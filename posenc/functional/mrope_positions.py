@@ -72,7 +72,10 @@ def mrope_positions(
     frames of a video into one before its tokens: give its ``video_grid_thw`` with ``t`` divided by
     that merge, and the positions equal its own. Qwen3-VL's and GLM-4V's split each video into one grid
     per frame (their processors put a timestamp between frames): give their ``video_grid_thw`` split the
-    same way, ``t`` rows of ``(1, h, w)`` for each video.
+    same way, ``t`` rows of ``(1, h, w)`` for each video, and the positions equal theirs (tested for
+    Qwen3-VL and its MoE, Qwen3.5 and its MoE, Qwen4-Exp, Cosmos 3 Edge, Cohere Compass, GLM-4V and its
+    MoE, GLM-4.6V and GLM-OCR). HunYuan V4 VL's put a newline token after each row of patches, which this
+    does not.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
     ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their

@@ -5,6 +5,7 @@ document alone, and the rotation of the model's own rotary module on those posit
 
 from __future__ import annotations
 
+import importlib
 import logging
 import types
 
@@ -39,8 +40,11 @@ def _get_rope_index(model: str, token_types, **kwargs):
     return cls.get_rope_index(host, token_types, token_types, **kwargs)
 
 
-def _document(gen: torch.Generator, merge: int = 2) -> tuple[list[int], list[list[int]], list[list[int]]]:
-    """(token types, image grids, video grids) of one random document: text runs between images and videos."""
+def _document(
+    gen: torch.Generator, merge: int = 2, *, timestamps: bool = False
+) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """(token types, image grids, video grids) of one random document: text runs between images and videos
+    (``timestamps``: and one text token between a video's frames, as Qwen3-VL's and GLM-4V's processors write)."""
     kinds, images, videos = [], [], []
     for _ in range(int(torch.randint(1, 5, (1,), generator=gen))):
         kinds += [TEXT] * int(torch.randint(1, 4, (1,), generator=gen))
@@ -50,13 +54,22 @@ def _document(gen: torch.Generator, merge: int = 2) -> tuple[list[int], list[lis
         t = 1 if kind == IMAGE else int(torch.randint(1, 4, (1,), generator=gen))
         h, w = (merge * int(torch.randint(1, 4, (1,), generator=gen)) for _ in range(2))
         (images if kind == IMAGE else videos).append([t, h, w])
-        kinds += [kind] * (t * (h // merge) * (w // merge))
+        frame = [kind] * ((h // merge) * (w // merge))
+        kinds += _frames(frame, t, timestamps)
     return kinds, images, videos
 
 
-def _batch(gen: torch.Generator, rows: int, *, pad: bool):
+def _frames(frame: list[int], t: int, timestamps: bool) -> list[int]:
+    """``t`` frames of tokens, one text token (a timestamp) between each two if ``timestamps``."""
+    out = list(frame)
+    for _ in range(t - 1):
+        out += [TEXT] * timestamps + frame
+    return out
+
+
+def _batch(gen: torch.Generator, rows: int, *, pad: bool, merge: int = 2, timestamps: bool = False):
     """Rows of random documents, left padded to one length; the inputs of both functions."""
-    docs = [_document(gen) for _ in range(rows)]
+    docs = [_document(gen, merge, timestamps=timestamps) for _ in range(rows)]
     t = max(len(d[0]) for d in docs) + (2 if pad else 0)
     token_types = torch.zeros(rows, t, dtype=torch.long)
     mask = torch.zeros(rows, t, dtype=torch.long)
@@ -88,6 +101,40 @@ def test_equals_get_rope_index(model, pad):
         scale = seconds * tokens_per_second if model == "qwen2_5_vl" else None
         got = mrope_positions(token_types, **grids, video_time_scale=scale, spatial_merge_size=2, **masks)
         assert got[0].dtype == got[1].dtype == torch.long
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+#: Models whose get_rope_index reads each video as one grid per frame (its processor writes a timestamp between
+#: frames): Qwen3-VL's kin and GLM-4V's; posenc takes those per-frame grids, ``(1, h, w)`` each.
+PER_FRAME = (
+    "qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe qwen4_exp cosmos3_edge cohere_compass glm4v glm4v_moe glm46v glm_ocr"
+).split()
+
+
+@pytest.mark.parametrize("model_type", PER_FRAME)
+@pytest.mark.parametrize("pad", [False, True])
+def test_equals_get_rope_index_of_models_with_a_grid_per_frame(model_type, pad):
+    """As the docstring says: their own get_rope_index on random text, images and videos whose frames are
+    separated by a timestamp token, against posenc's with each video's grid split into its frames."""
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    owner = next(c for c in vars(module).values() if isinstance(c, type) and "get_rope_index" in vars(c))
+    host = types.SimpleNamespace(config=transformers.AutoConfig.for_model(model_type))
+    host.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, host)
+    merge = host.config.vision_config.spatial_merge_size
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(8):
+        token_types, mask, grids, _ = _batch(gen, 3, pad=pad, merge=merge, timestamps=True)
+        masks = {"attention_mask": mask} if pad else {}
+        want = owner.get_rope_index(
+            host, token_types, token_types, **{k: g.clone() for k, g in grids.items()}, **masks
+        )
+        if "video_grid_thw" in grids:
+            videos = grids["video_grid_thw"]
+            grids["video_grid_thw"] = videos.repeat_interleave(videos[:, 0], 0).index_fill(
+                1, torch.tensor(0), 1
+            )
+        got = mrope_positions(token_types, **grids, spatial_merge_size=merge, **masks)
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
 
