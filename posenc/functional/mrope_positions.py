@@ -73,7 +73,7 @@ def mrope_positions(
     that merge, and the positions equal its own. Qwen3-VL's and GLM-4V's split each video into one grid
     per frame (their processors put a timestamp between frames): give their ``video_grid_thw`` split the
     same way, ``t`` rows of ``(1, h, w)`` for each video, and the positions equal theirs (tested for
-    Qwen3-VL and its MoE, Qwen3.5 and its MoE, Qwen4-Exp, Cosmos 3 Edge, Cohere Compass, GLM-4V and its
+    Qwen3-VL and its MoE, Qwen3.5 and its MoE, Qwen4-Exp, Cosmos 3 Edge and Omni, Cohere Compass, GLM-4V and its
     MoE, GLM-4.6V and GLM-OCR). HunYuan V4 VL's put a newline token after each row of patches, which this
     does not.
 

@@ -108,7 +108,8 @@ def test_equals_get_rope_index(model, pad):
 #: Models whose get_rope_index reads each video as one grid per frame (its processor writes a timestamp between
 #: frames): Qwen3-VL's kin and GLM-4V's; posenc takes those per-frame grids, ``(1, h, w)`` each.
 PER_FRAME = (
-    "qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe qwen4_exp cosmos3_edge cohere_compass glm4v glm4v_moe glm46v glm_ocr"
+    "qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe qwen4_exp cosmos3_edge cosmos3_omni cohere_compass glm4v glm4v_moe "
+    "glm46v glm_ocr"
 ).split()
 
 
