@@ -1,10 +1,11 @@
-"""Whole-tensor parity of posenc's image encodings with timm and torchtune, on the same inputs.
+"""Whole-tensor parity of posenc's image encodings (and RoPE) with timm and torchtune, on the same inputs.
 
 * timm ``RotaryEmbeddingCat`` / ``build_rotary_pos_embed`` / ``apply_rot_embed_cat`` as EVA-02 applies
   them (prefix tokens left unrotated) vs :class:`posenc.AxialRoPE`;
 * timm ``resample_abs_pos_embed`` (+ ``_nhwc``) vs :class:`posenc.Learned2D` resampling;
 * timm ``build_sincos2d_pos_embed`` vs :class:`posenc.Sinusoidal2D` ``order="timm"``/``"timm_interleaved"``;
-* torchtune ``VisionRotaryPositionalEmbeddings`` (class token, tiles) vs :class:`posenc.AxialRoPE`.
+* torchtune ``VisionRotaryPositionalEmbeddings`` (class token, tiles) vs :class:`posenc.AxialRoPE`;
+* torchtune ``RotaryPositionalEmbeddings`` (its text RoPE) vs :class:`posenc.RoPE` ``layout="interleaved"``.
 
 The reference modules are loaded from the installed packages' own files, without running the
 packages' ``__init__``: ``import timm`` needs a torchvision built for the installed torch (PyPI's
@@ -277,3 +278,20 @@ def test_torchtune_vision_rope(torchtune_pe, append_cls, head_dim, side, tiles, 
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
     if tiles == 1:  # the default positions are the tile's
         torch.testing.assert_close(rope.rotate(x.transpose(1, 2)).transpose(1, 2), want, atol=ATOL, rtol=0)
+
+
+# --- torchtune text RoPE ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("head_dim", "base"), [(64, 10000), (16, 500000)])
+def test_torchtune_text_rope(torchtune_pe, head_dim, base, device):
+    # Llama 3's in torchtune: interleaved pairs of (b, s, n_h, h_d), its default positions 0..s-1 or input_pos
+    # per row (a packed or cached batch)
+    tt = torchtune_pe.RotaryPositionalEmbeddings(dim=head_dim, max_seq_len=64, base=base).to(device)
+    rope = posenc.RoPE(head_dim, base=float(base), layout="interleaved").to(device)
+    x = torch.randn(2, 9, 3, head_dim).to(device)
+    got = rope.rotate(x.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(got, tt(x), atol=ATOL, rtol=0)
+    input_pos = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], [30, 31, 32, 33, 34, 35, 36, 37, 38]]).to(device)
+    got = rope.rotate(x.transpose(1, 2), input_pos).transpose(1, 2)
+    torch.testing.assert_close(got, tt(x, input_pos=input_pos), atol=ATOL, rtol=0)
