@@ -228,6 +228,24 @@ def test_interleaved_matches_rotary_embedding_torch(device):
     )
 
 
+@pytest.mark.parametrize(("rotary_dim", "factor"), [(HEAD_DIM, 1.0), (32, 1.0), (32, 4.0)])
+def test_interleaved_matches_x_transformers(rotary_dim, factor, device):
+    """x-transformers' RotaryEmbedding and apply_rotary_pos_emb as its Attention calls them: the first
+    ``rotary_dim`` channels in neighbouring pairs (its default rotates half of each head), positions per row,
+    ``interpolation_factor`` (posenc's linear scaling)."""
+    from x_transformers.x_transformers import RotaryEmbedding, apply_rotary_pos_emb
+
+    reference = RotaryEmbedding(rotary_dim, interpolation_factor=factor).to(device)
+    scaling = None if factor == 1.0 else {"rope_type": "linear", "factor": factor}
+    rope = RoPE(HEAD_DIM, layout="interleaved", rotary_dim=rotary_dim, scaling=scaling).to(device)
+    q, _ = qk(t=40, device=device)
+    positions = torch.stack((torch.arange(40), torch.arange(40) + 17)).to(device)
+    freqs, _ = reference(positions)
+    assert_close(
+        rope.rotate(q.expand(2, -1, -1, -1), positions), apply_rotary_pos_emb(q, freqs), **REF_ANGLE_TOL
+    )
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_conjugate_rotation_undoes_the_rotation_and_negates_the_angles(layout):
     """rotate(..., conjugate=True): cos and -sin (DeepSeek V4's attention-output rotation). With no
