@@ -291,9 +291,8 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
                 config = cls(**{**TINY, **fit})
             except Exception:
                 config = cls(**fit)
-            encodings = layer_encodings(
-                config
-            )  # (before the model is built: Moonshine's rewrites its config)
+            # (before the model is built: Moonshine's rewrites its config)
+            encodings = layer_encodings(config)
             with torch.device("meta"):
                 model = _tiny_model(config)
         except Exception:  # (not buildable at these sizes, or refused by posenc there)
