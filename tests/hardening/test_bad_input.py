@@ -531,6 +531,22 @@ def test_zero_length_sequences_give_empty_results(entry: Entry) -> None:
     assert out.shape == (2, entry.num_heads, 0, entry.head_dim)
 
 
+def test_an_empty_batch_gives_empty_results(entry: Entry) -> None:
+    """Decided: a batch of no sequences is valid (as in SDPA): every hook and attention return empty results
+    of the right shape (Shaw's and Transformer-XL's content terms raised, sizing the batch with max())."""
+    module, t = entry.build(), entry.fixed_len or 5
+    assert module.encode_input(make_input(entry, 0, t, torch.float32)).shape == (0, t, entry.d_model)
+    q, k = make_qk(entry, 0, t, t, torch.float32)
+    q_pos, k_pos = entry.qk_positions(t, t, None, None)
+    q_out, k_out = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    bias = module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
+    assert bias is None or torch.broadcast_shapes(bias.shape, q.shape[:-1] + (t,)) == (0, entry.num_heads, t, t)
+    v = torch.randn(0, entry.num_heads, t, entry.head_dim)
+    out = posenc.attention(q, k, v, module, causal=True, q_positions=q_pos, k_positions=k_pos)
+    assert out.shape == (0, entry.num_heads, t, entry.head_dim)
+
+
 def test_no_bare_assert_in_the_package() -> None:
     """``assert`` vanishes under ``python -O``: user input must be checked with real exceptions."""
     offenders = []
