@@ -541,7 +541,8 @@ def test_an_empty_batch_gives_empty_results(entry: Entry) -> None:
     q_out, k_out = module.encode_qk(q, k, q_positions=q_pos, k_positions=k_pos)
     assert q_out.shape == q.shape and k_out.shape == k.shape
     bias = module.attention_bias(q, k, q_positions=q_pos, k_positions=k_pos)
-    assert bias is None or torch.broadcast_shapes(bias.shape, q.shape[:-1] + (t,)) == (0, entry.num_heads, t, t)
+    expected = (0, entry.num_heads, t, t)
+    assert bias is None or torch.broadcast_shapes(bias.shape, expected) == expected
     v = torch.randn(0, entry.num_heads, t, entry.head_dim)
     out = posenc.attention(q, k, v, module, causal=True, q_positions=q_pos, k_positions=k_pos)
     assert out.shape == (0, entry.num_heads, t, entry.head_dim)
