@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from . import POSENC_PATH_ENV, RESULTS_DIR, SECTIONS, preset, render, run_suite
+from .common import check_replaceable
 
 
 def _sections(text: str) -> list[str]:
@@ -162,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         "posenc": args.posenc is not None,
     }
     stem = args.name or default_stem(preset_name, args.only, [name for name, on in changes.items() if on])
+    try:  # before measuring, as above
+        for suffix in (".json", ".md"):
+            check_replaceable(args.out / f"{stem}{suffix}")
+    except FileExistsError as err:
+        parser.error(str(err))
     command = shlex.join(["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)])
     report = run_suite(
         config,

@@ -50,6 +50,7 @@ __all__ = [
     "MIB",
     "TimingStats",
     "available_memory_bytes",
+    "check_replaceable",
     "fmt",
     "fmt_ms",
     "format_bytes",
@@ -254,9 +255,29 @@ def threads_text(n: int | None) -> str:
     return "? threads" if n is None else f"{n} thread{'' if n == 1 else 's'}"
 
 
+#: How every report the benchmarks write begins (the GPU's, the RoPE floors', the suite's Markdown and JSON): a
+#: file that begins otherwise is not one of theirs, and is never replaced.
+REPORT_STARTS = (
+    "# posenc on a GPU",
+    "# RoPE's performance floors",
+    "### posenc benchmarks",
+    '{\n  "suite": ',
+)
+
+
+def check_replaceable(path: Path) -> Path:
+    """``path``, unless a file is there that no benchmark wrote (a mistyped ``--out`` or ``--name``: README.md)."""
+    if path.is_file():
+        with path.open(errors="replace") as handle:
+            if not handle.read(40).startswith(REPORT_STARTS):
+                raise FileExistsError(f"{path} is not a benchmark report: not replaced (name another file)")
+    return path
+
+
 def write_whole(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a file beside it, renamed over it: a run killed while writing leaves
-    the previous report whole, never half a file."""
+    the previous report whole, never half a file. A file there that is not a report is kept (an error)."""
+    check_replaceable(path)
     partial = path.with_name(f".{path.name}.writing")
     partial.write_text(text)
     os.replace(partial, path)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .common import write_whole
+from .common import check_replaceable, write_whole
 from .cuda_cases import (
     ATTENTION_SHAPES,
     CHUNK_SHAPES,
@@ -337,7 +337,7 @@ def run(
     name, header = describe(device, warmup, repeats)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "-".join(filter(None, ["cuda", name, label]))
-    path = out_dir / f"{re.sub(r'[^A-Za-z0-9]+', '-', stem).strip('-').lower()}.md"
+    path = check_replaceable(out_dir / f"{re.sub(r'[^A-Za-z0-9]+', '-', stem).strip('-').lower()}.md")
     # rewritten after every group into a file of its own, so that a run stopped part way (a time limit, a
     # crash) keeps what it measured, marked as such, and leaves the report of an earlier finished run whole
     partial = path.with_name(f"{path.stem}.unfinished.md")

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .common import write_whole
+from .common import check_replaceable, write_whole
 from .machine import machine_info
 
 #: Where the report goes (committed: docs/benchmarks.md quotes it).
@@ -163,6 +163,10 @@ def main(argv: list[str] | None = None) -> None:
             raise IsADirectoryError(21, "a folder, not the report's file")
     except OSError as err:
         parser.error(f"--out {args.out} cannot be written: {err.strerror or err}")
+    try:
+        check_replaceable(args.out)
+    except FileExistsError as err:
+        parser.error(f"--out: {err}")
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shape] if args.shape else SHAPES
     run(shapes + (LARGE if args.large else []))  # type: ignore[arg-type]
     info = machine_info()

@@ -669,6 +669,29 @@ def test_an_out_that_cannot_be_written_is_refused_before_measuring(capsys, tmp_p
     assert a_file.read_text() == "kept"
 
 
+def test_a_file_no_benchmark_wrote_is_never_replaced(capsys, tmp_path):
+    """``--out README.md`` (rope_floors) or ``--name README`` (the suite) replaced that file with a report; they are
+    refused before measuring now, and a report is still replaced by the next one."""
+    from benchmarks import rope_floors
+    from benchmarks.common import write_whole
+
+    notes = tmp_path / "README.md"
+    notes.write_text("# my notes\n")
+    with pytest.raises(SystemExit):
+        rope_floors.main(["--shape", "1,1,2,8", "--out", str(notes)])
+    assert "README.md is not a benchmark report: not replaced" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["--only", "packed", "--out", str(tmp_path), "--name", "README"])
+    assert "README.md is not a benchmark report" in capsys.readouterr().err
+    with pytest.raises(FileExistsError, match="not a benchmark report"):
+        write_whole(notes, "# RoPE's performance floors (`...`)\n")
+    assert notes.read_text() == "# my notes\n"
+    report = tmp_path / "rope.md"
+    rope_floors.main(["--shape", "1,1,2,8", "--out", str(report)])
+    rope_floors.main(["--shape", "1,1,2,4", "--out", str(report)])  # (its own report: replaced)
+    assert "--shape 1,1,2,4" in report.read_text().splitlines()[0]
+
+
 def test_unknown_names_are_rejected():
     with pytest.raises(ValueError, match="unknown RoPE implementations"):
         rope_bench.run_rope(

@@ -208,10 +208,10 @@ def test_a_run_stopped_part_way_keeps_what_it_measured(tmp_path: Path) -> None:
     rope.append(dataclasses.replace(rope[0], label="again", reference=False))
     options = {"rope": rope, "attention": [], "rope_shapes": TINY_ROPE, "peak": lambda fn: None}
     earlier = tmp_path / "cuda-cpu-smoke.md"
-    earlier.write_text("an earlier run's report\n")
+    earlier.write_text("# posenc on a GPU: an earlier run's report\n")
     with pytest.raises(KeyboardInterrupt):
         cuda.run(tmp_path, lambda line: None, device=torch.device("cpu"), timer=stop_after_two, **options)
-    assert earlier.read_text() == "an earlier run's report\n"
+    assert earlier.read_text() == "# posenc on a GPU: an earlier run's report\n"
     text = (tmp_path / "cuda-cpu-smoke.unfinished.md").read_text()
     assert "**unfinished**" in text
     assert text.count("| posenc RoPE (eager) | 2.000 |") == 2  # two groups measured, none lost
