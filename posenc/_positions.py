@@ -209,7 +209,9 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
     Bloom does for ALiBi and what generation code does for RoPE.
 
     Args:
-        attention_mask: ``(b, t)`` bool or 0/1 integer tensor, true/1 for real tokens.
+        attention_mask: ``(b, t)`` bool or integer tensor, true/nonzero for real tokens (as
+            :class:`~posenc.nn.TransformerLM` reads it). Floats are refused: an additive mask (0 to keep,
+            ``-inf`` to drop) would read the other way round.
 
     Returns:
         ``(b, t)`` long tensor of positions.
@@ -218,5 +220,7 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
         raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
     if attention_mask.dim() != 2:
         raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(attention_mask.shape)}")
-    keep = attention_mask.long()
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+    keep = attention_mask != 0  # (an integer 2 is a real token too: counted once, not twice)
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep

@@ -101,6 +101,15 @@ def test_mask_to_positions_numbers_real_tokens_from_zero():
         mask_to_positions(torch.ones(5))
 
 
+def test_mask_to_positions_reads_a_mask_as_the_model_does():
+    """A nonzero integer is one real token, as TransformerLM reads the mask (a 2 made the positions [0, 2, 2] of
+    [0, 2, 1], silently); a float mask is refused, as there (an additive one, 0 to keep, reads the other way)."""
+    assert mask_to_positions(torch.tensor([[0, 2, 1, 3]])).tolist() == [[0, 0, 1, 2]]
+    for mask in (torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, float("-inf")]])):
+        with pytest.raises(TypeError, match=r"must be bool or 0/1 integers, got dtype torch\.float32"):
+            mask_to_positions(mask)
+
+
 # --- one implementation per hook: the state, applied by the base class's hooks -----------------
 
 
