@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_choice, check_ints, check_positive_float, check_positive_int, short
+from .._positions import keep_mask
 
 __all__ = ["mrope_positions"]
 
@@ -100,7 +101,7 @@ def mrope_positions(
             (a float32 tensor gives transformers' exact rounding). ``None``: 1 (Qwen2-VL).
         spatial_merge_size: ``m``, the side of the square of patches merged into one token
             (``vision_config.spatial_merge_size``; 2 in every Qwen2-VL and Qwen2.5-VL).
-        attention_mask: ``(b, t)``, 0 for padding (left or right), nonzero for tokens.
+        attention_mask: ``(b, t)`` bool or integers, 0 for padding (left or right), nonzero for tokens.
         document_ids: ``(b, t)`` or ``(t,)`` integer ids of packed documents: a document starts
             wherever the id changes from one token (not padding) to the next, as in
             :func:`posenc.masking.document_positions`; each restarts at position 0, as if alone.
@@ -304,7 +305,7 @@ def _host_tokens(
             raise ValueError(
                 f"attention_mask must have the shape of token_types {shape}, got {tuple(attention_mask.shape)}"
             )
-        keep = attention_mask.cpu() != 0
+        keep = keep_mask(attention_mask).cpu()
     if document_ids is None:
         docs = torch.zeros(shape, dtype=torch.long)
     else:

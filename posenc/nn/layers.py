@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .._checks import check_bool, check_positive_int
 from .._compat import check_values
-from .._positions import check_ids, mask_to_positions
+from .._positions import check_ids, keep_mask, mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
 from ..masking import check_window, document_positions, visible
@@ -240,14 +240,12 @@ def _prepare(
             raise TypeError(
                 f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}"
             )
-        if attention_mask.is_floating_point():
-            raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+        key_mask = keep_mask(attention_mask)
         if tuple(attention_mask.shape) != (b, length):
             raise ValueError(
                 f"attention_mask must have shape (batch, cached + new tokens) = {(b, length)}, "
                 f"got {tuple(attention_mask.shape)}"
             )
-        key_mask = attention_mask.bool()
     if document_ids is not None:
         if cache is not None:
             raise ValueError(
