@@ -388,6 +388,11 @@ IMG = torch.tensor([[0, 1, 1, 0]])
             TypeError,
             "attention_mask must be a .* got list",
         ),
+        (  # (an additive mask, 0 to keep, read as nonzero: the other way round)
+            {"token_types": IMG, "image_grid_thw": G, "attention_mask": torch.zeros(1, 4)},
+            TypeError,
+            "attention_mask must be bool or 0/1 integers, got dtype torch.float32",
+        ),
         (
             {"token_types": IMG, "image_grid_thw": G, "document_ids": torch.zeros(5, dtype=torch.long)},
             ValueError,
