@@ -185,3 +185,11 @@ def _physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return 2**63
+
+
+def keep_mask(attention_mask: Tensor) -> Tensor:
+    """The bool tensor of a keep-mask: true where ``attention_mask`` is true or a nonzero integer (a 2 is one
+    token); floats refused (an additive mask, 0 to keep and ``-inf`` to drop, would read the other way round)."""
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
+    return attention_mask != 0

@@ -17,7 +17,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from ._checks import check_float_tensor, check_ints
+from ._checks import check_float_tensor, check_ints, keep_mask
 from ._compat import check_values
 
 
@@ -222,11 +222,3 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
         raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(attention_mask.shape)}")
     keep = keep_mask(attention_mask)
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep
-
-
-def keep_mask(attention_mask: Tensor) -> Tensor:
-    """The bool tensor of a keep-mask: true where ``attention_mask`` is true or a nonzero integer (a 2 is one
-    token); floats refused (an additive mask, 0 to keep and ``-inf`` to drop, would read the other way round)."""
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
-    return attention_mask != 0

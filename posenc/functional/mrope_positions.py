@@ -40,8 +40,15 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_choice, check_ints, check_positive_float, check_positive_int, short
-from .._positions import keep_mask
+from .._checks import (
+    check_bool,
+    check_choice,
+    check_ints,
+    check_positive_float,
+    check_positive_int,
+    keep_mask,
+    short,
+)
 
 __all__ = ["mrope_positions"]
 

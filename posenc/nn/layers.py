@@ -17,9 +17,9 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_int
+from .._checks import check_bool, check_positive_int, keep_mask
 from .._compat import check_values
-from .._positions import check_ids, keep_mask, mask_to_positions
+from .._positions import check_ids, mask_to_positions
 from ..attend import attention
 from ..base import PositionalEncoding
 from ..masking import check_window, document_positions, visible
