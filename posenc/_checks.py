@@ -187,9 +187,11 @@ def _physical_memory() -> int:
         return 2**63
 
 
-def keep_mask(attention_mask: Tensor) -> Tensor:
+def keep_mask(attention_mask: object) -> Tensor:
     """The bool tensor of a keep-mask: true where ``attention_mask`` is true or a nonzero integer (a 2 is one
     token); floats refused (an additive mask, 0 to keep and ``-inf`` to drop, would read the other way round)."""
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
     if attention_mask.is_floating_point() or attention_mask.is_complex():
         raise TypeError(f"attention_mask must be bool or 0/1 integers, got dtype {attention_mask.dtype}")
     return attention_mask != 0

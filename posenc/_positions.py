@@ -216,9 +216,7 @@ def mask_to_positions(attention_mask: Tensor) -> Tensor:
     Returns:
         ``(b, t)`` long tensor of positions.
     """
-    if not isinstance(attention_mask, Tensor):
-        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}")
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(attention_mask.shape)}")
     keep = keep_mask(attention_mask)
+    if keep.dim() != 2:
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor, got {tuple(keep.shape)}")
     return (keep.cumsum(-1) - 1).clamp_min(0) * keep

@@ -98,7 +98,7 @@ def test_mask_to_positions_numbers_real_tokens_from_zero():
     assert mask_to_positions(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 0, 0], [0, 1, 2, 3, 4]]
     assert mask_to_positions(mask.bool()).tolist() == mask_to_positions(mask).tolist()
     with pytest.raises(ValueError, match=r"attention_mask must be a \(batch, seq\) tensor"):
-        mask_to_positions(torch.ones(5))
+        mask_to_positions(torch.ones(5, dtype=torch.bool))
 
 
 def test_mask_to_positions_reads_a_mask_as_the_model_does():

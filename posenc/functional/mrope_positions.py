@@ -304,15 +304,11 @@ def _host_tokens(
     if attention_mask is None:
         keep = torch.ones(shape, dtype=torch.bool)
     else:
-        if not isinstance(attention_mask, Tensor):
-            raise TypeError(
-                f"attention_mask must be a (batch, seq) torch.Tensor of 0/1, got {type(attention_mask).__name__}"
-            )
-        if tuple(attention_mask.shape) != shape:
-            raise ValueError(
-                f"attention_mask must have the shape of token_types {shape}, got {tuple(attention_mask.shape)}"
-            )
         keep = keep_mask(attention_mask).cpu()
+        if tuple(keep.shape) != shape:
+            raise ValueError(
+                f"attention_mask must have the shape of token_types {shape}, got {tuple(keep.shape)}"
+            )
     if document_ids is None:
         docs = torch.zeros(shape, dtype=torch.long)
     else:

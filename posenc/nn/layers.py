@@ -236,15 +236,11 @@ def _prepare(
     key_mask = None
     if attention_mask is not None:
         length = t if cache is None else cache.mask_length(layer, t)
-        if not isinstance(attention_mask, Tensor):
-            raise TypeError(
-                f"attention_mask must be a (batch, seq) tensor, got {type(attention_mask).__name__}"
-            )
         key_mask = keep_mask(attention_mask)
-        if tuple(attention_mask.shape) != (b, length):
+        if tuple(key_mask.shape) != (b, length):
             raise ValueError(
                 f"attention_mask must have shape (batch, cached + new tokens) = {(b, length)}, "
-                f"got {tuple(attention_mask.shape)}"
+                f"got {tuple(key_mask.shape)}"
             )
     if document_ids is not None:
         if cache is not None:

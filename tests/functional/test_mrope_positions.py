@@ -379,7 +379,7 @@ IMG = torch.tensor([[0, 1, 1, 0]])
             "spatial_merge_size must be a positive int, got 0",
         ),
         (
-            {"token_types": IMG, "image_grid_thw": G, "attention_mask": torch.ones(1, 3)},
+            {"token_types": IMG, "image_grid_thw": G, "attention_mask": torch.ones(1, 3, dtype=torch.long)},
             ValueError,
             r"attention_mask must have the shape of token_types \(1, 4\), got \(1, 3\)",
         ),
