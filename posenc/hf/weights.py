@@ -110,7 +110,7 @@ def from_hf_model(
     Raises:
         ValueError: ``stack`` is not one the model has (or missing where its stacks differ), or it has no
             weights for that stack (e.g. ``stack="decoder"`` on a ``T5EncoderModel``); a speech
-            model without ``layer``, or ``layer`` outside it.
+            model without ``layer``, or ``layer`` outside it; position weights on the meta device (not loaded).
         TypeError: ``model`` has no ``config`` or ``state_dict``.
     """
     config, state_dict = getattr(model, "config", None), getattr(model, "state_dict", None)
@@ -181,5 +181,10 @@ def from_hf_model(
     # (SpeechT5's rows run over i - j from -L, posenc's over j - i from 1 - L: the same rows reversed)
     if model_type == "speecht5":
         tables = {ours: table.flip(0) for ours, table in tables.items()}
+    if any(table.is_meta for table in tables.values()):  # (else torch's "Cannot copy out of meta tensor")
+        raise ValueError(
+            f"{model_type}: the model's position weights are on the meta device (no values yet): load its "
+            "weights first, or take the untrained encoding of its config with from_hf_config"
+        )
     encoding.load_state_dict(tables)
     return encoding

@@ -1876,6 +1876,9 @@ def test_from_hf_model_loads_t5_bias_tables_per_stack():
     assert not from_hf_config(model.config, stack="decoder", causal=False).causal  # causal= wins
     with pytest.raises(ValueError, match="expected one decoder position weight"):
         from_hf_model(transformers.T5EncoderModel(_hf_config("t5")), stack="decoder")
+    # a model built on the meta device (weights not loaded yet) raised torch's "Cannot copy out of meta tensor"
+    with pytest.raises(ValueError, match="t5: the model's position weights are on the meta device"):
+        from_hf_model(model.to("meta"))
 
 
 @requires_transformers
