@@ -301,8 +301,8 @@ class ContentBiasState(PositionState):
         per_distance, key_term, lo, hi = self._terms(q, k)
         index = self._rows(lo, hi)
         _, h, tq, n = per_distance.shape
-        rows = [per_distance.shape[:1], index.shape[:1], () if key_term is None else key_term.shape[:1]]
-        (b,) = torch.broadcast_shapes(*rows)  # (not max(): an empty batch stays empty)
+        sizes = [per_distance.shape[:1], index.shape[:1], () if key_term is None else key_term.shape[:1]]
+        (b,) = torch.broadcast_shapes(*sizes)  # the batch; (not max(): an empty batch stays empty)
         bias = per_distance.expand(b, h, tq, n).gather(
             -1, index.unsqueeze(1).expand(b, h, tq, index.shape[-1])
         )

@@ -108,6 +108,25 @@ def test_dinov3_periods_and_patch_centres_equal_the_authors_formula(normalize):
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
+def test_flux_axes_dim_blocks():
+    # Flux: axes_dim=(16, 56, 56) over (t, h, w) ids, each block base ** (-2i / d_axis), interleaved pairs
+    axes, dh = (4, 6, 6), 16
+    rope = posenc.AxialRoPE(dh, axes, layout="interleaved")
+    inv, axis = axial_frequencies(axes)
+    assert axis.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    want = torch.cat([10000.0 ** -(torch.arange(0, d, 2, dtype=torch.float64) / d) for d in axes])
+    torch.testing.assert_close(inv, want)
+    ids = torch.tensor([[0, 0, 0], [3, 1, 2], [5, 4, 1]])
+    x = torch.randn(1, 1, 3, dh, dtype=torch.float64)
+    angles = ids.double()[:, axis] * inv  # (t, 8)
+    c, s = angles.cos(), angles.sin()
+    pairs = x.unflatten(-1, (-1, 2))
+    want_x = torch.stack(
+        (pairs[..., 0] * c - pairs[..., 1] * s, pairs[..., 1] * c + pairs[..., 0] * s), -1
+    ).flatten(-2)
+    torch.testing.assert_close(rope.rotate(x, ids), want_x)
+
+
 def test_flux_equals_diffusers():
     """Flux's rotary, diffusers' own (FluxPosEmbed, axes_dim (16, 56, 56), base 10000, and apply_rotary_emb): its
     text tokens at id (0, 0, 0), then the image's (0, row, column), and a Kontext reference image at (1, row,
