@@ -313,6 +313,8 @@ ABSOLUTE_ONLY = frozenset(
     "align_text_model bert-generation big_bird blip_text_model chinese_clip_text_model flava_text_model fnet git "
     "instructblip_qformer instructblipvideo_qformer layoutlmv3 longformer luke markuplm mra nystromformer rembert "
     "roberta-prelayernorm roc_bert splinter squeezebert tapas visual_bert xlm-roberta-xl yoso "
+    # (DPR: a BERT inside each of its encoders, bert_model)
+    "dpr "
     # (DeBERTa's and LayoutLMv3's: relative positions too, or instead, by their flags; MPNet's always: refused by
     # learned_by_field, naming them)
     "deberta deberta-v2 mpnet".split()

@@ -142,6 +142,7 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
         12: "wav2vec2-conformer",
         32: "jamba",
         27: "kimi_linear",
+        45: "glm5_next_text",
         76: "zamba",
         24: "gpt_neo",
     },

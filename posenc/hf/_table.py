@@ -320,8 +320,9 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
     "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # hybrids whose attention layers add no position at all: their Mamba / linear-attention layers carry the order
+    # (GLM-5 Next: its indexed attention rotates no channel, qk_rope_head_dim 0, which its class requires)
     **dict.fromkeys(
-        ("jamba", "kimi_linear", "nemotron_h", "zamba"),
+        ("glm5_next_text", "jamba", "kimi_linear", "nemotron_h", "zamba"),
         (
             lambda cfg, model_type, causal: NoPE(),
             "NoPE (no position in attention; its recurrent layers order)",

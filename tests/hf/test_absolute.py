@@ -2,8 +2,8 @@
 
 A model type is in the survey when its modeling source assigns a position table
 (:data:`TABLE`: ``self.position_embeddings = nn.Embedding(``, ``self.embed_positions =
-BartLearnedPositionalEmbedding(``, ``self.wpe = ...``, ``*SinusoidalPositionalEmbedding``...) and its
-config declares ``vocab_size`` (a text or speech-to-text model; vision towers: tests/encodings/test_learned2d.py
+BartLearnedPositionalEmbedding(``, ``self.wpe = ...``, ``*SinusoidalPositionalEmbedding``...), or posenc
+reads it as a BERT-like (DPR's, whose encoders are BERTs), and its config declares ``vocab_size`` (a text or speech-to-text model; vision towers: tests/encodings/test_learned2d.py
 and tests/hf/test_configs.py). For each, a tiny random model is built from its config (nothing
 downloaded), the table modules found by name (:data:`NAMES`) are hooked, and their output during a
 forward pass on token ids without padding is recorded (Whisper: its encoder on silent features too; other
@@ -125,9 +125,11 @@ def _source(model_type: str) -> str | None:
 
 
 def _selected(model_type: str) -> bool:
-    """Whether the model's source assigns an absolute position table and its config has a vocabulary."""
+    """Whether the model's source assigns an absolute position table (or posenc reads it as a BERT-like's:
+    DPR's encoders are BERTs, whose table is in BERT's source) and its config has a vocabulary."""
     src = _source(model_type)
-    if src is None or not any(not any(n in c for n in _NOT_ABSOLUTE) for c in TABLE.findall(src)):
+    assigns = src is not None and any(not any(n in c for n in _NOT_ABSOLUTE) for c in TABLE.findall(src))
+    if not assigns and model_type not in ABSOLUTE_ONLY:
         return False
     return "vocab_size" in CONFIG_MAPPING[model_type]().to_dict()
 
@@ -443,11 +445,12 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "",
         f"Every model type of transformers {transformers.__version__} whose modeling code assigns a learned or",
         "sinusoidal absolute position table (`position_embeddings`, `embed_positions`, `wpe`, `position_embedding`,",
-        "... as an `nn.Embedding` or a `*PositionalEmbedding` class) and whose config has a `vocab_size` (text and",
-        "speech-to-text models), built tiny: the table's output in a forward pass, whole tensors, against",
-        "`posenc.hf.from_hf_model` (the learned table copied; sinusoids from the config). Models with a pad token",
-        "also run on a batch padded on the left and on the right: every real token must get posenc's row at",
-        "`posenc.mask_to_positions(mask)` (\"positions from the padding\": RoBERTa's, fairseq's and OPT's kin)",
+        "... as an `nn.Embedding` or a `*PositionalEmbedding` class; DPR's, in the BERT it wraps, too) and whose",
+        "config has a `vocab_size` (text and speech-to-text models), built tiny: the table's output in a forward",
+        "pass, whole tensors, against `posenc.hf.from_hf_model` (the learned table copied; sinusoids from the",
+        "config). Models with a pad token also run on a batch padded on the left and on the right: every real",
+        "token must get posenc's row at `posenc.mask_to_positions(mask)` (\"positions from the padding\": RoBERTa's,",
+        "fairseq's and OPT's kin)",
         'or at its index ("positions by index"), as the model does. Padded tokens themselves are not compared:',
         "the model adds its row `padding_idx` there (RoBERTa's and fairseq's kin), which no posenc position",
         "addresses; attention masks them, so no real token sees them.",

@@ -803,7 +803,7 @@ STACKED_MODEL_TYPES = [
     "pix2struct_text_model",  # (test_pix2struct_text_bias_is_t5s_causal_one, here)
 ]  # fmt: skip
 # hybrids whose attention adds no position: proven NoPE in tests/hf/test_layers.py
-NOPE_MODEL_TYPES = ["jamba", "kimi_linear", "nemotron_h", "zamba"]
+NOPE_MODEL_TYPES = ["glm5_next_text", "jamba", "kimi_linear", "nemotron_h", "zamba"]
 OTHER_PROVEN = [
     *LAYERED_MODEL_TYPES, *MROPE_MODEL_TYPES, *SPEECH_MODEL_TYPES, *VISION_MODEL_TYPES, *STACKED_MODEL_TYPES,
     *NOPE_MODEL_TYPES,

@@ -937,14 +937,23 @@ _NOPE_HYBRIDS: dict[str, dict[str, Any]] = {
         "linear_attn_config": {"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4},
         "pad_token_id": 0,
     },
+    # (its indexer keeps 4 of the 9 keys: the sparse selection runs too)
+    "glm5_next_text": {
+        "num_hidden_layers": 4,  # three linear-attention layers, then one indexed attention
+        "mlp_layer_types": ["dense"] * 4,
+        **{"kv_lora_rank": 16, "q_lora_rank": 16, "v_head_dim": 8, "qk_nope_head_dim": 8},
+        **{"index_topk": 4, "index_kpool": 2, "index_head_dim": 8, "index_n_heads": 2},
+        **{"linear_head_dim": 8, "linear_num_heads": 2, "pad_token_id": 0},
+    },
 }
 
 
 @pytest.mark.parametrize("model_type", [*_NOPE_HYBRIDS, "llama"])
 def test_hybrids_without_position_in_attention_are_nope(model_type: str) -> None:
-    """Jamba, Zamba, NemotronH and Kimi Linear attend without positions (their Mamba, KDA layers order the tokens):
-    their model holds no rotary or position table, and its output does not change with the positions it is given,
-    as posenc's NoPE in every layer says. Llama, which rotates, changes (the check can fail)."""
+    """Jamba, Zamba, NemotronH, Kimi Linear and GLM-5 Next attend without positions (their Mamba, KDA and linear
+    attention layers order the tokens): their model holds no rotary or position table, and its output does not
+    change with the positions it is given, as posenc's NoPE in every layer says. Llama, which rotates, changes
+    (the check can fail)."""
     sizes = {
         **SMALL,
         "num_key_value_heads": 4,
@@ -973,7 +982,7 @@ def test_hybrids_without_position_in_attention_are_nope(model_type: str) -> None
     assert [type(e) for e in layer_encodings(config.to_dict())] == [NoPE] * config.num_hidden_layers
 
 
-@pytest.mark.parametrize("model_type", ["jamba", "kimi_linear", "zamba", "nemotron_h"])
+@pytest.mark.parametrize("model_type", ["glm5_next_text", "jamba", "kimi_linear", "zamba", "nemotron_h"])
 def test_nope_hybrids_config_json_counts_the_classes_layers(model_type: str) -> None:
     """A ``config.json`` leaving the layer count out takes the class's; NemotronH counts its ``layers_block_type``
     (its class has no default count of its own to fall back on: without the pattern, refused by name)."""
