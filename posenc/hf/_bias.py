@@ -258,6 +258,7 @@ _LEARNED: dict[str, _Table] = {
     "biogpt": _gpt((1024, 1024), "embed_positions", offset=2),
     "pp_formulanet_text": _gpt((512, 2560), "embed_positions", offset=2),
     "trocr": _gpt((1024, 512), "embed_positions", offset=2),  # (its learned table: posenc.hf._bias.trocr)
+    "clvp_decoder": _gpt((1024, 608), "position_embeds_layer"),  # (CLVP's speech GPT, Tortoise's)
     # XLM / FlauBERT (their fixed sinusoidal_embeddings option too: the table is copied)
     **dict.fromkeys(("xlm", "flaubert"), _Table(default=(2048, 512), module="position_embeddings")),
     # BART's kin: each stack its own embed_positions
@@ -297,6 +298,13 @@ _LEARNED: dict[str, _Table] = {
     },
     # ViLT: its text tokens' table (its image patches have their own, read by the image's grid)
     "vilt": _Table(default=(768, 40), module="embeddings.text_embeddings.position_embeddings"),
+    # Bark's three GPTs (its parent's semantic_config, coarse_acoustics_config, fine_acoustics_config), by index:
+    # two causal, the fine one bidirectional
+    **dict.fromkeys(
+        ("semantic", "coarse_acoustics"),
+        _gpt((768, 1024), "position_embeds_layer")._replace(length="block_size"),
+    ),
+    "fine_acoustics": _Table(length="block_size", default=(768, 1024), module="position_embeds_layer"),
 }
 
 

@@ -98,6 +98,7 @@ NAMES = (
     "pos_embed",
     "position_embedding_table",
     "char_position_embeddings",  # (CANINE's characters')
+    "position_embeds_layer",  # (Bark's GPTs')
 )
 #: A table assigned in the modeling source: an ``nn.Embedding`` (I-BERT: its ``QuantEmbedding``) or a ``*PositionalEmbedding(s)``
 #: class.
@@ -115,8 +116,19 @@ NOT_TOKENS = {"moonshine_streaming": "decoder.pos_emb"}
 _NOT_ABSOLUTE = ("Rotary", "Rel", "RoFormer")
 
 
+def _config_class(model_type: str) -> Any:
+    """The config class of a model type: transformers' registered one, or a parent's sub-config that no other
+    name registers (Bark's three GPTs: ``semantic``, ``coarse_acoustics``, ``fine_acoustics``)."""
+    if model_type in CONFIG_MAPPING:
+        return CONFIG_MAPPING[model_type]
+    subs = (
+        c for parent in CONFIG_MAPPING.values() for c in (getattr(parent, "sub_configs", None) or {}).values()
+    )
+    return next(c for c in subs if getattr(c, "model_type", None) == model_type)
+
+
 def _source(model_type: str) -> str | None:
-    module = CONFIG_MAPPING[model_type].__module__.replace("configuration_", "modeling_")
+    module = _config_class(model_type).__module__.replace("configuration_", "modeling_")
     try:
         spec = importlib.util.find_spec(module)
     except ModuleNotFoundError:
@@ -131,12 +143,12 @@ def _selected(model_type: str) -> bool:
     assigns = src is not None and any(not any(n in c for n in _NOT_ABSOLUTE) for c in TABLE.findall(src))
     if not assigns and model_type not in ABSOLUTE_ONLY:
         return False
-    return "vocab_size" in CONFIG_MAPPING[model_type]().to_dict()
+    return "vocab_size" in _config_class(model_type)().to_dict()
 
 
 def _tiny_config(model_type: str, change: dict[str, Any]) -> Any:
     """The class's config with the :data:`TINY` sizes (``change`` on top; ``None``: the class default)."""
-    cls = CONFIG_MAPPING[model_type]
+    cls = _config_class(model_type)
     sizes = {k: v for k, v in {**TINY, **TINY_FOR.get(model_type, {}), **change}.items() if v is not None}
     # tiny sub-configs too: a multimodal parent's default vision tower (ViT-g) takes 11 s to build
     subs = {key: dict(sizes) for key in getattr(cls, "sub_configs", None) or {}}
@@ -265,10 +277,13 @@ def _record(
 
 def _other_inputs(model: Any, ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """What a document or vision-language model's forward needs beside the tokens, all zeros: each token's
-    box (LayoutLM's kin, BROS, LiLT), three image regions (LXMERT's features and boxes) and ViLT's image."""
+    box (LayoutLM's kin, BROS, LiLT), three image regions (LXMERT's features and boxes) and ViLT's image; Bark's
+    fine GPT its codebooks."""
     wanted = inspect.signature(model.forward).parameters
     b, t = ids.shape
     inputs = {"bbox": torch.zeros(b, t, 4, dtype=torch.long)}
+    if "codebook_idx" in wanted:  # (Bark's fine GPT: every codebook's ids, predicting the second)
+        inputs |= {"input_ids": ids[..., None].expand(-1, -1, model.config.n_codes_total), "codebook_idx": 1}
     if model.config.model_type == "vilt":  # (its text table is read beside the image's patches)
         side = model.config.image_size
         inputs["pixel_values"] = torch.zeros(b, model.config.num_channels, side, side)
@@ -610,7 +625,7 @@ def test_absolute_only_types_convert_from_the_installed_config_object(model_type
     """transformers 5 dropped ``position_embedding_type`` from these config classes, or they never had it (their
     code always adds the absolute table; DeBERTa's by its flags): the config object as it is converts to the same
     rows."""
-    if "position_embedding_type" in CONFIG_MAPPING[model_type]().to_dict():
+    if "position_embedding_type" in _config_class(model_type)().to_dict():
         pytest.skip("this transformers still declares position_embedding_type")
     # (MPNet's attention always adds relative positions: refused, as a config.json declaring the table is)
     assert check_model_type(model_type, as_v4=False)[0] == ("refused" if model_type == "mpnet" else "matched")
@@ -624,7 +639,7 @@ def test_a_config_json_leaving_out_the_sizes_takes_the_class_defaults(model_type
     it leaves out are the class's (of the table's stack: Cohere ASR's decoder)."""
     stack = _LEARNED[model_type].stacks[0]
     assert repr(from_hf_config({"model_type": model_type}, stack=stack)) == repr(
-        from_hf_config(CONFIG_MAPPING[model_type](), stack=stack)
+        from_hf_config(_config_class(model_type)(), stack=stack)
     )
 
 
