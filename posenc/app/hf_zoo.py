@@ -1,7 +1,8 @@
 """Every installed transformers model type with a text rotary embedding (or a vision tower's axial one), checked against posenc.
 
 For each ``model_type`` in ``CONFIG_MAPPING_NAMES`` whose modeling module defines a text
-``*RotaryEmbedding`` and an apply function (:data:`APPLY`), a tiny config is built (nothing downloaded,
+``*RotaryEmbedding`` (or only a tower's, where posenc converts the type by rule to a rotation: PE Audio's
+encoder, LASR's) and an apply function (:data:`APPLY`), a tiny config is built (nothing downloaded,
 no model instantiated; the class defaults where its other parts reject the tiny sizes); the model's
 own rotary module gives ``(cos, sin)`` (or complex ``e^(i angle)``) for default, offset and batched
 ``position_ids`` (for each of its layer types, q/k as wide as that type's head), plus distinct
@@ -176,7 +177,8 @@ _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 GRIDS = (torch.tensor([[1, 4, 6], [1, 2, 2]]), torch.tensor([[2, 4, 4]]))
 
 
-def _rotary_classes(module: Any) -> list[type]:
+def _rotary_classes(module: Any, *, towers: bool = False) -> list[type]:
+    """The module's text ``*RotaryEmbedding`` classes; with ``towers``, those of its towers (:data:`_SKIP_NAMES`)."""
     found = []
     for name in dir(module):
         obj = getattr(module, name)
@@ -184,10 +186,23 @@ def _rotary_classes(module: Any) -> list[type]:
             name.endswith("RotaryEmbedding")
             and isinstance(obj, type)
             and obj.__module__ == module.__name__
-            and not any(part in name for part in _SKIP_NAMES)
+            and any(part in name for part in _SKIP_NAMES) == towers
         ):
             found.append(obj)
     return sorted(found, key=lambda c: ("Text" not in c.__name__, len(c.__name__)))
+
+
+def _rotates_by_rule(model_type: str) -> bool:
+    """Whether posenc converts the class's default config by rule (outside its table) to a rotation in some layer:
+    a claim about a model whose rotary is a tower's (PE Audio's encoder, LASR's), to be checked like a text one."""
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return any(e.kind == "rotary" for e in layer_encodings(CONFIG_MAPPING[model_type]()))
+    except Exception:  # (refused, or a class that needs arguments)
+        return False
 
 
 def _used_rotary(module: Any, config_class: type) -> type | None:
@@ -661,7 +676,9 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             config = None
         if (getattr(config, "rope_parameters", None) or {}).get("rope_type") == "axial":
             return _check_vision(module, config)
-    classes = _rotary_classes(module)
+    # (a tower's own rotary, where posenc claims a rotation for its type by rule and its module applies one)
+    towers = any(hasattr(module, name) for name in APPLY) and _rotates_by_rule(model_type)
+    classes = _rotary_classes(module) or (_rotary_classes(module, towers=True) if towers else [])
     if not classes:
         return "", ""
     used = _used_rotary(module, config_class)
@@ -844,7 +861,8 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         "# Model zoo coverage",
         "",
         f"Every model type of transformers {transformers.__version__} whose modeling code (its own, else that of",
-        "the model its auto mapping builds: SarvamMLA runs DeepSeek V3's) defines a text `*RotaryEmbedding`, built",
+        "the model its auto mapping builds: SarvamMLA runs DeepSeek V3's) defines a text `*RotaryEmbedding` (or only",
+        "a tower's, where posenc converts the type by rule to a rotation: PE Audio's encoder, LASR's), built",
         "tiny and compared with posenc's rotation for default, offset and batched",
         "positions (and distinct positions per axis for M-RoPE), per layer type, from the config object and",
         'from its `config.json` dict; and every vision tower with `rope_type: "axial"`, compared with its own',

@@ -47,6 +47,8 @@ _INTERLEAVED = {
     *("glm", "glm4"),  # GLM: interleaved pairs over the partial_rotary_factor channels
     "openai_privacy_filter",  # OpenAI privacy filter: rotates neighbouring pairs (its _apply_rotary_emb)
     *("moonshine", "moonshine_streaming"),  # Moonshine: interleaved pairs, partial rotation
+    # Perception Encoder's audio and video towers: 2x2 rotations of neighbouring pairs (stack_freqs)
+    *("pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder"),
     *("glm4v", "glm_ocr"),  # GLM-4.1V, GLM-OCR: M-RoPE over neighbouring pairs (rotate_half_llm)
     # HunYuan V4 VL, ERNIE 4.5 VL: their rotate_half (rotate_half_text) pairs neighbours, the angles repeat_interleaved
     *("hy_v4_vl", "ernie4_5_vl_moe"),
