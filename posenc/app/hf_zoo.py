@@ -676,9 +676,11 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             config = None
         if (getattr(config, "rope_parameters", None) or {}).get("rope_type") == "axial":
             return _check_vision(module, config)
-    # (a tower's own rotary, where posenc claims a rotation for its type by rule and its module applies one)
-    towers = any(hasattr(module, name) for name in APPLY) and _rotates_by_rule(model_type)
-    classes = _rotary_classes(module) or (_rotary_classes(module, towers=True) if towers else [])
+    classes = _rotary_classes(module)
+    if not classes and any(hasattr(module, name) for name in APPLY):
+        # (a tower's own rotary, where posenc claims a rotation for its type by rule)
+        towers = _rotary_classes(module, towers=True)
+        classes = towers if towers and _rotates_by_rule(model_type) else []
     if not classes:
         return "", ""
     used = _used_rotary(module, config_class)
