@@ -46,6 +46,9 @@ def test_every_model_with_a_text_rotary_embedding() -> None:
     ("model_type", "outcome", "detail"),
     [
         ("dots3_note_audio_encoder", "matched", "rule"),  # its own rotary (Dots3NoteAudioRotaryEmbedding)
+        # only a tower's rotary in its module (PeAudioEncoderRotaryEmbedding), which posenc converts by rule:
+        # neighbouring pairs (its stack_freqs; posenc gave the half layout, unchecked)
+        ("pe_audio_encoder", "matched", "rule"),
         ("eomt_dinov3", "matched", "table"),  # DINOv3's rotary, forward(pixel_values), per patch
         ("gemma3n_audio", "no rotary of its own", "its model (Gemma3nAudioEncoder) builds no rotary module"),
         ("moshi_depth", "no rotary of its own", "its model (MoshiDepthDecoder) builds no rotary module"),
