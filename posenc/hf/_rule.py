@@ -97,6 +97,11 @@ _REFUSED = {
     "funnel": "its attention adds Funnel's relative positions (attention_type 'relative_shift' or 'factorized'), "
     "pooled between blocks, which posenc has no form for",
     "cpmant": "its attention adds CPM-Ant's bias of relative position and segment pair, which posenc has no form for",
+    **dict.fromkeys(
+        ("inkling", "inkling2", "inkling2_loop"),
+        "its attention adds a relative bias per backward distance that each query's hidden state mixes from a "
+        "trained bank of profiles (its rel_logits_proj / relative_position_bias), which posenc has no form for",
+    ),
 }
 #: the key and the value without which the model's code does not rotate at all (NoPE in every layer): Zamba2's
 #: shared attention rotates only with use_mem_rope (class default False); GraniteMoeHybrid builds its rotary

@@ -1015,6 +1015,9 @@ def test_models_without_attention_are_refused_naming_it(model_type: str) -> None
         ("xlnet", "XLNetRelativeAttention"),
         ("funnel", "FunnelRelMultiheadAttention"),
         ("cpmant", "CpmAntSegmentPositionEmbedding"),
+        ("inkling_text", "InklingRelativeLogits"),
+        ("inkling2_text", "Inkling2RelativePositionBias"),
+        ("inkling2_loop_text", "Inkling2LoopRelativePositionBias"),
     ],
 )
 def test_relative_schemes_of_their_own_are_refused_naming_them(model_type: str, module: str) -> None:
