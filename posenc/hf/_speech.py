@@ -16,19 +16,22 @@ always ``"relative"``, with ``relative_k_proj``, ``bias_u``, ``bias_v``):
 Every layer holds its own tables (:func:`posenc.hf.from_hf_model` with ``layer=i`` copies them).
 
 SpeechT5's encoder (:func:`speecht5`) shares one table of Shaw's relative keys between its layers; its decoder's
-attention adds no position.
+attention adds no position. FastSpeech2Conformer's encoder and (non-autoregressive) decoder (:func:`fastspeech2`):
+ESPnet's relative positions in every layer, as wav2vec2-conformer's ``"relative"``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from .._checks import check_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, ShawRelative
 from ..encodings.transformer_xl import RelPosXL
-from ._read import Config, get, positive_int
+from ._read import Config, Convert, get, positive_int
 from ._rope import RopeDefaults, heads_and_head_dim
 
-__all__ = ["SPEECH_MODEL_TYPES", "speech", "speecht5"]
+__all__ = ["SPEECH_MODEL_TYPES", "fastspeech2", "speech", "speecht5"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
 #: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
@@ -81,3 +84,27 @@ def speecht5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     )
     reach = positive_int(cfg, model_type, "encoder_max_relative_position", default=160)
     return ShawRelative(head_dim, max_distance=reach - 1, max_distance_right=reach, num_heads=heads)
+
+
+def fastspeech2(field: str) -> Convert:
+    """FastSpeech2Conformer's stack ``field`` (``"encoder_config"``, ``"decoder_config"``: its heads) with ESPnet's
+    relative positions (``linear_pos``, ``pos_bias_u``, ``pos_bias_v`` in each layer) over the parent's
+    ``hidden_size``: :class:`~posenc.RelPosXL`."""
+
+    def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+        # (its class builds the stack's dict from encoder_num_attention_heads, ...; a dict given wins)
+        stack = cfg.get(field)
+        if isinstance(stack, Mapping) and stack.get("num_attention_heads") is not None:
+            heads = positive_int(stack, f"{model_type} {field}", "num_attention_heads")
+        else:
+            heads = positive_int(
+                cfg, model_type, f"{field.removesuffix('_config')}_num_attention_heads", default=2
+            )
+        hidden = positive_int(cfg, model_type, "hidden_size", default=384)
+        if hidden % heads:
+            raise ValueError(
+                f"{model_type} config: hidden_size={hidden} is not a multiple of {field}'s num_attention_heads={heads}"
+            )
+        return RelPosXL(heads, hidden // heads, d_model=hidden)
+
+    return convert

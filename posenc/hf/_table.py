@@ -33,7 +33,7 @@ from ._layers import (
 )
 from ._read import Convert
 from ._rope import RopeDefaults, gptj, mistral4, mrope, roformer, rope
-from ._speech import speech, speecht5
+from ._speech import fastspeech2, speech, speecht5
 from ._vision import dinov3, efficientloftr, eomt_dinov3, llama4_vision, pixtral, sam3_vit, sam_memory
 
 #: One line, or one per layer type where the layers (or stacks) differ.
@@ -299,6 +299,14 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "RelPosXL (Transformer-XL; `relative_k_proj`, `bias_u`, `bias_v`), per layer",
     ),
     # one table of relative keys for all its encoder's layers (its task models' prenets add input positions too)
+    # ESPnet's relative positions in every layer of both stacks (its decoder: non-autoregressive)
+    "fastspeech2_conformer": (
+        {stack: fastspeech2(f"{stack}_config") for stack in ("encoder", "decoder")},
+        {
+            "`stack='encoder'`, `'decoder'`": "RelPosXL (ESPnet's relative positions: `linear_pos`, `pos_bias_u`, "
+            "`pos_bias_v`), per layer"
+        },
+    ),
     "speecht5": (
         {
             None: speecht5,

@@ -122,7 +122,7 @@ _DEFAULT_STACKS = {
         "encoder-decoder speech-encoder-decoder t5gemma t5gemma2 vision-encoder-decoder".split(),
         ("encoder", "decoder"),
     ),
-    **dict.fromkeys("blt canary dia fastspeech2_conformer".split(), ("encoder_config", "decoder_config")),
+    **dict.fromkeys("blt canary dia".split(), ("encoder_config", "decoder_config")),
     **dict.fromkeys(("qwen2_5_omni", "qwen3_omni_moe"), ("thinker_config",)),
     **{parent: (field,) for parent, field in ENCODER_OF.items()},
 }
@@ -312,7 +312,7 @@ def layer_encodings(
         n = _stack_count(cfg, model_type, stack)
         # layers that each hold their own tables ((speech) encoder layers, UMT5's): one built for each
         speech_encoder = model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder")
-        if speech_encoder or model_type == "umt5":
+        if speech_encoder or model_type in ("umt5", "fastspeech2_conformer"):
             again = (cast(PositionalEncoding, _layers(config, causal, stack)[0]) for _ in range(n - 1))
             return [built, *again]
         built = [built] * n

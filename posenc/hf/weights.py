@@ -52,6 +52,9 @@ _PREFIXES: dict[str, dict[str, str]] = {
     **{name: {"encoder": "encoder.layers.{layer}.self_attn."} for name in SPEECH_MODEL_TYPES},
     "parakeet_encoder": {"encoder": "layers.{layer}.self_attn."},  # (its own model, or a CTC head's .encoder)
     "speecht5": {"encoder": "encoder.wrapped_encoder.embed_positions."},  # (one table for every layer)
+    "fastspeech2_conformer": {
+        s: f"{s}.conformer_layers.{{layer}}.self_attn." for s in ("encoder", "decoder")
+    },
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{name: {"encoder": "embeddings.position_embedding."} for name in _EMBEDDING_TABLES},
     # encoder-decoders whose stacks differ (Whisper's encoder table is fixed: built from the config)

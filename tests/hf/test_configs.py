@@ -773,6 +773,7 @@ LAYERED_MODEL_TYPES = [
 # speech encoders (proven in tests/hf/test_speech.py, one layer's whole attention).
 MROPE_MODEL_TYPES = ["qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_moe_text", "qwen3_vl_text"]
 SPEECH_MODEL_TYPES = [
+    "fastspeech2_conformer",  # (tests/hf/test_speech.py, both stacks)
     "seamless_m4t",
     "seamless_m4t_v2",
     "wav2vec2-bert",

@@ -284,3 +284,39 @@ def test_speecht5_encoder_attention_equals_the_models() -> None:
                 assert torch.allclose(got, expected, **FP32) is same
     with pytest.raises(ValueError, match="its decoder's attention adds no position"):
         from_hf_config(config, stack="decoder")
+
+
+def test_fastspeech2_conformer_attention_equals_the_models_in_both_stacks() -> None:
+    """FastSpeech2Conformer (ESPnet's TTS): every layer of its encoder and of its non-autoregressive decoder adds
+    ESPnet's relative positions (its own linear_pos, pos_bias_u, pos_bias_v): RelPosXL, ``from_hf_model(model,
+    stack=..., layer=i)`` copying that layer's, from the model and from its ``config.json``; the stacks' head counts
+    differ, so ``stack`` is required."""
+    config = transformers.FastSpeech2ConformerConfig(
+        hidden_size=HIDDEN, encoder_num_attention_heads=HEADS, decoder_num_attention_heads=2, encoder_layers=2,
+        decoder_layers=LAYERS, encoder_linear_units=37, decoder_linear_units=37,
+    )  # fmt: skip
+    model = transformers.FastSpeech2ConformerModel(config).eval()
+    _randomise(model)
+    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1))
+    json = type("Json", (), {"config": config.to_dict(), "state_dict": model.state_dict})
+    for name, heads in (("encoder", HEADS), ("decoder", 2)):
+        stack, dh = getattr(model, name), HIDDEN // heads
+        assert len({id(e) for e in layer_encodings(config, stack=name)}) == len(stack.conformer_layers)
+        with torch.no_grad():
+            pos_emb = stack.pos_enc(x)[1]
+            for layer, attn in enumerate(stack.conformer_layers):
+                attn = attn.self_attn
+                expected = attn(x, pos_emb=pos_emb)[0]
+                q, k, v = (
+                    p(x).view(2, 12, heads, dh).transpose(1, 2)
+                    for p in (attn.linear_q, attn.linear_k, attn.linear_v)
+                )
+                for given in (model, json):
+                    encoding = from_hf_model(given, stack=name, layer=layer)
+                    assert type(encoding) is posenc.RelPosXL and encoding.num_heads == heads
+                    got = attn.linear_out(
+                        posenc.attention(q, k, v, encoding).transpose(1, 2).reshape(2, 12, HIDDEN)
+                    )
+                    torch.testing.assert_close(got, expected, **FP32)
+    with pytest.raises(ValueError, match="pass stack='encoder' or 'decoder'"):
+        from_hf_config(config)
