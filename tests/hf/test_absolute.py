@@ -3,8 +3,8 @@
 A model type is in the survey when its modeling source assigns a position table
 (:data:`TABLE`: ``self.position_embeddings = nn.Embedding(``, ``self.embed_positions =
 BartLearnedPositionalEmbedding(``, ``self.wpe = ...``, ``*SinusoidalPositionalEmbedding``...), or posenc
-reads it as a BERT-like (DPR's, whose encoders are BERTs), and its config declares ``vocab_size`` (a text or speech-to-text model; vision towers: tests/encodings/test_learned2d.py
-and tests/hf/test_configs.py). For each, a tiny random model is built from its config (nothing
+reads it as a BERT-like (DPR's, whose encoders are BERTs), and its config declares ``vocab_size`` (a text or
+speech-to-text model; vision towers: tests/encodings/test_learned2d.py and tests/hf/test_configs.py). For each, a tiny random model is built from its config (nothing
 downloaded), the table modules found by name (:data:`NAMES`) are hooked, and their output during a
 forward pass on token ids without padding is recorded (Whisper: its encoder on silent features too; other
 speech models: their text decoder alone), per stack; posenc's encoding from

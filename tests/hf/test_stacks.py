@@ -280,9 +280,8 @@ def test_a_config_json_without_a_sub_config_its_class_fills_is_refused() -> None
             continue
         given = tuple(f for f in fields if isinstance(full.get(f), dict))
         pairs = given in (("encoder", "decoder"), ("encoder_config", "decoder_config"))
-        if (
-            model_type == "fastspeech2_conformer"
-        ):  # (its class builds them from its top-level keys, read by posenc)
+        # (FastSpeech2Conformer's class builds them from its top-level keys, which posenc reads too)
+        if model_type == "fastspeech2_conformer":
             raw = {k: v for k, v in full.items() if k not in given}
             assert repr(layer_encodings(raw, stack="decoder")) == repr(layer_encodings(full, stack="decoder"))
             continue
