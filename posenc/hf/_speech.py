@@ -93,18 +93,13 @@ def fastspeech2(field: str) -> Convert:
 
     def convert(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
         # (its class builds the stack's dict from encoder_num_attention_heads, ...; a dict given wins)
-        stack = cfg.get(field)
+        key, stack = f"{field.removesuffix('_config')}_num_attention_heads", cfg.get(field)
         if isinstance(stack, Mapping) and stack.get("num_attention_heads") is not None:
-            heads = positive_int(stack, f"{model_type} {field}", "num_attention_heads")
-        else:
-            heads = positive_int(
-                cfg, model_type, f"{field.removesuffix('_config')}_num_attention_heads", default=2
-            )
-        hidden = positive_int(cfg, model_type, "hidden_size", default=384)
-        if hidden % heads:
-            raise ValueError(
-                f"{model_type} config: hidden_size={hidden} is not a multiple of {field}'s num_attention_heads={heads}"
-            )
-        return RelPosXL(heads, hidden // heads, d_model=hidden)
+            key = f"{field}.num_attention_heads"  # (named so in an error)
+            cfg = {**cfg, key: stack["num_attention_heads"]}
+        heads, head_dim = heads_and_head_dim(
+            cfg, model_type, RopeDefaults(384, 2, None), heads=key, read_head_dim=False
+        )
+        return RelPosXL(heads, head_dim, d_model=heads * head_dim)
 
     return convert
