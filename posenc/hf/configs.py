@@ -186,11 +186,17 @@ def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
     """Refuse an encoder-decoder parent whose stacks differ in ``what`` (per stack, one entry per layer):
     encodings differ in their repr (type, settings) or buffers (tables), other entries by ``==``."""
 
+    compared: dict[tuple[int, int], bool] = {}  # (layers share instances: each pair's tables compared once)
+
     def same(a: Any, b: Any) -> bool:
         if not isinstance(a, torch.nn.Module):
             return bool(a == b)
-        ba, bb = dict(a.named_buffers()), dict(b.named_buffers())
-        return repr(a) == repr(b) and ba.keys() == bb.keys() and all(torch.equal(ba[n], bb[n]) for n in ba)
+        if (a_b := (id(a), id(b))) not in compared:
+            ba, bb = dict(a.named_buffers()), dict(b.named_buffers())
+            compared[a_b] = (
+                repr(a) == repr(b) and ba.keys() == bb.keys() and all(torch.equal(ba[n], bb[n]) for n in ba)
+            )
+        return compared[a_b]
 
     (field, *_), first = stacks[0], per_layer[0]
     for (other, *_), value in zip(stacks[1:], per_layer[1:], strict=True):
