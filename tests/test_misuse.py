@@ -119,6 +119,37 @@ def test_causal_alibi_in_bidirectional_attention_is_refused() -> None:
     assert torch.isfinite(bidirectional).all()
 
 
+def test_a_prepared_state_refuses_positions_and_other_lengths() -> None:
+    """A PositionState's positions were fixed by prepare(): positions given again, or q/k of other lengths,
+    would rotate (or bias) by the wrong positions; each is an error that says what to do instead."""
+    q, k = _qk()
+    state = posenc.RoPE(8).prepare(5)
+    with pytest.raises(ValueError, match=r"q_positions/k_positions cannot be given with a PositionState"):
+        posenc.attention(q, k, k, state, q_positions=torch.arange(5))
+    with pytest.raises(ValueError, match=r"prepared for 5 queries and 5 keys, but q has 4 and k has 4"):
+        posenc.attention(q[:, :, :4], k[:, :, :4], k[:, :, :4], state)
+    with pytest.raises(TypeError, match=r"attn_mask must be a boolean torch.Tensor .* got list"):
+        posenc.attention(q, k, k, posenc.ALiBi(4), attn_mask=[[True]])
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: posenc.AxialRoPE(7), ValueError, r"head_dim must be even .* got 7"),
+        (
+            lambda: posenc.AxialRoPE(8, axes_dim=(4,), num_axes=2),
+            ValueError,
+            r"num_axes=2 conflicts with axes_dim=\(4,\)",
+        ),
+        (lambda: posenc.AxialRoPE(8).grid_positions(), ValueError, r"grid_positions\(\) needs a grid"),
+    ],
+    ids=["odd-head-dim", "num-axes", "no-grid"],
+)
+def test_axial_rope_misuse_names_the_argument(build, error, match) -> None:
+    with pytest.raises(error, match=match):
+        build()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["rope", "learned"])
 def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) -> None:

@@ -328,7 +328,7 @@ class AxialRoPE(_AxisRotary):
         self.axes_dim = check_axis_widths(axes_dim, head_dim)
         if num_axes is not None and num_axes != len(self.axes_dim):
             raise ValueError(
-                f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim} ({len(self.axes_dim)} axes)"
+                f"num_axes={num_axes} conflicts with axes_dim={self.axes_dim}, one width per axis"
             )
         # checks freqs, axis_layout, axis_order, base, max_freq and the periods
         axial_frequencies(
