@@ -58,6 +58,8 @@ SCALINGS = {
         "beta_fast": 16,
         "beta_slow": 2,
     },
+    # (both correction dims round to pair 0: the ramp's zero width, which transformers widens by 0.001)
+    "yarn_zero_width_ramp": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 6},
     "yarn_attention_factor_no_truncate": {
         "rope_type": "yarn",
         "factor": 2.0,
