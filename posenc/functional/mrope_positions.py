@@ -68,6 +68,7 @@ def mrope_positions(
     second_per_grids: float | Sequence[float] | Tensor | None = None,
     use_audio_in_video: bool = False,
     omni: Literal["qwen2.5", "qwen3"] = "qwen2.5",
+    row_newlines: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The M-RoPE positions of text, image, video and audio tokens, as Qwen2-VL's ``get_rope_index``.
 
@@ -82,8 +83,8 @@ def mrope_positions(
     per frame (their processors put a timestamp between frames): give their ``video_grid_thw`` split the
     same way, ``t`` rows of ``(1, h, w)`` for each video, and the positions equal theirs (tested for
     Qwen3-VL and its MoE, Qwen3.5 and its MoE, Qwen4-Exp, Cosmos 3 Edge and Omni, Cohere Compass, GLM-4V and its
-    MoE, GLM-4.6V and GLM-OCR). HunYuan V4 VL's put a newline token after each row of patches, which this
-    does not.
+    MoE, GLM-4.6V and GLM-OCR). HunYuan V4 VL's put a newline token after each row of patches and give each
+    frame a block of its own: ``row_newlines=True``.
 
     The images and videos are read in order: the first run of image tokens (in row 0, then row 1,
     ...) is ``image_grid_thw[0]``, and so on; a run of several adjacent images is split by their
@@ -128,6 +129,12 @@ def mrope_positions(
         omni: with ``position_id_per_seconds``: ``"qwen2.5"`` (Qwen2.5-Omni) or ``"qwen3"``
             (Qwen3-Omni, ``qwen3_omni_moe``): float32 times, not floored, and consecutive markers
             (module docstring).
+        row_newlines: HunYuan V4 VL's layout (``hy_v4_vl``): each row of ``w`` merged patches is followed by
+            one more token of the image or video (its newline), so a frame is ``h * (w + 1)`` tokens; frame
+            ``i`` of a grid starts a block of ``B = max(h, w + 1)`` positions on every axis, its token at row
+            ``j``, column ``k`` sits at ``(p + iB, p + iB + j, p + iB + k)``, and what follows the grid starts
+            at its largest position + 1 (``p + tB``). Not with the Omni models' time alignment or a
+            ``video_time_scale``: its frames are spaced by the block.
 
     Returns:
         ``(positions, deltas)``: long ``(3, b, t)`` temporal, height and width positions, and long
@@ -143,6 +150,12 @@ def mrope_positions(
         )
     check_choice("omni", omni, ("qwen2.5", "qwen3"))
     exact = omni == "qwen3"  # Qwen3-Omni: float32 times, not floored
+    newline = int(check_bool("row_newlines", row_newlines))  # (its extra column of tokens: 0 or 1)
+    if newline and (aligned or video_time_scale is not None):
+        raise ValueError(
+            "row_newlines=True is HunYuan V4 VL's layout, whose frames are spaced by their block: not with "
+            "position_id_per_seconds or video_time_scale"
+        )
     if exact and not aligned:
         raise ValueError("omni='qwen3' is time-aligned: give position_id_per_seconds too (its config field)")
     types, keep, docs = _host_tokens(token_types, attention_mask, document_ids, AUDIO if aligned else VIDEO)
@@ -244,7 +257,8 @@ def mrope_positions(
                         f"{int(places[-tokens])} on (one grid per image or video, in order)"
                     )
                 gt, gh, gw = grids[kind][n_grid]
-                count = gt * (gh // m) * (gw // m)
+                h, w = gh // m, gw // m + newline  # (rows and columns of tokens in a frame)
+                count = gt * h * w
                 if count > tokens:
                     raise ValueError(
                         f"{name}[{n_grid}] = {[gt, gh, gw]} is {count} tokens at spatial_merge_size={m}, but "
@@ -253,12 +267,14 @@ def mrope_positions(
                 time = torch.arange(gt)  # the grid's time index, times each factor in turn, as transformers
                 for factor in factors[kind][n_grid]:
                     time = time * factor
-                # (3, gt * gh/m * gw/m) time first; long: rounds toward 0 in the factors' dtype, as transformers
-                axes = torch.arange(gh // m, dtype=dtype), torch.arange(gw // m, dtype=dtype)
-                grid_pieces.append(
-                    torch.stack(torch.meshgrid(time.to(dtype), *axes, indexing="ij")).reshape(3, -1) + p
-                )
-                p = grid_pieces[-1].max() + 1 if aligned else p + max(gh, gw) // m
+                time = time * max(h, w) if newline else time  # (each frame a block of its own)
+                # (3, gt * h * w) time first; long: rounds toward 0 in the factors' dtype, as transformers
+                axes = torch.arange(h, dtype=dtype), torch.arange(w, dtype=dtype)
+                grid = torch.stack(torch.meshgrid(time.to(dtype), *axes, indexing="ij")).reshape(3, -1)
+                if newline:  # rows and columns start at their frame's block
+                    grid[1:] += grid[0]
+                grid_pieces.append(grid + p)
+                p = grid_pieces[-1].max() + 1 if aligned or newline else p + max(gh, gw) // m
                 used[kind] += 1
                 tokens -= count
             if mixed and len(grid_pieces) != 1:

@@ -41,10 +41,11 @@ def _get_rope_index(model: str, token_types, **kwargs):
 
 
 def _document(
-    gen: torch.Generator, merge: int = 2, *, timestamps: bool = False
+    gen: torch.Generator, merge: int = 2, *, timestamps: bool = False, newlines: bool = False
 ) -> tuple[list[int], list[list[int]], list[list[int]]]:
     """(token types, image grids, video grids) of one random document: text runs between images and videos
-    (``timestamps``: and one text token between a video's frames, as Qwen3-VL's and GLM-4V's processors write)."""
+    (``timestamps``: and one text token between a video's frames, as Qwen3-VL's and GLM-4V's processors write;
+    ``newlines``: one more image or video token after each row, as HunYuan V4 VL's)."""
     kinds, images, videos = [], [], []
     for _ in range(int(torch.randint(1, 5, (1,), generator=gen))):
         kinds += [TEXT] * int(torch.randint(1, 4, (1,), generator=gen))
@@ -54,7 +55,7 @@ def _document(
         t = 1 if kind == IMAGE else int(torch.randint(1, 4, (1,), generator=gen))
         h, w = (merge * int(torch.randint(1, 4, (1,), generator=gen)) for _ in range(2))
         (images if kind == IMAGE else videos).append([t, h, w])
-        frame = [kind] * ((h // merge) * (w // merge))
+        frame = [kind] * ((h // merge) * (w // merge + newlines))
         kinds += _frames(frame, t, timestamps)
     return kinds, images, videos
 
@@ -67,9 +68,17 @@ def _frames(frame: list[int], t: int, timestamps: bool) -> list[int]:
     return out
 
 
-def _batch(gen: torch.Generator, rows: int, *, pad: bool, merge: int = 2, timestamps: bool = False):
+def _batch(
+    gen: torch.Generator,
+    rows: int,
+    *,
+    pad: bool,
+    merge: int = 2,
+    timestamps: bool = False,
+    newlines: bool = False,
+):
     """Rows of random documents, left padded to one length; the inputs of both functions."""
-    docs = [_document(gen, merge, timestamps=timestamps) for _ in range(rows)]
+    docs = [_document(gen, merge, timestamps=timestamps, newlines=newlines) for _ in range(rows)]
     t = max(len(d[0]) for d in docs) + (2 if pad else 0)
     token_types = torch.zeros(rows, t, dtype=torch.long)
     mask = torch.zeros(rows, t, dtype=torch.long)
@@ -138,6 +147,29 @@ def test_equals_get_rope_index_of_models_with_a_grid_per_frame(model_type, pad):
         got = mrope_positions(token_types, **grids, spatial_merge_size=merge, **masks)
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_row_newlines_equal_hunyuan_v4_vl_get_rope_index(pad):
+    """HunYuan V4 VL's own get_rope_index on random text, images and videos whose rows of patches each end with a
+    newline token, and each frame a block of its own; its grids as they are, with row_newlines=True."""
+    module = importlib.import_module("transformers.models.hy_v4_vl.modeling_hy_v4_vl")
+    owner = module.HYV4VLModel
+    host = types.SimpleNamespace(config=transformers.AutoConfig.for_model("hy_v4_vl"))
+    host.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, host)
+    merge = host.config.vision_config.spatial_merge_size
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(8):
+        token_types, mask, grids, _ = _batch(gen, 3, pad=pad, merge=merge, newlines=True)
+        masks = {"attention_mask": mask} if pad else {}
+        want = owner.get_rope_index(
+            host, token_types, token_types, **{k: g.clone() for k, g in grids.items()}, **masks
+        )
+        got = mrope_positions(token_types, **grids, spatial_merge_size=merge, row_newlines=True, **masks)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="row_newlines=True is HunYuan V4 VL's layout"):
+        mrope_positions(token_types, **grids, row_newlines=True, video_time_scale=2.0)
 
 
 @pytest.mark.parametrize("pad", [False, True])
