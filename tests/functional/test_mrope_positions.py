@@ -122,54 +122,47 @@ PER_FRAME = (
 ).split()
 
 
-@pytest.mark.parametrize("model_type", PER_FRAME)
-@pytest.mark.parametrize("pad", [False, True])
-def test_equals_get_rope_index_of_models_with_a_grid_per_frame(model_type, pad):
-    """As the docstring says: their own get_rope_index on random text, images and videos whose frames are
-    separated by a timestamp token, against posenc's with each video's grid split into its frames."""
+def _own_rope_index(model_type: str):
+    """A model type's own get_rope_index on its default config (no weights): the class that defines it, a stand-in
+    for ``self``, and the config's spatial merge size."""
     module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     owner = next(c for c in vars(module).values() if isinstance(c, type) and "get_rope_index" in vars(c))
     host = types.SimpleNamespace(config=transformers.AutoConfig.for_model(model_type))
     host.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, host)
-    merge = host.config.vision_config.spatial_merge_size
+    return owner, host, host.config.vision_config.spatial_merge_size
+
+
+#: HunYuan V4 VL's get_rope_index reads a newline token after each row of patches and gives each frame a block of its
+#: own: posenc's with row_newlines=True, its grids as they are.
+ROW_NEWLINES = ["hy_v4_vl"]
+
+
+@pytest.mark.parametrize("model_type", PER_FRAME + ROW_NEWLINES)
+@pytest.mark.parametrize("pad", [False, True])
+def test_equals_get_rope_index_of_models_with_a_layout_of_their_own(model_type, pad):
+    """As the docstring says: their own get_rope_index on random text, images and videos, against posenc's (a
+    timestamp token between frames and each video's grid split into its frames, or a newline token per row)."""
+    owner, host, merge = _own_rope_index(model_type)
+    newlines = model_type in ROW_NEWLINES
     gen = torch.Generator().manual_seed(0)
     for _ in range(8):
-        token_types, mask, grids, _ = _batch(gen, 3, pad=pad, merge=merge, timestamps=True)
+        token_types, mask, grids, _ = _batch(
+            gen, 3, pad=pad, merge=merge, timestamps=not newlines, newlines=newlines
+        )
         masks = {"attention_mask": mask} if pad else {}
         want = owner.get_rope_index(
             host, token_types, token_types, **{k: g.clone() for k, g in grids.items()}, **masks
         )
-        if "video_grid_thw" in grids:
+        if "video_grid_thw" in grids and not newlines:
             videos = grids["video_grid_thw"]
             grids["video_grid_thw"] = videos.repeat_interleave(videos[:, 0], 0).index_fill(
                 1, torch.tensor(0), 1
             )
-        got = mrope_positions(token_types, **grids, spatial_merge_size=merge, **masks)
-        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
-        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("pad", [False, True])
-def test_row_newlines_equal_hunyuan_v4_vl_get_rope_index(pad):
-    """HunYuan V4 VL's own get_rope_index on random text, images and videos whose rows of patches each end with a
-    newline token, and each frame a block of its own; its grids as they are, with row_newlines=True."""
-    module = importlib.import_module("transformers.models.hy_v4_vl.modeling_hy_v4_vl")
-    owner = module.HYV4VLModel
-    host = types.SimpleNamespace(config=transformers.AutoConfig.for_model("hy_v4_vl"))
-    host.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, host)
-    merge = host.config.vision_config.spatial_merge_size
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(8):
-        token_types, mask, grids, _ = _batch(gen, 3, pad=pad, merge=merge, newlines=True)
-        masks = {"attention_mask": mask} if pad else {}
-        want = owner.get_rope_index(
-            host, token_types, token_types, **{k: g.clone() for k, g in grids.items()}, **masks
-        )
-        got = mrope_positions(token_types, **grids, spatial_merge_size=merge, row_newlines=True, **masks)
+        got = mrope_positions(token_types, **grids, spatial_merge_size=merge, row_newlines=newlines, **masks)
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
     with pytest.raises(ValueError, match="row_newlines=True is HunYuan V4 VL's layout"):
-        mrope_positions(token_types, **grids, row_newlines=True, video_time_scale=2.0)
+        mrope_positions(token_types, row_newlines=True, video_time_scale=2.0)
 
 
 @pytest.mark.parametrize("pad", [False, True])
