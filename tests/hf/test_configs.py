@@ -2515,6 +2515,26 @@ def test_a_per_layer_config_that_overrides_rope_is_refused():
         layer_encodings(config)
 
 
+@pytest.mark.parametrize(
+    ("per_layer_config", "error", "match"),
+    [
+        ("nope", TypeError, r"per_layer_config must be a dict, got str"),
+        ({"x1": {"head_dim": 64}}, ValueError, r"per_layer_config keys must be layer indices, got \['x1'\]"),
+    ],
+)
+def test_a_per_layer_config_that_is_not_a_map_of_layer_indices_is_refused(per_layer_config, error, match):
+    config = {**RULE_BASE, "num_hidden_layers": 2, "per_layer_config": per_layer_config}
+    with pytest.raises(error, match=match):
+        layer_encodings(config)
+
+
+@pytest.mark.parametrize(("floor_scale", "error"), [(-1, ValueError), ("x", TypeError)])
+def test_llama4_query_temperature_fields_are_checked_naming_the_model(floor_scale, error):
+    config = {"model_type": "llama4_text", "num_hidden_layers": 4, "floor_scale": floor_scale}
+    with pytest.raises(error, match=r"llama4_text config: floor_scale must be a"):
+        layer_encodings(config)
+
+
 @requires_transformers
 def test_a_vision_tower_is_refused_by_rule_unless_its_class_says_axial():
     """A vision encoder rotates by patch row and column: a 1D RoPE from its fields would be silently wrong. MLCD's
