@@ -30,7 +30,8 @@ class ShawState(ContentBiasState):
         return self.encoding.num_heads if self.encoding.per_head else None
 
     def _window(self) -> tuple[int, int]:
-        return -self.encoding.max_distance, self.encoding.right
+        left, right = self.encoding._reach()
+        return -left, right
 
     def _per_distance(self, q: Tensor, k: Tensor, lo: int, n: int) -> tuple[Tensor, Tensor | None]:
         # The key term q_i · a^K(clip(j - i)) / sqrt(dh), per clipped distance.
@@ -107,6 +108,9 @@ class ShawRelative(PositionalEncoding):
         values: also learn ``a^V`` and add the value term to the attention output; ``"shared"``:
             the value term reads the key table (``a^V = a^K``, OpenNMT-py's one
             ``relative_positions_embeddings``: its checkpoints load into :attr:`key_embeddings`).
+        beyond: what a key farther than the clip reads: ``"clip"`` the edge row (the paper's), ``"zero"``
+            nothing, in both terms (VITS's text encoder, Glow-TTS: relative keys and values within
+            ``window_size``, none beyond).
         device, dtype: of the tables.
 
     Attributes:
@@ -140,6 +144,7 @@ class ShawRelative(PositionalEncoding):
         num_heads: int | None = None,
         per_head: bool = False,
         values: bool | Literal["shared"] = False,
+        beyond: Literal["clip", "zero"] = "clip",
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -161,6 +166,8 @@ class ShawRelative(PositionalEncoding):
                 f"values must be a bool or 'shared', got {short(values)} ({type(values).__name__})"
             )
         self.values = values
+        check_choice("beyond", beyond, ("clip", "zero"))
+        self.beyond = beyond
         if per_head and num_heads is None:
             raise ValueError("per_head=True needs num_heads (one table per head), got num_heads=None")
         width = head_dim * (num_heads if per_head and num_heads else 1)
@@ -177,11 +184,18 @@ class ShawRelative(PositionalEncoding):
             self.value_embeddings.reset_parameters()
 
     def _table(self, which: str) -> Tensor:
-        """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable."""
+        """``(n, dh)``, or ``(h, n, dh)`` per head: the key or value table, differentiable; with
+        ``beyond="zero"`` a zero row past each end, ``n + 2`` rows, that every farther distance reads."""
         # (the callers check values=True before asking for the value table)
         table = self.key_embeddings if which == "key" or self.values == "shared" else self.value_embeddings
         weight = cast(nn.Embedding, table).weight
-        return weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1) if self.per_head else weight
+        rows = weight.view(self.num_distances, -1, self.head_dim).transpose(0, 1) if self.per_head else weight
+        return nn.functional.pad(rows, (0, 0, 1, 1)) if self.beyond == "zero" else rows
+
+    def _reach(self) -> tuple[int, int]:
+        """The distances before and after the query that :meth:`_table`'s rows cover."""
+        zero = int(self.beyond == "zero")
+        return self.max_distance + zero, self.right + zero
 
     def forward(
         self,
@@ -238,7 +252,7 @@ class ShawRelative(PositionalEncoding):
         if which == "value" and not self.values:
             raise ValueError("which='value' needs values=True (this ShawRelative has no value table)")
         positions = torch.arange(length, device=self.key_embeddings.weight.device)
-        index = clipped_distance_index(positions, positions, self.max_distance, self.right)
+        index = clipped_distance_index(positions, positions, *self._reach())
         return self._table(which)[..., index, :]
 
     def extra_repr(self) -> str:
@@ -248,4 +262,6 @@ class ShawRelative(PositionalEncoding):
         if self.per_head:
             parts.append(f"num_heads={self.num_heads}, per_head=True")
         parts.append(f"values={self.values!r}")
+        if self.beyond != "clip":
+            parts.append(f"beyond={self.beyond!r}")
         return ", ".join(parts)

@@ -90,8 +90,6 @@ _REFUSED = {
     "rwkv": "its time mixing (RwkvSelfAttention) is a recurrence with a learned decay per channel, not softmax "
     "attention over positions, so no position encoding applies",
     # relative schemes of their own, named
-    "vits": "its text encoder's attention adds relative key and value embeddings within window_size and none "
-    "beyond it (Shaw's would repeat the edge ones), which posenc has no form for",
     "xlnet": "its two-stream attention adds Transformer-XL's relative sinusoids (r_w_bias, r_r_bias) and a "
     "segment term (r_s_bias), which posenc does not convert",
     "funnel": "its attention adds Funnel's relative positions (attention_type 'relative_shift' or 'factorized'), "

@@ -17,7 +17,8 @@ Every layer holds its own tables (:func:`posenc.hf.from_hf_model` with ``layer=i
 
 SpeechT5's encoder (:func:`speecht5`) shares one table of Shaw's relative keys between its layers; its decoder's
 attention adds no position. FastSpeech2Conformer's encoder and (non-autoregressive) decoder (:func:`fastspeech2`):
-ESPnet's relative positions in every layer, as wav2vec2-conformer's ``"relative"``.
+ESPnet's relative positions in every layer, as wav2vec2-conformer's ``"relative"``. VITS's text encoder
+(:func:`vits`): Shaw's relative keys and values within its window, none beyond, in every layer.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..encodings.transformer_xl import RelPosXL
 from ._read import Config, Convert, get, positive_int
 from ._rope import RopeDefaults, heads_and_head_dim
 
-__all__ = ["SPEECH_MODEL_TYPES", "fastspeech2", "speech", "speecht5"]
+__all__ = ["SPEECH_MODEL_TYPES", "fastspeech2", "speech", "speecht5", "vits"]
 
 #: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
 #: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
@@ -84,6 +85,15 @@ def speecht5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEnc
     )
     reach = positive_int(cfg, model_type, "encoder_max_relative_position", default=160)
     return ShawRelative(head_dim, max_distance=reach - 1, max_distance_right=reach, num_heads=heads)
+
+
+def vits(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """VITS's text encoder (MMS-TTS): in every layer, relative keys and values (``emb_rel_k``, ``emb_rel_v``, shared by
+    the heads) for the distances within ``window_size`` of the query, none beyond (Glow-TTS's scheme)."""
+    _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(192, 2, None), read_head_dim=False)
+    # (a window of 0 or None builds no tables, which its attention then reads: an AttributeError there)
+    window = check_int(f"{model_type} config: window_size", get(cfg, "window_size", default=4), minimum=1)
+    return ShawRelative(head_dim, max_distance=window, values=True, beyond="zero")
 
 
 def fastspeech2(field: str) -> Convert:

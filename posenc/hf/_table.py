@@ -33,7 +33,7 @@ from ._layers import (
 )
 from ._read import Convert
 from ._rope import RopeDefaults, gptj, mistral4, mrope, roformer, rope
-from ._speech import fastspeech2, speech, speecht5
+from ._speech import fastspeech2, speech, speecht5, vits
 from ._vision import dinov3, efficientloftr, eomt_dinov3, llama4_vision, pixtral, sam3_vit, sam_memory
 
 #: One line, or one per layer type where the layers (or stacks) differ.
@@ -323,6 +323,12 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "positions not converted",
             "`stack='decoder'`": "refused: its attention adds no position (its task's prenet does)",
         },
+    ),
+    # its text encoder's attention: relative keys and values within window_size, none beyond (no rope fields)
+    "vits": (
+        vits,
+        "ShawRelative (`emb_rel_k`, `emb_rel_v`: keys and values within `window_size` (4), none beyond, "
+        "`beyond='zero'`), per layer",
     ),
     # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
     "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),

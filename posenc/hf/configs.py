@@ -318,7 +318,7 @@ def layer_encodings(
         n = _stack_count(cfg, model_type, stack)
         # layers that each hold their own tables ((speech) encoder layers, UMT5's): one built for each
         speech_encoder = model_type in SPEECH_MODEL_TYPES and stack in (None, "encoder")
-        if speech_encoder or model_type in ("umt5", "fastspeech2_conformer"):
+        if speech_encoder or model_type in ("umt5", "fastspeech2_conformer", "vits"):
             again = (cast(PositionalEncoding, _layers(config, causal, stack)[0]) for _ in range(n - 1))
             return [built, *again]
         built = [built] * n

@@ -55,6 +55,7 @@ _PREFIXES: dict[str, dict[str, str]] = {
     "fastspeech2_conformer": {
         s: f"{s}.conformer_layers.{{layer}}.self_attn." for s in ("encoder", "decoder")
     },
+    "vits": {"encoder": "text_encoder.encoder.layers.{layer}.attention."},  # ((1, n, dh) parameters)
     **{name: {"encoder": "embeddings."} for name in _VIT_TABLES},  # a (1, p + n, d) parameter
     **{name: {"encoder": "embeddings.position_embedding."} for name in _EMBEDDING_TABLES},
     # encoder-decoders whose stacks differ (Whisper's encoder table is fixed: built from the config)
@@ -67,6 +68,7 @@ _RENAMED = {"key_embeddings.weight": "distance_embedding.weight"}
 _RENAMED_BY_TYPE = {
     **{name: {**_RENAMED, "weight": parameter} for name, parameter in _VIT_TABLES.items()},
     "speecht5": {"key_embeddings.weight": "pe_k.weight"},
+    "vits": {"key_embeddings.weight": "emb_rel_k", "value_embeddings.weight": "emb_rel_v"},
     "parakeet_encoder": {
         "linear_pos.weight": "relative_k_proj.weight",
         "pos_bias_u": "bias_u",
@@ -99,7 +101,8 @@ def from_hf_model(
             decoder-only models have one stack. Required where the stacks differ (Whisper, LED; SeamlessM4T's
             text stacks: ``"text_encoder"``, ``"decoder"``), as in :func:`from_hf_config`.
         layer: the 0-based layer whose encoding to return. Required for UMT5 (each layer's own T5 bias table)
-            and the conformer speech encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2, Parakeet),
+            and the conformer speech encoders (Wav2Vec2-BERT, wav2vec2-conformer, SeamlessM4T v1/v2, Parakeet)
+            and VITS's text encoder (its ``emb_rel_k``/``emb_rel_v`` -> :class:`~posenc.ShawRelative`),
             where every layer has its own tables: that layer's ``distance_embedding`` (``relative_key`` ->
             :class:`~posenc.ShawRelative`) or ``linear_pos``/``pos_bias_u``/``pos_bias_v``
             (``relative`` -> :class:`~posenc.RelPosXL`; Parakeet's ``relative_k_proj``/``bias_u``/``bias_v``)
@@ -179,8 +182,8 @@ def from_hf_model(
             f"{[f + suffix for f in found] or 'none'} (is the config that of the loaded model?)"
         )
     tables = {ours: weights[found[0] + prefix + theirs] for ours, theirs in names.items()}
-    if model_type in _VIT_TABLES:
-        tables = {ours: table.squeeze(0) for ours, table in tables.items()}  # (1, p + n, d) -> (p + n, d)
+    if model_type in _VIT_TABLES or model_type == "vits":
+        tables = {ours: table.squeeze(0) for ours, table in tables.items()}  # (1, n, d) -> (n, d)
     # (SpeechT5's rows run over i - j from -L, posenc's over j - i from 1 - L: the same rows reversed)
     if model_type == "speecht5":
         tables = {ours: table.flip(0) for ours, table in tables.items()}

@@ -29,10 +29,14 @@ def reference_attention(
     k_pos: torch.Tensor,
     causal: bool,
 ) -> torch.Tensor:
-    """The paper's eqs. 3-4 written out in float64 with explicit (tq, tk, dh) tables a^K, a^V."""
+    """The paper's eqs. 3-4 written out in float64 with explicit (tq, tk, dh) tables a^K, a^V (``beyond="zero"``:
+    zero vectors for the pairs farther apart than the clip, VITS's)."""
     q, k, v = q.double(), k.double(), v.double()
-    rel = (k_pos[None, :] - q_pos[:, None]).clamp(-shaw.max_distance, shaw.right) + shaw.max_distance
-    a_k = shaw.key_embeddings.weight.double()[rel]  # (tq, tk, dh)
+    distance = k_pos[None, :] - q_pos[:, None]
+    rel = distance.clamp(-shaw.max_distance, shaw.right) + shaw.max_distance
+    inside = (distance >= -shaw.max_distance) & (distance <= shaw.right)
+    kept = inside.double()[..., None] if shaw.beyond == "zero" else 1.0
+    a_k = shaw.key_embeddings.weight.double()[rel] * kept  # (tq, tk, dh)
     e = (q @ k.transpose(-1, -2) + torch.einsum("bhid,ijd->bhij", q, a_k)) / math.sqrt(q.shape[-1])
     if causal:
         e = e.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
@@ -41,7 +45,7 @@ def reference_attention(
     if shaw.values:  # "shared": OpenNMT-py's relations_values read the key table
         table = shaw.key_embeddings if shaw.values == "shared" else shaw.value_embeddings
         assert table is not None
-        a_v = table.weight.double()[rel]
+        a_v = table.weight.double()[rel] * kept
         z = z + torch.einsum("bhij,ijd->bhid", alpha, a_v)
     return z
 
@@ -63,23 +67,27 @@ def shaw_inputs(tq=6, tk=6, b=2, h=3, dh=8, dtype=torch.float64, seed=0):
     return tuple(torch.randn(b, h, t, dh, generator=g, dtype=dtype) for t in (tq, tk, tk))
 
 
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("values", [False, True, "shared"])
 @pytest.mark.parametrize(("left", "right"), [(2, None), (3, 1), (0, None), (9, 9)])
-def test_hooks_equal_the_paper_in_float64(causal: bool, values: bool, left: int, right: int | None) -> None:
+def test_hooks_equal_the_paper_in_float64(
+    causal: bool, values: bool, left: int, right: int | None, beyond: str
+) -> None:
     torch.manual_seed(0)
-    shaw = ShawRelative(8, max_distance=left, max_distance_right=right, values=values).double()
+    shaw = ShawRelative(8, max_distance=left, max_distance_right=right, values=values, beyond=beyond).double()
     q, k, v = shaw_inputs()
     pos = torch.arange(6)
     expected = reference_attention(q, k, v, shaw, pos, pos, causal)
     torch.testing.assert_close(manual_attention(q, k, v, shaw, causal), expected, **FP64)
 
 
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("values", [False, True, "shared"])
-def test_posenc_attention_equals_the_paper(causal: bool, values: bool | str) -> None:
+def test_posenc_attention_equals_the_paper(causal: bool, values: bool | str, beyond: str) -> None:
     torch.manual_seed(1)
-    shaw = ShawRelative(8, max_distance=2, max_distance_right=3, values=values)
+    shaw = ShawRelative(8, max_distance=2, max_distance_right=3, values=values, beyond=beyond)
     q, k, v = shaw_inputs(tq=7, tk=7, dtype=torch.float32)
     pos = torch.arange(7)
     expected = reference_attention(q, k, v, shaw, pos, pos, causal).float()
@@ -148,6 +156,12 @@ def test_seed_table_equals_relative_embeddings() -> None:
     # Past K + 1 the seed indexes out of range; posenc clips to the end rows.
     table = shaw.relative_embeddings(9)
     torch.testing.assert_close(table[0, 8], shaw.key_embeddings.weight[10], rtol=0, atol=0)
+    # beyond="zero" (VITS): the same rows within the clip, zero vectors past it
+    zero = ShawRelative(16, max_distance=5, beyond="zero")
+    zero.load_state_dict(shaw.state_dict())
+    far = (torch.arange(9)[None, :] - torch.arange(9)[:, None]).abs() > 5
+    torch.testing.assert_close(zero.relative_embeddings(9)[~far], table[~far], rtol=0, atol=0)
+    assert zero.relative_embeddings(9)[far].eq(0).all() and table[far].ne(0).any()
 
 
 def test_shared_table_is_one_parameter_for_both_terms() -> None:
@@ -240,9 +254,10 @@ def test_wav2vec2_bert_relative_key_parity(device: torch.device) -> None:
     torch.testing.assert_close(got, expected, **FP32)
 
 
-def test_score_mod_equals_bias() -> None:
+@pytest.mark.parametrize("beyond", ["clip", "zero"])
+def test_score_mod_equals_bias(beyond: str) -> None:
     torch.manual_seed(8)
-    shaw = ShawRelative(8, max_distance=2)
+    shaw = ShawRelative(8, max_distance=2, beyond=beyond)
     q, k, _ = shaw_inputs(tq=3, tk=5, dtype=torch.float32)
     qp, kp = torch.tensor([[2, 3, 4], [5, 6, 7]]), torch.arange(5).expand(2, 5) + torch.tensor([[0], [3]])
     bias = shaw.attention_bias(q, k, q_positions=qp, k_positions=kp)

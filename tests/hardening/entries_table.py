@@ -260,6 +260,15 @@ ENTRIES: tuple[Entry, ...] = (
         hooks=frozenset({"bias"}),
         content=True,
     ),
+    # VITS's relative keys and values: nothing past the window
+    Entry(
+        "shaw-values-zero-beyond",
+        "shaw(max_distance=2, values=True, beyond='zero')",
+        dims={"causal": False},
+        hooks=frozenset({"bias"}),
+        content=True,
+        variant=True,
+    ),
     # xPos's key scale zeta ** (-n / 512) reaches float16's range near n = 4000 (|k| ~ 4)
     Entry(
         "xpos",

@@ -780,6 +780,7 @@ SPEECH_MODEL_TYPES = [
     "wav2vec2-conformer",
     "parakeet_encoder",
     "speecht5",
+    "vits",  # (its text encoder: tests/hf/test_speech.py)
 ]
 # proven below against their own RoPE modules and position tables (Llama 4's and SAM's: tests/hf/test_vision.py)
 VISION_MODEL_TYPES = [

@@ -1011,7 +1011,6 @@ def test_models_without_attention_are_refused_naming_it(model_type: str) -> None
 @pytest.mark.parametrize(
     ("model_type", "module"),
     [
-        ("vits", "VitsAttention"),
         ("xlnet", "XLNetRelativeAttention"),
         ("funnel", "FunnelRelMultiheadAttention"),
         ("cpmant", "CpmAntSegmentPositionEmbedding"),

@@ -320,3 +320,43 @@ def test_fastspeech2_conformer_attention_equals_the_models_in_both_stacks() -> N
                     torch.testing.assert_close(got, expected, **FP32)
     with pytest.raises(ValueError, match="pass stack='encoder' or 'decoder'"):
         from_hf_config(config)
+
+
+def test_vits_text_encoder_attention_equals_the_models() -> None:
+    """VITS (MMS-TTS): every text-encoder layer adds its own relative keys and values (emb_rel_k, emb_rel_v) within
+    window_size of the query and none beyond: ShawRelative(beyond="zero", values=True), ``from_hf_model(model,
+    layer=i)`` copying that layer's, from the model and from its ``config.json``; on 12 tokens, window 2, so that
+    most pairs lie beyond it (Shaw's clipped form, which repeats the edge rows there, differs)."""
+    config = transformers.VitsConfig(
+        hidden_size=HIDDEN, num_attention_heads=HEADS, num_hidden_layers=LAYERS, window_size=2, ffn_dim=37,
+        flow_size=8, spectrogram_bins=9, upsample_initial_channel=8, upsample_rates=[2], upsample_kernel_sizes=[4],
+        resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1]], prior_encoder_num_wavenet_layers=1,
+        posterior_encoder_num_wavenet_layers=1, duration_predictor_filter_channels=8,
+    )  # fmt: skip
+    model = transformers.VitsModel(config).eval()
+    _randomise(model)
+    x = torch.randn(2, 12, HIDDEN, generator=torch.Generator().manual_seed(1))
+    b, t, dh = 2, 12, HIDDEN // HEADS
+    json = type("Json", (), {"config": config.to_dict(), "state_dict": model.state_dict})
+    layers = model.text_encoder.encoder.layers
+    assert len({id(e) for e in layer_encodings(config)}) == len(layers) == LAYERS
+    with torch.no_grad():
+        for layer, block in enumerate(layers):
+            attn = block.attention
+            expected = attn(x)[0]
+            q, k, v = (
+                p(x).view(b, t, HEADS, dh).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj)
+            )
+            for given in (model, json):
+                encoding = from_hf_model(given, layer=layer)
+                assert type(encoding) is posenc.ShawRelative and encoding.beyond == "zero"
+                got = attn.out_proj(posenc.attention(q, k, v, encoding).transpose(1, 2).reshape(b, t, HIDDEN))
+                torch.testing.assert_close(got, expected, **FP32)
+            clipped = posenc.ShawRelative(dh, max_distance=2, values=True)
+            clipped.load_state_dict(encoding.state_dict())
+            got = attn.out_proj(posenc.attention(q, k, v, clipped).transpose(1, 2).reshape(b, t, HIDDEN))
+            assert not torch.allclose(got, expected, **FP32)
+    with pytest.raises(ValueError, match="every encoder layer has its own position tables; pass layer=i"):
+        from_hf_model(model)
+    with pytest.raises(ValueError, match="window_size must be"):
+        from_hf_config({**config.to_dict(), "window_size": 0})
