@@ -91,8 +91,8 @@ def vits(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
     """VITS's text encoder (MMS-TTS): in every layer, relative keys and values (``emb_rel_k``, ``emb_rel_v``, shared by
     the heads) for the distances within ``window_size`` of the query, none beyond (Glow-TTS's scheme)."""
     _, head_dim = heads_and_head_dim(cfg, model_type, RopeDefaults(192, 2, None), read_head_dim=False)
-    # (a window of 0 or None builds no tables, which its attention then reads: an AttributeError there)
-    window = check_int(f"{model_type} config: window_size", get(cfg, "window_size", default=4), minimum=1)
+    # (its class refuses a null window; one of 0 builds no tables, which its attention then reads)
+    window = check_int(f"{model_type} config: window_size", cfg.get("window_size", 4), minimum=1)
     return ShawRelative(head_dim, max_distance=window, values=True, beyond="zero")
 
 

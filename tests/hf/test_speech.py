@@ -360,3 +360,5 @@ def test_vits_text_encoder_attention_equals_the_models() -> None:
         from_hf_model(model)
     with pytest.raises(ValueError, match="window_size must be"):
         from_hf_config({**config.to_dict(), "window_size": 0})
+    with pytest.raises(TypeError, match="window_size must be"):  # (as its class refuses it)
+        from_hf_config({**config.to_dict(), "window_size": None})
