@@ -41,6 +41,19 @@ def _t5(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding
     )
 
 
+def _longt5_encoder(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
+    """LongT5's encoder: T5's bidirectional bias, each token attending within ``local_radius``
+    (:func:`~posenc.hf.layer_windows`); its transient-global attention refused."""
+    kind = cfg.get("encoder_attention_type", "local")
+    if kind != "local":
+        raise ValueError(
+            f"{model_type} config: encoder_attention_type={kind!r} also attends to transient global tokens (the "
+            "sums of blocks), which posenc has no form for; 'local' converts, and stack='decoder' gives the "
+            "decoder's T5 bias"
+        )
+    return _t5(cfg, model_type, causal)
+
+
 def _bloom(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     num_heads = positive_int(cfg, model_type, "num_attention_heads", default=8)
     return ALiBi(num_heads, causal=True if causal is None else causal)

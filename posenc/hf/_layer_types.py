@@ -153,6 +153,8 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     generic rule), none when it declares neither (the model does not read a stray ``sliding_window``);
     a dict's ``sliding_window`` is refused, its class may derive the layer types in its own code.
     """
+    if model_type == "longt5" and not cfg.get("is_decoder"):  # its local encoder: |i - j| <= local_radius
+        return [2 * positive_int(cfg, model_type, "local_radius", default=127)] * n
     rule, arg = _WINDOWS.get(model_type, ("none" if known else "any", None))
     key = {"modernbert": "local_attention", "gpt_neo": "window_size"}.get(model_type, "sliding_window")
     # (a key the config gives, even null, wins: its class keeps it; a key left out: its class's, from config_dict)
@@ -268,7 +270,7 @@ _SHIFTED_WINDOWS = frozenset("swin swinv2 swin2sr donut-swin maskformer-swin cla
 #: Attention that is local in ways ``window=`` does not express, by the field that turns it on (one a config.json
 #: leaves out: its class's, ``_read._DEFAULTS_BY_KEY``): windows of an image (Qwen2.5-VL's vision tower and its
 #: kin, SAM's and ViTDet's, LW-DETR's and RF-DETR's, Swin's shifted ones), chunks of audio frames (Qwen's and
-#: Gemma's audio encoders), LongT5's local encoder, Reformer's local and LSH layers
+#: Gemma's audio encoders), LongT5's transient-global encoder, Reformer's local and LSH layers
 _LOCAL_FIELDS: dict[str, tuple[Callable[[Config, str, bool], bool], str]] = {
     "fullatt_block_indexes": (
         lambda cfg, t, enc: bool(cfg.get("window_size")),
@@ -301,8 +303,9 @@ _LOCAL_FIELDS: dict[str, tuple[Callable[[Config, str, bool], bool], str]] = {
         ),
     ),
     "encoder_attention_type": (
-        lambda cfg, t, enc: enc and t == "longt5",
-        "its encoder attends within local_radius keys of each block (and transient global ones)",
+        lambda cfg, t, enc: enc and t == "longt5" and cfg.get("encoder_attention_type", "local") != "local",
+        "its encoder attends within local_radius keys of each token and to transient global tokens (the sums "
+        "of blocks)",
     ),
     "attn_layers": (
         lambda cfg, t, enc: t == "reformer",

@@ -179,7 +179,6 @@ _DEFAULTS_BY_KEY: dict[str, dict[Any, str]] = {
     "n_window": {100: "qwen2_5_omni_audio_encoder", 50: "qwen3_asr_encoder qwen3_omni_moe_audio_encoder"},
     "conf_attention_chunk_size": {12: "gemma3n_audio"},
     "attention_chunk_size": {12: "gemma4_audio"},
-    "encoder_attention_type": {"local": "longt5"},
     "attn_layers": {("local", "lsh") * 3: "reformer"},
 }
 

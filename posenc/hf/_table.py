@@ -12,6 +12,7 @@ from ._bias import (
     _bloom,
     _falcon,
     _learned_grid,
+    _longt5_encoder,
     _mpt,
     _siglip2,
     _sinusoidal,
@@ -353,17 +354,12 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         lambda cfg, model_type, causal: _t5({**cfg, "is_decoder": True}, model_type, causal),
         "RelativeBias (causal)",
     ),
-    # its decoder's attention is T5's; its encoder's local or transient-global
+    # its decoder's attention is T5's; its encoder's T5's within local_radius (layer_windows), or transient-global
     "longt5": (
+        {"encoder": _longt5_encoder, "decoder": _t5},
         {
-            "encoder": refused_stack(
-                "its encoder attends locally or transient-globally (encoder_attention_type), T5's bias inside "
-                "those blocks, which posenc has no form for; stack='decoder' gives its decoder's T5 bias"
-            ),
-            "decoder": _t5,
-        },
-        {
-            "`stack='encoder'`": "refused: local or transient-global blocks",
+            "`stack='encoder'`": "RelativeBias (bidirectional) within `local_radius` of each token "
+            "(`layer_windows`); transient-global refused",
             "`stack='decoder'`": "RelativeBias (causal)",
         },
     ),

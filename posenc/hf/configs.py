@@ -345,7 +345,7 @@ def layer_windows(
     causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in a
     bidirectional one ``|i - j| <= W // 2`` (ModernBERT: ``W = local_attention``; EmbeddingGemma 2, UltraBERT,
     NeoMMe (per layer), OpenAI's privacy filter: twice their ``sliding_window``; Gemma 3 with
-    ``use_bidirectional_attention``: as its class halves it). Layers without a window, models without sliding
+    ``use_bidirectional_attention``: as its class halves it; LongT5's local encoder: twice ``local_radius``). Layers without a window, models without sliding
     windows give ``None``; Llama 4's chunked layers (chunks, not windows) are refused. Without
     ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
     from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its
@@ -367,14 +367,20 @@ def layer_windows(
             never ``None`` for it.
     """
     stacks = _stacks(config, stack)
-    for _, _, t, convert, _ in stacks if stack is not None else ():
-        _of_stack(convert, t, stack)  # (a stack the model does not have: the same error as layer_encodings)
+    for _, _, t, convert, _ in stacks:
+        # (a stack the model does not have, or none where its stacks' windows differ: layer_encodings' error)
+        if stack is not None or t == "longt5":
+            _of_stack(convert, t, stack)
     for _, cfg, t, _, _ in stacks:
         refuse_local_attention(cfg, t, stack)
-    # (T5Gemma's decoder stack: a causal one, whatever its dict says)
+    # (T5Gemma's decoder stack: a causal one, whatever its dict says; LongT5's stacks, by stack=)
     windows = [
         sliding_windows(
-            {**cfg, "is_decoder": field == "decoder"} if t == "t5_gemma_module" else cfg,
+            {**cfg, "is_decoder": field == "decoder"}
+            if t == "t5_gemma_module"
+            else {**cfg, "is_decoder": stack == "decoder"}
+            if t == "longt5"
+            else cfg,
             t,
             obj,
             known=t in _CONVERTERS,

@@ -45,7 +45,9 @@ _EMBEDDING_TABLES = (
     "phi4_multimodal_vision minicpm_ocr_vision minicpmv4_6_vision minicpmv4_7_vision"
 ).split()
 _PREFIXES: dict[str, dict[str, str]] = {
-    **dict.fromkeys(("t5", "mt5", "switch_transformers", "pop2piano", "longt5"), _T5),
+    **dict.fromkeys(("t5", "mt5", "switch_transformers", "pop2piano"), _T5),
+    # (its local encoder's attention module: LocalSelfAttention)
+    "longt5": {**_T5, "encoder": "encoder.block.0.layer.0.LocalSelfAttention."},
     "pix2struct_text_model": {"decoder": "layer.0.self_attention.attention."},  # (the parent's .decoder)
     "umt5": {stack: f"{stack}.block.{{layer}}.layer.0.SelfAttention." for stack in ("encoder", "decoder")},
     # the (speech) encoder layers' self-attention (not the adapter's or the text stacks', which hold none)

@@ -1574,7 +1574,7 @@ def test_t5_bias_equals_the_models_encoder_and_decoder_bias(model_type):
 @requires_transformers
 def test_longt5_decoder_bias_is_t5s_and_its_encoder_refused():
     """LongT5's decoder: T5's causal bias (its own compute_bias, past max_distance and at a decoding step),
-    copied by from_hf_model; its encoder's local attention is refused, naming it."""
+    copied by from_hf_model; its encoder's transient-global attention is refused, naming it."""
     config = transformers.LongT5Config(**TINY["t5"], num_decoder_layers=2)
     model = transformers.LongT5Model(config).eval()
     attention = model.decoder.block[0].layer[0].SelfAttention
@@ -1591,11 +1591,59 @@ def test_longt5_decoder_bias_is_t5s_and_its_encoder_refused():
         atol=0,
         rtol=0,
     )
-    for stack in ("encoder", None):
-        with pytest.raises(
-            ValueError, match=r"locally or transient-globally|pass stack='encoder' or 'decoder'"
-        ):
-            from_hf_config(config, stack=stack)
+    with pytest.raises(ValueError, match="pass stack='encoder' or 'decoder'"):
+        from_hf_config(config)
+    with pytest.raises(ValueError, match="pass stack='encoder' or 'decoder'"):
+        layer_windows(config)
+    tglobal = {**config.to_dict(), "encoder_attention_type": "transient-global"}
+    with pytest.raises(ValueError, match="transient global tokens"):
+        from_hf_config(tglobal, stack="encoder")
+    with pytest.raises(ValueError, match="transient global tokens"):
+        layer_windows(tglobal, stack="encoder")
+    assert layer_windows(tglobal, stack="decoder") == [None] * 2
+
+
+@requires_transformers
+def test_longt5_local_encoder_attention_equals_the_models():
+    """LongT5's local encoder: each token attends within local_radius (3) of it, through blocks of 4 that its code
+    pads the 13 tokens to, with T5's bidirectional bias: posenc.attention with from_hf_model's bias (copied from its
+    LocalSelfAttention) and layer_windows' window gives each layer's attention output for every real token, a
+    row padded on the right included (T5 does not scale the scores)."""
+    config = transformers.LongT5Config(**{**TINY["t5"], "local_radius": 3, "num_layers": 2})
+    model = transformers.LongT5EncoderModel(config).eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    ids = torch.randint(0, config.vocab_size, (2, 13), generator=gen)
+    keep = torch.ones(2, 13, dtype=torch.long)
+    keep[1, -3:] = 0
+    seen = {}
+    for i, block in enumerate(model.encoder.block):
+        attn = block.layer[0].LocalSelfAttention
+        attn.register_forward_hook(lambda m, a, out, i=i: seen.update({i: (a[0], out[0])}), with_kwargs=False)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=keep)
+    json = type("Json", (), {"config": config.to_dict(), "state_dict": model.state_dict})
+    windows = layer_windows(config, stack="encoder")
+    assert windows == [6, 6]
+    for given in (model, json):
+        bias = from_hf_model(given, stack="encoder")
+        assert isinstance(bias, posenc.RelativeBias) and bias.bidirectional
+        for i, block in enumerate(model.encoder.block):
+            attn = block.layer[0].LocalSelfAttention
+            x, expected = seen[i]
+            q, k, v = (
+                p(x).view(2, 13, config.num_heads, -1).transpose(1, 2) for p in (attn.q, attn.k, attn.v)
+            )
+            mask = keep.bool()[:, None, None, :]
+            with torch.no_grad():
+                out = posenc.attention(q, k, v, bias, attn_mask=mask, scale=1.0, window=windows[i])
+                got = attn.o(out.transpose(1, 2).reshape(2, 13, -1))
+            real = keep.bool()
+            torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
+            wide = posenc.attention(q, k, v, bias, attn_mask=mask, scale=1.0, window=windows[i] + 2)
+            assert not torch.allclose(attn.o(wide.transpose(1, 2).reshape(2, 13, -1))[real], expected[real])
 
 
 @requires_transformers

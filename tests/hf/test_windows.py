@@ -217,10 +217,10 @@ def test_config_json_defaults_give_the_config_class_windows(model_type: str) -> 
         with pytest.raises(ValueError, match="'sliding_window' without 'layer_types'"):
             layer_windows(bare)
         bare["layer_types"] = config.layer_types
-    # (LED's and LongT5's encoders: refused, local attention with global tokens)
-    stack = "decoder" if model_type in ("led", "longt5") else None
-    windows = [layer_windows(form, stack=stack) for form in forms]
-    assert windows[0] == windows[1] == windows[2]
+    # (LED's encoder: refused, local attention with global tokens; LongT5's stacks' windows differ)
+    for stack in {"led": ["decoder"], "longt5": ["encoder", "decoder"]}.get(model_type, [None]):
+        windows = [layer_windows(form, stack=stack) for form in forms]
+        assert windows[0] == windows[1] == windows[2]
 
 
 @pytest.mark.parametrize("model_type", sorted(_WINDOWS))
@@ -301,7 +301,7 @@ def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None
         ("moshi_depth", None, "its forward masks no window"),
         ("kyutai_speech_to_text", None, "its forward masks no window"),
         ("nemotron_asr_streaming_encoder", None, "its attention is chunked"),
-        # windows of an image, chunks of audio frames, LongT5's local encoder, Reformer
+        # windows of an image, chunks of audio frames, Reformer (LongT5's transient-global encoder: test_configs)
         ("qwen2_5_vl_vision", None, "fullatt_block_indexes="),
         ("exaone4_5_vision", None, "fullatt_block_indexes="),
         ("sam3_vit_model", None, "global_attn_indexes="),
@@ -311,7 +311,6 @@ def test_gpt_neo_local_layers_see_the_window_size_keys_up_to_their_own() -> None
         ("qwen3_asr_encoder", None, "n_window="),
         ("gemma3n_audio", None, "conf_attention_chunk_size="),
         ("gemma4_audio", None, "attention_chunk_size="),
-        ("longt5", "encoder", "encoder_attention_type="),
         ("reformer", None, "attn_layers="),
     ],
 )
@@ -321,7 +320,7 @@ def test_local_attention_window_does_not_express_is_refused(
     """Longformer's window with global tokens, BigBird's block-sparse attention, DeepSeek V4's compressed layers,
     Moonshine Streaming's (left, right) windows, a window only the generation cache keeps (Moshi's, Kyutai's),
     Nemotron's chunked streaming attention, windows of an image (Qwen2.5-VL's and SAM's vision towers, RF-DETR's,
-    Swin's) and chunks of audio frames (Qwen's and Gemma's audio encoders), LongT5's encoder and Reformer: refused,
+    Swin's) and chunks of audio frames (Qwen's and Gemma's audio encoders) and Reformer: refused,
     never ``None`` (every key) or a window its forward does not mask; the decoders, BigBird's full attention and DeepSeek V4's sliding layers alone do give their windows."""
     config = transformers.AutoConfig.for_model(model_type)
     for form in (config, config.to_dict()):
@@ -378,11 +377,11 @@ def test_attention_local_by_a_field_is_refused_for_every_class_that_turns_it_on(
             assert {k: v for k, v in class_defaults(model_type).items() if k in fields} == {
                 k: tuple(default[k]) if isinstance(default[k], list) else default[k] for k in fields
             }, model_type
-    assert len(turned_on) == 27, turned_on
+    assert len(turned_on) == 26, turned_on
     for model_type in turned_on:
         bare = {"model_type": model_type, "num_hidden_layers": 2}
         with pytest.raises(ValueError, match="does not express"):
-            layer_windows(bare, stack="encoder" if model_type == "longt5" else None)
+            layer_windows(bare)
     assert (
         layer_windows({"model_type": "sam_vision_model", "num_hidden_layers": 2, "window_size": 0})
         == [None] * 2
