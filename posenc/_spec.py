@@ -114,11 +114,14 @@ def type_hints(cls: type) -> dict[str, Any]:
 
 
 def literal_choices(ann: Any) -> list[Any] | None:
-    """The values of a ``Literal`` annotation (or of the first ``Literal`` in a union), else ``None``."""
+    """The values of a ``Literal`` annotation, or of a union's ``Literal`` and ``bool`` arms (``False``, ``True``:
+    ShawRelative's ``values``, bool or ``"shared"``), else ``None``."""
     if typing.get_origin(ann) is Literal:
         return list(typing.get_args(ann))
     if typing.get_origin(ann) in (Union, types.UnionType):
-        return next(filter(None, map(literal_choices, typing.get_args(ann))), None)
+        literals = [c for arm in typing.get_args(ann) for c in literal_choices(arm) or ()]
+        flags = [False, True] if bool in typing.get_args(ann) else []
+        return literals + flags if literals else None
     return None
 
 

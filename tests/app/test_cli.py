@@ -491,6 +491,16 @@ def test_describe_shows_accepted_values_of_literal_options(capsys):
     assert "aliases: rotary" in stdout.splitlines()[0]
 
 
+@pytest.mark.parametrize(
+    ("name", "option", "accepted"), [("shaw", "values", "'shared'"), ("mrope", "interleaved", "'hw'")]
+)
+def test_describe_shows_both_arms_of_a_bool_or_literal_option(name, option, accepted, capsys):
+    """ShawRelative's values and MRoPE's interleaved take a bool or a string: describe said "one of 'shared'"."""
+    code, stdout, _ = run(["describe", name], capsys)
+    line = next(line for line in stdout.splitlines() if line.split() and line.split()[0] == option)
+    assert code == 0 and f"accepts one of {accepted}, False, True" in line
+
+
 def test_describe_names_what_build_fills_in_and_the_rope_types(capsys):
     from posenc.functional.rope_scaling import ROPE_TYPES
 
