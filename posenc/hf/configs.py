@@ -345,10 +345,10 @@ def layer_windows(
     causal model a query at ``i`` sees keys ``j`` with ``i - W < j <= i`` (``sliding_window``); in a
     bidirectional one ``|i - j| <= W // 2`` (ModernBERT: ``W = local_attention``; EmbeddingGemma 2, UltraBERT,
     NeoMMe (per layer), OpenAI's privacy filter: twice their ``sliding_window``; Gemma 3 with
-    ``use_bidirectional_attention``: as its class halves it; LongT5's local encoder: twice ``local_radius``). Layers without a window, models without sliding
-    windows give ``None``; Llama 4's chunked layers (chunks, not windows) are refused. Without
-    ``layer_types`` the layers are derived as the config class does (Mistral: every layer; Qwen2:
-    from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its
+    ``use_bidirectional_attention``: as its class halves it; LongT5's local encoder: twice ``local_radius``).
+    Layers without a window, models without sliding windows give ``None``; Llama 4's chunked layers (chunks,
+    not windows) are refused. Without ``layer_types`` the layers are derived as the config class does
+    (Mistral: every layer; Qwen2: from ``max_window_layers`` on, with ``use_sliding_window``; Gemma: the pattern; GPT-Neo: its
     ``"local"`` layers, ``window_size``); for a model outside the table a config object's class decides,
     and a dict with ``sliding_window`` but no ``layer_types`` is refused (its class may derive them in code).
 
