@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import torch
 from torch import Tensor
@@ -78,9 +79,14 @@ def check_rotary_channels(head_dim: int, rotary_dim: int | None, rotary_offset: 
     return rotary_dim
 
 
+def is_real(value: object) -> TypeGuard[int | float]:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_positive_float(name: str, value: object) -> float:
     """Return ``float(value)`` if ``value`` is a finite real number ``> 0`` (ints accepted)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not is_real(value):
         raise TypeError(
             f"{name} must be a float (a finite number > 0), got {short(value)} ({type(value).__name__})"
         )

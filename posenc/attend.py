@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ._attention_paths import Softmax, _toeplitz, mask_dtype, sdpa_attention, weighted_attention
-from ._checks import check_bool, check_choice, check_float_tensor
+from ._checks import check_bool, check_choice, check_float_tensor, is_real
 from ._compat import is_compiling
 from ._flex import flex_attention_path, lse_supported
 from ._positions import check_bias_qk, check_qk
@@ -379,9 +379,9 @@ def _check_inputs(
                 f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
                 f"(seq_q, seq_k) mask as mask[None, None]"
             )
-    if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
+    if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (not _is_real(scale) or not math.isfinite(scale) or scale <= 0):
+    if scale is not None and (not is_real(scale) or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
     check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
     if chunk_size is not None and (
@@ -395,11 +395,6 @@ def _check_inputs(
         raise ValueError(
             f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
         )
-
-
-def _is_real(x: object) -> bool:
-    """An int or float, not a bool."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _state(

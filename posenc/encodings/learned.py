@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import allocate, check_choice, check_int, short
+from .._checks import allocate, check_choice, check_int, is_real, short
 from .._compat import check_values
 from .._positions import check_input, resolve_positions
 from ..base import PositionalEncoding
@@ -63,7 +63,7 @@ class Learned(PositionalEncoding):
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.offset = check_int("offset", offset, minimum=0)
-        if not isinstance(init_std, (int, float)) or isinstance(init_std, bool):
+        if not is_real(init_std):
             raise TypeError(f"init_std must be a float, got {init_std!r} ({type(init_std).__name__})")
         if not (0 <= init_std < float("inf")):
             raise ValueError(f"init_std must be finite and >= 0, got {init_std}")

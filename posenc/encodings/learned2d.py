@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_choice, check_int, check_positive_float, short
+from .._checks import check_bool, check_choice, check_int, check_positive_float, is_real, short
 from ..base import PositionalEncoding
 from ..functional.axial import resample_grid_table
 from ._patches import add_patch_table, input_grid, patch_grid
@@ -87,7 +87,7 @@ class Learned2D(PositionalEncoding):
         self.antialias = check_bool("antialias", antialias)
         if antialias and mode not in ("bicubic", "bilinear"):
             raise ValueError(f"antialias=True needs mode 'bicubic' or 'bilinear', got mode={mode!r}")
-        if isinstance(interpolate_offset, bool) or not isinstance(interpolate_offset, (int, float)):
+        if not is_real(interpolate_offset):
             kind = type(interpolate_offset).__name__
             raise TypeError(f"interpolate_offset must be a float, got {short(interpolate_offset)} ({kind})")
         if not 0 <= interpolate_offset < 1:  # also refuses NaN and inf; 1 or more would add a row or column

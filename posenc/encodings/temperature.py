@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_positive_float, short
+from .._checks import check_choice, check_positive_float, is_real, short
 from .._compat import precise_dtype
 from .._positions import check_qk, resolve_qk_positions
 from ..base import PositionalEncoding
@@ -57,7 +57,7 @@ class QueryTemperature(PositionalEncoding):
         check_choice("form", form, ("log", "power"))
         self.form = form
         self.floor_scale = check_positive_float("floor_scale", floor_scale)
-        if isinstance(attn_scale, bool) or not isinstance(attn_scale, (int, float)):
+        if not is_real(attn_scale):
             raise TypeError(
                 f"attn_scale must be a finite number >= 0, got {attn_scale!r} ({type(attn_scale).__name__})"
             )

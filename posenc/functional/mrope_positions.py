@@ -46,6 +46,7 @@ from .._checks import (
     check_ints,
     check_positive_float,
     check_positive_int,
+    is_real,
     keep_mask,
     short,
 )
@@ -354,10 +355,6 @@ def _host_grids(name: str, grids: object, m: int) -> list[tuple[int, int, int]]:
     return rows
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _host_time_scales(name: str, value: object, videos: int, default: float) -> Tensor:
     """``(n_videos,)`` time scales (``default`` for ``None``), finite and ``>= 0``; float32 unless given as
     a float tensor."""
@@ -366,7 +363,7 @@ def _host_time_scales(name: str, value: object, videos: int, default: float) -> 
         if value.dtype == torch.bool or value.is_complex():
             raise TypeError(f"{name} must be a real tensor, got dtype {value.dtype}")
         scales = value.cpu() if value.is_floating_point() else value.cpu().float()
-    elif _is_number(value) or (isinstance(value, (list, tuple)) and all(map(_is_number, value))):
+    elif is_real(value) or (isinstance(value, (list, tuple)) and all(map(is_real, value))):
         scales = torch.tensor(value, dtype=torch.float32)
     else:
         raise TypeError(

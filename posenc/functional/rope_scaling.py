@@ -25,6 +25,7 @@ from .._checks import (
     check_positive_float,
     check_positive_int,
     check_rotary_channels,
+    is_real,
     short,
 )
 from .rope_freqs import RopeParameters
@@ -69,7 +70,7 @@ def _reads(rope_type: str, query_scale: bool) -> frozenset[str]:
 
 def _number(key: str, value: Any, *, positive: bool = False, minimum: float | None = None) -> float:
     """``value`` as a finite float; ``positive``: ``> 0``; ``minimum``: ``>= minimum``. Bools and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise TypeError(f"scaling[{key!r}] must be a number, got {short(value)} ({type(value).__name__})")
     try:
         value = float(value)

@@ -17,7 +17,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_int, keep_mask
+from .._checks import check_bool, check_positive_int, is_real, keep_mask
 from .._compat import check_values
 from .._positions import check_ids, mask_to_positions
 from ..attend import attention
@@ -83,7 +83,7 @@ class MultiheadAttention(nn.Module):
         num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
-        if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        if not is_real(dropout) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         check_bool("causal", causal)
         check_bool("attention_sinks", attention_sinks)
@@ -336,7 +336,7 @@ class TransformerBlock(nn.Module):
         **attention: Any,
     ) -> None:
         super().__init__()
-        if not isinstance(mlp_ratio, (int, float)) or isinstance(mlp_ratio, bool) or mlp_ratio <= 0:
+        if not is_real(mlp_ratio) or mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be a positive number, got {mlp_ratio!r}")
         hidden = max(1, round(mlp_ratio * d_model))
         self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
