@@ -73,6 +73,19 @@ def test_caches_are_registered_non_persistent_buffers(entry: Entry) -> None:
             assert buffer.dtype in WIDE, f"{name} is {buffer.dtype}"
 
 
+def test_moves_and_casts_keep_the_buffers_in_order(entry: Entry) -> None:
+    """``.to()``, ``.double()`` and ``to_empty()`` after building on the meta device leave ``named_buffers()`` in
+    the order the module registered them (RoPE's cos/sin table came last after any move: code that pairs two
+    models' buffers by position, as tests/test_distributed.py's FSDP2 test does, compared the wrong ones)."""
+    built = entry.build()
+    order = [name for name, _ in built.named_buffers(remove_duplicate=False)]
+    with torch.device("meta"):
+        on_meta = entry.build()
+    for moved in (built.to("meta"), entry.build().double(), on_meta.to_empty(device="cpu")):
+        # (remove_duplicate=False: after .double() RoPE's inv_freq is its float64 frequencies, one tensor)
+        assert [name for name, _ in moved.named_buffers(remove_duplicate=False)] == order
+
+
 def test_to_meta_moves_every_tensor(entry: Entry) -> None:
     module = entry.build().to("meta")
     for name, t in (*module.named_parameters(), *module.named_buffers()):
