@@ -299,15 +299,10 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         speech,
         "RelPosXL (Transformer-XL; `relative_k_proj`, `bias_u`, `bias_v`), per layer",
     ),
+    # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
+    "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
+    "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # one table of relative keys for all its encoder's layers (its task models' prenets add input positions too)
-    # ESPnet's relative positions in every layer of both stacks (its decoder: non-autoregressive)
-    "fastspeech2_conformer": (
-        {stack: fastspeech2(f"{stack}_config") for stack in ("encoder", "decoder")},
-        {
-            "`stack='encoder'`, `'decoder'`": "RelPosXL (ESPnet's relative positions: `linear_pos`, `pos_bias_u`, "
-            "`pos_bias_v`), per layer"
-        },
-    ),
     "speecht5": (
         {
             None: speecht5,
@@ -325,15 +320,20 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             "`stack='decoder'`": "refused: its attention adds no position (its task's prenet does)",
         },
     ),
+    # ESPnet's relative positions in every layer of both stacks (its decoder: non-autoregressive)
+    "fastspeech2_conformer": (
+        {stack: fastspeech2(f"{stack}_config") for stack in ("encoder", "decoder")},
+        {
+            "`stack='encoder'`, `'decoder'`": "RelPosXL (ESPnet's relative positions: `linear_pos`, `pos_bias_u`, "
+            "`pos_bias_v`), per layer"
+        },
+    ),
     # its text encoder's attention: relative keys and values within window_size, none beyond (no rope fields)
     "vits": (
         vits,
         "ShawRelative (`emb_rel_k`, `emb_rel_v`: keys and values within `window_size` (4), none beyond, "
         "`beyond='zero'`), per layer",
     ),
-    # ... and their text stacks (stack='text_encoder', 'decoder'): M2M100's table, copied in their code
-    "seamless_m4t": _seamless(1024, "RelPosXL (`relative`, Transformer-XL), per layer"),
-    "seamless_m4t_v2": _seamless(4096, "ShawRelative (`relative_key`, left 64 / right 8), per layer"),
     # hybrids whose attention layers add no position at all: their Mamba / linear-attention layers carry the order
     # (GLM-5 Next: its indexed attention rotates no channel, qk_rope_head_dim 0, which its class requires)
     **dict.fromkeys(
