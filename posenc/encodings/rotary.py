@@ -290,11 +290,7 @@ class _Rotary(PositionalEncoding):
         return state
 
     def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, q: Tensor, k: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """The drop-in call: ``q, k = rope(q, k)``; the same as :meth:`encode_qk`."""
         return self.encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
