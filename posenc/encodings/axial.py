@@ -163,12 +163,10 @@ class _AxisRotary(_Rotary):
         if one_d and (positions.dim() == 1 or as_bt):
             positions = positions[..., None].expand(*positions.shape, a)
         if positions.dim() not in (2, 3) or positions.shape[-1] != a:
-            accepted = f"(seq, {a}) or (batch, seq, {a})" + (
-                ", or (seq,)/(batch, seq) on every axis" if one_d else ""
-            )
+            also = ", or (seq,)/(batch, seq) on every axis" if one_d else ""
             raise ValueError(
-                f"{name} must have shape {accepted} for {type(self).__name__} with {a} axes, "
-                f"got {tuple(positions.shape)}"
+                f"{name} must have shape (seq, {a}) or (batch, seq, {a}){also} for {type(self).__name__} "
+                f"with {a} axes, got {tuple(positions.shape)}"
             )
         if positions.shape[-2] != length:
             raise ValueError(
@@ -341,8 +339,7 @@ class AxialRoPE(_AxisRotary):
             min_period=min_period,
             max_period=max_period,
         )
-        self.min_period = None if min_period is None else float(min_period)
-        self.max_period = None if max_period is None else float(max_period)
+        self.min_period, self.max_period = (None if p is None else float(p) for p in (min_period, max_period))
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.num_axes = head_dim, len(self.axes_dim)
         # the base and the rotated width; the frequencies of each axis are axial_frequencies'
