@@ -143,8 +143,7 @@ def grid_positions(
         if kind == "pixel":
             axes.append(torch.linspace(-1.0, 1.0, s, dtype=torch.float64, device=device))
         elif kind == "center":
-            centres = torch.arange(0.5, s, dtype=torch.float64, device=device)
-            axes.append(2.0 * centres / (span or s) - 1.0)
+            axes.append(2.0 * torch.arange(0.5, s, dtype=torch.float64, device=device) / (span or s) - 1.0)
         elif ref_grid is not None:
             axes.append(torch.arange(s, dtype=torch.float64, device=device) * (ref_grid[i] / s))
         else:
@@ -154,8 +153,8 @@ def grid_positions(
     if m > 1:  # (..., h, w, a) -> (..., h/m, w/m, m, m, a): each block's cells together
         if len(sizes) < 2 or sizes[-2] % m or sizes[-1] % m:
             raise ValueError(f"merge_size={m} must divide the last two sizes of grid={tuple(sizes)}")
-        blocks = coords.unflatten(-3, (-1, m)).unflatten(-2, (-1, m))  # (..., h/m, m, w/m, m, a)
-        coords = blocks.transpose(-4, -3)
+        # (..., h/m, m, w/m, m, a), its two block axes then swapped
+        coords = coords.unflatten(-3, (-1, m)).unflatten(-2, (-1, m)).transpose(-4, -3)
     coords = coords.reshape(-1, len(sizes))
     if shift is not None or jitter is not None or rescale is not None:
         coords = _augment(coords, shift, jitter, rescale, generator)
@@ -293,8 +292,7 @@ def axial_frequencies(
     # each axis's pairs in one block, in every layout but "cycle" (reordered below)
     axis = torch.tensor([j for j, d in enumerate(widths) for _ in range(d // 2)], device=where)
     if axis_layout == "alternate":  # one set over the whole width: frequency i to axis i mod n
-        r = sum(widths)
-        every = frequencies(r // 2, r)
+        every = frequencies(sum(widths) // 2, sum(widths))
         inv_freq = torch.cat([every[j::n] for j in range(n)])
     else:
         inv_freq = torch.cat([frequencies(d // 2, d) for d in widths])
