@@ -244,10 +244,8 @@ def resolve_rope_scaling(
     head_dim = check_positive_int("head_dim", head_dim)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even (RoPE rotates channel pairs), got {head_dim}")
-    if base is not None:
-        base = check_positive_float("base", base)
-    if max_len is not None:
-        max_len = check_positive_int("max_len", max_len)
+    base = None if base is None else check_positive_float("base", base)
+    max_len = None if max_len is None else check_positive_int("max_len", max_len)
     if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(
             f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}} or None, got {type(scaling).__name__}"
