@@ -115,8 +115,8 @@ class MRoPE(_AxisRotary):
                     f"scaling['mrope_interleaved']={flag!r} conflicts with interleaved={interleaved!r}; "
                     f"pass interleaved={bool(flag)!r} for the sections the dict describes"
                 )
-            legacy = rope_type_of(rest) == "mrope"  # Qwen2-VL's legacy {"type": "mrope"}
-            dropped = _MROPE_KEYS + (("type", "rope_type") if legacy else ())
+            # Qwen2-VL's legacy {"type": "mrope"}: M-RoPE itself, not a rope type
+            dropped = _MROPE_KEYS + (("type", "rope_type") if rope_type_of(rest) == "mrope" else ())
             rest = {k: v for k, v in rest.items() if k not in dropped}
         self.params = resolve_rope_scaling(rest, head_dim=head_dim, base=base, max_len=max_len)
         if self.params.query_scale_beta:
