@@ -292,8 +292,7 @@ def resolve_rope_scaling(
                 "or max_len"
             )
         common |= {"query_scale_beta": beta, "query_scale_len": trained}
-    unread = sorted(set(scaling) - reads)
-    if unread:
+    if unread := sorted(set(scaling) - reads):
         warnings.warn(
             f"scaling: rope_type={rope_type!r} does not read the key(s) {unread}; they are ignored "
             f"(it reads {sorted(reads - {'type', 'llama_4_scaling_beta'})})",
