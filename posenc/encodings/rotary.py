@@ -106,8 +106,7 @@ class RotaryState(PositionState):
             layout, key = enc.layout, (side, role if enc.by_role else "", x.dtype)
             rows = self._cache.get(key)
             if rows is None:  # RoPE's half layout: a view of its table (in x's dtype); else from the rows
-                plain = layout == "half" and not enc.by_role
-                wide = enc._table_rows(self, side, x.dtype) if plain else None
+                wide = enc._table_rows(self, side, x.dtype) if layout == "half" and not enc.by_role else None
                 if wide is None:
                     rows = eager_rows(*self._rows(side, role, x.dtype), x.dtype, layout)
                 else:
@@ -119,9 +118,8 @@ class RotaryState(PositionState):
             # (in place: a partial rotation's output is a new tensor)
             scale = enc._scale(self, side, role, x.dtype).to(x.dtype)  # type: ignore[union-attr]
             scale = scale[:, None] if scale.dim() == 3 else scale  # (b, t, 1) -> (b, 1, t, 1)
-            begin, end = enc.rotary_offset, enc.rotary_offset + enc.rotary_dim
-            out[..., :begin].mul_(scale)
-            out[..., end:].mul_(scale)
+            out[..., : enc.rotary_offset].mul_(scale)
+            out[..., enc.rotary_offset + enc.rotary_dim :].mul_(scale)
         return out
 
     def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
