@@ -93,8 +93,7 @@ def _permute_heads(
         head_dim, rotary_dim, to=to, rotary_offset=rotary_offset, device=weight.device
     )
     # (h*dh, ...) -> (h, dh, ...): re-order channels within each head, then flatten back.
-    per_head = weight.reshape(num_heads, head_dim, *weight.shape[1:])
-    return per_head.index_select(1, perm).reshape(weight.shape)
+    return weight.reshape(num_heads, head_dim, *weight.shape[1:]).index_select(1, perm).reshape(weight.shape)
 
 
 def interleaved_to_half(
