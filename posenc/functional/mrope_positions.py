@@ -314,9 +314,8 @@ def _host_tokens(
         at = tuple(bad.nonzero()[0].tolist())
         value = int(types[at])
         *names, last = ["0 (text)", "1 (image)", "2 (video)", "3 (audio)"][: top + 1]
-        accepted = f"{', '.join(names)} or {last}"
         hint = " (audio tokens are the Omni models': give position_id_per_seconds)" if value == AUDIO else ""
-        raise ValueError(f"token_types must hold {accepted}, got {value} at {at}{hint}")
+        raise ValueError(f"token_types must hold {', '.join(names)} or {last}, got {value} at {at}{hint}")
     shape = tuple(types.shape)
     if attention_mask is None:
         keep = torch.ones(shape, dtype=torch.bool)
