@@ -323,15 +323,13 @@ class PositionalEncoding(nn.Module):
         # angles and biases at large positions would be wrong. Values are recomputed, not
         # converted, whenever the dtype changes or the source is the meta device (to_empty()).
         caches = {n: buf for n in self.cache_names if (buf := self._buffers.get(n)) is not None}
-        order = list(self._buffers)
-        for name in caches:
-            del self._buffers[name]
+        # None while the rest is converted: nn.Module._apply skips None buffers, and each cache keeps its
+        # place, so named_buffers() keeps its registered order through .to() (the FSDP2 test pairs them)
+        self._buffers.update(dict.fromkeys(caches))
         try:
             super()._apply(fn, recurse)
         finally:
             self._buffers.update(caches)
-            for name in order:  # (in their registered order again: named_buffers() did not change with .to())
-                self._buffers[name] = self._buffers.pop(name)
         if not caches:
             return self
         ref = next(iter(caches.values()))
