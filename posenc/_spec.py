@@ -32,12 +32,6 @@ _MAX_SPEC_DEPTH = 20
 _STRING = re.compile(r"'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"", re.S)
 
 
-def _bracket_depth(text: str) -> int:
-    """The deepest nesting of ``([{`` in ``text``, outside string literals."""
-    steps = ((c in "([{") - (c in ")]}") for c in _STRING.sub("", text))
-    return max(itertools.accumulate(steps), default=0)
-
-
 def _unparse(node: ast.AST) -> str:
     try:
         return short(ast.unparse(node))
@@ -60,8 +54,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     where = f"position encoding spec {short(spec)}"
     if len(text) > _MAX_SPEC_LENGTH:
         raise ValueError(f"{where} is too long: {len(text)} characters, the limit is {_MAX_SPEC_LENGTH}")
-    depth = _bracket_depth(text)
-    if depth > _MAX_SPEC_DEPTH:
+    # the deepest nesting of ([{ outside string literals
+    steps = ((c in "([{") - (c in ")]}") for c in _STRING.sub("", text))
+    if (depth := max(itertools.accumulate(steps), default=0)) > _MAX_SPEC_DEPTH:
         raise ValueError(f"{where} nests brackets {depth} deep; the limit is {_MAX_SPEC_DEPTH}")
     try:
         node = ast.parse(text, mode="eval").body
@@ -146,7 +141,7 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         return None
     where = f"{path}={short(value)}"
     origin, args = typing.get_origin(ann), typing.get_args(ann)
-    base = origin or ann
+    base = type(None) if ann is None else origin or ann
     if origin is Literal:
         ok = any(value == choice and type(value) is type(choice) for choice in args)
         return None if ok else (depth, where, f"one of {list(args)}", "")
@@ -162,8 +157,6 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         choices = literal_choices(ann)
         return depth, where, type_name(ann) + (f" (one of {choices})" if choices else ""), ""
     wrong = (depth, where, type_name(ann), "")
-    if ann is None:
-        base = type(None)
     if not isinstance(base, type):
         # An annotation that could not be resolved, a type variable, a special form: accepted
         # here, and the constructor checks its own argument.
