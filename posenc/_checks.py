@@ -172,8 +172,7 @@ def allocate(
     if numel >= 2**62:  # past what torch can even describe
         raise ValueError(f"{what}: the table would have over 2**62 elements, more than any device can hold")
     size = numel * torch.empty(0, dtype=dtype).element_size()
-    on_cpu = device is None or torch.device(device).type == "cpu"
-    if on_cpu and size > _physical_memory():
+    if (device is None or torch.device(device).type == "cpu") and size > _physical_memory():
         raise ValueError(
             f"{what}: a table of shape {shape} ({size / 2**30:.3g} GiB) is larger than this machine's memory"
         )
