@@ -223,10 +223,9 @@ def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup
 
     def describe(r: int) -> str:
         # only where check_values may read values (a CPU tensor); one row per tensor
-        entries = zip(named, rows[r].view(len(named), -1).tolist(), strict=True)
         return ", ".join(
             f"{name}=None" if code == -1 else f"{name} {tuple(shape[:n])} {(*_DTYPES, 'other')[code]}"
-            for name, (n, code, *shape) in entries
+            for name, (n, code, *shape) in zip(named, rows[r].view(len(named), -1).tolist(), strict=True)
         )
 
     def detail() -> str:
