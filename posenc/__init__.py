@@ -55,8 +55,7 @@ _HOME: dict[str, str] = {
     "mask_to_positions": "_positions",
     "attention": "attend",
     "document_positions": "masking",
-    "from_hf_config": "hf",
-    "from_hf_model": "hf",
+    **dict.fromkeys(("from_hf_config", "from_hf_model"), "hf"),
     "mrope_positions": "functional",
     **dict.fromkeys(("Spec", "available", "build", "describe", "register"), "registry"),
     **{sub: sub for sub in ("distributed", "functional", "hf", "nn", "registry")},
@@ -69,8 +68,7 @@ _REQUIRED = ("torch", "einops")
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
+    if (home := _HOME.get(name)) is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
         module = importlib.import_module(f".{home}", __name__)

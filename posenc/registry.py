@@ -180,8 +180,7 @@ def lookup(name: str) -> type[PositionalEncoding]:
     if not isinstance(name, str):
         raise TypeError(f"an encoding name must be a string, got {type(name).__name__}")
     key = name.strip().lower()
-    cls = _REGISTRY.get(key)
-    if cls is None:
+    if (cls := _REGISTRY.get(key)) is None:
         known = available()
         close = difflib.get_close_matches(key, known, n=1) if len(key) <= 100 else []
         hint = f" Did you mean {close[0]!r}?" if close else ""
