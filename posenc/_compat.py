@@ -24,9 +24,7 @@ def is_tracing() -> bool:
     return bool(torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
-_ACCELERATOR_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "posenc_accelerator_paths", default=False
-)
+_ACCELERATOR_PATHS = contextvars.ContextVar("posenc_accelerator_paths", default=False)
 
 
 def can_sync(t: Tensor | torch.device) -> bool:
