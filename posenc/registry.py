@@ -102,8 +102,7 @@ def register(name: str, *aliases: str) -> Callable[[E], E]:
             )
         with _LOCK:
             for n in names:
-                old = _REGISTRY.get(n, cls)
-                if old is not cls:
+                if (old := _REGISTRY.get(n, cls)) is not cls:
                     raise ValueError(
                         f"register: cannot register {_qualified(cls)} as {n!r}: that name is already registered "
                         f"to {_qualified(old)} (names: {', '.join(_names_of(old))}). Choose another name, or "
@@ -194,10 +193,9 @@ def _options(cls: type[PositionalEncoding]) -> dict[str, inspect.Parameter]:
     """The options ``cls`` accepts, each with its default and its resolved annotation: what
     :func:`build` checks and fills, and what :func:`describe` lists."""
     hints = type_hints(cls)
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     return {
         p.name: p.replace(annotation=hints.get(p.name, p.annotation))
-        for p in params
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in ("device", "dtype")
     }
 
