@@ -140,11 +140,8 @@ class Sinusoidal(PositionalEncoding):
             or positions.dtype == torch.bool
         ):
             raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
-        check_values(
-            positions >= 0,
-            "positions must be non-negative",
-            lambda: f"positions must be non-negative, got minimum {int(positions.min())}",
-        )
+        message = "positions must be non-negative"
+        check_values(positions >= 0, message, lambda: f"{message}, got minimum {int(positions.min())}")
         dtype = dtype or self._table.dtype
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -186,6 +183,5 @@ class Sinusoidal(PositionalEncoding):
         wide = torch.float64 if x.dtype == torch.float64 else self._table.dtype
         if positions is not None:
             positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
-        pe = self._encodings(positions, x.shape[1], wide)
         # One cast of the (t, d) table, not of the (b, t, d) sum.
-        return x + pe.to(x.dtype)
+        return x + self._encodings(positions, x.shape[1], wide).to(x.dtype)

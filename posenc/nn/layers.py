@@ -71,25 +71,24 @@ class MultiheadAttention(nn.Module):
         attention_sinks: bool = False,
     ) -> None:
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_heads = check_positive_int("num_heads", num_heads)
         if head_dim is None:
             if d_model % num_heads != 0:
                 raise ValueError(
                     f"d_model={d_model} must be a multiple of num_heads={num_heads} (or pass head_dim explicitly)"
                 )
             head_dim = d_model // num_heads
-        check_positive_int("head_dim", head_dim)
+        self.head_dim = check_positive_int("head_dim", head_dim)
         num_kv_heads = num_heads if num_kv_heads is None else check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
         if not is_real(dropout) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-        check_bool("causal", causal)
+        self.causal = check_bool("causal", causal)
         check_bool("attention_sinks", attention_sinks)
         self.window = check_window(window)
-        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
-        self.head_dim, self.causal, self.dropout = head_dim, causal, float(dropout)
+        self.num_kv_heads, self.dropout = num_kv_heads, float(dropout)
         dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
         # build() ignores the sizes that are None (max_len)
         self.encoding = None if position is None else build(position, **dims)

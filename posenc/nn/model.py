@@ -94,20 +94,17 @@ class TransformerLM(nn.Module):
         attention_sinks: bool = False,
     ) -> None:
         super().__init__()
-        check_positive_int("vocab_size", vocab_size)
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
         #: The factor on the token embeddings' output, or ``None`` (see the class docstring).
         self.embed_scale = None if embed_scale is None else check_positive_float("embed_scale", embed_scale)
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_layers", num_layers)
-        check_positive_int("num_heads", num_heads)
-        if max_len is not None:
-            check_positive_int("max_len", max_len)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.max_len = None if max_len is None else check_positive_int("max_len", max_len)
         if d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}")
-        check_bool("causal", causal)
+        self.causal = check_bool("causal", causal)
         check_bool("tie_embeddings", tie_embeddings)
-        self.vocab_size, self.d_model, self.num_layers = vocab_size, d_model, num_layers
-        self.num_heads, self.max_len, self.causal = num_heads, max_len, causal
         self.windows = layer_windows(window, num_layers)
         specs = layer_specs(position, num_layers)
         keys = [spec_key(spec) for spec in specs]  # equal specs share one encoding
@@ -210,13 +207,11 @@ class TransformerLM(nn.Module):
             ``(b, t, v)`` logits.
         """
         _check_ids(input_ids)
+        message = f"input_ids must lie in [0, vocab_size={self.vocab_size})"
         check_values(
             (input_ids >= 0) & (input_ids < self.vocab_size),
-            f"input_ids must lie in [0, vocab_size={self.vocab_size})",
-            lambda: (
-                f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values from "
-                f"{int(input_ids.min())} to {int(input_ids.max())}"
-            ),
+            message,
+            lambda: f"{message}, got values from {int(input_ids.min())} to {int(input_ids.max())}",
         )
         if cache is not None:
             cache.bind(self.num_layers)
@@ -231,8 +226,7 @@ class TransformerLM(nn.Module):
         if self.encoding is not None:
             # Default positions stay None for the additive encoding: it then slices its cache, and
             # under torch.compile a learned table still checks the length (explicit positions are data).
-            input_positions = None if states[0].q_start == 0 else states[0].q_positions
-            x = self.encoding.encode_input(x, input_positions)
+            x = self.encoding.encode_input(x, None if states[0].q_start == 0 else states[0].q_positions)
         x = self.embed_dropout(x)
         shared = dict(attention_mask=key_mask, cache=cache, document_ids=document_ids)
         for i, block in enumerate(self.blocks):
