@@ -106,8 +106,7 @@ class Learned2D(PositionalEncoding):
 
     def table(self, grid: int | tuple[int, int] | list[int] | None = None) -> Tensor:
         """The ``(p + H*W, d)`` rows added to a flat input on ``grid`` (default: the table's grid)."""
-        new = self.grid_size if grid is None else patch_grid("grid", grid)
-        return self._resampled(new, self.interpolate)
+        return self._resampled(self.grid_size if grid is None else patch_grid("grid", grid), self.interpolate)
 
     def _resampled(self, new: tuple[int, ...], interpolate: bool) -> Tensor:
         (h, w), (nh, nw), p = self.grid_size, new, self.num_prefix_tokens

@@ -179,8 +179,7 @@ def sinusoidal_2d_table(
     if not isinstance(dim, int) or dim < 4 or dim % 4:
         raise ValueError(f"dim must be divisible by 4 (sin and cos for rows and columns), got {dim!r}")
     check_choice("order", order, ("mae", "timm", "timm_interleaved"))
-    rows = torch.arange(height, dtype=dtype, device=device)
-    cols = torch.arange(width, dtype=dtype, device=device)
+    rows, cols = (torch.arange(n, dtype=dtype, device=device) for n in (height, width))
     row_of, col_of = torch.meshgrid(rows, cols, indexing="ij")  # (h, w) each
     axes = (col_of, row_of) if order == "mae" else (row_of, col_of)
     # each axis's 1D [sin | cos] table of width dim/2 (base ** (-i / (dim / 4))): (n, 2 axes, dim/2)
