@@ -207,7 +207,24 @@ def attention(
             ``backend``/``chunk_size``/``window``, ``sinks`` not of shape ``(h,)``, positions given
             with a state, positions, masks, ids or ``sinks`` on another device than ``q``, or ``backend="flex"`` where it cannot run.
     """
-    _check_inputs(q, k, v, encoding, attn_mask, dropout_p, scale, backend, chunk_size, sinks)
+    _check_inputs(q, k, v, encoding, attn_mask)
+    # the options
+    if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if scale is not None and (not is_real(scale) or not math.isfinite(scale) or scale <= 0):
+        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
+    check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
+    ):
+        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+    if sinks is not None and (not isinstance(sinks, Tensor) or not sinks.is_floating_point()):
+        kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
+    if sinks is not None and tuple(sinks.shape) != (q.shape[1],):  # shapes only: no host sync
+        raise ValueError(
+            f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
+        )
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
@@ -229,11 +246,9 @@ def attention(
             k_positions = document_positions(k_doc)
             if q_document_ids is None:
                 q_positions = k_positions[..., tk - tq :]
+        placed = q_document_ids is None or q_positions is not None or isinstance(encoding, PositionState)
         hooks = getattr(encoding, "overridden_hooks", frozenset[str]()) - {"encode_input"}
-        unplaced = (
-            q_document_ids is not None and q_positions is None and not isinstance(encoding, PositionState)
-        )
-        if unplaced and (causal or window is not None or hooks):
+        if not placed and (causal or window is not None or hooks):
             # (queries given their own documents are not the last tq keys, which default positions take them for)
             raise ValueError(
                 f"q_document_ids places the {tq} queries apart from the keys, but their positions are not given: "
@@ -301,8 +316,7 @@ def attention(
         # Traced, a learned bias takes the dense path: as_strided's backward specialises lengths.
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
             # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
-            chunked = vis.positional or sinks is not None
-            rows = (chunk_size or TOEPLITZ_CHUNK) if chunked else tq
+            rows = (chunk_size or TOEPLITZ_CHUNK) if vis.positional or sinks is not None else tq
             return _toeplitz(q, k, v, values, vis, soft, rows)
     # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
     # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
@@ -331,20 +345,9 @@ def _full_bias(state: PositionState) -> PositionState:
     return state
 
 
-def _check_inputs(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    encoding: Encoding,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    scale: float | None,
-    backend: str,
-    chunk_size: int | None,
-    sinks: Tensor | None,
-) -> None:
-    """The argument checks of :func:`attention`, each error naming the argument and the value (devices:
-    in :func:`attention`; ``sinks``: shapes only, no host sync)."""
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, encoding: Encoding, attn_mask: Tensor | None) -> None:
+    """The tensor checks of :func:`attention`, each error naming the argument and the value (devices, the
+    options and ``sinks``: in :func:`attention`)."""
     check_qk(q, k)
     check_float_tensor("v", v, rank=4, shape="(batch, heads, seq, head_dim)")
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -379,22 +382,6 @@ def _check_inputs(
                 f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
                 f"(seq_q, seq_k) mask as mask[None, None]"
             )
-    if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (not is_real(scale) or not math.isfinite(scale) or scale <= 0):
-        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
-    check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
-    if chunk_size is not None and (
-        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
-    ):
-        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-    if sinks is not None and (not isinstance(sinks, Tensor) or not sinks.is_floating_point()):
-        kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
-        raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
-    if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
-        raise ValueError(
-            f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
-        )
 
 
 def _state(
