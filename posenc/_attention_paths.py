@@ -115,9 +115,8 @@ def over_query_chunks(
         if hi <= lo:  # these queries see no key
             outs.append(q.new_zeros(q.shape[0], q.shape[1], end - start, v.shape[-1]))
             continue
-        qs, ks = slice(start, end), slice(lo, hi)
-        one_chunk = chunk_fn(qs, ks)
-        args = (q[:, :, qs], k[:, :, ks], v[:, :, ks])
+        one_chunk = chunk_fn(slice(start, end), slice(lo, hi))
+        args = (q[:, :, start:end], k[:, :, lo:hi], v[:, :, lo:hi])
         if grad:
             outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
         else:
@@ -144,8 +143,7 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, soft: Softmax) -
         rows = mask.shape[0]
         column = sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)
         mask = torch.cat([mask.to(dtype).expand(rows, h, tq, tk), column], dim=-1)
-        k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[3])], dim=2)
-        v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[3])], dim=2)
+        k, v = (torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k, v))
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=soft.dropout_p, scale=soft.scale, enable_gqa=heads_differ(q, k)
     )
