@@ -316,13 +316,11 @@ class ContentBiasState(PositionState):
         low, high = (per_distance.new_full((), x, dtype=torch.long) for x in (lo, hi))
         q_pos, k_pos = _rows_of(self.q_positions), _rows_of(self.k_positions)
 
-        def by_distance_score_mod(
-            score: Tensor, bi: Tensor, head: Tensor, q_idx: Tensor, kv_idx: Tensor
-        ) -> Tensor:
-            row = torch.clamp(k_pos(bi, kv_idx) - q_pos(bi, q_idx), low, high) - low
-            value = term(bi, head, q_idx, row)
+        def by_distance_score_mod(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+            row = torch.clamp(k_pos(b, j) - q_pos(b, i), low, high) - low
+            value = term(b, h, i, row)
             if keys is not None:
-                value = value + keys(bi, head, q_idx, kv_idx)
+                value = value + keys(b, h, i, j)
             return score + value.to(score.dtype)
 
         return by_distance_score_mod
