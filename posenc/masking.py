@@ -23,6 +23,7 @@ Shape key: ``b`` batch, ``tq`` queries, ``tk`` keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -228,13 +229,10 @@ class Visibility:
         if self.q_doc is not None and can_sync(self.q_doc) and self.tq > 1:
             changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
             breaks = (changed.nonzero().flatten() + 1).tolist()
-        out, start = [], 0
-        for cut in [*breaks, self.tq]:  # ascending, each > 0
-            while start < cut:
-                end = min(start + chunk, cut)
-                out.append((start, end, *self.visible_range(start, end)))
-                start = end
-        return out
+        # chunks of at most `chunk` rows between the breaks (ascending, each in 1..tq-1)
+        bounds = pairwise([0, *breaks, self.tq])
+        spans = [(s, min(s + chunk, cut)) for first, cut in bounds for s in range(first, cut, chunk)]
+        return [(s, e, *self.visible_range(s, e)) for s, e in spans]
 
     def visible_range(self, start: int, end: int) -> tuple[int, int]:
         """The keys ``[lo, hi)`` outside which query rows ``[start, end)`` see nothing.
