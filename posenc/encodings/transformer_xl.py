@@ -109,9 +109,7 @@ class RelPosXLState(ContentBiasState):
         Returns:
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
-        if self._from_angles():
-            return self.bias_from_angles(q, k)
-        return super().attention_bias(q, k)
+        return self.bias_from_angles(q, k) if self._from_angles() else super().attention_bias(q, k)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         """FlexAttention's form; with explicit positions where no value may be read, the dense term
