@@ -198,11 +198,7 @@ class ShawRelative(PositionalEncoding):
         return self.max_distance + zero, self.right + zero
 
     def forward(
-        self,
-        scores: Tensor,
-        q: Tensor,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
+        self, scores: Tensor, q: Tensor, q_positions: Tensor | None = None, k_positions: Tensor | None = None
     ) -> Tensor:
         """The drop-in call for hand-written attention: ``scores + q·a^K / sqrt(dh)``.
 

@@ -68,11 +68,7 @@ def check_relative_bucket_options(num_buckets: int, max_distance: int, bidirecti
 
 
 def relative_position_bucket(
-    relative_position: Tensor,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
+    relative_position: Tensor, *, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128
 ) -> Tensor:
     """T5's bucket of each relative position ``k_pos - q_pos`` (memory minus context position).
 
@@ -106,8 +102,7 @@ def relative_position_bucket(
     is_small = distance < max_exact
     # Where the distance is small the log branch is discarded; clamping to max_exact keeps it
     # finite (log(0) = -inf cast to long is undefined) without changing any kept value.
-    log_ratio = torch.log(distance.clamp_min(max_exact).float() / max_exact) / math.log(
-        max_distance / max_exact
-    )
+    ratio = distance.clamp_min(max_exact).float() / max_exact
+    log_ratio = torch.log(ratio) / math.log(max_distance / max_exact)
     if_large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp_max(num_buckets - 1)
     return offset + torch.where(is_small, distance, if_large)
