@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from einops import rearrange
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ._compat import is_tracing, precise_dtype
 from .masking import Visibility, visible
@@ -117,10 +117,7 @@ def over_query_chunks(
             continue
         one_chunk = chunk_fn(slice(start, end), slice(lo, hi))
         args = (q[:, :, start:end], k[:, :, lo:hi], v[:, :, lo:hi])
-        if grad:
-            outs.append(torch.utils.checkpoint.checkpoint(one_chunk, *args, use_reentrant=False))
-        else:
-            outs.append(one_chunk(*args))
+        outs.append(checkpoint(one_chunk, *args, use_reentrant=False) if grad else one_chunk(*args))
     if not outs:  # no queries
         return q.new_zeros(q.shape[0], q.shape[1], 0, v.shape[-1])
     return torch.cat(outs[::-1], dim=2)
@@ -217,12 +214,10 @@ def _toeplitz(
 
     def chunk_fn(qs: slice, ks: slice) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         # Not slice.indices(): it would specialise symbolic lengths under torch.compile.
-        end, lo = tq if qs.stop is None else qs.stop, ks.start or 0
+        start, end = qs.start or 0, tq if qs.stop is None else qs.stop
+        lo, hi = ks.start or 0, tk if ks.stop is None else ks.stop
         strip = values[:, tq - end + lo :]  # from the entry of (last row, key lo)
-        mask = strip.as_strided(
-            (1, values.shape[0], end - (qs.start or 0), (tk if ks.stop is None else ks.stop) - lo),
-            (0, strip.stride(0), 1, 1),
-        )
+        mask = strip.as_strided((1, values.shape[0], end - start, hi - lo), (0, strip.stride(0), 1, 1))
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, soft).flip(2)
 
     # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
