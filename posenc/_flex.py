@@ -84,8 +84,7 @@ def _recompile_limit() -> Any:
 
     if is_compiling():  # the user's compile: its own limits
         return contextlib.nullcontext()
-    limit = max(RECOMPILE_LIMIT, dynamo_config.recompile_limit)
-    return dynamo_config.patch(recompile_limit=limit)
+    return dynamo_config.patch(recompile_limit=max(RECOMPILE_LIMIT, dynamo_config.recompile_limit))
 
 
 def flex_block_mask(vis: Visibility, batch: int, heads: int) -> Any | None:

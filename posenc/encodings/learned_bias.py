@@ -151,8 +151,7 @@ class FIRE(PositionBias):
         self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
     ) -> None:
         for name in ("c", "L_multiplier"):  # a 0-d value (the authors' layout, older posenc) -> (1,)
-            value = state_dict.get(prefix + name)
-            if isinstance(value, Tensor) and value.dim() == 0:
+            if isinstance(value := state_dict.get(prefix + name), Tensor) and value.dim() == 0:
                 state_dict[prefix + name] = value.reshape(1)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
