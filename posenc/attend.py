@@ -208,23 +208,8 @@ def attention(
             with a state, positions, masks, ids or ``sinks`` on another device than ``q``, or ``backend="flex"`` where it cannot run.
     """
     _check_inputs(q, k, v, encoding, attn_mask)
-    # the options
-    if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if scale is not None and (not is_real(scale) or not math.isfinite(scale) or scale <= 0):
-        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
-    check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
-    if chunk_size is not None and (
-        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
-    ):
-        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-    if sinks is not None and (not isinstance(sinks, Tensor) or not sinks.is_floating_point()):
-        kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
-        raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
-    if sinks is not None and tuple(sinks.shape) != (q.shape[1],):  # shapes only: no host sync
-        raise ValueError(
-            f"sinks must have shape (heads,) = ({q.shape[1]},), one logit per query head, got {tuple(sinks.shape)}"
-        )
+    soft = Softmax(scale, dropout_p, sinks)
+    _check_options(soft, backend, chunk_size, q.shape[1])
     check_bool("causal", causal)
     check_bool("qk_encoded", qk_encoded)
     window = check_window(window)
@@ -290,7 +275,7 @@ def attention(
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
     if not qk_encoded:
         q, k = state.encode_qk(q, k)
-    form, soft = state.bias_form, Softmax(scale, dropout_p, sinks)
+    form = state.bias_form
     budget = BIAS_BUDGET_BYTES.get(q.device.type, BIAS_BUDGET_BYTES["cpu"])
     if state.has_value_term:
         if backend == "flex":
@@ -346,8 +331,8 @@ def _full_bias(state: PositionState) -> PositionState:
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, encoding: Encoding, attn_mask: Tensor | None) -> None:
-    """The tensor checks of :func:`attention`, each error naming the argument and the value (devices, the
-    options and ``sinks``: in :func:`attention`)."""
+    """The tensor checks of :func:`attention`, each error naming the argument and the value (devices: in
+    :func:`attention`; the options and ``sinks``: :func:`_check_options`)."""
     check_qk(q, k)
     check_float_tensor("v", v, rank=4, shape="(batch, heads, seq, head_dim)")
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -382,6 +367,28 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, encoding: Encoding, attn_mask
                 f"got shape {shape}; pass a (batch, seq_k) padding mask as mask[:, None, None, :] and a "
                 f"(seq_q, seq_k) mask as mask[None, None]"
             )
+
+
+def _check_options(soft: Softmax, backend: str, chunk_size: int | None, heads: int) -> None:
+    """The option checks of :func:`attention` (``soft.sinks``: type and shape only, no host sync; ``heads``:
+    the queries')."""
+    scale, dropout_p, sinks = soft
+    if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if scale is not None and (not is_real(scale) or not math.isfinite(scale) or scale <= 0):
+        raise ValueError(f"scale must be None or a positive finite float, got {scale!r}")
+    check_choice("backend", backend, ("auto", "sdpa", "chunked", "flex"))
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
+    ):
+        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+    if sinks is not None and (not isinstance(sinks, Tensor) or not sinks.is_floating_point()):
+        kind = f"dtype {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise TypeError(f"sinks must be None or a float tensor of shape (heads,), got {kind}")
+    if sinks is not None and tuple(sinks.shape) != (heads,):
+        raise ValueError(
+            f"sinks must have shape (heads,) = ({heads},), one logit per query head, got {tuple(sinks.shape)}"
+        )
 
 
 def _state(
