@@ -638,8 +638,24 @@ def _table_gives_no_rotation(model_type: str, config: Any) -> bool:
         return False
 
 
-def check_model_type(model_type: str) -> tuple[str, str]:
+def _with_scaling(params: Any, rope: dict[str, Any]) -> Any:
+    """``params`` (a RoPE dict, or one per layer type) with ``rope`` merged into each ``"default"`` one."""
+    if (
+        isinstance(params, dict)
+        and "rope_type" not in params
+        and any(isinstance(v, dict) or v is None for v in params.values())
+    ):
+        return {name: _with_scaling(one, rope) for name, one in params.items()}
+    if not isinstance(params, dict) or params.get("rope_type", "default") != "default":
+        return params
+    return {**params, **rope}
+
+
+def check_model_type(model_type: str, rope: dict[str, Any] | None = None) -> tuple[str, str]:
     """``(outcome, detail)`` for one model type, or ``("", "")`` when it has neither a text rotary embedding nor an axial vision one.
+
+    ``rope`` (a scaling, ``{"rope_type": "yarn", ...}``) is merged into each ``"default"`` RoPE dict of the built text
+    config (one per layer type where it has several) before the model's rotary and posenc read it.
 
     The outcome is one of :data:`OUTCOMES`; the detail is the reason (refused, mismatched, not
     built), or for matched how posenc converts the config: ``"table"`` (a model type of
@@ -697,6 +713,8 @@ def check_model_type(model_type: str) -> tuple[str, str]:
             except Exception:  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types)
                 config = config_class(**fit)  # its defaults
         text = config.get_text_config()
+        if rope is not None:
+            text.rope_parameters = _with_scaling(text.rope_parameters, rope)
     except Exception as err:
         return "not built", f"config: {type(err).__name__}: {str(err)[:80]}"
     used = used or _used_rotary(module, type(text))  # (a composite config: the rotary of its text model)
@@ -844,13 +862,15 @@ def resolve_math_kernels() -> None:
             op(one)
 
 
-def survey(model_types: Iterable[str] | None = None) -> dict[str, tuple[str, str]]:
+def survey(
+    model_types: Iterable[str] | None = None, rope: dict[str, Any] | None = None
+) -> dict[str, tuple[str, str]]:
     """:func:`check_model_type` of every model type of the installed transformers (or of ``model_types``),
-    for those with a text rotary embedding or an axial vision one."""
+    for those with a text rotary embedding or an axial vision one; ``rope``: as there."""
     resolve_math_kernels()
     results = {}
     for model_type in CONFIG_MAPPING_NAMES if model_types is None else model_types:
-        outcome, detail = check_model_type(model_type)
+        outcome, detail = check_model_type(model_type, rope)
         if outcome:
             results[model_type] = (outcome, detail)
     return results

@@ -42,6 +42,31 @@ def test_every_model_with_a_text_rotary_embedding() -> None:
         assert text == REPORT.read_text(encoding="utf-8"), f"{REPORT} is stale: python tests/hf/test_zoo.py"
 
 
+#: Scalings written into every text model's default RoPE dict (tiny configs: 64 positions, 16 trained)
+_SCALINGS = {
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+}
+
+
+@pytest.mark.parametrize("scaling", sorted(_SCALINGS))
+def test_every_model_with_a_scaling_in_its_rope_dict(scaling: str) -> None:
+    """The zoo again with YaRN / Llama 3 scaling in each text config (by rule and by table): the frequencies and
+    attention factor each model's own rotary computes from the dict, or a refusal."""
+    results = survey(rope=_SCALINGS[scaling])
+    mismatched = {t: d for t, (o, d) in results.items() if o == "mismatched"}
+    assert not mismatched, mismatched
+    assert Counter(o for o, _ in results.values())["matched"] >= 250
+    # (the dict reached the configs: models whose code takes the default type alone say so, as does posenc)
+    assert any(scaling in detail for outcome, detail in results.values() if outcome != "matched")
+
+
 @pytest.mark.parametrize(
     ("model_type", "outcome", "detail"),
     [
