@@ -713,7 +713,7 @@ def check_model_type(model_type: str, rope: dict[str, Any] | None = None) -> tup
             except Exception:  # the tiny sizes do not fit its other parts (Zamba2's 54 layer types)
                 config = config_class(**fit)  # its defaults
         text = config.get_text_config()
-        if rope is not None:
+        if rope is not None and isinstance(getattr(text, "rope_parameters", None), dict):
             text.rope_parameters = _with_scaling(text.rope_parameters, rope)
     except Exception as err:
         return "not built", f"config: {type(err).__name__}: {str(err)[:80]}"
