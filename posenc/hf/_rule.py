@@ -23,6 +23,7 @@ from typing import Any, Literal
 from .._checks import check_bool, check_positive_int
 from ..base import PositionalEncoding
 from ..encodings import NoPE, QueryTemperature
+from ..functional.rope_scaling import rope_type_of
 from ._bias import ABSOLUTE_ONLY, absolute_table, learned_by_field
 from ._layer_types import layer_types, per_layer, required_count, sliding_layers
 from ._layers import layer_head_dims, nope_layers, per_type_rope, two_bases_as_class
@@ -73,6 +74,9 @@ _PARTIAL = frozenset(
 _READS_INTERLEAVE = frozenset({"axk1", "deepseek_v3", "glm4_moe_lite", "youtu"})
 #: rotates by minus the angles: RoPE(conjugate=True)
 _CONJUGATE = {"nanochat": "NanoChat: its rotate_half flips the signs"}
+#: whose rotary module raises on any rope type but "default" (posenc refuses it too, rather than scale a model that
+#: cannot run the config)
+_DEFAULT_ONLY = frozenset({"ernie4_5_vl_moe", "recurrent_gemma"})
 #: no posenc encoding computes what the model does
 _REFUSED = {
     "hunyuan_vl": "its text model's M-RoPE turns the two channels of a pair by different angles, which no "
@@ -392,6 +396,11 @@ def by_rule(
         raise ValueError(
             f"model_type {model_type!r} is not supported by from_hf_config: its config has no 'rope_parameters' "
             f"or 'rope_theta' to build RoPE from, and it is not one of {', '.join(SUPPORTED_MODEL_TYPES)}{held}"
+        )
+    if family in _DEFAULT_ONLY and (kind := rope_type_of(rope_dict(cfg, model_type))) != "default":
+        raise ValueError(
+            f"{model_type} config: rope_type={kind!r}, but transformers' {model_type} rotary takes the default type "
+            "alone (its code raises on any other); accepted: 'default' or absent"
         )
     if family in _PER_LAYER_KEY:
         return _layer_rope(cfg, model_type, d, family)

@@ -1242,6 +1242,33 @@ def test_mistral4_refusals_name_what_its_code_does():
 
 
 @requires_transformers
+@pytest.mark.parametrize(
+    ("config_name", "module", "rotary"),
+    [
+        ("RecurrentGemmaConfig", "recurrent_gemma", "RecurrentGemmaRotaryEmbedding"),
+        ("Ernie4_5_VLMoeTextConfig", "ernie4_5_vl_moe", "Ernie4_5_VLMoeTextRotaryEmbedding"),
+    ],
+)
+def test_a_scaling_is_refused_where_the_models_rotary_takes_the_default_type_alone(
+    config_name, module, rotary
+):
+    """RecurrentGemma's and ERNIE 4.5 VL's rotary modules raise on any rope type but "default": posenc refuses such a
+    config too (it built a YaRN rotation for a model that cannot run it), as object and as config.json dict."""
+    config = getattr(transformers, config_name)(hidden_size=64, num_attention_heads=2, num_key_value_heads=2)
+    if module == "ernie4_5_vl_moe":  # (its (h, w, t) sections, for the 16 pairs of a 32-wide head)
+        config.rope_parameters = {**config.rope_parameters, "mrope_section": [6, 6, 4]}
+    default = from_hf_config(config)
+    config.rope_parameters = {**config.rope_parameters, "rope_type": "yarn", "factor": 4.0}
+    own = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), rotary)
+    with pytest.raises(ValueError, match="default"):
+        own(config)
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match=r"rope_type='yarn', but .* takes the default type alone"):
+            from_hf_config(form)
+    assert default.rope_type == "default"
+
+
+@requires_transformers
 def test_dinov3_equals_its_rope_on_patches_at_any_resolution():
     """DINOv3ViT: 2D RoPE on patch centres in (-1, 1), CLS and register tokens unrotated; at its
     image size and at another, non-square one (its code recomputes the centres from the pixels)."""
