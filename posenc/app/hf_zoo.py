@@ -171,6 +171,18 @@ AXES = torch.stack([POSITIONS["batched"], POSITIONS["batched"] // 2, POSITIONS["
 #: M-RoPE models whose rotary module has no ``mrope_section`` (their axes are in their code): how many axes
 AXES_OF = {"neomme": 2}  # rows and columns, (2, b, t)
 TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
+#: The scalings the zoo is surveyed with again (:func:`survey`'s ``rope``; the tiny configs hold 64 positions, 16
+#: of them trained): YaRN's attention factor and ramp, Llama 3's three bands of frequencies
+SCALINGS: dict[str, dict[str, Any]] = {
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+}
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 #: Vision towers (``rope_type: "axial"``): (t, h, w) grids of patches, a non-square one and two images
 #: packed, and a two-frame video, as get_vision_position_ids orders them (merge-block-major).
@@ -234,7 +246,12 @@ def _own_rotary(module: Any, config: Any) -> tuple[str, list[type], list[str]] |
     if MODEL_MAPPING_NAMES.get(cls.model_type, "") not in ("", *vars(module)):  # (Gemma 3n's vision: timm's)
         return None
     owners = [o for o in vars(module).values() if isinstance(o, type) and issubclass(o, torch.nn.Module)]
-    built = [(o, [config]) for o in owners if getattr(o, "config_class", None) is cls]
+    # (not its PreTrainedModel, a base that builds nothing: it would say "no rotary" of a model that failed to build)
+    built = [
+        (o, [config])
+        for o in owners
+        if getattr(o, "config_class", None) is cls and not o.__name__.endswith("PreTrainedModel")
+    ]
     for o in owners if not built else ():  # (Gemma 4 Unified's embedders: its config and the text model's)
         params = list(inspect.signature(o.__init__).parameters.values())[1:]
         takes = [
@@ -876,8 +893,11 @@ def survey(
     return results
 
 
-def report(results: dict[str, tuple[str, str]]) -> str:
-    """The coverage of transformers' model zoo as a Markdown page (what docs/hf_coverage.md holds)."""
+def report(
+    results: dict[str, tuple[str, str]], scaled: dict[str, dict[str, tuple[str, str]]] | None = None
+) -> str:
+    """The coverage of transformers' model zoo as a Markdown page (what docs/hf_coverage.md holds); ``scaled``:
+    the surveys with each of :data:`SCALINGS` (by name), counted and their outcomes that differ listed."""
     counts = Counter(outcome for outcome, _ in results.values())
     lines = [
         "# Model zoo coverage",
@@ -920,4 +940,33 @@ def report(results: dict[str, tuple[str, str]]) -> str:
         *(f"| `{t}` | {d} |" for t, (o, d) in sorted(results.items()) if o == OUTCOMES[4]),
         "",
     ]
+    if scaled:
+        lines += [
+            "## With a scaling in every RoPE dict",
+            "",
+            'The survey again with each scaling merged into every `"default"` RoPE dict of the built text configs',
+            "(`survey(rope=SCALINGS[name])`), which the model's own rotary module and posenc then both read:",
+            ", ".join(f"{name} `{SCALINGS[name]}`" for name in scaled) + ".",
+            "",
+            "| scaling | " + " | ".join(OUTCOMES[:4]) + " |",
+            "| --- |" + " --- |" * 4,
+            *(
+                f"| {name} | "
+                + " | ".join(str(Counter(o for o, _ in found.values())[o]) for o in OUTCOMES[:4])
+                + " |"
+                for name, found in scaled.items()
+            ),
+            "",
+            "Where the outcome differs from the default type's:",
+            "",
+            "| model type | scaling | outcome | why |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| `{t}` | {name} | {o} | {d.replace('|', '/')} |"
+                for name, found in scaled.items()
+                for t, (o, d) in sorted(found.items())
+                if results.get(t, ("",))[0] != o
+            ),
+            "",
+        ]
     return "\n".join(lines)

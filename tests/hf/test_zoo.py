@@ -21,18 +21,28 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
 import posenc  # noqa: E402
-from posenc.app.hf_zoo import ROTARY_VARIANT, report, survey  # noqa: E402
+from posenc.app.hf_zoo import ROTARY_VARIANT, SCALINGS, report, survey  # noqa: E402
 
 #: The committed coverage report, docs/hf_coverage.md: `python tests/hf/test_zoo.py` writes it.
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "hf_coverage.md"
 
 
 def test_every_model_with_a_text_rotary_embedding() -> None:
+    """The zoo at each class's default rope type, then with each of SCALINGS in every text config's RoPE dict (the
+    frequencies and attention factor each model's own rotary computes from it, by rule and by table)."""
     results = survey()
-    text = report(results)
+    scaled = {name: survey(rope=rope) for name, rope in SCALINGS.items()}
+    text = report(results, scaled)
     print(text)
-    mismatched = {t: d for t, (o, d) in results.items() if o == "mismatched"}
-    assert not mismatched, mismatched
+    for found in (results, *scaled.values()):
+        mismatched = {t: d for t, (o, d) in found.items() if o == "mismatched"}
+        assert not mismatched, mismatched
+        assert Counter(o for o, _ in found.values())["matched"] >= 250
+    for (
+        name,
+        found,
+    ) in scaled.items():  # (the dict reached the configs: models that take the default alone say so)
+        assert any(name in detail for outcome, detail in found.values() if outcome != "matched"), name
     for model_type, (outcome, detail) in results.items():
         if outcome == "refused":
             assert "'" in detail or "=" in detail, (model_type, detail)  # names the field(s) at fault
@@ -40,31 +50,6 @@ def test_every_model_with_a_text_rotary_embedding() -> None:
     assert counts["matched"] >= 100
     if f"transformers {transformers.__version__} " in REPORT.read_text(encoding="utf-8"):
         assert text == REPORT.read_text(encoding="utf-8"), f"{REPORT} is stale: python tests/hf/test_zoo.py"
-
-
-#: Scalings written into every text model's default RoPE dict (tiny configs: 64 positions, 16 trained)
-_SCALINGS = {
-    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    "llama3": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 16,
-    },
-}
-
-
-@pytest.mark.parametrize("scaling", sorted(_SCALINGS))
-def test_every_model_with_a_scaling_in_its_rope_dict(scaling: str) -> None:
-    """The zoo again with YaRN / Llama 3 scaling in each text config (by rule and by table): the frequencies and
-    attention factor each model's own rotary computes from the dict, or a refusal."""
-    results = survey(rope=_SCALINGS[scaling])
-    mismatched = {t: d for t, (o, d) in results.items() if o == "mismatched"}
-    assert not mismatched, mismatched
-    assert Counter(o for o, _ in results.values())["matched"] >= 250
-    # (the dict reached the configs: models whose code takes the default type alone say so, as does posenc)
-    assert any(scaling in detail for outcome, detail in results.values() if outcome != "matched")
 
 
 @pytest.mark.parametrize(
@@ -351,7 +336,9 @@ def test_a_matched_model_builds_a_rotary_module_exactly_where_posenc_rotates() -
 
 
 if __name__ == "__main__":
-    REPORT.write_text(report(survey()), encoding="utf-8")
+    REPORT.write_text(
+        report(survey(), {name: survey(rope=rope) for name, rope in SCALINGS.items()}), encoding="utf-8"
+    )
     print(f"wrote {REPORT}")
 
 
