@@ -172,16 +172,9 @@ AXES = torch.stack([POSITIONS["batched"], POSITIONS["batched"] // 2, POSITIONS["
 AXES_OF = {"neomme": 2}  # rows and columns, (2, b, t)
 TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-5}
 #: The scalings the zoo is surveyed with again (:func:`survey`'s ``rope``; the tiny configs hold 64 positions, 16
-#: of them trained): YaRN's attention factor and ramp, Llama 3's three bands of frequencies
+#: of them trained): YaRN's ramp over the frequencies and its attention factor reach every model's rotation
 SCALINGS: dict[str, dict[str, Any]] = {
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    "llama3": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 16,
-    },
 }
 _SKIP_NAMES = ("Vision", "Audio", "DiT", "Talker", "Encoder", "Depth", "ViT")
 #: Vision towers (``rope_type: "axial"``): (t, h, w) grids of patches, a non-square one and two images
