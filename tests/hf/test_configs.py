@@ -1718,6 +1718,27 @@ def test_umt5_every_layer_has_its_own_bias_table():
         from_hf_model(model, stack="decoder")
 
 
+@requires_transformers
+def test_layers_hold_their_own_encodings_exactly_where_from_hf_model_reads_weights_per_layer():
+    """Which models hold position tables per layer is written twice: ``layer_encodings`` builds one module per layer
+    (speech encoders, UMT5, FastSpeech2, VITS) and ``from_hf_model`` reads a ``{layer}`` prefix. For every model type
+    and stack ``from_hf_model`` knows, the two agree (a type added to one place alone fails here)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from posenc.hf.weights import _PREFIXES
+
+    two = dict.fromkeys(("num_hidden_layers", "encoder_layers", "decoder_layers", "speech_encoder_layers"), 2)
+    per_layer = []
+    for model_type, stacks in sorted(_PREFIXES.items()):
+        config = CONFIG_MAPPING[model_type](**two, num_layers=2, num_decoder_layers=2)
+        for stack, prefix in stacks.items():
+            encodings = layer_encodings(config, stack=stack)
+            own = len(encodings) == 2 and encodings[0] is not encodings[1]
+            assert own == ("{layer}" in prefix), (model_type, stack, prefix)
+            per_layer += [model_type] * own
+    assert {"umt5", "vits", "parakeet_encoder", "fastspeech2_conformer"} <= set(per_layer)
+
+
 def _softmax_with(scores: torch.Tensor, bias: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Attention probabilities; rows with no key to keep (padding queries) are NaN in both."""
     return torch.softmax((scores + bias).masked_fill(~keep, float("-inf")), dim=-1)
