@@ -373,14 +373,11 @@ def layer_windows(
             _of_stack(convert, t, stack)
     for _, cfg, t, _, _ in stacks:
         refuse_local_attention(cfg, t, stack)
-    # (T5Gemma's decoder stack: a causal one, whatever its dict says; LongT5's stacks, by stack=)
+    # (a stack's config as transformers hands it over, as in _layers: T5Gemma's decoder sub-config, LongT5's
+    # stack=, is a decoder whatever its dict says)
     windows = [
         sliding_windows(
-            {**cfg, "is_decoder": field == "decoder"}
-            if t == "t5_gemma_module"
-            else {**cfg, "is_decoder": stack == "decoder"}
-            if t == "longt5"
-            else cfg,
+            {**cfg, "is_decoder": (field or stack) == "decoder"} if field or stack else cfg,
             t,
             obj,
             known=t in _CONVERTERS,
