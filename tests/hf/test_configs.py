@@ -2381,14 +2381,33 @@ def _read_layers(config: Any, stack: str | None = None) -> tuple[list[str] | Non
 _STACK_COUNTS = ("bare", "encoder_layers", "decoder_layers", "num_decoder_layers", "num_layers")
 
 
-#: the speech encoders that num_hidden_layers does not size (each of their layers builds trained tables)
-_FEWER_LAYERS = {
+#: the sizes num_hidden_layers and max_position_embeddings do not set, where they would dominate the time: the
+#: speech encoders' layers and widths (each layer builds trained tables), CANINE's character table (num_hash_buckets
+#: rows). (A form without the key still gets the class default.)
+_SMALLER = {
     "seamless_m4t": {"speech_encoder_layers": 2},
+    "canine": {"num_hash_buckets": 64},
+    **{
+        name: {"hidden_size": 64, "num_attention_heads": 4}
+        for name in ("wav2vec2-conformer", "parakeet_encoder")
+    },
     **{
         name: {"encoder_config": {"num_hidden_layers": 2}}
         for name in ("parakeet_ctc", "parakeet_tdt", "parakeet_rnnt")
     },
 }
+
+
+def _short_caches(config: dict) -> dict:
+    """``config`` with max_position_embeddings 64 in every sub-config that has one (the cache length)."""
+    return {
+        key: _short_caches(value)
+        if isinstance(value, dict)
+        else 64
+        if key == "max_position_embeddings"
+        else value
+        for key, value in config.items()
+    }
 
 
 def _class_forms(model_type: str) -> tuple[Any, dict[str, dict]] | None:
@@ -2400,14 +2419,13 @@ def _class_forms(model_type: str) -> tuple[Any, dict[str, dict]] | None:
     ``{"model_type": ..., "num_hidden_layers": ...}``."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    small = {"num_hidden_layers": 7, "max_position_embeddings": 64, **_FEWER_LAYERS.get(model_type, {})}
+    small = {"num_hidden_layers": 7, "max_position_embeddings": 64, **_SMALLER.get(model_type, {})}
     for sizes in (small, {"max_position_embeddings": 64}):
         try:
             config = CONFIG_MAPPING[model_type](**sizes)
             full = config.to_dict()
-            if isinstance(full.get("text_config"), dict) and "max_position_embeddings" in full["text_config"]:
-                full["text_config"]["max_position_embeddings"] = 64
-                config = CONFIG_MAPPING[model_type](**copy.deepcopy(full))
+            if (short := _short_caches(full)) != full:  # (a sub-config's too: T5Gemma 2's stacks)
+                full, config = short, CONFIG_MAPPING[model_type](**copy.deepcopy(short))
             break
         except Exception:  # (a class that needs arguments, or refuses the sizes)
             continue
