@@ -182,9 +182,20 @@ def _resolve(config: Any) -> list[_Stack]:
     return [(None, as_class(cfg, model_type), model_type, by_rule, config)]
 
 
+def _same_table(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two buffers hold one table: equal, or floating point within 1e-6 of each other. (Two builds of
+    one table can differ in their last bits: a fresh process's first sizable cos or sin in torch can run
+    oneMKL's low-accuracy kernel on one thread's chunk, pytorch/pytorch#188792; other settings differ by far
+    more.)"""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=1e-6, atol=1e-7))
+
+
 def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
     """Refuse an encoder-decoder parent whose stacks differ in ``what`` (per stack, one entry per layer):
-    encodings differ in their repr (type, settings) or buffers (tables), other entries by ``==``."""
+    encodings differ in their repr (type, settings) or buffers (tables, built on the CPU), other entries
+    by ``==``."""
 
     compared: dict[tuple[int, int], bool] = {}  # (layers share instances: each pair's tables compared once)
 
@@ -194,7 +205,7 @@ def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
         if (a_b := (id(a), id(b))) not in compared:
             ba, bb = dict(a.named_buffers()), dict(b.named_buffers())
             compared[a_b] = (
-                repr(a) == repr(b) and ba.keys() == bb.keys() and all(torch.equal(ba[n], bb[n]) for n in ba)
+                repr(a) == repr(b) and ba.keys() == bb.keys() and all(_same_table(ba[n], bb[n]) for n in ba)
             )
         return compared[a_b]
 
@@ -264,12 +275,19 @@ def _layers(
     stacks = _stacks(config, stack)
     # a stack's config as transformers hands it to that stack (T5's decoder: is_decoder, a causal bias)
     given = {} if stack is None else {"is_decoder": stack == "decoder"}
-    built = [
-        (_of_stack(convert, t, stack)({**cfg, **given}, t, causal), cfg, t)
-        for _, cfg, t, convert, _ in stacks
-    ]
+
+    def build() -> list[tuple[PositionalEncoding | list[PositionalEncoding], dict, str]]:
+        return [
+            (_of_stack(convert, t, stack)({**cfg, **given}, t, causal), cfg, t)
+            for _, cfg, t, convert, _ in stacks
+        ]
+
+    built = checked = build()
     if len(built) > 1:  # an encoder-decoder parent: one answer where its stacks agree
-        per_layer = [b if isinstance(b, list) else [b] * (layer_count(cfg, t) or 1) for b, cfg, t in built]
+        if torch.get_default_device().type == "meta":  # (no values to compare: their tables built on the CPU)
+            with torch.device("cpu"):
+                checked = build()
+        per_layer = [b if isinstance(b, list) else [b] * (layer_count(cfg, t) or 1) for b, cfg, t in checked]
         _agree(stacks, per_layer, "position encodings")
     return built[-1]
 
