@@ -132,6 +132,7 @@ def type_name(ann: Any) -> str:
 # the value the check got (a union reports its deepest arm); ``reason`` is set when the type fits but
 # the value does not (a ValueError).
 _Problem = tuple[int, str, str, str]
+_NOT_ONE_OF = "is not one of"
 _SEQUENCES = (list, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set)
 
 
@@ -143,8 +144,11 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     base = type(None) if ann is None else origin or ann
     if origin is Literal:
-        ok = any(value == choice and type(value) is type(choice) for choice in args)
-        return None if ok else (depth, where, f"one of {list(args)}", "")
+        if any(value == choice and type(value) is type(choice) for choice in args):
+            return None
+        # an accepted type but not an accepted value (layout='split'): a wrong value, not a wrong type
+        wrong_value = any(type(value) is type(choice) for choice in args)
+        return depth, where, f"one of {list(args)}", f"{_NOT_ONE_OF} {list(args)}" if wrong_value else ""
     if origin in (Union, types.UnionType):
         found = [p for arm in args if (p := _problem(value, arm, path, depth)) is not None]
         if len(found) < len(args):  # an arm fits
@@ -152,6 +156,8 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
         # The type fits one arm but the value does not (say why), or one arm matched the container
         # (report the element that did not).
         worst = max(found, key=lambda p: (bool(p[3]), p[0]))
+        if worst[3].startswith(_NOT_ONE_OF):  # every accepted value (ShawRelative's: a bool or "shared")
+            return depth, where, "", f"{_NOT_ONE_OF} {literal_choices(ann)}"
         if worst[3] or worst[0] > depth:
             return worst
         choices = literal_choices(ann)
@@ -196,7 +202,8 @@ def _problem(value: Any, ann: Any, path: str, depth: int = 0) -> _Problem | None
 
 
 def check_option(owner: str, key: str, value: Any, ann: Any) -> None:
-    """Raise ``TypeError`` if ``value`` does not fit ``ann``, ``ValueError`` if it fits but is unusable."""
+    """Raise ``TypeError`` if ``value`` does not fit ``ann``, ``ValueError`` if it fits but is unusable (a value
+    of a ``Literal``'s type that is not one of its values, a float that is not finite)."""
     problem = _problem(value, ann, key)
     if problem is not None and problem[3]:
         raise ValueError(f"{owner}: option {problem[1]} {problem[3]}")

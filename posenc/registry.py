@@ -251,7 +251,8 @@ def build(spec: Spec, **dims: Any) -> PositionalEncoding:
     Raises:
         ValueError: unknown name (lists the known ones and the closest), unknown option
             (lists the accepted ones), missing required size, unknown dim name, an option
-            given twice, a number too large for a float or not finite, an oversized spec.
+            given twice, a number too large for a float or not finite, a value of the right type
+            outside an option's accepted ones (``layout='split'``), an oversized spec.
         TypeError: an option of the wrong type (containers are checked element by element),
             or a spec of an unsupported type.
     """

@@ -105,7 +105,7 @@ def test_parse_spec_never_evaluates_code(tmp_path):
         ),
         ("rope(bse=1.0)", ValueError, r"unknown option\(s\) 'bse'.*RoPE accepts: head_dim, base="),
         ("rope(base='big')", TypeError, r"base='big'.*expected float"),
-        ("rope(layout='split')", TypeError, r"layout='split'.*one of \['half', 'interleaved'\]"),
+        ("rope(layout='split')", ValueError, r"layout='split' is not one of \['half', 'interleaved'\]$"),
         ("rope(rotary_dim=True)", TypeError, r"rotary_dim=True"),
         ("rope(10000.0)", ValueError, r"keyword"),
         ("rope(**opts)", ValueError, r"\*\*"),
@@ -301,7 +301,7 @@ def test_well_typed_options_are_accepted(typed, options):
         ({"table": {1: "x"}}, r"table key=1.*expected str"),
         ({"table": [("a", 1)]}, r"table=.*expected dict\[str, Any\] \| None"),
         ({"nested": {"a": [1.0, "x"]}}, r"nested\['a'\]\[1\]='x'.*expected float"),
-        ({"mode": "c"}, r"mode='c'.*one of \['a', 'b'\]"),
+        ({"mode": 1}, r"mode=1.*one of \['a', 'b'\]"),
         ({"scale": True}, r"scale=True.*expected float"),
         ({"count": 1.0}, r"count=1.0.*expected Optional\[int\]"),
         ({"count": False}, r"count=False"),
@@ -311,6 +311,15 @@ def test_well_typed_options_are_accepted(typed, options):
 def test_ill_typed_options_name_the_element_and_the_expected_type(typed, options, pattern):
     with pytest.raises(TypeError, match=pattern):
         posenc.build({"name": "test_typed", **options}, d_model=4)
+
+
+def test_a_value_of_the_right_type_outside_the_accepted_ones_is_a_value_error(typed):
+    """A str where the strs 'a' and 'b' are accepted is a wrong value, not a wrong type (``rope(layout='split')``
+    was a TypeError saying "has the wrong type"); where a bool is accepted too, the message lists every value."""
+    with pytest.raises(ValueError, match=r"option mode='c' is not one of \['a', 'b'\]$"):
+        posenc.build({"name": "test_typed", "mode": "c"}, d_model=4)
+    with pytest.raises(ValueError, match=r"option values='share' is not one of \['shared', False, True\]$"):
+        posenc.build("shaw(values='share')", head_dim=8, num_heads=2)
 
 
 @pytest.mark.parametrize(

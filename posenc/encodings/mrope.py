@@ -88,7 +88,9 @@ class MRoPE(_AxisRotary):
     ) -> None:
         super().__init__()
         if not (isinstance(interleaved, bool) or interleaved == "hw"):
-            raise TypeError(f"interleaved must be False, True or 'hw', got {interleaved!r}")
+            # (a str is the wrong value, not the wrong type)
+            error = ValueError if isinstance(interleaved, str) else TypeError
+            raise error(f"interleaved must be False, True or 'hw', got {interleaved!r}")
         self.interleaved = interleaved
         if mrope_section is None and isinstance(head_dim, int) and head_dim >= 6:
             # Qwen2-VL's proportions (16, 24, 24 of 64 pairs): 3/8 of the pairs to height and to width

@@ -162,9 +162,8 @@ class ShawRelative(PositionalEncoding):
         self.num_heads = None if num_heads is None else check_positive_int("num_heads", num_heads)
         self.per_head = check_bool("per_head", per_head)
         if values != "shared" and not isinstance(values, bool):
-            raise TypeError(
-                f"values must be a bool or 'shared', got {short(values)} ({type(values).__name__})"
-            )
+            error = ValueError if isinstance(values, str) else TypeError  # (a str: the wrong value, not type)
+            raise error(f"values must be a bool or 'shared', got {short(values)} ({type(values).__name__})")
         self.values = values
         check_choice("beyond", beyond, ("clip", "zero"))
         self.beyond = beyond

@@ -78,7 +78,7 @@ def test_plot_refuses_to_overwrite_a_file_without_force(tmp_path, monkeypatch, c
         # a value outside the accepted ones is a wrong value, not a wrong type
         (
             ["plot", "rope(layout='split')"],
-            "layout='split' is not an accepted value; expected one of ['half', ",
+            "layout='split' is not one of ['half', ",
         ),
         # a missing folder is refused, not made (relative: a regression would write in tmp_path only)
         (["plot", "rope", "--out", "no/such/dir/rope.png"], "--out: the folder 'no/such/dir' does not exist"),

@@ -328,7 +328,7 @@ def test_caches_state_dict_dtype_copy():
         ({"mrope_section": [8, 8], "interleaved": True}, ValueError, "three sections"),
         (
             {"mrope_section": [4, 6, 6], "interleaved": "yes"},
-            TypeError,
+            ValueError,
             "interleaved must be False, True or 'hw'",
         ),
         (

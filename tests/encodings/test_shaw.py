@@ -273,8 +273,10 @@ def test_bad_input() -> None:
         ShawRelative(8, max_distance=-1)
     with pytest.raises(ValueError, match="max_distance_right must be >= 0"):
         ShawRelative(8, max_distance_right=-2)
-    with pytest.raises(TypeError, match="values must be a bool or 'shared', got 'yes'"):
+    with pytest.raises(ValueError, match="values must be a bool or 'shared', got 'yes'"):
         ShawRelative(8, values="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="values must be a bool or 'shared', got 1"):
+        ShawRelative(8, values=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="per_head=True needs num_heads"):
         ShawRelative(8, per_head=True)
     shaw = ShawRelative(8, max_distance=2, values=True)

@@ -253,7 +253,9 @@ def test_build_by_name_alias_and_spec():
     assert type(a) is type(b) is type(c) is Sinusoidal
     assert a.max_len == 128 and a.kind == "additive"
     assert (c.layout, c.freq_spacing, c.offset) == ("concat", "tensor2tensor", 2)
-    with pytest.raises(TypeError, match="layout"):
+    with pytest.raises(
+        ValueError, match=r"layout='halves' is not one of \['interleaved', 'concat', 'concat_cos'\]"
+    ):
         posenc.build("sinusoidal(layout='halves')", d_model=32)
 
 

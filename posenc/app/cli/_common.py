@@ -37,13 +37,8 @@ class _Parser(argparse.ArgumentParser):
 MAX_MESSAGE = 500
 
 
-#: The library's message for a value outside an option's accepted values (a ``Literal``): the
-#: value is wrong, not its type (``layout='split'``), so the command says so.
-_NOT_ONE_OF = re.compile(r"option (\S+?=.*?) has the wrong type; expected (one of \[.*?\])")
-
-
 def _one_line(message: object) -> str:
-    text = _NOT_ONE_OF.sub(r"option \1 is not an accepted value; expected \2", " ".join(str(message).split()))
+    text = " ".join(str(message).split())
     if len(text) <= MAX_MESSAGE:
         return text
     cut = len(text) - MAX_MESSAGE + 100
