@@ -194,8 +194,8 @@ def _same_table(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _agree(stacks: list[_Stack], per_layer: list[list[Any]], what: str) -> None:
     """Refuse an encoder-decoder parent whose stacks differ in ``what`` (per stack, one entry per layer):
-    encodings differ in their repr (type, settings) or buffers (tables, built on the CPU), other entries
-    by ``==``."""
+    encodings differ in their repr (type, settings) or buffers (tables; under the meta device, built again on
+    the CPU), other entries by ``==``."""
 
     compared: dict[tuple[int, int], bool] = {}  # (layers share instances: each pair's tables compared once)
 
