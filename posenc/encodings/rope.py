@@ -154,9 +154,8 @@ class RoPE(_Rotary):
         trained = getattr(self.params, "original_max_len", None)
         self._table_len = min(max_len or trained or DEFAULT_TABLE_LEN, MAX_TABLE_LEN)
         sets, pairs = (2 if isinstance(self.params, LongRope) else 1), self.rotary_dim // 2
-        self.register_buffer(
-            "_cos_sin", torch.empty(2, sets * self._table_len, 2 * pairs, device=device), persistent=False
-        )
+        table = torch.empty(2, sets * self._table_len, 2 * pairs, dtype=torch.float32, device=device)
+        self.register_buffer("_cos_sin", table, persistent=False)
         self._init_caches((sets, pairs), device)
 
     # --- read-only views of the configuration -------------------------------------------------

@@ -214,7 +214,10 @@ class _Rotary(PositionalEncoding):
         """Register ``inv_freq`` (float32, ``shape``, for inspection) and ``_inv_freq64`` (the same
         frequencies, float64 ``(s, r/2)``: the formula's, read in a forward instead of copied from
         the host), then build every cache."""
-        self.register_buffer("inv_freq", torch.empty(shape, device=device), persistent=False)
+        # (float32 whatever the default dtype: built under torch.set_default_dtype(torch.bfloat16) too)
+        self.register_buffer(
+            "inv_freq", torch.empty(shape, dtype=torch.float32, device=device), persistent=False
+        )
         sets = torch.empty(shape, dtype=torch.float64, device=device).reshape(-1, shape[-1])
         self.register_buffer("_inv_freq64", sets, persistent=False)
         self.reset_caches()

@@ -150,6 +150,24 @@ def test_half_precision_casts_do_not_downcast_caches(cached_entry: Entry, cast: 
             torch.testing.assert_close(g, e, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("default", [torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_caches_are_float32_whatever_the_default_dtype(cached_entry: Entry, default: torch.dtype) -> None:
+    """Built under ``torch.set_default_dtype`` (a model built in bfloat16 by setting the default dtype), the caches
+    are a float32 build's (float64 where always float64): RoPE's and xPos's cos/sin table and ``inv_freq`` were
+    built in the default dtype, and float32 queries then rotated with bfloat16 rows."""
+    expected = _float_buffers(cached_entry.build())
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        built = _float_buffers(cached_entry.build())
+    finally:
+        torch.set_default_dtype(previous)
+    assert built.keys() == expected.keys()
+    for name, buffer in built.items():
+        assert buffer.dtype == expected[name].dtype, f"{name} is {buffer.dtype}, not {expected[name].dtype}"
+        torch.testing.assert_close(buffer, expected[name], rtol=0, atol=0)
+
+
 def test_double_gives_float64_accurate_tables() -> None:
     """``.double()`` recomputes RoPE's and the sinusoid's tables in float64 (not widened float32)."""
     positions = torch.tensor([0, 1, 4095, 65_537, 100_000])
