@@ -164,7 +164,9 @@ def time_interleaved(
         reps = max(min_reps, min(reps, int(budget_s / round_s)))
     times: dict[str, list[float]] = {name: [] for name in names}
     gc_was_enabled = gc.isenabled()
-    gc.collect()
+    # (the young generations, where the previous case's garbage is: a full collection walks every object
+    # the process holds, 0.3-0.6 s with transformers imported, and nothing is collected while timing)
+    gc.collect(1)
     gc.disable()
     try:
         for rep in range(reps):

@@ -215,17 +215,17 @@ def test_a_parent_without_text_config_or_its_model_type_gives_what_its_class_mak
     those of the object its class makes of it, or a ValueError."""
     compared, differ = 0, []
     top = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 3}
-    top |= {"intermediate_size": 64, "head_dim": 32, "rope_theta": 777.0}
+    top |= {"intermediate_size": 64, "head_dim": 32, "rope_theta": 777.0, "max_position_embeddings": 64}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for model_type, config_class, _ in _parents():
             forms = {"text keys at the top level": {"model_type": model_type, **top}}
             try:
                 full = config_class().to_dict()
-                forms["a text_config without model_type"] = {
-                    **full,
-                    "text_config": {k: v for k, v in full["text_config"].items() if k != "model_type"},
-                }
+                text = {k: v for k, v in full["text_config"].items() if k != "model_type"}
+                if "max_position_embeddings" in text:  # (short: its class's 16,384-row tables took the time)
+                    text["max_position_embeddings"] = 64
+                forms["a text_config without model_type"] = {**full, "text_config": text}
             except Exception:  # (its class needs arguments: Gemma 4 assistant's)
                 pass
             for form, raw in forms.items():
