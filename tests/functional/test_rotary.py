@@ -1,34 +1,18 @@
-"""posenc.functional.rotary and rope_scaling: the rotation's eager paths against the plain formula,
-autograd, the frequency formulas against transformers, and the per-type scaling dataclasses."""
+"""posenc.functional.rotary: the rotation's eager paths against the plain formula, autograd, offsets, errors,
+and the functional namespace's rotary names."""
 
 from __future__ import annotations
-
-import dataclasses
-import logging
-import math
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 import posenc.functional as F
-from posenc.functional.rope_freqs import (
-    DefaultRope,
-    DynamicRope,
-    LinearRope,
-    Llama3Rope,
-    LongRope,
-    RopeParameters,
-    YarnRope,
-    rope_inv_freq,
-)
-from posenc.functional.rope_scaling import resolve_rope_scaling
+from posenc.functional.rope_freqs import rope_inv_freq
 from posenc.functional.rotary import apply_rotary, rope_cos_sin, rotary_reference
 
 # Eager forms vs the plain formula in the same dtype: different operation order, a few ulps.
 KERNEL_TOL = {"atol": 1e-6, "rtol": 1e-6}
-# float32 angles/frequencies computed by transformers vs ours in float64, rounded.
-FREQ_TOL = {"atol": 0.0, "rtol": 1e-6}
 # float64 gradients through different formulations: operation-order round-off.
 F64_TOL = {"atol": 1e-12, "rtol": 1e-12}
 # Half precision: the eager half layout rounds twice in the input dtype (x·cos, then the sum),
@@ -204,134 +188,6 @@ def test_apply_rotary_errors():
         apply_rotary(x, cos, sin[..., :2])
     with pytest.raises(TypeError, match=r"x must be a floating-point"):
         apply_rotary(x.long(), cos, sin)
-
-
-# --- frequencies ---------------------------------------------------------------------------------
-
-
-def test_rope_inv_freq_is_the_paper_formula():
-    got = rope_inv_freq(8, 100.0)
-    expected = torch.tensor([100.0 ** (-2 * i / 8) for i in range(4)], dtype=torch.float64)
-    assert_close(got, expected, atol=0, rtol=1e-15)
-
-
-def test_float64_angles_are_exact_where_float32_are_not():
-    positions = torch.tensor([100_000])
-    cos64, _ = rope_cos_sin(positions, rope_inv_freq(64))
-    exact = math.cos(100_000 * 1.0)  # pair 0 has frequency exactly 1
-    assert abs(cos64[0, 0].item() - exact) < 1e-12
-
-
-@pytest.mark.parametrize("seq_len", [50, 128, 129, 1000])
-def test_dynamic_ntk_matches_transformers(seq_len):
-    transformers = pytest.importorskip("transformers")
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    config = transformers.LlamaConfig(
-        hidden_size=256,
-        num_attention_heads=4,
-        head_dim=64,
-        max_position_embeddings=128,
-        rope_scaling={"rope_type": "dynamic", "factor": 3.0},
-    )
-    expected, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, None, seq_len=torch.tensor(seq_len))
-    got = DynamicRope(rotary_dim=64, factor=3.0, original_max_len=128).inv_freq_at(torch.tensor(seq_len))
-    assert_close(got.float(), expected, **FREQ_TOL)
-    if seq_len <= 128:  # below the trained length: plain RoPE
-        assert_close(got, rope_inv_freq(64), atol=0, rtol=1e-15)
-
-
-def test_llama3_bands():
-    # high frequencies kept, low ones divided by the factor, the band between in between
-    plain = rope_inv_freq(128, 500000.0)
-    got = Llama3Rope(
-        rotary_dim=128,
-        base=500000.0,
-        factor=8.0,
-        original_max_len=8192,
-        low_freq_factor=1.0,
-        high_freq_factor=4.0,
-    ).inv_freq()[0]
-    wavelen = 2 * math.pi / plain
-    high, low = wavelen < 8192 / 4, wavelen > 8192 / 1
-    assert high.any() and low.any() and (~high & ~low).any()
-    assert torch.equal(got[high], plain[high])
-    assert_close(got[low], plain[low] / 8, atol=0, rtol=1e-15)
-    mid = ~high & ~low
-    assert ((got[mid] < plain[mid]) & (got[mid] > plain[mid] / 8)).all()
-
-
-def test_yarn_ramp_keeps_fast_pairs_and_interpolates_slow_ones():
-    plain = rope_inv_freq(64)
-    got = YarnRope(rotary_dim=64, factor=4.0, original_max_len=2048, attention_factor=1.0).inv_freq()[0]
-    assert torch.equal(got[:4], plain[:4])  # turn many times in 2048 positions: extrapolated as is
-    assert_close(got[-4:], plain[-4:] / 4, atol=0, rtol=1e-15)  # turn < once: interpolated
-
-
-# --- the scaling dicts: one dataclass per rope type ---------------------------------------------------
-
-
-LONG = {"short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
-
-
-@pytest.mark.parametrize(
-    ("scaling", "cls", "fields"),
-    [
-        (None, DefaultRope, {}),
-        ({"rope_type": "linear", "factor": 2.0}, LinearRope, {"factor": 2.0}),
-        ({"type": "dynamic", "factor": 3.0}, DynamicRope, {"factor": 3.0, "original_max_len": 64}),
-        (
-            {"rope_type": "yarn", "factor": 4.0, "beta_fast": 0, "truncate": False},
-            YarnRope,
-            {"factor": 4.0, "original_max_len": 64, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
-        ),
-        (
-            {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1, "high_freq_factor": 4},
-            Llama3Rope,
-            {"factor": 8.0, "original_max_len": 64, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-        ),
-        (
-            {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 16, **LONG},
-            LongRope,
-            {"factor": 4.0, "original_max_len": 16, "short_factor": (1.0,) * 4, "long_factor": (2.0,) * 4},
-        ),
-    ],
-)
-def test_each_rope_type_has_its_own_frozen_dataclass(scaling, cls, fields):
-    params = resolve_rope_scaling(scaling, head_dim=8, max_len=64)
-    assert type(params) is cls and isinstance(params, RopeParameters)
-    assert params.rope_type == cls.rope_type and params.base == 10000.0 and params.rotary_dim == 8
-    for name, value in fields.items():
-        assert getattr(params, name) == value, name
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        params.base = 1.0  # type: ignore[misc]
-    assert params.length_dependent == (cls in (DynamicRope, LongRope))
-    inv_freq = params.inv_freq()
-    assert inv_freq.dtype == torch.float64 and inv_freq.shape == (2 if cls is LongRope else 1, 4)
-
-
-def test_resolve_rope_scaling_reads_hf_dicts():
-    params = resolve_rope_scaling(
-        {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6, "partial_rotary_factor": 0.5},
-        head_dim=64,
-        max_len=4096,
-    )
-    assert isinstance(params, YarnRope)
-    assert params.base == 1e6 and params.rotary_dim == 32 and params.original_max_len == 4096
-    assert params.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1)
-    legacy = resolve_rope_scaling({"type": "linear", "factor": 2.0}, head_dim=8)
-    assert legacy.rope_type == "linear" and legacy.factor == 2.0
-    assert DefaultRope(rotary_dim=8).attention_scaling == 1.0
-
-
-def test_base_given_once_or_equal_to_rope_theta():
-    assert resolve_rope_scaling({"rope_theta": 5e5}, head_dim=8).base == 5e5
-    assert resolve_rope_scaling({"rope_theta": 5e5}, head_dim=8, base=5e5).base == 5e5
-    assert resolve_rope_scaling(None, head_dim=8).base == 10000.0
-    # an explicit 10000.0 is a given base, not "no base": it conflicts with another rope_theta
-    with pytest.raises(ValueError, match=r"base=10000.0 conflicts with scaling\['rope_theta'\]=500000.0"):
-        resolve_rope_scaling({"rope_theta": 5e5}, head_dim=8, base=10000.0)
 
 
 def test_public_names_are_posenc_functionals():

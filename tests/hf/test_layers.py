@@ -705,24 +705,6 @@ def test_ntk_matches_x_transformers_formula() -> None:
     torch.testing.assert_close(rope(q, q)[0], plain(q, q)[0])
 
 
-def test_query_temperature_formula_and_contract() -> None:
-    temp = QueryTemperature(floor_scale=4, attn_scale=0.5)
-    q, k = torch.randn(2, 3, 20, 8), torch.randn(2, 1, 20, 8)
-    out, same = temp(q, k)
-    p = torch.arange(20, dtype=torch.float32)
-    scale = torch.log1p(torch.floor((p + 1) / 4)) * 0.5 + 1
-    torch.testing.assert_close(out, q * scale[:, None])
-    assert same is k
-    # decoding one query at position 19 equals the last row of the full call
-    step, _ = temp(q[:, :, -1:], k)
-    torch.testing.assert_close(step, out[:, :, -1:])
-    assert posenc.build("query_temperature(floor_scale=4, attn_scale=0.5)").floor_scale == 4.0
-    with pytest.raises(ValueError, match="attn_scale"):
-        QueryTemperature(attn_scale=-1.0)
-    with pytest.raises(TypeError, match="floor_scale"):
-        QueryTemperature(floor_scale="8192")  # type: ignore[arg-type]
-
-
 def test_beam_full_layers_scale_queries_by_its_power_law() -> None:
     """Beam: RoPE in its sliding layers; in its full layers (rope_parameters None) no rotation and queries times
     its compute_attention_scaling, (1 + (p + 1) / 2048) ** 0.1, whole tensors (config object and dict)."""
