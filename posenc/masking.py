@@ -225,14 +225,18 @@ class Visibility:
         that each chunk's queries belong to one document: it reads only that document's keys,
         and a key-only bias (causal ALiBi's, relative to the chunk's last query) stays small.
         """
-        breaks: list[int] = []
-        if self.q_doc is not None and can_sync(self.q_doc) and self.tq > 1:
-            changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
-            breaks = (changed.nonzero().flatten() + 1).tolist()
         # chunks of at most `chunk` rows between the breaks (ascending, each in 1..tq-1)
-        bounds = pairwise([0, *breaks, self.tq])
+        bounds = pairwise([0, *self.document_breaks(), self.tq])
         spans = [(s, min(s + chunk, cut)) for first, cut in bounds for s in range(first, cut, chunk)]
         return [(s, e, *self.visible_range(s, e)) for s, e in spans]
+
+    def document_breaks(self) -> list[int]:
+        """The query rows where a packed document starts in any batch row (not row 0); none where the
+        ids cannot be read without a device sync."""
+        if self.q_doc is None or not can_sync(self.q_doc) or self.tq < 2:
+            return []
+        changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
+        return (changed.nonzero().flatten() + 1).tolist()
 
     def visible_range(self, start: int, end: int) -> tuple[int, int]:
         """The keys ``[lo, hi)`` outside which query rows ``[start, end)`` see nothing.

@@ -89,6 +89,36 @@ def test_packed_attention_matches_float64_reference(name):
     torch.testing.assert_close(out, expected, **TOL[torch.float32])
 
 
+class _CountSDPA(torch.overrides.TorchFunctionMode):
+    """Counts scaled_dot_product_attention calls (the kernels a call runs)."""
+
+    calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.nn.functional.scaled_dot_product_attention
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["none", "rope", "alibi"])
+@pytest.mark.parametrize(
+    ("documents", "calls"),
+    [(8, 8), (2, 2), (1, 1), (16, 1)],  # 64-row documents and longer: one call each; 32-row ones: one in all
+)
+def test_auto_on_the_cpu_attends_document_by_document_from_64_rows(name, documents, calls):
+    """Below the budget, "auto" made one SDPA call with a (t, t) mask for packed documents: on the CPU 2-4x
+    causal SDPA's time at t = 1024-4096, where a call per document took 0.2-0.8x (with or without the
+    backward). Now a call per document where they average 64 rows or more; the same output."""
+    t = 512
+    enc = make(name, True)
+    q, k, v = (torch.randn(1, 4, t, 8, generator=torch.Generator().manual_seed(s)) for s in range(3))
+    docs = (torch.arange(t) * documents // t)[None]
+    with _CountSDPA() as counter:
+        out = attention(q, k, v, enc, causal=True, document_ids=docs)
+    assert counter.calls == calls
+    one_call = attention(q, k, v, enc, causal=True, document_ids=docs, backend="sdpa")
+    torch.testing.assert_close(out, one_call, **TOL[torch.float32])
+
+
 def test_document_numbers_are_runs_of_equal_ids():
     """The one rule of packed documents: a run of equal ids; an id that recurs later is another document."""
     assert document_numbers(torch.tensor([7, 7, 2, 7])).tolist() == [0, 0, 1, 2]
