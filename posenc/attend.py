@@ -54,7 +54,8 @@ TOEPLITZ_CHUNK = 512
 #: Eager ``backend="auto"`` on the CPU takes query chunks for packed documents averaging at least this many
 #: query rows, also within the budget: each chunk ends where a document starts and reads only that document's
 #: keys (t²/documents of work, not t²). Measured (one thread, t = 512..4096, 2 to 8 documents, with and
-#: without the backward): 0.2-0.8x the one masked call; documents of 8-16 rows cost more in calls (1.3-2.8x).
+#: without the backward): 0.2-0.8x the one masked call (about even, 0.75-1.07x, at t = 128-256); documents of
+#: 8-16 rows cost more in calls than they save (1.3-2.8x).
 DOCUMENT_CHUNK_MIN_ROWS = 64
 
 #: The encoding of ``encoding=None``: its state carries the positions the masks follow.
