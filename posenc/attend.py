@@ -316,8 +316,8 @@ def attention(
     per_head = form != "none" or sinks is not None  # with sinks the mask is a float one per head
     dense_bytes = b * ((h if per_head else 1) + scratch) * tq * tk * dtype.itemsize
     large = dense_bytes > budget and (per_head or vis.structural or (vis.causal and vis.user is not None))
-    if not tracing and backend == "auto" and not large and q.device.type == "cpu" and q_doc is not None:
-        breaks = vis.document_breaks()
+    if not tracing and backend == "auto" and not large:
+        breaks = vis.document_breaks  # (none where reading the ids would sync: on the CPU alone)
         large = bool(breaks) and tq >= DOCUMENT_CHUNK_MIN_ROWS * (len(breaks) + 1)
     if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.

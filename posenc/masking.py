@@ -23,6 +23,7 @@ Shape key: ``b`` batch, ``tq`` queries, ``tk`` keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
@@ -226,13 +227,14 @@ class Visibility:
         and a key-only bias (causal ALiBi's, relative to the chunk's last query) stays small.
         """
         # chunks of at most `chunk` rows between the breaks (ascending, each in 1..tq-1)
-        bounds = pairwise([0, *self.document_breaks(), self.tq])
+        bounds = pairwise([0, *self.document_breaks, self.tq])
         spans = [(s, min(s + chunk, cut)) for first, cut in bounds for s in range(first, cut, chunk)]
         return [(s, e, *self.visible_range(s, e)) for s, e in spans]
 
+    @cached_property
     def document_breaks(self) -> list[int]:
         """The query rows where a packed document starts in any batch row (not row 0); none where the
-        ids cannot be read without a device sync."""
+        ids cannot be read without a device sync (:func:`~posenc._compat.can_sync`). Read once per call."""
         if self.q_doc is None or not can_sync(self.q_doc) or self.tq < 2:
             return []
         changed = (self.q_doc[..., 1:] != self.q_doc[..., :-1]).reshape(-1, self.tq - 1).any(dim=0)
