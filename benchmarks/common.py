@@ -262,6 +262,7 @@ def threads_text(n: int | None) -> str:
 REPORT_STARTS = (
     "# posenc on a GPU",
     "# RoPE's performance floors",
+    "# Subnormal floats in causal",
     "### posenc benchmarks",
     '{\n  "suite": ',
 )

@@ -697,6 +697,29 @@ def test_a_file_no_benchmark_wrote_is_never_replaced(capsys, tmp_path):
     assert "--shape 1,1,2,4" in report.read_text().splitlines()[0]
 
 
+def test_denormals_reports_each_pass_with_and_without_flushing_and_leaves_the_flag_off(capsys, tmp_path):
+    """``benchmarks.denormals`` times causal SDPA, ALiBi and T5 with subnormals kept and flushed, checks their
+    outputs agree, and restores torch's default (kept subnormals) after the run; it never replaces another file."""
+    from benchmarks import denormals
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    with pytest.raises(SystemExit):
+        denormals.main(["--length", "32", "--out", str(notes)])
+    assert "notes.md is not a benchmark report" in capsys.readouterr().err
+    report = tmp_path / "denormals.md"
+    denormals.main(["--length", "32", "--rounds", "1", "--out", str(report)])
+    lines = report.read_text().splitlines()
+    assert lines[0].startswith(
+        "# Subnormal floats in causal attention (`python -m benchmarks.denormals --length 32"
+    )
+    timed = [line for line in lines if "flushing takes" in line]
+    assert len(timed) == 6 and all("t=   32" in line for line in timed)
+    assert sum("outputs flushed and not differ by at most 0" in line for line in lines) == 3
+    tiny = torch.tensor(1e-39)  # a subnormal float32: kept, so the flag is off again
+    assert (tiny * 1.0).item() != 0.0
+
+
 def test_unknown_names_are_rejected():
     with pytest.raises(ValueError, match="unknown RoPE implementations"):
         rope_bench.run_rope(
