@@ -48,7 +48,7 @@ Backend = Literal["auto", "sdpa", "chunked", "flex"]
 BIAS_BUDGET_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
 #: Query rows per causal SDPA call on the Toeplitz path. Each call reads the keys up to its
 #: last query, so the work beyond the causal triangle is ~chunk/t; 512 measured fastest for
-#: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA).
+#: causal ALiBi (t=2048..8192, one thread, torch 2.13 and 2.15: 1.1x bias-free causal SDPA on an AMD EPYC).
 TOEPLITZ_CHUNK = 512
 
 #: Eager ``backend="auto"`` on the CPU takes query chunks for packed documents averaging at least this many
@@ -105,7 +105,8 @@ def attention(
     T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
                                                    (queries reversed), never materialised; causal
                                                    calls run over query chunks of 512 that read only
-                                                   the keys they see: ~1.1x bias-free causal SDPA
+                                                   the keys they see: 1.1-1.4x bias-free causal SDPA
+                                                   on the CPU (subnormals flushed: docs/benchmarks.md)
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
     :data:`BIAS_BUDGET_BYTES` (the device's)       where masked); 64 MiB on the CPU, 1 GiB on CUDA
     a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
