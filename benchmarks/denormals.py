@@ -3,11 +3,10 @@
 Some ``87 / slope`` keys back from the diagonal ALiBi's bias makes ``exp(score - max)`` land among float32's
 subnormal numbers (below ~1.2e-38: an exponent between about -87 and -103, a band of ``16 / slope`` keys per
 head; zeros beyond it), 0.3-0.4% of the weights of 8 heads at t = 1024-4096, and x86 CPUs take a slow path
-for every operation that meets one. With
-``torch.set_flush_denormal(True)`` they are zeros, which changes no float32 sum they are added to (every
-row holds a weight of 1). posenc does not set that flag: it is process-wide and has no getter to restore
-it. This measures what it buys, against bias-free causal SDPA in the same process, forward and forward
-plus ``torch.autograd.grad``, and checks that the outputs agree.
+for every operation that meets one. With ``torch.set_flush_denormal(True)`` they are zeros, which changes
+no float32 sum they are added to (every row holds a weight of 1). posenc does not set that flag: it is
+process-wide and has no getter to restore it. This measures what it buys, against bias-free causal SDPA in
+the same process, forward and forward plus ``torch.autograd.grad``, and checks that the outputs agree.
 
 Writes ``benchmarks/results/denormals.md`` (``--out`` elsewhere). Each time is the fastest of interleaved
 rounds (:func:`benchmarks.rope_floors.fastest`), the flag set inside each timed call.
