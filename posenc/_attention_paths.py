@@ -186,7 +186,7 @@ def sdpa_attention(
 
 
 def _toeplitz(
-    q: Tensor, k: Tensor, v: Tensor, values: Tensor, vis: Visibility, soft: Softmax, chunk: int
+    q: Tensor, k: Tensor, v: Tensor, values: Tensor, vis: Visibility, soft: Softmax, chunk: int, budget: int
 ) -> Tensor:
     """Attention with a bias that depends only on ``k_pos - q_pos``, from its ``(h, tq + tk - 1)`` values.
 
@@ -194,8 +194,11 @@ def _toeplitz(
     ``values[start + i' + j]``: a Hankel matrix, which is a strided view of the vector
     (strides ``(1, 1)``), so SDPA reads it without a ``(h, tq, tk)`` tensor ever existing. The
     causal mask and the window are ``-inf`` at the distances they hide, in the same vector.
-    Each chunk reads only the keys it can see; none is checkpointed, since each chunk's mask is
-    a view of the small vector and SDPA keeps nothing of size ``(h, tq, tk)`` for the backward.
+    Each chunk reads only the keys it can see. Its mask is a view of the small vector, and SDPA's flash
+    kernel keeps nothing of size ``(h, tq, tk)`` for the backward; where SDPA keeps each chunk's weights
+    instead (sinks; on the CPU a bias that needs a gradient, or dropout: its math kernel), the chunks are
+    checkpointed, with sinks always, else once ``(b, h, tq, tk)`` float32 weights would pass ``budget``
+    bytes (as a dense mask would).
 
     Args:
         values: ``(h|1, tq + tk - 1)`` from :meth:`~posenc.PositionState.bias_by_distance`
@@ -204,6 +207,7 @@ def _toeplitz(
         soft: its sinks materialise each chunk's mask with the sink column (:func:`_sdpa`),
             ``(h, chunk, keys + 1)``.
         chunk: query rows per SDPA call (``tq`` for one call).
+        budget: the bytes of weights the chunks may keep for the backward (the device's bias budget).
     """
     tq, tk = q.shape[-2], k.shape[-2]
     if vis.positional:
@@ -220,8 +224,13 @@ def _toeplitz(
         mask = strip.as_strided((1, values.shape[0], end - start, hi - lo), (0, strip.stride(0), 1, 1))
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, soft).flip(2)
 
-    # With sinks each chunk's mask is a tensor of its own: checkpointed, as on the chunked path.
-    grad = soft.sinks is not None and needs_grad(q, k, v, values, soft.sinks)
+    # The CPU's flash kernel takes no bias that needs a gradient and no dropout: its math kernel keeps every
+    # chunk's weights (0.8 of one (h, t, t) float32 tensor at t=1024, 0.56 at 4096), and recomputing them costs
+    # time (T5's training step at t=2048: 1.27x): checkpointed past the budget only. With sinks each chunk's mask is a tensor
+    # of its own: always checkpointed, as on the chunked path.
+    math_kernel = q.device.type == "cpu" and (values.requires_grad or soft.dropout_p > 0)
+    large = q.shape[0] * q.shape[1] * tq * tk * 4 > budget
+    grad = (soft.sinks is not None or (math_kernel and large)) and needs_grad(q, k, v, values, soft.sinks)
     out = over_query_chunks(q, k, v, vis, chunk, grad, chunk_fn)
     if tq <= tk or not vis.positional:
         return out

@@ -106,7 +106,9 @@ def attention(
                                                    (queries reversed), never materialised; causal
                                                    calls run over query chunks of 512 that read only
                                                    the keys they see: 1.1-1.4x bias-free causal SDPA
-                                                   on the CPU (subnormals flushed: docs/benchmarks.md)
+                                                   on the CPU (subnormals flushed: docs/benchmarks.md);
+                                                   training on the CPU with a learned bias or dropout,
+                                                   checkpointed past the budget
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
     :data:`BIAS_BUDGET_BYTES` (the device's)       where masked); 64 MiB on the CPU, 1 GiB on CUDA
     a larger dense mask (explicit positions or     query chunks: per chunk the bias at the chunk's
@@ -310,7 +312,7 @@ def attention(
         if values is not None and not (tracing and values.requires_grad and torch.is_grad_enabled()):
             # Chunks read only the keys they see; with sinks each chunk's mask is materialised: chunks bound it.
             rows = (chunk_size or TOEPLITZ_CHUNK) if vis.positional or sinks is not None else tq
-            return _toeplitz(q, k, v, values, vis, soft, rows)
+            return _toeplitz(q, k, v, values, vis, soft, rows, budget)
     # "auto" takes chunks where a dense mask (the bias, or a padding, document or window mask joined
     # with the causal one) would pass the budget; a user's mask alone is dense already. Traced: one call.
     scratch = state.bias_scratch

@@ -16,6 +16,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+import torch
+
+import posenc
+
 T, HEADS, HEAD_DIM = 8192, 4, 16
 DENSE_BYTES = HEADS * T * T * 4
 
@@ -175,3 +180,41 @@ def test_packed_documents_never_build_a_dense_mask():
     assert not grew, (
         f"packed: peak memory grew (a dense (h, t, t) float32 tensor is {PACKED_DENSE_BYTES / 2**20:.0f} MiB): {grew}"
     )
+
+
+@pytest.mark.parametrize("spec, dropout_p", [("t5", 0.0), ("kerple", 0.0), ("alibi", 0.1), ("t5", 0.1)])
+def test_a_training_step_keeps_no_more_weights_for_the_backward_than_the_budget(monkeypatch, spec, dropout_p):
+    """With gradients, what a causal call keeps for the backward stays within the bias budget. On the CPU SDPA's
+    flash kernel takes no learned bias and no dropout, and its math kernel keeps each query chunk's weights (at
+    t = 1024: 12.9 MiB for T5 and KERPLE, 36.9 MiB for ALiBi with dropout, of a 16 MiB (h, t, t) float32
+    tensor): within the budget they are kept (no recompute), past it the chunks are checkpointed (0.75-0.82 MiB
+    kept). The backward gives the one dense call's gradients either way."""
+    t, h, dh = 1024, 4, 16
+    dense = h * t * t * 4
+    q, k, v = (torch.randn(1, h, t, dh, requires_grad=True) for _ in range(3))
+    encoding = posenc.build(spec, num_heads=h, head_dim=dh, causal=True)
+    params = (q, k, v, *encoding.parameters())
+
+    def step() -> tuple[int, tuple[torch.Tensor, ...]]:
+        kept: dict[int, int] = {}
+
+        def pack(saved: torch.Tensor) -> torch.Tensor:
+            kept[saved.untyped_storage().data_ptr()] = saved.untyped_storage().nbytes()
+            return saved
+
+        torch.manual_seed(1)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+            out = posenc.attention(q, k, v, encoding, causal=True, dropout_p=dropout_p)
+        return sum(kept.values()), torch.autograd.grad(out.square().sum(), params)
+
+    kept_within, grads_within = step()  # the default CPU budget, 64 MiB, holds the dense weights
+    assert kept_within > dense / 2
+    monkeypatch.setitem(posenc.attend.BIAS_BUDGET_BYTES, "cpu", dense // 4)
+    kept_past, grads_past = step()
+    assert kept_past < dense / 16, f"{kept_past / 2**20:.1f} MiB kept for the backward"
+    for got, want in zip(grads_past, grads_within, strict=True):  # (the same dropout masks: seeded alike)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    if dropout_p == 0:  # the one dense call's
+        dense_out = posenc.attention(q, k, v, encoding, causal=True, backend="sdpa")
+        for got, want in zip(grads_past, torch.autograd.grad(dense_out.square().sum(), params), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
