@@ -105,7 +105,7 @@ def attention(
     T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
                                                    (queries reversed), never materialised; causal
                                                    calls run over query chunks of 512 that read only
-                                                   the keys they see: 1.1-1.4x bias-free causal SDPA
+                                                   the keys they see: 1.1-1.5x bias-free causal SDPA
                                                    on the CPU (subnormals flushed: docs/benchmarks.md);
                                                    training on the CPU with a learned bias or dropout,
                                                    checkpointed past the budget
