@@ -15,7 +15,6 @@ rounds (:func:`benchmarks.rope_floors.fastest`), the flag set inside each timed 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .common import check_replaceable, write_whole
-from .machine import machine_info
-from .rope_floors import fastest
+from .common import check_replaceable
+from .rope_floors import fastest, write_report
 
 #: Where the report goes (committed: docs/benchmarks.md quotes it).
 OUT = Path(__file__).parent / "results" / "denormals.md"
@@ -115,19 +113,7 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append(line)
     finally:  # (torch's default, whatever was measured last)
         torch.set_flush_denormal(False)
-    info = machine_info()
-    src = info["posenc_source"]
-    header = [
-        f"# Subnormal floats in causal attention (`{shlex.join(['python', '-m', 'benchmarks.denormals', *argv])}`)",
-        "",
-        f"{info['date_utc']}; posenc {info['posenc']} at {src.get('git_commit')} (dirty: {src.get('git_dirty')},"
-        f" source {src.get('source_sha256')}); torch {info['torch']};",
-        f"{info['cpu_model']}, {info['cpus_usable']} usable cores; load average {info['load_average']}",
-        "",
-        "```text",
-    ]
-    write_whole(args.out, "\n".join([*header, *lines, "```", ""]))
-    print(f"wrote {args.out}")
+    write_report(args.out, "Subnormal floats in causal attention", ["benchmarks.denormals", *argv], lines)
 
 
 if __name__ == "__main__":

@@ -169,10 +169,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out: {err}")
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shape] if args.shape else SHAPES
     run(shapes + (LARGE if args.large else []))  # type: ignore[arg-type]
+    write_report(args.out, "RoPE's performance floors", ["benchmarks.rope_floors", *argv], REPORT)
+
+
+def write_report(out: Path, title: str, command: list[str], lines: list[str]) -> None:
+    """``lines`` as a text block under ``title``, the ``python -m`` command and the machine, written to ``out``."""
     info = machine_info()
     src = info["posenc_source"]
     header = [
-        f"# RoPE's performance floors (`{shlex.join(['python', '-m', 'benchmarks.rope_floors', *argv])}`)",
+        f"# {title} (`{shlex.join(['python', '-m', *command])}`)",
         "",
         f"{info['date_utc']}; posenc {info['posenc']} at {src.get('git_commit')} (dirty: {src.get('git_dirty')},"
         f" source {src.get('source_sha256')}); torch {info['torch']};",
@@ -180,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "```text",
     ]
-    write_whole(args.out, "\n".join([*header, *REPORT, "```", ""]))
-    print(f"wrote {args.out}")
+    write_whole(out, "\n".join([*header, *lines, "```", ""]))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
