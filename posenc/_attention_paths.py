@@ -225,9 +225,9 @@ def _toeplitz(
         return lambda q_c, k_c, v_c: _sdpa(q_c.flip(2), k_c, v_c, mask, soft).flip(2)
 
     # The CPU's flash kernel takes no bias that needs a gradient and no dropout: its math kernel keeps every
-    # chunk's weights (0.8 of one (h, t, t) float32 tensor at t=1024, 0.56 at 4096), and recomputing them costs
-    # time (T5's training step at t=2048: 1.27x): checkpointed past the budget only. With sinks each chunk's mask is a tensor
-    # of its own: always checkpointed, as on the chunked path.
+    # chunk's weights (0.8 of one (h, t, t) float32 tensor at t=1024, 0.56 at 4096), and recomputing them
+    # costs time (T5's attention, forward+backward at t=2048: 1.27x): checkpointed past the budget only.
+    # With sinks each chunk's mask is a tensor of its own: always checkpointed, as on the chunked path.
     math_kernel = q.device.type == "cpu" and (values.requires_grad or soft.dropout_p > 0)
     large = q.shape[0] * q.shape[1] * tq * tk * 4 > budget
     grad = (soft.sinks is not None or (math_kernel and large)) and needs_grad(q, k, v, values, soft.sinks)
