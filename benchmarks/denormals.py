@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from .bias_paths import BASELINE, PATHS, POSENC_ALIBI, POSENC_T5, make_context
 from .common import check_replaceable
 from .rope_floors import fastest, write_report
 
@@ -42,20 +42,11 @@ def _flagged(flush: bool, fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def measure(t: int, rounds: int = ROUNDS) -> list[str]:
-    """The report's lines for length ``t``: each implementation and pass, flag off and on."""
-    import posenc
-
-    q, k, v = (torch.randn(1, HEADS, t, HEAD_DIM, requires_grad=True) for _ in range(3))
-
-    def through_posenc(spec: str) -> Callable[[], torch.Tensor]:
-        enc = posenc.build(spec, num_heads=HEADS, head_dim=HEAD_DIM, causal=True)
-        return lambda: posenc.attention(q, k, v, enc, causal=True)
-
-    impls = {
-        "sdpa causal (no bias)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "posenc alibi": through_posenc("alibi"),
-        "posenc t5": through_posenc("t5"),
-    }
+    """The report's lines for length ``t``: each implementation and pass, flag off and on (the bias section's
+    inputs and calls, :mod:`benchmarks.bias_paths`, with gradients for q, k and v)."""
+    ctx = make_context(t, HEADS, HEAD_DIM)
+    q, k, v = (x.requires_grad_() for x in (ctx.q, ctx.k, ctx.v))
+    impls = {name: PATHS[name].build(ctx) for name in (BASELINE, POSENC_ALIBI, POSENC_T5)}
     grad = torch.ones(1, HEADS, t, HEAD_DIM)
 
     def timed(impl: Callable[[], torch.Tensor], pass_: str) -> Callable[[], object]:
@@ -73,7 +64,7 @@ def measure(t: int, rounds: int = ROUNDS) -> list[str]:
         best = fastest(fns, rounds)  # type: ignore[arg-type]
         for name in impls:
             off, on = best[(name, False)], best[(name, True)]
-            base_off, base_on = best[("sdpa causal (no bias)", False)], best[("sdpa causal (no bias)", True)]
+            base_off, base_on = best[(BASELINE, False)], best[(BASELINE, True)]
             lines.append(
                 f"t={t:5} {pass_:16} {name:22} {off * 1e3:8.1f} ms ({off / base_off:.2f}x SDPA); flushed "
                 f"{on * 1e3:8.1f} ms ({on / base_on:.2f}x SDPA): flushing takes {on / off:.2f} of the time"
