@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +196,13 @@ def _fail_on_rank_1(log: Any = None) -> None:
 
 
 @pytest.mark.slow
-def test_a_rank_failure_is_raised_as_itself_and_stops_the_others() -> None:
+def test_a_rank_failure_is_raised_as_itself_and_stops_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(ConfigError, match="rank 1 refuses"):
         parallel_module.spawn(_fail_on_rank_1, 2, "cpu")
+    assert list(tmp_path.iterdir()) == []  # neither our folder nor torch's error files are left behind
 
 
 def _sleep(log: Any = None) -> None:
@@ -271,7 +277,10 @@ def test_ranks_end_when_the_process_that_spawned_them_is_killed(tmp_path: Path, 
 
     script = tmp_path / "parent.py"
     script.write_text(_KILLED_PARENT_SCRIPT)
-    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    # a killed parent cannot remove its temporary folder: keep it in the test's own
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     files = [tmp_path / "rank0", tmp_path / "rank1"]
     deadline = time.monotonic() + 120
     while not all(f.is_file() and f.read_text() for f in files) and time.monotonic() < deadline:
@@ -313,7 +322,10 @@ def test_study_under_torchrun_equals_one_process(corpus: Corpus, tmp_path: Path)
         str(out),
         json.dumps({**TINY, "eval_lens": list(TINY["eval_lens"])}),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=SPAWN_TIMEOUT_S, check=False)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # torchrun's own temporary files stay in the test's folder
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=SPAWN_TIMEOUT_S, check=False, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # the study destroyed the group it started: no rank reports one afterwards
     assert done.stdout.count("rank none: done") == 2

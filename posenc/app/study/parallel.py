@@ -349,5 +349,9 @@ def spawn(
                 if isinstance(original, Exception):
                     raise original from failure
             raise
+        finally:
+            for path in ctx.error_files:  # torch writes a failed rank's traceback there and never removes it
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         drain()
         return pickle.loads(Path(result_path).read_bytes())
