@@ -50,7 +50,8 @@ class ALiBi(PositionBias):
 
     Attributes:
         slopes: ``(h,)`` float32, a non-persistent buffer kept float32 by ``.to(dtype)``,
-            ``.half()``, ``.bfloat16()`` (rebuilt exactly); float64 inputs use float64 slopes.
+            ``.half()``, ``.bfloat16()``, rebuilt in float64 by ``.double()``; float64 inputs use float64
+            slopes.
 
     Shape:
         ``forward(scores)``: ``(b, h, tq, tk) -> (b, h, tq, tk)``; the bias is added in float32
@@ -85,8 +86,10 @@ class ALiBi(PositionBias):
         )
 
     def reset_caches(self) -> None:
-        """Rebuild the slopes (float32), e.g. after ``to_empty()`` from the meta device."""
-        self.slopes = alibi_slopes(self.num_heads, self.max_bias, device=self.slopes.device)
+        """Rebuild the slopes in their buffer's dtype, e.g. after ``to_empty()`` from the meta device."""
+        self.slopes = alibi_slopes(
+            self.num_heads, self.max_bias, dtype=self.slopes.dtype, device=self.slopes.device
+        )
 
     def _slopes(self, dtype: torch.dtype) -> Tensor:
         # Every form reads its slopes here, so a subclass can rescale them in one place (FalconALiBi does).

@@ -273,11 +273,12 @@ def test_float64_uses_float64_slopes() -> None:
 
 
 @pytest.mark.parametrize("cast", ["bfloat16", "half", "double", "to_bf16"])
-def test_dtype_casts_keep_slopes_float32(cast: str) -> None:
+def test_half_casts_keep_slopes_float32_and_double_rebuilds_them_in_float64(cast: str) -> None:
     alibi = ALiBi(12)
     alibi = alibi.to(torch.bfloat16) if cast == "to_bf16" else getattr(alibi, cast)()
-    assert alibi.slopes.dtype == torch.float32
-    assert torch.equal(alibi.slopes, alibi_slopes(12))
+    dtype = torch.float64 if cast == "double" else torch.float32
+    assert alibi.slopes.dtype == dtype
+    assert torch.equal(alibi.slopes, alibi_slopes(12, dtype=dtype))
 
 
 def test_state_dict_is_empty_and_meta_device_works() -> None:

@@ -168,6 +168,12 @@ def test_caches_are_float32_whatever_the_default_dtype(cached_entry: Entry, defa
         torch.testing.assert_close(buffer, expected[name], rtol=0, atol=0)
 
 
+def test_double_makes_every_float_cache_float64(cached_entry: Entry) -> None:
+    """``.double()`` leaves no float cache in float32 (ALiBi's slopes stayed float32, against docs/guarantees.md)."""
+    for name, buffer in _float_buffers(cached_entry.build().double()).items():
+        assert buffer.dtype == torch.float64, f"{name} is {buffer.dtype} after .double()"
+
+
 def test_double_gives_float64_accurate_tables() -> None:
     """``.double()`` recomputes RoPE's and the sinusoid's tables in float64 (not widened float32)."""
     positions = torch.tensor([0, 1, 4095, 65_537, 100_000])
