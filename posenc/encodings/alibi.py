@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -109,19 +111,21 @@ class ALiBi(PositionBias):
 
 
 class FalconALiBi(ALiBi):
-    """ALiBi as Falcon applies it: the bias is added before the ``1/sqrt(dh)`` score scaling.
+    """ALiBi as Falcon applies it: added before the ``1/sqrt(dh)`` scaling, rounded as transformers rounds it.
 
-    Falcon (the ``alibi=True`` variants, e.g. Falcon-RW) computes
-    ``softmax((q.k + m * pos) / sqrt(dh))``, so relative to the usual convention (bias added to
-    the scaled scores, as SDPA's ``attn_mask`` and every posenc attention layer do) its slopes
-    are ``m / sqrt(dh)``. This class is :class:`ALiBi` with every slope it applies multiplied
-    by :attr:`slope_scale` ``= dh ** -0.5``; :attr:`slopes` keeps the paper's values.
+    Falcon (the ``alibi=True`` variants, e.g. Falcon-RW) computes ``softmax((q.k + m * pos) /
+    sqrt(dh))``, so relative to the usual convention (bias added to the scaled scores, as SDPA's
+    ``attn_mask`` and every posenc attention layer do) its slopes are ``m / sqrt(dh)``; :attr:`slopes`
+    keeps the paper's values. Causal (Falcon's own attention), the bias is transformers' to the bit (a
+    float32 model's; a bfloat16 model's rounds it once more): ``bf16(bf16(m) * j) / sqrt(dh)`` at key
+    position ``j``, each slope rounded to bfloat16 and then its product with the position, as Falcon-RW
+    was trained. That key-only bias equals ALiBi's ``m * (j - i) / sqrt(dh)`` under the causal mask but
+    for the roundings, which are not small: within a query row (what the softmax sees) the float32 form
+    differs from it by up to 0.13 logits at 255 positions and 1.8 at 2048 (Falcon-RW-1B's 32 heads of
+    64). It is read at each key position, not by distance. Not causal (no Falcon model is): ALiBi's
+    symmetric form with every slope times :attr:`slope_scale` ``= dh ** -0.5``, in float32.
     :func:`posenc.from_hf_config` returns it for Falcon configs with ``alibi=True``; it is not
     in the registry (no spec string builds it).
-
-    transformers rounds Falcon's ``slope * position`` to bfloat16; posenc keeps float32, so the
-    two agree exactly for power-of-two head counts below 256 positions and to bfloat16
-    precision beyond.
 
     Args:
         num_heads: attention heads ``h``.
@@ -130,8 +134,10 @@ class FalconALiBi(ALiBi):
         device: of the slopes.
 
     Shape:
-        As :class:`ALiBi`.
+        As :class:`ALiBi`; causal, :meth:`attention_bias` and ``forward`` add the key-only bias.
     """
+
+    by_distance = False  # bf16(m * j) is not a function of j - i
 
     def __init__(
         self, num_heads: int, head_dim: int, causal: bool = True, *, device: torch.device | str | None = None
@@ -143,6 +149,14 @@ class FalconALiBi(ALiBi):
     def _slopes(self, dtype: torch.dtype) -> Tensor:
         # Every ALiBi method reads its slopes here: scale them once, in the slopes' own dtype.
         return super()._slopes(dtype) * self.slope_scale
+
+    def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
+        if not self.causal:
+            return super().bias_fn(dtype, table)
+        # bfloat16 slopes times integer positions is a bfloat16 product: transformers' build_alibi_tensor, in its
+        # order (then cast and divided by sqrt(dh), as its Falcon does)
+        slopes, root = self.slopes.bfloat16(), math.sqrt(self.head_dim)
+        return lambda q, k, h: (slopes[h] * k).to(dtype) / root
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, slope_scale=1/sqrt({self.head_dim})"

@@ -1658,41 +1658,40 @@ def test_falcon_alibi_head_dim_errors(head_dim, error, match):
         FalconALiBi(4, head_dim=head_dim)
 
 
-def test_falcon_alibi_equals_the_models_bias_under_softmax():
-    """Falcon adds ALiBi before the 1/sqrt(dh) scaling: its effective slopes are m / sqrt(dh)."""
-    config = _hf_config("falcon", alibi=True)
+@pytest.mark.parametrize("heads", [4, 32, 71])
+def test_falcon_alibi_is_the_models_bias_to_the_bit(heads):
+    """Falcon adds ALiBi before the 1/sqrt(dh) scaling (effective slopes m / sqrt(dh)) and rounds each slope, then
+    slope * key position, to bfloat16: posenc's bias is its bias exactly, from 32 heads (Falcon-RW-1B) and past 256
+    positions too, where float32 slopes differed by up to 0.1 logits (71: not a power of two)."""
+    config = _hf_config("falcon", alibi=True, num_attention_heads=heads, hidden_size=4 * heads)
     model = transformers.AutoModel.from_config(config).eval()
     calls = _attention_kwargs(model.h[0].self_attention)
-    length, heads = 12, config.num_attention_heads
+    length = 300
     with torch.no_grad():
         model(input_ids=torch.randint(0, 64, (1, length)))
     falcon_mask = calls[0]["attention_mask"]  # alibi / sqrt(dh), min-value above the diagonal
     pe = from_hf_config(model.config)
     assert isinstance(pe, FalconALiBi)
-    q = torch.zeros(1, heads, length, config.hidden_size // heads)
-    keep = torch.ones(length, length).tril().bool()
-    scores = torch.randn(1, heads, length, length, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(
-        _softmax_with(scores, pe.attention_bias(q, q), keep),
-        _softmax_with(scores, falcon_mask, keep),
-        **BIAS_TOL,
-    )
+    q = torch.zeros(1, heads, length, 4)
+    keep = torch.ones(length, length).tril().bool().expand(1, heads, length, length)
+    exact = {"rtol": 0, "atol": 0}
+    torch.testing.assert_close(pe.attention_bias(q, q).expand_as(keep)[keep], falcon_mask[keep], **exact)
     # FlexAttention's score_mod (evaluated here on broadcast index tensors) adds the same bias
-    score_mod = pe.score_mod(q, q)
     index = torch.arange(length)
-    flex_bias = score_mod(
-        torch.zeros(()),
-        torch.zeros((), dtype=torch.long),
-        torch.arange(heads)[:, None, None],
-        index[:, None],
-        index,
+    zero = torch.zeros((), dtype=torch.long)
+    flex_bias = pe.score_mod(q, q)(
+        torch.zeros(()), zero, torch.arange(heads)[:, None, None], index[:, None], index
     )
+    torch.testing.assert_close(flex_bias.expand_as(keep)[keep], falcon_mask[keep], **exact)
+    # the drop-in forward adds it too, and posenc.attention gives the model's attention
+    scores = torch.randn(1, heads, length, length, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close((pe(scores) - scores)[keep], falcon_mask[keep], rtol=0, atol=1e-5)
+    q, k, v = torch.randn(3, 1, heads, length, 4, generator=torch.Generator().manual_seed(2)).unbind(0)
     torch.testing.assert_close(
-        _softmax_with(scores, flex_bias, keep), _softmax_with(scores, falcon_mask, keep), **BIAS_TOL
-    )
-    # the drop-in forward adds the same (full-form) bias
-    torch.testing.assert_close(
-        _softmax_with(scores, pe(scores) - scores, keep), _softmax_with(scores, falcon_mask, keep), **BIAS_TOL
+        posenc.attention(q, k, v, pe, causal=True),
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=falcon_mask),
+        rtol=1e-5,
+        atol=1e-6,
     )
 
 
