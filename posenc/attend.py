@@ -270,10 +270,18 @@ def attention(
             f"causal=False, but this {name} is exact only in causal attention: {state.causal_only_reason}"
         )
     # Explicit positions in the rules only where a side is not the default range.
-    explicit = (causal or window is not None) and (state.q_start is None or state.k_start is None)
-    if (causal or window is not None) and not explicit and tq > tk and encoding is not None:
-        # (the rules align the queries' end with the keys' by index, but the encoding's default positions put
-        # both from 0: the distances it encodes would be off by tq - tk)
+    q_start, k_start, masks = state.q_start, state.k_start, causal or window is not None
+    explicit = masks and (q_start is None or k_start is None)
+    # The rules align the queries' end with the keys' by index, but an encoding's default positions put both
+    # from 0: the distances it encodes would be off by tq - tk. (A multi-axis encoding given positions starts
+    # its keys' token indices at tq - tk: aligned.)
+    if (
+        masks
+        and encoding is not None
+        and q_start is not None
+        and k_start is not None
+        and q_start - k_start > tk - tq
+    ):
         raise ValueError(
             f"{'causal=True' if causal else f'window={window}'} with more queries ({tq}) than keys ({tk}) at "
             "default positions, where the mask aligns the last query with the last key but the encoding puts "

@@ -821,7 +821,17 @@ def test_more_queries_than_keys_needs_positions_where_it_masks(enc, causal, wind
 @pytest.mark.parametrize(("causal", "window"), [(True, None), (False, 3)], ids=["causal", "window"])
 def test_more_queries_than_keys_with_positions_on_axes_is_refused_as_with_rope(causal, window):
     """M-RoPE's default positions put both sides from 0 as RoPE's do; its masks go by token order, aligned at
-    the end: refused alike (it ran, the distances off by tq - tk)."""
+    the end: refused alike (it ran, the distances off by tq - tk). Given positions, the keys are the last tk
+    tokens (it was refused as "at default positions", asking for the positions it had)."""
     q, k, v = qkv(tq=6, tk=3)
+    mrope = posenc.MRoPE(8, mrope_section=(2, 1, 1))
     with pytest.raises(ValueError, match=r"more queries \(6\) than keys \(3\) at default positions"):
-        attention(q, k, v, posenc.MRoPE(8, mrope_section=(2, 1, 1)), causal=causal, window=window)
+        attention(q, k, v, mrope, causal=causal, window=window)
+    t = torch.arange(6)
+    qp = torch.stack((t, t // 2, t % 3), -1)  # (6, 3): the keys are the last 3 tokens
+    kp = qp[3:]
+    out = attention(q, k, v, mrope, causal=causal, window=window, q_positions=qp, k_positions=kp)
+    rq, rk = mrope.encode_qk(q, k, q_positions=qp, k_positions=kp)
+    torch.testing.assert_close(
+        out, reference(rq, rk, v, None, causal=causal, window=window), **TOL[torch.float32]
+    )

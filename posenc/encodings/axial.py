@@ -43,7 +43,8 @@ class AxisRotaryState(RotaryState):
 
     Attributes:
         q_cos, q_sin: ``(tq, r/2)`` or ``(b, 1, tq, r/2)`` float32 rows of the queries.
-        q_start, k_start: token indices (``tk - tq`` and 0), not positions (:meth:`_AxisRotary._resolve`).
+        q_start, k_start: token indices (``tk - tq`` and 0, or 0 and ``tq - tk``), not positions
+            (:meth:`_AxisRotary._resolve`).
     """
 
     @property
@@ -197,7 +198,8 @@ class _AxisRotary(_Rotary):
 
         The starts are token indices, not positions: positions with axes have no order (image tokens
         share positions), so causality and windows follow the token order, queries being the last
-        ``tq`` of the ``tk`` keys (what :func:`posenc.attention` does for default positions)."""
+        ``tq`` of the ``tk`` keys (what :func:`posenc.attention` does for default positions) or, given
+        positions with more queries than keys, the keys the last ``tk`` of the queries."""
         qp, kp = (p.to(device) if isinstance(p, Tensor) else p for p in (q_positions, k_positions))
         qp = None if qp is None else self._check_positions(qp, tq, batch, "q_positions")
         kp = None if kp is None else self._check_positions(kp, tk, batch, "k_positions")
@@ -207,7 +209,10 @@ class _AxisRotary(_Rotary):
             qp = kp[..., tk - tq :, :] if tq <= tk else self._default_positions(tq, device)
         if kp is None:
             kp = qp if tq == tk else self._default_positions(tk, device)
-        return qp, kp, max(tk - tq, 0), 0
+        # More queries than keys, with positions given: the keys are the last tk tokens (at default positions
+        # both sides start at 0, which posenc.attention refuses under a causal mask or a window)
+        given = q_positions is not None or k_positions is not None
+        return qp, kp, max(tk - tq, 0), max(tq - tk, 0) if given else 0
 
 
 class AxialRoPE(_AxisRotary):
