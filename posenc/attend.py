@@ -275,13 +275,7 @@ def attention(
     # The rules align the queries' end with the keys' by index, but an encoding's default positions put both
     # from 0: the distances it encodes would be off by tq - tk. (A multi-axis encoding given positions starts
     # its keys' token indices at tq - tk: aligned.)
-    if (
-        masks
-        and encoding is not None
-        and q_start is not None
-        and k_start is not None
-        and q_start - k_start > tk - tq
-    ):
+    if masks and not explicit and encoding is not None and (q_start or 0) - (k_start or 0) > tk - tq:
         raise ValueError(
             f"{'causal=True' if causal else f'window={window}'} with more queries ({tq}) than keys ({tk}) at "
             "default positions, where the mask aligns the last query with the last key but the encoding puts "
