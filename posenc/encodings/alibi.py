@@ -153,10 +153,17 @@ class FalconALiBi(ALiBi):
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         if not self.causal:
             return super().bias_fn(dtype, table)
-        # bfloat16 slopes times integer positions is a bfloat16 product: transformers' build_alibi_tensor, in its
-        # order (then cast and divided by sqrt(dh), as its Falcon does)
-        slopes, root = self.slopes.bfloat16(), math.sqrt(self.head_dim)
-        return lambda q, k, h: (slopes[h] * k).to(dtype) / root
+        # transformers' build_alibi_tensor: bfloat16 slopes times integer positions (each rounded to bfloat16), a
+        # bfloat16 product, cast and divided by sqrt(dh). The roundings are written on float32 bits: inductor
+        # (torch.compile, FlexAttention) drops casts to bfloat16 between float32 operations (off by 0.38 at t=300).
+        slopes, root = _bfloat16_rounded(self.slopes.float()), math.sqrt(self.head_dim)
+        return lambda q, k, h: _bfloat16_rounded(slopes[h] * _bfloat16_rounded(k.float())).to(dtype) / root
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, slope_scale=1/sqrt({self.head_dim})"
+
+
+def _bfloat16_rounded(x: Tensor) -> Tensor:
+    """Float32 ``x`` rounded to the nearest bfloat16, ties to even, as float32: ``x.bfloat16().float()`` on the bits."""
+    bits = x.view(torch.int32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).view(torch.float32)

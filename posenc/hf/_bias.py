@@ -393,8 +393,9 @@ def learned_by_field(
             "accepted: true (with relative_attention false)"
         )
     table = table or _LEARNED.get(model_type, _Table())
+    # (DeBERTa's code: getattr(config, "embedding_size", hidden_size))
     if model_type.startswith("deberta") and cfg.get("embedding_size") is not None:
-        table = table._replace(width="embedding_size")  # (its code: getattr(config, "embedding_size", hidden_size))
+        table = table._replace(width="embedding_size")
     d_model = positive_int(cfg, model_type, table.width, default=table.default[0])
     rows = positive_int(cfg, model_type, table.length, default=table.default[1])
     if table.offset != "pad":

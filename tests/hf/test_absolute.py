@@ -80,7 +80,8 @@ TINY_FOR: dict[str, dict[str, Any]] = {
     "lilt": {"hidden_size": 48},
     "bros": {"hidden_size": 64},  # (its box sinusoids: hidden_size // 32 channels per coordinate)
     # (an embedding narrower than the hidden states, projected up: its table is embedding_size wide)
-    **dict.fromkeys(("deberta", "deberta-v2"), {"embedding_size": 16}),
+    "deberta": {"embedding_size": 16},
+    "deberta-v2": {"embedding_size": 16},
 }
 #: Second tries for classes that reject the tiny sizes: their own layer count (GPT-Neo's attention_types,
 #: ProphetNet), an embedding as wide as the hidden states (SqueezeBERT).

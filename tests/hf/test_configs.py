@@ -1695,6 +1695,16 @@ def test_falcon_alibi_is_the_models_bias_to_the_bit(heads):
     )
 
 
+def test_falcon_alibis_rounding_survives_inductor():
+    """Inductor (torch.compile, FlexAttention) drops a cast to bfloat16 between float32 operations: written on the
+    bits, Falcon's rounding is kept, and compiled code gives the eager bias (it gave the unrounded one, 0.38 off)."""
+    pe = FalconALiBi(32, head_dim=4)
+    q = torch.zeros(1, 32, 300, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q: pe.attention_bias(q, q), backend="inductor", fullgraph=True)
+    torch.testing.assert_close(compiled(q), pe.attention_bias(q, q), rtol=0, atol=0)
+
+
 # --- proof inside real models: absolute encodings ----------------------------------------------
 
 
