@@ -392,6 +392,15 @@ def learned_by_field(
             f"{model_type} config: position_biased_input=False: its code adds no absolute position table; "
             "accepted: true (with relative_attention false)"
         )
+    if model_type == "tapas" and check_bool(
+        f"{model_type} config: reset_position_index_per_cell",
+        get(cfg, "reset_position_index_per_cell", default=True),
+    ):
+        raise ValueError(
+            f"{model_type} config: reset_position_index_per_cell=True: its code numbers the tokens of each table cell "
+            "from 0 (cells read from token_type_ids), which a config does not give; accepted: false (or a Learned "
+            "table given those positions)"
+        )
     table = table or _LEARNED.get(model_type, _Table())
     # (DeBERTa's code: getattr(config, "embedding_size", hidden_size))
     if model_type.startswith("deberta") and cfg.get("embedding_size") is not None:

@@ -80,6 +80,8 @@ TINY_FOR: dict[str, dict[str, Any]] = {
     "lilt": {"hidden_size": 48},
     "bros": {"hidden_size": 64},  # (its box sinusoids: hidden_size // 32 channels per coordinate)
     # (an embedding narrower than the hidden states, projected up: its table is embedding_size wide)
+    # (its default numbers each table cell's tokens from 0, refused: test_tapass_positions_per_table_cell_...)
+    "tapas": {"reset_position_index_per_cell": False},
     "deberta": {"embedding_size": 16},
     "deberta-v2": {"embedding_size": 16},
 }
@@ -528,6 +530,18 @@ def test_layoutlmv3s_relative_bias_is_refused_by_name() -> None:
         from_hf_config(config)
     assert repr(from_hf_config({**config, "has_relative_attention_bias": False})) == (
         "Learned(768, max_len=510, offset=2)"  # RoBERTa's numbering: real tokens from pad_token_id + 1
+    )
+
+
+def test_tapass_positions_per_table_cell_are_refused_by_name() -> None:
+    """TAPAS numbers each table cell's tokens from 0 (``reset_position_index_per_cell``, its default, read from the
+    inputs' token types): refused by name, not converted to positions by index (it was, silently)."""
+    config = CONFIG_MAPPING["tapas"]()
+    for form in (config, config.to_dict()):
+        with pytest.raises(ValueError, match="reset_position_index_per_cell=True"):
+            from_hf_config(form)
+    assert repr(from_hf_config({**config.to_dict(), "reset_position_index_per_cell": False})) == (
+        "Learned(768, max_len=1024)"
     )
 
 
