@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_float_tensor
+from ._checks import check_float_tensor, check_int
 from ._compat import precise_dtype
 from ._positions import Positions, check_qk, resolve_qk
 from .state import PositionState, ScoreMod
@@ -231,6 +231,9 @@ class PositionalEncoding(nn.Module):
         elif (device := torch.device(device)).index is None and device.type not in ("cpu", "meta"):
             device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", as a tensor's
         k_len = q_len if k_len is None else k_len
+        for name, n in (("q_len", q_len), ("k_len", k_len), ("batch", batch)):
+            if n is not None and not isinstance(n, torch.SymInt):  # (a traced length is a SymInt)
+                check_int(name, n, minimum=0)
         if not self._generic_state:
             return self._state(q_len, k_len, batch, device, q_positions, k_positions, **options)
         # A subclass that overrides a hook: a generic state, whose methods call back into the hooks.

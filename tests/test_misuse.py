@@ -3,11 +3,14 @@ the argument, the value and what is expected, never an error from inside torch o
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 import posenc
 from posenc._checks import MAX_HEADS, allocate, short
+from posenc.nn import KVCache
 
 FLOAT8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
 UNSIGNED = [getattr(torch, n) for n in ("uint8", "uint16", "uint32", "uint64") if hasattr(torch, n)]
@@ -130,6 +133,104 @@ def test_a_prepared_state_refuses_positions_and_other_lengths() -> None:
         posenc.attention(q[:, :, :4], k[:, :, :4], k[:, :, :4], state)
     with pytest.raises(TypeError, match=r"attn_mask must be a boolean torch.Tensor .* got list"):
         posenc.attention(q, k, k, posenc.ALiBi(4), attn_mask=[[True]])
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [posenc.RelativeBias(4), posenc.ALiBi(4, causal=False), posenc.KERPLE(4), posenc.ShawRelative(8, 4)],
+    ids=["t5", "alibi", "kerple", "shaw"],
+)
+def test_a_prepared_bias_state_refuses_other_lengths_and_batches(encoding: posenc.PositionalEncoding) -> None:
+    """A bias state's hooks called directly with q and k of other lengths, or another batch than its ``(b, t)``
+    positions', returned a bias of the prepared shape without an error."""
+    q, k = _qk()
+    state = encoding.prepare(5)
+    hooks = [state.attention_bias] + (
+        [state.score_mod] if not isinstance(encoding, posenc.ShawRelative) else []
+    )
+    for hook in hooks:
+        with pytest.raises(
+            ValueError, match=r"got 4 queries and 4 keys, but .* prepared for 5 queries and 5 keys"
+        ):
+            hook(q[:, :, :4], k[:, :, :4])
+    batched = encoding.prepare(5, q_positions=torch.arange(10).view(2, 5) % 5)
+    with pytest.raises(ValueError, match=r"got a batch of 3, but .* prepared for positions of batch 2"):
+        batched.attention_bias(torch.cat((q, q[:1])), torch.cat((k, k[:1])))
+    assert batched.attention_bias(q, k).shape[0] == 2
+
+
+_DYNAMIC = {"rope_type": "dynamic", "factor": 2.0}
+_ONES = torch.ones(1, 2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: posenc.RoPE(8).prepare(-1), ValueError, r"q_len must be >= 0, got -1"),
+        (lambda: posenc.ALiBi(4).prepare(2.5), TypeError, r"q_len must be an int, got 2.5"),
+        (lambda: posenc.RelativeBias(4).prepare(5, 3.0), TypeError, r"k_len must be an int"),
+        (lambda: posenc.RoPE(8).prepare(5, batch=-1), ValueError, r"batch must be >= 0, got -1"),
+        (
+            lambda: posenc.RoPE(8, scaling=_DYNAMIC, max_len=16).prepare(40, seq_len=-1),
+            ValueError,
+            r"seq_len must be >= 1, got -1",
+        ),
+        (
+            lambda: posenc.RoPE(8, scaling=_DYNAMIC, max_len=16).prepare(4, seq_len=torch.tensor(0)),
+            ValueError,
+            r"seq_len must be >= 1, got 0",
+        ),
+        (
+            lambda: posenc.RoPE(8, scaling=_DYNAMIC, max_len=16).prepare(4, seq_len=2.5),
+            TypeError,
+            r"seq_len must be an int",
+        ),
+        (
+            lambda: KVCache().update(0, _ONES, torch.ones(1, 2, 4, 4), torch.arange(5)),
+            ValueError,
+            r"must agree in batch, heads and tokens",
+        ),
+        (
+            lambda: KVCache().update(0, _ONES.long(), _ONES, torch.arange(3)),
+            TypeError,
+            r"k must be a floating-point tensor",
+        ),
+        (
+            lambda: KVCache().update(0, _ONES[0], _ONES[0], torch.arange(3)),
+            ValueError,
+            r"k must have shape \(batch, kv_heads, t, head_dim\)",
+        ),
+        (
+            lambda: posenc.nn.TransformerLM(11, 16, 1, 2, bias="yes"),
+            TypeError,
+            r"bias must be a bool, got 'yes'",
+        ),
+        (
+            lambda: posenc.nn.TransformerLM(11, 16, 1, 2, mlp_ratio=math.nan),
+            ValueError,
+            r"mlp_ratio must be a finite number > 0, got nan",
+        ),
+    ],
+    ids=[
+        "q_len",
+        "q_len-float",
+        "k_len",
+        "batch",
+        "seq_len",
+        "seq_len-tensor",
+        "seq_len-float",
+        "cache-lengths",
+        "cache-dtype",
+        "cache-rank",
+        "model-bias",
+        "model-mlp_ratio",
+    ],
+)
+def test_lengths_cache_entries_and_model_options_are_checked(call, error, match) -> None:
+    """Each was accepted (a negative or fractional length, a cache of 3 keys, 4 values and 5 positions, a dynamic
+    rotation at seq_len=-1 off by up to 2) or failed inside torch or Python without naming the argument."""
+    with pytest.raises(error, match=match):
+        call()
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Literal, cast
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_float_tensor
-from .._compat import can_sync, is_tracing
+from .._checks import check_bool, check_float_tensor, check_int, check_ints
+from .._compat import can_sync, check_values, is_tracing
 from .._positions import Positions, check_qk
 from ..base import PositionalEncoding
 from ..functional.rope_freqs import RopeParameters
@@ -276,6 +276,11 @@ class _Rotary(PositionalEncoding):
                 call its batch of shorter rows rotates at that length: pass it here to match.)
         """
 
+        if isinstance(seq_len, Tensor):  # (a traced or device length: its value checked without a host sync)
+            n = check_ints("seq_len", seq_len, "()")
+            check_values(n >= 1, "seq_len must be >= 1", lambda: f"seq_len must be >= 1, got {n.tolist()}")
+        elif seq_len is not None and not isinstance(seq_len, torch.SymInt):
+            check_int("seq_len", seq_len, minimum=1)
         state = self.state_class(self, q_positions, k_positions, q_start=q_start, k_start=k_start)
         # one past the largest position, where known without a host sync
         if is_tracing() or q_positions.device.type == "meta":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import check_int
+from .._checks import check_float_tensor, check_int, short
 from .._compat import check_values
 from ..base import PositionalEncoding
 
@@ -212,6 +212,18 @@ class KVCache:
             ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``.
         """
         layer = self._check_layer(layer)
+        check_float_tensor("k", k, rank=4, shape="(batch, kv_heads, t, head_dim)")
+        check_float_tensor("v", v, rank=4, shape="(batch, kv_heads, t, v_dim)")
+        if not isinstance(positions, Tensor) or positions.dtype == torch.bool or positions.is_complex():
+            raise TypeError(
+                f"positions must be a real torch.Tensor of shape (t,) or (batch, t), got {short(positions)}"
+            )
+        t = positions.shape[-2] if axes else positions.shape[-1]
+        if k.shape[:3] != v.shape[:3] or t != k.shape[2]:
+            raise ValueError(
+                f"k {tuple(k.shape)}, v {tuple(v.shape)} and positions {tuple(positions.shape)} must agree in "
+                "batch, heads and tokens"
+            )
         known = self.encodings[layer] if layer < len(self.encodings) else None
         if None not in (known, encoding) and known != encoding:
             raise ValueError(

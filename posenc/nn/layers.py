@@ -17,7 +17,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_int, is_real, keep_mask
+from .._checks import check_bool, check_positive_float, check_positive_int, is_real, keep_mask
 from .._compat import check_values
 from .._positions import check_ids, mask_to_positions
 from ..attend import attention
@@ -87,6 +87,7 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
         self.causal = check_bool("causal", causal)
         check_bool("attention_sinks", attention_sinks)
+        check_bool("bias", bias)
         self.window = check_window(window)
         self.num_kv_heads, self.dropout = num_kv_heads, float(dropout)
         dims = dict(d_model=d_model, num_heads=num_heads, head_dim=head_dim, max_len=max_len, causal=causal)
@@ -335,9 +336,7 @@ class TransformerBlock(nn.Module):
         **attention: Any,
     ) -> None:
         super().__init__()
-        if not is_real(mlp_ratio) or mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be a positive number, got {mlp_ratio!r}")
-        hidden = max(1, round(mlp_ratio * d_model))
+        hidden = max(1, round(check_positive_float("mlp_ratio", mlp_ratio) * d_model))
         self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.attn = MultiheadAttention(d_model, num_heads, position, causal, dropout, bias, **attention)
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
