@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import posenc
+import posenc.functional as F
 from posenc._checks import MAX_HEADS, allocate, short
 from posenc.nn import KVCache
 
@@ -230,6 +231,27 @@ def test_lengths_cache_entries_and_model_options_are_checked(call, error, match)
     """Each was accepted (a negative or fractional length, a cache of 3 keys, 4 values and 5 positions, a dynamic
     rotation at seq_len=-1 off by up to 2) or failed inside torch or Python without naming the argument."""
     with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: F.rope_inv_freq(7), r"dim must be even .*got 7"),
+        (lambda: F.rope_inv_freq(8, -1.0), r"base must be a finite number > 0, got -1.0"),
+        (lambda: F.mrope_axes((1, -1, 2)), r"mrope_section\[1\] must be >= 0, got -1"),
+        (lambda: F.axial_frequencies((3, 4)), r"axes_dim\[0\] must be even"),
+        (
+            lambda: F.rotary_reference(*_qk()[:1], torch.ones(5, 4), torch.ones(5, 4), "split"),
+            r"layout must be",
+        ),
+    ],
+    ids=["rope_inv_freq-odd", "rope_inv_freq-base", "mrope_axes", "axial_frequencies", "rotary_reference"],
+)
+def test_functional_options_are_checked(call, match) -> None:
+    """Each returned a result: 4 frequencies for 7 channels, NaN ones, an axis list with a negative section, an
+    odd axis width, the interleaved rotation for an unknown layout."""
+    with pytest.raises(ValueError, match=match):
         call()
 
 

@@ -185,8 +185,8 @@ def _augment(
     return coords
 
 
-def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]:
-    """Validate a per-axis channel budget: even positive widths whose sum fits ``head_dim``."""
+def check_axis_widths(axes_dim: Sequence[int], head_dim: int | None = None) -> tuple[int, ...]:
+    """Validate a per-axis channel budget: even positive widths whose sum fits ``head_dim`` (when given)."""
     if not isinstance(axes_dim, (tuple, list)) or not axes_dim:
         raise TypeError(f"axes_dim must be a non-empty tuple of ints (channels per axis), got {axes_dim!r}")
     for i, d in enumerate(axes_dim):
@@ -195,7 +195,7 @@ def check_axis_widths(axes_dim: Sequence[int], head_dim: int) -> tuple[int, ...]
             raise ValueError(
                 f"axes_dim[{i}] must be even (RoPE rotates channel pairs), got {d} in {tuple(axes_dim)}"
             )
-    if sum(axes_dim) > head_dim:
+    if head_dim is not None and sum(axes_dim) > head_dim:
         raise ValueError(
             f"axes_dim={tuple(axes_dim)} uses {sum(axes_dim)} channels, more than head_dim={head_dim}"
         )
@@ -241,6 +241,7 @@ def axial_frequencies(
     Returns:
         ``(inv_freq, axis)``: ``(r/2,)`` float64 frequencies and ``(r/2,)`` long axis indices.
     """
+    check_axis_widths(axes_dim)
     check_choice("freqs", freqs, ("lang", "pixel", "period"))
     check_choice("axis_layout", axis_layout, ("cat", "alternate", "cycle", "blocks"))
     base = check_positive_float("base", base)
@@ -321,7 +322,10 @@ def mrope_axes(
     sum to the pairs).
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
-    sections, n = list(mrope_section), len(mrope_section)
+    sections, n = (
+        [check_int(f"mrope_section[{i}]", s, minimum=0) for i, s in enumerate(mrope_section)],
+        len(mrope_section),
+    )
     if interleaved == "hw":  # the last two sections alternate, from pair 0; a third (first) one, time, last
         axes = [n - 2 + i % 2 for i in range(2 * sections[-1])] + [0] * sum(sections[:-2])
     elif interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)

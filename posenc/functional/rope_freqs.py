@@ -23,6 +23,8 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor
 
+from .._checks import check_int, check_positive_float
+
 __all__ = [
     "DefaultRope",
     "DynamicRope",
@@ -58,7 +60,9 @@ def rope_inv_freq(
     Returns:
         ``(r/2,)`` inverse frequencies, the first equal to 1.
     """
-    return 1.0 / (base ** _exponents(dim, dtype, device))
+    if check_int("dim", dim, minimum=2) % 2:
+        raise ValueError(f"dim must be even (RoPE rotates channel pairs), got {dim}")
+    return 1.0 / (check_positive_float("base", base) ** _exponents(dim, dtype, device))
 
 
 # --- one dataclass per rope type ---------------------------------------------------------------------

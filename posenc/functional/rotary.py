@@ -92,6 +92,8 @@ def rotary_reference(
     Returns:
         ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
+    if layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
     wide = x[..., offset : offset + 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
     x1, x2 = wide.chunk(2, dim=-1) if layout == "half" else wide.unflatten(-1, (-1, 2)).unbind(-1)
     first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
