@@ -515,7 +515,8 @@ def test_ddp_step_equals_single_process_step() -> None:
 
 
 @pytest.mark.slow
-def test_context_parallel_example_runs_under_torchrun() -> None:
+def test_context_parallel_example_runs_under_torchrun(tmp_path: Path) -> None:
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -530,8 +531,9 @@ def test_context_parallel_example_runs_under_torchrun() -> None:
         f"--master_port={_free_port()}",
         str(root / "examples" / "context_parallel.py"),
     ]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # torchrun's own temporary files stay in the test's folder
     done = subprocess.run(
-        command, cwd=root, capture_output=True, text=True, timeout=SPAWN_TIMEOUT_S, check=False
+        command, cwd=root, capture_output=True, text=True, timeout=SPAWN_TIMEOUT_S, check=False, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for spec in ("rope", "alibi", "t5", "none"):
