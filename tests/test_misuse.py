@@ -211,6 +211,11 @@ _ONES = torch.ones(1, 2, 3, 4)
             ValueError,
             r"mlp_ratio must be a finite number > 0, got nan",
         ),
+        (
+            lambda: posenc.nn.describe_encoding("rope"),
+            TypeError,
+            r"encoding must be a posenc.PositionalEncoding, got str",
+        ),
     ],
     ids=[
         "q_len",
@@ -225,6 +230,7 @@ _ONES = torch.ones(1, 2, 3, 4)
         "cache-rank",
         "model-bias",
         "model-mlp_ratio",
+        "describe_encoding",
     ],
 )
 def test_lengths_cache_entries_and_model_options_are_checked(call, error, match) -> None:

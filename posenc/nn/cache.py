@@ -22,6 +22,8 @@ def describe_encoding(encoding: PositionalEncoding) -> str:
     A :class:`KVCache` records it per layer, so that keys encoded by one encoding are never
     read by a model with another.
     """
+    if not isinstance(encoding, PositionalEncoding):
+        raise TypeError(f"encoding must be a posenc.PositionalEncoding, got {type(encoding).__name__}")
     return f"{type(encoding).__qualname__}({encoding.extra_repr()})"
 
 

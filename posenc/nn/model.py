@@ -214,6 +214,8 @@ class TransformerLM(nn.Module):
             lambda: f"{message}, got values from {int(input_ids.min())} to {int(input_ids.max())}",
         )
         if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a posenc.nn.KVCache or None, got {type(cache).__name__}")
             cache.bind(self.num_layers)
         distinct = self._distinct()
         firsts = [self.layer_encoding.index(i) for i in range(len(distinct))]  # each one's first layer
@@ -306,6 +308,6 @@ def _check_ids(input_ids: Tensor) -> Tensor:
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
-    if input_ids.is_floating_point() or input_ids.dtype == torch.bool or input_ids.is_complex():
-        raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+    if input_ids.dtype not in (torch.int32, torch.int64):  # (what an embedding indexes with)
+        raise TypeError(f"input_ids must be an int64 or int32 tensor, got dtype {input_ids.dtype}")
     return input_ids
