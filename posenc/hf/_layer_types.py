@@ -164,13 +164,18 @@ def sliding_windows(cfg: Config, model_type: str, config: Any, *, known: bool, n
     # ModernBERT's class sets local_attention = 2 * a sliding_window given (a dict's: its to_dict() has none)
     if model_type == "modernbert" and cfg.get("sliding_window") is not None:
         window = 2 * positive_int(cfg, model_type, "sliding_window")
-    # the Qwen-style configs (and SmolLM3) drop sliding_window without use_sliding_window (its class default: _read)
-    use = cfg.get("use_sliding_window")
+    # The classes that declare use_sliding_window (Qwen-style, SmolLM3; a dict's: _read's defaults) drop
+    # sliding_window without it; the others' code never reads a stray one.
+    declared = isinstance(config, Mapping) and "use_sliding_window" in class_defaults(model_type)
+    use = cfg.get("use_sliding_window") if declared or hasattr(type(config), "use_sliding_window") else None
     if use is not None and not check_bool(f"{model_type} config: use_sliding_window", use):
         window = None
     if rule == "none" or window is None:
         return [None] * n
-    types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
+    if rule == "every":  # (a layer_types its code does not read)
+        types = None
+    else:
+        types = table_types(cfg, model_type) if rule == "pattern" else layer_types(cfg, model_type)
     if rule == "minimax" and types is not None:  # (its full-attention layers read sliding_window)
         types = ["sliding_attention" if t == "full_attention" else t for t in types]
     if types is None:  # as the config class derives them when a config.json leaves them out
@@ -421,6 +426,8 @@ _WINDOWS: dict[str, tuple[str, Any]] = {
     # its local layers see the window_size keys up to their own
     "gpt_neo": ("gpt_neo", [[["global", "local"], 12]]),
     **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None)),
+    # one mask for every layer; its class has no layer_types and its code reads none (a gpt-oss config.json's)
+    "openai_privacy_filter": ("every", None),
 }
 
 

@@ -64,6 +64,9 @@ _PER_LAYER = {"vocab_size_per_layer_input": 64, "hidden_size_per_layer_input": 4
 # the fields that switch windows on, and a few that never slide although their config says so.
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("mistral", {"sliding_window": 3}),
+    # a stray use_sliding_window (only the Qwen-style classes and SmolLM3 read it): it turned the windows off
+    ("mistral", {"sliding_window": 3, "use_sliding_window": False}),
+    ("gemma2", {"sliding_window": 3, "use_sliding_window": False}),
     ("mixtral", {"sliding_window": 3, "num_local_experts": 2, "num_experts_per_tok": 1}),
     ("phi3", {"sliding_window": 5}),
     ("starcoder2", {"sliding_window": 3}),
@@ -100,6 +103,11 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     # bidirectional: |i - j| <= sliding_window (posenc's W twice it; NeoMMe's per layer, EmbeddingGemma's half)
     ("embedding_gemma2_text", {"sliding_window": 3}),
     ("openai_privacy_filter", {"sliding_window": 3, **_MOE}),
+    # (a gpt-oss config.json's layer_types, which its code never reads: it gave full layers)
+    (
+        "openai_privacy_filter",
+        {"sliding_window": 3, **_MOE, "layer_types": ["sliding_attention", "full_attention"] * 3},
+    ),
     ("ultrabert", {"sliding_window": 2}),
     (
         "neomme",
