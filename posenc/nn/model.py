@@ -309,5 +309,7 @@ def _check_ids(input_ids: Tensor) -> Tensor:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
     if input_ids.dtype not in (torch.int32, torch.int64):  # (what an embedding indexes with)
-        raise TypeError(f"input_ids must be an int64 or int32 tensor, got dtype {input_ids.dtype}")
+        raise TypeError(
+            f"input_ids must be an integer tensor of dtype int64 or int32, got dtype {input_ids.dtype}"
+        )
     return input_ids

@@ -208,8 +208,16 @@ def test_learned_past_max_len_names_both_numbers():
             ValueError,
             r"input_ids must be a \(batch, seq\).*\(2, 3, 4\)",
         ),
-        (lambda m: m(torch.zeros(2, 3)), TypeError, r"input_ids must be an int64 or int32 tensor.*float32"),
-        (lambda m: m(ids().to(torch.uint8)), TypeError, r"input_ids must be an int64 or int32 tensor.*uint8"),
+        (
+            lambda m: m(torch.zeros(2, 3)),
+            TypeError,
+            r"input_ids must be an integer tensor of dtype int64 or int32.*float32",
+        ),
+        (
+            lambda m: m(ids().to(torch.uint8)),
+            TypeError,
+            r"input_ids must be an integer tensor of dtype int64 or int32.*uint8",
+        ),
         (lambda m: m(ids(), cache={}), TypeError, r"cache must be a posenc.nn.KVCache or None, got dict"),
         (
             lambda m: m(ids(t=5), attention_mask=torch.ones(2, 4)),
