@@ -112,16 +112,17 @@ class PositionState:
     def k_len(self) -> int:
         return self._k_positions.shape[-1]
 
-    def _check_lengths(self, tq: int, tk: int, batch: int | None = None) -> None:
-        """Refuse queries and keys this state was not prepared for: other lengths, or a batch other than its
-        ``(b, t)`` positions' (a bias of the wrong shape otherwise, without an error)."""
+    def _check_lengths(self, q: Tensor, k: Tensor) -> None:
+        """Refuse queries ``(b, h, tq, ·)`` and keys ``(b, h_kv, tk, ·)`` this state was not prepared for: other
+        lengths, or a batch other than its ``(b, t)`` positions' (a bias of the wrong shape otherwise)."""
+        tq, tk, batch = q.shape[-2], k.shape[-2], max(q.shape[0], k.shape[0])
         if (tq, tk) != (self.q_len, self.k_len):
             raise ValueError(
                 f"got {tq} queries and {tk} keys, but this {type(self).__name__} was prepared "
                 f"for {self.q_len} queries and {self.k_len} keys"
             )
         rows = {p.shape[0] for p in (self._q_positions, self._k_positions) if len(p.shape) == 2} - {1}
-        if batch is not None and rows and rows != {batch}:
+        if rows and rows != {batch}:
             raise ValueError(
                 f"got a batch of {batch}, but this {type(self).__name__} was prepared for positions of batch "
                 f"{min(rows)}"

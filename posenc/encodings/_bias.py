@@ -171,7 +171,7 @@ class PositionBiasState(PositionState):
             contiguous with heads outermost, differentiable in the parameters.
         """
         check_bias_qk(q, k, self.encoding.num_heads)
-        self._check_lengths(q.shape[-2], k.shape[-2], max(q.shape[0], k.shape[0]))
+        self._check_lengths(q, k)
         if self.bias_form != "key":
             return self.bias(precise_dtype(q))
         qp = self.q_positions
@@ -182,7 +182,7 @@ class PositionBiasState(PositionState):
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         """A FlexAttention ``score_mod`` adding the dense bias inside the kernel (no ``(h, tq, tk)`` tensor)."""
         check_bias_qk(q, k, self.encoding.num_heads)
-        self._check_lengths(q.shape[-2], k.shape[-2], max(q.shape[0], k.shape[0]))
+        self._check_lengths(q, k)
         fn = self.encoding.bias_fn(precise_dtype(q), self.table)
         q_pos, k_pos = _rows_of(self.q_positions), _rows_of(self.k_positions)
         return lambda score, b, h, i, j: score + fn(q_pos(b, i), k_pos(b, j), h).to(score.dtype)
@@ -269,7 +269,7 @@ class ContentBiasState(PositionState):
         check_qk(q, k, head_dim=self.encoding.head_dim)
         if self.bias_heads is not None:
             check_bias_qk(q, k, self.bias_heads)
-        self._check_lengths(q.shape[-2], k.shape[-2], max(q.shape[0], k.shape[0]))
+        self._check_lengths(q, k)
 
     def _rows(self, lo: int, hi: int) -> Tensor:
         """``(1|b, tq, tk)``: the row ``clamp(k_pos - q_pos, lo, hi) - lo`` of each (query, key) pair."""

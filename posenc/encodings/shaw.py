@@ -74,7 +74,7 @@ class ShawState(ContentBiasState):
                 f"probs have {probs.shape[1]} heads, but this ShawRelative has per-head tables for "
                 f"num_heads={enc.num_heads}"
             )
-        self._check_lengths(probs.shape[-2], probs.shape[-1])
+        self._check_lengths(probs, probs.mT)  # (the weights' last dimension: the keys)
         return shaw_value_term(probs, enc._table("value"), self._rows(*self._window()))
 
 

@@ -322,10 +322,8 @@ def mrope_axes(
     sum to the pairs).
     """
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
-    sections, n = (
-        [check_int(f"mrope_section[{i}]", s, minimum=0) for i, s in enumerate(mrope_section)],
-        len(mrope_section),
-    )
+    sections = [check_int(f"mrope_section[{i}]", s, minimum=0) for i, s in enumerate(mrope_section)]
+    n = len(sections)
     if interleaved == "hw":  # the last two sections alternate, from pair 0; a third (first) one, time, last
         axes = [n - 2 + i % 2 for i in range(2 * sections[-1])] + [0] * sum(sections[:-2])
     elif interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)

@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .._checks import check_int
+from .._checks import check_choice, check_int
 from .._compat import is_tracing, precise_dtype
 
 __all__ = ["apply_rotary", "rope_cos_sin", "rotary_reference"]
@@ -92,8 +92,7 @@ def rotary_reference(
     Returns:
         ``(..., t, dh)``, computed in the wider of ``x``'s and ``cos``'s dtypes and rounded once to ``x``'s.
     """
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    check_choice("layout", layout, ("half", "interleaved"))
     wide = x[..., offset : offset + 2 * cos.shape[-1]].to(torch.promote_types(x.dtype, cos.dtype))
     x1, x2 = wide.chunk(2, dim=-1) if layout == "half" else wide.unflatten(-1, (-1, 2)).unbind(-1)
     first, second = x1 * cos - x2 * sin, x2 * cos + x1 * sin
@@ -190,8 +189,7 @@ def apply_rotary(
         TypeError: a non-floating ``x``, ``cos`` or ``sin``; a non-int ``offset``.
         ValueError: ``offset + r`` larger than ``dh``, cos and sin of different shapes, an unknown layout.
     """
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    check_choice("layout", layout, ("half", "interleaved"))
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor) or not t.is_floating_point():
             got = t.dtype if isinstance(t, Tensor) else type(t).__name__
