@@ -1007,3 +1007,92 @@ def test_list_is_sorted_by_name(capsys):
     names = [line.split()[0] for line in stdout.splitlines()[1:] if line and not line.startswith(" ")]
     names = [n for n in names if n != "posenc"]
     assert names == sorted(names) == sorted(canonical_names())
+
+
+def test_force_keeps_the_study_until_every_option_is_checked(corpus_file, tmp_path, capsys, monkeypatch):
+    """--force removed the earlier study first, then checked the --model checkpoint, the scalings and the
+    process count: a refused run left the folder empty (base model, results, report and figure lost)."""
+    out, other = tmp_path / "o", tmp_path / "x"
+    corpus = ["--corpus", str(corpus_file)]
+    assert run(["extend", *corpus, "--out", str(out), *EXTEND_TINY], capsys)[0] == 0
+    assert (
+        run(["extrapolate", *corpus, "--out", str(other), *TINY_ARGS, "--encodings", "alibi"], capsys)[0] == 0
+    )
+    before = _snapshot(out)
+    for extra in (["--model", str(other / "model-alibi.pt")], ["--factor", "1e-9"]):
+        code, _, stderr = run(["extend", *corpus, "--out", str(out), *EXTEND_TINY, *extra, "--force"], capsys)
+        assert code == 2 and ("not a plain RoPE model" in stderr or "--methods: linear" in stderr), stderr
+        assert _snapshot(out) == before
+    # rank 0 of a torchrun of 2 processes given --nproc 4: refused before the process group starts
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    for argv in (["extend", *EXTEND_TINY], ["extrapolate", *TINY_ARGS, "--encodings", "rope"]):
+        code, _, stderr = run([*argv, *corpus, "--out", str(out), "--nproc", "4", "--force"], capsys)
+        assert code == 2 and "--nproc=4 but 2 processes" in stderr, stderr
+        assert _snapshot(out) == before
+
+
+def test_extend_from_a_loaded_model_records_its_training_and_resumes_only_with_it(
+    corpus_file, tmp_path, capsys
+):
+    """A study of a loaded model gave this run's --steps, --lr and --seed as the model's training (results,
+    report and figure title); resumed without --model it trained a new base model, wrote base.pt beside
+    rows of the loaded one, and only then refused."""
+    import json
+
+    models, out = tmp_path / "m", tmp_path / "o"
+    corpus = ["--corpus", str(corpus_file)]
+    argv = [*TINY_ARGS, "--steps", "4", "--seed", "7", "--lr", "0.002"]
+    assert run(["extrapolate", *corpus, "--out", str(models), *argv, "--encodings", "rope"], capsys)[0] == 0
+    model = ["--model", str(models / "model-rope.pt")]
+    assert run(["extend", *corpus, "--out", str(out), *EXTEND_TINY, *model, "--steps", "9"], capsys)[0] == 0
+    config = json.loads((out / "results.json").read_text())["config"]
+    assert (config["steps"], config["seed"], config["lr"]) == (4, 7, 0.002)
+    assert "steps=4" in (out / "report.md").read_text()
+    before = _snapshot(out)
+    same = ["--steps", "4", "--seed", "7", "--lr", "0.002"]  # its settings, without the model
+    code, _, stderr = run(["extend", *corpus, "--out", str(out), *EXTEND_TINY, *same, "--resume"], capsys)
+    assert code == 2 and "measured on the model loaded from" in stderr and "--model" in stderr, stderr
+    base = ["--model", str(out.parent / "m" / "model-rope.pt")]
+    assert _snapshot(out) == before  # no base model trained, none written
+    # the same model with one weight changed: its settings, another base model
+    from posenc.app.study.checkpoint import load_checkpoint, save_checkpoint
+
+    other, chars, meta = load_checkpoint(models / "model-rope.pt")
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)
+    changed = save_checkpoint(tmp_path / "changed.pt", other, vocab=chars, position="rope", meta=meta)
+    code, _, stderr = run(
+        ["extend", *corpus, "--out", str(out), *EXTEND_TINY, "--model", str(changed), "--resume"], capsys
+    )
+    assert code == 2 and "measured on another base model than" in stderr, stderr
+    assert _snapshot(out) == before
+    code, _, stderr = run(["extend", *corpus, "--out", str(out), *EXTEND_TINY, *base, "--resume"], capsys)
+    assert code == 0, stderr
+
+
+def test_an_extend_base_model_of_other_threads_is_not_resumed(corpus_file, tmp_path, capsys):
+    """base.pt did not record the thread count it was trained with: resumed with another, its rows were
+    given as the new count's (which rounds differently)."""
+    out = tmp_path / "ext"
+    argv = ["extend", "--corpus", str(corpus_file), "--out", str(out), *EXTEND_TINY]
+    assert run([*argv, "--threads", "2"], capsys)[0] == 0
+    for name in ("results.json", "results.csv", "report.md", "extend.png"):
+        (out / name).unlink(missing_ok=True)
+    code, _, stderr = run([*argv, "--threads", "1", "--resume"], capsys)
+    assert code == 2 and "threads 2 there, 1 now" in stderr, stderr
+
+
+def test_a_run_without_matplotlib_removes_the_figure_it_cannot_redraw(
+    corpus_file, tmp_path, capsys, monkeypatch
+):
+    """Without matplotlib a resumed study kept the earlier figure beside results it did not show."""
+    import posenc.app.cli._study as study_cli
+
+    out = tmp_path / "o"
+    corpus = ["--corpus", str(corpus_file), "--out", str(out)]
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope"], capsys)[0] == 0
+    assert (out / "extrapolation.png").is_file()
+    monkeypatch.setattr(study_cli, "_figure_note", lambda command: "note: no matplotlib")
+    assert run(["extrapolate", *corpus, *TINY_ARGS, "--encodings", "rope,alibi", "--resume"], capsys)[0] == 0
+    assert not (out / "extrapolation.png").exists()

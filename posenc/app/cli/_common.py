@@ -215,7 +215,7 @@ def _figure_note(command: str) -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        return f"posenc {command}: note: matplotlib is not installed (pip install 'posenc[cli]'); the data files are written, the figure is skipped"
+        return f"posenc {command}: note: matplotlib is not installed (pip install 'posenc[cli]'); the data files are written, the figure is skipped (and an earlier run's removed)"
     return None
 
 

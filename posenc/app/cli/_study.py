@@ -44,39 +44,17 @@ def _hold_out(args: argparse.Namespace) -> contextlib.AbstractContextManager[Pat
 
 def _check_out(out: Path, args: argparse.Namespace) -> None:
     """Refuse to write over what ``--out`` holds, unless ``--force`` (or ``--resume`` of the same study);
-    ``--force`` alone first removes the files of the study it replaces.
+    ``--force`` alone has the study replace what the folder holds, once it has checked everything.
 
     One rule for both commands, checked before anything is written: a folder holding the other
     command's study (or files that are not a study's) is refused even with ``--resume``; a
     folder holding this command's results or checkpoints needs ``--resume`` or ``--force``
     (the study then checks, with ``--resume``, that its settings match).
     """
-    from ..study.checkpoint import load_checkpoint
-    from ..study.config import ConfigError
-    from ..study.outdir import made_by_posenc, outputs, study_kind
+    from ..study.outdir import outputs, study_kind
 
     kind = study_kind(out)
-    if args.force:
-        if args.resume:
-            return
-        # Left beside new results, the earlier run's figures, report and checkpoints would pass for this run's
-        # (and a later --resume would reuse its checkpoints): all go first. Never a file no posenc study made
-        # (a .pt that is not a study checkpoint, the results.* of something else, a figure or report.md without
-        # a study's mark), nor the --model to load.
-        model = getattr(args, "model", None)
-        keep = Path(model).expanduser().resolve() if model is not None else None
-        for name in outputs(out):
-            path = out / name
-            if path.resolve() == keep or (name.startswith("results.") and kind in (None, "other")):
-                continue
-            if not made_by_posenc(path):
-                continue
-            if name.endswith(".pt"):
-                try:
-                    load_checkpoint(path, argument="--out")
-                except ConfigError:
-                    continue
-            path.unlink(missing_ok=True)
+    if args.force:  # (the study removes what it replaces once every check has passed)
         return
     shown = repr(str(args.out)[:200])
     if kind is not None and kind != args.command:
@@ -123,7 +101,14 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
                     print(f"  {'run ' if c.included else 'skip'} {c.name.ljust(width)}  {c.reason}")
             start = time.perf_counter()
             result = run_study(
-                corpus, specs, config, out_dir=out, resume=args.resume, progress=not args.quiet, log=print
+                corpus,
+                specs,
+                config,
+                out_dir=out,
+                resume=args.resume,
+                force=args.force and not args.resume,
+                progress=not args.quiet,
+                log=print,
             )
             if not main_process():  # under torchrun, rank 0 alone reports and writes
                 return 0
@@ -135,6 +120,8 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
                 from ..plots import plot_extrapolation
 
                 paths["png"] = plot_extrapolation(result, out / "extrapolation.png")
+            else:
+                _drop_figure(out / "extrapolation.png")
     except ConfigError as err:
         raise _UsageError(_in_flags(err)) from err
     print(
@@ -142,6 +129,14 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         f"and the checkpoints model-*.pt"
     )
     return 0
+
+
+def _drop_figure(path: Path) -> None:
+    """Remove an earlier run's figure that the run could not redraw (it would pass for these results)."""
+    from ..study.outdir import made_by_posenc
+
+    if path.is_file() and made_by_posenc(path):
+        path.unlink()
 
 
 def _corpus(args: argparse.Namespace) -> Corpus:
@@ -195,6 +190,7 @@ def _cmd_extend(args: argparse.Namespace) -> int:
                 config,
                 out_dir=out,
                 resume=args.resume,
+                force=args.force and not args.resume,
                 model_path=args.model,
                 progress=not args.quiet,
                 log=print,
@@ -211,6 +207,8 @@ def _cmd_extend(args: argparse.Namespace) -> int:
                 from ..plots import plot_extend
 
                 paths["png"] = figure = plot_extend(result, out / "extend.png")
+            else:
+                _drop_figure(out / "extend.png")
             report = result.report(figure.name if figure else None)
             paths["md"] = atomic_write(
                 out / "report.md", lambda tmp: tmp.write_text(report, encoding="utf-8")

@@ -46,7 +46,7 @@ from .extend_base import (
     _train_settings,
 )
 from .extend_results import ExtendResult, ExtendRow
-from .outdir import hold, study_kind
+from .outdir import _check_force, hold, remove_study, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .specs import _check_specs
 from .training import (
@@ -136,6 +136,7 @@ def run_extend(
     *,
     out_dir: str | Path | None = None,
     resume: bool = False,
+    force: bool = False,
     model_path: str | Path | None = None,
     scalings: dict[str, Any] | None = None,
     progress: bool = True,
@@ -155,8 +156,12 @@ def run_extend(
             not asked for now (merged, never dropped). The folder must hold an extend study of
             the same settings, corpus and base model, else a :class:`ConfigError` before anything
             is written. Without ``resume`` the folder's files are replaced.
+        force: first remove the files of the study ``out_dir`` holds (but ``model_path``:
+            :func:`posenc.app.study.outdir.remove_study`), once every check has passed (a refused
+            run leaves them); not with ``resume``.
         model_path: a checkpoint to load as the base model instead of training; its sizes and
-            training length replace the config's.
+            training settings (length, steps, batch size, learning rate, seed, as it records them)
+            replace the config's.
         scalings: per method, a scaling dict that replaces :func:`scaling_for`'s (e.g. searched
             LongRoPE factors).
         progress: tqdm bars on stderr.
@@ -173,13 +178,14 @@ def run_extend(
     if not isinstance(config, ExtendConfig):
         raise TypeError(f"config must be an ExtendConfig, got {type(config).__name__}")
     check_bool("resume", resume)
+    _check_force(force, resume)
     # One process speaks: rank 0 under torchrun, and not this one when it is about to spawn the ranks.
     quiet = log is None or not main_process() or wants_spawn(config)
     say = (lambda line: None) if quiet else log
     loaded = None
     if model_path is not None:
         loaded = load_checkpoint(model_path)
-        config = _config_of_loaded(loaded[0], config, str(model_path))
+        config = _config_of_loaded(loaded[0], loaded[2], config, str(model_path))
     methods = [m for m in config.methods if m != "ntk" or "ntk" in ROPE_TYPES]
     for m in set(config.methods) - set(methods):
         say(f"method {m!r} skipped: this posenc's RoPE has no {m!r} rope type")
@@ -221,6 +227,8 @@ def run_extend(
         previous = None
         if resume and out is not None:
             previous = _resumable(out, config, corpus_info)
+            if previous is not None:  # before any training: the base model its rows were measured on
+                _check_base(previous, loaded, out)
             files = [] if loaded is not None else [("base.pt", "rope")]
             for file, spec in files + [(_checkpoint_name(_spec_key(spec)), spec) for _, spec in baselines]:
                 _check_checkpoint(out / file, spec, meta, vocab.chars)
@@ -233,6 +241,7 @@ def run_extend(
                 config,
                 out_dir=out_dir,
                 resume=resume,
+                force=force,
                 model_path=model_path,
                 scalings=given,
                 progress=progress,
@@ -247,6 +256,8 @@ def run_extend(
                 )
                 parallel.check_same("the plan", (asdict(config), corpus_info, scalings, baselines))
                 device = parallel.device
+            if force and out is not None and main:  # every check has passed: now the earlier study goes
+                remove_study(out, keep=model_path)
             return _run(
                 config,
                 summary + ("" if parallel is None else f"; {parallel.world_size} processes, DDP"),
@@ -366,6 +377,21 @@ def _resumable(out: Path, config: ExtendConfig, corpus_info: dict[str, Any]) -> 
             argument="resume",
         )
     return saved
+
+
+def _check_base(previous: ExtendResult, loaded: Any, out: Path) -> None:
+    """Refuse to resume rows measured on a loaded model without it, before this run trains a base model.
+
+    (Another base model than the rows' is refused once it is trained or loaded: :func:`_reusable`.)
+    """
+    how = str(previous.base.get("how", ""))
+    if loaded is None and how.startswith("loaded from ") and not (out / "base.pt").is_file():
+        raise ConfigError(
+            f"resume: {str(out)[:200]!r}: its results were measured on the model {how[:200]}; resume with "
+            "model_path (posenc extend --model) set to it, use another folder, or start over (posenc extend "
+            "--force)",
+            argument="resume",
+        )
 
 
 def _check_checkpoint(path: Path, spec: Any, meta: dict[str, Any], chars: list[str]) -> None:

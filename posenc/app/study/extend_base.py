@@ -25,7 +25,19 @@ __all__: list[str] = []
 
 
 def _train_settings(config: StudyConfig) -> dict[str, Any]:
-    keys = ("train_len", "steps", "batch_size", "d_model", "num_layers", "num_heads", "lr", "seed")
+    # (threads and device too: a base model trained with others is not bit for bit this run's)
+    keys = (
+        "train_len",
+        "steps",
+        "batch_size",
+        "d_model",
+        "num_layers",
+        "num_heads",
+        "lr",
+        "seed",
+        "threads",
+        "device",
+    )
     return {k: v for k, v in asdict(config).items() if k in keys}
 
 
@@ -116,8 +128,9 @@ class _LoadedVocabulary(_Vocabulary):
             )
 
 
-def _config_of_loaded(model: Any, config: ExtendConfig, path: str) -> ExtendConfig:
-    """``config`` with the loaded model's sizes and training length; the model must be plain RoPE."""
+def _config_of_loaded(model: Any, meta: dict[str, Any], config: ExtendConfig, path: str) -> ExtendConfig:
+    """``config`` with the loaded model's sizes, training length and the training settings its checkpoint
+    records (``meta``: steps, batch size, learning rate, seed); the model must be plain RoPE."""
     encoding = model.encoding
     # exactly RoPE: xPos, axial and M-RoPE are rotary with rope_type "default" too, but the methods
     # extend a 1-D rotation's frequencies and would silently mean something else for them
@@ -128,4 +141,6 @@ def _config_of_loaded(model: Any, config: ExtendConfig, path: str) -> ExtendConf
         )
     fields = {**asdict(config), "d_model": model.d_model, "num_layers": model.num_layers}
     fields.update(num_heads=model.num_heads, train_len=model.max_len)
+    # (else the results and the figure gave this run's --steps, --lr and --seed as the loaded model's training)
+    fields.update({key: meta[key] for key in ("steps", "batch_size", "lr", "seed") if key in meta})
     return ExtendConfig(**fields)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from .checkpoint import save_checkpoint
 from .config import ConfigError, StudyConfig
 from .corpus import Corpus
-from .outdir import hold, study_kind
+from .outdir import _check_force, hold, remove_study, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .plan import default_encodings
 from .results import EncodingResult, StudyResult
@@ -55,6 +55,7 @@ def run_study(
     *,
     out_dir: str | Path | None = None,
     resume: bool = False,
+    force: bool = False,
     progress: bool = True,
     log: Any = None,
     **settings: Any,
@@ -77,6 +78,9 @@ def run_study(
             them again; those not asked for now are kept in the results after the asked ones
             (merged, never dropped). The file must come from the same settings and corpus, else
             a :class:`ConfigError`. Without ``resume`` the folder's results are replaced.
+        force: first remove the files of the study ``out_dir`` holds
+            (:func:`posenc.app.study.outdir.remove_study`), once every check has passed (a refused
+            run leaves them); not with ``resume``.
         progress: show a tqdm progress bar per encoding (on stderr), with "k/n" overall.
         log: a callable taking one line of text (e.g. ``print``) for the corpus summary and
             each finished encoding, or ``None``.
@@ -104,6 +108,7 @@ def run_study(
         raise TypeError(f"resume must be a bool, got {resume!r} ({type(resume).__name__})")
     if resume and out_dir is None:
         raise ConfigError("resume=True needs out_dir, the folder holding the results", argument="resume")
+    _check_force(force, resume)
     specs = _check_specs(default_encodings() if encodings is None else encodings, config)
     if corpus is None:
         corpus = Corpus.standard_library()
@@ -117,7 +122,7 @@ def run_study(
         if out_dir is not None:
             lock = main_process() and not (dist.is_available() and dist.is_initialized())
             out = stack.enter_context(hold(out_dir, lock=lock))
-        return _study(corpus, train_text, val_text, specs, config, out, out_dir, resume, progress, log)
+        return _study(corpus, train_text, val_text, specs, config, out, out_dir, resume, force, progress, log)
 
 
 def check_corpus(corpus: Corpus, config: StudyConfig) -> tuple[str, str]:
@@ -137,6 +142,7 @@ def _study(
     out: Path | None,
     out_dir: str | Path | None,
     resume: bool,
+    force: bool,
     progress: bool,
     log: Any,
 ) -> StudyResult:
@@ -161,6 +167,7 @@ def _study(
             config,
             out_dir=out_dir,
             resume=resume,
+            force=force,
             progress=progress,
             log=log,
         )
@@ -171,6 +178,8 @@ def _study(
                 "the plan", (_settings(config), corpus_info, [label for label, _ in specs], done)
             )
             device = parallel.device
+        if force and out is not None and main:  # every check has passed: now the earlier study goes
+            remove_study(out)
         say = log if log is not None and main else (lambda line: None)
         say(
             _corpus_summary(corpus, train_text, val_text, vocab, config)

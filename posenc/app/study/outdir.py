@@ -28,7 +28,7 @@ from typing import Any
 
 from .config import ConfigError
 
-__all__ = ["LOCK_NAME", "hold", "is_output", "made_by_posenc", "outputs", "study_kind"]
+__all__ = ["LOCK_NAME", "hold", "is_output", "made_by_posenc", "outputs", "remove_study", "study_kind"]
 
 #: The lock file in a study's folder (hidden: a corpus folder's reader skips it anyway).
 LOCK_NAME = ".posenc.lock"
@@ -93,6 +93,43 @@ def outputs(folder: str | Path) -> list[str]:
     for pattern in OUTPUT_PATTERNS:
         found.update(q.name for q in p.glob(pattern) if q.is_file())
     return sorted(found)
+
+
+def remove_study(folder: str | Path, *, keep: str | Path | None = None) -> None:
+    """Remove the files of the study ``folder`` holds, before a run replaces it (``force``).
+
+    Left beside new results, the earlier run's figures, report and checkpoints would pass for the new
+    run's (and a later resume would reuse its checkpoints). Never removed: a file no posenc study made
+    (a ``.pt`` that is not a study checkpoint, the ``results.*`` of something else, a figure or
+    ``report.md`` without a study's mark), nor ``keep`` (the model the run loads).
+    """
+    from .checkpoint import load_checkpoint
+
+    out = Path(folder)
+    kind = study_kind(out)
+    kept = None if keep is None else Path(keep).expanduser().resolve()
+    for name in outputs(out):
+        path = out / name
+        if path.resolve() == kept or (name.startswith("results.") and kind in (None, "other")):
+            continue
+        if not made_by_posenc(path):
+            continue
+        if name.endswith(".pt"):
+            try:
+                load_checkpoint(path, argument="out_dir")
+            except ConfigError:
+                continue
+        path.unlink(missing_ok=True)
+
+
+def _check_force(force: object, resume: bool) -> None:
+    """``force`` (a study's argument) is a bool, and not given with ``resume``."""
+    if not isinstance(force, bool):
+        raise TypeError(f"force must be a bool, got {force!r} ({type(force).__name__})")
+    if force and resume:
+        raise ConfigError(
+            "force=True replaces the study that resume=True continues: give one", argument="force"
+        )
 
 
 def is_output(folder: str | Path) -> bool:
