@@ -271,17 +271,22 @@ def attention(
         )
     # Explicit positions in the rules only where a side is not the default range.
     q_start, k_start, masks = state.q_start, state.k_start, causal or window is not None
-    explicit = masks and (q_start is None or k_start is None)
+    offset = None if q_start is None or k_start is None else q_start - k_start
+    explicit = masks and offset is None
     # The rules align the queries' end with the keys' by index, but an encoding's default positions put both
     # from 0: the distances it encodes would be off by tq - tk. (A multi-axis encoding given positions starts
     # its keys' token indices at tq - tk: aligned.)
-    if masks and not explicit and encoding is not None and (q_start or 0) - (k_start or 0) > tk - tq:
+    if masks and offset is not None and encoding is not None and offset > tk - tq:
         raise ValueError(
             f"{'causal=True' if causal else f'window={window}'} with more queries ({tq}) than keys ({tk}) at "
             "default positions, where the mask aligns the last query with the last key but the encoding puts "
             "both at 0 first; pass q_positions and k_positions (e.g. arange(tq) and arange(tk) + tq - tk)"
         )
     qp, kp = (state.q_positions.to(q.device), state.k_positions.to(q.device)) if explicit else (None, None)
+    if masks and q_start is not None and k_start is not None and q_start - k_start < tk - tq:
+        # Queries that are not the last ones (a narrowed state's block): masked by the tokens' indices.
+        qp = torch.arange(q_start, q_start + tq, device=q.device)
+        kp = torch.arange(k_start, k_start + tk, device=q.device)
     # One decoding query at default positions is the last one: it sees every key, no causal mask is needed.
     last = tq == 1 and qp is None and q_doc is None and window is None
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)

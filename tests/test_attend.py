@@ -835,3 +835,20 @@ def test_more_queries_than_keys_with_positions_on_axes_is_refused_as_with_rope(c
     torch.testing.assert_close(
         out, reference(rq, rk, v, None, causal=causal, window=window), **TOL[torch.float32]
     )
+
+
+@pytest.mark.parametrize("spec", ["rope", "alibi", "t5", "none", "mrope(mrope_section=(2, 3, 3))"])
+def test_a_narrowed_state_masks_its_block_of_queries_where_they_are(spec):
+    """A state narrowed to a block of queries that are not the last (``state.narrow``, one query chunk)
+    kept its token starts, but attention aligned its queries with the last keys: queries 0-3 of 8 saw all
+    8 keys (3.3 off). Every block equals its rows of the whole call, causal and with a window."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    encoding = posenc.build(spec, num_heads=2, head_dim=16, causal=True)
+    state = encoding.prepare(8)
+    for window in (None, 3):
+        full = posenc.attention(q, k, v, state, causal=True, window=window)
+        for rows in (slice(0, 4), slice(2, 5), slice(7, 8)):
+            block = state.narrow(rows, slice(0, 8))
+            got = posenc.attention(q[:, :, rows], k, v, block, causal=True, window=window)
+            torch.testing.assert_close(got, full[:, :, rows])

@@ -280,12 +280,14 @@ def _prepare(
     for encoding, first in zip(encodings, first_layers or [layer] * len(encodings), strict=True):
         qp, kp, k_len = positions, positions, None  # no cache, or a growing one's first call (None: implicit)
         if cache is not None and (positions is not None or cache.static):
-            # A static cache's first call: the encoding's default positions (AxialRoPE: its grid).
-            qp = encoding.prepare(t, batch=b, device=x.device).q_positions if qp is None else qp
             num_axes = getattr(encoding, "num_axes", 0)
-            if num_axes and encoding.one_d_positions and _text_positions(qp, b, t, num_axes):
-                # Text positions of an encoding with axes (M-RoPE): the same position on every axis.
-                qp = qp.unsqueeze(-1).expand(*qp.shape, num_axes)
+            if qp is None:  # A static cache's first call: the encoding's default positions (AxialRoPE: its grid).
+                qp = encoding.prepare(t, batch=b, device=x.device).q_positions
+                qp = qp.unsqueeze(0) if num_axes and qp.dim() == 2 else qp  # (t, a) -> (1, t, a)
+            elif num_axes and encoding.one_d_positions and _text_positions(qp, b, t, num_axes):
+                # Text positions of an encoding with axes (M-RoPE): the same position on every axis, batched
+                # ((t, a) would read as (b, t) when b == t == a).
+                qp = qp.reshape(-1, t).unsqueeze(-1).expand(-1, t, num_axes)
             # The keys cached by the encoding's first layer, with the new ones.
             kp, k_len = cache.key_positions(first, qp, axes=bool(num_axes)), cache.mask_length(first, t)
         states.append(encoding.prepare(t, k_len, q_positions=qp, k_positions=kp, batch=b, device=x.device))

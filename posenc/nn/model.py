@@ -228,7 +228,10 @@ class TransformerLM(nn.Module):
         if self.encoding is not None:
             # Default positions stay None for the additive encoding: it then slices its cache, and
             # under torch.compile a learned table still checks the length (explicit positions are data).
-            x = self.encoding.encode_input(x, None if states[0].q_start == 0 else states[0].q_positions)
+            # Not with a cache: a grid table reads a call's tokens as a grid (4 tokens: 2 x 2), not as
+            # the first tokens of its own grid, which the next calls' positions index.
+            first = states[0].q_start == 0 and cache is None
+            x = self.encoding.encode_input(x, None if first else states[0].q_positions)
         x = self.embed_dropout(x)
         shared = dict(attention_mask=key_mask, cache=cache, document_ids=document_ids)
         for i, block in enumerate(self.blocks):

@@ -119,6 +119,27 @@ def test_mrope_decodes_explicit_text_positions_per_row(capacity):
 
 
 @pytest.mark.parametrize("capacity", [None, 10])
+@pytest.mark.parametrize(
+    "position, batch",
+    [("mrope(mrope_section=(2, 1, 1))", 3), ("mrope(mrope_section=(2, 2), interleaved='hw')", 2)],
+)
+def test_mrope_decodes_chunks_as_long_as_its_axes_in_a_batch_as_large(position, batch, capacity):
+    """Text positions of a chunk of ``a`` tokens went to M-RoPE as ``(t, a)``, which it reads as ``(b, t)`` when
+    the batch is ``a`` too: every token of row r at position r (0.08 in one attention layer)."""
+    model = make_model(position).eval()
+    a = batch  # the axes
+    x = ids(b=batch, t=2 * a)
+    for given in ({}, {"positions": torch.arange(2 * a)}):
+        cache = KVCache(capacity=capacity)
+        pos = given.get("positions")
+        steps = [
+            model(x[:, i : i + a], cache=cache, **({} if pos is None else {"positions": pos[i : i + a]}))
+            for i in (0, a)
+        ]
+        torch.testing.assert_close(torch.cat(steps, dim=1), model(x), **LOGITS_TOL)
+
+
+@pytest.mark.parametrize("capacity", [None, 10])
 def test_mrope_decodes_fractional_positions(capacity):
     """Qwen3-Omni's float32 times (0.5 s a frame: fractional) through either cache, as they are: a
     static cache's long slot positions take the float ones (rounding them would turn by other angles)."""
@@ -328,3 +349,19 @@ def test_a_window_over_positions_with_axes_refuses_padding_between_real_tokens(p
         model(x, attention_mask=torch.tensor([[True, False, True]]))
     for keep in ([False, True, True], [True, True, False]):
         model(x, attention_mask=torch.tensor([keep]))  # left and right padding
+
+
+@pytest.mark.parametrize("position", ["learned2d(grid_size=(3, 4))", "sinusoidal2d(grid_size=(3, 4))"])
+def test_a_grid_table_decodes_its_grid_in_chunks(position):
+    """A growing cache's first call went to the additive encoding without positions, which a grid table reads
+    as a grid of that many tokens: 4 tokens of a 3 x 4 table were a resampled 2 x 2 one (0.59 off), 6 were
+    refused. With a cache every call indexes the table's own grid, as the later calls did."""
+    model = make_model(position)
+    x = ids(t=12)
+    full = model(x)
+    for chunks in ([4, 8], [6, 6], [1] * 12):
+        cache, steps, i = KVCache(), [], 0
+        for n in chunks:
+            steps.append(model(x[:, i : i + n], cache=cache))
+            i += n
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
