@@ -281,7 +281,8 @@ def _prepare(
         qp, kp, k_len = positions, positions, None  # no cache, or a growing one's first call (None: implicit)
         if cache is not None and (positions is not None or cache.static):
             num_axes = getattr(encoding, "num_axes", 0)
-            if qp is None:  # A static cache's first call: the encoding's default positions (AxialRoPE: its grid).
+            # A static cache's first call: the encoding's default positions (AxialRoPE: its grid).
+            if qp is None:
                 qp = encoding.prepare(t, batch=b, device=x.device).q_positions
                 qp = qp.unsqueeze(0) if num_axes and qp.dim() == 2 else qp  # (t, a) -> (1, t, a)
             elif num_axes and encoding.one_d_positions and _text_positions(qp, b, t, num_axes):
