@@ -332,11 +332,31 @@ def attention(
     if not tracing and (backend == "chunked" or (backend == "auto" and large)):
         # The default chunk: one chunk's dense mask within the budget.
         rows = chunk_size or max(1, budget // max(1, b * (h + scratch) * tk * dtype.itemsize))
+        if form == "key" and qp is not None and _far_apart(qp, rows):
+            state = _full_bias(state)
         return sdpa_attention(q, k, v, state, vis, soft, rows)
-    return sdpa_attention(q, k, v, _full_bias(state), vis, soft, None)
+    return sdpa_attention(q, k, v, _full_bias(state, needed=False), vis, soft, None)
 
 
-def _full_bias(state: PositionState) -> PositionState:
+def _far_apart(positions: Tensor, rows: int) -> bool:
+    """Whether a chunk of ``rows`` queries at ``positions`` ``(tq,)``/``(b, tq)`` spans more than ``rows``
+    positions, where a key-only bias loses the steps between neighbouring keys of its farthest rows (a
+    context-parallel shard's two halves; 1e-2 off at 1e6 positions apart). Read on the CPU only; off it
+    (the read would sync) every chunk is taken as far apart."""
+    if positions.device.type != "cpu":
+        return True
+    tq = positions.shape[-1]
+    last = positions[..., -1:].expand(*positions.shape[:-1], -tq % rows)  # the last chunk filled up
+    chunks = torch.cat((positions, last), -1).unflatten(-1, (-1, rows))
+    return bool((chunks.amax(-1) - chunks.amin(-1)).max() >= rows)
+
+
+def _builtin(encoding: PositionalEncoding) -> str:
+    """The name of the posenc class a user's encoding derives from."""
+    return next(c.__name__ for c in type(encoding).__mro__ if c.__module__.startswith("posenc."))
+
+
+def _full_bias(state: PositionState, needed: bool = True) -> PositionState:
     """``state`` with its bias in the full form where it would take the key-only one.
 
     The key-only form (ALiBi's ``slope * (k - last query)``) serves query chunks, whose values stay
@@ -345,6 +365,17 @@ def _full_bias(state: PositionState) -> PositionState:
     """
     if state.bias_form != "key":
         return state
+    encoding = state.encoding
+    # A subclass's own hook gives the bias (key-only, as its parent's): all queries at once, as exact as it is.
+    if encoding._generic_state and type(state) is encoding._generic_state_class:
+        if not needed:
+            return state
+        raise ValueError(
+            f"{type(encoding).__name__} overrides a hook of a causal {_builtin(encoding)}, whose bias "
+            "is key-only (relative to the last query), and this call needs the full one (sinks, a float16 or "
+            "bfloat16 call, or queries far apart in a chunk): change bias_fn instead of the hook, or call with "
+            "float32 inputs and no sinks"
+        )
     state = copy.copy(state)
     state.bias_form = "full"
     return state

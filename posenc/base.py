@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from ._checks import check_float_tensor, check_int
 from ._compat import precise_dtype
 from ._positions import Positions, check_qk, resolve_qk
-from .state import PositionState, ScoreMod
+from .state import BiasForm, PositionState, ScoreMod
 
 __all__ = ["PositionalEncoding"]
 
@@ -242,7 +242,14 @@ class PositionalEncoding(nn.Module):
             inspect.signature(self.prepare_state).bind(qp, kp, q_start=q_start, k_start=k_start, **options)
         except TypeError as error:
             raise TypeError(f"{type(self).__name__}.prepare(): {error}") from None
-        return self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start)
+        # Its own state's causal-only rules hold for the hooks it overrides (a causal ALiBi's key-only bias).
+        key_only = getattr(self, "key_only_when_causal", False) and getattr(self, "causal", False)
+        form: BiasForm | None = "key" if key_only else None
+        state = self._generic_state_class(self, qp, kp, q_start=q_start, k_start=k_start, bias_form=form)
+        own = self.state_class
+        if own is not None and own.causal_only:
+            state.causal_only, state.causal_only_reason = True, own.causal_only_reason
+        return state
 
     def _state(
         self,

@@ -852,3 +852,25 @@ def test_a_narrowed_state_masks_its_block_of_queries_where_they_are(spec):
             block = state.narrow(rows, slice(0, 8))
             got = posenc.attention(q[:, :, rows], k, v, block, causal=True, window=window)
             torch.testing.assert_close(got, full[:, :, rows])
+
+
+def test_causal_alibi_in_chunks_keeps_float32_precision_for_queries_far_apart():
+    """A chunk's key-only ALiBi bias is relative to its last query: rows far below it (a context-parallel
+    shard's two halves, a document at 1e6 beside one at 0) lost the steps between neighbouring keys
+    (1.7e-2 off at 1e6 apart, 3.6e-5 at a 2,200-token shard). Those chunks take the full bias."""
+    from posenc.distributed import shard_positions
+
+    torch.manual_seed(0)
+    h, dh, t = 8, 16, 600
+    k, v = (torch.randn(1, h, t, dh) for _ in range(2))
+    alibi = posenc.ALiBi(h, causal=True)
+    slopes = posenc.functional.alibi_slopes(h, dtype=torch.float64).view(1, h, 1, 1)
+    far = torch.cat([torch.arange(300) + 1_000_000, torch.arange(300)])
+    for qp, kp in ((shard_positions(t, 2, 0), torch.arange(t)), (far, far)):
+        q = torch.randn(1, h, qp.shape[-1], dh)
+        scores = q.double() @ k.double().mT / math.sqrt(dh) + slopes * (kp - qp[:, None]).double()
+        expected = scores.masked_fill(kp > qp[:, None], float("-inf")).softmax(-1) @ v.double()
+        got = posenc.attention(
+            q, k, v, alibi, causal=True, q_positions=qp, k_positions=kp, backend="chunked", chunk_size=64
+        )
+        torch.testing.assert_close(got.double(), expected, atol=2e-6, rtol=0)

@@ -173,7 +173,7 @@ def test_a_subclass_that_overrides_a_hook_is_never_bypassed(name):
     assert torch.equal(sub.attention_bias(q, k), expected)
     state = sub.prepare(5)
     assert type(state) is PositionState and type(built.prepare(5)) is not PositionState
-    assert state.bias_form == "full"
+    assert state.bias_form == ("key" if name == "alibi" else "full")  # the causal ALiBi's hook: key-only
     assert torch.equal(state.attention_bias(q, k), expected)
     # the attention applies the doubled bias: a score bias of 2b equals the encoding's b plus b again
     scale = 8**-0.5
@@ -182,6 +182,28 @@ def test_a_subclass_that_overrides_a_hook_is_never_bypassed(name):
     reference = scores.softmax(-1) @ v
     torch.testing.assert_close(posenc.attention(q, k, v, sub, causal=True), reference)
     torch.testing.assert_close(posenc.attention(q, k, v, state, causal=True), reference)
+
+
+@pytest.mark.parametrize("parent", [posenc.ALiBi, posenc.XPos])
+def test_a_subclass_keeps_the_causal_only_rules_of_its_parent(parent):
+    """A subclass's generic state took the full bias form and no causal-only rule: a causal ALiBi's hook (its
+    key-only bias) was used with sinks as if full (0.48 off), and in bidirectional attention, as was an xPos
+    subclass. Both are refused now, as the built-in ones are (sinks: the key-only hook cannot give the full bias)."""
+
+    class MyXPos(posenc.XPos):
+        def encode_qk(self, q, k, *, q_positions=None, k_positions=None):
+            return super().encode_qk(q, k, q_positions=q_positions, k_positions=k_positions)
+
+    sub = _doubled(parent)(4) if parent is posenc.ALiBi else MyXPos(8)
+    assert sub._generic_state
+    q, k, v = (torch.randn(1, 4, 6, 8) for _ in range(3))
+    with pytest.raises(ValueError, match="causal=False, but this (Doubled|MyXPos) is exact only in causal"):
+        posenc.attention(q, k, v, sub, causal=False)
+    if parent is posenc.ALiBi:
+        with pytest.raises(ValueError, match="overrides a hook of a causal ALiBi, whose bias is key-only"):
+            posenc.attention(q, k, v, sub, causal=True, sinks=torch.zeros(4))
+        # (without sinks, all queries at once: the hook's key-only bias as it is; its values tested above)
+        assert posenc.attention(q, k, v, sub, causal=True).shape == v.shape
 
 
 def test_a_subclass_that_overrides_no_hook_keeps_the_built_in_state():
