@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ._attention_paths import Softmax, _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor, is_real
-from ._compat import is_compiling
+from ._compat import can_sync, is_compiling
 from ._flex import flex_attention_path, lse_supported
 from ._positions import check_bias_qk, check_qk
 from .base import PositionalEncoding
@@ -341,9 +341,9 @@ def attention(
 def _far_apart(positions: Tensor, rows: int) -> bool:
     """Whether a chunk of ``rows`` queries at ``positions`` ``(tq,)``/``(b, tq)`` spans more than ``rows``
     positions, where a key-only bias loses the steps between neighbouring keys of its farthest rows (a
-    context-parallel shard's two halves; 1e-2 off at 1e6 positions apart). Read on the CPU only; off it
-    (the read would sync) every chunk is taken as far apart."""
-    if positions.device.type != "cpu":
+    context-parallel shard's two halves; 1e-2 off at 1e6 positions apart). Read where :func:`can_sync`
+    allows it; elsewhere (the read would sync) every chunk is taken as far apart."""
+    if not can_sync(positions):
         return True
     tq = positions.shape[-1]
     last = positions[..., -1:].expand(*positions.shape[:-1], -tq % rows)  # the last chunk filled up
