@@ -95,10 +95,12 @@ class ALiBi(PositionBias):
 
     def _slopes(self, dtype: torch.dtype) -> Tensor:
         # Every form reads its slopes here, so a subclass can rescale them in one place (FalconALiBi does).
-        if dtype == torch.float64:
-            # Rounded once from float64, not widened from the float32 buffer.
-            return alibi_slopes(self.num_heads, self.max_bias, dtype=torch.float64, device=self.slopes.device)
-        return self.slopes
+        # float32, or float64 for float64 work, whatever the buffer's (a .double() module's is float64); each
+        # rounded once from float64, not converted from the other.
+        want = torch.float64 if dtype == torch.float64 else torch.float32
+        if self.slopes.dtype == want:
+            return self.slopes
+        return alibi_slopes(self.num_heads, self.max_bias, dtype=want, device=self.slopes.device)
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         # ALiBi's formula, the one place it is written. Causal: m * (k - q), the paper's form

@@ -115,7 +115,10 @@ class RelativeBias(PositionBias):
             Differentiable in ``relative_attention_bias.weight``.
         """
         # Calling the embedding (not indexing its weight) keeps hooks and subclasses working.
-        return self.relative_attention_bias(self.bucket_of_distance).t().to(dtype).contiguous()
+        buckets, weight = self.bucket_of_distance, self.relative_attention_bias.weight
+        if buckets.device != weight.device:  # built on meta, loaded with assign=True: the cache stayed there
+            buckets = self._buckets(weight.device)  # (an embedding of meta indices read stray memory)
+        return self.relative_attention_bias(buckets).t().to(dtype).contiguous()
 
     def prepare_table(self) -> Tensor:
         # Looked up once per forward, shared by every layer of the stack.

@@ -181,3 +181,20 @@ def test_max_position_per_dtype() -> None:
     assert xpos.max_position(torch.bfloat16) == xpos.max_position(torch.float32) == 31232
     assert xpos.max_position(torch.float16) == 3470 and xpos.max_position(torch.float64) == 253329
     assert XPos(64, scale_base=1024.0).max_position() == 62464  # proportional to scale_base
+
+
+def test_positions_past_the_limit_are_refused_without_a_host_sync():
+    """Given positions past max_position on the accelerator path (no host read) gave NaN and inf keys
+    without an error; a kernel assert refuses them there (a ValueError on the CPU, as before)."""
+    from posenc._compat import accelerator_paths
+
+    xpos = posenc.XPos(8)
+    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    far = torch.tensor([0, 10, 40000, 60000])
+    with pytest.raises(ValueError, match="past 31232"):
+        xpos(q, k, far, far)
+    with accelerator_paths(), pytest.raises(RuntimeError, match="xpos: a position is past 31232"):
+        xpos(q, k, far, far)
+    with accelerator_paths():
+        near = torch.arange(4)
+        torch.testing.assert_close(xpos(q, k, near, near), xpos(q, k))

@@ -272,3 +272,25 @@ def test_meta_construction_then_to_empty_and_reset_caches(entry: Entry) -> None:
         strict=True,
     ):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def test_a_double_alibi_gives_float32_bias_to_float32_queries():
+    """After .double() ALiBi's float64 slopes gave a float64 bias to float32 queries (the hook's contract:
+    float32), and posenc.attention's chunked and auto paths then raised a torch dtype error."""
+    q = k = v = torch.randn(1, 4, 16, 8)
+    alibi = posenc.ALiBi(4).double()
+    assert torch.equal(alibi.attention_bias(q, k), posenc.ALiBi(4).attention_bias(q, k))
+    for backend in ("auto", "chunked", "sdpa"):
+        assert posenc.attention(q, k, v, alibi, causal=True, backend=backend).dtype == torch.float32
+
+
+def test_t5_built_on_meta_and_loaded_with_assign_reads_its_own_buckets():
+    """load_state_dict(assign=True) into a T5 built on meta left its bucket cache there, and the embedding
+    looked meta indices up in a CPU table: stray memory as the bias (0.04 to 1e11 off), no error."""
+    torch.manual_seed(0)
+    built = posenc.build("t5", num_heads=4, causal=True)
+    with torch.device("meta"):
+        loaded = posenc.build("t5", num_heads=4, causal=True)
+    loaded.load_state_dict(built.state_dict(), assign=True)
+    q = k = torch.randn(1, 4, 6, 8)
+    assert torch.equal(loaded.attention_bias(q, k), built.attention_bias(q, k))
