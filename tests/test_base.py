@@ -197,7 +197,7 @@ def test_a_subclass_keeps_the_causal_only_rules_of_its_parent(parent):
     sub = _doubled(parent)(4) if parent is posenc.ALiBi else MyXPos(8)
     assert sub._generic_state
     q, k, v = (torch.randn(1, 4, 6, 8) for _ in range(3))
-    with pytest.raises(ValueError, match="causal=False, but this (Doubled|MyXPos) is exact only in causal"):
+    with pytest.raises(ValueError, match=r"causal=False, but this (Doubled|MyXPos) is exact only in causal"):
         posenc.attention(q, k, v, sub, causal=False)
     if parent is posenc.ALiBi:
         with pytest.raises(ValueError, match="overrides a hook of a causal ALiBi, whose bias is key-only"):
