@@ -378,3 +378,25 @@ def test_a_checkpoint_of_another_encoding_is_refused_as_the_base_model(corpus, t
     save_checkpoint(path, model, vocab=chars, position=spec, meta={})
     with pytest.raises(ConfigError, match="not a plain RoPE model"):
         run_extend(corpus, ExtendConfig(**TINY), model_path=path, progress=False)
+
+
+def test_the_other_study_in_the_folder_is_refused_unless_forced(corpus, result, tmp_path):
+    """run_study(out_dir=<an extend study>) replaced its results.json and left its report, figure and base model
+    beside results that were not theirs; the other command's study is refused unless force=True, which
+    removes it (and force with resume is refused: one replaces what the other continues)."""
+    from posenc.app.study import run_study
+    from posenc.app.study.outdir import study_kind
+
+    out = tmp_path / "o"
+    config = ExtendConfig(**{**TINY, "eval_lens": (16, 32)}, methods=("none",), finetune_steps=0)
+    run_extend(corpus, config, out_dir=out, progress=False)
+    settings = {k: v for k, v in TINY.items() if k != "eval_lens"} | {"eval_lens": (16, 32)}
+    with pytest.raises(ConfigError, match="holds a posenc extend study; use another folder, or force=True"):
+        run_study(corpus, ["rope"], out_dir=out, progress=False, **settings)
+    assert study_kind(out) == "extend" and (out / "base.pt").is_file()
+    with pytest.raises(ConfigError, match="force=True replaces the study that resume=True continues"):
+        run_study(corpus, ["rope"], out_dir=out, progress=False, resume=True, force=True, **settings)
+    run_study(corpus, ["rope"], out_dir=out, progress=False, force=True, **settings)
+    assert study_kind(out) == "extrapolate" and not (out / "base.pt").exists()
+    with pytest.raises(ConfigError, match="holds a posenc extrapolate study"):
+        run_extend(corpus, config, out_dir=out, progress=False)

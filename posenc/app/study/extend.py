@@ -46,7 +46,7 @@ from .extend_base import (
     _train_settings,
 )
 from .extend_results import ExtendResult, ExtendRow
-from .outdir import _check_force, hold, remove_study, study_kind
+from .outdir import _check_force, _check_kind, hold, remove_study, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .specs import _check_specs
 from .training import (
@@ -155,7 +155,8 @@ def run_extend(
             finished methods of its ``results.json``, and keep the rows of methods and baselines
             not asked for now (merged, never dropped). The folder must hold an extend study of
             the same settings, corpus and base model, else a :class:`ConfigError` before anything
-            is written. Without ``resume`` the folder's files are replaced.
+            is written. Without ``resume`` the folder's files are replaced (a folder holding an
+            extrapolation study, or a results.json of something else, is refused unless ``force``).
         force: first remove the files of the study ``out_dir`` holds (but ``model_path``:
             :func:`posenc.app.study.outdir.remove_study`), once every check has passed (a refused
             run leaves them); not with ``resume``.
@@ -224,6 +225,8 @@ def run_extend(
         if out_dir is not None:
             lock = main_process() and not (dist.is_available() and dist.is_initialized())
             out = stack.enter_context(hold(out_dir, lock=lock))
+            if not resume:  # (resuming, the results are checked as such)
+                _check_kind(out, "extend", force)
         previous = None
         if resume and out is not None:
             previous = _resumable(out, config, corpus_info)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from .checkpoint import save_checkpoint
 from .config import ConfigError, StudyConfig
 from .corpus import Corpus
-from .outdir import _check_force, hold, remove_study, study_kind
+from .outdir import _check_force, _check_kind, hold, remove_study, study_kind
 from .parallel import Ranks, joined, main_process, spawn, wants_spawn
 from .plan import default_encodings
 from .results import EncodingResult, StudyResult
@@ -77,7 +77,8 @@ def run_study(
         resume: reuse the encodings already in ``out_dir``'s ``results.json`` instead of training
             them again; those not asked for now are kept in the results after the asked ones
             (merged, never dropped). The file must come from the same settings and corpus, else
-            a :class:`ConfigError`. Without ``resume`` the folder's results are replaced.
+            a :class:`ConfigError`. Without ``resume`` the folder's results are replaced (a folder
+            holding an extend study, or a results.json of something else, is refused unless ``force``).
         force: first remove the files of the study ``out_dir`` holds
             (:func:`posenc.app.study.outdir.remove_study`), once every check has passed (a refused
             run leaves them); not with ``resume``.
@@ -122,6 +123,8 @@ def run_study(
         if out_dir is not None:
             lock = main_process() and not (dist.is_available() and dist.is_initialized())
             out = stack.enter_context(hold(out_dir, lock=lock))
+            if not resume:  # (resuming, the results are checked as such)
+                _check_kind(out, "extrapolate", force)
         return _study(corpus, train_text, val_text, specs, config, out, out_dir, resume, force, progress, log)
 
 

@@ -132,6 +132,19 @@ def _check_force(force: object, resume: bool) -> None:
         )
 
 
+def _check_kind(out: Path, command: str, force: bool) -> None:
+    """Refuse ``out`` where it holds the other command's study or results that are no study's, unless ``force``
+    (else this run's results.json replaced them, and the other study's report and figures were left beside)."""
+    kind = study_kind(out)
+    if force or kind in (None, command):
+        return
+    what = "a results.json that is not a posenc study's" if kind == "other" else f"a posenc {kind} study"
+    raise ConfigError(
+        f"out_dir {_shown(out)} holds {what}; use another folder, or force=True to replace it",
+        argument="out_dir",
+    )
+
+
 def is_output(folder: str | Path) -> bool:
     """Whether ``folder`` is a study's output folder: it holds a lock file or a posenc study's
     ``results.json``, or a checkpoint beside results."""
