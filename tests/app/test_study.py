@@ -464,7 +464,28 @@ def test_the_own_text_example_runs(text_file, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "cannot run" in proc.stdout and "512" in proc.stdout
-    assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "extrapolation.png"}
+    files = {p.name for p in out.iterdir()}
+    assert {"results.json", "results.csv", "extrapolation.png", "model-rope.pt"} <= files
+    assert {name for name in files if not name.startswith("model-")} == {
+        "results.json",
+        "results.csv",
+        "extrapolation.png",
+    }
+    # the folder is checked as the command checks it: another study there is refused before training
+    (out / "results.json").write_text('{"config": {}, "corpus": {}, "results": [], "methods": {}}')
+    again = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples" / "extrapolate_own_text.py"),
+            str(text_file),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 2 and "holds a posenc extend study" in again.stderr, again.stderr
 
 
 def test_a_per_layer_pattern_is_one_model_in_the_study(text_file):
