@@ -498,7 +498,8 @@ def _run(
                 methods={**specs, **extra_specs},
                 base=base_info,
                 rows=rows,
-                seconds=time.perf_counter() - start,
+                # (resumed: the earlier runs' time too, which the reused rows took)
+                seconds=(previous.seconds if previous is not None else 0.0) + time.perf_counter() - start,
                 pending=[label for label in specs if label not in done],
             )
 

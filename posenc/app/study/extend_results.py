@@ -58,7 +58,7 @@ class ExtendResult:
             a baseline its encoding spec.
         base: how the base model was obtained (trained, resumed or loaded; loss, seconds).
         rows: one :class:`ExtendRow` per (method, fine-tuning steps, evaluation length).
-        seconds: the run's wall time.
+        seconds: the run's wall time (resumed: with the earlier runs').
         pending: the methods and baselines asked for but not yet scored (results saved while
             the run goes on, or interrupted).
     """
