@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
@@ -139,3 +140,20 @@ def test_readme_first_command_then_the_cli_tests_in_the_same_folder(tmp_path):
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert " passed" in tests.stdout and " failed" not in tests.stdout
     assert state() == before, "the tests wrote into the folder they were run from"
+
+
+def test_the_readme_s_own_encoding_scales_by_its_factor_at_every_length_and_dtype(monkeypatch):
+    """README's ScaledSinusoidal set `self.scale`, Sinusoidal's own attribute (which its table reads): past
+    512 rows or in float64 the signal was scaled twice (0.25 instead of 0.5)."""
+    import posenc
+
+    code = next(code for page, code in PYTHON_BLOCKS if page == README and "ScaledSinusoidal" in code)
+    space: dict = {"__name__": "__readme__"}
+    try:
+        exec(compile(code, "README.md", "exec"), space)
+        pe = space["pe"]
+        for t, dtype in ((10, torch.float32), (600, torch.float32), (10, torch.float64)):
+            x = torch.zeros(1, t, pe.d_model, dtype=dtype)
+            torch.testing.assert_close(pe(x), 0.5 * posenc.Sinusoidal(pe.d_model)(x))
+    finally:
+        posenc.registry.unregister("scaled_sinusoidal")

@@ -19,7 +19,7 @@ from .._compat import check_values
 from ..base import PositionalEncoding
 from ..registry import build
 from .cache import KVCache
-from .layers import TransformerBlock, _prepare
+from .layers import MultiheadAttention, TransformerBlock, _prepare
 from .schedule import layer_specs, layer_windows, spec_key
 
 
@@ -131,9 +131,16 @@ class TransformerLM(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.tie_embeddings = tie_embeddings
         if tie_embeddings:
             self.head.weight = self.embed.weight
         self._init_parameters()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> TransformerLM:
+        super()._apply(fn, recurse)
+        if self.tie_embeddings:  # to_empty() (from meta) makes a tensor per module: tie them again
+            self.head.weight = self.embed.weight
+        return self
 
     def _init_parameters(self) -> None:
         self.apply(self._init_weights)
@@ -158,22 +165,25 @@ class TransformerLM(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):  # ones and zeros: no draw, so construction is unchanged
             module.reset_parameters()
+        elif isinstance(module, MultiheadAttention) and module.sinks is not None:  # (zeros, as built)
+            nn.init.zeros_(module.sinks)
 
     def reset_parameters(self) -> None:
         """Re-initialise every weight and rebuild every cache, e.g. after ``to_empty()`` from the meta device.
 
-        Linear and embedding weights get the model's initialisation, norms theirs, each
-        encoding its own ``reset_parameters`` (learned tables), and every encoding's
-        non-persistent caches (cos/sin, bias tables) are recomputed on their current device.
+        As at construction: each encoding's own ``reset_parameters`` (learned tables, kernels), then
+        the model's initialisation over every linear and embedding layer (an encoding's too: T5's
+        table, Shaw's, FIRE's MLP), norms theirs and sink logits zero; every encoding's non-persistent
+        caches (cos/sin, bias tables) are recomputed on their current device.
         """
-        self._init_parameters()
         for encoding in self._distinct():
-            for sub in encoding.modules():  # a nested encoding's parameters are its owner's to reset
-                reset = getattr(sub, "reset_parameters", None)
-                if callable(reset) and (sub is encoding or not isinstance(sub, PositionalEncoding)):
-                    reset()
+            for sub in encoding.modules():  # (not a plain submodule's: T5's embedding would draw N(0, 1))
                 if isinstance(sub, PositionalEncoding):
+                    reset = getattr(sub, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
                     sub.reset_caches()
+        self._init_parameters()
 
     def forward(
         self,

@@ -377,6 +377,30 @@ def test_meta_init_then_reset_parameters(position):
     assert 0.01 < fresh.embed.weight.std().item() < 0.03
 
 
+@pytest.mark.parametrize("position", ["t5", "shaw(values=True)", "fire", "kerple", "learned"])
+def test_reset_parameters_draws_what_construction_draws(position):
+    """reset_parameters() reset the encodings' plain submodules with their own init: T5's table at std 1.0
+    (0.02 built), Shaw's at 1.0 (0.02), FIRE's MLP biases nonzero; and left attention sinks as they were
+    (trained values, or to_empty's garbage). Every parameter now has its construction's spread."""
+    torch.manual_seed(0)
+    options = dict(position=position, max_len=MAX_LEN, attention_sinks=True)
+    built = TransformerLM(VOCAB, D, LAYERS, HEADS, **options)
+    with torch.device("meta"):
+        model = TransformerLM(VOCAB, D, LAYERS, HEADS, **options)
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.sinks.fill_(float("nan"))
+    model.reset_parameters()
+    for (name, before), after in zip(built.named_parameters(), model.parameters(), strict=True):
+        assert torch.isfinite(after).all(), name
+        if before.numel() > 256:
+            assert after.std().item() == pytest.approx(before.std().item(), rel=0.3, abs=1e-3), name
+        else:  # (few values: their scale; zeros where construction has zeros)
+            assert after.abs().max() <= 5 * before.abs().max() + 1e-6, name
+    assert model.head.weight is model.embed.weight  # (to_empty() had untied them)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("position", ["alibi", "rope", "t5", "none", "sinusoidal"])
 def test_onnx_export_matches_onnxruntime(position, tmp_path):
