@@ -3,7 +3,7 @@ length, a small model's forward per position encoding, the relative family (Shaw
 FIRE) beside their naive ``(t, t, d)`` forms, and packed documents.
 
 The command that writes ``benchmarks/results/latest.md`` and ``latest.json`` (the full run;
-about 15 minutes on the project's 2-core CPU machine)::
+about 23 minutes on the project's 2-core CPU machine)::
 
     .venv/bin/python -m benchmarks
 
@@ -123,7 +123,7 @@ class SuiteConfig:
 
 
 def preset(name: Preset) -> SuiteConfig:
-    """The ``full`` run (about 15 minutes on a 2-core CPU) or the ``quick`` one (about 5 minutes).
+    """The ``full`` run (about 23 minutes on a 2-core CPU) or the ``quick`` one (about 5 minutes).
 
     Both time RoPE at the three target shapes; the quick run only the eager forward.
     """

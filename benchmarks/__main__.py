@@ -1,7 +1,7 @@
 """``python -m benchmarks``: the command line of the benchmark suite.
 
 The one command that writes ``benchmarks/results/latest.md`` and ``latest.json`` (the full
-run of every section with the default options; about 15 minutes on the project's 2-core CPU machine)::
+run of every section with the default options; about 23 minutes on the project's 2-core CPU machine)::
 
     .venv/bin/python -m benchmarks
 

@@ -52,13 +52,14 @@ def _rows(report: dict[str, Any]) -> dict[tuple, tuple[float, float | None, str]
             name = row["implementation"] + (" [compiled]" if row["mode"] == "compile" else "")
             key = ("rope", name, "(" + ", ".join(map(str, row["shape"])) + ")", row["dtype"], row["pass"])
             rows[key] = (row["median_ms"], row.get("x_clone"), "x clone")
-    for row in (report.get("bias") or {}).get("results", []):
-        if row.get("median_ms") is not None:
-            rows[("bias", row["path"], f"t={row['length']}")] = (
-                row["median_ms"],
-                row.get("x_baseline"),
-                "x sdpa",
-            )
+    for section in ("bias", "relative", "packed"):  # (the attention sections: one row per path and length)
+        for row in (report.get(section) or {}).get("results", []):
+            if row.get("median_ms") is not None:
+                rows[(section, row["path"], f"t={row['length']}")] = (
+                    row["median_ms"],
+                    row.get("x_baseline"),
+                    "x sdpa",
+                )
     return rows
 
 

@@ -43,6 +43,7 @@ from .cuda_cases import (
     chunk_impls,
     rope_impls,
 )
+from .rope_impls import _clone_limit
 
 __all__ = ["Row", "gpu_missing", "render", "run", "time_cuda"]
 
@@ -140,10 +141,6 @@ def _step(
     return forward_backward
 
 
-def _clone(q: Tensor, k: Tensor) -> tuple[Tensor, ...]:
-    return q.clone(), k.clone()
-
-
 def _measure_group(
     section: str,
     shape: Shape,
@@ -162,7 +159,7 @@ def _measure_group(
     base_ms: float | None = None
     reference: tuple[Tensor, ...] | None = None
     if section == "rope":  # the memory-bound floor: a copy of q and k (and of their gradients)
-        base_ms = timer(_step(_clone, inputs, [], backward))
+        base_ms = timer(_step(_clone_limit, inputs, [], backward))
         rows.append(Row(section, shape, dtype_name, pass_, "clone of q and k", base_ms, 1.0))
     for impl in impls:
         row = Row(section, shape, dtype_name, pass_, impl.label)

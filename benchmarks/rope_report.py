@@ -78,7 +78,8 @@ def rope_tables(rope: dict[str, Any], *, markdown: bool) -> str:
         )
     lines += [
         "",
-        "Speed-up over transformers' apply_rotary_pos_emb in the same mode (higher is better)",
+        "Speed-up over transformers' apply_rotary_pos_emb in the same mode (higher is better; transformers is "
+        "given its cos/sin, compiled posenc computes its own in the call)",
         format_table(
             headers[:3] + [c for c in columns if c not in (CLONE, COPY)], speed_rows, markdown=markdown
         ),

@@ -6,7 +6,7 @@ Run (2 processes talking over gloo on this machine; any number that splits the s
 
 Every rank holds torch's head-tail shard of the sequence (rank r: chunks r and 2W-1-r of 2W),
 uses global positions for the encoding and for causality, and gets exactly its rows of the
-single-process attention. This is the README's "Scaling out" example.
+single-process attention. docs/packing.md runs it.
 """
 
 import torch

@@ -105,8 +105,9 @@ def attention(
     T5) at default positions, no ``attn_mask``     tk - 1)``, read as a ``(h, tq, tk)`` strided view
                                                    (queries reversed), never materialised; causal
                                                    calls run over query chunks of 512 that read only
-                                                   the keys they see: 1.1-1.5x bias-free causal SDPA
-                                                   on the CPU (subnormals flushed: docs/benchmarks.md);
+                                                   the keys they see: 1.23-1.49x bias-free causal SDPA
+                                                   on the CPU, t = 1024-4096, subnormals flushed
+                                                   (benchmarks/results/denormals.md);
                                                    training on the CPU with a learned bias or dropout,
                                                    checkpointed past the budget
     any other bias whose dense mask fits in        one SDPA call with a float mask (bias, ``-inf``
