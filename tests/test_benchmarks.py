@@ -310,8 +310,12 @@ def test_compare_two_reports():
     assert "rope posenc half (1, 8, 512, 64) float32 forward" in text
     # the relative and packed sections too (they were left out of a comparison of "every case")
     for section in ("relative", "packed"):
-        old[section] = {"results": [{"path": "posenc t5", "length": 512, "median_ms": 4.0, "x_baseline": 2.0}]}
-        new[section] = {"results": [{"path": "posenc t5", "length": 512, "median_ms": 2.0, "x_baseline": 1.0}]}
+        old[section] = {
+            "results": [{"path": "posenc t5", "length": 512, "median_ms": 4.0, "x_baseline": 2.0}]
+        }
+        new[section] = {
+            "results": [{"path": "posenc t5", "length": 512, "median_ms": 2.0, "x_baseline": 1.0}]
+        }
     text = compare(old, new, markdown=True)
     assert "| relative posenc t5 t=512 | 4 | 2 | 0.50 | x sdpa 2.00 -> 1.00 |" in text
     assert "| packed posenc t5 t=512 |" in text
