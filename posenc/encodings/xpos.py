@@ -109,18 +109,17 @@ class XPos(RoPE):
         causal attention (``n <= m``). The reference position is 0 for every call, so that keys
         rotated in an earlier call (a KV cache) and queries of a later one still pair up.
         """
-        limit = self.max_position(dtype)
-        message = (
-            f"the largest whose scale zeta ** (±position / scale_base) {dtype} holds (scale_base="
-            f"{self.scale_base}, gamma={self.gamma}); use a larger scale_base, or float64 inputs"
-        )
-        if state.end is not None and state.end - 1 > limit:
-            raise ValueError(f"xpos: position {state.end - 1} is past {limit}, {message}")
         positions = state._positions(side)
-        if (
-            state.end is None and not is_tracing()
-        ):  # given positions off the CPU: a kernel assert, no host sync
-            check_values(positions <= limit, f"xpos: a position is past {limit}, {message}")
+        if not is_tracing() and (state.end is None or state.end - 1 > self.max_position(dtype)):
+            limit = self.max_position(dtype)
+            why = (
+                f"the largest whose scale zeta ** (±position / scale_base) {dtype} holds (scale_base="
+                f"{self.scale_base}, gamma={self.gamma}); use a larger scale_base, or float64 inputs"
+            )
+            if state.end is not None:
+                raise ValueError(f"xpos: position {state.end - 1} is past {limit}, {why}")
+            # given positions off the CPU: a kernel assert, no host sync
+            check_values(positions <= limit, f"xpos: a position is past {limit}, {why}")
         # the decay base of each rotated pair, zeta_i = (2i / r + gamma) / (1 + gamma), (r/2,) float64
         # on the positions' device (no CPU tensor)
         i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device=positions.device)
