@@ -121,7 +121,11 @@ class PositionState:
                 f"got {tq} queries and {tk} keys, but this {type(self).__name__} was prepared "
                 f"for {self.q_len} queries and {self.k_len} keys"
             )
-        rows = {p.shape[0] for p in (self._q_positions, self._k_positions) if len(p.shape) == 2} - {1}
+        self._check_batch(batch)
+
+    def _check_batch(self, batch: int, rank: int = 2) -> None:
+        """Refuse a batch other than that of its batched positions (rank ``rank``: ``(b, t)``, ``(b, t, a)``)."""
+        rows = {p.shape[0] for p in (self._q_positions, self._k_positions) if len(p.shape) == rank} - {1}
         if rows and rows != {batch}:
             raise ValueError(
                 f"got a batch of {batch}, but this {type(self).__name__} was prepared for positions of batch "

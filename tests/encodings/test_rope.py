@@ -1049,3 +1049,17 @@ def test_yarn_factor_defaults_to_the_length_ratio_like_deepseek():
     )
     assert rope.params.factor == 4.0
     assert rope.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1)
+
+
+def test_a_prepared_state_refuses_a_batch_its_positions_do_not_have():
+    """A state of (2, t) positions rotating a batch of 3 raised torch's broadcast error from inside the
+    rotation; it names the batch now, as the bias states do."""
+    state = RoPE(16).prepare(
+        5, q_positions=torch.arange(10).view(2, 5), k_positions=torch.arange(10).view(2, 5)
+    )
+    q = torch.randn(3, 2, 5, 16)
+    with pytest.raises(
+        ValueError, match="got a batch of 3, but this RotaryState was prepared for positions of batch 2"
+    ):
+        state.encode_qk(q, q)
+    assert state.encode_qk(q[:2], q[:2])[0].shape == (2, 2, 5, 16)
