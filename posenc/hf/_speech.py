@@ -13,6 +13,10 @@ always ``"relative"``, with ``relative_k_proj``, ``bias_u``, ``bias_v``):
 * ``"rotary"``: refused — these models rotate the hidden states *before* the q/k projections,
   which is not a rotation of queries and keys (no posenc encoding computes it).
 
+Each model's attention reads only some of these values (SeamlessM4T v2's only ``"relative_key"``;
+wav2vec2-conformer's and SeamlessM4T v1's not it); any other value adds no position there, silently, so posenc
+refuses it, naming the values that model reads.
+
 Every layer holds its own tables (:func:`posenc.hf.from_hf_model` with ``layer=i`` copies them).
 
 SpeechT5's encoder (:func:`speecht5`) shares one table of Shaw's relative keys between its layers; its decoder's
@@ -34,35 +38,52 @@ from ._rope import RopeDefaults, heads_and_head_dim
 
 __all__ = ["SPEECH_MODEL_TYPES", "fastspeech2", "speech", "speecht5", "vits"]
 
-#: model_type -> (heads key, layers key, default position_embeddings_type); the config classes default to
-#: 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in
-#: by _read.config_dict)
-SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
-    "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", "relative_key"),
-    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative"),
-    "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative"),
-    "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", "relative_key"),
-    "parakeet_encoder": ("num_attention_heads", "num_hidden_layers", "relative"),
+#: model_type -> (heads key, layers key, default position_embeddings_type, the values its attention reads); the
+#: config classes default to 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and
+#: Parakeet's 8 heads: filled in by _read.config_dict)
+SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "wav2vec2-bert": (
+        "num_attention_heads",
+        "num_hidden_layers",
+        "relative_key",
+        ("relative_key", "relative", "rotary"),
+    ),
+    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative", ("relative", "rotary")),
+    "seamless_m4t": (
+        "speech_encoder_attention_heads",
+        "speech_encoder_layers",
+        "relative",
+        ("relative", "rotary"),
+    ),
+    "seamless_m4t_v2": (
+        "speech_encoder_attention_heads",
+        "speech_encoder_layers",
+        "relative_key",
+        ("relative_key",),
+    ),
+    "parakeet_encoder": ("num_attention_heads", "num_hidden_layers", "relative", ("relative",)),
 }
 
 
 def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
     # an explicit None: no position in attention (Parakeet's code reads no such key)
-    default, parakeet = SPEECH_MODEL_TYPES[model_type][2], model_type == "parakeet_encoder"
+    _, _, default, reads = SPEECH_MODEL_TYPES[model_type]
+    parakeet = model_type == "parakeet_encoder"
     mode = default if parakeet else cfg.get("position_embeddings_type", default)
+    if mode is None:
+        return NoPE()
+    if mode not in reads:  # (its attention then adds no position, silently: say so rather than guess)
+        raise ValueError(
+            f"{model_type} config: position_embeddings_type={mode!r} is not one its attention reads "
+            f"({', '.join(map(repr, reads))}; any other value adds no position, as None does)"
+        )
     if mode == "rotary":
         raise ValueError(
             f"{model_type} config: position_embeddings_type='rotary' rotates the hidden states before the q/k "
             "projections (not the queries and keys), which no posenc encoding computes; supported: "
-            "'relative_key', 'relative' or None"
+            f"{', '.join(repr(m) for m in reads if m != 'rotary')} or None"
         )
-    if mode not in ("relative_key", "relative", None):
-        raise ValueError(
-            f"{model_type} config: position_embeddings_type must be 'relative_key', 'relative' or None, got {mode!r}"
-        )
-    if mode is None:
-        return NoPE()
     heads_key = SPEECH_MODEL_TYPES[model_type][0]
     heads, head_dim = heads_and_head_dim(  # (Parakeet's code reads a head_dim its config may carry)
         cfg, model_type, RopeDefaults(1024, 16, None), heads=heads_key, read_head_dim=parakeet

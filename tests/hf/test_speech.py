@@ -212,10 +212,20 @@ def test_errors_name_the_layer_and_the_mode() -> None:
         from_hf_model(model, layer=0, stack="decoder")
     with pytest.raises(ValueError, match="rotates the hidden states before the q/k projections"):
         from_hf_config({"model_type": "wav2vec2-conformer", "position_embeddings_type": "rotary"})
-    with pytest.raises(
-        ValueError, match="position_embeddings_type must be 'relative_key', 'relative' or None"
-    ):
+    with pytest.raises(ValueError, match="position_embeddings_type='alibi' is not one its attention reads"):
         from_hf_config({"model_type": "wav2vec2-bert", "position_embeddings_type": "alibi"})
+    # a mode another of these models reads, which this one's attention ignores (it adds no position): refused,
+    # where it gave Shaw's or Transformer-XL's encoding (2.3 to 4.3 off the model's layer)
+    for model_type, mode in (
+        ("wav2vec2-conformer", "relative_key"),
+        ("seamless_m4t", "relative_key"),
+        ("seamless_m4t_v2", "relative"),
+        ("seamless_m4t_v2", "rotary"),
+    ):
+        with pytest.raises(
+            ValueError, match=f"position_embeddings_type={mode!r} is not one its attention reads"
+        ):
+            from_hf_config({"model_type": model_type, "position_embeddings_type": mode})
     with pytest.raises(ValueError, match="left_max_position_embeddings must be >= 0"):
         from_hf_config({"model_type": "wav2vec2-bert", "left_max_position_embeddings": -1})
 
