@@ -130,8 +130,8 @@ class RopeParameters:
         (:class:`DynamicRope`): ``seq_len`` may be an int, ``None`` (plain RoPE's frequencies) or a
         tensor of any shape ``(...)`` (e.g. ``positions.max() + 1``: the formula has no Python
         branch on it), giving ``(..., r/2)``; it needs no ``sets`` (computed on the device).
-        Longrope takes its long factors past it (a tensor ``seq_len``, under compile/export, picks
-        them without a Python branch). ``sets``: :meth:`inv_freq` already on the device (a
+        Longrope takes its long factors past it (a tensor ``seq_len``, of any shape as dynamic's, picks
+        them without a Python branch, as under compile/export). ``sets``: :meth:`inv_freq` already on the device (a
         module's cache), instead of computed here (longrope's factors would be copied from the host).
         """
         if isinstance(self, DynamicRope):  # base' = base * (factor * L / L0 - (factor - 1)) ** (r / (r - 2))
@@ -143,7 +143,7 @@ class RopeParameters:
         sets = self.inv_freq(dtype=dtype, device=device) if sets is None else sets
         long = isinstance(self, LongRope) and seq_len is not None and seq_len > self.original_max_len
         if isinstance(long, Tensor):
-            return torch.where(long.to(sets.device), sets[1], sets[0])
+            return torch.where(long.to(sets.device)[..., None], sets[1], sets[0])  # (..., r/2), as dynamic's
         return sets[int(long)]
 
 

@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from posenc.functional.rope_freqs import (
     DynamicRope,
     Llama3Rope,
+    LongRope,
     YarnRope,
     rope_inv_freq,
 )
@@ -83,3 +84,14 @@ def test_yarn_ramp_keeps_fast_pairs_and_interpolates_slow_ones():
     got = YarnRope(rotary_dim=64, factor=4.0, original_max_len=2048, attention_factor=1.0).inv_freq()[0]
     assert torch.equal(got[:4], plain[:4])  # turn many times in 2048 positions: extrapolated as is
     assert_close(got[-4:], plain[-4:] / 4, atol=0, rtol=1e-15)  # turn < once: interpolated
+
+
+def test_longrope_frequencies_at_a_length_per_row_are_one_set_per_row():
+    """inv_freq_at with one length per row paired the rows with the frequency pairs (torch.where broadcast
+    the lengths along the last axis): with as many rows as pairs, one vector mixing both sets, silently."""
+    params = LongRope(
+        rotary_dim=4, base=10000.0, short_factor=(1.0, 1.0), long_factor=(4.0, 4.0), original_max_len=100,
+        attention_factor=1.0,
+    )  # fmt: skip
+    rows = params.inv_freq_at(torch.tensor([10, 5000]))
+    assert torch.equal(rows, torch.stack([params.inv_freq_at(10), params.inv_freq_at(5000)]))
