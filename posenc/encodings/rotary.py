@@ -90,9 +90,8 @@ class RotaryState(PositionState):
                 raise ValueError(
                     f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
                 )
-            self._check_batch(
-                max(q.shape[0], k.shape[0]), 2 if enc.axis is None else 3
-            )  # ((b, t, a) with axes)
+            # a batch its (b, t) positions (with axes: (b, t, a)) have
+            self._check_batch(max(q.shape[0], k.shape[0]), 2 if enc.axis is None else 3)
             # keys at the queries' positions: tq new keys with a KV cache, or the same positions
             k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
             self._cache["qk"] = checked = (seen, k_side)
