@@ -68,7 +68,13 @@ def _mpt(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncodin
         )
     num_heads = positive_int(cfg, model_type, "num_attention_heads", default=16)
     max_bias = get(attn, "alibi_bias_max", default=8)
-    return ALiBi(num_heads, causal=True if causal is None else causal, max_bias=float(max_bias))
+    if max_bias != 8:  # (the two codes differ there: say which to build rather than pick one silently)
+        raise ValueError(
+            f"{model_type} config: attn_config.alibi_bias_max={max_bias!r}, which transformers' MPT ignores (it "
+            "always takes 8) where MosaicML's own code reads it: build posenc.ALiBi(num_heads, max_bias=...) with "
+            "the value of the code you run"
+        )
+    return ALiBi(num_heads, causal=True if causal is None else causal)
 
 
 def _falcon(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:

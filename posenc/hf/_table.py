@@ -366,7 +366,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     # T5's bias in every layer, each its own table
     "umt5": (_t5, "RelativeBias in every layer, each its own table (encoder bidirectional, decoder causal)"),
     "bloom": (_bloom, "ALiBi"),
-    "mpt": (_mpt, "ALiBi, max_bias = attn_config.alibi_bias_max (transformers' MPT always takes 8)"),
+    "mpt": (_mpt, "ALiBi (attn_config.alibi_bias_max other than 8 refused: transformers' MPT ignores it)"),
     # learned tables (posenc.hf._bias._LEARNED: their sizes and where from_hf_model finds them)
     **dict.fromkeys(("gpt2", "gpt_neo"), (learned_by_field, "Learned")),
     **dict.fromkeys(("opt", "bart", "mbart"), (learned_by_field, "Learned, offset 2")),

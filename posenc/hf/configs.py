@@ -420,7 +420,7 @@ def from_hf_config(
     ``rope_parameters`` / legacy ``rope_scaling`` dict (``linear``, ``dynamic``, ``yarn``,
     ``longrope``, ``llama3``), ``head_dim``, partial rotation (``partial_rotary_factor``, GPT-NeoX's
     ``rotary_pct``, GPT-J's ``rotary_dim``) and layout (half-split or interleaved); T5's buckets
-    and max distance; ALiBi (MPT's ``alibi_bias_max``); learned tables (OPT/BART offset 2);
+    and max distance; ALiBi; learned tables (OPT/BART offset 2);
     fairseq-style sinusoids (offset ``pad_token_id + 1``). Keys a ``config.json`` omits take the
     defaults of the ``transformers`` config class. :data:`SUPPORTED_MODEL_TYPES` lists the
     model types of posenc's table; any other text model is built from transformers 5's

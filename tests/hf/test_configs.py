@@ -1632,16 +1632,21 @@ def test_mpt_alibi_equals_the_models_bias():
 
 
 @requires_transformers
-def test_mpt_alibi_bias_max_is_carried_over():
-    """transformers' MptModel ignores attn_config.alibi_bias_max (it always passes 8); MPT's own
-    function honours it, and so does posenc."""
-    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+def test_an_mpt_alibi_bias_max_other_than_8_is_refused():
+    """transformers' MptModel ignores attn_config.alibi_bias_max (it always passes 8) where MosaicML's code reads
+    it: posenc took it, so from_hf_model of a transformers MPT with 16 gave a bias 11.8 off the model's at 64
+    positions. Another value is refused, naming both codes; 8 converts as before."""
+    import transformers
 
-    pe = from_hf_config({"model_type": "mpt", "n_heads": 6, "attn_config": {"alibi_bias_max": 16}})
-    assert pe.max_bias == 16.0
-    q = torch.zeros(1, 6, 10, 8)
-    torch.testing.assert_close(
-        pe.attention_bias(q, q), build_mpt_alibi_tensor(6, 10, alibi_bias_max=16)[None], **BIAS_TOL
+    with pytest.raises(ValueError, match="alibi_bias_max=16, which transformers' MPT ignores"):
+        from_hf_config({"model_type": "mpt", "n_heads": 6, "attn_config": {"alibi_bias_max": 16}})
+    config = transformers.MptConfig(n_heads=4, d_model=32, n_layers=1, max_seq_len=16, vocab_size=50)
+    config.attn_config.alibi_bias_max = 16
+    with pytest.raises(ValueError, match="alibi_bias_max=16"):
+        from_hf_model(transformers.MptModel(config))
+    assert (
+        from_hf_config({"model_type": "mpt", "n_heads": 6, "attn_config": {"alibi_bias_max": 8}}).max_bias
+        == 8.0
     )
 
 
