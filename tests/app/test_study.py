@@ -725,3 +725,13 @@ def test_the_characters_scored_at_lengths_that_do_not_divide_the_longest_are_sai
     assert chars == {16: 128, 24: 96, 32: 128}  # 4 chunks of 32: 2 windows of 16, 1 of 24, 1 of 32
     assert "96 to 128 characters scored per length" in result.table(width=None)
     assert scored_per_length([], 16384) == "about 16,384 characters scored per length"  # nothing scored yet
+
+
+def test_lengths_a_model_cannot_run_are_not_counted_as_scored(text_file):
+    """The title's "characters scored per length" counted the characters of lengths the learned table cannot
+    run (none scored there): "800 to 1,000" where 800 were scored at every length that ran."""
+    result = run_study(
+        text_file, ["learned"], progress=False, **{**TINY, "eval_lens": (16, 40), "eval_chars": 1000}
+    )
+    ran = [r.chars for r in result.encodings[0].lengths if r.error is None]
+    assert len(ran) == 1 and result.scored() == f"{ran[0]:,} characters scored per length"

@@ -124,6 +124,7 @@ def _with_scaling(model: Any, scaling: Any) -> Any:
         layout=rope.layout,
         rotary_dim=rope.rotary_dim,
         rotary_offset=rope.rotary_offset,
+        conjugate=rope.conjugate,
         scaling=scaling,
         max_len=model.max_len,
     ).to(next(model.parameters()).device)
@@ -192,15 +193,18 @@ def run_extend(
         say(f"method {m!r} skipped: this posenc's RoPE has no {m!r} rope type")
     baselines = _check_baselines(config)
     given = scalings
+    # the rotation each method rescales: the loaded model's (its base, its rotated width), else the trained one's
+    rope = None if loaded is None else loaded[0].encoding
+    rotary_dim, base = (config.head_dim, 10000.0) if rope is None else (rope.rotary_dim, rope.base)
     scalings = {
-        m: (scalings or {}).get(m, scaling_for(m, config.scale_factor, config.train_len, config.head_dim))
+        m: (scalings or {}).get(m, scaling_for(m, config.scale_factor, config.train_len, rotary_dim, base))
         for m in methods
     }
     for m, scaling in scalings.items():  # every dict checked before any training
         try:
             from posenc import RoPE
 
-            RoPE(config.head_dim, scaling=scaling, max_len=config.train_len)
+            RoPE(config.head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_len=config.train_len)
         except (TypeError, ValueError) as err:
             raise ConfigError(
                 f"methods: {m}: {' '.join(str(err).split())[:300]}", argument="methods"

@@ -139,6 +139,14 @@ def _config_of_loaded(model: Any, meta: dict[str, Any], config: ExtendConfig, pa
             f"model checkpoint {path[:200]!r} is not a plain RoPE model (its encoding: {type(encoding).__name__})",
             argument="model",
         )
+    # each method replaces the scaling dict: a query scaling in it would be dropped (the rows measured on
+    # another model than the one loaded)
+    if encoding.params.query_scale_beta:
+        raise ConfigError(
+            f"model checkpoint {path[:200]!r} scales its queries by position (llama_4_scaling_beta), which the "
+            "methods' scaling dicts would drop: extend a plain RoPE model",
+            argument="model",
+        )
     fields = {**asdict(config), "d_model": model.d_model, "num_layers": model.num_layers}
     fields.update(num_heads=model.num_heads, train_len=model.max_len)
     # (else the results and the figure gave this run's --steps, --lr and --seed as the loaded model's training)

@@ -206,7 +206,10 @@ class StudyResult:
 
     def scored(self) -> str:
         """How many validation characters each length scored, from the results (not the setting)."""
-        return scored_per_length([r.chars for e in self.encodings for r in e.lengths], self.config.eval_chars)
+        # (a length the model cannot run scored nothing: not counted)
+        return scored_per_length(
+            [r.chars for e in self.encodings for r in e.lengths if r.error is None], self.config.eval_chars
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-ready data."""
