@@ -386,3 +386,13 @@ def test_a_bias_shared_by_the_heads_is_one_panel_and_a_causal_model_masks_future
 def test_per_head_shaw_tables_are_drawn_per_head():
     fig = encoding_figure("shaw(per_head=True)", length=16, d_model=64, num_heads=4)
     assert [ax.get_title() for ax in content_axes(fig) if ax.images] == [f"head {h}" for h in range(4)]
+
+
+def test_a_rotary_figure_says_when_its_cosines_are_scaled():
+    """xPos's decay and YaRN's attention factor scale the rotation's diagonal, which the figure titled plain
+    cos(position · θ) and clipped at ±1 (YaRN reaches 1.14)."""
+    yarn = "rope(scaling={'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64})"
+    for spec, scaled in (("rope", False), ("xpos", True), (yarn, True)):
+        figure = encoding_figure(spec)
+        assert ("× its scale" in figure.axes[0].get_title()) is scaled, spec
+        assert figure.axes[0].images[0].get_clim()[1] >= 1.0

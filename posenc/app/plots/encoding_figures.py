@@ -216,12 +216,18 @@ def _rotary_figure(
 
     fig = _new_figure(12, 4.4)
     axes = fig.subplots(1, 2)
+    # (xPos's decay and YaRN's attention factor scale the cosines: the colour range holds them, the title says so)
+    bound = max(1.0, float(cos_table.abs().max()))
     image = axes[0].imshow(
-        cos_table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest"
+        cos_table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest"
     )
     axes[0].set_xlabel("channel of the head")
     axes[0].set_ylabel("position")
-    axes[0].set_title(_wrap(f"{name}: cos(position · θ) per channel (head_dim {head_dim})", 55), fontsize=10)
+    scaled = not torch.allclose(
+        rotated.float().norm(dim=-1), torch.ones(()), atol=1e-4
+    )  # (not a pure rotation)
+    what = "cos(position · θ) × its scale" if scaled else "cos(position · θ)"
+    axes[0].set_title(_wrap(f"{name}: {what} per channel (head_dim {head_dim})", 55), fontsize=10)
     fig.colorbar(image, ax=axes[0], shrink=0.8)
 
     axes[1].plot(range(distances), decay.numpy(), linewidth=1)
