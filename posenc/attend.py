@@ -347,6 +347,8 @@ def _far_apart(positions: Tensor, rows: int) -> bool:
     if not can_sync(positions):
         return True
     tq = positions.shape[-1]
+    if positions.numel() == 0:  # no queries (or an empty batch): nothing to lose
+        return False
     last = positions[..., -1:].expand(*positions.shape[:-1], -tq % rows)  # the last chunk filled up
     chunks = torch.cat((positions, last), -1).unflatten(-1, (-1, rows))
     return bool((chunks.amax(-1) - chunks.amin(-1)).max() >= rows)

@@ -116,12 +116,12 @@ def resolve_document_ids(
 
 def _rows(x: Tensor) -> Tensor:
     """``(t,)`` -> ``(1, 1, t, 1)``; ``(b, t)`` -> ``(b, 1, t, 1)``: a query-side operand."""
-    return x.reshape(-1 if x.dim() == 2 else 1, 1, x.shape[-1], 1)
+    return x.reshape(x.shape[0] if x.dim() == 2 else 1, 1, x.shape[-1], 1)  # (not -1: ambiguous with t = 0)
 
 
 def _cols(x: Tensor) -> Tensor:
     """``(t,)`` -> ``(1, 1, 1, t)``; ``(b, t)`` -> ``(b, 1, 1, t)``: a key-side operand."""
-    return x.reshape(-1 if x.dim() == 2 else 1, 1, 1, x.shape[-1])
+    return x.reshape(x.shape[0] if x.dim() == 2 else 1, 1, 1, x.shape[-1])
 
 
 def _reach(first: Any, last: Any, causal: bool, window: int | Tensor | None) -> tuple[Any, Any]:

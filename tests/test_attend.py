@@ -874,3 +874,30 @@ def test_causal_alibi_in_chunks_keeps_float32_precision_for_queries_far_apart():
             q, k, v, alibi, causal=True, q_positions=qp, k_positions=kp, backend="chunked", chunk_size=64
         )
         torch.testing.assert_close(got.double(), expected, atol=2e-6, rtol=0)
+
+
+def test_no_queries_or_an_empty_batch_with_given_positions_give_empty_outputs():
+    """Zero queries with (b, t) positions under a causal mask, causal ALiBi's chunks with none, and
+    Transformer-XL over an empty batch raised raw torch errors (a reshape of 0 elements to -1, a max and
+    a min of nothing); without positions the same calls gave the empty output."""
+    q0, k, v = torch.randn(2, 2, 0, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    rope = posenc.build("rope", head_dim=4, num_heads=2)
+    alibi = posenc.build("alibi", num_heads=2, causal=True)
+    rows = torch.zeros(2, 0, dtype=torch.long)
+    out = posenc.attention(
+        q0, k, v, rope, causal=True, q_positions=rows, k_positions=torch.arange(5).expand(2, 5)
+    )
+    assert out.shape == (2, 2, 0, 4)
+    none = torch.zeros(0, dtype=torch.long)
+    out = posenc.attention(
+        q0, k, v, alibi, causal=True, q_positions=none, k_positions=torch.arange(5), backend="chunked"
+    )
+    assert out.shape == (2, 2, 0, 4)
+    xl = posenc.build("transformer_xl", d_model=8, num_heads=2, head_dim=4)
+    empty = torch.randn(0, 2, 3, 4)
+    positions = torch.zeros(0, 3, dtype=torch.long)
+    for backend in ("auto", "sdpa", "chunked"):
+        out = posenc.attention(
+            empty, empty, empty, xl, q_positions=positions, k_positions=positions, backend=backend
+        )
+        assert out.shape == (0, 2, 3, 4)

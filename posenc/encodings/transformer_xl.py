@@ -46,6 +46,8 @@ class RelPosXLState(ContentBiasState):
             first = self.k_start - (self.q_start + self.q_len - 1)
             return first, first + self.q_len + self.k_len - 2
         qp, kp = self.q_positions, self.k_positions
+        if qp.numel() == 0 or kp.numel() == 0:  # (an empty batch)
+            return 0, 0
         return int(kp.min()) - int(qp.max()), int(kp.max()) - int(qp.min())
 
     def _key_term(self, q: Tensor, k: Tensor) -> Tensor:
