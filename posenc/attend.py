@@ -258,6 +258,12 @@ def attention(
         # shape the hooks would name): never broadcast a bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
     dtype = mask_dtype(q)
+    if sinks is not None and state.bias_form == "key" and getattr(state.encoding, "key_only_formula", False):
+        raise ValueError(
+            f"sinks with a causal {type(state.encoding).__name__}, whose bias is read at each key (relative to no "
+            "query): a sink logit would be weighed against rows shifted by their positions; no Falcon model has "
+            "sinks: use ALiBi with the slopes over sqrt(head_dim) for a sink's relative form"
+        )
     if sinks is not None or dtype.itemsize < 4:
         # A key-only bias differs from the full one by a constant per query row, which the softmax
         # ignores but a sink's logit does not: the sinks need the full bias. Cast to half precision

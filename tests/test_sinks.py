@@ -292,3 +292,16 @@ def test_attention_sinks_must_be_a_bool():
 
     with pytest.raises(TypeError, match="attention_sinks"):
         TransformerLM(32, 32, 1, 4, attention_sinks="yes")
+
+
+def test_sinks_with_falcon_s_key_only_bias_are_refused():
+    """Causal FalconALiBi's bias is read at each key (Falcon's rounding has no full form): with a sink the rows,
+    shifted by their positions, moved the sink's weight (0.105 off the relative form at 40 positions). Refused;
+    bidirectional Falcon (the full symmetric form) and Falcon without sinks run."""
+    from posenc.encodings.alibi import FalconALiBi
+
+    q = torch.randn(1, 4, 10, 8)
+    with pytest.raises(ValueError, match="sinks with a causal FalconALiBi"):
+        posenc.attention(q, q, q, FalconALiBi(4, 8), causal=True, sinks=torch.zeros(4))
+    assert posenc.attention(q, q, q, FalconALiBi(4, 8, causal=False), sinks=torch.zeros(4)).shape == q.shape
+    assert posenc.attention(q, q, q, FalconALiBi(4, 8), causal=True).shape == q.shape

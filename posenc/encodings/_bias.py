@@ -206,6 +206,9 @@ class PositionBias(PositionalEncoding):
     #: With ``causal`` (read at each prepare), :meth:`attention_bias` returns the key-only form,
     #: exact under a causal mask only (ALiBi).
     key_only_when_causal: ClassVar[bool] = False
+    #: Causal, its formula reads the key positions only (Falcon's rounded bias): it has no full form, which a
+    #: sink logit needs.
+    key_only_formula: ClassVar[bool] = False
     repr_names: ClassVar[tuple[str, ...]] = ("num_heads", "causal")
 
     def prepare_table(self) -> Tensor | None:

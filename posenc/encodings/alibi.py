@@ -140,6 +140,7 @@ class FalconALiBi(ALiBi):
     """
 
     by_distance = False  # bf16(m * j) is not a function of j - i
+    key_only_formula = True  # (causal: sinks refused, there being no full form to weigh them against)
 
     def __init__(
         self, num_heads: int, head_dim: int, causal: bool = True, *, device: torch.device | str | None = None
