@@ -91,7 +91,9 @@ class RotaryState(PositionState):
                     f"q has {q.shape[-2]} positions, but this {type(self).__name__} was prepared for {self.q_len}"
                 )
             # a batch its (b, t) positions (with axes: (b, t, a)) have
-            self._check_batch(max(q.shape[0], k.shape[0]), 2 if enc.axis is None else 3)
+            rank = 2 if enc.axis is None else 3
+            if len(self._q_positions.shape) == rank or len(self._k_positions.shape) == rank:
+                self._check_batch(max(q.shape[0], k.shape[0]), rank)
             # keys at the queries' positions: tq new keys with a KV cache, or the same positions
             k_side = "q" if self.key_side(k) == "q" or self._k_positions is self._q_positions else "k"
             self._cache["qk"] = checked = (seen, k_side)
