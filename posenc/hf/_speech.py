@@ -38,39 +38,24 @@ from ._rope import RopeDefaults, heads_and_head_dim
 
 __all__ = ["SPEECH_MODEL_TYPES", "fastspeech2", "speech", "speecht5", "vits"]
 
-#: model_type -> (heads key, layers key, default position_embeddings_type, the values its attention reads); the
-#: config classes default to 16 heads of 1024 channels in 24 layers (wav2vec2-conformer's 12 of 768 in 12 and
-#: Parakeet's 8 heads: filled in by _read.config_dict)
-SPEECH_MODEL_TYPES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
-    "wav2vec2-bert": (
-        "num_attention_heads",
-        "num_hidden_layers",
-        "relative_key",
-        ("relative_key", "relative", "rotary"),
-    ),
-    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", "relative", ("relative", "rotary")),
-    "seamless_m4t": (
-        "speech_encoder_attention_heads",
-        "speech_encoder_layers",
-        "relative",
-        ("relative", "rotary"),
-    ),
-    "seamless_m4t_v2": (
-        "speech_encoder_attention_heads",
-        "speech_encoder_layers",
-        "relative_key",
-        ("relative_key",),
-    ),
-    "parakeet_encoder": ("num_attention_heads", "num_hidden_layers", "relative", ("relative",)),
+#: model_type -> (heads key, layers key, the position_embeddings_type values its attention reads, its config
+#: class's default first); the config classes default to 16 heads of 1024 channels in 24 layers
+#: (wav2vec2-conformer's 12 of 768 in 12 and Parakeet's 8 heads: filled in by _read.config_dict)
+SPEECH_MODEL_TYPES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "wav2vec2-bert": ("num_attention_heads", "num_hidden_layers", ("relative_key", "relative", "rotary")),
+    "wav2vec2-conformer": ("num_attention_heads", "num_hidden_layers", ("relative", "rotary")),
+    "seamless_m4t": ("speech_encoder_attention_heads", "speech_encoder_layers", ("relative", "rotary")),
+    "seamless_m4t_v2": ("speech_encoder_attention_heads", "speech_encoder_layers", ("relative_key",)),
+    "parakeet_encoder": ("num_attention_heads", "num_hidden_layers", ("relative",)),
 }
 
 
 def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncoding:
     """A fresh encoding of one (speech) encoder layer's self-attention (its weights not loaded)."""
     # an explicit None: no position in attention (Parakeet's code reads no such key)
-    _, _, default, reads = SPEECH_MODEL_TYPES[model_type]
+    heads_key, _, reads = SPEECH_MODEL_TYPES[model_type]
     parakeet = model_type == "parakeet_encoder"
-    mode = default if parakeet else cfg.get("position_embeddings_type", default)
+    mode = reads[0] if parakeet else cfg.get("position_embeddings_type", reads[0])
     if mode is None:
         return NoPE()
     if mode not in reads:  # (its attention then adds no position, silently: say so rather than guess)
@@ -84,7 +69,6 @@ def speech(cfg: Config, model_type: str, causal: bool | None) -> PositionalEncod
             "projections (not the queries and keys), which no posenc encoding computes; supported: "
             f"{', '.join(repr(m) for m in reads if m != 'rotary')} or None"
         )
-    heads_key = SPEECH_MODEL_TYPES[model_type][0]
     heads, head_dim = heads_and_head_dim(  # (Parakeet's code reads a head_dim its config may carry)
         cfg, model_type, RopeDefaults(1024, 16, None), heads=heads_key, read_head_dim=parakeet
     )
