@@ -225,12 +225,17 @@ class PositionState:
     def narrow(self, rows: slice, cols: slice) -> PositionState:
         """The state of a block of queries (``rows``) and keys (``cols``), e.g. one query chunk.
 
+        Args:
+            rows, cols: slices of step 1 over the query and key tokens; negative and open ends count
+                from the ends as in Python (``slice(-2, None)``: the last two).
+
         Subclasses that hold tables indexed by query or key slice them in :meth:`_narrow_tables`.
         """
+        rows, cols = _block(rows, self.q_len, "rows"), _block(cols, self.k_len, "cols")
         state = copy.copy(self)
         state._q_positions, state._k_positions = self.q_positions[..., rows], self.k_positions[..., cols]
-        state.q_start = None if self.q_start is None else self.q_start + (rows.start or 0)
-        state.k_start = None if self.k_start is None else self.k_start + (cols.start or 0)
+        state.q_start = None if self.q_start is None else self.q_start + rows.start
+        state.k_start = None if self.k_start is None else self.k_start + cols.start
         state._narrow_tables(rows, cols)
         return state
 
@@ -242,3 +247,14 @@ class PositionState:
             f"{type(self).__name__}({type(self.encoding).__name__}, tq={self.q_len}, tk={self.k_len}, "
             f"bias_form={self.bias_form!r})"
         )
+
+
+def _block(tokens: slice, length: int, name: str) -> slice:
+    """``tokens`` as ``slice(start, stop)`` with both ends in ``[0, length]``: the starts of a narrowed
+    state add ``start``, so a negative or open end must be resolved first, and a step would skip tokens."""
+    if not isinstance(tokens, slice):
+        raise TypeError(f"{name} must be a slice, got {type(tokens).__name__}")
+    start, stop, step = tokens.indices(length)
+    if step != 1:
+        raise ValueError(f"{name} must be a slice of step 1 (a block of tokens), got step {step}")
+    return slice(start, max(start, stop))

@@ -848,10 +848,39 @@ def test_a_narrowed_state_masks_its_block_of_queries_where_they_are(spec):
     state = encoding.prepare(8)
     for window in (None, 3):
         full = posenc.attention(q, k, v, state, causal=True, window=window)
-        for rows in (slice(0, 4), slice(2, 5), slice(7, 8)):
+        for rows in (slice(0, 4), slice(2, 5), slice(7, 8), slice(-2, None), slice(-5, -2), slice(None, -6)):
             block = state.narrow(rows, slice(0, 8))
             got = posenc.attention(q[:, :, rows], k, v, block, causal=True, window=window)
             torch.testing.assert_close(got, full[:, :, rows])
+
+
+@pytest.mark.parametrize("spec", ["rope", "alibi", "t5", "kerple", "fire", "transformer_xl", "shaw"])
+def test_a_narrowed_state_reads_negative_and_open_slice_ends_from_the_end(spec):
+    """``narrow(slice(-2, None), ...)`` added -2 to the token starts while its positions were the last two:
+    the block attended as if it began two tokens before the first (1.2 to 2.0 off). A block's bias and
+    attention equal the whole call's rows and columns; a slice with a step is refused by name."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 16, dtype=torch.float64) for _ in range(3))
+    encoding = posenc.build(spec, num_heads=2, head_dim=16, causal=True).double()
+    state = encoding.prepare(6)
+    full = posenc.attention(q, k, v, state, causal=True)
+    bias = state.attention_bias(q, k)  # (1, 2, 6, 6) where the bias is full
+    for rows, cols in (
+        (slice(-2, None), slice(None)),
+        (slice(None), slice(-3, None)),
+        (slice(1, -1), slice(-5, 5)),
+    ):
+        block = state.narrow(rows, cols)
+        if cols == slice(None):
+            got = posenc.attention(q[:, :, rows], k, v, block, causal=True)
+            torch.testing.assert_close(got, full[:, :, rows])
+        if bias is not None and bias.shape[-2] == 6:  # a key-only bias is exact up to a constant per row
+            got_bias = block.attention_bias(q[:, :, rows], k[:, :, cols])
+            torch.testing.assert_close(got_bias, bias[:, :, rows, cols])
+    with pytest.raises(ValueError, match="rows must be a slice of step 1.*got step 2"):
+        state.narrow(slice(0, 6, 2), slice(None))
+    with pytest.raises(TypeError, match="cols must be a slice, got int"):
+        state.narrow(slice(None), 2)
 
 
 def test_causal_alibi_in_chunks_keeps_float32_precision_for_queries_far_apart():
