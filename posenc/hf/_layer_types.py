@@ -46,6 +46,13 @@ _RENAMED_TYPES = {
     "deepseek_sparse_attention": "indexed_attention",
     "qwen_sparse_attention": "indexed_attention",
 }
+#: The layer types transformers' configs allow (its ``ALLOWED_LAYER_TYPES``, 5.24), the old names above and
+#: Nemotron-H's "mlp"
+_KNOWN_TYPES = frozenset(
+    "full_attention sliding_attention chunked_attention window_attention indexed_attention compressed_sparse_attention "
+    "heavily_compressed_attention minimax_m3_sparse reference_sliding_attention hybrid hybrid_sliding "
+    "linear_attention conv moe mlp sparse dense".split()
+).union(_RENAMED_TYPES)
 #: Hybrids whose config class derives its layer types where a config.json gives none: full attention every
 #: ``cfg[key]`` (else ``default``) layers, the last of each group, and linear attention in the others
 _EVERY: dict[str, tuple[str | None, int, str]] = {
@@ -97,6 +104,11 @@ def layer_types(cfg: Config, model_type: str) -> list[str] | None:
     for i, name in enumerate(types):
         if not isinstance(name, str):
             raise TypeError(f"{model_type} config: {key}[{i}] must be a str, got {name!r}")
+        if name not in _KNOWN_TYPES:  # (else read as full attention, which it may not be)
+            raise ValueError(
+                f"{model_type} config: {key}[{i}] is {name!r}, not a layer type transformers knows; "
+                f"expected one of {sorted(_KNOWN_TYPES)}"
+            )
     types = [_RENAMED_TYPES.get(name, name) for name in types]
     if model_type in _LAST_GLOBAL:
         types[-1] = "full_attention"

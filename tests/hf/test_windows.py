@@ -559,3 +559,24 @@ def test_chunked_layers_are_refused_pointing_at_document_ids() -> None:
     assert torch.equal(masks[0], (j <= i) & (i // 4 == j // 4))
     unchunked = {"model_type": "llama4_text", "num_hidden_layers": 2, "attention_chunk_size": None}
     assert layer_windows(unchunked) == [None, None]
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "mistral", "gemma3_text"])
+def test_a_layer_type_transformers_does_not_know_is_refused_not_read_as_full_attention(model_type):
+    """``layer_types=["foo", "sliding_attention"]`` gave ``[None, 4]``: the unknown layer attended over every
+    key, where transformers refuses the config. posenc names the entry and the types it knows."""
+    config = {
+        "model_type": model_type,
+        **TINY,
+        "num_hidden_layers": 2,
+        "sliding_window": 4,
+        "rope_theta": 1e4,
+    }
+    config["layer_types"] = ["foo", "sliding_attention"]
+    with pytest.raises(ValueError, match=r"layer_types\[0\] is 'foo', not a layer type transformers knows"):
+        layer_windows(config)
+    if model_type == "gemma3_text":  # (its encodings follow its layer types: local and global rotations)
+        from posenc.hf import layer_encodings
+
+        with pytest.raises(ValueError, match=r"layer_types\[0\] is 'foo'"):
+            layer_encodings(config)
