@@ -219,7 +219,9 @@ def _check_same_shapes(named: dict[str, Tensor | None], group: dist.ProcessGroup
         code = -1 if t is None else (_DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES))
         row += [len(shape), code, *shape, *[0] * (4 - len(shape))]
     world = dist.get_world_size(group)
-    rows = _GatherSequence.apply(torch.tensor(row, dtype=torch.long, device=device), 0, group).view(world, -1)
+    # a non-blocking copy: a blocking one waits for the device's queue (once per layer of every step)
+    local = torch.tensor(row, dtype=torch.long).to(device, non_blocking=True)
+    rows = _GatherSequence.apply(local, 0, group).view(world, -1)
 
     def describe(r: int) -> str:
         # only where check_values may read values (a CPU tensor); one row per tensor

@@ -877,7 +877,7 @@ def test_a_narrowed_state_reads_negative_and_open_slice_ends_from_the_end(spec):
         if bias is not None and bias.shape[-2] == 6:  # a key-only bias is exact up to a constant per row
             got_bias = block.attention_bias(q[:, :, rows], k[:, :, cols])
             torch.testing.assert_close(got_bias, bias[:, :, rows, cols])
-    with pytest.raises(ValueError, match="rows must be a slice of step 1.*got step 2"):
+    with pytest.raises(ValueError, match=r"rows must be a slice of step 1.*got step 2"):
         state.narrow(slice(0, 6, 2), slice(None))
     with pytest.raises(TypeError, match="cols must be a slice, got int"):
         state.narrow(slice(None), 2)

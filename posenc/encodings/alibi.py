@@ -66,10 +66,13 @@ class ALiBi(PositionBias):
         scores = scores.masked_fill(~causal_mask, float("-inf"))
     """
 
-    cache_names = ("slopes",)
+    cache_names = ("slopes", "_slopes64")
+    # (float64 work, and the float32 work of a .double() module, read it: on the device, no copy from the host)
+    float64_caches = ("_slopes64",)
     key_only_when_causal = True
     repr_names = ("num_heads", "causal", "max_bias")
     slopes: Tensor
+    _slopes64: Tensor
 
     def __init__(
         self,
@@ -83,24 +86,25 @@ class ALiBi(PositionBias):
         self.num_heads = check_num_heads("num_heads", num_heads)
         self.causal = check_bool("causal", causal)
         self.max_bias = check_positive_float("max_bias", max_bias)
-        self.register_buffer(
-            "slopes", alibi_slopes(num_heads, self.max_bias, device=device), persistent=False
-        )
+        slopes64 = alibi_slopes(num_heads, self.max_bias, dtype=torch.float64, device=device)
+        self.register_buffer("slopes", slopes64.float(), persistent=False)
+        self.register_buffer("_slopes64", slopes64, persistent=False)
 
     def reset_caches(self) -> None:
-        """Rebuild the slopes in their buffer's dtype, e.g. after ``to_empty()`` from the meta device."""
-        self.slopes = alibi_slopes(
-            self.num_heads, self.max_bias, dtype=self.slopes.dtype, device=self.slopes.device
+        """Rebuild the slopes in their buffers' dtypes, e.g. after ``to_empty()`` from the meta device."""
+        self._slopes64 = alibi_slopes(
+            self.num_heads, self.max_bias, dtype=torch.float64, device=self._slopes64.device
         )
+        self.slopes = self._slopes64.to(self.slopes.dtype)
 
     def _slopes(self, dtype: torch.dtype) -> Tensor:
         # Every form reads its slopes here, so a subclass can rescale them in one place (FalconALiBi does).
         # float32, or float64 for float64 work, whatever the buffer's (a .double() module's is float64); each
         # rounded once from float64, not converted from the other.
-        want = torch.float64 if dtype == torch.float64 else torch.float32
-        if self.slopes.dtype == want:
-            return self.slopes
-        return alibi_slopes(self.num_heads, self.max_bias, dtype=want, device=self.slopes.device)
+        # (no copy from the host in a forward: the float64 slopes are a buffer too)
+        if dtype == torch.float64:
+            return self._slopes64
+        return self.slopes if self.slopes.dtype == torch.float32 else self._slopes64.float()
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:
         # ALiBi's formula, the one place it is written. Causal: m * (k - q), the paper's form

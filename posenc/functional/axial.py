@@ -340,7 +340,7 @@ def _fraction_buckets(old: int, new: int, device: torch.device, divide: bool) ->
     below 1), or with ``divide`` as MiniCPM-V's (float32 ``i / new``), bucketized at ``k/old``."""
     steps = torch.arange(new, dtype=torch.float32, device=device)
     # (the two differ by an ulp on a few grids, one that crosses a boundary k/old: 107 of the 70 x 70 pairs)
-    fractions = steps / new if divide else steps * (1.0 / torch.tensor(new, device=device))
+    fractions = steps / new if divide else steps * torch.full((), new, device=device).reciprocal()  # (a fill)
     boundaries = torch.arange(1 / old, 1.0, 1 / old, device=device)
     return torch.bucketize(fractions.clamp(max=1.0 - 1e-6), boundaries, right=True)
 

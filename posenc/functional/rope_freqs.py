@@ -136,8 +136,11 @@ class RopeParameters:
         """
         if isinstance(self, DynamicRope):  # base' = base * (factor * L / L0 - (factor - 1)) ** (r / (r - 2))
             r, factor, trained = self.rotary_dim, self.factor, self.original_max_len
-            length = torch.as_tensor(0 if seq_len is None else seq_len, device=device)
-            length = length.to(dtype).clamp_min(trained)
+            if isinstance(seq_len, Tensor):
+                length = seq_len.to(device=device, dtype=dtype)
+            else:  # a fill on the device, not a copy from the host (which waits for a GPU's stream)
+                length = torch.full((), seq_len or 0, dtype=dtype, device=device)
+            length = length.clamp_min(trained)
             scaled_base = self.base * (factor * length / trained - (factor - 1)) ** (r / (r - 2))
             return 1.0 / (scaled_base[..., None] ** _exponents(r, dtype, length.device))
         sets = self.inv_freq(dtype=dtype, device=device) if sets is None else sets

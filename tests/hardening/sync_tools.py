@@ -83,7 +83,7 @@ class HostToDevice(TorchDispatchMode):
     construction (``__init__``, ``reset_caches``), and where in posenc it happens.
 
     On a GPU such a copy (``torch.tensor(list, device=...)``, ``cpu_tensor.to(device)``) waits for
-    the stream (pageable memory), which ``torch.cuda.set_sync_debug_mode("error")`` reports and a
+    the stream (torch synchronizes after a blocking copy; ``non_blocking=True`` does not), which ``torch.cuda.set_sync_debug_mode("error")`` reports and a
     CUDA graph cannot capture. A 0-d CPU tensor mixed into an accelerator op is a scalar argument,
     not a copy, and is not recorded. Copies with no posenc frame (the test's own inputs) are not
     recorded.
@@ -97,10 +97,13 @@ class HostToDevice(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__  # type: ignore[attr-defined]
         source = target = None
+        blocking = not (kwargs.get("non_blocking") or (name == "copy_" and len(args) > 2 and args[2]))
         if name == "_to_copy" and isinstance(args[0], torch.Tensor):
             source, target = args[0].device, kwargs.get("device") or args[0].device
         elif name == "copy_" and isinstance(args[1], torch.Tensor):
             source, target = args[1].device, args[0].device
+        if not blocking:  # (queued on the stream: torch waits for it only in a blocking copy)
+            source = None
         if (
             source is not None
             and torch.device(source).type == "cpu"

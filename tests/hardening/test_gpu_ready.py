@@ -9,7 +9,8 @@ a static-cache decode step, padded and packed batches, a per-layer schedule):
   (``.item()``, ``int(t)``, ``bool(t)``, ``nonzero``, ``.tolist()``) raises. Skipped, with the
   reason, on the CPU wheel. Backward needs a real device there: it is covered on the CPU. A copy
   of a CPU tensor onto the device inside a forward (``torch.tensor(list, device=...)``) fails the
-  test too: on a GPU it waits for the stream, and a CUDA graph cannot capture it.
+  test too: on a GPU it waits for the stream, and a CUDA graph cannot capture it (a non-blocking copy,
+  context parallelism's shape check, is queued instead: not counted).
 * **counted on the CPU** (any torch): inside :func:`posenc._compat.accelerator_paths` CPU tensors
   take the code an accelerator takes, and a dispatch mode counts the operations that would wait
   for the device: zero, forward and backward. The counter also proves that a static-cache decode
@@ -266,6 +267,39 @@ def test_flex_block_mask_without_a_host_copy() -> None:
         user = torch.ones(1, 1, 8, 8, dtype=torch.bool, device=device)
         vis = Visibility(tq=8, tk=8, device=device, user=user, causal=True, window=4)
         assert flex_block_mask(vis, 1, 2) is not None
+    assert copies.copies == [], copies.copies
+
+
+@needs_cuda_build
+def test_forwards_outside_the_default_paths_copy_nothing_from_the_host() -> None:
+    """Each built a small tensor from Python values on the device in every call (a blocking copy, which waits
+    for the GPU's queue): context parallelism's shape check (every layer of every step), Learned2D's
+    "bucketize" lookup (Idefics, SmolVLM), dynamic NTK past its trained length (a prefill), ALiBi called in
+    the other of float32 and float64."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from posenc.distributed import context_parallel_attention, shard_positions, unshard
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with fake_cuda() as device, HostToDevice() as copies:
+            with device:
+                rope = posenc.build("rope", head_dim=8)
+                dynamic = posenc.build(
+                    "rope(scaling={'rope_type': 'dynamic', 'factor': 2.0})", head_dim=8, max_len=16
+                )
+                grid = posenc.build("learned2d(grid_size=(4, 4), mode='bucketize')", d_model=16)
+                alibi, alibi64 = posenc.ALiBi(4), posenc.ALiBi(4).double()
+            q, k, v = (torch.randn(1, 4, 4, 8, device=device) for _ in range(3))
+            context_parallel_attention(q, k, v, rope, positions=shard_positions(8, 2, 0, device=device))
+            unshard(torch.randn(1, 4, 8, device=device))
+            dynamic.encode_qk(*(torch.randn(1, 2, 40, 8, device=device) for _ in range(2)))
+            grid.encode_input(torch.randn(2, 6, 5, 16, device=device))
+            posenc.attention(q.double(), k.double(), v.double(), alibi, causal=True)
+            posenc.attention(q, k, v, alibi64, causal=True)
+    finally:
+        dist.destroy_process_group()
     assert copies.copies == [], copies.copies
 
 
