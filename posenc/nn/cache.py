@@ -220,6 +220,14 @@ class KVCache:
             raise TypeError(
                 f"positions must be a real torch.Tensor of shape (t,) or (batch, t), got {short(positions)}"
             )
+        ranks = (2, 3) if axes else (1, 2)
+        if positions.dim() not in ranks or (
+            positions.dim() == ranks[1] and positions.shape[0] not in (1, k.shape[0])
+        ):
+            shape = "(t, axes) or (batch, t, axes)" if axes else "(t,) or (batch, t)"
+            raise ValueError(
+                f"positions must have shape {shape} with batch {k.shape[0]} or 1, got {tuple(positions.shape)}"
+            )
         t = positions.shape[-2] if axes else positions.shape[-1]
         if k.shape[:3] != v.shape[:3] or t != k.shape[2]:
             raise ValueError(
@@ -237,6 +245,23 @@ class KVCache:
                 f"layer {layer} updated before layer {len(self.keys)}: layers must be filled in order"
             )
         self.check_batch(layer, k.shape[0])
+        if layer < len(self.keys):  # what a layer's tensors are joined to must be of their kind
+            for name, new, held in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
+                if (
+                    new.shape[1] != held.shape[1]
+                    or new.shape[-1] != held.shape[-1]
+                    or new.dtype != held.dtype
+                ):
+                    raise ValueError(
+                        f"layer {layer} of this KVCache holds {name} of {held.shape[1]} heads of width "
+                        f"{held.shape[-1]} in {held.dtype}, got {new.shape[1]} of width {new.shape[-1]} in "
+                        f"{new.dtype}; use a new KVCache() for another model"
+                    )
+            if axes != self.axes[layer]:
+                raise ValueError(
+                    f"layer {layer} of this KVCache holds positions {'with' if self.axes[layer] else 'without'} "
+                    f"axes, got axes={axes}; use a new KVCache() for another encoding"
+                )
         if layer == len(self.keys):  # the first call: empty (growing) or zero (static) buffers
             n = self.capacity or 0
             self.encodings.append(encoding)

@@ -170,6 +170,42 @@ def test_cache_of_another_batch_size_is_refused():
         layer(torch.randn(1, 1, D), cache=cache)
 
 
+@pytest.mark.parametrize("capacity", [None, 8])
+def test_update_refuses_keys_and_positions_unlike_those_it_holds(capacity):
+    """A growing cache joined positions of batch 3 to keys of batch 2 ((3, 4) positions), positions with
+    axes to those without ((1, 6)), and promoted itself to float64 for float64 keys (a static one cast them
+    down); other heads or widths were raw torch errors. Each is refused, naming what the layer holds."""
+    k = v = torch.zeros(2, 2, 2, 8)
+    for bad, match in (
+        (
+            dict(positions=torch.arange(2).expand(3, 2)),
+            r"positions must have shape \(t,\) or \(batch, t\) with batch 2",
+        ),
+        (
+            dict(positions=torch.zeros(1, 2, 1, dtype=torch.long)),
+            r"positions must have shape .* got \(1, 2, 1\)",
+        ),
+        (
+            dict(positions=torch.zeros(2, 3, dtype=torch.long), axes=True),
+            r"holds positions without axes, got axes=True",
+        ),
+        (
+            dict(k=k.double(), v=v.double()),
+            r"holds k of 2 heads of width 8 in torch.float32, got 2 of width 8 in torch.float64",
+        ),
+        (
+            dict(k=torch.zeros(2, 1, 2, 8), v=torch.zeros(2, 1, 2, 8)),
+            r"holds k of 2 heads .* got 1 of width 8",
+        ),
+        (dict(v=torch.zeros(2, 2, 2, 4)), r"holds v of 2 heads of width 8 .* got 2 of width 4"),
+    ):
+        cache = KVCache(capacity=capacity)
+        cache.update(0, k, v, torch.arange(2))
+        call = {"k": k, "v": v, "positions": torch.arange(2, 4), **bad}
+        with pytest.raises(ValueError, match=match):
+            cache.update(0, call.pop("k"), call.pop("v"), call.pop("positions"), **call)
+
+
 @pytest.mark.parametrize("position", [*LM_ENCODINGS, "rope*1 + none"])
 def test_static_cache_decodes_to_the_full_forward(position):
     """KVCache(capacity=n): the same logits as the full forward, plain and left-padded, with shapes
