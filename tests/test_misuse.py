@@ -216,6 +216,11 @@ _ONES = torch.ones(1, 2, 3, 4)
             TypeError,
             r"encoding must be a posenc.PositionalEncoding, got str",
         ),
+        (
+            lambda: posenc.nn.TransformerBlock(16, 2, norm_eps=-1.0),
+            ValueError,
+            r"norm_eps must be a finite number > 0, got -1.0",
+        ),
     ],
     ids=[
         "q_len",
@@ -231,6 +236,7 @@ _ONES = torch.ones(1, 2, 3, 4)
         "model-bias",
         "model-mlp_ratio",
         "describe_encoding",
+        "block-norm_eps",
     ],
 )
 def test_lengths_cache_entries_and_model_options_are_checked(call, error, match) -> None:
@@ -301,3 +307,53 @@ def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) ->
     if name == "learned":
         with pytest.raises(RuntimeError, match="beyond the learned table"):
             compiled(torch.tensor([0, 1, 99, 2, 3]))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda: F.alibi_slopes(4, dtype=torch.long),
+            TypeError,
+            r"dtype must be a floating-point dtype, got torch.int64",
+        ),
+        (
+            lambda: F.clipped_distance_index(torch.arange(3), torch.arange(3), left=-2, right=2),
+            ValueError,
+            r"left must be .*>= 0.*-2",
+        ),
+        (
+            lambda: F.relative_position_bucket(torch.tensor([0.5, -1.5])),
+            TypeError,
+            r"relative_position must have an integer dtype",
+        ),
+        (
+            lambda: F.mrope_axes([2, 1, 1], interleaved="false"),
+            ValueError,
+            r"interleaved must be False, True or 'hw', got 'false'",
+        ),
+        (
+            lambda: F.mrope_axes([4], interleaved="hw"),
+            ValueError,
+            r"interleaved='hw' needs two or three sections",
+        ),
+        (
+            lambda: F.mrope_axes([2, 2], interleaved=True),
+            ValueError,
+            r"interleaved=True needs three sections",
+        ),
+    ],
+    ids=[
+        "alibi_slopes-dtype",
+        "clipped_distance_index-left",
+        "relative_position_bucket-float",
+        "mrope_axes-str",
+        "mrope_axes-hw",
+        "mrope_axes-interleaved",
+    ],
+)
+def test_more_functional_options_are_checked(call, error, match) -> None:
+    """Each returned a meaningless result: integer slopes of 0, every distance in row 0, float distances
+    truncated, any truthy string read as interleaved, a single section alternating into axis -1."""
+    with pytest.raises(error, match=match):
+        call()

@@ -87,10 +87,6 @@ class MRoPE(_AxisRotary):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if not (isinstance(interleaved, bool) or interleaved == "hw"):
-            # (a str is the wrong value, not the wrong type)
-            error = ValueError if isinstance(interleaved, str) else TypeError
-            raise error(f"interleaved must be False, True or 'hw', got {interleaved!r}")
         self.interleaved = interleaved
         if mrope_section is None and isinstance(head_dim, int) and head_dim >= 6:
             # Qwen2-VL's proportions (16, 24, 24 of 64 pairs): 3/8 of the pairs to height and to width
@@ -104,6 +100,9 @@ class MRoPE(_AxisRotary):
             raise TypeError(f"mrope_section must be a list of ints like [16, 24, 24], got {mrope_section!r}")
         for i, s in enumerate(mrope_section):
             check_int(f"mrope_section[{i}]", s, minimum=1)
+        mrope_axes(
+            mrope_section, interleaved=interleaved
+        )  # (its checks of `interleaved` against the sections)
         rest = dict(scaling) if isinstance(scaling, dict) else scaling
         if isinstance(rest, dict):
             given = rest.get("mrope_section")
@@ -131,17 +130,11 @@ class MRoPE(_AxisRotary):
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected "
                 f"{'head_dim' if pairs * 2 == head_dim else 'rotary_dim'} / 2 = {pairs} (one entry per axis)"
             )
-        by_hw = interleaved == "hw"
-        expected = "two or three sections ((h, w) or (t, h, w))" if by_hw else "three sections (t, h, w)"
-        if interleaved and len(mrope_section) not in ((2, 3) if by_hw else (3,)):
-            raise ValueError(
-                f"interleaved={interleaved!r} needs {expected}, got mrope_section={list(mrope_section)}"
-            )
-        if by_hw and mrope_section[-2] != mrope_section[-1]:
-            raise ValueError(
-                f"interleaved='hw' alternates height and width: their sections must be equal, got "
-                f"mrope_section={list(mrope_section)}"
-            )
+        for i, s in enumerate(mrope_section):
+            check_int(f"mrope_section[{i}]", s, minimum=1)
+        mrope_axes(
+            mrope_section, interleaved=interleaved
+        )  # (its checks of `interleaved` against the sections)
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.layout = head_dim, layout
         self.mrope_section = tuple(mrope_section)

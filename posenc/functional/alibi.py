@@ -58,6 +58,8 @@ def alibi_slopes(
     """
     check_num_heads("num_heads", num_heads)
     check_positive_float("max_bias", max_bias)
+    if not dtype.is_floating_point:  # (slopes below 1 in an integer dtype: all 0)
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
     closest = 2 ** math.floor(math.log2(num_heads))
     slopes = _geometric_slopes(closest, max_bias)
     if closest != num_heads:

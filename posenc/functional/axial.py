@@ -321,10 +321,21 @@ def mrope_axes(
     height and width into the temporal angles only where those indices exist, so the sections need not
     sum to the pairs).
     """
+    if not (isinstance(interleaved, bool) or interleaved == "hw"):
+        error = ValueError if isinstance(interleaved, str) else TypeError  # (a str is the wrong value)
+        raise error(f"interleaved must be False, True or 'hw', got {interleaved!r}")
     # (Python lists, not repeat_interleave with tensor repeats: that took ~8 ms per call on the CPU)
     sections = [check_int(f"mrope_section[{i}]", s, minimum=0) for i, s in enumerate(mrope_section)]
     n = len(sections)
-    if interleaved == "hw":  # the last two sections alternate, from pair 0; a third (first) one, time, last
+    by_hw = interleaved == "hw"
+    if interleaved and n not in ((2, 3) if by_hw else (3,)):
+        expected = "two or three sections ((h, w) or (t, h, w))" if by_hw else "three sections (t, h, w)"
+        raise ValueError(f"interleaved={interleaved!r} needs {expected}, got mrope_section={sections}")
+    if by_hw and sections[-2] != sections[-1]:
+        raise ValueError(
+            f"interleaved='hw' alternates height and width: their sections must be equal, got mrope_section={sections}"
+        )
+    if by_hw:  # the last two sections alternate, from pair 0; a third (first) one, time, last
         axes = [n - 2 + i % 2 for i in range(2 * sections[-1])] + [0] * sum(sections[:-2])
     elif interleaved:  # pair i reads axis i mod n while i < n * section[i mod n], else time (axis 0)
         axes = [

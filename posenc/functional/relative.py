@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._checks import check_bool, check_int, check_positive_int, short
+from .._checks import check_bool, check_int, check_ints, check_positive_int, short
 
 __all__ = ["check_relative_bucket_options", "relative_position_bucket"]
 
@@ -90,7 +90,7 @@ def relative_position_bucket(
         A ``torch.long`` tensor of the same shape with values in ``[0, num_buckets)``.
     """
     check_relative_bucket_options(num_buckets, max_distance, bidirectional)
-    relative_position = relative_position.long()
+    relative_position = check_ints("relative_position", relative_position, "(...)").long()
     if bidirectional:
         num_buckets //= 2
         offset = (relative_position > 0).long() * num_buckets

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from .._compat import precise_dtype
 
 __all__ = ["clipped_distance_index", "shaw_value_term"]
@@ -41,6 +42,7 @@ def clipped_distance_index(q_positions: Tensor, k_positions: Tensor, left: int, 
     Returns:
         ``(tq, tk)`` when both positions are 1-D, else ``(b, tq, tk)``; long, in ``[0, n)``.
     """
+    left, right = check_int("left", left, minimum=0), check_int("right", right, minimum=0)
     relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
     return relative.clamp(-left, right).add_(left).long()
 

@@ -340,6 +340,7 @@ class TransformerBlock(nn.Module):
     ) -> None:
         super().__init__()
         hidden = max(1, round(check_positive_float("mlp_ratio", mlp_ratio) * d_model))
+        norm_eps = check_positive_float("norm_eps", norm_eps)  # (NaN or < 0: every output NaN)
         self.attn_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
         self.attn = MultiheadAttention(d_model, num_heads, position, causal, dropout, bias, **attention)
         self.mlp_norm = nn.LayerNorm(d_model, eps=norm_eps, bias=bias)
