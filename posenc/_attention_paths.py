@@ -299,4 +299,9 @@ def _weights_chunk(
     pg = rearrange(probs, "b (hk g) r c -> b hk g r c", g=groups)
     out = rearrange(pg @ v.unsqueeze(2), "b hk g r d -> b (hk g) r d")
     extra = state.value_term(probs)
+    if extra is not None and extra.shape[-1] != out.shape[-1]:
+        raise ValueError(
+            f"v has head width {out.shape[-1]}, but {type(state.encoding).__name__}'s value term adds vectors of "
+            f"width {extra.shape[-1]} (its head_dim)"
+        )
     return out if extra is None else out + extra.to(out.dtype)

@@ -114,11 +114,12 @@ def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.de
     return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
-def _require_process_group() -> None:
+def _require_process_group(caller: str) -> None:
     if not (dist.is_available() and dist.is_initialized()):
+        explicit = ", or pass world_size and rank explicitly" if caller == "shard_batch" else ""
         raise RuntimeError(
-            "torch.distributed is not initialised: call torch.distributed.init_process_group(...) first "
-            "(e.g. run under torchrun), or pass world_size and rank explicitly"
+            f"{caller}: torch.distributed is not initialised: call torch.distributed.init_process_group(...) "
+            f"first (e.g. run under torchrun){explicit}"
         )
 
 
@@ -164,7 +165,7 @@ def shard_batch(
     if (world_size is None) != (rank is None):
         raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
     if world_size is None or rank is None:  # else checked by shard_positions
-        _require_process_group()
+        _require_process_group("shard_batch")
         world_size, rank = dist.get_world_size(group), dist.get_rank(group)
     positions = shard_positions(lengths.pop(), world_size, rank, balance, device=tensors[0].device)
     shards = [t.index_select(d, positions.to(t.device)) for t, d in zip(tensors, dims, strict=True)]
@@ -323,7 +324,7 @@ def context_parallel_attention(
         )
     b, tl = max(q.shape[0], k.shape[0]), q.shape[2]
     positions = resolve_positions(positions, tl, batch=b, name="positions").to(q.device)
-    _require_process_group()
+    _require_process_group("context_parallel_attention")
 
     if document_ids is not None:  # checked here, before any communication
         document_ids = check_ids("document_ids", document_ids, tl).to(q.device)
@@ -378,7 +379,7 @@ def unshard(
         raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     _check_dim("seq_dim", seq_dim, tensor)
     check_choice("balance", balance, _BALANCES)
-    _require_process_group()
+    _require_process_group("unshard")
     _check_same_shapes({"tensor": tensor}, group, tensor.device)
     gathered = _GatherSequence.apply(tensor, seq_dim, group)
     order = _sequence_order(gathered.shape[seq_dim], dist.get_world_size(group), balance, tensor.device)

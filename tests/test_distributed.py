@@ -147,7 +147,7 @@ def test_shard_batch_bad_input() -> None:
     with pytest.raises(TypeError, match="sequence"):
         shard_batch(torch.zeros(1, 8), world_size=2, rank=0)  # type: ignore[arg-type]
     if not dist.is_initialized():
-        with pytest.raises(RuntimeError, match="not initialised"):
+        with pytest.raises(RuntimeError, match=r"shard_batch: .*not initialised.*pass world_size and rank"):
             shard_batch([torch.zeros(1, 8)])
 
 
@@ -167,8 +167,11 @@ def test_context_parallel_attention_checks_local_input_before_communicating() ->
     ):
         context_parallel_attention(q, q, q, positions=pos, balance="zigzag")  # type: ignore[arg-type]
     if not dist.is_initialized():
-        with pytest.raises(RuntimeError, match="not initialised"):
+        # (neither takes world_size and rank: the message does not suggest them)
+        with pytest.raises(RuntimeError, match=r"context_parallel_attention: .*not initialised.*torchrun\)$"):
             context_parallel_attention(q, q, q, positions=pos)
+        with pytest.raises(RuntimeError, match=r"unshard: .*not initialised.*torchrun\)$"):
+            unshard(q)
 
 
 @pytest.mark.parametrize("name", [n for n in registered_classes() if not n.endswith("2d")])  # 2D: grids

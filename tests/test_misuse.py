@@ -357,3 +357,22 @@ def test_more_functional_options_are_checked(call, error, match) -> None:
     truncated, any truthy string read as interleaved, a single section alternating into axis -1."""
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_value_term_of_another_width_than_v_is_refused() -> None:
+    """``ShawRelative(8, values=True)`` with values 16 wide: a raw broadcast error at the sum."""
+    q = k = torch.ones(1, 2, 3, 8)
+    with pytest.raises(
+        ValueError, match=r"v has head width 16, but ShawRelative's value term adds vectors of width 8"
+    ):
+        posenc.attention(q, k, torch.ones(1, 2, 3, 16), posenc.ShawRelative(8, values=True))
+
+
+@pytest.mark.parametrize("cls", [posenc.Learned2D, posenc.Sinusoidal2D])
+def test_positions_of_a_grid_with_a_class_token_are_counted_without_it(cls) -> None:
+    """The message said "expected 16 (the sequence length)" of a sequence of 17 tokens."""
+    encoding = cls(16, (4, 4), num_prefix_tokens=1)
+    with pytest.raises(
+        ValueError, match=r"positions has length 17, expected 16: one per patch token \(x's 17 tokens"
+    ):
+        encoding(torch.randn(1, 17, 16), torch.arange(17))

@@ -238,9 +238,11 @@ def _prepare(
         length = t if cache is None else cache.mask_length(layer, t)
         key_mask = keep_mask(attention_mask)
         if tuple(key_mask.shape) != (b, length):
+            keys = (
+                "the static cache's capacity" if cache is not None and cache.static else "cached + new tokens"
+            )
             raise ValueError(
-                f"attention_mask must have shape (batch, cached + new tokens) = {(b, length)}, "
-                f"got {tuple(key_mask.shape)}"
+                f"attention_mask must have shape (batch, {keys}) = {(b, length)}, got {tuple(key_mask.shape)}"
             )
     if document_ids is not None:
         if cache is not None:

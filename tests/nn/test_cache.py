@@ -401,3 +401,11 @@ def test_a_grid_table_decodes_its_grid_in_chunks(position):
             steps.append(model(x[:, i : i + n], cache=cache))
             i += n
         torch.testing.assert_close(torch.cat(steps, dim=1), full, **LOGITS_TOL)
+
+
+def test_a_mask_of_the_wrong_length_for_a_static_cache_names_its_capacity():
+    """The message said "(batch, cached + new tokens) = (1, 8)" for 3 cached and new tokens: 8 is the capacity."""
+    layer = MultiheadAttention(D, HEADS, "rope", causal=True)
+    cache = KVCache(capacity=8)
+    with pytest.raises(ValueError, match=r"\(batch, the static cache's capacity\) = \(1, 8\), got \(1, 3\)"):
+        layer(torch.randn(1, 3, D), cache=cache, attention_mask=torch.ones(1, 3, dtype=torch.bool))
