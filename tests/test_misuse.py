@@ -342,6 +342,11 @@ def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) ->
             ValueError,
             r"interleaved=True needs three sections",
         ),
+        (
+            lambda: F.apply_rotary(torch.ones(1, 2, 5, 8), torch.ones(4, 4), torch.ones(4, 4)),
+            ValueError,
+            r"cos/sin of shape \(4, 4\) do not broadcast against x's rows \(1, 2, 5\)",
+        ),
     ],
     ids=[
         "alibi_slopes-dtype",
@@ -350,11 +355,13 @@ def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) ->
         "mrope_axes-str",
         "mrope_axes-hw",
         "mrope_axes-interleaved",
+        "apply_rotary-rows",
     ],
 )
 def test_more_functional_options_are_checked(call, error, match) -> None:
     """Each returned a meaningless result: integer slopes of 0, every distance in row 0, float distances
-    truncated, any truthy string read as interleaved, a single section alternating into axis -1."""
+    truncated, any truthy string read as interleaved, a single section alternating into axis -1; angles for
+    another number of tokens were a raw broadcast error inside the rotation."""
     with pytest.raises(error, match=match):
         call()
 

@@ -187,7 +187,8 @@ def apply_rotary(
 
     Raises:
         TypeError: a non-floating ``x``, ``cos`` or ``sin``; a non-int ``offset``.
-        ValueError: ``offset + r`` larger than ``dh``, cos and sin of different shapes, an unknown layout.
+        ValueError: ``offset + r`` larger than ``dh``, cos and sin of different shapes or not broadcasting
+            against ``x``'s rows, an unknown layout.
     """
     check_choice("layout", layout, ("half", "interleaved"))
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
@@ -198,6 +199,13 @@ def apply_rotary(
         raise ValueError(
             f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
         )
+    try:  # (shapes only: the angles must broadcast against x's rows)
+        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x's rows {tuple(x.shape[:-1])} "
+            "(one row of angles per token: (t, r/2) or (b, 1, t, r/2))"
+        ) from None
     rot = 2 * cos.shape[-1]
     if check_int("offset", offset, minimum=0) + rot > x.shape[-1]:
         raise ValueError(
