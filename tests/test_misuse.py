@@ -383,3 +383,40 @@ def test_positions_of_a_grid_with_a_class_token_are_counted_without_it(cls) -> N
         ValueError, match=r"positions has length 17, expected 16: one per patch token \(x's 17 tokens"
     ):
         encoding(torch.randn(1, 17, 16), torch.arange(17))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda layer, model: layer(torch.ones(1, 2, 8), cache={}),
+            TypeError,
+            r"cache must be a posenc.nn.KVCache or None, got dict",
+        ),
+        (
+            lambda layer, model: layer(torch.ones(1, 2, 8, dtype=torch.long)),
+            TypeError,
+            r"x must be a floating-point tensor, got dtype torch.int64",
+        ),
+        (
+            lambda layer, model: layer([[1.0]]),
+            TypeError,
+            r"x must be a torch.Tensor of shape \(batch, seq, d_model=8\), got list",
+        ),
+        (
+            lambda layer, model: model.generate(
+                torch.zeros(1, 2, dtype=torch.long), 1, do_sample=True, generator=5
+            ),
+            TypeError,
+            r"generator must be a torch.Generator or None, got int",
+        ),
+    ],
+    ids=["layer-cache-dict", "layer-int-x", "layer-list-x", "generate-generator"],
+)
+def test_layer_and_generate_inputs_are_checked(call, error, match) -> None:
+    """Each failed inside Python or torch (an AttributeError, torch's dtype or multinomial error) or raised
+    a ValueError for a value of the wrong type."""
+    layer = posenc.nn.MultiheadAttention(8, 2, "rope", causal=True)
+    model = posenc.nn.TransformerLM(11, 8, 1, 2)
+    with pytest.raises(error, match=match):
+        call(layer, model)

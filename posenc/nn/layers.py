@@ -17,7 +17,14 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_positive_float, check_positive_int, is_real, keep_mask
+from .._checks import (
+    check_bool,
+    check_float_tensor,
+    check_positive_float,
+    check_positive_int,
+    is_real,
+    keep_mask,
+)
 from .._compat import check_values
 from .._positions import check_ids, mask_to_positions
 from ..attend import attention
@@ -142,9 +149,9 @@ class MultiheadAttention(nn.Module):
         Returns:
             ``(b, t, d)``.
         """
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
+        check_float_tensor("x", x, rank=3, shape=f"(batch, seq, d_model={self.d_model})")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}")
         if state is None and self.encoding is None:
             raise ValueError(
                 "this MultiheadAttention holds no encoding (position=None): pass the state prepared by "
@@ -228,6 +235,8 @@ def _prepare(
         ``(key_mask, document_ids, states)``: the ``(b, tk)`` bool mask, the ``(b|1, t)`` ids, and the
         state of each of ``encodings`` (cached keys included).
     """
+    if cache is not None and not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a posenc.nn.KVCache or None, got {type(cache).__name__}")
     b, t = x.shape[:2]
     named = {"positions": positions, "attention_mask": attention_mask, "document_ids": document_ids}
     for name, value in named.items():

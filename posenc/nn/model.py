@@ -223,9 +223,7 @@ class TransformerLM(nn.Module):
             message,
             lambda: f"{message}, got values from {int(input_ids.min())} to {int(input_ids.max())}",
         )
-        if cache is not None:
-            if not isinstance(cache, KVCache):
-                raise TypeError(f"cache must be a posenc.nn.KVCache or None, got {type(cache).__name__}")
+        if isinstance(cache, KVCache):  # (anything else is refused by name in _prepare)
             cache.bind(self.num_layers)
         distinct = self._distinct()
         firsts = [self.layer_encoding.index(i) for i in range(len(distinct))]  # each one's first layer
@@ -283,6 +281,8 @@ class TransformerLM(nn.Module):
         check_int("max_new_tokens", max_new_tokens, minimum=0)
         temperature = check_positive_float("temperature", temperature)
         check_bool("do_sample", do_sample)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if top_k is not None:
             check_positive_int("top_k", top_k)
         if _check_ids(input_ids).shape[1] == 0:
