@@ -420,3 +420,28 @@ def test_layer_and_generate_inputs_are_checked(call, error, match) -> None:
     model = posenc.nn.TransformerLM(11, 8, 1, 2)
     with pytest.raises(error, match=match):
         call(layer, model)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"mode": "cubic"}, ValueError, r"mode must be one of \['bicubic', .*got 'cubic'"),
+        (
+            {"interpolate_offset": math.nan},
+            ValueError,
+            r"interpolate_offset must be a finite number > 0, got nan",
+        ),
+        ({"align_corners": "y"}, TypeError, r"align_corners must be a bool or None, got 'y'"),
+        (
+            {"old_grid": (2, 2, 4)},
+            ValueError,
+            r"old_grid must be a tuple of 2 ints \(one per axis\), got \(2, 2, 4\)",
+        ),
+    ],
+    ids=["mode", "interpolate_offset", "align_corners", "grid-axes"],
+)
+def test_resample_grid_table_options_are_checked(options, error, match) -> None:
+    """Each failed inside torch (NotImplementedError, an int64 overflow, upsample's TypeError) or Python."""
+    call = {"old_grid": (4, 4), "new_grid": (5, 5), **options}
+    with pytest.raises(error, match=match):
+        F.resample_grid_table(torch.randn(16, 8), **call)

@@ -391,7 +391,13 @@ def resample_grid_table(
     Returns:
         ``(p + H*W, d)`` in ``table.dtype``.
     """
-    (h, w), (nh, nw) = check_grid(old_grid), check_grid(new_grid)
+    (h, w), (nh, nw) = check_grid(old_grid, "old_grid", axes=2), check_grid(new_grid, "new_grid", axes=2)
+    modes = ("bicubic", "bilinear", "nearest", "nearest-exact", "area", "bucketize", "bucketize_divide")
+    check_choice("mode", mode, modes)
+    if not (align_corners is None or isinstance(align_corners, bool)):
+        raise TypeError(f"align_corners must be a bool or None, got {align_corners!r}")
+    if interpolate_offset:
+        check_positive_float("interpolate_offset", interpolate_offset)
     p = num_prefix_tokens
     if table.dim() != 2 or table.shape[0] != p + h * w:
         raise ValueError(
