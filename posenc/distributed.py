@@ -152,6 +152,8 @@ def shard_batch(
         raise TypeError("tensors must be a sequence (list or tuple) of torch.Tensor")
     if len(tensors) == 0:
         raise ValueError("tensors must hold at least one tensor")
+    if not isinstance(seq_dims, (int, list, tuple)):
+        raise TypeError(f"seq_dims must be an int or a list of ints (one per tensor), got {seq_dims!r}")
     dims = [seq_dims] * len(tensors) if isinstance(seq_dims, int) else list(seq_dims)
     if len(dims) != len(tensors):
         raise ValueError(f"seq_dims has {len(dims)} entries for {len(tensors)} tensors")

@@ -207,6 +207,8 @@ def describe(name: str | type[PositionalEncoding]) -> dict[str, Any]:
         ``{"name", "aliases", "class", "kind", "doc", "options": [{"name", "default",
         "required", "type", "choices", "is_dim"}]}``; ``choices`` lists a ``Literal``'s values.
     """
+    if not (isinstance(name, str) or (isinstance(name, type) and issubclass(name, PositionalEncoding))):
+        raise TypeError(f"name must be a registered name or a PositionalEncoding subclass, got {short(name)}")
     cls = lookup(name) if isinstance(name, str) else name
     canonical, *aliases = _names_of(cls) or [cls.__name__.lower()]
     options = [

@@ -445,3 +445,17 @@ def test_resample_grid_table_options_are_checked(options, error, match) -> None:
     call = {"old_grid": (4, 4), "new_grid": (5, 5), **options}
     with pytest.raises(error, match=match):
         F.resample_grid_table(torch.randn(16, 8), **call)
+
+
+def test_describe_and_shard_batch_name_a_wrong_type() -> None:
+    """``describe(5)`` and ``describe(dict)`` were AttributeErrors; ``shard_batch(seq_dims=1.0)`` "'float' object
+    is not iterable"."""
+    for name in (5, dict):
+        with pytest.raises(
+            TypeError, match=r"name must be a registered name or a PositionalEncoding subclass"
+        ):
+            posenc.describe(name)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"seq_dims must be an int or a list of ints \(one per tensor\), got 1.0"
+    ):
+        posenc.distributed.shard_batch([torch.zeros(1, 8)], seq_dims=1.0, world_size=2, rank=0)  # type: ignore[arg-type]
