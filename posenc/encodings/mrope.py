@@ -100,9 +100,7 @@ class MRoPE(_AxisRotary):
             raise TypeError(f"mrope_section must be a list of ints like [16, 24, 24], got {mrope_section!r}")
         for i, s in enumerate(mrope_section):
             check_int(f"mrope_section[{i}]", s, minimum=1)
-        mrope_axes(
-            mrope_section, interleaved=interleaved
-        )  # (its checks of `interleaved` against the sections)
+        mrope_axes(mrope_section, interleaved=interleaved)  # (its checks of `interleaved` and the sections)
         rest = dict(scaling) if isinstance(scaling, dict) else scaling
         if isinstance(rest, dict):
             given = rest.get("mrope_section")
@@ -130,11 +128,6 @@ class MRoPE(_AxisRotary):
                 f"mrope_section={list(mrope_section)} sums to {sum(mrope_section)}, expected "
                 f"{'head_dim' if pairs * 2 == head_dim else 'rotary_dim'} / 2 = {pairs} (one entry per axis)"
             )
-        for i, s in enumerate(mrope_section):
-            check_int(f"mrope_section[{i}]", s, minimum=1)
-        mrope_axes(
-            mrope_section, interleaved=interleaved
-        )  # (its checks of `interleaved` against the sections)
         check_choice("layout", layout, ("half", "interleaved"))
         self.head_dim, self.layout = head_dim, layout
         self.mrope_section = tuple(mrope_section)
