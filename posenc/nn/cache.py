@@ -277,8 +277,8 @@ class KVCache:
             self.positions[layer] = _join(self.positions[layer], positions, self.axes[layer])
         else:
             slots = self.slots(layer, k.shape[-2], k.device)
-            self.keys[layer].index_copy_(2, slots, k.to(self.keys[layer].dtype))
-            self.values[layer].index_copy_(2, slots, v.to(self.values[layer].dtype))
+            self.keys[layer].index_copy_(2, slots, k)  # (of the layer's dtype: checked above)
+            self.values[layer].index_copy_(2, slots, v)
             self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))
             self.fill[layer].add_(k.shape[-2])
         return self.keys[layer], self.values[layer], self.positions[layer]
