@@ -318,9 +318,9 @@ def test_negative_positions_fail_under_compile_instead_of_wrapping(name: str) ->
             r"dtype must be a floating-point dtype, got torch.int64",
         ),
         (
-            lambda: F.clipped_distance_index(torch.arange(3), torch.arange(3), left=-2, right=2),
+            lambda: F.clipped_distance_index(torch.arange(3), torch.arange(3), left=-3, right=2),
             ValueError,
-            r"left must be .*>= 0.*-2",
+            r"the distances -left .. right must not be empty, got left=-3, right=2",
         ),
         (
             lambda: F.relative_position_bucket(torch.tensor([0.5, -1.5])),

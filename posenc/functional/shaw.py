@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import check_int
 from .._compat import precise_dtype
 
 __all__ = ["clipped_distance_index", "shaw_value_term"]
@@ -37,12 +36,15 @@ def clipped_distance_index(q_positions: Tensor, k_positions: Tensor, left: int, 
     Args:
         q_positions: ``(tq,)`` or ``(b, tq)`` integer positions of the queries.
         k_positions: ``(tk,)`` or ``(b, tk)`` integer positions of the keys.
-        left, right: clip for keys before / after the query (``>= 0``).
+        left, right: clip for keys before / after the query (``>= 0`` in a table; a block of queries
+            past its keys passes a window of distances ``-left .. right`` on one side of 0).
 
     Returns:
         ``(tq, tk)`` when both positions are 1-D, else ``(b, tq, tk)``; long, in ``[0, n)``.
     """
-    left, right = check_int("left", left, minimum=0), check_int("right", right, minimum=0)
+    # (either may be negative: a block of queries past its keys clips to distances -left .. right, all > 0)
+    if isinstance(left, int) and isinstance(right, int) and left + right < 0:  # (symbolic when traced)
+        raise ValueError(f"the distances -left .. right must not be empty, got left={left}, right={right}")
     relative = k_positions.unsqueeze(-2) - q_positions.unsqueeze(-1)
     return relative.clamp(-left, right).add_(left).long()
 

@@ -288,3 +288,20 @@ def test_traced_form_equals_the_distance_table(heads: int, kv_heads: int, layout
         torch.testing.assert_close(
             state.bias_from_angles(q, k), state.attention_bias(q, k), rtol=0, atol=1e-9
         )
+
+
+@pytest.mark.parametrize("spec", ["transformer_xl", "shaw"])
+def test_chunks_of_queries_past_their_keys_take_distances_on_one_side(spec):
+    """A chunk whose queries all sit past its keys reads distances ``lo .. hi`` below 0 (a negative ``right``
+    for the clipped index): the chunked path equals the one-call path (a check of ``right >= 0`` refused it)."""
+    torch.manual_seed(0)
+    encoding = posenc.build(spec, num_heads=4, head_dim=8, causal=False, d_model=32).double()
+    q, k, v = (
+        torch.randn(1, 4, 3, 8).double(),
+        torch.randn(1, 4, 2, 8).double(),
+        torch.randn(1, 4, 2, 8).double(),
+    )
+    positions = {"q_positions": torch.tensor([0, 5, 9]), "k_positions": torch.tensor([1, 2])}
+    whole = posenc.attention(q, k, v, encoding, backend="sdpa", **positions)
+    chunked = posenc.attention(q, k, v, encoding, backend="chunked", chunk_size=1, **positions)
+    torch.testing.assert_close(chunked, whole)
