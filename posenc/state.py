@@ -254,7 +254,10 @@ def _block(tokens: slice, length: int, name: str) -> slice:
     state add ``start``, so a negative or open end must be resolved first, and a step would skip tokens."""
     if not isinstance(tokens, slice):
         raise TypeError(f"{name} must be a slice, got {type(tokens).__name__}")
-    start, stop, step = tokens.indices(length)
-    if step != 1:
-        raise ValueError(f"{name} must be a slice of step 1 (a block of tokens), got step {step}")
+    if tokens.step not in (None, 1):
+        raise ValueError(f"{name} must be a slice of step 1 (a block of tokens), got step {tokens.step}")
+    start, stop = tokens.start, tokens.stop
+    if (start is None or start >= 0) and (stop is None or stop >= 0):  # (a traced length stays symbolic)
+        return slice(start or 0, stop)
+    start, stop, _ = tokens.indices(length)
     return slice(start, max(start, stop))
