@@ -459,3 +459,14 @@ def test_describe_and_shard_batch_name_a_wrong_type() -> None:
         TypeError, match=r"seq_dims must be an int or a list of ints \(one per tensor\), got 1.0"
     ):
         posenc.distributed.shard_batch([torch.zeros(1, 8)], seq_dims=1.0, world_size=2, rank=0)  # type: ignore[arg-type]
+
+
+def test_m_rope_positions_with_the_axes_first_point_to_the_axes_last_form() -> None:
+    """transformers' ``(3, t)`` M-RoPE ids said "batch size 3, expected 2 or 1" (read as three rows of text)."""
+    mrope = posenc.MRoPE(16, mrope_section=[2, 3, 3])
+    q = torch.randn(2, 2, 5, 16)
+    ids = torch.zeros(3, 5, dtype=torch.long)
+    with pytest.raises(
+        ValueError, match=r"q_positions has shape \(3, 5\): .*it is q_positions.mT here \(seq, 3\)"
+    ):
+        mrope.encode_qk(q, q, q_positions=ids, k_positions=ids)

@@ -161,6 +161,12 @@ class _AxisRotary(_Rotary):
         as_bt = one_d and positions.dim() == 2 and statically_known_true(positions.shape[-1] == length)
         if as_bt and statically_known_true(positions.shape[0] == length) and positions.shape[-1] == a:
             as_bt = batch is not None and batch == length and batch != 1
+        if as_bt and batch is not None and positions.shape[0] not in (1, batch) and positions.shape[0] == a:
+            raise ValueError(
+                f"{name} has shape {tuple(positions.shape)}: a batch of {positions.shape[0]} rows for a batch of "
+                f"{batch}; axes first as transformers' position_ids, it is {name}.mT here (seq, {a}) "
+                "(posenc.functional.axes_last for (axes, batch, seq))"
+            )
         if one_d and (positions.dim() == 1 or as_bt):
             positions = positions[..., None].expand(*positions.shape, a)
         if positions.dim() not in (2, 3) or positions.shape[-1] != a:
