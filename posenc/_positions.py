@@ -68,15 +68,17 @@ def check_scores(scores: Tensor, num_heads: int) -> None:
         )
 
 
-def check_ids(name: str, ids: object, length: int | None = None) -> Tensor:
-    """Check integer ``(t,)`` or ``(b, t)`` positions or ids, with ``t == length`` when given."""
+def check_ids(
+    name: str, ids: object, length: int | None = None, length_is: str = "the sequence length"
+) -> Tensor:
+    """Check integer ``(t,)`` or ``(b, t)`` positions or ids, with ``t == length`` (``length_is``) when given."""
     ids = check_ints(name, ids, "(seq,) or (batch, seq)")
     if ids.dim() not in (1, 2):
         raise ValueError(
             f"{name} must have shape (seq,) or (batch, seq), got a tensor of rank {ids.dim()}: {tuple(ids.shape)}"
         )
     if length is not None and ids.shape[-1] != length:
-        raise ValueError(f"{name} has length {ids.shape[-1]}, expected {length} (the sequence length)")
+        raise ValueError(f"{name} has length {ids.shape[-1]}, expected {length} ({length_is})")
     return ids
 
 
@@ -87,6 +89,7 @@ def resolve_positions(
     batch: int | None = None,
     device: torch.device | str | None = None,
     name: str = "positions",
+    length_is: str = "the sequence length",
 ) -> Tensor:
     """Validate integer positions, or make the default ``0 .. length-1``.
 
@@ -97,6 +100,7 @@ def resolve_positions(
         batch: the batch size of the tensor the positions belong to (checked when given).
         device: where the default positions are made.
         name: the argument's name, for error messages.
+        length_is: what ``length`` counts, for error messages.
 
     Returns:
         A ``torch.long`` tensor of shape ``(t,)`` or ``(b, t)`` (the shape given).
@@ -104,7 +108,7 @@ def resolve_positions(
     if positions is None:
         return torch.arange(length, device=device)
     # long first: torch has few kernels for uint16/32/64 (uint64 past 2**63 wraps negative, refused below)
-    positions = check_ids(name, positions, length).long()
+    positions = check_ids(name, positions, length, length_is).long()
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     check_batch(name, positions, batch, rank=2)

@@ -114,12 +114,11 @@ def _sequence_order(seq_len: int, world: int, balance: Balance, device: torch.de
     return torch.cat([shard_positions(seq_len, world, r, balance, device=device) for r in range(world)])
 
 
-def _require_process_group(caller: str) -> None:
+def _require_process_group(caller: str, alternative: str = "") -> None:
     if not (dist.is_available() and dist.is_initialized()):
-        explicit = ", or pass world_size and rank explicitly" if caller == "shard_batch" else ""
         raise RuntimeError(
             f"{caller}: torch.distributed is not initialised: call torch.distributed.init_process_group(...) "
-            f"first (e.g. run under torchrun){explicit}"
+            f"first (e.g. run under torchrun){alternative}"
         )
 
 
@@ -167,7 +166,7 @@ def shard_batch(
     if (world_size is None) != (rank is None):
         raise ValueError("pass both world_size and rank, or neither (then they come from the process group)")
     if world_size is None or rank is None:  # else checked by shard_positions
-        _require_process_group("shard_batch")
+        _require_process_group("shard_batch", ", or pass world_size and rank explicitly")
         world_size, rank = dist.get_world_size(group), dist.get_rank(group)
     positions = shard_positions(lengths.pop(), world_size, rank, balance, device=tensors[0].device)
     shards = [t.index_select(d, positions.to(t.device)) for t, d in zip(tensors, dims, strict=True)]

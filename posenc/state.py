@@ -250,8 +250,8 @@ class PositionState:
 
 
 def _block(tokens: slice, length: int, name: str) -> slice:
-    """``tokens`` as ``slice(start, stop)`` with both ends in ``[0, length]``: the starts of a narrowed
-    state add ``start``, so a negative or open end must be resolved first, and a step would skip tokens."""
+    """``tokens`` as ``slice(start, stop)`` with ``start`` an index from 0 (``stop`` may stay open): the starts
+    of a narrowed state add ``start``, so a negative end must be resolved first, and a step would skip tokens."""
     if not isinstance(tokens, slice):
         raise TypeError(f"{name} must be a slice, got {type(tokens).__name__}")
     if tokens.step not in (None, 1):

@@ -380,7 +380,8 @@ def test_positions_of_a_grid_with_a_class_token_are_counted_without_it(cls) -> N
     """The message said "expected 16 (the sequence length)" of a sequence of 17 tokens."""
     encoding = cls(16, (4, 4), num_prefix_tokens=1)
     with pytest.raises(
-        ValueError, match=r"positions has length 17, expected 16: one per patch token \(x's 17 tokens"
+        ValueError,
+        match=r"positions has length 17, expected 16 \(one per patch token: x's 17 tokens less num_prefix_tokens=1\)",
     ):
         encoding(torch.randn(1, 17, 16), torch.arange(17))
 

@@ -84,12 +84,10 @@ def add_patch_table(
                 f"for {grid_name}={grid}"
             )
         return x + table.to(x.dtype)
-    if p and isinstance(positions, Tensor) and positions.dim() and positions.shape[-1] != x.shape[1] - p:
-        raise ValueError(
-            f"positions has length {positions.shape[-1]}, expected {x.shape[1] - p}: one per patch token (x's "
-            f"{x.shape[1]} tokens less num_prefix_tokens={p})"
-        )
-    positions = resolve_positions(positions, x.shape[1] - p, batch=x.shape[0]).to(table.device)
+    patches = f"one per patch token: x's {x.shape[1]} tokens less num_prefix_tokens={p}"
+    positions = resolve_positions(positions, x.shape[1] - p, batch=x.shape[0], length_is=patches).to(
+        table.device
+    )
     message = f"positions must be patch indices below {axes} = {cells}"
     check_values(positions < cells, message, lambda: f"{message}, got maximum {int(positions.max())}")
     prefix = torch.arange(p, device=table.device).expand(*positions.shape[:-1], p)

@@ -110,8 +110,8 @@ class XPos(RoPE):
         rotated in an earlier call (a KV cache) and queries of a later one still pair up.
         """
         positions = state._positions(side)
-        if not is_tracing() and (state.end is None or state.end - 1 > self.max_position(dtype)):
-            limit = self.max_position(dtype)
+        limit = None if is_tracing() else self.max_position(dtype)
+        if limit is not None and (state.end is None or state.end - 1 > limit):
             why = (
                 f"the largest whose scale zeta ** (±position / scale_base) {dtype} holds (scale_base="
                 f"{self.scale_base}, gamma={self.gamma}); use a larger scale_base, or float64 inputs"
