@@ -329,23 +329,21 @@ _LEARNED: dict[str, _Table] = {
 
 #: Model types whose transformers 5 code always adds the absolute table and nothing else, so that a 5.x config
 #: object says nothing about positions: BERT's kin (their config class dropped ``position_embedding_type``)
-#: and every :data:`_LEARNED` model outside BERT's family (whose config never had it).
+#: and every :data:`_LEARNED` model but ESM (whose code reads the field beside its rope_theta).
 ABSOLUTE_ONLY = frozenset(
-    "bert roberta xlm-roberta camembert data2vec-text albert electra convbert distilbert megatron-bert ibert "
-    "mobilebert ernie xmod altclip_text_model bridgetower_text_model clap_text_model "
+    "bert megatron-bert mobilebert ernie "
     # document and vision-language models (what they embed of boxes and image regions is the layout or the
     # image, not the tokens' positions)
-    "layoutlm bros lilt lxmert "
+    "layoutlm bros lxmert "
     # ... and the BERT-likes whose config class never had the field (their code reads none)
     "align_text_model bert-generation big_bird blip_text_model chinese_clip_text_model flava_text_model fnet git "
-    "instructblip_qformer instructblipvideo_qformer layoutlmv3 longformer luke markuplm mra nystromformer rembert "
-    "roberta-prelayernorm roc_bert splinter squeezebert tapas visual_bert xlm-roberta-xl yoso "
+    "instructblip_qformer instructblipvideo_qformer roc_bert splinter squeezebert tapas visual_bert "
     # (DPR: a BERT inside each of its encoders, bert_model)
     "dpr "
     # (DeBERTa's and LayoutLMv3's: relative positions too, or instead, by their flags; MPNet's always: refused by
     # learned_by_field, naming them)
-    "deberta deberta-v2 mpnet".split()
-) | frozenset(name for name, table in _LEARNED.items() if table.module != _Table._field_defaults["module"])
+    "deberta deberta-v2".split()
+) | (frozenset(_LEARNED) - {"esm"})
 
 
 #: Models whose attention also adds relative positions where this flag is true: the flag, and its class default.
