@@ -268,11 +268,10 @@ _LEARNED: dict[str, _Table] = {
     "distilbert": _Table("dim"),
     **dict.fromkeys(("mra", "nystromformer", "yoso"), _Table(offset=2)),
     # GPT-2's kin: wpe (GPT-1: positions_embed)
-    "gpt2": _gpt((768, 1024)),
+    **dict.fromkeys(("gpt2", "gpt_bigcode"), _gpt((768, 1024))),
     "gpt_neo": _gpt((2048, 2048)),
     "opt": _gpt((768, 2048), "decoder.embed_positions", offset=2),
     "openai-gpt": _gpt((768, 512), module="positions_embed"),
-    "gpt_bigcode": _gpt((768, 1024)),
     "imagegpt": _gpt((512, 1024)),
     "biogpt": _gpt((1024, 1024), "embed_positions", offset=2),
     "pp_formulanet_text": _gpt((512, 2560), "embed_positions", offset=2),
@@ -289,18 +288,14 @@ _LEARNED: dict[str, _Table] = {
     # CLIP-like text towers
     **{
         name: _Table(default=default, module="embeddings.position_embedding")
-        for name, default in {
-            "clip_text_model": (512, 77),
-            "clipseg_text_model": (512, 77),
-            "groupvit_text_model": (256, 77),
-            "owlvit_text_model": (512, 16),
-            "owlv2_text_model": (512, 16),
-            "metaclip_2_text_model": (512, 77),
-            "siglip_text_model": (768, 64),
-            "siglip2_text_model": (768, 64),
-            "xclip_text_model": (512, 77),
-            "aimv2_text_model": (768, 77),
+        for default, names in {
+            (512, 77): "clip_text_model clipseg_text_model metaclip_2_text_model xclip_text_model",
+            (256, 77): "groupvit_text_model",
+            (512, 16): "owlvit_text_model owlv2_text_model",
+            (768, 64): "siglip_text_model siglip2_text_model",
+            (768, 77): "aimv2_text_model",
         }.items()
+        for name in names.split()
     },
     # Cohere ASR's decoder (its parent's own fields; its encoder: encoder_config, a Parakeet encoder)
     "cohere_asr": _Table(default=(1024, 1024), module="decoder.pos_emb", stacks=("decoder",)),

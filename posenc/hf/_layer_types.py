@@ -417,27 +417,22 @@ def table_types(cfg: Config, model_type: str) -> list[str]:
 #: Qwen's ``max_window_layers``; the patterns' ``(n, the key of n)`` (:func:`table_types`). Their class's window
 #: where a config.json leaves it out: ``_read._DEFAULTS_BY_KEY``.
 _WINDOWS: dict[str, tuple[str, Any]] = {
-    "gemma2": ("pattern", (2, None)),
-    "gpt_oss": ("pattern", (2, None)),
+    **dict.fromkeys(("gemma2", "gpt_oss"), ("pattern", (2, None))),
     "gemma3_text": ("pattern", (6, "sliding_window_pattern")),
     "gemma3n_text": ("pattern", (5, None)),
     "gemma4_text": ("pattern", (6, None)),
     "cohere2": ("pattern", (4, "sliding_window_pattern")),
     "modernbert": ("pattern", (3, "global_attn_every_n_layers")),
-    "qwen2": ("qwen", 28),
-    "qwen3": ("qwen", 28),
-    "qwen2_vl_text": ("qwen", 80),
-    "qwen2_5_vl_text": ("qwen", 80),
+    **dict.fromkeys(("qwen2", "qwen3"), ("qwen", 28)),
+    **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text"), ("qwen", 80)),
     "smollm3": ("smollm3", None),
-    "mistral": ("all", None),
-    # its sliding layers (its others: sparse attention by an indexer); every layer (DeepSeek V4's: its compressed
-    # ones refused above)
+    # its sliding layers (its others: sparse attention by an indexer)
     "dots3_note_text": ("any", None),
-    "deepseek_v4": ("all", None),
     "minimax": ("minimax", None),
     # its local layers see the window_size keys up to their own
     "gpt_neo": ("gpt_neo", [[["global", "local"], 12]]),
-    **dict.fromkeys(("mixtral", "phi3", "starcoder2"), ("all", None)),
+    # every layer (DeepSeek V4's: its compressed ones refused above)
+    **dict.fromkeys(("mistral", "mixtral", "phi3", "starcoder2", "deepseek_v4"), ("all", None)),
     # one mask for every layer; its class has no layer_types and its code reads none (a gpt-oss config.json's)
     "openai_privacy_filter": ("every", None),
 }

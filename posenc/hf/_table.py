@@ -159,8 +159,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "RoPE, half layout, longrope",
     ),
     "gpt_neox": (rope(6144, 64, 2048, partial=0.25), "RoPE, half layout, rotary_pct (0.25), rotary_emb_base"),
-    # vision (a 2D grid of patches, no text RoPE fields): ViT-style learned tables (class token first; DeiT's distillation token too), SigLIP's (none)
-    "vit": (_learned_grid(1, 224, 16), "Learned2D, class token first, bicubic resampling"),
+    # vision (a 2D grid of patches, no text RoPE fields): ViT-style learned tables (class token first; DeiT's
+    # distillation token too)
     "deit": (_learned_grid(2, 224, 16), "Learned2D, class and distillation tokens first, bicubic resampling"),
     "dinov2": (_learned_grid(1, 224, 14), "Learned2D, class token first, bicubic resampling (offset 0)"),
     "dinov2_with_registers": (
@@ -168,8 +168,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         "Learned2D, class token first (the register tokens come after the table is added: none of their "
         "own), bicubic antialiased resampling",
     ),
-    "siglip_vision_model": (_learned_grid(0, 224, 16), "Learned2D, no prefix token, bicubic resampling"),
-    # ... and ViT's kin among towers (CLIP's, BLIP's, OWL-ViT's, InternVL's, ...), by (prefix, image, patch, width)
+    # ... and ViT's own and its kin among towers (CLIP's, BLIP's, OWL-ViT's, InternVL's, SigLIP's: none), by
+    # (prefix, image, patch, width)
     **{
         name: (
             _learned_grid(*sizes[:3], width=sizes[3]),
@@ -178,7 +178,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
         for sizes, names in {
             (1, 224, 32, 768): "altclip_vision_model chinese_clip_vision_model clip_vision_model "
             "clipseg_vision_model metaclip_2_vision_model xclip_vision_model",
-            (1, 224, 16, 768): "flava_image_model git_vision_model vit_mae vit_msn",
+            (1, 224, 16, 768): "vit flava_image_model git_vision_model vit_mae vit_msn",
             (1, 224, 14, 1408): "blip_2_vision_model instructblip_vision_model "
             "instructblipvideo_vision_model",
             (1, 384, 16, 768): "blip_vision_model",
@@ -186,7 +186,7 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
             (1, 768, 32, 768): "owlvit_vision_model",
             (1, 768, 16, 768): "owlv2_vision_model",
             (0, 224, 16, 384): "groupvit_vision_model",
-            (0, 224, 16, 768): "ijepa",
+            (0, 224, 16, 768): "siglip_vision_model ijepa",
             (0, 384, 16, 1024): "janus_vision_model",
             (0, 512, 16, 768): "granite_docling_vision",
         }.items()
@@ -373,9 +373,8 @@ _CONVERTERS: dict[str, tuple[Convert | PerStack, Summary]] = {
     **dict.fromkeys(("marian", "pegasus"), _MARIAN),
     "ctrl": (_sinusoidal("paper", 1280, 256), _MARIAN[1]),  # (its positional_encoding; n_positions rows)
     "speech_to_text": _fairseq(256, 1024, ("max_target_positions", "max_source_positions")),
-    "m2m_100": _fairseq(1024, 1024),
-    # M2M100's table, copied in their code (Kosmos-2's width is embed_dim; FSMT's: fairseq's own)
-    **dict.fromkeys(("nllb-moe", "fsmt"), _fairseq(1024, 1024)),
+    # M2M100's, and its table copied in their code (Kosmos-2's width is embed_dim; FSMT's: fairseq's own)
+    **dict.fromkeys(("m2m_100", "nllb-moe", "fsmt"), _fairseq(1024, 1024)),
     "kosmos_2_text_model": _fairseq(2048, 2048),
     # the same module again; Kosmos-2.5 then adds its segment embedding (not a position) to the rows
     "kosmos_2_5_text_model": _fairseq(1536, 4096),
