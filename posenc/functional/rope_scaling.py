@@ -151,22 +151,23 @@ def _read_type(
         raise needs(f"a 'factor' (a number >= {MIN_FACTOR:g}), got {short(scaling, 100)}")
     if factor is not None:  # else the dataclass's default: proportional's 1, longrope's None
         fields["factor"] = factor
+    if "attention_factor" in _TYPE_KEYS[kind]:  # yarn, longrope: the dict's, else computed below
+        fields["attention_factor"] = _optional(scaling, "attention_factor", positive=True)
     if kind == "proportional":
         # p-RoPE: partial_rotary_factor (checked by resolve_rope_scaling) is the rotated fraction of the
         # pairs; the exponents span rotary_dim
         fields["fraction"] = float(scaling.get("partial_rotary_factor") or 1.0)
     elif kind == "yarn":
-        attention = _optional(scaling, "attention_factor", positive=True)
-        if attention is None:  # with both mscales (DeepSeek-V2/V3) their ratio, as transformers
+        # none given: with both mscales (DeepSeek-V2/V3) their ratio, as transformers
+        if fields["attention_factor"] is None:
             m, m_all = (_optional(scaling, key, minimum=0.0) for key in ("mscale", "mscale_all_dim"))
             f = fields["factor"]
-            attention = _mscale(f, m) / _mscale(f, m_all) if m and m_all else _mscale(f)
+            fields["attention_factor"] = _mscale(f, m) / _mscale(f, m_all) if m and m_all else _mscale(f)
         # transformers treats 0/None as "use the default" (``get("beta_fast") or 32``)
         # (the ramp takes log(original / (2 pi beta)): both must be > 0)
         fields["beta_fast"] = _number("beta_fast", scaling.get("beta_fast") or 32.0, positive=True)
         fields["beta_slow"] = _number("beta_slow", scaling.get("beta_slow") or 1.0, positive=True)
         fields["truncate"] = check_bool("scaling['truncate']", scaling.get("truncate", True))
-        fields["attention_factor"] = attention
     elif kind == "llama3":
         low, high = (required(key) for key in ("low_freq_factor", "high_freq_factor"))
         if high < low:  # equal: no smooth band (Llama 4 Scout), as transformers and vLLM compute it
@@ -176,19 +177,17 @@ def _read_type(
             )
         fields |= {"low_freq_factor": low, "high_freq_factor": high}
     elif kind == "longrope":
-        attention = _optional(scaling, "attention_factor", positive=True)
         fields |= {key: factor_list(key) for key in ("short_factor", "long_factor")}
-        if attention is None:
+        if fields["attention_factor"] is None:
             if factor is None:
                 raise needs(
                     "'factor' or 'attention_factor' (or max_len with 'original_max_position_embeddings', whose "
                     "ratio is the factor)"
                 )
             # LongRoPE's (Ding et al., 2024; Phi-3): sqrt(1 + ln(factor) / ln(L0)), 1 if factor <= 1
-            attention = (
+            fields["attention_factor"] = (
                 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(fields["original_max_len"]))
             )
-        fields["attention_factor"] = attention
     return _CLASSES[kind](**fields, **common)
 
 
