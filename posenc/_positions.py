@@ -21,11 +21,13 @@ from ._checks import check_float_tensor, check_ints, keep_mask
 from ._compat import check_values
 
 
-def check_input(x: Tensor, *, width: int | None = None) -> None:
-    """Check that ``x`` is a floating ``(b, t, d)`` tensor, with ``d == width`` when given."""
+def check_input(x: Tensor, *, width: int | None = None, positions: Tensor | None = None) -> Tensor | None:
+    """Check that ``x`` is a floating ``(b, t, d)`` tensor, with ``d == width`` when given; return
+    ``positions`` of its tokens resolved (:func:`resolve_positions`), or ``None`` when not given."""
     check_float_tensor("x", x, rank=3, shape="(batch, seq, dim)")
     if width is not None and x.shape[-1] != width:
         raise ValueError(f"x has last dimension {x.shape[-1]}, expected d_model={width}")
+    return None if positions is None else resolve_positions(positions, x.shape[1], batch=x.shape[0])
 
 
 def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
@@ -49,22 +51,23 @@ def check_qk(q: Tensor, k: Tensor, *, head_dim: int | None = None) -> None:
         )
 
 
-def check_bias_qk(q: Tensor, k: Tensor, num_heads: int) -> None:
-    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)``, with ``h == num_heads``."""
-    check_qk(q, k)
-    if q.shape[1] != num_heads:
-        raise ValueError(
-            f"q has {q.shape[1]} heads (shape {tuple(q.shape)}), but the encoding was built with num_heads={num_heads}"
-        )
+def check_bias_qk(q: Tensor, k: Tensor, num_heads: int | None, *, head_dim: int | None = None) -> None:
+    """Check ``q`` ``(b, h, tq, dh)`` and ``k`` ``(b, h_kv, tk, dh)`` as :func:`check_qk`, with
+    ``h == num_heads`` (any ``h`` for ``None``)."""
+    check_qk(q, k, head_dim=head_dim)
+    _check_heads("q has", q, num_heads)
 
 
 def check_scores(scores: Tensor, num_heads: int) -> None:
     """Check attention scores ``(b, h, tq, tk)`` with ``h == num_heads``."""
     check_float_tensor("scores", scores, rank=4, shape="(batch, heads, q_len, k_len)")
-    if scores.shape[1] != num_heads:
+    _check_heads("scores have", scores, num_heads)
+
+
+def _check_heads(what: str, t: Tensor, num_heads: int | None) -> None:
+    if num_heads is not None and t.shape[1] != num_heads:
         raise ValueError(
-            f"scores have {scores.shape[1]} heads (shape {tuple(scores.shape)}), "
-            f"but the encoding was built with num_heads={num_heads}"
+            f"{what} {t.shape[1]} heads (shape {tuple(t.shape)}), but the encoding was built with num_heads={num_heads}"
         )
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .._compat import is_tracing, precise_dtype
-from .._positions import check_bias_qk, check_qk, check_scores
+from .._positions import check_bias_qk, check_scores
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index
 from ..state import BiasForm, PositionState, ScoreMod
@@ -269,9 +269,7 @@ class ContentBiasState(PositionState):
 
     def _check(self, q: Tensor, k: Tensor) -> None:
         """Check ``q`` and ``k`` against the encoding and the state."""
-        check_qk(q, k, head_dim=self.encoding.head_dim)
-        if self.bias_heads is not None:
-            check_bias_qk(q, k, self.bias_heads)
+        check_bias_qk(q, k, self.bias_heads, head_dim=self.encoding.head_dim)
         self._check_lengths(q, k)
 
     def _rows(self, lo: int, hi: int) -> Tensor:

@@ -124,9 +124,7 @@ class Learned(PositionalEncoding):
         Raises:
             ValueError: ``t > max_len``, or (eager) a position ``>= max_len``.
         """
-        check_input(x, width=self.d_model)
-        if positions is not None:
-            positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
+        positions = check_input(x, width=self.d_model, positions=positions)
         return x + self._rows(positions, x.shape[1]).to(x.dtype)
 
     @torch.no_grad()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .._positions import check_input, resolve_positions
+from .._positions import check_input
 from ..base import PositionalEncoding
 
 __all__ = ["NoPE"]
@@ -35,7 +35,5 @@ class NoPE(PositionalEncoding):
         Returns:
             ``x`` itself.
         """
-        check_input(x)
-        if positions is not None:
-            resolve_positions(positions, x.shape[1], batch=x.shape[0])
+        check_input(x, positions=positions)
         return self.encode_input(x, positions)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .._checks import check_int, check_positive_float
 from .._compat import can_sync, check_values, wide_dtype
-from .._positions import check_input, resolve_positions
+from .._positions import check_input
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_table
 
@@ -179,9 +179,7 @@ class Sinusoidal(PositionalEncoding):
         Returns:
             ``x + PE[positions + offset]``, ``(b, t, d)`` in ``x.dtype``.
         """
-        check_input(x, width=self.d_model)
+        positions = check_input(x, width=self.d_model, positions=positions)
         wide = torch.float64 if x.dtype == torch.float64 else self._table.dtype
-        if positions is not None:
-            positions = resolve_positions(positions, x.shape[1], batch=x.shape[0])
         # One cast of the (t, d) table, not of the (b, t, d) sum.
         return x + self._encodings(positions, x.shape[1], wide).to(x.dtype)
