@@ -115,13 +115,14 @@ def resolve_positions(
     if device is not None and not _same_device(positions.device, torch.device(device)):
         raise ValueError(f"{name} is on {positions.device}, but the tensors it positions are on {device}")
     check_batch(name, positions, batch, rank=2)
-    # A negative position must fail, not wrap around a table (a kernel assert off the CPU: no sync).
-    check_values(
-        positions >= 0,
-        f"{name} must be non-negative",
-        lambda: f"{name} must be non-negative, got minimum {int(positions.min())}",
-    )
+    check_non_negative(name, positions)
     return positions
+
+
+def check_non_negative(name: str, positions: Tensor) -> None:
+    """Refuse a negative position: it must fail, not wrap around a table (a kernel assert off the CPU: no sync)."""
+    message = f"{name} must be non-negative"
+    check_values(positions >= 0, message, lambda: f"{message}, got minimum {int(positions.min())}")
 
 
 def check_batch(name: str, t: Tensor, batch: int | None, *, rank: int) -> None:

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_int, check_positive_float
-from .._compat import can_sync, check_values, wide_dtype
-from .._positions import check_input
+from .._compat import can_sync, wide_dtype
+from .._positions import check_input, check_non_negative
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_table
 
@@ -140,8 +140,7 @@ class Sinusoidal(PositionalEncoding):
             or positions.dtype == torch.bool
         ):
             raise TypeError(f"positions must be an int or an integer tensor, got {positions!r}")
-        message = "positions must be non-negative"
-        check_values(positions >= 0, message, lambda: f"{message}, got minimum {int(positions.min())}")
+        check_non_negative("positions", positions)
         dtype = dtype or self._table.dtype
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
