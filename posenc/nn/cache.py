@@ -247,11 +247,7 @@ class KVCache:
         self.check_batch(layer, k.shape[0])
         if layer < len(self.keys):  # what a layer's tensors are joined to must be of their kind
             for name, new, held in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
-                if (
-                    new.shape[1] != held.shape[1]
-                    or new.shape[-1] != held.shape[-1]
-                    or new.dtype != held.dtype
-                ):
+                if (new.shape[1], new.shape[-1], new.dtype) != (held.shape[1], held.shape[-1], held.dtype):
                     raise ValueError(
                         f"layer {layer} of this KVCache holds {name} of {held.shape[1]} heads of width "
                         f"{held.shape[-1]} in {held.dtype}, got {new.shape[1]} of width {new.shape[-1]} in "
