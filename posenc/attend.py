@@ -360,11 +360,6 @@ def _far_apart(positions: Tensor, rows: int) -> bool:
     return bool((chunks.amax(-1) - chunks.amin(-1)).max() >= rows)
 
 
-def _builtin(encoding: PositionalEncoding) -> str:
-    """The name of the posenc class a user's encoding derives from."""
-    return next(c.__name__ for c in type(encoding).__mro__ if c.__module__.startswith("posenc."))
-
-
 def _full_bias(state: PositionState, needed: bool = True) -> PositionState:
     """``state`` with its bias in the full form where it would take the key-only one.
 
@@ -379,8 +374,10 @@ def _full_bias(state: PositionState, needed: bool = True) -> PositionState:
     if encoding._generic_state and type(state) is encoding._generic_state_class:
         if not needed:
             return state
+        # The posenc class the user's encoding derives from.
+        builtin = next(c.__name__ for c in type(encoding).__mro__ if c.__module__.startswith("posenc."))
         raise ValueError(
-            f"{type(encoding).__name__} overrides a hook of a causal {_builtin(encoding)}, whose bias "
+            f"{type(encoding).__name__} overrides a hook of a causal {builtin}, whose bias "
             "is key-only (relative to the last query), and this call needs the full one (sinks, a float16 or "
             "bfloat16 call, or queries far apart in a chunk): change bias_fn instead of the hook, or call with "
             "float32 inputs and no sinks"
