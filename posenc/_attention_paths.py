@@ -33,7 +33,7 @@ from einops import rearrange
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from ._compat import is_tracing, precise_dtype
+from ._compat import is_tracing, outside_autocast, precise_dtype
 from .masking import Visibility, visible
 from .state import PositionState
 
@@ -141,9 +141,9 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, soft: Softmax) -
         column = sinks.to(dtype).view(1, h, 1, 1).expand(rows, h, tq, 1)
         mask = torch.cat([mask.to(dtype).expand(rows, h, tq, tk), column], dim=-1)
         k, v = (torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[3])], dim=2) for t in (k, v))
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=soft.dropout_p, scale=soft.scale, enable_gqa=heads_differ(q, k)
-    )
+    # (outside autocast: a float mask stays float32 where mask_dtype chose it)
+    sdpa, drop, gqa = F.scaled_dot_product_attention, soft.dropout_p, heads_differ(q, k)
+    return outside_autocast(sdpa, q, k, v, attn_mask=mask, dropout_p=drop, scale=soft.scale, enable_gqa=gqa)
 
 
 def sdpa_attention(
@@ -276,7 +276,7 @@ def _weights_chunk(
     # Grouped-query attention without copying the keys: query heads g of each key head together.
     qg = rearrange(q.to(work), "b (hk g) r d -> b hk g r d", g=groups)
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = qg @ k.to(work).unsqueeze(2).transpose(-1, -2) * factor
+    scores = outside_autocast(torch.matmul, qg, k.to(work).unsqueeze(2).transpose(-1, -2)) * factor
     scores = rearrange(scores, "b hk g r c -> b (hk g) r c")
     bias = state.attention_bias(q, k)
     if bias is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -83,3 +84,32 @@ def wide_dtype(device: torch.device | str | None) -> torch.dtype:
     """The dtype position tables are *computed* in before being stored: float64 wherever the
     device has it (MPS does not), so that stored float32 values are rounded once."""
     return torch.float32 if torch.device(device or "cpu").type == "mps" else torch.float64
+
+
+_T = TypeVar("_T")
+
+#: Devices with an autocast mode, which would run a matmul or SDPA in half precision.
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+
+
+def autocast_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype an autocast region on ``device`` hands a matmul or SDPA for ``dtype`` (its half precision for
+    every float dtype but float64, which autocast leaves alone), or ``None`` outside autocast."""
+    if device.type not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(device.type):
+        return None
+    return dtype if dtype == torch.float64 else torch.get_autocast_dtype(device.type)
+
+
+def outside_autocast(op: Callable[..., _T], first: Tensor, *args: Any, **kwargs: Any) -> _T:
+    """``op(first, *args, **kwargs)`` on the operands' own dtypes, also inside an autocast region.
+
+    Autocast would run a matmul or SDPA in bfloat16/float16: position terms (a bias, Shaw's relative
+    keys) and the float32 masks and scores :func:`posenc.attention` builds are float32 or better whatever
+    the inputs, like the caches.
+    """
+    if (
+        autocast_dtype(first.device, first.dtype) is None
+    ):  # (entering the context costs time: only where autocast is on)
+        return op(first, *args, **kwargs)
+    with torch.autocast(first.device.type, enabled=False):
+        return op(first, *args, **kwargs)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ._attention_paths import Softmax, _toeplitz, mask_dtype, sdpa_attention, weighted_attention
 from ._checks import check_bool, check_choice, check_float_tensor, is_real
-from ._compat import can_sync, is_compiling
+from ._compat import autocast_dtype, can_sync, is_compiling
 from ._flex import flex_attention_path, lse_supported
 from ._positions import check_bias_qk, check_qk
 from .base import PositionalEncoding
@@ -257,6 +257,12 @@ def attention(
         # Every path, the Toeplitz one too (it never calls the hooks with q), before any chunk (whose
         # shape the hooks would name): never broadcast a bias built for another number of heads.
         check_bias_qk(q, k, state.bias_heads)
+    if not qk_encoded:
+        q, k = state.encode_qk(q, k)
+    if (amp := autocast_dtype(q.device, q.dtype)) is not None:
+        # As autocast would hand them to SDPA (which runs outside it: a float32 bias stays float32, the Toeplitz
+        # view is not copied whole), after the encoding rotated or scaled them in their own dtype.
+        q, k, v = q.to(amp), k.to(amp), v.to(amp)
     dtype = mask_dtype(q)
     if sinks is not None and state.bias_form == "key" and getattr(state.encoding, "key_only_formula", False):
         raise ValueError(
@@ -297,8 +303,6 @@ def attention(
     # One decoding query at default positions is the last one: it sees every key, no causal mask is needed.
     last = tq == 1 and qp is None and q_doc is None and window is None
     vis = Visibility(tq, tk, q.device, attn_mask, causal and not last, window, qp, kp, q_doc, k_doc)
-    if not qk_encoded:
-        q, k = state.encode_qk(q, k)
     form = state.bias_form
     budget = BIAS_BUDGET_BYTES.get(q.device.type, BIAS_BUDGET_BYTES["cpu"])
     if state.has_value_term:

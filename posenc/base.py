@@ -214,7 +214,8 @@ class PositionalEncoding(nn.Module):
             q_len: the number of queries ``tq``.
             k_len: the number of keys ``tk`` (default ``q_len``); with a KV cache, cached + new.
             q_positions, k_positions: ``(t,)`` or ``(b, t)`` integer positions, defaults as in
-                :func:`resolve_qk_positions` (keys ``0..tk-1``, queries the last ``tq`` of them).
+                :func:`resolve_qk_positions` (keys ``0..tk-1``, queries the last ``tq`` of them). The
+                state reads them when used, not a copy: do not change them in place while it is in use.
             batch: the batch size, to check ``(b, t)`` positions against.
             device: where default positions and tables are made (default: the positions' device,
                 else the encoding's).

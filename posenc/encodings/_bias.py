@@ -26,7 +26,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor
 
-from .._compat import is_tracing, precise_dtype
+from .._compat import is_tracing, outside_autocast, precise_dtype
 from .._positions import check_bias_qk, check_scores
 from ..base import PositionalEncoding
 from ..functional.shaw import clipped_distance_index
@@ -282,7 +282,8 @@ class ContentBiasState(PositionState):
         """``(per_distance, key_term, lo, hi)`` for checked ``q`` and ``k``."""
         self._check(q, k)
         lo, hi = self._window()
-        return (*self._per_distance(q, k, lo, hi - lo + 1), lo, hi)
+        # (outside autocast: a term float32 or better whatever the inputs, as every bias here)
+        return (*outside_autocast(self._per_distance, q, k, lo, hi - lo + 1), lo, hi)
 
     def attention_bias(self, q: Tensor, k: Tensor) -> Tensor:
         """The term for every (query, key) pair, to add to the *scaled* scores.

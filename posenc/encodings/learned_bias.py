@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_bool, check_choice, check_positive_float, check_positive_int
-from ..functional.shaw import matmul_outside_autocast
+from .._compat import outside_autocast
 from ._bias import BiasFn, PositionBias
 
 __all__ = ["FIRE", "KERPLE"]
@@ -184,7 +184,7 @@ class FIRE(PositionBias):
         w1, b1, w2, b2 = self._weights(dtype)
         hidden = torch.relu(x.unsqueeze(-1) * w1 + b1)  # (1|b, tq, tk, w)
         # outside autocast: the bias is float32 or better whatever the inputs (as every bias here)
-        out = matmul_outside_autocast(hidden, w2.t()) + b2
+        out = outside_autocast(torch.matmul, hidden, w2.t()) + b2
         return out.movedim(-1, 1).contiguous()  # (1|b, tq, tk, h) -> heads outermost
 
     def bias_fn(self, dtype: torch.dtype, table: Tensor | None) -> BiasFn:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from .._checks import check_bool, check_choice, check_float_tensor, check_int, check_positive_int, short
 from .._compat import precise_dtype
 from ..base import PositionalEncoding
-from ..functional.shaw import clipped_distance_index, matmul_outside_autocast, shaw_value_term
+from ..functional.shaw import clipped_distance_index, shaw_value_term
 from ..state import ScoreMod
 from ._bias import ContentBiasState, _add_to_scores
 
@@ -37,7 +37,7 @@ class ShawState(ContentBiasState):
         # The key term q_i · a^K(clip(j - i)) / sqrt(dh), per clipped distance.
         dtype = precise_dtype(q)
         table = self.encoding._table("key").to(dtype).transpose(-1, -2)
-        return matmul_outside_autocast(q.to(dtype), table) * (1.0 / math.sqrt(q.shape[-1])), None
+        return (q.to(dtype) @ table) * (1.0 / math.sqrt(q.shape[-1])), None
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         """A FlexAttention ``score_mod`` adding the key term.

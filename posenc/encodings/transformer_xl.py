@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_choice, check_float_tensor, check_positive_float, check_positive_int
-from .._compat import can_sync, precise_dtype
+from .._compat import can_sync, outside_autocast, precise_dtype
 from ..base import PositionalEncoding
 from ..functional.sinusoidal import sinusoidal_table
 from ..state import ScoreMod
@@ -111,14 +111,16 @@ class RelPosXLState(ContentBiasState):
         Returns:
             ``(b, h, tq, tk)``, float32 (float64 for float64 ``q``).
         """
-        return self.bias_from_angles(q, k) if self._from_angles() else super().attention_bias(q, k)
+        if self._from_angles():  # (outside autocast, as the per-distance term)
+            return outside_autocast(self.bias_from_angles, q, k)
+        return super().attention_bias(q, k)
 
     def score_mod(self, q: Tensor, k: Tensor) -> ScoreMod:
         """FlexAttention's form; with explicit positions where no value may be read, the dense term
         from angles ``(b, h, tq, tk)`` read per pair (the per-distance rows need the range's size)."""
         if not self._from_angles():
             return super().score_mod(q, k)
-        dense = self.bias_from_angles(q, k)
+        dense = outside_autocast(self.bias_from_angles, q, k)
         return lambda score, b, h, i, j: score + dense[b, h, i, j].to(score.dtype)
 
     def _from_angles(self) -> bool:

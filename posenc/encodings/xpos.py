@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_bool, check_positive_float
-from .._compat import check_values, is_tracing
+from .._compat import autocast_dtype, check_values, is_tracing
 from .rope import RoPE
 from .rotary import RotaryState
 
@@ -110,6 +110,7 @@ class XPos(RoPE):
         rotated in an earlier call (a KV cache) and queries of a later one still pair up.
         """
         positions = state._positions(side)
+        dtype = autocast_dtype(positions.device, dtype) or dtype  # what the kernel is given, in autocast too
         limit = None if is_tracing() else self.max_position(dtype)
         if limit is not None and (state.end is None or state.end - 1 > limit):
             why = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._compat import precise_dtype
+from .._compat import outside_autocast, precise_dtype
 
 __all__ = ["clipped_distance_index", "shaw_value_term"]
 
@@ -49,24 +49,6 @@ def clipped_distance_index(q_positions: Tensor, k_positions: Tensor, left: int, 
     return relative.clamp(-left, right).add_(left).long()
 
 
-#: Devices with an autocast mode that would round a matmul to half precision.
-_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
-
-
-def matmul_outside_autocast(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` in the operands' own dtype, also inside an autocast region.
-
-    Autocast would run the matmul in bfloat16/float16 and return half precision; position terms
-    (a bias, Shaw's relative keys) are float32 or better whatever the inputs, like the caches.
-    """
-    kind = a.device.type
-    # (only when autocast is on: entering the context costs ~10 ms on the CPU)
-    if kind in _AUTOCAST_DEVICES and torch.is_autocast_enabled(kind):
-        with torch.autocast(kind, enabled=False):
-            return a @ b
-    return a @ b
-
-
 def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
     """The output's relative term ``Σ_j probs[i, j] · a^V[index[i, j]]``.
 
@@ -83,4 +65,4 @@ def shaw_value_term(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
     b, h, tq, tk = probs.shape
     index = index.unsqueeze(-3).expand(b, h, tq, tk)  # a view, stride 0 over h (and b for (tq, tk))
     weights = probs.new_zeros(b, h, tq, table.shape[-2], dtype=dtype).scatter_add(-1, index, probs.to(dtype))
-    return matmul_outside_autocast(weights, table.to(dtype)).to(probs.dtype)
+    return outside_autocast(torch.matmul, weights, table.to(dtype)).to(probs.dtype)

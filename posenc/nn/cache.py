@@ -60,7 +60,7 @@ class KVCache:
     Attributes:
         keys, values: per layer, ``(b, h_kv, tk, dh)`` tensors (empty list before the first call);
             ``tk = capacity`` for a static cache.
-        positions: per layer, ``(b, tk)`` long key positions.
+        positions: per layer, ``(b, tk)`` key positions (``(tk,)`` where every call gave ``(t,)``: growing).
         encodings: per layer, the description of the encoding that encoded the keys.
         num_layers: the number of layers of the model that fills it (``None`` until known).
         capacity: the slots of a static cache, ``None`` for a growing one.
@@ -211,7 +211,8 @@ class KVCache:
             axes: the positions have a trailing axis dimension (M-RoPE).
 
         Returns:
-            ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``.
+            ``(keys, values, positions)`` of shapes ``(b, h_kv, tk, dh)``, ``(b, h_kv, tk, dv)``, ``(b, tk)``
+            (``(tk,)`` where every call gave ``(t,)`` positions to a growing cache).
         """
         layer = self._check_layer(layer)
         check_float_tensor("k", k, rank=4, shape="(batch, kv_heads, t, head_dim)")
@@ -252,6 +253,7 @@ class KVCache:
                         f"layer {layer} of this KVCache holds {name} of {held.shape[1]} heads of width "
                         f"{held.shape[-1]} in {held.dtype}, got {new.shape[1]} of width {new.shape[-1]} in "
                         f"{new.dtype}; use a new KVCache() for another model"
+                        + (" (or autocast on in every call, or in none)" if new.dtype != held.dtype else "")
                     )
             if axes != self.axes[layer]:
                 raise ValueError(
@@ -275,7 +277,10 @@ class KVCache:
             slots = self.slots(layer, k.shape[-2], k.device)
             self.keys[layer].index_copy_(2, slots, k)  # (of the layer's dtype: checked above)
             self.values[layer].index_copy_(2, slots, v)
-            self.positions[layer].index_copy_(1, slots, _rows(positions, self.positions[layer]))
+            held = self.positions[layer]
+            if positions.dtype != held.dtype:  # promoted as a growing cache's cat does (int32 then int64)
+                held = self.positions[layer] = held.to(torch.promote_types(held.dtype, positions.dtype))
+            held.index_copy_(1, slots, _rows(positions, held).to(held.dtype))
             self.fill[layer].add_(k.shape[-2])
         return self.keys[layer], self.values[layer], self.positions[layer]
 

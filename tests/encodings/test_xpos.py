@@ -198,3 +198,17 @@ def test_positions_past_the_limit_are_refused_without_a_host_sync():
     with accelerator_paths():
         near = torch.arange(4)
         torch.testing.assert_close(xpos(q, k, near, near), xpos(q, k))
+
+
+def test_positions_past_the_range_of_autocasts_dtype_are_refused() -> None:
+    # float32 q and k passed the float32 limit, then autocast handed SDPA float16 keys: inf, all-NaN output.
+    xpos, positions = XPos(16), torch.arange(8000, 8008)
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.float16), pytest.raises(ValueError, match=r"past 3470, .*float16"):
+        posenc.attention(q, k, v, xpos, causal=True, q_positions=positions, k_positions=positions)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # (bfloat16 holds float32's exponents)
+        assert (
+            posenc.attention(q, k, v, xpos, causal=True, q_positions=positions, k_positions=positions)
+            .isfinite()
+            .all()
+        )

@@ -213,6 +213,33 @@ def test_autocast_changes_nothing_in_the_functional_angles() -> None:
         torch.testing.assert_close(i, o, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["auto", "chunked"])
+def test_autocast_changes_nothing_in_attention_but_the_dtype(entry: Entry, backend: str) -> None:
+    # Autocast reached SDPA and the value term's matmuls inside posenc.attention: a float32 bias was
+    # rounded to bfloat16 (T5: 3.7e-2 off against 7.8e-3), Shaw's scores too, the Toeplitz view copied whole.
+    module = entry.build()
+    length = entry.fixed_len or entry.grid_len or 12
+    g = torch.Generator().manual_seed(0)
+    q, k = make_qk(entry, 2, length, length, torch.bfloat16, generator=g)
+    v = torch.randn(q.shape, generator=g).bfloat16()
+    with torch.no_grad():
+        for p in module.parameters():  # biases of a few units, far from bfloat16's steps
+            p.copy_(torch.randn(p.shape, generator=g) * 3)
+    kwargs = {
+        "causal": entry.sizes["causal"],
+        "backend": backend,
+        "chunk_size": 5 if backend == "chunked" else None,
+    }
+    outside = posenc.attention(q, k, v, module, **kwargs)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = posenc.attention(q, k, v, module, **kwargs)
+        widened = posenc.attention(q.float(), k.float(), v.float(), module, **kwargs)
+    torch.testing.assert_close(inside, outside, rtol=0, atol=0)
+    assert widened.dtype == torch.bfloat16  # as SDPA's under autocast
+    if module.kind != "rotary":  # (a rotation of float32 inputs is rounded once, after it: not bf16's)
+        torch.testing.assert_close(widened, outside, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_outputs_keep_the_input_dtype(entry: Entry, dtype: torch.dtype) -> None:
     module = entry.build()

@@ -409,3 +409,26 @@ def test_a_mask_of_the_wrong_length_for_a_static_cache_names_its_capacity():
     cache = KVCache(capacity=8)
     with pytest.raises(ValueError, match=r"\(batch, the static cache's capacity\) = \(1, 8\), got \(1, 3\)"):
         layer(torch.randn(1, 3, D), cache=cache, attention_mask=torch.ones(1, 3, dtype=torch.bool))
+
+
+def test_a_static_cache_takes_positions_of_another_integer_dtype_as_a_growing_one():
+    # int32 positions, then next_positions' int64: a raw index_copy_ dtype error from the static cache.
+    k = v = torch.randn(1, 2, 4, 8)
+    caches = KVCache(), KVCache(capacity=6)
+    for cache in caches:
+        cache.update(0, k, v, torch.arange(4, dtype=torch.int32))
+        cache.update(0, k[:, :, :1], v[:, :, :1], cache.next_positions(0, 1))
+    grown, static = (cache.positions[0] for cache in caches)
+    assert static.dtype == grown.dtype == torch.long
+    assert static[0, :5].tolist() == grown.tolist() == list(range(5))
+
+
+def test_a_cache_filled_inside_autocast_and_used_outside_says_so():
+    layer = MultiheadAttention(D, HEADS, "rope")
+    x, cache = torch.randn(1, 4, D), KVCache()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x, cache=cache)
+    with pytest.raises(
+        ValueError, match=r"in torch.bfloat16, got .* in torch.float32; .*autocast on in every call"
+    ):
+        layer(x[:, :1], cache=cache)
