@@ -383,8 +383,8 @@ def _full_bias(state: PositionState, needed: bool = True) -> PositionState:
         raise ValueError(
             f"{type(encoding).__name__} overrides a hook of a causal {builtin}, whose bias "
             "is key-only (relative to the last query), and this call needs the full one (sinks, a float16 or "
-            "bfloat16 call, or queries far apart in a chunk): change bias_fn instead of the hook, or call with "
-            "float32 inputs and no sinks"
+            "bfloat16 call, autocast's too, or queries far apart in a chunk): change bias_fn instead of the hook, "
+            "or call with float32 inputs outside autocast and no sinks"
         )
     state = copy.copy(state)
     state.bias_form = "full"

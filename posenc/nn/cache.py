@@ -248,12 +248,17 @@ class KVCache:
         self.check_batch(layer, k.shape[0])
         if layer < len(self.keys):  # what a layer's tensors are joined to must be of their kind
             for name, new, held in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
-                if (new.shape[1], new.shape[-1], new.dtype) != (held.shape[1], held.shape[-1], held.dtype):
+                same_shape = (new.shape[1], new.shape[-1]) == (held.shape[1], held.shape[-1])
+                if not same_shape or new.dtype != held.dtype:
                     raise ValueError(
                         f"layer {layer} of this KVCache holds {name} of {held.shape[1]} heads of width "
                         f"{held.shape[-1]} in {held.dtype}, got {new.shape[1]} of width {new.shape[-1]} in "
                         f"{new.dtype}; use a new KVCache() for another model"
-                        + (" (or autocast on in every call, or in none)" if new.dtype != held.dtype else "")
+                        + (
+                            " (or, the same model in another dtype: autocast on in every call, or in none)"
+                            if same_shape
+                            else ""
+                        )
                     )
             if axes != self.axes[layer]:
                 raise ValueError(

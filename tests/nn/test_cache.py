@@ -432,3 +432,9 @@ def test_a_cache_filled_inside_autocast_and_used_outside_says_so():
         ValueError, match=r"in torch.bfloat16, got .* in torch.float32; .*autocast on in every call"
     ):
         layer(x[:, :1], cache=cache)
+    other = KVCache()
+    other.update(0, torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.arange(4))
+    with pytest.raises(ValueError, match=r"for another model$"):  # (other heads: no word of autocast)
+        other.update(
+            0, torch.randn(1, 3, 1, 8).double(), torch.randn(1, 3, 1, 8).double(), torch.arange(4, 5)
+        )
