@@ -221,7 +221,8 @@ class RelPosXL(PositionalEncoding):
         rounded once to ``dtype``.
         """
         emb = sinusoidal_table(-distances, self.d_model, self.base, self.layout).to(dtype)
-        proj = emb @ self.linear_pos.weight.to(dtype).transpose(0, 1)  # (n, h * dh)
+        weight = self.linear_pos.weight.to(dtype).transpose(0, 1)  # (d_model, h * dh)
+        proj = outside_autocast(torch.matmul, emb, weight)  # (n, h * dh): dtype's, autocast or not
         return proj.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 
     def forward(

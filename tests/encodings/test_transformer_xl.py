@@ -313,10 +313,15 @@ def test_autocast_changes_nothing_in_the_bias_and_the_drop_in_call(explicit: boo
     xl = posenc.build("transformer_xl", num_heads=4, head_dim=16, causal=False)
     q, k, scores = torch.randn(1, 4, 8, 16), torch.randn(1, 4, 8, 16), torch.randn(1, 4, 8, 8) * 30
     positions = {"q_positions": torch.arange(3, 11), "k_positions": torch.arange(3, 11)} if explicit else {}
+    distances = torch.arange(-8, 8)
     with accelerator_paths() if explicit else contextlib.nullcontext():  # (explicit: the path from angles)
-        outside = xl.attention_bias(q, k, **positions), xl(scores, q, k, **positions)
+        outside = xl.attention_bias(q, k, **positions), xl(scores, q, k, **positions), xl.projected(distances)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            inside = xl.attention_bias(q, k, **positions), xl(scores, q, k, **positions)
+            inside = (
+                xl.attention_bias(q, k, **positions),
+                xl(scores, q, k, **positions),
+                xl.projected(distances),
+            )
     for i, o in zip(inside, outside, strict=True):
         assert i.dtype == torch.float32
         torch.testing.assert_close(i, o, rtol=0, atol=0)
