@@ -107,9 +107,7 @@ def outside_autocast(op: Callable[..., _T], first: Tensor, *args: Any, **kwargs:
     keys) and the float32 masks and scores :func:`posenc.attention` builds are float32 or better whatever
     the inputs, like the caches.
     """
-    if (
-        autocast_dtype(first.device, first.dtype) is None
-    ):  # (entering the context costs time: only where autocast is on)
+    if autocast_dtype(first.device, first.dtype) is None:  # (entering the context costs ~5 us on the CPU)
         return op(first, *args, **kwargs)
     with torch.autocast(first.device.type, enabled=False):
         return op(first, *args, **kwargs)
