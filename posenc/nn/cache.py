@@ -250,15 +250,11 @@ class KVCache:
             for name, new, held in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
                 same_shape = (new.shape[1], new.shape[-1]) == (held.shape[1], held.shape[-1])
                 if not same_shape or new.dtype != held.dtype:
+                    hint = " (or autocast on in every call, or in none)" if same_shape else ""
                     raise ValueError(
                         f"layer {layer} of this KVCache holds {name} of {held.shape[1]} heads of width "
                         f"{held.shape[-1]} in {held.dtype}, got {new.shape[1]} of width {new.shape[-1]} in "
-                        f"{new.dtype}; use a new KVCache() for another model"
-                        + (
-                            " (or, the same model in another dtype: autocast on in every call, or in none)"
-                            if same_shape
-                            else ""
-                        )
+                        f"{new.dtype}; use a new KVCache() for another model{hint}"
                     )
             if axes != self.axes[layer]:
                 raise ValueError(
